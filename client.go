@@ -1,0 +1,274 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Client acquires leases from a Backend for an application: Acquire waits,
+// TryAcquire tries once, and the returned Hold renews itself in the
+// background. A Client is safe for concurrent use.
+type Client struct {
+	backend    Backend
+	owner      string
+	clock      Clock
+	driftFrac  float64
+	driftMin   time.Duration
+	minBackoff time.Duration
+	maxBackoff time.Duration
+
+	jitterMu sync.Mutex
+	jitter   func() float64 // in [0, 1)
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithOwner sets the owner name the Client gives with every acquisition. It
+// is shown to other contenders and in logs; it proves nothing (I4). The
+// default is "HOSTNAME-PID".
+func WithOwner(owner string) Option {
+	return func(c *Client) error {
+		if owner == "" || len(owner) > MaxKeyLen {
+			return invalidf("owner must be 1 to %d bytes, got %d", MaxKeyLen, len(owner))
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithClock replaces the real clock, for tests and simulation.
+func WithClock(clk Clock) Option {
+	return func(c *Client) error {
+		if clk == nil {
+			return invalidf("clock is nil")
+		}
+		c.clock = clk
+		return nil
+	}
+}
+
+// WithDriftMargin sets how much earlier than the backend the client gives a
+// lease up: the margin is fraction×TTL + min. The client treats a lease as
+// lost at (send time of last successful acquire or renew) + TTL − margin
+// (I5). The default is 1% of the TTL plus 2 ms. Acquire rejects a TTL whose
+// margin would leave less than half of it.
+func WithDriftMargin(fraction float64, min time.Duration) Option {
+	return func(c *Client) error {
+		if fraction < 0 || fraction >= 0.5 || min < 0 {
+			return invalidf("drift margin needs 0 <= fraction < 0.5 and min >= 0, got %v and %v", fraction, min)
+		}
+		c.driftFrac, c.driftMin = fraction, min
+		return nil
+	}
+}
+
+// WithBackoff sets the bounds of the jittered exponential backoff Acquire
+// uses while it polls a backend that offers neither WaitAcquirer nor
+// Notifier. The defaults are 5 ms and 500 ms.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *Client) error {
+		if min <= 0 || max < min {
+			return invalidf("backoff needs 0 < min <= max, got %v and %v", min, max)
+		}
+		c.minBackoff, c.maxBackoff = min, max
+		return nil
+	}
+}
+
+// WithJitter replaces the source of randomness for renewal and backoff
+// jitter; f must return values in [0, 1). Simulations pass a seeded source
+// to make runs reproducible.
+func WithJitter(f func() float64) Option {
+	return func(c *Client) error {
+		if f == nil {
+			return invalidf("jitter source is nil")
+		}
+		c.jitter = f
+		return nil
+	}
+}
+
+// NewClient returns a Client acquiring leases from b.
+func NewClient(b Backend, opts ...Option) (*Client, error) {
+	if b == nil {
+		return nil, invalidf("backend is nil")
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	c := &Client{
+		backend:    b,
+		owner:      host + "-" + strconv.Itoa(os.Getpid()),
+		clock:      SystemClock{},
+		driftFrac:  0.01,
+		driftMin:   2 * time.Millisecond,
+		minBackoff: 5 * time.Millisecond,
+		maxBackoff: 500 * time.Millisecond,
+		jitter:     rand.Float64,
+	}
+	for _, opt := range opts {
+		if err := opt(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Owner returns the owner name the Client acquires with.
+func (c *Client) Owner() string { return c.owner }
+
+// Backend returns the backend the Client acquires from.
+func (c *Client) Backend() Backend { return c.backend }
+
+// margin returns the drift margin for ttl.
+func (c *Client) margin(ttl time.Duration) time.Duration {
+	return time.Duration(c.driftFrac*float64(ttl)) + c.driftMin
+}
+
+func (c *Client) check(key string, ttl time.Duration) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if err := ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if m := c.margin(ttl); 2*m > ttl {
+		return invalidf("ttl %v is too short for the drift margin %v", ttl, m)
+	}
+	return nil
+}
+
+// TryAcquire tries once to acquire key for ttl. If the key is held it fails at
+// once with an error matching ErrHeld (a *HeldError naming the holder).
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Hold, error) {
+	if err := c.check(key, ttl); err != nil {
+		return nil, err
+	}
+	sent := c.clock.Now()
+	l, err := c.backend.Acquire(ctx, key, c.owner, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return c.hold(l, sent), nil
+}
+
+// Acquire waits until it holds key for ttl, or until ctx is done. It uses the
+// backend's own FIFO wait (WaitAcquirer) or push notification (Notifier)
+// where offered, and otherwise polls with jittered exponential backoff. Any
+// error other than the key being held ends the wait at once.
+//
+// The returned Hold is independent of ctx's cancellation: it lives until
+// Release or until the lease is lost.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Hold, error) {
+	if err := c.check(key, ttl); err != nil {
+		return nil, err
+	}
+	if wa, ok := c.backend.(WaitAcquirer); ok {
+		return c.acquireWaiting(ctx, wa, key, ttl)
+	}
+	notifier, _ := c.backend.(Notifier)
+	backoff := c.minBackoff
+	for {
+		sent := c.clock.Now()
+		l, err := c.backend.Acquire(ctx, key, c.owner, ttl)
+		if err == nil {
+			return c.hold(l, sent), nil
+		}
+		if !errors.Is(err, ErrHeld) {
+			return nil, err
+		}
+		wait := backoff/2 + time.Duration(c.rand()*float64(backoff/2))
+		if notifier != nil {
+			// Notifications wake us early; the timeout only bounds a lost one.
+			wait = c.maxBackoff
+		}
+		var he *HeldError
+		if errors.As(err, &he) && !he.Expires.IsZero() {
+			// A hint only: the backend's clock decides, we just try again then.
+			if until := he.Expires.Sub(c.clock.Now()) + time.Millisecond; until > 0 && until < wait {
+				wait = until
+			}
+		}
+		if notifier != nil {
+			werr := c.waitChange(ctx, notifier, key, wait)
+			if werr == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			notifier = nil // notifications broke: poll from now on
+		} else if err := c.sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, c.maxBackoff)
+	}
+}
+
+// acquireWaiting acquires through the backend's own FIFO wait. The lease may
+// have been granted long after the request was sent; the client's deadline
+// counts from the send time, so a lease that waited long is renewed at once
+// to get a deadline worth having.
+func (c *Client) acquireWaiting(ctx context.Context, wa WaitAcquirer, key string, ttl time.Duration) (*Hold, error) {
+	for {
+		sent := c.clock.Now()
+		l, err := wa.AcquireWait(ctx, key, c.owner, ttl)
+		if err != nil {
+			return nil, err
+		}
+		if c.clock.Now().Sub(sent) < ttl/3 {
+			return c.hold(l, sent), nil
+		}
+		sent = c.clock.Now()
+		renewed, err := c.backend.Renew(ctx, l, ttl)
+		switch {
+		case err == nil:
+			return c.hold(renewed, sent), nil
+		case errors.Is(err, ErrNotHeld):
+			continue // it expired before we could use it: queue again
+		default:
+			_ = c.backend.Release(context.WithoutCancel(ctx), l)
+			return nil, fmt.Errorf("lease: renewing %q right after a long wait: %w", key, err)
+		}
+	}
+}
+
+// waitChange waits for a notification for at most d.
+func (c *Client) waitChange(ctx context.Context, n Notifier, key string, d time.Duration) error {
+	wctx, cancel := context.WithCancel(ctx)
+	t := c.clock.AfterFunc(d, cancel)
+	defer t.Stop()
+	defer cancel()
+	err := n.WaitChange(wctx, key)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil // our own timeout: try again
+	}
+	return err
+}
+
+// sleep waits d on the client's clock, or until ctx is done.
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	ch := make(chan struct{})
+	t := c.clock.AfterFunc(d, func() { close(ch) })
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		return context.Cause(ctx)
+	}
+}
+
+func (c *Client) rand() float64 {
+	c.jitterMu.Lock()
+	defer c.jitterMu.Unlock()
+	return c.jitter()
+}

@@ -1,0 +1,66 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrHeld means another holder has an unexpired lease on the key. Errors from
+// Acquire that match it are usually a *HeldError naming the holder.
+var ErrHeld = errors.New("lease: held by another owner")
+
+// ErrNotHeld means the lease named in a Renew or Release is no longer the
+// current lease on its key: it expired, was released, or was superseded by a
+// newer holder. Nothing was changed.
+var ErrNotHeld = errors.New("lease: not held")
+
+// ErrNotFound means no unexpired lease exists on the key (Get).
+var ErrNotFound = errors.New("lease: not found")
+
+// ErrLost is the cause of a Hold's context when the client can no longer be
+// sure it holds the lease: its safe deadline passed without a successful
+// renewal, or the backend said the lease is gone.
+var ErrLost = errors.New("lease: lost")
+
+// ErrReleased is the cause of a Hold's context after Release was called.
+var ErrReleased = errors.New("lease: released")
+
+// ErrStaleToken means a guard rejected a write because its fencing token is
+// older than the newest token the resource has accepted. Errors that match it
+// are usually a *fence.StaleTokenError naming the resource and both tokens.
+var ErrStaleToken = errors.New("lease: stale fencing token")
+
+// ErrInvalid means an argument is malformed: an empty or oversized key, a key
+// with control characters, a TTL outside [MinTTL, MaxTTL], a zero token or ID.
+var ErrInvalid = errors.New("lease: invalid argument")
+
+// ErrUnavailable means the backend could not be reached or could not answer.
+// The outcome of the operation may be unknown; see the wrapped error.
+var ErrUnavailable = errors.New("lease: backend unavailable")
+
+// HeldError is returned by Acquire when the key is held by someone else. It
+// matches ErrHeld.
+type HeldError struct {
+	// Key is the key that was asked for.
+	Key string
+	// Owner is the current holder's owner name, as it gave it.
+	Owner string
+	// Token is the current holder's token.
+	Token Token
+	// Expires is when the current lease expires, on the backend's clock.
+	Expires time.Time
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lease: %q held by %q (token %d) until %s",
+		e.Key, e.Owner, e.Token, e.Expires.UTC().Format(time.RFC3339Nano))
+}
+
+// Unwrap makes a *HeldError match ErrHeld.
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// invalidf returns an error matching ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

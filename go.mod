@@ -1,0 +1,3 @@
+module github.com/leasehq/lease
+
+go 1.26.8

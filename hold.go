@@ -1,0 +1,175 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Hold is a lease the Client holds and renews in the background, at about a
+// third of its TTL with jitter, retrying failed renewals. Its Context is
+// cancelled, with cause matching ErrLost, as soon as the client can no longer
+// be sure it holds the lease: when the backend says it is gone, or when the
+// safe deadline — send time of the last successful acquire or renew + TTL −
+// drift margin (I5) — passes without a successful renewal. After Release the
+// cause is ErrReleased. No goroutine outlives the Hold.
+//
+// Pass Token with every write to the protected resource, and stop working
+// when Done is closed.
+type Hold struct {
+	c      *Client
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	loop   chan struct{} // closed when the renewal goroutine has exited
+
+	mu       sync.Mutex
+	lease    Lease
+	deadline time.Time // on the client's clock
+	timer    Timer     // fires at deadline
+	released bool
+}
+
+func (c *Client) hold(l Lease, sent time.Time) *Hold {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &Hold{c: c, ctx: ctx, cancel: cancel, loop: make(chan struct{}), lease: l}
+	h.mu.Lock()
+	h.setDeadlineLocked(sent)
+	h.mu.Unlock()
+	go h.renewLoop(sent)
+	return h
+}
+
+// Token returns the lease's fencing token. It never changes (I2).
+func (h *Hold) Token() Token { return h.lease.Token }
+
+// Key returns the key the lease is on.
+func (h *Hold) Key() string { return h.lease.Key }
+
+// Lease returns the lease as the backend last granted or renewed it.
+func (h *Hold) Lease() Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lease
+}
+
+// Deadline returns the client's safe deadline on its own clock: the latest
+// instant it still considers the lease held.
+func (h *Hold) Deadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline
+}
+
+// Context returns a context that is cancelled when the lease is lost or
+// released; context.Cause tells which (ErrLost or ErrReleased).
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// Done is closed when the lease is lost or released.
+func (h *Hold) Done() <-chan struct{} { return h.ctx.Done() }
+
+// Err returns nil while the lease is held, and afterwards an error matching
+// ErrLost or ErrReleased.
+func (h *Hold) Err() error {
+	if h.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(h.ctx)
+}
+
+// Release stops renewal, cancels the Hold's context with cause ErrReleased
+// — before the backend is told, so that work under the lease stops first — and
+// releases the lease on the backend. If the lease had already been lost it
+// returns that loss (matching ErrLost). Calling it again returns nil.
+func (h *Hold) Release(ctx context.Context) error {
+	h.mu.Lock()
+	if h.released {
+		h.mu.Unlock()
+		return nil
+	}
+	h.released = true
+	lostBefore := h.ctx.Err() != nil
+	h.timer.Stop()
+	h.mu.Unlock()
+
+	h.cancel(ErrReleased)
+	<-h.loop
+	err := h.c.backend.Release(ctx, h.Lease())
+	if lostBefore {
+		return context.Cause(h.ctx)
+	}
+	return err
+}
+
+// setDeadlineLocked moves the safe deadline to sent + TTL − margin.
+func (h *Hold) setDeadlineLocked(sent time.Time) {
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.deadline = sent.Add(h.lease.TTL - h.c.margin(h.lease.TTL))
+	h.timer = h.c.clock.AfterFunc(h.deadline.Sub(h.c.clock.Now()), h.checkDeadline)
+}
+
+// checkDeadline runs when a deadline timer fires. A renewal may have moved
+// the deadline since the timer was set.
+func (h *Hold) checkDeadline() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.c.clock.Now().Before(h.deadline) {
+		h.cancel(fmt.Errorf("%w: no successful renewal of %q (token %d) before the safe deadline",
+			ErrLost, h.lease.Key, h.lease.Token))
+	}
+}
+
+// renewLoop renews the lease until it is lost or released.
+func (h *Hold) renewLoop(sent time.Time) {
+	defer close(h.loop)
+	ttl := h.lease.TTL
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	// First renewal at about TTL/3 after the send time, jittered ±10%.
+	wait := h.jittered(ttl/3) - h.c.clock.Now().Sub(sent)
+	for {
+		t := h.c.clock.AfterFunc(max(wait, 0), poke)
+		select {
+		case <-h.ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+		}
+		sent := h.c.clock.Now()
+		cur := h.Lease()
+		renewed, err := h.c.backend.Renew(h.ctx, cur, ttl)
+		switch {
+		case err == nil:
+			h.mu.Lock()
+			if h.ctx.Err() == nil && h.c.clock.Now().Before(h.deadline) {
+				h.lease = renewed
+				h.setDeadlineLocked(sent)
+			}
+			h.mu.Unlock()
+			wait = h.jittered(ttl/3) - h.c.clock.Now().Sub(sent)
+		case errors.Is(err, ErrNotHeld):
+			h.cancel(fmt.Errorf("%w: backend no longer holds %q for token %d: %v", ErrLost, cur.Key, cur.Token, err))
+			return
+		default:
+			if h.ctx.Err() != nil {
+				return
+			}
+			// Try again soon; the deadline timer ends the lease if we never
+			// get through.
+			wait = h.jittered(ttl / 10)
+		}
+	}
+}
+
+// jittered returns d scaled by a random factor in [0.9, 1.1).
+func (h *Hold) jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.9 + 0.2*h.c.rand()))
+}

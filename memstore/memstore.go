@@ -1,0 +1,347 @@
+// Package memstore is an in-memory lease.Backend: the seed's LeaseStore grown
+// up. Leases live in key-sharded maps, each shard with its own lock, token
+// counter and ID generator; waiters queue per key and are handed the lease in
+// arrival order on release or expiry. Nothing survives the process, so use it
+// for tests, simulations and single-process programs; boltstore is the
+// durable embedded backend.
+package memstore
+
+import (
+	"context"
+	crand "crypto/rand"
+	"hash/maphash"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+const shardCount = 64 // a power of two
+
+// Store is an in-memory lease.Backend. The zero value is not usable; call New.
+type Store struct {
+	clock  lease.Clock // nil: the real clock, read through base
+	base   time.Time   // monotonic origin of the real clock
+	seed   maphash.Seed
+	shards [shardCount]shard
+}
+
+var (
+	_ lease.Backend      = (*Store)(nil)
+	_ lease.WaitAcquirer = (*Store)(nil)
+)
+
+// shard holds the keys that hash to it. Tokens come from the shard's counter,
+// so a key's tokens rise strictly however its entry comes and goes (I1), and
+// an entry that holds nothing can be dropped at any time.
+type shard struct {
+	mu      sync.Mutex
+	m       map[string]*entry
+	counter lease.Token
+	rng     *rand.ChaCha8 // a CSPRNG seeded from crypto/rand: cheap secret IDs
+	sweepAt int
+	_       [40]byte // keep shards on separate cache lines
+}
+
+type entry struct {
+	l       lease.Lease // the current generation while held is true
+	held    bool
+	exp     time.Duration // expiry on the store's clock, as an offset from base
+	waiters []*waiter     // FIFO
+	timer   lease.Timer   // pending expiry check while waiters wait
+	timerAt time.Duration // when timer fires
+}
+
+type waiter struct {
+	owner string
+	ttl   time.Duration
+	ch    chan lease.Lease // buffered: the grant never blocks the granter
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store judge expiry on clk instead of the real clock.
+func WithClock(clk lease.Clock) Option { return func(s *Store) { s.clock = clk } }
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{base: time.Now(), seed: maphash.MakeSeed()}
+	for _, opt := range opts {
+		opt(s)
+	}
+	if s.clock != nil {
+		s.base = s.clock.Now()
+	}
+	for i := range s.shards {
+		var key [32]byte
+		_, _ = crand.Read(key[:])
+		s.shards[i] = shard{m: make(map[string]*entry), rng: rand.NewChaCha8(key), sweepAt: 1024}
+	}
+	return s
+}
+
+// now returns the store's clock as an offset from base. The real clock is
+// read through time.Since, which reads only the monotonic clock.
+func (s *Store) now() time.Duration {
+	if s.clock == nil {
+		return time.Since(s.base)
+	}
+	return s.clock.Now().Sub(s.base)
+}
+
+func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
+	if s.clock == nil {
+		return time.AfterFunc(d, f)
+	}
+	return s.clock.AfterFunc(d, f)
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+}
+
+func validate(key, owner string, ttl time.Duration) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := lease.ValidateOwner(owner); err != nil {
+		return err
+	}
+	return lease.ValidateTTL(ttl)
+}
+
+// Acquire implements lease.Backend.
+func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := validate(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	e := sh.m[key]
+	if e == nil {
+		e = sh.insert(key, now)
+	} else if s.expireLocked(sh, e, now); e.held {
+		return lease.Lease{}, s.heldError(e)
+	}
+	return s.grantLocked(sh, e, key, owner, ttl, now), nil
+}
+
+// AcquireWait implements lease.WaitAcquirer: waiters are served in arrival
+// order, each handed the lease the moment it is released or expires.
+func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := validate(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	now := s.now()
+	e := sh.m[key]
+	if e == nil {
+		e = sh.insert(key, now)
+	} else {
+		s.expireLocked(sh, e, now)
+	}
+	if !e.held {
+		l := s.grantLocked(sh, e, key, owner, ttl, now)
+		sh.mu.Unlock()
+		return l, nil
+	}
+	if ctx.Err() != nil {
+		err := s.heldError(e)
+		sh.mu.Unlock()
+		return lease.Lease{}, err
+	}
+	w := &waiter{owner: owner, ttl: ttl, ch: make(chan lease.Lease, 1)}
+	e.waiters = append(e.waiters, w)
+	s.armLocked(sh, e, key, now)
+	sh.mu.Unlock()
+
+	select {
+	case l := <-w.ch:
+		return l, nil
+	case <-ctx.Done():
+	}
+	sh.mu.Lock()
+	if i := slices.Index(e.waiters, w); i >= 0 {
+		e.waiters = slices.Delete(e.waiters, i, i+1)
+		sh.mu.Unlock()
+		return lease.Lease{}, context.Cause(ctx)
+	}
+	sh.mu.Unlock()
+	// Granted as ctx ended: give it back so the next waiter gets it.
+	_ = s.Release(context.Background(), <-w.ch)
+	return lease.Lease{}, context.Cause(ctx)
+}
+
+// Renew implements lease.Backend.
+func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := lease.ValidateLease(l); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	sh := s.shard(l.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	e := sh.m[l.Key]
+	if e == nil || !s.currentLocked(sh, e, l, now) {
+		return lease.Lease{}, lease.ErrNotHeld
+	}
+	e.exp = now + ttl
+	e.l.TTL = ttl
+	e.l.Expires = s.base.Add(e.exp)
+	return e.l, nil
+}
+
+// Release implements lease.Backend.
+func (s *Store) Release(_ context.Context, l lease.Lease) error {
+	if err := lease.ValidateLease(l); err != nil {
+		return err
+	}
+	sh := s.shard(l.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	e := sh.m[l.Key]
+	if e == nil || !s.currentLocked(sh, e, l, now) {
+		return lease.ErrNotHeld
+	}
+	e.held = false
+	if len(e.waiters) > 0 {
+		s.grantNextLocked(sh, e, l.Key, now)
+	}
+	return nil
+}
+
+// Get implements lease.Backend.
+func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[key]
+	if e == nil || !e.held || e.exp <= s.now() {
+		return lease.Lease{}, lease.ErrNotFound
+	}
+	l := e.l
+	l.ID = lease.ID{}
+	return l, nil
+}
+
+// List implements lease.Backend.
+func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
+	var out []lease.Lease
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now := s.now()
+		for k, e := range sh.m {
+			if e.held && e.exp > now && strings.HasPrefix(k, prefix) {
+				l := e.l
+				l.ID = lease.ID{}
+				out = append(out, l)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b lease.Lease) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// currentLocked reports whether l is e's current unexpired generation. An
+// expired generation is retired on the way, handing the key to a waiter.
+func (s *Store) currentLocked(sh *shard, e *entry, l lease.Lease, now time.Duration) bool {
+	s.expireLocked(sh, e, now)
+	return e.held && e.l.Token == l.Token && e.l.ID == l.ID
+}
+
+// expireLocked retires e's lease if it has expired by now, and hands the key
+// to the first waiter, so nobody can barge ahead of the queue.
+func (s *Store) expireLocked(sh *shard, e *entry, now time.Duration) {
+	if e.held && e.exp <= now {
+		e.held = false
+		if len(e.waiters) > 0 {
+			s.grantNextLocked(sh, e, e.l.Key, now)
+		}
+	}
+}
+
+func (s *Store) grantLocked(sh *shard, e *entry, key, owner string, ttl, now time.Duration) lease.Lease {
+	sh.counter++
+	var id lease.ID
+	for id.IsZero() {
+		a, b := sh.rng.Uint64(), sh.rng.Uint64()
+		id = lease.ID{
+			byte(a), byte(a >> 8), byte(a >> 16), byte(a >> 24), byte(a >> 32), byte(a >> 40), byte(a >> 48), byte(a >> 56),
+			byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24), byte(b >> 32), byte(b >> 40), byte(b >> 48), byte(b >> 56),
+		}
+	}
+	e.held = true
+	e.exp = now + ttl
+	e.l = lease.Lease{Key: key, Owner: owner, Token: sh.counter, ID: id, TTL: ttl, Expires: s.base.Add(e.exp)}
+	return e.l
+}
+
+// grantNextLocked hands the free key to the first waiter.
+func (s *Store) grantNextLocked(sh *shard, e *entry, key string, now time.Duration) {
+	w := e.waiters[0]
+	e.waiters[0] = nil
+	e.waiters = e.waiters[1:]
+	w.ch <- s.grantLocked(sh, e, key, w.owner, w.ttl, now)
+	s.armLocked(sh, e, key, now)
+}
+
+// armLocked makes sure an expiry check is pending, no later than the
+// current expiry, while anyone waits on a held key, so waiters are served at
+// expiry without polling.
+func (s *Store) armLocked(sh *shard, e *entry, key string, now time.Duration) {
+	if len(e.waiters) == 0 || !e.held || (e.timer != nil && e.timerAt <= e.exp) {
+		return
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	var t lease.Timer
+	t = s.afterFunc(e.exp-now, func() {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if e.timer != t {
+			return // replaced by an earlier check
+		}
+		e.timer = nil
+		s.expireLocked(sh, e, s.now())
+		s.armLocked(sh, e, key, s.now())
+	})
+	e.timer, e.timerAt = t, e.exp
+}
+
+func (s *Store) heldError(e *entry) error {
+	return &lease.HeldError{Key: e.l.Key, Owner: e.l.Owner, Token: e.l.Token, Expires: e.l.Expires}
+}
+
+// insert adds an entry for key. Every time the map doubles past its last
+// sweep, entries that hold nothing are dropped, so memory follows the number
+// of live leases at amortised constant cost.
+func (sh *shard) insert(key string, now time.Duration) *entry {
+	if len(sh.m) >= sh.sweepAt {
+		for k, e := range sh.m {
+			if (!e.held || e.exp <= now) && len(e.waiters) == 0 && e.timer == nil {
+				delete(sh.m, k)
+			}
+		}
+		sh.sweepAt = max(1024, 2*len(sh.m))
+	}
+	e := &entry{}
+	sh.m[key] = e
+	return e
+}
