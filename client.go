@@ -35,8 +35,8 @@ type Option func(*Client) error
 // default is "HOSTNAME-PID".
 func WithOwner(owner string) Option {
 	return func(c *Client) error {
-		if owner == "" || len(owner) > MaxKeyLen {
-			return invalidf("owner must be 1 to %d bytes, got %d", MaxKeyLen, len(owner))
+		if err := ValidateOwner(owner); err != nil {
+			return err
 		}
 		c.owner = owner
 		return nil

@@ -23,6 +23,8 @@ type Hold struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	loop   chan struct{} // closed when the renewal goroutine has exited
+	key    string        // fixed for the Hold's life, read without the lock
+	token  Token         // likewise: renewal never changes it (I2)
 
 	mu       sync.Mutex
 	lease    Lease
@@ -33,7 +35,7 @@ type Hold struct {
 
 func (c *Client) hold(l Lease, sent time.Time) *Hold {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &Hold{c: c, ctx: ctx, cancel: cancel, loop: make(chan struct{}), lease: l}
+	h := &Hold{c: c, ctx: ctx, cancel: cancel, loop: make(chan struct{}), key: l.Key, token: l.Token, lease: l}
 	h.mu.Lock()
 	h.setDeadlineLocked(sent)
 	h.mu.Unlock()
@@ -42,10 +44,10 @@ func (c *Client) hold(l Lease, sent time.Time) *Hold {
 }
 
 // Token returns the lease's fencing token. It never changes (I2).
-func (h *Hold) Token() Token { return h.lease.Token }
+func (h *Hold) Token() Token { return h.token }
 
 // Key returns the key the lease is on.
-func (h *Hold) Key() string { return h.lease.Key }
+func (h *Hold) Key() string { return h.key }
 
 // Lease returns the lease as the backend last granted or renewed it.
 func (h *Hold) Lease() Lease {
@@ -118,7 +120,7 @@ func (h *Hold) checkDeadline() {
 	defer h.mu.Unlock()
 	if !h.c.clock.Now().Before(h.deadline) {
 		h.cancel(fmt.Errorf("%w: no successful renewal of %q (token %d) before the safe deadline",
-			ErrLost, h.lease.Key, h.lease.Token))
+			ErrLost, h.key, h.token))
 	}
 }
 
