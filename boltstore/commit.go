@@ -1,0 +1,315 @@
+package boltstore
+
+import (
+	"context"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasehq/lease"
+)
+
+// opKind names a write operation run by the commit loop.
+type opKind uint8
+
+const (
+	opAcquire opKind = iota
+	opAcquireWait
+	opRenew
+	opRelease
+	opExpire // a waiter's timer: hand an expired key to its first waiter
+)
+
+// op is one write operation and, once done is closed, its outcome.
+type op struct {
+	kind  opKind
+	ctx   context.Context // opAcquireWait: queue only while ctx is live
+	key   string
+	owner string
+	ttl   time.Duration
+	l     lease.Lease // opRenew, opRelease
+	w     *waiter     // opAcquireWait
+	timer uint64      // opExpire: the arming it answers
+
+	res    lease.Lease
+	err    error
+	queued bool // opAcquireWait: w was queued; its grant comes on w.ch
+	done   chan struct{}
+}
+
+// txn is the state of one batch's write transaction.
+type txn struct {
+	tx     *bolt.Tx
+	tokens *bolt.Bucket
+	leases *bolt.Bucket
+	dirty  bool     // something was written: commit (and fsync) is needed
+	grants []*grant // hand-overs to waiters, delivered after the commit
+}
+
+type grant struct {
+	w   *waiter
+	res result
+}
+
+// submit hands o to the commit loop and waits for its outcome. Once taken by
+// the loop an operation is always answered, after its commit, whatever ctx
+// does meanwhile: abandoning it would leave its outcome unknown.
+func (s *Store) submit(ctx context.Context, o *op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o.done = make(chan struct{})
+	select {
+	case s.ops <- o:
+	case <-s.quit:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-o.done
+	return nil
+}
+
+// run is the commit loop, the store's only writer. It takes every operation
+// waiting to be sent, applies them in order in one write transaction (so each
+// one's outcome is decided exactly as if they ran one by one), commits with
+// one fsync, and only then answers them all. A lone operation is committed at
+// once; under load, operations that arrive during a commit share the next.
+func (s *Store) run() {
+	defer close(s.stopped)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		select {
+		case o := <-s.ops:
+			batch = append(batch[:0], o)
+		case <-s.quit:
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		s.commit(batch)
+		clear(batch)
+	}
+}
+
+// commit applies batch in one transaction and answers every operation.
+func (s *Store) commit(batch []*op) {
+	t, err := s.begin()
+	if err == nil {
+		s.wmu.Lock()
+		for _, o := range batch {
+			s.apply(t, o)
+		}
+		s.wmu.Unlock()
+		err = s.finish(t)
+	}
+	if err != nil {
+		// Nothing of the batch is durable, and outcomes decided inside the
+		// transaction may rest on its undone writes: every operation fails.
+		s.wmu.Lock()
+		for _, o := range batch {
+			if o.queued {
+				s.dequeue(o.key, o.w)
+			}
+		}
+		s.wmu.Unlock()
+		for _, o := range batch {
+			o.res, o.err, o.queued = lease.Lease{}, err, false
+		}
+		if t != nil {
+			for _, g := range t.grants {
+				g.res = result{err: err}
+			}
+		}
+	}
+	if t != nil {
+		for _, g := range t.grants {
+			g.w.ch <- g.res // buffered; the waiter was dequeued so gets exactly one
+		}
+	}
+	for _, o := range batch {
+		close(o.done)
+	}
+}
+
+func (s *Store) begin() (*txn, error) {
+	tx, err := s.db.Begin(true)
+	if err != nil {
+		return nil, unavailablef(err, "boltstore: write transaction on %s", s.path)
+	}
+	t := &txn{tx: tx, tokens: tx.Bucket(bucketTokens), leases: tx.Bucket(bucketLeases)}
+	if t.tokens == nil || t.leases == nil {
+		_ = tx.Rollback()
+		return nil, unavailablef(nil, "boltstore: %s lost its buckets", s.path)
+	}
+	return t, nil
+}
+
+// finish commits t if it wrote anything; a batch of failed operations (a try
+// that found the key held, a stale renew) writes nothing and costs no fsync.
+func (s *Store) finish(t *txn) error {
+	if !t.dirty {
+		_ = t.tx.Rollback()
+		return nil
+	}
+	s.commitMu.Lock()
+	err := t.tx.Commit()
+	s.commitMu.Unlock()
+	if err != nil {
+		return unavailablef(err, "boltstore: commit to %s", s.path)
+	}
+	return nil
+}
+
+// apply decides o inside t. Errors it stores in o that match lease.ErrHeld or
+// ErrNotHeld are outcomes; errors matching ErrUnavailable mean the store
+// itself failed.
+func (s *Store) apply(t *txn, o *op) {
+	now := s.clock.Now()
+	switch o.kind {
+	case opAcquire, opAcquireWait:
+		rec, held, err := s.current(t, o.key, now)
+		if err != nil {
+			o.err = err
+			return
+		}
+		if !held {
+			o.res, o.err = s.grant(t, o.key, o.owner, o.ttl, now)
+			return
+		}
+		if o.kind == opAcquire || o.ctx.Err() != nil {
+			o.err = rec.heldError(o.key)
+			return
+		}
+		s.enqueue(o.key, o.w, rec.expires, now)
+		o.queued = true
+	case opRenew:
+		rec, held, err := s.current(t, o.l.Key, now)
+		switch {
+		case err != nil:
+			o.err = err
+		case !held || rec.token != o.l.Token || rec.id != o.l.ID:
+			o.err = lease.ErrNotHeld
+		default:
+			rec.ttl = o.ttl
+			rec.expires = now.Add(o.ttl)
+			if o.err = s.putLease(t, o.l.Key, rec); o.err == nil {
+				o.res = rec.lease(o.l.Key)
+				s.rearm(o.l.Key, rec.expires, now)
+			}
+		}
+	case opRelease:
+		rec, held, err := s.current(t, o.l.Key, now)
+		switch {
+		case err != nil:
+			o.err = err
+		case !held || rec.token != o.l.Token || rec.id != o.l.ID:
+			o.err = lease.ErrNotHeld
+		default:
+			if err := t.leases.Delete([]byte(o.l.Key)); err != nil {
+				o.err = unavailablef(err, "boltstore: delete lease %q", o.l.Key)
+				return
+			}
+			t.dirty = true
+			o.err = s.handOver(t, o.l.Key, now)
+		}
+	case opExpire:
+		q := s.waiters[o.key]
+		if q == nil || q.timer == nil || q.timerGen != o.timer {
+			return // answered already, or replaced by another arming
+		}
+		q.timer = nil
+		rec, held, err := s.current(t, o.key, now)
+		switch {
+		case err != nil:
+			o.err = err
+		case held:
+			s.rearm(o.key, rec.expires, now) // renewed since it was armed, or handed over
+		}
+	}
+}
+
+// current returns key's lease and whether it is live at now. A key found
+// free (released or expired) while waiters queue is handed to the first of
+// them, so that nobody arriving later can barge ahead of the queue; the record
+// returned is then that waiter's.
+func (s *Store) current(t *txn, key string, now time.Time) (record, bool, error) {
+	rec, ok, err := getLease(t.leases, key)
+	if err != nil {
+		return record{}, false, err
+	}
+	if ok && rec.live(now) {
+		return rec, true, nil
+	}
+	if len(s.queueOf(key)) == 0 {
+		return record{}, false, nil
+	}
+	if err := s.handOver(t, key, now); err != nil {
+		return record{}, false, err
+	}
+	return getLease(t.leases, key)
+}
+
+// handOver grants the free key to its first waiter, if any.
+func (s *Store) handOver(t *txn, key string, now time.Time) error {
+	w := s.popWaiter(key)
+	if w == nil {
+		return nil
+	}
+	l, err := s.grant(t, key, w.owner, w.ttl, now)
+	t.grants = append(t.grants, &grant{w: w, res: result{l: l, err: err}})
+	if err != nil {
+		return err
+	}
+	s.rearm(key, l.Expires, now)
+	return nil
+}
+
+// grant issues a new generation on key: the next token above the key's
+// high-water mark, a fresh secret ID, expiry ttl after now.
+func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Time) (lease.Lease, error) {
+	k := []byte(key)
+	var last uint64
+	if b := t.tokens.Get(k); b != nil {
+		var err error
+		if last, err = decodeUint64("token high-water mark of "+key, b); err != nil {
+			return lease.Lease{}, err
+		}
+	}
+	if last >= uint64(lease.MaxToken) {
+		return lease.Lease{}, unavailablef(nil, "boltstore: tokens of key %q are exhausted at %d", key, last)
+	}
+	rec := record{token: lease.Token(last + 1), expires: now.Add(ttl), ttl: ttl, id: lease.NewID(), owner: owner}
+	if err := t.tokens.Put(k, encodeUint64(uint64(rec.token))); err != nil {
+		return lease.Lease{}, unavailablef(err, "boltstore: store token of %q", key)
+	}
+	if err := s.putLease(t, key, rec); err != nil {
+		return lease.Lease{}, err
+	}
+	return rec.lease(key), nil
+}
+
+func (s *Store) putLease(t *txn, key string, rec record) error {
+	if err := t.leases.Put([]byte(key), rec.encode()); err != nil {
+		return unavailablef(err, "boltstore: store lease %q", key)
+	}
+	t.dirty = true
+	return nil
+}
+
+// getLease reads key's lease record, live or not.
+func getLease(b *bolt.Bucket, key string) (record, bool, error) {
+	v := b.Get([]byte(key))
+	if v == nil {
+		return record{}, false, nil
+	}
+	rec, err := decodeRecord(key, v)
+	return rec, err == nil, err
+}

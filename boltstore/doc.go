@@ -1,0 +1,43 @@
+// Package boltstore is the durable embedded lease.Backend: leases and token
+// high-water marks in one bbolt file, the default store of `lease serve`.
+//
+// # Durability
+//
+// Every write (a granted acquire, a renew, a release, a hand-over to a
+// waiter) is committed by bbolt with fsync (NoSync is never set), and its
+// caller is answered only after that commit returns. A token is therefore
+// never returned before the record of it is on disk, and a crash at any
+// moment cannot make a later token smaller than one already handed out (I1).
+// Reads (Get, List, and an Acquire that finds the key held) use read
+// transactions that never see a commit before it is durable, so a failed try
+// writes nothing and costs no fsync.
+//
+// # Group commit
+//
+// One goroutine, the commit loop, is the only writer. It takes every write
+// waiting for it, applies them in arrival order in one transaction (each
+// outcome decided as if they ran one by one, so serialisation is exact),
+// commits once, and then answers them all. A lone caller's write is committed
+// at once, with no batching delay; writes that arrive while a commit is in
+// flight share the next one, so throughput is not bounded by one fsync per
+// operation. A transaction in which every operation failed is rolled back
+// without an fsync.
+//
+// # What survives a restart
+//
+// The highest token ever issued per key (kept for good, never deleted on
+// release or expiry) and every lease with its owner, token, secret ID, TTL and
+// expiry. Expiry is stored as absolute time on the store's clock (the
+// server's wall clock unless WithClock is given), so a lease keeps expiring
+// while the server is down and is still held after a restart if its time has
+// not come; a wall clock stepped backwards lengthens leases by that step.
+// Waiters (AcquireWait) live in memory and are not kept: Close fails them.
+//
+// # One process per file
+//
+// bbolt locks the file (flock) for the process that opened it. Open fails
+// after WithLockTimeout (default one second) with an error naming the file if
+// another process holds it, fails with a clear error if the file is corrupt
+// (it runs bbolt's consistency check over every page on Open, so its cost
+// grows with the file) or carries a schema version newer than this build's.
+package boltstore

@@ -1,0 +1,153 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasehq/lease"
+)
+
+func validate(key, owner string, ttl time.Duration) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := lease.ValidateOwner(owner); err != nil {
+		return err
+	}
+	return lease.ValidateTTL(ttl)
+}
+
+// Acquire implements lease.Backend. A key found held is answered from a read
+// transaction: a failed try writes nothing and waits for no commit. A free
+// key is granted by the commit loop, and the lease returned only once the
+// commit that records its token is fsynced.
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := validate(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	var held error
+	if err := s.view(ctx, func(tx *bolt.Tx) error {
+		rec, ok, err := getLease(tx.Bucket(bucketLeases), key)
+		if err == nil && ok && rec.live(s.clock.Now()) {
+			held = rec.heldError(key)
+		}
+		return err
+	}); err != nil {
+		return lease.Lease{}, err
+	}
+	if held != nil {
+		return lease.Lease{}, held
+	}
+	o := &op{kind: opAcquire, key: key, owner: owner, ttl: ttl}
+	if err := s.submit(ctx, o); err != nil {
+		return lease.Lease{}, err
+	}
+	return o.res, o.err
+}
+
+// AcquireWait implements lease.WaitAcquirer: waiters queue in this process in
+// arrival order and are handed the key, inside the commit that frees it, on
+// release or at expiry.
+func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := validate(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	w := &waiter{owner: owner, ttl: ttl, ch: make(chan result, 1)}
+	o := &op{kind: opAcquireWait, ctx: ctx, key: key, owner: owner, ttl: ttl, w: w}
+	if err := s.submit(ctx, o); err != nil {
+		return lease.Lease{}, err
+	}
+	if !o.queued {
+		return o.res, o.err
+	}
+	select {
+	case r := <-w.ch:
+		return r.l, r.err
+	case <-ctx.Done():
+	}
+	s.wmu.Lock()
+	left := s.dequeue(key, w)
+	s.wmu.Unlock()
+	if !left {
+		// Handed the key (or failed) as ctx ended: give a grant back so the
+		// next waiter gets it.
+		if r := <-w.ch; r.err == nil {
+			_ = s.Release(context.Background(), r.l)
+		}
+	}
+	return lease.Lease{}, context.Cause(ctx)
+}
+
+// Renew implements lease.Backend.
+func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := lease.ValidateLease(l); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	o := &op{kind: opRenew, l: l, ttl: ttl}
+	if err := s.submit(ctx, o); err != nil {
+		return lease.Lease{}, err
+	}
+	return o.res, o.err
+}
+
+// Release implements lease.Backend. The key's token high-water mark stays.
+func (s *Store) Release(ctx context.Context, l lease.Lease) error {
+	if err := lease.ValidateLease(l); err != nil {
+		return err
+	}
+	o := &op{kind: opRelease, l: l}
+	if err := s.submit(ctx, o); err != nil {
+		return err
+	}
+	return o.err
+}
+
+// Get implements lease.Backend.
+func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	var l lease.Lease
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		rec, ok, err := getLease(tx.Bucket(bucketLeases), key)
+		if err != nil {
+			return err
+		}
+		if !ok || !rec.live(s.clock.Now()) {
+			return lease.ErrNotFound
+		}
+		l = rec.lease(key)
+		l.ID = lease.ID{}
+		return nil
+	})
+	return l, err
+}
+
+// List implements lease.Backend.
+func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	var out []lease.Lease
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		now := s.clock.Now()
+		p := []byte(prefix)
+		c := tx.Bucket(bucketLeases).Cursor()
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			rec, err := decodeRecord(string(k), v)
+			if err != nil {
+				return err
+			}
+			if rec.live(now) {
+				l := rec.lease(string(k))
+				l.ID = lease.ID{}
+				out = append(out, l)
+			}
+		}
+		return nil
+	})
+	return out, err
+}

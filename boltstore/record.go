@@ -1,0 +1,116 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+// Bucket and key names of schema version 1. A file holds three top-level
+// buckets and nothing else:
+//
+//	meta    "version" → uint64 big-endian schema version
+//	tokens  key → uint64 big-endian: the highest token ever issued for key,
+//	        never deleted, so tokens rise across release, expiry and restart (I1)
+//	leases  key → the current lease record (see record), deleted on release
+var (
+	bucketMeta   = []byte("meta")
+	bucketTokens = []byte("tokens")
+	bucketLeases = []byte("leases")
+	keyVersion   = []byte("version")
+)
+
+// schemaVersion is the layout this build reads and writes. Files with a newer
+// version are refused rather than misread.
+const schemaVersion = 1
+
+// record is a lease as stored: expiry is absolute time on the store's clock
+// (Unix nanoseconds), so it means the same thing after a restart.
+//
+// Encoding: token u64 | expires i64 | ttl i64 | id [16] | owner (rest),
+// integers big-endian.
+type record struct {
+	token   lease.Token
+	expires time.Time
+	ttl     time.Duration
+	id      lease.ID
+	owner   string
+}
+
+const recordHeader = 8 + 8 + 8 + len(lease.ID{})
+
+func (r record) encode() []byte {
+	b := make([]byte, recordHeader, recordHeader+len(r.owner))
+	binary.BigEndian.PutUint64(b[0:], uint64(r.token))
+	binary.BigEndian.PutUint64(b[8:], uint64(r.expires.UnixNano()))
+	binary.BigEndian.PutUint64(b[16:], uint64(r.ttl))
+	copy(b[24:], r.id[:])
+	return append(b, r.owner...)
+}
+
+// decodeRecord copies what it needs out of b, which bbolt owns only for the
+// life of the transaction.
+func decodeRecord(key string, b []byte) (record, error) {
+	if len(b) < recordHeader {
+		return record{}, unavailablef(nil, "boltstore: corrupt lease record for key %q: %d bytes, want at least %d", key, len(b), recordHeader)
+	}
+	var r record
+	r.token = lease.Token(binary.BigEndian.Uint64(b[0:]))
+	r.expires = time.Unix(0, int64(binary.BigEndian.Uint64(b[8:])))
+	r.ttl = time.Duration(binary.BigEndian.Uint64(b[16:]))
+	copy(r.id[:], b[24:recordHeader])
+	r.owner = string(b[recordHeader:])
+	if r.token == 0 || r.token > lease.MaxToken || r.id.IsZero() {
+		return record{}, unavailablef(nil, "boltstore: corrupt lease record for key %q: token %d, id %v", key, r.token, r.id)
+	}
+	return r, nil
+}
+
+// live reports whether the lease is unexpired at now.
+func (r record) live(now time.Time) bool { return now.Before(r.expires) }
+
+func (r record) lease(key string) lease.Lease {
+	return lease.Lease{Key: key, Owner: r.owner, Token: r.token, ID: r.id, TTL: r.ttl, Expires: r.expires}
+}
+
+func (r record) heldError(key string) error {
+	return &lease.HeldError{Key: key, Owner: r.owner, Token: r.token, Expires: r.expires}
+}
+
+func encodeUint64(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
+
+func decodeUint64(what string, b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, unavailablef(nil, "boltstore: corrupt %s: %d bytes, want 8", what, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// storeError is an error with a message of its own that matches every error
+// in errs (lease.ErrUnavailable first, then the cause), so that callers can
+// test for the sentinel and still see bbolt's error.
+type storeError struct {
+	msg  string
+	errs []error
+}
+
+func (e *storeError) Error() string   { return e.msg }
+func (e *storeError) Unwrap() []error { return e.errs }
+
+// unavailablef returns an error matching lease.ErrUnavailable and cause (if
+// not nil). When cause is not nil its text is appended after ": ".
+func unavailablef(cause error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	errs := []error{lease.ErrUnavailable}
+	if cause != nil {
+		msg += ": " + cause.Error()
+		errs = append(errs, cause)
+	}
+	return &storeError{msg: msg, errs: errs}
+}

@@ -1,0 +1,266 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/leasehq/lease"
+)
+
+// DefaultLockTimeout is how long Open waits for the file lock held by another
+// process before it gives up.
+const DefaultLockTimeout = time.Second
+
+// maxBatch bounds the operations one commit carries, so one transaction's
+// dirty pages stay small and the first caller in a batch is not kept waiting
+// behind an unbounded queue.
+const maxBatch = 1024
+
+// Store is a durable lease.Backend in one bbolt file. It is safe for
+// concurrent use by many goroutines of one process; the file itself is
+// single-process. The zero value is not usable; call Open.
+type Store struct {
+	db    *bolt.DB
+	path  string
+	clock lease.Clock
+
+	// ops carries write operations to the commit loop. It is unbuffered, so
+	// an operation is either taken by the loop, which then always answers
+	// it, or never sent (quit closed first).
+	ops     chan *op
+	quit    chan struct{}
+	stopped chan struct{}
+
+	// commitMu keeps read transactions from starting while a commit is in
+	// flight: bbolt writes the new meta page before its final fdatasync, so a
+	// reader starting in between could see state that a crash would undo.
+	commitMu sync.RWMutex
+
+	closeOnce sync.Once
+	closeErr  error
+
+	// wmu guards waiters and closed. The commit loop holds it while it
+	// applies a batch, so queueing and hand-over are ordered with writes.
+	wmu      sync.Mutex
+	waiters  map[string]*queue
+	timerGen uint64
+	closed   bool
+}
+
+var (
+	_ lease.Backend      = (*Store)(nil)
+	_ lease.WaitAcquirer = (*Store)(nil)
+)
+
+// Option configures Open.
+type Option func(*config) error
+
+type config struct {
+	clock       lease.Clock
+	lockTimeout time.Duration
+}
+
+// WithClock makes the store judge expiry on clk instead of the real clock.
+// Expiry is stored as clk's absolute time, so a clock that restarts from an
+// earlier time would extend stored leases; tests pass a fake clock.
+func WithClock(clk lease.Clock) Option {
+	return func(c *config) error {
+		if clk == nil {
+			return fmt.Errorf("%w: boltstore: nil clock", lease.ErrInvalid)
+		}
+		c.clock = clk
+		return nil
+	}
+}
+
+// WithLockTimeout sets how long Open waits for another process to let go of
+// the file (default DefaultLockTimeout). It must be positive: waiting forever
+// would turn a second `lease serve` into a hang.
+func WithLockTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: boltstore: lock timeout %v is not positive", lease.ErrInvalid, d)
+		}
+		c.lockTimeout = d
+		return nil
+	}
+}
+
+// Open opens the store in the bbolt file at path, creating it (mode 0600) if
+// it does not exist; its directory must exist. It fails fast, with an error
+// matching lease.ErrUnavailable that names path, if another process holds the
+// file, if the file is not a consistent bbolt database, or if it was written
+// by a newer schema. Close releases the file.
+func Open(path string, opts ...Option) (*Store, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: boltstore: empty path", lease.ErrInvalid)
+	}
+	cfg := config{clock: lease.SystemClock{}, lockTimeout: DefaultLockTimeout}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: boltstore: nil option", lease.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	db, err := openDB(path, cfg.lockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFile(db, path); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s := &Store{
+		db:      db,
+		path:    path,
+		clock:   cfg.clock,
+		ops:     make(chan *op),
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		waiters: make(map[string]*queue),
+	}
+	go s.run()
+	return s, nil
+}
+
+// openDB opens the bbolt file, turning bbolt's errors into ones a person
+// starting a server can act on. bbolt may panic on some malformed files
+// rather than return an error; that is reported as corruption too.
+func openDB(path string, lockTimeout time.Duration) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, unavailablef(fmt.Errorf("%v", r), "boltstore: %s is corrupt or not a bbolt database", path)
+		}
+	}()
+	// NoSync stays false: every commit is fsynced before its callers are
+	// answered (I1 across crashes).
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, &storeError{
+			msg:  fmt.Sprintf("boltstore: %s is locked by another process (is another lease serve running?)", path),
+			errs: []error{lease.ErrUnavailable, err},
+		}
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, unavailablef(err, "boltstore: %s is corrupt or not a bbolt database", path)
+	default:
+		// Other errors: a directory, a missing parent, permissions, or a
+		// file too short to be a database; bbolt's text says which.
+		return nil, unavailablef(err, "boltstore: cannot open %s", path)
+	}
+}
+
+// checkFile creates the schema in a new file, refuses a file of another or
+// newer schema, and walks every page once so that corruption is reported now,
+// as an error, instead of later as a panic inside a request.
+func checkFile(db *bolt.DB, path string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = unavailablef(fmt.Errorf("%v", r), "boltstore: %s is corrupt", path)
+		}
+	}()
+	var checkErrs []error
+	if err := db.View(func(tx *bolt.Tx) error {
+		for e := range tx.Check() {
+			checkErrs = append(checkErrs, e)
+		}
+		return nil
+	}); err != nil {
+		return unavailablef(err, "boltstore: cannot read %s", path)
+	}
+	if len(checkErrs) > 0 {
+		return unavailablef(errors.Join(checkErrs...), "boltstore: %s is corrupt (bbolt consistency check failed)", path)
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			empty := true
+			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+			if !empty {
+				return unavailablef(nil, "boltstore: %s is a bbolt database but not a lease store (no %q bucket)", path, bucketMeta)
+			}
+			var err error
+			if meta, err = tx.CreateBucket(bucketMeta); err != nil {
+				return unavailablef(err, "boltstore: cannot initialise %s", path)
+			}
+			if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
+				return unavailablef(err, "boltstore: cannot initialise %s", path)
+			}
+		}
+		v, err := decodeUint64("schema version in "+path, meta.Get(keyVersion))
+		if err != nil {
+			return err
+		}
+		switch {
+		case v > schemaVersion:
+			return unavailablef(nil, "boltstore: %s has schema version %d, newer than version %d that this build reads; upgrade lease", path, v, schemaVersion)
+		case v < schemaVersion:
+			return unavailablef(nil, "boltstore: %s has unknown schema version %d", path, v)
+		}
+		for _, name := range [][]byte{bucketTokens, bucketLeases} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return unavailablef(err, "boltstore: cannot initialise bucket %q in %s", name, path)
+			}
+		}
+		return nil
+	})
+}
+
+// Path returns the file the store was opened on.
+func (s *Store) Path() string { return s.path }
+
+// Close stops the commit loop after its current commit, fails pending
+// waiters with an error matching lease.ErrUnavailable, and closes the file.
+// Operations after Close fail the same way. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.stopped
+		s.wmu.Lock()
+		s.closed = true
+		for key, q := range s.waiters {
+			q.stop()
+			for _, w := range q.ws {
+				w.ch <- result{err: errClosed}
+			}
+			delete(s.waiters, key)
+		}
+		s.wmu.Unlock()
+		if err := s.db.Close(); err != nil {
+			s.closeErr = unavailablef(err, "boltstore: closing %s", s.path)
+		}
+	})
+	return s.closeErr
+}
+
+var errClosed = unavailablef(nil, "boltstore: store is closed")
+
+// view runs fn in a read transaction that sees only durable state (see
+// commitMu).
+func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.commitMu.RLock()
+	tx, err := s.db.Begin(false)
+	s.commitMu.RUnlock()
+	if err != nil {
+		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+			return errClosed
+		}
+		return unavailablef(err, "boltstore: read transaction on %s", s.path)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(tx)
+}
