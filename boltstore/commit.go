@@ -165,6 +165,7 @@ func (s *Store) finish(t *txn) error {
 	if err != nil {
 		return unavailablef(err, "boltstore: commit to %s", s.path)
 	}
+	s.commits.Add(1)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -41,6 +42,8 @@ type Store struct {
 	// flight: bbolt writes the new meta page before its final fdatasync, so a
 	// reader starting in between could see state that a crash would undo.
 	commitMu sync.RWMutex
+
+	commits atomic.Uint64 // durable commits so far; tests read it
 
 	closeOnce sync.Once
 	closeErr  error

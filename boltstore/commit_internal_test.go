@@ -1,0 +1,166 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasehq/lease"
+)
+
+func openInternal(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "lease.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestFailedOpsWriteNothing: tries that find the key held, and renews and
+// releases of leases that are not current, commit nothing (ANCHORS: a failed
+// acquire that writes makes a contended key collapse).
+func TestFailedOpsWriteNothing(t *testing.T) {
+	t.Parallel()
+	s := openInternal(t)
+	ctx := t.Context()
+	l, err := s.Acquire(ctx, "k", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.commits.Load()
+	stale := l
+	stale.ID = lease.NewID()
+	expired, cancel := context.WithCancel(ctx)
+	cancel()
+	for range 20 {
+		if _, err := s.Acquire(ctx, "k", "other", time.Minute); !errors.Is(err, lease.ErrHeld) {
+			t.Fatalf("Acquire: %v", err)
+		}
+		// The commit loop's own check, as when a try races a grant.
+		o := &op{kind: opAcquire, key: "k", owner: "other", ttl: time.Minute}
+		if err := s.submit(ctx, o); err != nil || !errors.Is(o.err, lease.ErrHeld) {
+			t.Fatalf("commit-loop acquire: %v, %v", err, o.err)
+		}
+		o = &op{kind: opAcquireWait, ctx: expired, key: "k", owner: "other", ttl: time.Minute, w: &waiter{ch: make(chan result, 1)}}
+		if err := s.submit(ctx, o); err != nil || !errors.Is(o.err, lease.ErrHeld) {
+			t.Fatalf("commit-loop acquire-wait with a done context: %v, %v", err, o.err)
+		}
+		if _, err := s.Renew(ctx, stale, time.Minute); !errors.Is(err, lease.ErrNotHeld) {
+			t.Fatalf("Renew: %v", err)
+		}
+		if err := s.Release(ctx, stale); !errors.Is(err, lease.ErrNotHeld) {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	if n := s.commits.Load() - before; n != 0 {
+		t.Fatalf("failed operations made %d commits, want 0", n)
+	}
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.commits.Load() - before; n != 1 {
+		t.Fatalf("a release made %d commits, want 1", n)
+	}
+}
+
+// TestGroupCommit stalls the commit loop inside a commit, lets 31 more
+// acquisitions queue behind it, and checks that they share one commit.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	const clients = 32
+	s := openInternal(t)
+	before := s.commits.Load()
+	s.commitMu.RLock() // the loop's next commit waits for this
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		tokens = map[string]lease.Token{}
+	)
+	// Straight to the commit loop: Acquire's read-only try would queue
+	// behind the stalled commit on commitMu instead.
+	acquire := func(i int) {
+		defer wg.Done()
+		key := fmt.Sprintf("group/%d", i)
+		o := &op{kind: opAcquire, key: key, owner: "o", ttl: time.Minute}
+		if err := s.submit(context.Background(), o); err != nil || o.err != nil {
+			t.Errorf("acquire %s: %v, %v", key, err, o.err)
+			return
+		}
+		mu.Lock()
+		tokens[key] = o.res.Token
+		mu.Unlock()
+	}
+	wg.Add(1)
+	go acquire(0)
+	waitStacks(t, "boltstore.(*Store).finish(", 1) // the loop took it and waits to commit
+	for i := 1; i < clients; i++ {
+		wg.Add(1)
+		go acquire(i)
+	}
+	waitStacks(t, "boltstore.(*Store).submit(", clients)
+	s.commitMu.RUnlock()
+	wg.Wait()
+	if n := s.commits.Load() - before; n != 2 {
+		t.Fatalf("%d acquisitions made %d commits, want 2 (the stalled one, then one for the rest)", clients, n)
+	}
+	if len(tokens) != clients {
+		t.Fatalf("%d of %d acquisitions succeeded", len(tokens), clients)
+	}
+}
+
+// waitStacks waits until n goroutines have a frame containing fn in their
+// stacks (for submit: sent, or blocked sending, to the stalled loop).
+func waitStacks(t *testing.T, fn string, n int) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if got := strings.Count(stacks, fn); got >= n {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines in %s after 10 s, want %d", got, fn, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestHighWaterKept: release deletes the lease record but keeps the key's
+// token high-water mark on disk.
+func TestHighWaterKept(t *testing.T) {
+	t.Parallel()
+	s := openInternal(t)
+	var last lease.Token
+	for range 3 {
+		l, err := s.Acquire(t.Context(), "hw", "o", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(t.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token
+	}
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketLeases).Get([]byte("hw")); v != nil {
+			t.Errorf("released lease still stored: %x", v)
+		}
+		got, err := decodeUint64("high-water", tx.Bucket(bucketTokens).Get([]byte("hw")))
+		if err != nil || lease.Token(got) != last {
+			t.Errorf("high-water mark = %d, %v; want %d", got, err, last)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
