@@ -1,0 +1,255 @@
+// Command benchreport runs the comparison benchmarks and writes
+// docs/BENCHMARKS.md (`make bench`):
+//
+//	go run ./internal/benchreport -out docs/BENCHMARKS.md [-pkg ./memstore] [-benchtime 1s] [-count 3]
+//
+// It finds every package with a BenchmarkCompare* function, runs
+// `go test -run '^$' -bench … -benchmem` on each in turn, times the seed's
+// TypeScript LeaseStore under Node.js on the same work (scripts/seedbench),
+// and writes one table per group, named by the convention of
+// internal/benchutil:
+//
+//	BenchmarkCompare<Group>/c=<clients>/<impl>
+//
+// The first impl of each group and client count is its baseline; the seed's
+// rows come first. Targets (targets.go) are checked and printed as met or
+// NOT met. A benchmark can name the engine it measured by logging
+// `b.Logf("engine: %s %s", name, version)`; those lines are listed under the
+// machine.
+//
+// The report is written even when a package fails; the exit status is then 1.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+func main() {
+	if err := mainErr(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	out, bench, pkgs, benchtime, seed string
+	count                             int
+}
+
+func mainErr(args []string) error {
+	fs := flag.NewFlagSet("benchreport", flag.ContinueOnError)
+	var cfg config
+	fs.StringVar(&cfg.out, "out", "", "write the report to this file (default: standard output)")
+	fs.StringVar(&cfg.bench, "bench", "^BenchmarkCompare", "go test -bench regexp")
+	fs.StringVar(&cfg.pkgs, "pkg", "./...", "comma-separated package patterns, relative to the module root, to search for BenchmarkCompare*")
+	fs.StringVar(&cfg.benchtime, "benchtime", "1s", "go test -benchtime, also used for the seed")
+	fs.IntVar(&cfg.count, "count", 1, "go test -count; the report shows medians")
+	fs.StringVar(&cfg.seed, "seed", "", "the seed's fencing-token.ts (default $LEASE_SEED_TS or ../shared/seed/fencing-token.ts); \"off\" skips it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("benchreport: unexpected arguments %q", fs.Args())
+	}
+	if cfg.count < 1 {
+		return fmt.Errorf("benchreport: -count %d: want at least 1", cfg.count)
+	}
+	if _, err := regexp.Compile(cfg.bench); err != nil {
+		return fmt.Errorf("benchreport: -bench: %v", err)
+	}
+	if cfg.seed == "" {
+		cfg.seed = os.Getenv("LEASE_SEED_TS")
+	}
+	// Paths given are relative to the working directory; the work is done
+	// from the module root, where the default seed path is relative to.
+	for _, p := range []*string{&cfg.out, &cfg.seed} {
+		if *p != "" && *p != "off" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return err
+			}
+			*p = abs
+		}
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if cfg.seed == "" {
+		cfg.seed = filepath.Join("..", "shared", "seed", "fencing-token.ts")
+	}
+	pkgs, err := comparePackages(strings.Split(cfg.pkgs, ","))
+	if err != nil {
+		return err
+	}
+	if len(pkgs) == 0 {
+		return fmt.Errorf("benchreport: no package under %s has a BenchmarkCompare function", cfg.pkgs)
+	}
+	procs := defaultProcs()
+	rep := &Report{
+		Date:    time.Now(),
+		Machine: machine(procs),
+		Command: shellJoin(append([]string{"go", "run", "./internal/benchreport"}, args...)),
+		Groups:  groupNotes,
+	}
+
+	var goOut bytes.Buffer
+	var failed []string
+	for _, pkg := range pkgs {
+		argv := []string{"go", "test", "-run", "^$", "-bench", cfg.bench, "-benchmem",
+			"-benchtime", cfg.benchtime, "-count", fmt.Sprint(cfg.count), "-timeout", "60m", pkg}
+		rep.Runs = append(rep.Runs, shellJoin(argv))
+		fmt.Fprintln(os.Stderr, "benchreport:", shellJoin(argv))
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdout = io.MultiWriter(&goOut, os.Stderr)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			failed = append(failed, pkg)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("`go test` of %s failed (%v): its rows may be missing", pkg, err))
+		}
+	}
+
+	var seed seedRun
+	if cfg.seed == "off" {
+		seed.skip = "seed-node rows skipped: -seed off"
+	} else {
+		fmt.Fprintln(os.Stderr, "benchreport: timing the seed under Node.js")
+		seed = runSeed(cfg.seed, cfg.benchtime, cfg.count, procs)
+		os.Stderr.Write(seed.out)
+	}
+	rep.Runs = append(rep.Runs, seed.cmds...)
+	if seed.skip != "" {
+		rep.Notes = append(rep.Notes, seed.skip)
+		fmt.Fprintln(os.Stderr, "benchreport:", seed.skip)
+	}
+
+	goParsed, err := Parse(bytes.NewReader(goOut.Bytes()), procs)
+	if err != nil {
+		return err
+	}
+	seedParsed, err := Parse(bytes.NewReader(seed.out), procs)
+	if err != nil {
+		return err
+	}
+	for _, e := range goParsed.Engines {
+		rep.Machine = append(rep.Machine, "engine: "+e)
+	}
+	samples := keepGroups(seedParsed.Samples, goParsed.Samples)
+	rep.Results = Aggregate(append(samples, goParsed.Samples...))
+	rep.Outcomes = Evaluate(relevantTargets(Targets, rep.Results), rep.Results, procs)
+	rep.Raw = benchLines(append(seed.out, goOut.Bytes()...))
+
+	w := io.Writer(os.Stdout)
+	if cfg.out != "" {
+		f, err := os.Create(cfg.out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	if err := rep.Write(w); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("benchreport: go test failed in %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// moduleRoot is the directory of the main module's go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("benchreport: go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("benchreport: run inside the module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+var compareFuncRE = regexp.MustCompile(`(?m)^func BenchmarkCompare\w*\(`)
+
+// comparePackages lists the packages matching patterns whose test files
+// define a BenchmarkCompare function, so new backends' benchmarks are picked
+// up without editing this program. Packages that do not load are skipped
+// here; `go vet` and `make test` report them.
+func comparePackages(patterns []string) ([]string, error) {
+	args := append([]string{"list", "-e", "-json=ImportPath,Dir,TestGoFiles,XTestGoFiles"}, patterns...)
+	cmd := exec.Command("go", args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("benchreport: go list: %v", err)
+	}
+	var pkgs []string
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p struct {
+			ImportPath, Dir           string
+			TestGoFiles, XTestGoFiles []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			return nil, fmt.Errorf("benchreport: go list output: %v", err)
+		}
+		for _, f := range slices.Concat(p.TestGoFiles, p.XTestGoFiles) {
+			src, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err == nil && compareFuncRE.Match(src) {
+				pkgs = append(pkgs, p.ImportPath)
+				break
+			}
+		}
+	}
+	return pkgs, nil
+}
+
+// keepGroups returns the seed samples of groups the Go run measured, so a
+// run filtered to other packages shows no orphan seed rows.
+func keepGroups(seed, goSamples []sample) []sample {
+	var out []sample
+	for _, s := range seed {
+		if slices.ContainsFunc(goSamples, func(g sample) bool { return g.group == s.group }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// relevantTargets drops targets of groups absent from the run.
+func relevantTargets(targets []Target, results []Result) []Target {
+	var out []Target
+	for _, t := range targets {
+		if slices.ContainsFunc(results, func(r Result) bool { return r.Group == t.Group }) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// benchLines keeps the result lines of raw benchmark output.
+func benchLines(raw []byte) string {
+	var b strings.Builder
+	for line := range strings.Lines(string(raw)) {
+		if strings.HasPrefix(line, "Benchmark") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Result is one benchmark, BenchmarkCompare<Group>/c=<Clients>/<Impl>, with
+// the median of each metric over its runs (-count).
+type Result struct {
+	Group   string
+	Clients int
+	Impl    string
+	Runs    int
+	Metrics map[string]float64 // unit ("ns/op", "ops/s", "allocs/op", …) → value
+}
+
+// sample is one benchmark line.
+type sample struct {
+	group   string
+	clients int
+	impl    string
+	metrics map[string]float64
+}
+
+// Output is what Parse reads from benchmark output.
+type Output struct {
+	Samples []sample
+	// Engines are the "engine: NAME VERSION" lines that benchmarks logged
+	// with b.Logf, in order of first appearance.
+	Engines []string
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^BenchmarkCompare([A-Za-z0-9_]+)/c=(\d+)/(\S+)$`)
+	engineRE = regexp.MustCompile(`^\s+\S+\.go:\d+: engine: (.+?)\s*$`)
+)
+
+// Parse reads Go benchmark output (and the seed driver's lines in the same
+// format). procs is the GOMAXPROCS of the run: `go test` appends "-<procs>"
+// to a benchmark's name when procs > 1, and Parse strips it. Lines that are
+// not BenchmarkCompare results are ignored, except engine lines.
+func Parse(r io.Reader, procs int) (Output, error) {
+	var out Output
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := engineRE.FindStringSubmatch(line); m != nil {
+			if !slices.Contains(out.Engines, m[1]) {
+				out.Engines = append(out.Engines, m[1])
+			}
+			continue
+		}
+		if !strings.HasPrefix(line, "BenchmarkCompare") {
+			continue
+		}
+		s, err := parseLine(line, procs)
+		if err != nil {
+			return Output{}, err
+		}
+		out.Samples = append(out.Samples, s)
+	}
+	return out, sc.Err()
+}
+
+// parseLine parses "NAME-P  ITERS  V1 UNIT1  V2 UNIT2 …".
+func parseLine(line string, procs int) (sample, error) {
+	f := strings.Fields(line)
+	if len(f) < 4 || len(f)%2 != 0 {
+		return sample{}, fmt.Errorf("benchreport: malformed benchmark line %q", line)
+	}
+	name := f[0]
+	if suffix := "-" + strconv.Itoa(procs); procs > 1 && strings.HasSuffix(name, suffix) {
+		name = strings.TrimSuffix(name, suffix)
+	}
+	m := nameRE.FindStringSubmatch(name)
+	if m == nil {
+		return sample{}, fmt.Errorf("benchreport: %q is not BenchmarkCompare<Group>/c=<N>/<impl>", f[0])
+	}
+	clients, err := strconv.Atoi(m[2])
+	if err != nil || clients < 1 {
+		return sample{}, fmt.Errorf("benchreport: %q: bad client count", f[0])
+	}
+	if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
+		return sample{}, fmt.Errorf("benchreport: %q: iterations %q: %v", f[0], f[1], err)
+	}
+	s := sample{group: m[1], clients: clients, impl: m[3], metrics: make(map[string]float64)}
+	for i := 2; i < len(f); i += 2 {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return sample{}, fmt.Errorf("benchreport: %q: value %q: %v", f[0], f[i], err)
+		}
+		s.metrics[f[i+1]] = v
+	}
+	if _, ok := s.metrics["ns/op"]; !ok {
+		return sample{}, fmt.Errorf("benchreport: %q has no ns/op", f[0])
+	}
+	return s, nil
+}
+
+// Aggregate merges the samples of each benchmark into one Result holding the
+// median of each metric, in order of first appearance: that order decides
+// each group's baseline.
+func Aggregate(samples []sample) []Result {
+	type key struct {
+		group, impl string
+		clients     int
+	}
+	index := make(map[key]int)
+	var out []Result
+	var values []map[string][]float64
+	for _, s := range samples {
+		k := key{s.group, s.impl, s.clients}
+		i, ok := index[k]
+		if !ok {
+			i = len(out)
+			index[k] = i
+			out = append(out, Result{Group: s.group, Clients: s.clients, Impl: s.impl})
+			values = append(values, make(map[string][]float64))
+		}
+		out[i].Runs++
+		for unit, v := range s.metrics {
+			values[i][unit] = append(values[i][unit], v)
+		}
+	}
+	for i := range out {
+		out[i].Metrics = make(map[string]float64, len(values[i]))
+		for unit, vs := range values[i] {
+			out[i].Metrics[unit] = median(vs)
+		}
+	}
+	return out
+}
+
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Value returns r's metric. ops/s, when the benchmark did not report it, is
+// derived from ns/op (for b.Loop and RunParallel benchmarks ns/op is wall
+// time divided by ops, so the two agree).
+func (r Result) Value(metric string) (float64, bool) {
+	if v, ok := r.Metrics[metric]; ok {
+		return v, true
+	}
+	if ns, ok := r.Metrics["ns/op"]; metric == "ops/s" && ok && ns > 0 {
+		return 1e9 / ns, true
+	}
+	return 0, false
+}
