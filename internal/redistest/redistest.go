@@ -47,12 +47,18 @@ type Option func(*config)
 
 type config struct {
 	volatile bool
+	cluster  bool
 	extra    [][2]string
 }
 
 // Volatile starts a server without persistence (appendonly no, save ""): its
 // data, token counters included, is gone after a restart.
 func Volatile() Option { return func(c *config) { c.volatile = true } }
+
+// Cluster starts the server in cluster mode as a one-node cluster owning all
+// 16384 slots, so that code using redis.ClusterClient meets Cluster's rules
+// (a script's keys must share a hash slot, or the server answers CROSSSLOT).
+func Cluster() Option { return func(c *config) { c.cluster = true } }
 
 // Config passes one more configuration directive to the server, as
 // `--name value` on its command line (for example maxmemory-policy). A test
@@ -71,6 +77,7 @@ type Server struct {
 	Durable bool
 
 	external bool
+	cluster  bool
 	dir      string
 	args     []string
 
@@ -100,7 +107,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 		t.Fatalf("redistest: %s not found in PATH: install it (Debian: apt-get install redis-server; or run `make deps`), or set %s=host:port to use an existing server", Binary, EnvAddr)
 	}
 
-	s := &Server{Durable: !cfg.volatile, dir: t.TempDir()}
+	s := &Server{Durable: !cfg.volatile, cluster: cfg.cluster, dir: t.TempDir()}
 	base := []string{"--bind", "127.0.0.1", "--dir", s.dir, "--daemonize", "no",
 		"--protected-mode", "no", "--logfile", filepath.Join(s.dir, "redis.log"),
 		// The tests own the server: no background RDB snapshots.
@@ -109,6 +116,9 @@ func Start(t testing.TB, opts ...Option) *Server {
 		base = append(base, "--appendonly", "no")
 	} else {
 		base = append(base, "--appendonly", "yes", "--appendfsync", "always")
+	}
+	if cfg.cluster {
+		base = append(base, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
 	}
 	for _, kv := range cfg.extra {
 		base = append(base, "--"+kv[0], kv[1])
@@ -138,7 +148,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 func useExternal(t testing.TB, addr string, cfg config) *Server {
 	t.Helper()
 	s := &Server{Addr: addr, external: true}
-	if len(cfg.extra) > 0 {
+	if len(cfg.extra) > 0 || cfg.cluster {
 		s.needOwned(t, "a reconfigured server")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -175,10 +185,22 @@ func configGet(ctx context.Context, c *redis.Client, name string) (string, error
 }
 
 // Client returns a go-redis client connected to the server, closed in
-// t.Cleanup.
+// t.Cleanup. For a Cluster server it talks to the one node directly.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// ClusterClient returns a go-redis cluster client for a server started with
+// Cluster, closed in t.Cleanup.
+func (s *Server) ClusterClient(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	if !s.cluster {
+		t.Fatal("redistest: ClusterClient on a server not started with Cluster()")
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.Addr}})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -255,6 +277,9 @@ func (s *Server) launch(bin string) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
+		if err == nil && s.cluster {
+			err = clusterReady(ctx, c)
+		}
 		cancel()
 		if err == nil {
 			return nil
@@ -270,6 +295,24 @@ func (s *Server) launch(bin string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// clusterReady gives a cluster-mode server every slot (kept in nodes.conf
+// across restarts) and reports whether the cluster state is ok yet.
+func clusterReady(ctx context.Context, c *redis.Client) error {
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if strings.Contains(info, "cluster_slots_assigned:0\r\n") {
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+			return err
+		}
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("cluster state is not ok yet")
+	}
+	return nil
 }
 
 // shutdown ends the running process, if any: SHUTDOWN (or, if that cannot be

@@ -90,3 +90,21 @@ func TestStopEndsServer(t *testing.T) {
 		t.Fatal("PING answered after Stop")
 	}
 }
+
+func TestClusterMode(t *testing.T) {
+	s := redistest.Start(t, redistest.Cluster(), redistest.Volatile())
+	c := s.ClusterClient(t)
+	ctx := ctxFor(t)
+	// Keys of different slots in one script are refused; one hash tag is fine.
+	err := c.Eval(ctx, "return 1", []string{"{a}x", "{b}y"}).Err()
+	if err == nil {
+		t.Fatal("a script over two hash slots ran: the server is not in cluster mode")
+	}
+	if err := c.Eval(ctx, "return redis.call('SET', KEYS[1], KEYS[2])", []string{"{a}x", "{a}y"}).Err(); err != nil {
+		t.Fatalf("script within one hash tag: %v", err)
+	}
+	s.Restart(t)
+	if got, err := c.Get(ctx, "{a}x").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("after restart: Get = %q, %v; want a volatile server to have lost it", got, err)
+	}
+}

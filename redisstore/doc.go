@@ -1,0 +1,93 @@
+// Package redisstore is a lease.Backend on Redis (go-redis v9), with fencing
+// tokens that do not go backwards while the server keeps its data.
+//
+//	s, err := redisstore.Open(ctx, "redis://127.0.0.1:6379/0")
+//	// errors.Is(err, redisstore.ErrVolatile) on a server without a durable AOF
+//	c, err := lease.NewClient(s)
+//
+// # Operations
+//
+// Acquire, Renew, Release and Get are one Lua script call each (EVALSHA,
+// falling back to EVAL after a restart), so each is one round trip and
+// atomic on the server. Expiry is Redis' own PEXPIRE on the lease key, judged
+// on the server's clock; the expiry times the store reports are computed in
+// the scripts from the server's TIME, never from the client's clock (I5). An
+// Acquire that finds the key held only reads: it returns a *lease.HeldError
+// with the holder's owner, token and expiry and writes nothing, so losers of
+// a contended key cost no AOF write.
+//
+// Each key has a token counter beside its lease, INCRed by every grant and
+// never deleted or given an expiry, so tokens rise across release, expiry
+// and restart (I1). The lease is a hash holding the secret ID, the token, the
+// owner and the TTL; Renew and Release compare both ID and token (I4).
+// List SCANs the keyspace (see List for its cost).
+//
+// # Persistence (I7)
+//
+// A counter that a restart forgets issues tokens again from 1, and a guard
+// then rejects every new holder — or, if it lost its state too, admits a
+// stale one. New therefore reads the server's configuration with CONFIG GET
+// and refuses, with an error matching ErrVolatile that names what to change,
+// unless all of these hold on every node it can reach:
+//
+//	appendonly yes                 every write goes to the AOF
+//	appendfsync always             ... and is fsynced before the reply
+//	no-appendfsync-on-rewrite no   ... also while the AOF is rewritten
+//	maxmemory-policy noeviction    (when maxmemory is set) nothing is evicted:
+//	                               allkeys-* would evict counters, volatile-*
+//	                               held leases
+//
+// Fix a server with redis-cli: CONFIG SET appendonly yes, CONFIG SET
+// appendfsync always, then CONFIG REWRITE to keep it in redis.conf.
+// AllowVolatile runs on such a server anyway (tests, caches whose guards
+// are reset with it); AssumeDurable skips the check on servers that hide
+// CONFIG but are known to be durable. The check runs once, at construction:
+// a server reconfigured later is not noticed.
+//
+// With appendfsync always a grant's reply leaves the server only after its
+// AOF record is on disk, so an acknowledged token survives even a crash
+// (kill -9, power loss with honest disks). A reply lost with its connection
+// may or may not have been applied: the store reports such failures as
+// lease.ErrUnavailable, never as a grant. Acquire is idempotent, keyed by the
+// lease ID it generates, so go-redis' automatic retries of a call whose
+// reply was lost return the lease the first try granted instead of a false
+// "held".
+//
+// # Redis Cluster
+//
+// The lease and its counter are touched by one script, so they must share a
+// hash slot. Key names are
+//
+//	NS:{E}:l   lease hash        NS:{E}:t   token counter
+//
+// with NS the namespace (WithNamespace, default "lease", no braces allowed)
+// and E the user's key with '%' written as "%25" and '}' as "%7D". Cluster
+// hashes only the text between the first '{' and the next '}', which is then
+// exactly E: user keys containing braces cannot move the tag, and the keys
+// of one lease always land in one slot. Pass a *redis.ClusterClient to New;
+// the persistence check covers every node, List scans every master, and the
+// release channel works because a plain PUBLISH reaches every node.
+//
+// # Failover
+//
+// Redis replication is asynchronous. If a master fails after acknowledging
+// a grant but before a replica received it, a promoted replica has the older
+// counter and issues a token again: I1 breaks, and with it fencing. WAIT 1 0
+// after each grant, or min-replicas-to-write with min-replicas-max-lag,
+// narrows the window but does not close it (Redis has no synchronous,
+// quorum-committed replication; a failover can still pick a replica that
+// lacks the write). Sentinel or Cluster failover is therefore safe for
+// exclusion only in the ordinary case and not for tokens. Where failover must
+// not break tokens, use etcdstore (Raft) or pgstore with synchronous
+// replication instead; on Redis, prefer one durable master whose restarts are
+// restarts, not failovers.
+//
+// # Waiting
+//
+// Store implements lease.Notifier: Release publishes the key on the
+// namespace's channel, and one subscription per Store wakes the WaitChange
+// calls for that key. Expiry publishes nothing; lease.Client bounds each wait
+// by the holder's expiry. When the subscription drops, pending and new
+// WaitChange calls fail (lease.Client then polls) until the store has
+// resubscribed by itself.
+package redisstore

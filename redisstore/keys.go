@@ -1,0 +1,77 @@
+package redisstore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Key layout. For a user key K in namespace NS (default "lease"):
+//
+//	NS:{E}:l   the lease: a hash {id, owner, token, ttl} expiring by PX
+//	NS:{E}:t   the token counter: a string INCRed per grant, never deleted,
+//	           never given an expiry
+//
+// where E is K with '%' written as "%25" and '}' as "%7D". Redis Cluster
+// hashes only what lies between the first '{' and the first '}' after it;
+// the namespace holds neither brace and E holds no '}', so the tag is exactly
+// E, the two keys of one lease always share a hash slot (the scripts touch
+// both in one call), and different user keys spread over the slots. Any
+// other byte of K, '{' included, is kept as it is, so the names stay
+// readable in redis-cli and List can SCAN for a key prefix.
+
+const (
+	leaseSuffix   = "}:l"
+	counterSuffix = "}:t"
+	channelSuffix = ":released"
+)
+
+var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
+var tagUnescaper = strings.NewReplacer("%25", "%", "%7D", "}")
+
+// globEscaper quotes the characters SCAN MATCH gives a meaning.
+var globEscaper = strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+
+func (s *Store) leaseKey(key string) string {
+	return s.ns + ":{" + tagEscaper.Replace(key) + leaseSuffix
+}
+
+func (s *Store) counterKey(key string) string {
+	return s.ns + ":{" + tagEscaper.Replace(key) + counterSuffix
+}
+
+// listPattern is the SCAN MATCH pattern of the lease keys whose user key
+// starts with prefix.
+func (s *Store) listPattern(prefix string) string {
+	return globEscaper.Replace(s.ns+":{"+tagEscaper.Replace(prefix)) + "*" + leaseSuffix
+}
+
+// userKey recovers the user key from a lease key name.
+func (s *Store) userKey(name string) (string, bool) {
+	head := s.ns + ":{"
+	if !strings.HasPrefix(name, head) || !strings.HasSuffix(name, leaseSuffix) || len(name) < len(head)+len(leaseSuffix) {
+		return "", false
+	}
+	tag := name[len(head) : len(name)-len(leaseSuffix)]
+	if strings.Contains(tag, "}") {
+		return "", false
+	}
+	return tagUnescaper.Replace(tag), true
+}
+
+// validateNamespace keeps the hash tag the one the store puts in: no braces,
+// and no control characters that would make key names unreadable.
+func validateNamespace(ns string) error {
+	if ns == "" {
+		return fmt.Errorf("namespace is empty")
+	}
+	if len(ns) > 64 {
+		return fmt.Errorf("namespace is %d bytes, more than 64", len(ns))
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		if c == '{' || c == '}' || c < 0x20 || c == 0x7f {
+			return fmt.Errorf("namespace %q has %q at byte %d: braces and control characters are not allowed", ns, c, i)
+		}
+	}
+	return nil
+}

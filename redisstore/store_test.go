@@ -1,0 +1,63 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/leasetest"
+	"github.com/leasehq/lease/redisstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// open returns a store on srv, closed in t.Cleanup.
+func open(t testing.TB, srv *redistest.Server, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr+"/0", opts...)
+	if err != nil {
+		t.Fatalf("redisstore.Open(%s): %v", srv.Addr, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	leasetest.TestBackend(t,
+		func(t *testing.T) lease.Backend { return open(t, srv) },
+		leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
+			if err := old.(*redisstore.Store).Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			srv.Restart(t)
+			return open(t, srv)
+		}))
+}
+
+// TestConformanceCluster runs the suite through a ClusterClient against a
+// cluster-mode server, which refuses any script whose keys span two hash
+// slots: it passes only if each lease and its counter share a hash tag.
+func TestConformanceCluster(t *testing.T) {
+	srv := redistest.Start(t, redistest.Cluster())
+	leasetest.TestBackend(t, func(t *testing.T) lease.Backend {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+		s, err := redisstore.New(ctxFor(t), c)
+		if err != nil {
+			t.Fatalf("redisstore.New on a cluster: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close(); _ = c.Close() })
+		return s
+	})
+}
