@@ -1,0 +1,515 @@
+package leasehttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+// Client is a lease.Backend that talks to a leasehttp Server, so the root
+// lease.Client (waiting, renewal, loss) works across the network. It also
+// implements lease.WaitAcquirer through wait_ms, so waiting is the server's
+// FIFO wait rather than polling. A Client is safe for concurrent use.
+//
+// Retries (see the package documentation): Get and List are retried after
+// any failure to get an answer; Renew too, since renewing twice with the
+// same token and ID is harmless; Release too, but a not_held answer after a
+// first attempt of unknown outcome says so in its message; Acquire only if
+// the request provably never left (the connection could not be made).
+type Client struct {
+	base      string // scheme://host[:port][/path], no trailing slash
+	hc        *http.Client
+	ownHC     bool
+	auth      string // "Bearer …" or ""
+	timeout   time.Duration
+	waitChunk time.Duration
+	attempts  int
+	backoff   time.Duration
+}
+
+var (
+	_ lease.Backend      = (*Client)(nil)
+	_ lease.WaitAcquirer = (*Client)(nil)
+)
+
+// ClientOption configures a Client.
+type ClientOption func(*Client) error
+
+// WithAuthToken sends token as "Authorization: Bearer token" with every
+// request.
+func WithAuthToken(token string) ClientOption {
+	return func(c *Client) error {
+		if err := (Credential{Token: token, Prefixes: []string{AllKeys}}).validate(); err != nil {
+			return fmt.Errorf("%w: leasehttp: auth token: %v", lease.ErrInvalid, err)
+		}
+		c.auth = "Bearer " + token
+		return nil
+	}
+}
+
+// WithHTTPClient sends requests through hc (for TLS settings, proxies, a
+// test server's client). hc must not have a Timeout shorter than the waits
+// asked for; the Client bounds each request itself (WithTimeout). The
+// default is a client of its own whose idle connections Close closes.
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return func(c *Client) error {
+		if hc == nil {
+			return fmt.Errorf("%w: leasehttp: http client is nil", lease.ErrInvalid)
+		}
+		c.hc, c.ownHC = hc, false
+		return nil
+	}
+}
+
+// WithTimeout bounds each request, not counting the time a long poll is
+// asked to wait. The default is 10 s.
+func WithTimeout(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: leasehttp: timeout %v is not positive", lease.ErrInvalid, d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// WithWaitChunk sets the longest wait_ms AcquireWait asks for in one
+// request; it asks again until its context ends. A server caps the wait at
+// its own maximum (DefaultMaxWait unless configured). Each new request joins
+// the back of the queue, so chunks shorter than the server's maximum cost
+// fairness. The default is DefaultMaxWait.
+func WithWaitChunk(d time.Duration) ClientOption {
+	return func(c *Client) error {
+		if d < 10*time.Millisecond || d > MaxMaxWait {
+			return fmt.Errorf("%w: leasehttp: wait chunk %v is outside [10ms, %v]", lease.ErrInvalid, d, MaxMaxWait)
+		}
+		c.waitChunk = d
+		return nil
+	}
+}
+
+// NewClient returns a Client for the server at baseURL ("http://host:port",
+// optionally with a path prefix the server is mounted under).
+func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: leasehttp: server URL: %v", lease.ErrInvalid, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%w: leasehttp: server URL %q: scheme must be http or https", lease.ErrInvalid, baseURL)
+	}
+	if u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: leasehttp: server URL %q: want scheme://host[:port][/path] without user, query or fragment", lease.ErrInvalid, baseURL)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Many goroutines share one Client; the default of 2 idle connections
+	// per host would make most of them dial anew for every request.
+	tr.MaxIdleConnsPerHost = 256
+	c := &Client{
+		base:      strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
+		hc:        &http.Client{Transport: tr},
+		ownHC:     true,
+		timeout:   10 * time.Second,
+		waitChunk: DefaultMaxWait,
+		attempts:  3,
+		backoff:   25 * time.Millisecond,
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Close closes the idle connections of the Client's own HTTP client (not
+// one given with WithHTTPClient). It always returns nil.
+func (c *Client) Close() error {
+	if c.ownHC {
+		c.hc.CloseIdleConnections()
+	}
+	return nil
+}
+
+// keyPath returns the path of key's resource. A key that is "." or ".."
+// has its dots escaped: ServeMux would otherwise clean the segment away.
+func keyPath(key string) string {
+	seg := url.PathEscape(key)
+	if key == "." || key == ".." {
+		seg = strings.ReplaceAll(seg, ".", "%2E")
+	}
+	return "/v1/leases/" + seg
+}
+
+// response is an answer with its body read.
+type response struct {
+	status int
+	body   []byte
+}
+
+// maxResponseBytes bounds what the client reads of one answer; a list of
+// many leases is the largest.
+const maxResponseBytes = 64 << 20
+
+// errNotSent marks a transport failure before the request could leave: the
+// connection could not be made, so the server saw nothing.
+var errNotSent = errors.New("leasehttp: request not sent")
+
+// roundTrip sends one request. wait is added to the timeout for a long poll.
+// A transport error wraps errNotSent when the server cannot have seen the
+// request.
+func (c *Client) roundTrip(ctx context.Context, method, path string, body any, wait time.Duration) (*response, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: leasehttp: encoding request: %v", lease.ErrInvalid, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: leasehttp: %v", lease.ErrInvalid, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if len(b) > maxResponseBytes {
+		return nil, fmt.Errorf("answer larger than %d bytes", maxResponseBytes)
+	}
+	return &response{status: resp.StatusCode, body: b}, nil
+}
+
+// retry sends a request up to c.attempts times. A request that provably
+// never left is always tried again; one whose outcome is unknown (the answer
+// was lost, or the server answered 503) only if retryUnknown. It reports
+// whether an attempt before the last had an unknown outcome.
+func (c *Client) retry(ctx context.Context, retryUnknown bool, send func() (*response, error)) (resp *response, err error, uncertain bool) {
+	backoff := c.backoff
+	for attempt := 1; ; attempt++ {
+		resp, err = send()
+		var again bool
+		switch {
+		case err == nil:
+			again = retryUnknown && resp.status == http.StatusServiceUnavailable
+		case errors.Is(err, errNotSent):
+			again = true
+		default:
+			again = retryUnknown
+		}
+		if !again || attempt >= c.attempts || ctx.Err() != nil {
+			return resp, err, uncertain
+		}
+		if !errors.Is(err, errNotSent) {
+			uncertain = true
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return resp, err, uncertain
+		}
+		backoff *= 4
+	}
+}
+
+// transportError wraps a failure to get an answer so that it matches
+// lease.ErrUnavailable (and still the underlying error, e.g. a context's).
+func transportError(op, key string, err error, outcome string) error {
+	return fmt.Errorf("leasehttp: %s %s: %w%s: %w", op, quoteName(key), lease.ErrUnavailable, outcome, err)
+}
+
+// answerError turns a non-200 answer into an error through the error table:
+// a held answer becomes a *lease.HeldError, the others wrap their sentinel.
+func answerError(op, key string, resp *response) error {
+	var body errorJSON
+	_ = json.Unmarshal(resp.body, &body)
+	k, ok := kindByCode(body.Error.Code)
+	if !ok {
+		k, ok = kindByStatus(resp.status)
+	}
+	msg := body.Error.Message
+	if msg == "" {
+		msg = strings.TrimSpace(string(resp.body))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+	}
+	if !ok {
+		return fmt.Errorf("leasehttp: %s %s: unexpected HTTP %d: %s", op, quoteName(key), resp.status, msg)
+	}
+	if k.code == "held" {
+		he := &lease.HeldError{Key: key}
+		if h := body.Error.Holder; h != nil {
+			he.Owner, he.Token = h.Owner, h.Token
+			if t, err := time.Parse(time.RFC3339Nano, h.ExpiresAt); err == nil {
+				he.Expires = t
+			}
+		}
+		return he
+	}
+	return &remoteError{kind: k, op: op, key: key, status: resp.status, msg: msg}
+}
+
+// remoteError is an error answer from the server. It matches the sentinel
+// of its code (lease.ErrNotHeld, ErrUnauthorized, …).
+type remoteError struct {
+	kind   errorKind
+	op     string
+	key    string
+	status int
+	msg    string
+}
+
+func (e *remoteError) Error() string {
+	return fmt.Sprintf("leasehttp: %s %s: server answered %s (HTTP %d): %s", e.op, quoteName(e.key), e.kind.code, e.status, e.msg)
+}
+
+func (e *remoteError) Unwrap() error { return e.kind.err }
+
+// decodeLease reads a lease answer.
+func decodeLease(op, key string, resp *response) (lease.Lease, error) {
+	var j LeaseJSON
+	if err := json.Unmarshal(resp.body, &j); err != nil {
+		return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
+	}
+	l, err := j.Lease()
+	if err != nil {
+		return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
+	}
+	return l, nil
+}
+
+type acquireBody struct {
+	Owner  string `json:"owner"`
+	TTLms  int64  `json:"ttl_ms"`
+	WaitMS int64  `json:"wait_ms,omitempty"`
+}
+
+// ttlMillis is ttl in whole milliseconds, rounded up: the API counts in
+// milliseconds, and a lease a little longer than asked is safe where a
+// shorter one would let the holder believe it holds the lease after the
+// server has given it away.
+func ttlMillis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+func checkAcquire(key, owner string, ttl time.Duration) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := lease.ValidateOwner(owner); err != nil {
+		return err
+	}
+	return lease.ValidateTTL(ttl)
+}
+
+// Acquire implements lease.Backend. It is retried only if the request
+// provably never reached the server. If the answer is lost, it returns an
+// error matching lease.ErrUnavailable that says the outcome is unknown: the
+// server may have granted the lease, which then expires after its TTL.
+func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := checkAcquire(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	return c.acquire(ctx, key, owner, ttl, 0)
+}
+
+func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
+	body := acquireBody{Owner: owner, TTLms: ttlMillis(ttl), WaitMS: wait.Milliseconds()}
+	resp, err, _ := c.retry(ctx, false, func() (*response, error) {
+		return c.roundTrip(ctx, http.MethodPost, keyPath(key)+"/acquire", body, wait)
+	})
+	switch {
+	case errors.Is(err, errNotSent):
+		return lease.Lease{}, transportError("acquire", key, err, " (not granted: the request never reached the server)")
+	case err != nil:
+		return lease.Lease{}, transportError("acquire", key, err,
+			" (outcome unknown: the lease may have been granted and will expire after its TTL)")
+	case resp.status != http.StatusOK:
+		return lease.Lease{}, answerError("acquire", key, resp)
+	}
+	return decodeLease("acquire", key, resp)
+}
+
+// AcquireWait implements lease.WaitAcquirer: the server waits for the key,
+// FIFO among its waiters, for up to the chunk (WithWaitChunk) or until just
+// before ctx's deadline, whichever is sooner, and the Client asks again
+// until ctx ends. Ending the request early, when ctx is cancelled, makes the
+// server give up the wait and release a lease it granted at that moment.
+// When ctx's deadline is near it returns the server's *lease.HeldError.
+func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := checkAcquire(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	for {
+		wait := c.waitChunk
+		last := false
+		if dl, ok := ctx.Deadline(); ok {
+			// Leave room for the answer so the server ends the wait, not the
+			// context: the outcome is then known.
+			left := time.Until(dl)
+			margin := min(max(left/10, 2*time.Millisecond), 250*time.Millisecond)
+			if left-margin <= wait {
+				wait, last = left-margin, true
+			}
+		}
+		if wait < time.Millisecond {
+			wait, last = 0, true
+		}
+		l, err := c.acquire(ctx, key, owner, ttl, wait)
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
+		}
+		if !errors.Is(err, lease.ErrHeld) || last {
+			return lease.Lease{}, err
+		}
+	}
+}
+
+type renewBody struct {
+	ID    string      `json:"id"`
+	Token lease.Token `json:"token"`
+	TTLms int64       `json:"ttl_ms"`
+}
+
+// Renew implements lease.Backend. It is retried after a lost answer: a
+// renewal repeated with the same token and ID is harmless.
+func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := lease.ValidateLease(l); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	body := renewBody{ID: l.ID.String(), Token: l.Token, TTLms: ttlMillis(ttl)}
+	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
+		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key)+"/renew", body, 0)
+	})
+	if err != nil {
+		return lease.Lease{}, transportError("renew", l.Key, err, "")
+	}
+	if resp.status != http.StatusOK {
+		return lease.Lease{}, answerError("renew", l.Key, resp)
+	}
+	return decodeLease("renew", l.Key, resp)
+}
+
+type releaseBody struct {
+	ID    string      `json:"id"`
+	Token lease.Token `json:"token"`
+}
+
+// Release implements lease.Backend. It is retried after a lost answer; if a
+// retry is answered not_held, the error (still matching lease.ErrNotHeld)
+// says that an earlier attempt may have released the lease.
+func (c *Client) Release(ctx context.Context, l lease.Lease) error {
+	if err := lease.ValidateLease(l); err != nil {
+		return err
+	}
+	body := releaseBody{ID: l.ID.String(), Token: l.Token}
+	resp, err, uncertain := c.retry(ctx, true, func() (*response, error) {
+		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key)+"/release", body, 0)
+	})
+	if err != nil {
+		return transportError("release", l.Key, err, " (outcome unknown; an unreleased lease expires after its TTL)")
+	}
+	if resp.status == http.StatusOK {
+		return nil
+	}
+	err = answerError("release", l.Key, resp)
+	if uncertain && errors.Is(err, lease.ErrNotHeld) {
+		return fmt.Errorf("%w (an earlier attempt whose answer was lost may have released it)", err)
+	}
+	return err
+}
+
+// Get implements lease.Backend; it is retried after failures.
+func (c *Client) Get(ctx context.Context, key string) (lease.Lease, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
+		return c.roundTrip(ctx, http.MethodGet, keyPath(key), nil, 0)
+	})
+	if err != nil {
+		return lease.Lease{}, transportError("get", key, err, "")
+	}
+	if resp.status != http.StatusOK {
+		return lease.Lease{}, answerError("get", key, resp)
+	}
+	l, err := decodeLease("get", key, resp)
+	l.ID = lease.ID{} // never expected, never passed on
+	return l, err
+}
+
+// List implements lease.Backend; it is retried after failures. With a
+// credential scoped to key prefixes the server lists only the keys it
+// covers.
+func (c *Client) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	if prefix != "" {
+		if err := lease.ValidateKey(prefix); err != nil {
+			return nil, err
+		}
+	}
+	path := "/v1/leases"
+	if prefix != "" {
+		path += "?prefix=" + url.QueryEscape(prefix)
+	}
+	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
+		return c.roundTrip(ctx, http.MethodGet, path, nil, 0)
+	})
+	if err != nil {
+		return nil, transportError("list", prefix, err, "")
+	}
+	if resp.status != http.StatusOK {
+		return nil, answerError("list", prefix, resp)
+	}
+	var body listJSON
+	if err := json.Unmarshal(resp.body, &body); err != nil {
+		return nil, fmt.Errorf("leasehttp: list %s: %w: malformed answer: %v", quoteName(prefix), lease.ErrUnavailable, err)
+	}
+	out := make([]lease.Lease, 0, len(body.Leases))
+	for _, j := range body.Leases {
+		l, err := j.Lease()
+		if err != nil {
+			return nil, fmt.Errorf("leasehttp: list %s: %w: malformed answer: %v", quoteName(prefix), lease.ErrUnavailable, err)
+		}
+		l.ID = lease.ID{}
+		out = append(out, l)
+	}
+	return out, nil
+}

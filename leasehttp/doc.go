@@ -1,0 +1,136 @@
+// Package leasehttp serves any lease.Backend over HTTP (Server) and talks to
+// such a server as a lease.Backend itself (Client), so the root lease.Client
+// — waiting, background renewal, loss signalled by context — works across
+// the network unchanged.
+//
+// # API (v1)
+//
+// Bodies are JSON; POST bodies must be sent as Content-Type
+// application/json and be at most 64 KiB (MaxBodyBytes).
+//
+//	route                              body                          success                      failure
+//	POST /v1/leases/{key}/acquire      {"owner","ttl_ms","wait_ms"}  200 lease (with id)          409 held (with "holder")
+//	POST /v1/leases/{key}/renew        {"id","token","ttl_ms"}       200 lease (with id)          409 not_held
+//	POST /v1/leases/{key}/release      {"id","token"}                200 {}                       409 not_held
+//	GET  /v1/leases/{key}              –                             200 lease (no id)            404 not_found
+//	GET  /v1/leases?prefix=P           –                             200 {"leases":[…]} (no ids)  403 forbidden
+//	GET  /healthz                      –                             200 {"status":"ok"}
+//	GET  /readyz                       –                             200 {"status":"ready"}       503 unavailable
+//	GET  /metrics                      –                             Prometheus text format
+//
+// {key} is one percent-encoded path segment: a '/' inside a key travels as
+// %2F (ServeMux matches the escaped segment and unescapes it). A lease is
+//
+//	{"key":"jobs/nightly","owner":"host-42","token":7,"id":"9f…","ttl_ms":30000,"expires_at":"2026-12-02T10:00:00.000Z"}
+//
+// with token a JSON number (at most 2^53, exact in every JSON reader),
+// expires_at RFC 3339 in UTC with milliseconds on the backend's clock, and
+// id, the lease's secret, only in the answers to acquire and renew. Every
+// error is
+//
+//	{"error":{"code":"…","message":"…"}}
+//
+// and a held answer adds "holder":{"key","owner","token","expires_at"} when
+// the holder is known. One table (errors.go) maps code, HTTP status and
+// sentinel error, both ways:
+//
+//	held          409  lease.ErrHeld (the client returns a *lease.HeldError)
+//	not_held      409  lease.ErrNotHeld
+//	stale_token   409  lease.ErrStaleToken (used by fence's HTTP guard)
+//	not_found     404  lease.ErrNotFound
+//	invalid       400  lease.ErrInvalid (413 for a body over 64 KiB, 415 for a
+//	                   wrong Content-Type, 404 for an unknown route)
+//	unauthorized  401  ErrUnauthorized
+//	forbidden     403  ErrForbidden
+//	unavailable   503  lease.ErrUnavailable (backend failure, or shutting down)
+//
+// Input limits: keys 1–512 bytes of UTF-8 without control characters (also
+// when percent-encoded), owner likewise, ttl_ms 10 to 86 400 000, token 1 to
+// 2^53, id 32 hex digits. Members must be spelled exactly, appear once, have
+// the right JSON type; numbers must be whole, non-negative and written
+// without fraction or exponent; nothing may follow the object. Every such
+// mistake is a 4xx with the error body; no input yields a 5xx. (A request
+// line net/http itself cannot parse, such as a malformed %-escape, is
+// refused by net/http with a plain-text 400 before the Server sees it.)
+//
+// # Waiting
+//
+// wait_ms > 0 makes acquire wait for a held key, at most the server's max
+// wait (WithMaxWait, DefaultMaxWait = 30 s; larger values are capped), and
+// answer 409 held with the holder when the wait runs out. Waiters for one
+// key are served first come, first served, without polling the backend in a
+// loop: a backend that implements lease.WaitAcquirer (memstore, boltstore,
+// etcdstore) queues them itself; for the others the server keeps a FIFO
+// queue per key and only its head talks to the backend, woken by the
+// backend's lease.Notifier if it has one, otherwise by a release passing
+// through this server, the holder's expiry time, or a backoff that doubles
+// from 5 ms to 500 ms. That queue orders the waiters of one server process;
+// acquires with wait_ms 0 and other servers do not queue in it. A waiter
+// whose client hangs up leaves the queue, and a lease granted to it at that
+// moment is released at once. Close ends every pending wait with 503 so that
+// http.Server.Shutdown can drain quickly.
+//
+// # Authentication
+//
+// WithCredentials (usually from LoadCredentials) makes every /v1 request
+// need "Authorization: Bearer TOKEN". Tokens are compared as SHA-256 hashes
+// with crypto/subtle against every credential, without stopping at a match.
+// A missing or unknown token is 401 unauthorized; a key outside the
+// credential's prefixes is 403 forbidden. A list whose prefix is within one
+// of the credential's prefixes is served as asked; a wider prefix is
+// narrowed to the credential's prefixes inside it (so "list everything"
+// shows what the credential may see); a prefix sharing no key with them is
+// 403. /healthz, /readyz and /metrics need no token: probes and scrapers
+// rarely carry one, and they reveal no key, owner or token (metrics have no
+// such labels, /readyz hides backend error text). Without credentials the
+// server authorises every request, so it must then listen on loopback only
+// (the lease serve command enforces that).
+//
+// # Metrics
+//
+// Registered with WithRegisterer (default: a registry of the server's own
+// with the Go and process collectors), served at /metrics:
+//
+//	lease_acquisitions_total{result="acquired|held|error"}
+//	lease_renewals_total{result="renewed|not_held|error"}
+//	lease_releases_total{result="released|not_held|error"}
+//	lease_expirations_total        leases that expired without a release
+//	lease_active_leases            leases granted or renewed here, not yet released or expired
+//	lease_waiters                  acquire requests now waiting
+//	lease_http_request_duration_seconds{route,code}
+//
+// Requests refused before reaching the backend (400, 401, 403) show only in
+// the duration histogram. An expiration is counted when a lease granted or
+// renewed through this server is not released or renewed by its TTL plus
+// 250 ms on this server's clock, or when a renew or release of it is
+// refused, or when the key is granted anew while it is still tracked —
+// whichever is seen first, once per lease. The server knows only its own
+// traffic: with several servers in front of one backend each counts the
+// leases that pass through it, and a holder renewing through another
+// server looks expired to the first. lease_active_leases follows the same
+// tracking. Route labels are patterns and codes are HTTP statuses: no key
+// ever becomes a label value.
+//
+// # Client retries
+//
+// A request that provably never left (the connection could not be made) is
+// retried for every call. Beyond that, up to 3 attempts in all, 25 ms then
+// 100 ms apart, and only where repeating is safe:
+//
+//   - Get and List: after a lost answer or a 503.
+//   - Renew: likewise; renewing again with the same token and ID only
+//     extends the lease once more.
+//   - Release: likewise, but a first attempt may have succeeded with its
+//     answer lost, and then the retry is answered not_held; that error
+//     still matches lease.ErrNotHeld and says an earlier attempt may have
+//     released the lease.
+//   - Acquire: never after a lost answer or a 503. It returns an error
+//     matching lease.ErrUnavailable saying the outcome is unknown: the lease
+//     may have been granted, and if so expires after its TTL.
+//
+// Every transport failure matches lease.ErrUnavailable. AcquireWait asks
+// for up to WithWaitChunk (30 s) per request, or until just before its
+// context's deadline, and asks again while the key is held; a cancelled
+// context cancels the request, and the server then releases anything it
+// granted at that moment. TTLs are sent in whole milliseconds, rounded up.
+package leasehttp

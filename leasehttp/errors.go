@@ -1,0 +1,90 @@
+package leasehttp
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/leasehq/lease"
+)
+
+// ErrUnauthorized means the server wants a valid bearer token (HTTP 401,
+// code "unauthorized"): none was sent or it matches no credential.
+var ErrUnauthorized = errors.New("leasehttp: unauthorized")
+
+// ErrForbidden means the bearer token is valid but its credential does not
+// cover the key or prefix asked for (HTTP 403, code "forbidden").
+var ErrForbidden = errors.New("leasehttp: forbidden")
+
+// errorKind is one row of the table that maps error codes, HTTP statuses
+// and sentinel errors both ways: the server turns an error into a code and
+// a status, the client turns a code back into an error matching the same
+// sentinel, so errors.Is reads alike on both sides of the wire.
+type errorKind struct {
+	code   string
+	status int
+	err    error
+}
+
+// errorTable is searched in order by the server (first sentinel the error
+// matches) and by code by the client. held, not_held and stale_token share
+// 409; the code tells them apart.
+var errorTable = []errorKind{
+	{"held", http.StatusConflict, lease.ErrHeld},
+	{"not_held", http.StatusConflict, lease.ErrNotHeld},
+	{"stale_token", http.StatusConflict, lease.ErrStaleToken},
+	{"not_found", http.StatusNotFound, lease.ErrNotFound},
+	{"invalid", http.StatusBadRequest, lease.ErrInvalid},
+	{"unauthorized", http.StatusUnauthorized, ErrUnauthorized},
+	{"forbidden", http.StatusForbidden, ErrForbidden},
+	{"unavailable", http.StatusServiceUnavailable, lease.ErrUnavailable},
+}
+
+// kindUnavailable is what an error matching no sentinel becomes: the server
+// cannot vouch for the outcome, so the client must not either.
+var kindUnavailable = errorTable[len(errorTable)-1]
+
+// kindOf returns the table row for err, by the first sentinel it matches.
+func kindOf(err error) errorKind {
+	for _, k := range errorTable {
+		if errors.Is(err, k.err) {
+			return k
+		}
+	}
+	return kindUnavailable
+}
+
+// kindByCode returns the table row for code, and false for a code this
+// client does not know (a newer server).
+func kindByCode(code string) (errorKind, bool) {
+	for _, k := range errorTable {
+		if k.code == code {
+			return k, true
+		}
+	}
+	return errorKind{}, false
+}
+
+// kindByStatus guesses the row from the HTTP status alone, for answers
+// without an API error body (a proxy's 502 page, say).
+func kindByStatus(status int) (errorKind, bool) {
+	switch {
+	case status == http.StatusConflict:
+		return errorKind{}, false // ambiguous without a code
+	case status >= 500:
+		return kindUnavailable, true
+	case status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType,
+		status == http.StatusMethodNotAllowed:
+		return kindByCodeMust("invalid"), true
+	}
+	for _, k := range errorTable {
+		if k.status == status {
+			return k, true
+		}
+	}
+	return errorKind{}, false
+}
+
+func kindByCodeMust(code string) errorKind {
+	k, _ := kindByCode(code)
+	return k
+}

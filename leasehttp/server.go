@@ -1,0 +1,597 @@
+package leasehttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultMaxWait is how long the server lets one acquire request wait for a
+// held key unless WithMaxWait says otherwise. A longer wait_ms is capped to
+// it; the client then asks again.
+const DefaultMaxWait = 30 * time.Second
+
+// MaxMaxWait is the largest WithMaxWait accepted: longer requests than this
+// are cut by most proxies and load balancers anyway.
+const MaxMaxWait = time.Hour
+
+// backendTimeout bounds one backend call made for a request. Calls that
+// change state run under it rather than under the request's context, so a
+// client that hangs up does not cut an acquire halfway and leave its
+// outcome unknown.
+const backendTimeout = 10 * time.Second
+
+// probeKey is the key /readyz reads: a Get answered with ErrNotFound or a
+// lease shows the backend answers.
+const probeKey = "_leasehttp/readyz"
+
+// Server serves the HTTP API of DESIGN.md for any lease.Backend. It is an
+// http.Handler; see the package documentation for routes, auth and metrics.
+type Server struct {
+	backend  lease.Backend
+	waitAcq  lease.WaitAcquirer // the backend's own FIFO wait, if it has one
+	notifier lease.Notifier     // the backend's change notifications, if any
+	creds    []credential       // nil: every request is authorised
+	log      *slog.Logger
+	maxWait  time.Duration
+	mux      *http.ServeMux
+	metrics  *metrics
+	tracker  *tracker
+	queues   *queues
+
+	closing   context.Context // cancelled by Close
+	close     context.CancelFunc
+	closeOnce sync.Once
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*serverConfig) error
+
+type serverConfig struct {
+	creds    []Credential
+	credsSet bool
+	log      *slog.Logger
+	reg      prometheus.Registerer
+	gat      prometheus.Gatherer
+	maxWait  time.Duration
+}
+
+// WithCredentials makes the server demand a bearer token from creds on every
+// /v1 request and confine each token to its key prefixes. Without it the
+// server authorises every request; then it must listen only on loopback.
+func WithCredentials(creds []Credential) ServerOption {
+	return func(c *serverConfig) error {
+		c.creds, c.credsSet = creds, true
+		return nil
+	}
+}
+
+// WithLogger sets the logger: one line per request at debug level, refused
+// credentials at warn, backend failures at error. The default is
+// slog.Default().
+func WithLogger(l *slog.Logger) ServerOption {
+	return func(c *serverConfig) error {
+		if l == nil {
+			return fmt.Errorf("%w: leasehttp: logger is nil", lease.ErrInvalid)
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// WithRegisterer registers the server's metrics with r. If r is also a
+// prometheus.Gatherer (a *prometheus.Registry is), /metrics serves it;
+// otherwise pass WithGatherer too. Without either the server uses a registry
+// of its own, with the Go runtime and process collectors added.
+func WithRegisterer(r prometheus.Registerer) ServerOption {
+	return func(c *serverConfig) error {
+		if r == nil {
+			return fmt.Errorf("%w: leasehttp: registerer is nil", lease.ErrInvalid)
+		}
+		c.reg = r
+		return nil
+	}
+}
+
+// WithGatherer sets what /metrics serves; it goes with WithRegisterer.
+func WithGatherer(g prometheus.Gatherer) ServerOption {
+	return func(c *serverConfig) error {
+		if g == nil {
+			return fmt.Errorf("%w: leasehttp: gatherer is nil", lease.ErrInvalid)
+		}
+		c.gat = g
+		return nil
+	}
+}
+
+// WithMaxWait caps how long one acquire request may wait (wait_ms) for a
+// held key, 0 to MaxMaxWait; 0 turns waiting off (every acquire tries once).
+// The default is DefaultMaxWait. An http.Server in front must allow a write
+// timeout longer than this.
+func WithMaxWait(d time.Duration) ServerOption {
+	return func(c *serverConfig) error {
+		if d < 0 || d > MaxMaxWait {
+			return fmt.Errorf("%w: leasehttp: max wait %v is outside [0, %v]", lease.ErrInvalid, d, MaxMaxWait)
+		}
+		c.maxWait = d
+		return nil
+	}
+}
+
+// NewServer returns a Server for b. Call Close when shutting down, before
+// http.Server.Shutdown, so that waiting requests end and the drain is quick.
+func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: leasehttp: backend is nil", lease.ErrInvalid)
+	}
+	cfg := serverConfig{log: slog.Default(), maxWait: DefaultMaxWait}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, mux: http.NewServeMux(), queues: newQueues()}
+	s.waitAcq, _ = b.(lease.WaitAcquirer)
+	s.notifier, _ = b.(lease.Notifier)
+	if cfg.credsSet {
+		var err error
+		if s.creds, err = newCredentials(cfg.creds); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case cfg.reg == nil && cfg.gat == nil:
+		r := prometheus.NewRegistry()
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		cfg.reg, cfg.gat = r, r
+	case cfg.reg == nil:
+		return nil, fmt.Errorf("%w: leasehttp: WithGatherer needs WithRegisterer", lease.ErrInvalid)
+	case cfg.gat == nil:
+		g, ok := cfg.reg.(prometheus.Gatherer)
+		if !ok {
+			return nil, fmt.Errorf("%w: leasehttp: the registerer is not a gatherer; pass WithGatherer", lease.ErrInvalid)
+		}
+		cfg.gat = g
+	}
+	var err error
+	if s.metrics, err = newMetrics(cfg.reg); err != nil {
+		return nil, fmt.Errorf("leasehttp: registering metrics: %w", err)
+	}
+	s.tracker = newTracker(s.metrics)
+	s.closing, s.close = context.WithCancel(context.Background())
+
+	s.handle("POST /v1/leases/{key}/acquire", s.handleAcquire)
+	s.handle("POST /v1/leases/{key}/renew", s.handleRenew)
+	s.handle("POST /v1/leases/{key}/release", s.handleRelease)
+	s.handle("GET /v1/leases/{key}", s.handleGet)
+	s.handle("GET /v1/leases", s.handleList)
+	s.handle("GET /healthz", s.handleHealthz)
+	s.handle("GET /readyz", s.handleReadyz)
+	metricsHandler := promhttp.HandlerFor(cfg.gat, promhttp.HandlerOpts{})
+	s.handle("GET /metrics", func(w *responseWriter, r *http.Request) { metricsHandler.ServeHTTP(w, r) })
+	s.handle("/", s.handleNoRoute)
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close ends every pending wait at once, answering it 503 "unavailable",
+// makes later acquires try once instead of waiting, turns /readyz to 503
+// and stops the expiry tracking. Other requests are still served, so call
+// http.Server.Shutdown after Close to drain them. Close always returns nil.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.close()
+		s.tracker.close()
+	})
+	return nil
+}
+
+// errShuttingDown ends the waits pending when Close is called.
+var errShuttingDown = fmt.Errorf("%w: leasehttp: the server is shutting down", lease.ErrUnavailable)
+
+// errWaitOver is the cause of a wait that reached its wait_ms.
+var errWaitOver = errors.New("leasehttp: wait over")
+
+// responseWriter records what a handler answered, for the request log and
+// the latency histogram.
+type responseWriter struct {
+	http.ResponseWriter
+	status int
+	err    error  // the error answered, if any
+	cred   string // fingerprint of the credential used
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// handle registers h for pattern with the request's metrics and log line.
+// The route label is the pattern, never the path, so keys do not become
+// label values.
+func (s *Server) handle(pattern string, h func(*responseWriter, *http.Request)) {
+	route := pattern
+	if pattern == "/" {
+		route = "other"
+	}
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rw := &responseWriter{ResponseWriter: w}
+		h(rw, r)
+		if rw.status == 0 {
+			rw.status = http.StatusOK
+		}
+		d := time.Since(start)
+		s.metrics.duration.WithLabelValues(route, strconv.Itoa(rw.status)).Observe(d.Seconds())
+		level := slog.LevelDebug
+		switch {
+		case r.Context().Err() != nil:
+			// The client hung up; nothing went wrong here.
+		case rw.status >= 500:
+			level = slog.LevelError
+		case rw.status == http.StatusUnauthorized || rw.status == http.StatusForbidden:
+			level = slog.LevelWarn
+		}
+		if !s.log.Enabled(r.Context(), level) {
+			return
+		}
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("route", route),
+			slog.Int("status", rw.status), slog.Duration("duration", d),
+			slog.String("remote", r.RemoteAddr),
+		}
+		if k := r.PathValue("key"); k != "" {
+			attrs = append(attrs, slog.String("key", k))
+		}
+		if rw.cred != "" {
+			attrs = append(attrs, slog.String("credential", rw.cred))
+		}
+		if rw.err != nil {
+			attrs = append(attrs, slog.String("err", rw.err.Error()))
+		}
+		s.log.LogAttrs(context.WithoutCancel(r.Context()), level, "leasehttp: request", attrs...)
+	})
+}
+
+// writeJSON answers v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Only our own types are marshalled; they always marshal.
+		status, body = http.StatusInternalServerError, []byte(`{"error":{"code":"unavailable","message":"leasehttp: encoding the answer failed"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// writeError answers err through the error table.
+func (s *Server) writeError(w *responseWriter, err error) {
+	w.err = err
+	k := kindOf(err)
+	status := k.status
+	msg := err.Error()
+	var re *requestError
+	if errors.As(err, &re) {
+		status = re.status
+	}
+	switch {
+	case k.code == "unauthorized":
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lease"`)
+	case k.code == "unavailable":
+		w.Header().Set("Retry-After", "1")
+		if !errors.Is(err, errShuttingDown) {
+			// The backend's own message may name hosts and files; it goes to
+			// the log, the client learns only that the outcome is unknown.
+			msg = "leasehttp: the backend could not answer; the outcome is unknown (details in the server log)"
+		}
+	}
+	body := errorJSON{Error: errorDetail{Code: k.code, Message: msg}}
+	var he *lease.HeldError
+	if errors.As(err, &he) {
+		body.Error.Holder = &LeaseJSON{Key: he.Key, Owner: he.Owner, Token: he.Token,
+			ExpiresAt: he.Expires.UTC().Format(expiresLayout)}
+	}
+	writeJSON(w, status, body)
+}
+
+// authorize checks r's bearer token; it answers 401 and returns false if
+// the token is missing or wrong. The credential is nil when the server has
+// none configured.
+func (s *Server) authorize(w *responseWriter, r *http.Request) (*credential, bool) {
+	if s.creds == nil {
+		return nil, true
+	}
+	c, err := authenticate(s.creds, r)
+	if err != nil {
+		s.writeError(w, err)
+		return nil, false
+	}
+	w.cred = c.fingerprint
+	return c, true
+}
+
+// keyRequest authorises r and reads its key: 401, 400 or 403 otherwise.
+func (s *Server) keyRequest(w *responseWriter, r *http.Request) (string, bool) {
+	c, ok := s.authorize(w, r)
+	if !ok {
+		return "", false
+	}
+	key, err := pathKey(r)
+	if err != nil {
+		s.writeError(w, err)
+		return "", false
+	}
+	if !c.covers(key) {
+		s.writeError(w, fmt.Errorf("%w: this credential does not cover key %s", ErrForbidden, quoteName(key)))
+		return "", false
+	}
+	return key, true
+}
+
+// opContext is the context of a backend call that changes state: it keeps
+// the request's values but not its cancellation (see backendTimeout).
+func opContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), backendTimeout)
+}
+
+func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
+	key, ok := s.keyRequest(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeAcquire(w, r, s.maxWait)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	var l lease.Lease
+	if req.Wait <= 0 || s.closing.Err() != nil {
+		l, err = s.acquireOnce(r.Context(), key, req.Owner, req.TTL)
+	} else {
+		l, err = s.acquireWaiting(r.Context(), key, req)
+	}
+	switch {
+	case err == nil:
+		s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
+		s.tracker.granted(l)
+	case errors.Is(err, lease.ErrHeld):
+		s.metrics.acquisitions.WithLabelValues(resultHeld).Inc()
+	default:
+		s.metrics.acquisitions.WithLabelValues(resultError).Inc()
+	}
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if r.Context().Err() != nil {
+		// The client hung up while we acquired: it will never learn the
+		// lease's ID, so give the lease back now rather than at its expiry.
+		ctx, cancel := opContext(r)
+		defer cancel()
+		if err := s.backend.Release(ctx, l); err == nil {
+			s.tracker.released(l.Key, l.Token)
+		}
+		s.log.Debug("leasehttp: client gone; released the lease it acquired", "key", key, "token", uint64(l.Token))
+		w.err = context.Cause(r.Context())
+		return
+	}
+	writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
+}
+
+// acquireOnce tries once, under a context the request's end does not cut.
+func (s *Server) acquireOnce(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendTimeout)
+	defer cancel()
+	return s.backend.Acquire(ctx, key, owner, ttl)
+}
+
+// acquireWaiting waits up to req.Wait for key: through the backend's own
+// FIFO wait if it has one, else in this server's queue for the key.
+func (s *Server) acquireWaiting(rctx context.Context, key string, req acquireRequest) (lease.Lease, error) {
+	cctx, cancelCause := context.WithCancelCause(rctx)
+	defer cancelCause(nil)
+	stop := context.AfterFunc(s.closing, func() { cancelCause(errShuttingDown) })
+	defer stop()
+	ctx, cancel := context.WithTimeoutCause(cctx, req.Wait, errWaitOver)
+	defer cancel()
+
+	s.metrics.waiters.Inc()
+	defer s.metrics.waiters.Dec()
+	if s.waitAcq == nil {
+		return s.acquireQueued(ctx, key, req.Owner, req.TTL)
+	}
+	l, err := s.waitAcq.AcquireWait(ctx, key, req.Owner, req.TTL)
+	if err != nil && ctx.Err() != nil {
+		var held error
+		if errors.Is(err, lease.ErrHeld) {
+			held = err
+		}
+		return lease.Lease{}, s.waitEnded(ctx, key, held)
+	}
+	return l, err
+}
+
+// waitEnded is the error for a wait whose context ended: 409 held (with the
+// holder) when wait_ms ran out, 503 when the server is closing. held is the
+// last HeldError seen, if any.
+func (s *Server) waitEnded(ctx context.Context, key string, held error) error {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errShuttingDown):
+		return fmt.Errorf("%w; the wait for %s ended without the lease", errShuttingDown, quoteName(key))
+	case errors.Is(cause, errWaitOver):
+		var he *lease.HeldError
+		if errors.As(held, &he) {
+			return he
+		}
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendTimeout)
+		defer cancel()
+		if l, err := s.backend.Get(gctx, key); err == nil {
+			return &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+		}
+		return fmt.Errorf("%w: leasehttp: %s was held until the wait ended; try again", lease.ErrHeld, quoteName(key))
+	default:
+		return fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), cause)
+	}
+}
+
+func (s *Server) handleRenew(w *responseWriter, r *http.Request) {
+	key, ok := s.keyRequest(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeRenew(w, r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	ctx, cancel := opContext(r)
+	defer cancel()
+	l, err := s.backend.Renew(ctx, lease.Lease{Key: key, Token: req.Token, ID: req.ID}, req.TTL)
+	switch {
+	case err == nil:
+		s.metrics.renewals.WithLabelValues(resultRenewed).Inc()
+		s.tracker.renewed(l)
+		writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
+		return
+	case errors.Is(err, lease.ErrNotHeld):
+		s.metrics.renewals.WithLabelValues(resultNotHeld).Inc()
+		s.tracker.notHeld(key, req.Token)
+	default:
+		s.metrics.renewals.WithLabelValues(resultError).Inc()
+	}
+	s.writeError(w, err)
+}
+
+func (s *Server) handleRelease(w *responseWriter, r *http.Request) {
+	key, ok := s.keyRequest(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeRelease(w, r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	ctx, cancel := opContext(r)
+	defer cancel()
+	err = s.backend.Release(ctx, lease.Lease{Key: key, Token: req.Token, ID: req.ID})
+	switch {
+	case err == nil:
+		s.metrics.releases.WithLabelValues(resultReleased).Inc()
+		s.tracker.released(key, req.Token)
+		s.queues.released(key)
+		writeJSON(w, http.StatusOK, struct{}{})
+		return
+	case errors.Is(err, lease.ErrNotHeld):
+		s.metrics.releases.WithLabelValues(resultNotHeld).Inc()
+		s.tracker.notHeld(key, req.Token)
+	default:
+		s.metrics.releases.WithLabelValues(resultError).Inc()
+	}
+	s.writeError(w, err)
+}
+
+func (s *Server) handleGet(w *responseWriter, r *http.Request) {
+	key, ok := s.keyRequest(w, r)
+	if !ok {
+		return
+	}
+	l, err := s.backend.Get(r.Context(), key)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewLeaseJSON(l, false))
+}
+
+// handleList lists the leases under ?prefix= that the credential covers.
+// A prefix wider than the credential's is narrowed to the credential's
+// prefixes inside it; a prefix that shares no key with them is 403.
+func (s *Server) handleList(w *responseWriter, r *http.Request) {
+	c, ok := s.authorize(w, r)
+	if !ok {
+		return
+	}
+	prefix, err := listPrefix(r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	prefixes := c.listPrefixes(prefix)
+	if len(prefixes) == 0 {
+		s.writeError(w, fmt.Errorf("%w: this credential covers no key under prefix %s", ErrForbidden, quoteName(prefix)))
+		return
+	}
+	out := listJSON{Leases: []LeaseJSON{}}
+	for _, p := range prefixes {
+		ls, err := s.backend.List(r.Context(), p)
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		for _, l := range ls {
+			out.Leases = append(out.Leases, NewLeaseJSON(l, false))
+		}
+	}
+	if len(prefixes) > 1 {
+		slices.SortFunc(out.Leases, func(a, b LeaseJSON) int { return strings.Compare(a.Key, b.Key) })
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleHealthz(w *responseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// handleReadyz answers 200 when the backend answers a Get, 503 when it does
+// not or when the server is closing (so load balancers stop sending first).
+func (s *Server) handleReadyz(w *responseWriter, r *http.Request) {
+	if s.closing.Err() != nil {
+		s.writeError(w, errShuttingDown)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.backend.Get(ctx, probeKey); err != nil && !errors.Is(err, lease.ErrNotFound) {
+		s.writeError(w, fmt.Errorf("%w: leasehttp: readiness probe: %w", lease.ErrUnavailable, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) handleNoRoute(w *responseWriter, r *http.Request) {
+	s.writeError(w, &requestError{status: http.StatusNotFound,
+		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.Path))})
+}
