@@ -92,7 +92,9 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	h.released = true
 	lostBefore := h.ctx.Err() != nil
-	h.timer.Stop()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
 	h.mu.Unlock()
 
 	h.cancel(ErrReleased)
@@ -104,24 +106,42 @@ func (h *Hold) Release(ctx context.Context) error {
 	return err
 }
 
-// setDeadlineLocked moves the safe deadline to sent + TTL − margin.
+// setDeadlineLocked moves the safe deadline to sent + TTL − margin. A
+// deadline already past (the reply came back that late) ends the lease at
+// once rather than through a timer, so nothing can observe it as held.
 func (h *Hold) setDeadlineLocked(sent time.Time) {
 	if h.timer != nil {
 		h.timer.Stop()
+		h.timer = nil
 	}
 	h.deadline = sent.Add(h.lease.TTL - h.c.margin(h.lease.TTL))
-	h.timer = h.c.clock.AfterFunc(h.deadline.Sub(h.c.clock.Now()), h.checkDeadline)
+	if left := h.deadline.Sub(h.c.clock.Now()); left > 0 {
+		h.timer = h.c.clock.AfterFunc(left, h.checkDeadline)
+		return
+	}
+	h.loseLocked()
+}
+
+func (h *Hold) loseLocked() {
+	h.cancel(fmt.Errorf("%w: no successful renewal of %q (token %d) before the safe deadline",
+		ErrLost, h.key, h.token))
 }
 
 // checkDeadline runs when a deadline timer fires. A renewal may have moved
-// the deadline since the timer was set.
+// the deadline since the timer was set; and a timer may fire a little early
+// by the client's clock (a clock whose rate differs from the timer's, or
+// rounding), in which case it is set again for the rest.
 func (h *Hold) checkDeadline() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.c.clock.Now().Before(h.deadline) {
-		h.cancel(fmt.Errorf("%w: no successful renewal of %q (token %d) before the safe deadline",
-			ErrLost, h.key, h.token))
+	if h.ctx.Err() != nil {
+		return
 	}
+	if left := h.deadline.Sub(h.c.clock.Now()); left > 0 {
+		h.timer = h.c.clock.AfterFunc(left, h.checkDeadline)
+		return
+	}
+	h.loseLocked()
 }
 
 // renewLoop renews the lease until it is lost or released.
@@ -138,12 +158,16 @@ func (h *Hold) renewLoop(sent time.Time) {
 	// First renewal at about TTL/3 after the send time, jittered ±10%.
 	wait := h.jittered(ttl/3) - h.c.clock.Now().Sub(sent)
 	for {
-		t := h.c.clock.AfterFunc(max(wait, 0), poke)
-		select {
-		case <-h.ctx.Done():
-			t.Stop()
+		if wait > 0 {
+			t := h.c.clock.AfterFunc(wait, poke)
+			select {
+			case <-h.ctx.Done():
+				t.Stop()
+				return
+			case <-wake:
+			}
+		} else if h.ctx.Err() != nil {
 			return
-		case <-wake:
 		}
 		sent := h.c.clock.Now()
 		cur := h.Lease()
