@@ -3,7 +3,7 @@ GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
 
-.PHONY: test deps fmt-check vet staticcheck unit sim-ci sim short bench
+.PHONY: test deps fmt-check vet staticcheck unit sim-ci sim chaos short bench
 
 N ?= 100000
 
@@ -34,6 +34,10 @@ sim-ci:
 # More schedules: make sim N=1000000
 sim:
 	LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./internal/sim
+
+# Chaos on real engines, the long form (a short form runs in make test).
+chaos:
+	LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Chaos' -v ./internal/chaos
 
 # Without engines: tests that need PostgreSQL, Redis or etcd skip.
 short:

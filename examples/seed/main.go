@@ -39,7 +39,7 @@ func run() error {
 	// const leaseA = store.acquire("job", "worker-a", 0, 100);
 	leaseA, err := store.Acquire(ctx, "job", "worker-a", 100*time.Millisecond)
 	if err != nil {
-		return fmt.Errorf("A should acquire the lease: %w", err)
+		return fmt.Errorf("a should acquire the lease: %w", err)
 	}
 	fmt.Printf("A acquired job at t=0: token %d\n", leaseA.Token)
 
@@ -47,7 +47,7 @@ func run() error {
 	clock.Set(t0.Add(101 * time.Millisecond))
 	leaseB, err := store.Acquire(ctx, "job", "worker-b", 100*time.Millisecond)
 	if err != nil {
-		return fmt.Errorf("B should acquire after expiry: %w", err)
+		return fmt.Errorf("b should acquire after expiry: %w", err)
 	}
 	fmt.Printf("B acquired job at t=101: token %d\n", leaseB.Token)
 	if leaseA.Token >= leaseB.Token {
