@@ -328,4 +328,3 @@ func getLease(b *bolt.Bucket, key string) (record, bool, error) {
 	rec, err := decodeRecord(key, v)
 	return rec, err == nil, err
 }
-
