@@ -187,7 +187,29 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.EscapedPath(); strings.HasPrefix(p, "/v1/") && !canonicalPath(p) {
+		// ServeMux would answer a redirect to the cleaned path, which for
+		// "/v1/leases//acquire" names another resource. An empty key, or a
+		// key "." or ".." not written %2E, is a client mistake: say so.
+		s.wrap("other", func(w *responseWriter, r *http.Request) {
+			s.writeError(w, badRequest("path %s has an empty segment or a segment . or ..; a key is one "+
+				"non-empty path segment, with / written %%2F and a key . or .. written %%2E", quoteName(p)))
+		}).ServeHTTP(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// canonicalPath reports whether p has no empty, "." or ".." segment.
+func canonicalPath(p string) bool {
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
 
 // Close ends every pending wait at once, answering it 503 "unavailable",
 // makes later acquires try once instead of waiting, turns /readyz to 503
@@ -241,7 +263,12 @@ func (s *Server) handle(pattern string, h func(*responseWriter, *http.Request)) 
 	if pattern == "/" {
 		route = "other"
 	}
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	s.mux.Handle(pattern, s.wrap(route, h))
+}
+
+// wrap adds the metrics and the log line to h.
+func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rw := &responseWriter{ResponseWriter: w}
 		h(rw, r)

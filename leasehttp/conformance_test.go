@@ -1,0 +1,30 @@
+package leasehttp_test
+
+import (
+	"testing"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasetest"
+	"github.com/leasehq/lease/memstore"
+)
+
+// TestConformance runs the backend suite against the Client talking to a
+// live server, once over memstore's own FIFO wait and once with the server
+// queueing waiters itself; the suite's WaitAcquirer test checks FIFO order
+// through HTTP in both.
+func TestConformance(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(*memstore.Store) lease.Backend
+	}{
+		{"BackendWaits", func(s *memstore.Store) lease.Backend { return s }},
+		{"ServerQueues", func(s *memstore.Store) lease.Backend { return backendOnly{s} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, hs := startServer(t, tc.wrap(memstore.New()))
+			c := newClient(t, hs.URL)
+			leasetest.TestBackend(t, func(t *testing.T) lease.Backend { return c })
+		})
+	}
+}

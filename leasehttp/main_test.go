@@ -1,0 +1,89 @@
+package leasehttp_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// backendOnly hides every optional ability of the backend it wraps (here
+// memstore's WaitAcquirer), so the server must queue waiters itself, as it
+// does for pgstore and redisstore.
+type backendOnly struct{ lease.Backend }
+
+// quiet is a logger for tests that do not look at logs.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// startServer serves b over a loopback httptest server until the test ends.
+func startServer(t *testing.T, b lease.Backend, opts ...leasehttp.ServerOption) (*leasehttp.Server, *httptest.Server) {
+	t.Helper()
+	srv, err := leasehttp.NewServer(b, append([]leasehttp.ServerOption{leasehttp.WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	return srv, hs
+}
+
+func newClient(t *testing.T, url string, opts ...leasehttp.ClientOption) *leasehttp.Client {
+	t.Helper()
+	c, err := leasehttp.NewClient(url, opts...)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// call sends a raw request and returns status and body.
+func call(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctxFor(t), method, url, rd)
+	if err != nil {
+		t.Fatalf("NewRequest %s %s: %v", method, url, err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading answer: %v", err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func newMem() lease.Backend { return memstore.New() }
