@@ -187,7 +187,7 @@ func (s *Store) finish(t *txn) error {
 // ErrNotHeld are outcomes; errors matching ErrUnavailable mean the store
 // itself failed.
 func (s *Store) apply(t *txn, o *op) {
-	now := s.clock.Now()
+	now := s.now()
 	switch o.kind {
 	case opAcquire, opAcquireWait:
 		rec, held, err := s.current(t, o.key, now)
@@ -233,7 +233,9 @@ func (s *Store) apply(t *txn, o *op) {
 				return
 			}
 			t.dirty = true
-			o.err = s.handOver(t, o.l.Key, now)
+			// A failed hand-over is the waiter's to hear about (its grant
+			// carries the error); the release itself stands.
+			_ = s.handOver(t, o.l.Key, now)
 		}
 	case opExpire:
 		q := s.waiters[o.key]

@@ -27,10 +27,13 @@
 //
 // The highest token ever issued per key (kept for good, never deleted on
 // release or expiry) and every lease with its owner, token, secret ID, TTL and
-// expiry. Expiry is stored as absolute time on the store's clock (the
-// server's wall clock unless WithClock is given), so a lease keeps expiring
-// while the server is down and is still held after a restart if its time has
-// not come; a wall clock stepped backwards lengthens leases by that step.
+// expiry. Expiry is stored as absolute time on the store's clock, so a lease
+// keeps expiring while the server is down and is still held after a restart
+// if its time has not come. The store's clock (unless WithClock is given) is
+// the wall clock read at Open plus the monotonic time since: while the
+// process runs, stepping the wall clock changes no lease; across a restart,
+// the stored expiry is compared with the wall clock, so a clock stepped
+// between runs shifts leases by that step.
 // Waiters (AcquireWait) live in memory and are not kept: Close fails them.
 //
 // # One process per file

@@ -31,7 +31,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	var held error
 	if err := s.view(ctx, func(tx *bolt.Tx) error {
 		rec, ok, err := getLease(tx.Bucket(bucketLeases), key)
-		if err == nil && ok && rec.live(s.clock.Now()) {
+		if err == nil && ok && rec.live(s.now()) {
 			held = rec.heldError(key)
 		}
 		return err
@@ -119,7 +119,7 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 		if err != nil {
 			return err
 		}
-		if !ok || !rec.live(s.clock.Now()) {
+		if !ok || !rec.live(s.now()) {
 			return lease.ErrNotFound
 		}
 		l = rec.lease(key)
@@ -133,7 +133,7 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
 	var out []lease.Lease
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		now := s.clock.Now()
+		now := s.now()
 		p := []byte(prefix)
 		c := tx.Bucket(bucketLeases).Cursor()
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {

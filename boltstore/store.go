@@ -29,7 +29,8 @@ const maxBatch = 1024
 type Store struct {
 	db    *bolt.DB
 	path  string
-	clock lease.Clock
+	clock lease.Clock // nil: the real clock, read through base
+	base  time.Time   // the real clock at Open, with its monotonic reading
 
 	// ops carries write operations to the commit loop. It is unbuffered, so
 	// an operation is either taken by the loop, which then always answers
@@ -104,7 +105,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore: empty path", lease.ErrInvalid)
 	}
-	cfg := config{clock: lease.SystemClock{}, lockTimeout: DefaultLockTimeout}
+	cfg := config{lockTimeout: DefaultLockTimeout}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: boltstore: nil option", lease.ErrInvalid)
@@ -125,6 +126,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 		db:      db,
 		path:    path,
 		clock:   cfg.clock,
+		base:    time.Now(),
 		ops:     make(chan *op),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -218,6 +220,24 @@ func checkFile(db *bolt.DB, path string) (err error) {
 		}
 		return nil
 	})
+}
+
+// now reads the store's clock. The real clock is read as the wall time at
+// Open plus the monotonic time since, so that within a process a step of the
+// wall clock neither shortens nor lengthens a lease; the result carries no
+// monotonic reading, as it is stored and compared with stored times.
+func (s *Store) now() time.Time {
+	if s.clock == nil {
+		return s.base.Add(time.Since(s.base)).Round(0)
+	}
+	return s.clock.Now().Round(0)
+}
+
+func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
+	if s.clock == nil {
+		return time.AfterFunc(d, f)
+	}
+	return s.clock.AfterFunc(d, f)
 }
 
 // Path returns the file the store was opened on.

@@ -104,7 +104,7 @@ func (s *Store) rearm(key string, expires, now time.Time) {
 	s.timerGen++
 	gen := s.timerGen
 	q.timerAt, q.timerGen = expires, gen
-	q.timer = s.clock.AfterFunc(expires.Sub(now), func() {
+	q.timer = s.afterFunc(expires.Sub(now), func() {
 		// The commit loop decides; a closed store ends the check.
 		_ = s.submit(context.Background(), &op{kind: opExpire, key: key, timer: gen})
 	})
