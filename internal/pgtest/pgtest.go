@@ -1,0 +1,441 @@
+// Package pgtest gives tests a real PostgreSQL: Start returns the connection
+// string of a fresh database on one throwaway cluster per test binary, or on
+// the server named by LEASE_TEST_POSTGRES_URL when that is set.
+//
+// The throwaway cluster is initialised with initdb in a temporary directory,
+// runs as the postgres user when the tests run as root (initdb and postgres
+// refuse to run as root), listens on a free 127.0.0.1 port with its unix
+// socket inside the temporary directory, and keeps PostgreSQL's durability
+// defaults: fsync = on and synchronous_commit = on, set explicitly so that
+// measurements against it mean what they say. Only initdb's one-off sync of
+// the fresh data directory is skipped (--no-sync): it protects nothing a
+// throwaway cluster needs.
+//
+// Packages that use Start run their tests through Main (or M with goleak):
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// which stops the cluster and removes its directory when the tests are done.
+// The server is also started with a parent-death signal, so it cannot outlive
+// a test binary that crashes or is killed on timeout.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvURL names the environment variable that points the tests at an existing
+// server instead of a throwaway cluster, e.g.
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable. The role must
+// be allowed to create databases; each Start creates one and drops it in
+// cleanup.
+const EnvURL = "LEASE_TEST_POSTGRES_URL"
+
+// binGlob is where Debian's postgresql packages put the server binaries.
+const binGlob = "/usr/lib/postgresql/*/bin"
+
+// installHint is how to get the binaries on the machines this project runs on.
+const installHint = "apt-get install postgresql (or set " + EnvURL + " to a server's URL)"
+
+var (
+	mu      sync.Mutex
+	cluster *server // nil until the first Start
+	initErr error   // a failed start is not retried: every test would repeat it
+	skipErr bool    // initErr is a missing binary
+)
+
+// server is the throwaway cluster of this test binary.
+type server struct {
+	dir    string // temporary directory, removed by stop
+	port   int
+	admin  string        // connection string of the postgres database
+	exited chan struct{} // closed when the postmaster has exited
+	proc   *os.Process
+	err    error // the postmaster's exit, valid after exited is closed
+}
+
+// Start returns the connection string of a database nobody else uses, on the
+// shared throwaway cluster (started on first use) or on the server named by
+// LEASE_TEST_POSTGRES_URL. Missing server binaries fail the test with an
+// install hint, or skip it under -short.
+func Start(t testing.TB) string {
+	t.Helper()
+	if url := os.Getenv(EnvURL); url != "" {
+		return createDatabase(t, url, true)
+	}
+	mu.Lock()
+	if cluster == nil && initErr == nil {
+		cluster, initErr = startCluster()
+	}
+	srv, err, missing := cluster, initErr, skipErr
+	mu.Unlock()
+	if err != nil {
+		if missing && testing.Short() {
+			t.Skipf("pgtest: %v", err)
+		}
+		t.Fatalf("pgtest: %v", err)
+	}
+	select {
+	case <-srv.exited:
+		t.Fatalf("pgtest: the throwaway PostgreSQL has exited: %v (log: %s)", srv.err, filepath.Join(srv.dir, "postgres.log"))
+	default:
+	}
+	// The cluster goes away as a whole, so its databases need no dropping.
+	return createDatabase(t, srv.admin, false)
+}
+
+// M wraps m so that Run stops the throwaway cluster after the tests, for use
+// with wrappers such as goleak.VerifyTestMain(pgtest.M(m)).
+func M(m *testing.M) interface{ Run() int } { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int {
+	code := r.m.Run()
+	if err := Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// Main runs the tests, stops the throwaway cluster and exits.
+func Main(m *testing.M) { os.Exit(M(m).Run()) }
+
+// Stop shuts the throwaway cluster down (fast shutdown) and removes its
+// directory. Main calls it; calling it again, or without a cluster, does
+// nothing. A later Start starts a new cluster.
+func Stop() error {
+	mu.Lock()
+	srv := cluster
+	cluster, initErr, skipErr = nil, nil, false
+	mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.stop()
+}
+
+func (s *server) stop() error {
+	_ = s.proc.Signal(syscall.SIGINT) // fast shutdown: disconnect clients, checkpoint, exit
+	var err error
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		_ = s.proc.Signal(syscall.SIGQUIT) // immediate shutdown
+		<-s.exited
+		err = fmt.Errorf("pgtest: PostgreSQL took more than 30 s to shut down")
+	}
+	if rmErr := os.RemoveAll(s.dir); rmErr != nil && err == nil {
+		err = fmt.Errorf("pgtest: removing %s: %w", s.dir, rmErr)
+	}
+	return err
+}
+
+// errMissing marks a start failure caused by missing binaries.
+var errMissing = errors.New("PostgreSQL server binaries not found")
+
+func startCluster() (*server, error) {
+	bin, err := findBin()
+	if err != nil {
+		skipErr = true
+		return nil, err
+	}
+	cred, err := runAs()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	srv, err := startIn(dir, bin, cred)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return srv, nil
+}
+
+// findBin returns the newest /usr/lib/postgresql/N/bin holding initdb and
+// postgres, or the directory of initdb found on PATH.
+func findBin() (string, error) {
+	dirs, _ := filepath.Glob(binGlob)
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if executable(filepath.Join(d, "initdb")) && executable(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil && executable(filepath.Join(filepath.Dir(p), "postgres")) {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("%w in %s or on PATH: %s", errMissing, binGlob, installHint)
+}
+
+// version is the N of /usr/lib/postgresql/N/bin.
+func version(dir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+	return n
+}
+
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// runAs returns the credentials to run initdb and postgres with: the postgres
+// user when we are root, since both refuse to run as root; nil otherwise.
+func runAs() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: running as root needs a postgres user to run the server as: %v; %s", err, installHint)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("pgtest: postgres user has uid %q gid %q", u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+func startIn(dir, bin string, cred *syscall.Credential) (*server, error) {
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, fmt.Errorf("pgtest: giving %s to the postgres user: %w", dir, err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data,
+		"--auth=trust", "-U", "postgres", "--encoding=UTF8", "--locale=C",
+		"--no-sync", "--no-instructions")
+	initdb.Dir = dir
+	initdb.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
+	}
+	// A port that was free a moment ago may be taken by the time the server
+	// binds it (other test binaries start clusters too): try a few.
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		srv, err := launch(dir, bin, data, port, cred)
+		if err == nil {
+			return srv, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// launch starts the postmaster in the foreground as our child and waits until
+// it accepts connections.
+func launch(dir, bin, data string, port int, cred *syscall.Credential) (*server, error) {
+	logPath := filepath.Join(dir, "postgres.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	defer logFile.Close()
+	args := []string{"-D", data,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "port=" + strconv.Itoa(port),
+		"-c", "unix_socket_directories=" + dir,
+		// Durability exactly as PostgreSQL ships it, stated rather than assumed.
+		"-c", "fsync=on",
+		"-c", "synchronous_commit=on",
+		"-c", "full_page_writes=on",
+		// Room for the benchmarks' 32 clients and parallel test packages.
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=32MB",
+		"-c", "logging_collector=off",
+		"-c", "log_min_messages=warning",
+		"-c", "timezone=UTC",
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// SIGQUIT (immediate shutdown) if this test binary dies without Stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+
+	srv := &server{dir: dir, port: port, exited: make(chan struct{}),
+		admin: fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", port)}
+	started := make(chan error, 1)
+	// The parent-death signal fires when the OS thread that forked the child
+	// exits, not the process: fork from a locked thread that lives as long as
+	// the server does.
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("pgtest: starting postgres: %w", err)
+			runtime.UnlockOSThread()
+			return
+		}
+		srv.proc = cmd.Process
+		started <- nil
+		srv.err = cmd.Wait()
+		close(srv.exited)
+		// Returning while locked ends this thread, which is what we want.
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	if err := srv.waitReady(60 * time.Second); err != nil {
+		_ = srv.proc.Signal(syscall.SIGQUIT)
+		<-srv.exited
+		log, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("%w\n%s", err, tail(string(log), 2000))
+	}
+	return srv, nil
+}
+
+// waitReady polls until the server answers a query, or it exits.
+func (s *server) waitReady(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn, err := pgx.Connect(ctx, s.admin)
+		if err == nil {
+			err = conn.Ping(ctx)
+			_ = conn.Close(ctx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("pgtest: postgres exited during startup: %v", s.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgtest: postgres not ready after %v: %w", limit, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// createDatabase creates a database with a random name through the server at
+// adminURL and returns its connection string. With drop, cleanup drops it.
+func createDatabase(t testing.TB, adminURL string, drop bool) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(adminURL)
+	if err != nil {
+		t.Fatalf("pgtest: parsing %s: %v", EnvURL, err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "pgtest_" + strings.ToLower(sanitize(t.Name())) + "_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: connecting to %s:%d: %v", cfg.Host, cfg.Port, err)
+	}
+	defer conn.Close(ctx)
+	// template0 with UTF8 and the C collation: keys compare byte-wise, as
+	// in Go, whatever the server's defaults are.
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+
+		" TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'"); err != nil {
+		t.Fatalf("pgtest: creating database %s: %v", name, err)
+	}
+	if drop {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Errorf("pgtest: connecting to drop %s: %v", name, err)
+				return
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+				t.Errorf("pgtest: dropping database %s: %v", name, err)
+			}
+		})
+	}
+	withDB, err := withDatabase(adminURL, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return withDB
+}
+
+// withDatabase returns connString naming database name instead, keeping every
+// other setting (TLS, password, options) as given.
+func withDatabase(connString, name string) (string, error) {
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		if err != nil {
+			return "", fmt.Errorf("parsing %s: %w", EnvURL, err)
+		}
+		u.Path, u.RawPath = "/"+name, ""
+		return u.String(), nil
+	}
+	// In a key/value string the last setting of a keyword wins.
+	return connString + " dbname='" + name + "'", nil
+}
+
+// sanitize keeps the letters and digits of a test name, for database names
+// that say which test made them. PostgreSQL names are at most 63 bytes.
+func sanitize(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case b.Len() > 0 && !strings.HasSuffix(b.String(), "_"):
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() > 32 {
+		return strings.Trim(b.String()[:32], "_")
+	}
+	return strings.Trim(b.String(), "_")
+}

@@ -1,0 +1,168 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SchemaVersion is the version of the tables this release reads and writes.
+// Open and New's first operation create them, or migrate older ones, and
+// refuse tables of a newer version with an error matching ErrSchemaVersion.
+const SchemaVersion = 1
+
+// ErrSchemaVersion means the store's tables were made by a newer release of
+// pgstore than this one, which must not write to them.
+var ErrSchemaVersion = errors.New("pgstore: schema version is newer than this release supports")
+
+// maxIdent is PostgreSQL's identifier limit (NAMEDATALEN - 1); longer names
+// are silently truncated, so two long prefixes could name the same table.
+const maxIdent = 63
+
+// names are the identifiers a Store uses, quoted for SQL.
+type names struct {
+	leases  string // schema-qualified leases table
+	meta    string // schema-qualified table holding the schema version
+	channel string // NOTIFY channel, an unquoted lower-case identifier
+	lockKey string // text hashed into the advisory lock that serialises migrations
+}
+
+func newNames(schema, prefix string) (names, error) {
+	if err := checkIdent("schema", schema); err != nil {
+		return names{}, err
+	}
+	if prefix != "" {
+		if err := checkIdent("table prefix", prefix+"leases"); err != nil {
+			return names{}, err
+		}
+	}
+	// The channel is a fixed function of the tables, so every Store on the
+	// same tables, in any process, listens and notifies on the same channel.
+	sum := sha256.Sum256([]byte(schema + "\x00" + prefix))
+	return names{
+		leases:  pgx.Identifier{schema, prefix + "leases"}.Sanitize(),
+		meta:    pgx.Identifier{schema, prefix + "meta"}.Sanitize(),
+		channel: "pgstore_" + hex.EncodeToString(sum[:12]),
+		lockKey: "pgstore schema " + pgx.Identifier{schema, prefix}.Sanitize(),
+	}, nil
+}
+
+func checkIdent(what, name string) error {
+	switch {
+	case name == "":
+		return invalidf("%s is empty", what)
+	case len(name) > maxIdent:
+		return invalidf("%s %q makes an identifier of %d bytes, more than PostgreSQL's %d", what, name, len(name), maxIdent)
+	case !utf8.ValidString(name):
+		return invalidf("%s is not valid UTF-8", what)
+	}
+	for _, c := range []byte(name) {
+		if c == 0 {
+			return invalidf("%s contains a NUL byte", what)
+		}
+	}
+	return nil
+}
+
+// migrations[v] takes the tables from version v to v+1.
+var migrations = []func(n names) []string{
+	0: func(n names) []string {
+		return []string{
+			// One row per key ever acquired. Release and expiry leave the row
+			// in place, so token is the key's high-water mark and the next
+			// acquisition continues from it (I1). The C collation makes keys
+			// compare byte-wise, as Go does, and lets PostgreSQL 15 serve
+			// starts_with from the primary key. fillfactor leaves room in each
+			// page for HOT updates: acquire, renew and release rewrite the row
+			// without touching the index.
+			`CREATE TABLE IF NOT EXISTS ` + n.leases + ` (
+				key        text COLLATE "C" PRIMARY KEY,
+				token      bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992),
+				id         bytea NOT NULL,
+				owner      text NOT NULL,
+				ttl_ns     bigint NOT NULL,
+				expires_at timestamptz NOT NULL
+			) WITH (fillfactor = 70)`,
+		}
+	},
+}
+
+// ensureSchema creates or migrates the tables, once per Store while it
+// succeeds. Concurrent Stores (other processes too) serialise on an advisory
+// lock, since concurrent CREATE TABLE IF NOT EXISTS can fail.
+func (s *Store) ensureSchema(ctx context.Context) error {
+	if s.schemaOK.Load() {
+		return nil
+	}
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
+	if s.schemaOK.Load() {
+		return nil
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	s.schemaOK.Store(true)
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.wrap(ctx, "preparing tables", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.n.lockKey); err != nil {
+		return s.wrap(ctx, "locking tables for migration", err)
+	}
+	var version int
+	var hasMeta bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.n.meta).Scan(&hasMeta); err != nil {
+		return s.wrap(ctx, "looking for tables", err)
+	}
+	if hasMeta {
+		err := tx.QueryRow(ctx, `SELECT version FROM `+s.n.meta).Scan(&version)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return s.wrap(ctx, "reading schema version", err)
+		}
+	}
+	switch {
+	case version > SchemaVersion:
+		return fmt.Errorf("%w: %s is at version %d, this release knows up to %d", ErrSchemaVersion, s.n.meta, version, SchemaVersion)
+	case version == SchemaVersion:
+		return nil // nothing to create: no DDL, so no CREATE privilege needed
+	}
+	var hasSchema bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&hasSchema); err != nil {
+		return s.wrap(ctx, "looking for schema", err)
+	}
+	ddl := []string{}
+	if !hasSchema {
+		ddl = append(ddl, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.schema}.Sanitize())
+	}
+	ddl = append(ddl, `CREATE TABLE IF NOT EXISTS `+s.n.meta+` (
+		one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+		version integer NOT NULL
+	)`)
+	for v := version; v < SchemaVersion; v++ {
+		ddl = append(ddl, migrations[v](s.n)...)
+	}
+	for _, stmt := range ddl {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return s.wrap(ctx, "creating tables", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+s.n.meta+` (version) VALUES ($1)
+		ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version`, SchemaVersion); err != nil {
+		return s.wrap(ctx, "recording schema version", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.wrap(ctx, "committing tables", err)
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehq/lease"
+)
+
+// Store is a lease.Backend on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	owned  bool // Close closes pool
+	schema string
+	n      names
+	q      queries
+
+	schemaMu sync.Mutex
+	schemaOK atomic.Bool
+	closed   atomic.Bool
+
+	notify *notifier
+}
+
+var (
+	_ lease.Backend  = (*Store)(nil)
+	_ lease.Notifier = (*Store)(nil)
+)
+
+// Option configures a Store.
+type Option func(*config) error
+
+type config struct {
+	schema string
+	prefix string
+}
+
+// DefaultSchema and DefaultTablePrefix name the tables when no option says
+// otherwise: public.lease_leases and public.lease_meta.
+const (
+	DefaultSchema      = "public"
+	DefaultTablePrefix = "lease_"
+)
+
+// WithSchema puts the tables in the PostgreSQL schema name (created if it
+// does not exist). Any name is allowed; it is quoted, not interpreted.
+func WithSchema(name string) Option {
+	return func(c *config) error {
+		if err := checkIdent("schema", name); err != nil {
+			return err
+		}
+		c.schema = name
+		return nil
+	}
+}
+
+// WithTablePrefix starts the tables' names with p: p+"leases" and p+"meta".
+// The empty prefix is allowed.
+func WithTablePrefix(p string) Option {
+	return func(c *config) error {
+		if p != "" {
+			if err := checkIdent("table prefix", p+"leases"); err != nil {
+				return err
+			}
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// Open connects a pool to connString (a pgx connection string; pool settings
+// such as pool_max_conns go in it too), creates or checks the tables and
+// returns a Store that owns the pool.
+func Open(ctx context.Context, connString string, opts ...Option) (*Store, error) {
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w: %w", lease.ErrUnavailable, err)
+	}
+	s, err := New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.owned = true
+	if err := s.ensureSchema(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns a Store using pool, which stays the caller's: Close does not
+// close it. The tables are created or checked on first use.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, invalidf("pool is nil")
+	}
+	cfg := config{schema: DefaultSchema, prefix: DefaultTablePrefix}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalidf("nil option")
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	n, err := newNames(cfg.schema, cfg.prefix)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n)}
+	s.notify = newNotifier(s)
+	return s, nil
+}
+
+// Close stops the notification listener, ends pending WaitChange calls, and
+// closes the pool if Open made it. Later operations fail with an error
+// matching lease.ErrUnavailable.
+func (s *Store) Close() {
+	if s.closed.Swap(true) {
+		return
+	}
+	s.notify.close()
+	if s.owned {
+		s.pool.Close()
+	}
+}
+
+// Pool returns the pool the Store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// errClosed is the cause of operations on a closed Store.
+var errClosed = errors.New("store is closed")
+
+// ready checks that the store is open and its tables exist.
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("pgstore: %w: %w", lease.ErrUnavailable, errClosed)
+	}
+	return s.ensureSchema(ctx)
+}
+
+func validate(key, owner string, ttl time.Duration) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	if err := lease.ValidateOwner(owner); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	return nil
+}
+
+// Acquire implements lease.Backend in one statement. A held key costs a read
+// only: no row lock, no transaction ID, no WAL, no commit flush (see doc.go).
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := validate(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	id := lease.NewID()
+	var (
+		acquired bool
+		l        = lease.Lease{Key: key}
+		ttlNS    int64
+	)
+	err := s.pool.QueryRow(ctx, s.q.acquire, key, id[:], owner, ttl.Nanoseconds()).
+		Scan(&acquired, &l.Token, &l.Owner, &ttlNS, &l.Expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// The row was free when we looked, but a concurrent acquire got
+		// there first; its holder is not in our statement's snapshot.
+		return lease.Lease{}, fmt.Errorf("pgstore: %q was just taken by a concurrent acquire: %w", key, lease.ErrHeld)
+	case err != nil:
+		return lease.Lease{}, s.fail(ctx, "acquiring", key, err)
+	case !acquired:
+		return lease.Lease{}, &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+	}
+	l.ID, l.TTL = id, ttl
+	return l, nil
+}
+
+// Renew implements lease.Backend. It commits durably: a renewal lost in a
+// crash would let the server hand the key on before the holder's deadline.
+func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := lease.ValidateLease(l); err != nil {
+		return lease.Lease{}, fmt.Errorf("pgstore: %w", err)
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return lease.Lease{}, fmt.Errorf("pgstore: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	r := lease.Lease{Key: l.Key, Token: l.Token, ID: l.ID, TTL: ttl}
+	err := s.pool.QueryRow(ctx, s.q.renew, l.Key, int64(l.Token), l.ID[:], ttl.Nanoseconds()).Scan(&r.Owner, &r.Expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return lease.Lease{}, fmt.Errorf("pgstore: renewing %q token %d: %w", l.Key, l.Token, lease.ErrNotHeld)
+	case err != nil:
+		return lease.Lease{}, s.fail(ctx, "renewing", l.Key, err)
+	}
+	return r, nil
+}
+
+// Release implements lease.Backend. The row stays, marked free, so that the
+// key's token high-water mark survives; waiters are notified on commit.
+func (s *Store) Release(ctx context.Context, l lease.Lease) error {
+	if err := lease.ValidateLease(l); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.release, l.Key, int64(l.Token), l.ID[:], s.n.channel)
+	switch {
+	case err != nil:
+		return s.fail(ctx, "releasing", l.Key, err)
+	case tag.RowsAffected() == 0:
+		return fmt.Errorf("pgstore: releasing %q token %d: %w", l.Key, l.Token, lease.ErrNotHeld)
+	}
+	return nil
+}
+
+// Get implements lease.Backend.
+func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Lease{}, fmt.Errorf("pgstore: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	l := lease.Lease{Key: key}
+	var ttlNS int64
+	err := s.pool.QueryRow(ctx, s.q.get, key).Scan(&l.Owner, &l.Token, &ttlNS, &l.Expires)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return lease.Lease{}, fmt.Errorf("pgstore: %q: %w", key, lease.ErrNotFound)
+	case err != nil:
+		return lease.Lease{}, s.fail(ctx, "reading", key, err)
+	}
+	l.TTL = time.Duration(ttlNS)
+	return l, nil
+}
+
+// List implements lease.Backend.
+func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	if !utf8.ValidString(prefix) {
+		return nil, invalidf("list prefix is not valid UTF-8")
+	}
+	for _, c := range []byte(prefix) {
+		if c == 0 {
+			return nil, invalidf("list prefix contains a NUL byte")
+		}
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.q.list, prefix)
+	if err != nil {
+		return nil, s.fail(ctx, "listing", prefix, err)
+	}
+	var out []lease.Lease
+	for rows.Next() {
+		var l lease.Lease
+		var ttlNS int64
+		if err := rows.Scan(&l.Key, &l.Owner, &l.Token, &ttlNS, &l.Expires); err != nil {
+			rows.Close()
+			return nil, s.fail(ctx, "listing", prefix, err)
+		}
+		l.TTL = time.Duration(ttlNS)
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(ctx, "listing", prefix, err)
+	}
+	return out, nil
+}
+
+// fail wraps a database error from an operation on key. The outcome of the
+// operation is unknown to us (the statement may have committed before the
+// connection broke), so it is reported as unavailability, never as an
+// answer.
+func (s *Store) fail(ctx context.Context, op, key string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: dropped under us
+		s.schemaOK.Store(false)
+	}
+	return s.wrap(ctx, fmt.Sprintf("%s %q", op, key), err)
+}
+
+// wrap makes err match lease.ErrUnavailable, and ctx's error if ctx ended.
+func (s *Store) wrap(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("pgstore: %s: %w: %w (%w)", what, lease.ErrUnavailable, err, cerr)
+	}
+	return fmt.Errorf("pgstore: %s: %w: %w", what, lease.ErrUnavailable, err)
+}
+
+// invalidf returns an error matching lease.ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("pgstore: %w: "+format, append([]any{lease.ErrInvalid}, args...)...)
+}
