@@ -1,0 +1,105 @@
+// Package etcdstore is a lease.Backend and lease.WaitAcquirer on etcd
+// (clientv3), for deployments that outgrow one machine: every operation is
+// a linearizable etcd request, replicated by Raft, so leases and tokens
+// survive the loss of a minority of members and leader changes.
+//
+// # Keys
+//
+// Everything lives under a prefix ending in "/" (WithPrefix, default
+// "lease/"), built by one function: prefix, a kind letter, NUL, the lease
+// key (and for queue entries NUL and a name). Lease keys and prefixes
+// contain no control characters, so no Store's keys can fall inside
+// another's ranges even when one prefix starts with the other (etcd issue
+// #6278). Per lease key there are:
+//
+//   - h: the holder key; value the lease's secret ID, attached to the
+//     generation's etcd lease. Its CreateRevision is the token.
+//   - i: owner, asked TTL and etcd TTL, attached to the same etcd lease.
+//   - w: the FIFO queue of AcquireWait callers, each attached to its own
+//     etcd lease, ordered by create revision.
+//
+// and one high-water key per prefix (m).
+//
+// # Tokens (I1)
+//
+// A token is the create revision of the holder key. etcd's revision is a
+// counter of the replicated Raft log's applied writes: every member applies
+// the same committed entries in the same order, and a committed entry is
+// never lost when the leader changes (Raft's leader completeness), so the
+// revision only grows — across releases, expiries, compactions, member
+// restarts and failovers. A new generation is created only after the
+// previous one's keys were deleted, by a later write, so its create revision
+// is strictly greater. Renewal keeps the token: a Put to an existing key
+// keeps its create revision. Revisions above 2^53 (lease.MaxToken) are
+// refused; at etcd's write rates that is centuries away.
+//
+// # Expiry and TTLs (I5)
+//
+// Expiry is etcd's: each generation is attached to an etcd lease that the
+// leader expires on its own clock. etcd lease TTLs are whole seconds and at
+// least ceil(1.5 × election timeout) (1 s with the defaults), so a TTL maps
+// to ceil(TTL) + 1 s: expiry is never earlier than asked, and up to about
+// 2.5 s later (the extra second lets an idle etcd lease be reused without a
+// keep-alive; etcd checks expiry every 0.5 s; a new leader also extends every
+// lease by an election timeout). A 50 ms TTL is therefore held for about
+// 2 s. This only delays successors after a crash: the holder's client gives
+// the lease up at its own conservative deadline (send time + TTL − margin),
+// which is always before etcd's expiry. Lease.Expires is an estimate on the
+// local clock (receive time of the last grant or keep-alive + etcd TTL); for
+// Get, List and HeldError, which cannot know when the holder last renewed,
+// it is the latest the lease can expire: now + etcd TTL.
+//
+// # Round trips
+//
+// Each generation has an etcd lease of its own — renewing or expiring one
+// never touches another — but etcd leases are reused: after a release the
+// now keyless etcd lease goes back to a per-Store pool and carries the next
+// generation of any key with the same etcd TTL. So, in the common case:
+//
+//   - Acquire: one Txn (If key free and no waiters, Then create, Else read
+//     the holder). A Grant first only when the pool has no etcd lease for
+//     the TTL; a KeepAliveOnce first when the pooled one idled for more than
+//     about a second (keep-alives are served by the leader from memory,
+//     without a Raft write).
+//   - Release: one Txn (If token and ID match, Then delete).
+//   - Renew: a read-only Txn checking token and ID, then KeepAliveOnce; a
+//     changed etcd TTL instead moves the keys to another etcd lease in a Txn.
+//   - Get, List: one read-only Txn.
+//
+// etcd's concurrency.Mutex with a reused session takes two writes too
+// (Lock's Txn, Unlock's Delete) but has no token check on unlock, no fresh
+// lease per holder and no secret.
+//
+// # Waiting (AcquireWait)
+//
+// Waiters queue by create revision and each watches its predecessor's
+// deletion, as concurrency.Mutex does, with two differences: the watch
+// starts at the revision after the one observed (Mutex's starts at the
+// observed one, which puts the watcher among etcd's unsynced watchers and
+// delays the event until the 100 ms resync, capping a contended key at
+// ~300 hand-offs/s), and the claim is a Txn that checks the waiter's own
+// entry still exists with its create revision, so a waiter whose etcd lease
+// expired while it waited never believes it holds the lease (Jepsen's
+// etcd 3.4.3 finding, etcd PR #11408). Acquire (try once) fails while
+// waiters are queued even if the key is momentarily free, so that waiters
+// are served in order.
+//
+// # Restoring a snapshot (I7)
+//
+// Restoring an etcd snapshot without `--bump-revision` starts the cluster
+// at the snapshot's revision, which can be lower than tokens issued after
+// the snapshot was taken. New tokens would then repeat old ones; the
+// guards' high-water marks reject them — safe, but every new holder is
+// rejected until the revision passes the old tokens (stuck). Restore with
+//
+//	etcdutl snapshot restore snap.db --bump-revision 1000000000 --mark-compacted ...
+//
+// choosing a bump larger than the revisions written since the snapshot. The
+// Store detects what it can: New and Open refuse, with ErrRevisionBehind, a
+// cluster whose revision is below the prefix's high-water key (raised by
+// every acquisition and at every Open — this catches keys copied to a new
+// cluster, e.g. by make-mirror), and a running Store stops serving when a
+// response's revision is below one it saw earlier. A snapshot restore that
+// rewinds the high-water key with everything else cannot be detected from
+// inside etcd: the guards' marks are the last line.
+package etcdstore

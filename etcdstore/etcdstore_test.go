@@ -1,0 +1,121 @@
+package etcdstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/etcdstore"
+	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/leasetest"
+)
+
+func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+
+// uniquePrefix gives each test its own namespace, so that tests can share
+// one etcd (LEASE_TEST_ETCD_ENDPOINTS).
+func uniquePrefix(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "etcdstore-test/" + hex.EncodeToString(b[:]) + "/"
+}
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func open(t testing.TB, endpoints []string, opts ...etcdstore.Option) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.Open(ctxFor(t), endpoints, opts...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// etcd lease TTLs are whole seconds, at least 1 s: the suite's expiring
+// leases use 1 s, held by etcd for up to ~2.5 s (see the package doc).
+var suiteOpts = []leasetest.Option{leasetest.ExpiryTTL(time.Second), leasetest.Settle(3 * time.Second)}
+
+func TestConformance(t *testing.T) {
+	eps := etcdtest.Start(t)
+	prefix := uniquePrefix(t)
+	opts := append(suiteOpts, leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
+		if err := old.(*etcdstore.Store).Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		return open(t, eps, etcdstore.WithPrefix(prefix))
+	}))
+	leasetest.TestBackend(t, func(t *testing.T) lease.Backend {
+		return open(t, eps, etcdstore.WithPrefix(prefix))
+	}, opts...)
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := etcdtest.StartCluster(t, 3)
+	prefix := uniquePrefix(t)
+	leasetest.TestBackend(t, func(t *testing.T) lease.Backend {
+		return open(t, c.Endpoints(), etcdstore.WithPrefix(prefix))
+	}, suiteOpts...)
+}
+
+func TestPrefixValidation(t *testing.T) {
+	eps := etcdtest.Start(t)
+	for _, p := range []string{"", "a", "lease", "a/\x00/", "a/\n/"} {
+		if _, err := etcdstore.Open(ctxFor(t), eps, etcdstore.WithPrefix(p)); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("WithPrefix(%q): err = %v, want ErrInvalid", p, err)
+		}
+	}
+	if _, err := etcdstore.Open(ctxFor(t), nil); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("Open without endpoints: err = %v, want ErrInvalid", err)
+	}
+	if _, err := etcdstore.New(nil); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("New(nil): err = %v, want ErrInvalid", err)
+	}
+}
+
+// TestPrefixesDisjoint checks that Stores whose prefixes start with one
+// another never see each other's keys (etcd issue #6278).
+func TestPrefixesDisjoint(t *testing.T) {
+	eps := etcdtest.Start(t)
+	base := uniquePrefix(t)
+	prefixes := []string{base + "a/", base + "ab/", base + "a/b/", base + "a//", base + "a/h/"}
+	keys := []string{"x", "b/x", "h/x", "ab/x", "/x"}
+	stores := make([]*etcdstore.Store, len(prefixes))
+	for i, p := range prefixes {
+		stores[i] = open(t, eps, etcdstore.WithPrefix(p))
+	}
+	// Each store takes every key; none is reported held by another store.
+	for i, s := range stores {
+		for _, k := range keys {
+			l, err := s.Acquire(ctxFor(t), k, prefixes[i], time.Minute)
+			if err != nil {
+				t.Fatalf("store %q: Acquire(%q): %v (another prefix's key?)", prefixes[i], k, err)
+			}
+			if l.Owner != prefixes[i] {
+				t.Fatalf("store %q: owner %q", prefixes[i], l.Owner)
+			}
+		}
+	}
+	for i, s := range stores {
+		all, err := s.List(ctxFor(t), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != len(keys) {
+			t.Errorf("store %q lists %d leases, want its own %d: %+v", prefixes[i], len(all), len(keys), all)
+		}
+		for _, l := range all {
+			if l.Owner != prefixes[i] {
+				t.Errorf("store %q lists %q owned by %q", prefixes[i], l.Key, l.Owner)
+			}
+		}
+	}
+}

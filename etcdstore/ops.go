@@ -1,0 +1,313 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehq/lease"
+)
+
+// freeCmps hold when key has no generation and no queued waiters.
+func (s *Store) freeCmps(key string) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(s.path(kindHolder, key)), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.path(kindWaiter, key, "")), "=", 0).WithPrefix(),
+	}
+}
+
+// ownedCmps hold when l is key's current generation: same token, same ID.
+func (s *Store) ownedCmps(l lease.Lease) []clientv3.Cmp {
+	h := s.path(kindHolder, l.Key)
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(h), "=", int64(l.Token)),
+		clientv3.Compare(clientv3.Value(h), "=", l.ID.String()),
+	}
+}
+
+// createOps start a generation of key on el. The holder key's create
+// revision — this transaction's revision — is the token.
+func (s *Store) createOps(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, floor int64) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpPut(s.path(kindHolder, key), id.String(), clientv3.WithLease(el.id)),
+		clientv3.OpPut(s.path(kindInfo, key), encodeInfo(owner, ttl, el.secs), clientv3.WithLease(el.id)),
+		s.raiseHighWater(floor),
+	}
+}
+
+// readOps read key's generation: holder then info.
+func (s *Store) readOps(key string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key)), clientv3.OpGet(s.path(kindInfo, key))}
+}
+
+
+func kvOf(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if i >= len(resp.Responses) {
+		return nil
+	}
+	rr := resp.Responses[i].GetResponseRange()
+	if rr == nil || len(rr.Kvs) == 0 {
+		return nil
+	}
+	return rr.Kvs[0]
+}
+
+// checkArgs validates what Acquire and AcquireWait are given.
+func checkArgs(key, owner string, ttl time.Duration) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := lease.ValidateOwner(owner); err != nil {
+		return err
+	}
+	return lease.ValidateTTL(ttl)
+}
+
+// Acquire implements lease.Backend: one Txn in the common case, which
+// creates the generation if the key is free and has no waiters, and
+// otherwise reads the holder — without writing data. A Grant precedes it
+// only when the Store has no idle etcd lease for the TTL.
+func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := s.usable(); err != nil {
+		return lease.Lease{}, err
+	}
+	el, err := s.take(ctx, ttl)
+	if err != nil {
+		return lease.Lease{}, fail(ctx, "acquire", key, err)
+	}
+	id := lease.NewID()
+	floor := s.maxRev.Load()
+	resp, err := s.cli.Txn(ctx).If(s.freeCmps(key)...).
+		Then(s.createOps(key, owner, id, ttl, el, floor)...).
+		Else(s.readOps(key)...).Commit()
+	if err != nil {
+		s.revoke(el.id) // we may have created a generation on it
+		return lease.Lease{}, fail(ctx, "acquire", key, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		s.revoke(el.id)
+		return lease.Lease{}, err
+	}
+	if !resp.Succeeded {
+		s.give(el)
+		return lease.Lease{}, s.heldError(key, kvOf(resp, 0), kvOf(resp, 1))
+	}
+	return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
+}
+
+// granted finishes a successful acquisition at revision rev.
+func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64) (lease.Lease, error) {
+	tok, err := tokenOf(rev)
+	if err != nil {
+		s.revoke(el.id)
+		return lease.Lease{}, err
+	}
+	s.hold(id, el)
+	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: el.expires()}, nil
+}
+
+// heldError describes why a free-key comparison failed.
+func (s *Store) heldError(key string, h, i *mvccpb.KeyValue) error {
+	if h == nil {
+		return fmt.Errorf("%w: etcdstore: %q has waiters queued", lease.ErrHeld, key)
+	}
+	l, err := leaseFrom(key, h, i, time.Now())
+	if err != nil {
+		return err
+	}
+	return &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+}
+
+// Renew implements lease.Backend. With the TTL's etcd lease TTL unchanged it
+// checks the generation (a read-only Txn) and keeps its etcd lease alive
+// (no Raft write); with another it moves the generation's keys to an etcd
+// lease of the new TTL, keeping the token (a key's create revision survives
+// a Put).
+func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := lease.ValidateLease(l); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := s.usable(); err != nil {
+		return lease.Lease{}, err
+	}
+	floor := s.maxRev.Load()
+	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(s.readOps(l.Key)...).Commit()
+	if err != nil {
+		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		return lease.Lease{}, err
+	}
+	if !resp.Succeeded {
+		return lease.Lease{}, notHeld(l)
+	}
+	h := kvOf(resp, 0)
+	in, err := decodeInfo(kvOf(resp, 1))
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	cur := clientv3.LeaseID(h.Lease)
+	el, ours := s.heldLease(l.ID, cur, in.EtcdTTL)
+	out := l
+	out.Owner, out.TTL = in.Owner, ttl
+
+	if secs := etcdTTL(ttl); secs == in.EtcdTTL {
+		if err := s.keepAlive(ctx, el); err == errLeaseGone {
+			return lease.Lease{}, notHeld(l)
+		} else if err != nil {
+			return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+		}
+		if !ours {
+			s.hold(l.ID, el)
+		}
+		if in.TTLms != ttl.Milliseconds() {
+			put := clientv3.OpPut(s.path(kindInfo, l.Key), encodeInfo(in.Owner, ttl, secs), clientv3.WithLease(cur))
+			resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(put).Commit()
+			if err != nil {
+				return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+			}
+			if !resp.Succeeded {
+				return lease.Lease{}, notHeld(l)
+			}
+		}
+		s.mu.Lock()
+		out.Expires = el.expires()
+		s.mu.Unlock()
+		return out, nil
+	}
+
+	nel, err := s.take(ctx, ttl)
+	if err != nil {
+		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+	}
+	cmps := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(s.path(kindHolder, l.Key)), "=", int64(cur)))
+	resp, err = s.cli.Txn(ctx).If(cmps...).Then(
+		clientv3.OpPut(s.path(kindHolder, l.Key), l.ID.String(), clientv3.WithLease(nel.id)),
+		clientv3.OpPut(s.path(kindInfo, l.Key), encodeInfo(in.Owner, ttl, nel.secs), clientv3.WithLease(nel.id)),
+	).Commit()
+	if err != nil {
+		s.revoke(nel.id) // revoking would end the generation if the move happened: the outcome is unknown either way
+		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+	}
+	if !resp.Succeeded {
+		s.give(nel)
+		return lease.Lease{}, notHeld(l)
+	}
+	// The old etcd lease has no keys now.
+	if old := s.unhold(l.ID, cur); old != nil {
+		s.give(old)
+	} else {
+		s.revoke(cur)
+	}
+	s.hold(l.ID, nel)
+	out.Expires = nel.expires()
+	return out, nil
+}
+
+func notHeld(l lease.Lease) error {
+	return fmt.Errorf("%w: etcdstore: %q token %d is not the current lease", lease.ErrNotHeld, l.Key, l.Token)
+}
+
+// Release implements lease.Backend: one Txn that deletes the generation if
+// it is l's. Its etcd lease, then keyless, goes back to the pool (or is
+// revoked if this Store did not grant it).
+func (s *Store) Release(ctx context.Context, l lease.Lease) error {
+	if err := lease.ValidateLease(l); err != nil {
+		return err
+	}
+	if err := s.usable(); err != nil {
+		return err
+	}
+	floor := s.maxRev.Load()
+	h := s.path(kindHolder, l.Key)
+	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(
+		clientv3.OpGet(h), clientv3.OpDelete(h), clientv3.OpDelete(s.path(kindInfo, l.Key)),
+	).Commit()
+	if err != nil {
+		return fail(ctx, "release", l.Key, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return notHeld(l)
+	}
+	cur := clientv3.LeaseID(kvOf(resp, 0).Lease)
+	if el := s.unhold(l.ID, cur); el != nil {
+		s.give(el)
+	} else {
+		s.revoke(cur)
+	}
+	return nil
+}
+
+// Get implements lease.Backend with one read-only (linearizable) Txn.
+func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
+	if err := lease.ValidateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := s.usable(); err != nil {
+		return lease.Lease{}, err
+	}
+	floor := s.maxRev.Load()
+	resp, err := s.cli.Txn(ctx).Then(s.readOps(key)...).Commit()
+	if err != nil {
+		return lease.Lease{}, fail(ctx, "get", key, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		return lease.Lease{}, err
+	}
+	h := kvOf(resp, 0)
+	if h == nil {
+		return lease.Lease{}, fmt.Errorf("%w: etcdstore: %q", lease.ErrNotFound, key)
+	}
+	return leaseFrom(key, h, kvOf(resp, 1), time.Now())
+}
+
+// List implements lease.Backend with one read-only Txn over two ranges.
+func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	if prefix != "" {
+		if err := lease.ValidateKey(prefix); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	floor := s.maxRev.Load()
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.path(kindHolder, prefix), clientv3.WithPrefix()),
+		clientv3.OpGet(s.path(kindInfo, prefix), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, fail(ctx, "list", prefix, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		return nil, err
+	}
+	hbase, ibase := len(s.path(kindHolder, "")), len(s.path(kindInfo, ""))
+	infos := make(map[string]*mvccpb.KeyValue)
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		infos[string(kv.Key[ibase:])] = kv
+	}
+	now := time.Now()
+	var out []lease.Lease
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs { // etcd sorts by key
+		key := string(kv.Key[hbase:])
+		l, err := leaseFrom(key, kv, infos[key], now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}

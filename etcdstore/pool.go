@@ -1,0 +1,159 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehq/lease"
+)
+
+// etcdLease is an etcd lease as the Store tracks it. Each is attached to at
+// most one generation (or one waiter) at a time, so keeping it alive or
+// letting it expire affects that lease.Lease alone. Between generations it
+// sits, with no keys, in the Store's pool for reuse: that saves a Grant per
+// acquisition and a Revoke per release.
+type etcdLease struct {
+	id   clientv3.LeaseID
+	secs int64     // the TTL etcd granted, in seconds
+	sent time.Time // send time of the last grant or keep-alive: etcd keeps the lease at least until sent+secs
+	seen time.Time // receive time of the same: etcd expires it about seen+secs
+}
+
+// safeUntil is when etcd may expire the lease at the earliest.
+func (el *etcdLease) safeUntil() time.Time { return el.sent.Add(time.Duration(el.secs) * time.Second) }
+
+// expires estimates, on the local clock, when etcd will expire the lease if
+// it is not kept alive: the value reported as lease.Lease.Expires.
+func (el *etcdLease) expires() time.Time { return el.seen.Add(time.Duration(el.secs) * time.Second) }
+
+// etcdTTL maps a lease TTL to the etcd lease TTL used for it: whole seconds
+// (etcd's granularity) rounded up, plus one second, so that a lease taken
+// from the pool up to a second after its last refresh still outlives the
+// asked TTL. Expiry is therefore never earlier than asked, and at most about
+// 2 s (plus etcd's 0.5 s expiry check) later.
+func etcdTTL(ttl time.Duration) int64 {
+	return int64((ttl+time.Second-1)/time.Second) + 1
+}
+
+// poolCap bounds the idle leases kept per TTL; more are revoked.
+const poolCap = 128
+
+// errLeaseGone means etcd no longer has the lease: it expired or was revoked.
+var errLeaseGone = errors.New("etcdstore: etcd lease expired or revoked")
+
+// take returns an etcd lease with no keys that etcd keeps at least ttl from
+// now: an idle one from the pool, refreshed if needed, or a new grant.
+func (s *Store) take(ctx context.Context, ttl time.Duration) (*etcdLease, error) {
+	secs := etcdTTL(ttl)
+	for {
+		s.mu.Lock()
+		list := s.pool[secs]
+		if len(list) == 0 {
+			s.mu.Unlock()
+			break
+		}
+		el := list[len(list)-1]
+		s.pool[secs] = list[:len(list)-1]
+		s.mu.Unlock()
+		if !el.safeUntil().Before(time.Now().Add(ttl)) {
+			return el, nil
+		}
+		// Idle too long to vouch for the TTL: one keep-alive (served by the
+		// leader from memory, no Raft write) makes it as good as new.
+		if err := s.keepAlive(ctx, el); err == nil {
+			return el, nil
+		} else if !errors.Is(err, errLeaseGone) {
+			return nil, err
+		}
+	}
+	sent := time.Now()
+	resp, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return nil, fmt.Errorf("granting an etcd lease: %w", err)
+	}
+	return &etcdLease{id: resp.ID, secs: resp.TTL, sent: sent, seen: time.Now()}, nil
+}
+
+// keepAlive refreshes el, returning errLeaseGone if etcd no longer has it.
+func (s *Store) keepAlive(ctx context.Context, el *etcdLease) error {
+	sent := time.Now()
+	resp, err := s.cli.KeepAliveOnce(ctx, el.id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return errLeaseGone
+	}
+	if err != nil {
+		return fmt.Errorf("keeping etcd lease %x alive: %w", int64(el.id), err)
+	}
+	s.mu.Lock()
+	el.sent, el.seen, el.secs = sent, time.Now(), resp.TTL
+	s.mu.Unlock()
+	return nil
+}
+
+// give puts el, which must have no keys attached, back in the pool.
+func (s *Store) give(el *etcdLease) {
+	s.mu.Lock()
+	if !s.closed && len(s.pool[el.secs]) < poolCap {
+		s.pool[el.secs] = append(s.pool[el.secs], el)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.revoke(el.id)
+}
+
+// revoke revokes an etcd lease, deleting whatever is attached to it, on a
+// best-effort basis: if etcd cannot be reached the lease expires by itself.
+// It is used where an operation's outcome is unknown, so that a generation
+// we may have created does not block the key for a whole TTL.
+func (s *Store) revoke(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = s.cli.Revoke(ctx, id)
+}
+
+// hold records el as the etcd lease of the generation with secret id.
+func (s *Store) hold(id lease.ID, el *etcdLease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held[id] = el
+	// Generations that expired instead of being released leave entries
+	// behind; drop those long past their expiry now and then.
+	if now := time.Now(); len(s.held) > 1024 && now.Sub(s.lastSweep) > time.Second {
+		s.lastSweep = now
+		for k, v := range s.held {
+			if now.Sub(v.expires()) > time.Minute {
+				delete(s.held, k)
+			}
+		}
+	}
+}
+
+// unhold forgets and returns the etcd lease of the generation with secret
+// id, if it is the one etcd has attached (cur).
+func (s *Store) unhold(id lease.ID, cur clientv3.LeaseID) *etcdLease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el := s.held[id]
+	delete(s.held, id)
+	if el == nil || el.id != cur {
+		return nil
+	}
+	return el
+}
+
+// heldLease returns the tracked etcd lease of generation id if etcd has it
+// attached (cur), or a record for cur that this Store did not grant.
+func (s *Store) heldLease(id lease.ID, cur clientv3.LeaseID, secs int64) (el *etcdLease, ours bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el := s.held[id]; el != nil && el.id == cur {
+		return el, true
+	}
+	return &etcdLease{id: cur, secs: secs}, false
+}

@@ -1,0 +1,293 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasehq/lease"
+)
+
+// ErrRevisionBehind means the cluster's revision is lower than a token this
+// prefix has already issued: its history was rewound (a snapshot restored
+// without --bump-revision, or the keys copied to a new cluster). Tokens
+// issued now could repeat old ones (I1), so the Store refuses to serve
+// (I7). It matches lease.ErrUnavailable.
+var ErrRevisionBehind = fmt.Errorf("%w: etcdstore: the cluster's revision is behind tokens already issued", lease.ErrUnavailable)
+
+// DefaultPrefix is the key prefix used without WithPrefix.
+const DefaultPrefix = "lease/"
+
+// Store is a lease.Backend and lease.WaitAcquirer on etcd. It is safe for
+// concurrent use. See the package documentation for the model.
+type Store struct {
+	cli    *clientv3.Client
+	owned  bool // cli was made by Open and is closed by Close
+	prefix string
+
+	// maxRev is the highest revision seen in a response. A later response
+	// with a lower one means the cluster's history was rewound.
+	maxRev atomic.Int64
+	broken atomic.Pointer[error]
+
+	mu        sync.Mutex
+	pool      map[int64][]*etcdLease // idle etcd leases with no keys, by TTL in seconds
+	held      map[lease.ID]*etcdLease
+	lastSweep time.Time
+	closed    bool
+}
+
+var (
+	_ lease.Backend      = (*Store)(nil)
+	_ lease.WaitAcquirer = (*Store)(nil)
+)
+
+// Option configures a Store.
+type Option func(*config) error
+
+type config struct {
+	prefix string
+}
+
+// WithPrefix sets the prefix under which the Store keeps its etcd keys
+// (default DefaultPrefix). It must be non-empty, end with "/", and contain
+// no control characters. Stores with different prefixes never see each
+// other's keys, even when one prefix starts with the other.
+func WithPrefix(p string) Option {
+	return func(c *config) error {
+		if p == "" || !strings.HasSuffix(p, "/") {
+			return fmt.Errorf("%w: etcdstore: prefix %q must be non-empty and end with \"/\"", lease.ErrInvalid, p)
+		}
+		if err := lease.ValidateKey(p); err != nil {
+			return fmt.Errorf("etcdstore: prefix: %w", err)
+		}
+		c.prefix = p
+		return nil
+	}
+}
+
+// Open connects to the etcd cluster at endpoints and returns a Store that
+// owns the connection (Close closes it). Like New it refuses a cluster
+// whose revision is behind the tokens already issued (ErrRevisionBehind).
+func Open(ctx context.Context, endpoints []string, opts ...Option) (*Store, error) {
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("%w: etcdstore: no endpoints", lease.ErrInvalid)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Context:     context.WithoutCancel(ctx),
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcdstore: connecting to %v: %v", lease.ErrUnavailable, endpoints, err)
+	}
+	s, err := newStore(ctx, cli, true, opts)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns a Store on an existing client, which stays the caller's to
+// close (after the Store). It reads and raises the prefix's high-water mark
+// with a 10 s timeout and refuses a cluster whose revision is behind it
+// (ErrRevisionBehind).
+func New(cli *clientv3.Client, opts ...Option) (*Store, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("%w: etcdstore: client is nil", lease.ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(cli.Ctx(), 10*time.Second)
+	defer cancel()
+	return newStore(ctx, cli, false, opts)
+}
+
+func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Option) (*Store, error) {
+	cfg := config{prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: etcdstore: nil option", lease.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{
+		cli:    cli,
+		owned:  owned,
+		prefix: cfg.prefix,
+		pool:   make(map[int64][]*etcdLease),
+		held:   make(map[lease.ID]*etcdLease),
+	}
+	if err := s.checkHighWater(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close revokes the idle etcd leases the Store keeps for reuse and, if Open
+// made the client, closes it. Leases still held stay in etcd until they are
+// released or expire.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var idle []*etcdLease
+	for _, l := range s.pool {
+		idle = append(idle, l...)
+	}
+	s.pool = nil
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, el := range idle {
+		if _, err := s.cli.Revoke(ctx, el.id); err != nil {
+			break // unreachable: they expire on their own
+		}
+	}
+	if s.owned {
+		return s.cli.Close()
+	}
+	return nil
+}
+
+// Key kinds, each its own namespace under the prefix.
+const (
+	kindHolder = 'h' // the current generation: value is the lease ID, CreateRevision the token
+	kindInfo   = 'i' // owner and TTLs of the current generation
+	kindWaiter = 'w' // the FIFO queue of AcquireWait callers
+	kindMeta   = 'm' // the high-water mark
+)
+
+// path builds every etcd key the Store uses: prefix, kind, NUL, key, and for
+// waiters NUL and the waiter's name. Lease keys and prefixes contain no
+// control characters, so the NULs make namespaces disjoint: no key of one
+// kind, lease key or prefix is a prefix of another's (unlike etcd issue
+// #6278). path(kind, k, "") is the range of all sub-keys of k.
+func (s *Store) path(kind byte, key string, sub ...string) string {
+	var b strings.Builder
+	b.Grow(len(s.prefix) + 2 + len(key) + 24)
+	b.WriteString(s.prefix)
+	b.WriteByte(kind)
+	b.WriteByte(0)
+	b.WriteString(key)
+	for _, p := range sub {
+		b.WriteByte(0)
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// usable returns the error that stopped the Store, if any.
+func (s *Store) usable() error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// observe checks a response's revision against the highest one seen by a
+// call that finished before this one started (floor): under linearizable
+// reads and writes it can only be lower if the cluster's history was
+// rewound, and then the Store stops serving.
+func (s *Store) observe(floor int64, h *pb.ResponseHeader) error {
+	if h == nil {
+		return nil
+	}
+	rev := h.Revision
+	if rev < floor {
+		err := fmt.Errorf("%w: revision %d seen after %d; was a snapshot restored without --bump-revision? (docs/ETCD.md)", ErrRevisionBehind, rev, floor)
+		s.broken.CompareAndSwap(nil, &err)
+		return err
+	}
+	for {
+		cur := s.maxRev.Load()
+		if rev <= cur || s.maxRev.CompareAndSwap(cur, rev) {
+			return nil
+		}
+	}
+}
+
+// revDigits is the width of revisions stored as values: zero-padded so that
+// etcd's byte-wise value comparison orders them numerically.
+const revDigits = 20
+
+func formatRev(r int64) string {
+	s := strconv.FormatInt(r, 10)
+	return strings.Repeat("0", revDigits-len(s)) + s
+}
+
+// highWaterKey is where the highest revision known to be issued under the
+// prefix is kept: raised at New/Open and by every acquisition.
+func (s *Store) highWaterKey() string { return s.path(kindMeta, "high-water") }
+
+// checkHighWater refuses a cluster whose revision is behind the stored
+// high-water mark, and raises the mark to the current revision.
+func (s *Store) checkHighWater(ctx context.Context) error {
+	k := s.highWaterKey()
+	resp, err := s.cli.Get(ctx, k)
+	if err != nil {
+		return fmt.Errorf("%w: etcdstore: reading the high-water mark: %v", lease.ErrUnavailable, err)
+	}
+	cur := resp.Header.Revision
+	var stored int64
+	if len(resp.Kvs) == 1 {
+		stored, err = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+		if err != nil || stored < 0 {
+			return fmt.Errorf("%w: etcdstore: high-water mark %q at %q is not a revision", lease.ErrUnavailable, resp.Kvs[0].Value, k)
+		}
+	}
+	if stored > cur {
+		return fmt.Errorf("%w: tokens up to %d were issued under %q but the cluster is at revision %d; restore with `etcdutl snapshot restore --bump-revision N --mark-compacted` (N above the revisions lost), see docs/ETCD.md", ErrRevisionBehind, stored, s.prefix, cur)
+	}
+	if cur > int64(lease.MaxToken) {
+		return fmt.Errorf("%w: etcdstore: the cluster's revision %d is above 2^53, the largest token", lease.ErrUnavailable, cur)
+	}
+	s.maxRev.Store(cur)
+	// Raise the mark unless someone raised it further meanwhile.
+	var cmp clientv3.Cmp
+	if len(resp.Kvs) == 1 {
+		cmp = clientv3.Compare(clientv3.ModRevision(k), "=", resp.Kvs[0].ModRevision)
+	} else {
+		cmp = clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+	}
+	if _, err := s.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(k, formatRev(cur))).Commit(); err != nil {
+		return fmt.Errorf("%w: etcdstore: writing the high-water mark: %v", lease.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// raiseHighWater is the part of an acquisition's transaction that raises the
+// high-water mark to rev, a revision already seen (so a lower bound of the
+// token being issued). It only ever raises it.
+func (s *Store) raiseHighWater(rev int64) clientv3.Op {
+	k, v := s.highWaterKey(), formatRev(rev)
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k), "<", v)},
+		[]clientv3.Op{clientv3.OpPut(k, v)}, nil)
+}
+
+// fail wraps an error from etcd: ctx's end if that caused it, otherwise
+// ErrUnavailable. Either way the outcome may be unknown.
+func fail(ctx context.Context, op, key string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: etcdstore: %s %q: %w", lease.ErrUnavailable, op, key, context.Cause(ctx))
+	}
+	if errors.Is(err, lease.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: etcdstore: %s %q: %v", lease.ErrUnavailable, op, key, err)
+}

@@ -1,0 +1,183 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehq/lease"
+)
+
+// keepAliveLead is how much longer than the TTL a waiter keeps its etcd
+// lease guaranteed, so that it still outlives the TTL when the claim lands.
+const keepAliveLead = 250 * time.Millisecond
+
+// AcquireWait implements lease.WaitAcquirer. Waiters queue in etcd in the
+// order they arrive — each is a key under the lease key's waiter range,
+// attached to the waiter's own etcd lease, ordered by create revision — and
+// each watches only the one ahead of it (the head watches the holder), from
+// the revision it observed, so a deletion is delivered at once rather than
+// after the watch's 100 ms resync. The first call is one Txn: acquire if
+// the key is free and nobody waits, else join the queue.
+//
+// A waiter claims the lease only in a Txn that also checks its own queue
+// entry still exists with its create revision: if its etcd lease expired
+// or was revoked while it waited, it has lost its place, and it returns an
+// error matching lease.ErrUnavailable instead of a lease (the bug Jepsen
+// found in etcd 3.4.3's Mutex, fixed in etcd PR #11408).
+func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := checkArgs(key, owner, ttl); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := s.usable(); err != nil {
+		return lease.Lease{}, err
+	}
+	el, err := s.take(ctx, ttl)
+	if err != nil {
+		return lease.Lease{}, fail(ctx, "acquire", key, err)
+	}
+	id := lease.NewID()
+	var name [8]byte
+	_, _ = rand.Read(name[:])
+	w := s.path(kindWaiter, key, hex.EncodeToString(name[:]))
+	floor := s.maxRev.Load()
+	resp, err := s.cli.Txn(ctx).If(s.freeCmps(key)...).
+		Then(s.createOps(key, owner, id, ttl, el, floor)...).
+		Else(clientv3.OpPut(w, owner, clientv3.WithLease(el.id))).Commit()
+	if err != nil {
+		s.revoke(el.id)
+		return lease.Lease{}, fail(ctx, "acquire", key, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		s.revoke(el.id)
+		return lease.Lease{}, err
+	}
+	if resp.Succeeded {
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
+	}
+	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el, name: w, rev: resp.Header.Revision}
+	return q.wait(ctx)
+}
+
+// waiter is one AcquireWait call's place in the queue.
+type waiter struct {
+	s     *Store
+	key   string
+	owner string
+	ttl   time.Duration
+	id    lease.ID
+	el    *etcdLease
+	name  string // the queue entry's etcd key
+	rev   int64  // its create revision: the place in the queue
+}
+
+func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
+	s := q.s
+	holder := s.path(kindHolder, q.key)
+	queue := s.path(kindWaiter, q.key, "")
+	for {
+		if time.Until(q.el.safeUntil()) < q.ttl+keepAliveLead {
+			if err := s.keepAlive(ctx, q.el); err == errLeaseGone {
+				return lease.Lease{}, q.lostPlace()
+			} else if err != nil {
+				return lease.Lease{}, q.abandon(ctx, err)
+			}
+		}
+		floor := s.maxRev.Load()
+		// Claim if our entry is still ours, nobody is ahead, and the key is
+		// free; otherwise learn what to wait for.
+		resp, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev),
+			clientv3.Compare(clientv3.CreateRevision(queue), ">", q.rev-1).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(holder), "=", 0),
+		).Then(
+			append([]clientv3.Op{clientv3.OpDelete(q.name)}, s.createOps(q.key, q.owner, q.id, q.ttl, q.el, floor)...)...,
+		).Else(
+			clientv3.OpGet(q.name),
+			clientv3.OpGet(queue, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(q.rev-1))...),
+			clientv3.OpGet(holder),
+		).Commit()
+		if err != nil {
+			return lease.Lease{}, q.abandon(ctx, err)
+		}
+		if err := s.observe(floor, resp.Header); err != nil {
+			s.revoke(q.el.id)
+			return lease.Lease{}, err
+		}
+		if resp.Succeeded {
+			return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision)
+		}
+		if mine := kvOf(resp, 0); mine == nil || mine.CreateRevision != q.rev {
+			return lease.Lease{}, q.lostPlace()
+		}
+		var target string
+		if pred := kvOf(resp, 1); pred != nil {
+			target = string(pred.Key)
+		} else if kvOf(resp, 2) != nil {
+			target = holder
+		} else {
+			continue // it changed between the comparison and the reads
+		}
+		if err := q.waitDelete(ctx, target, resp.Header.Revision+1); err != nil {
+			return lease.Lease{}, err
+		}
+	}
+}
+
+// waitDelete waits for target's deletion after revision from, for the time
+// our etcd lease needs its next keep-alive, or for ctx's end (then it
+// leaves the queue and returns ctx's error). Watching from the revision
+// just observed, not the current one, keeps the watcher among etcd's
+// synced watchers: it gets the event as soon as it is committed.
+func (q *waiter) waitDelete(ctx context.Context, target string, from int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := q.s.cli.Watch(wctx, target, clientv3.WithRev(from), clientv3.WithFilterPut())
+	due := time.Until(q.el.safeUntil()) - q.ttl - keepAliveLead
+	t := time.NewTimer(max(due, 10*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-wch: // a deletion, or the watch ended: look again either way
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return q.leave(ctx)
+	}
+}
+
+// leave takes our entry out of the queue after ctx ended, and returns ctx's
+// error.
+func (q *waiter) leave(ctx context.Context) error {
+	s := q.s
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	resp, err := s.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev)).
+		Then(clientv3.OpDelete(q.name)).Commit()
+	switch {
+	case err != nil:
+		s.revoke(q.el.id)
+	case resp.Succeeded:
+		s.give(q.el) // keyless again
+	}
+	return fmt.Errorf("etcdstore: waiting for %q: %w", q.key, context.Cause(ctx))
+}
+
+// abandon handles a failed etcd call while queued: the outcome of a claim
+// may be unknown, so revoking our etcd lease ends whatever it carries —
+// the queue entry and any generation we might just have created.
+func (q *waiter) abandon(ctx context.Context, err error) error {
+	q.s.revoke(q.el.id)
+	return fail(ctx, "acquire (waiting)", q.key, err)
+}
+
+// lostPlace reports that our queue entry vanished while we waited.
+func (q *waiter) lostPlace() error {
+	q.s.revoke(q.el.id)
+	return fmt.Errorf("%w: etcdstore: waiting for %q: our place in the queue is gone (its etcd lease %x expired or was revoked); not claiming the lease",
+		lease.ErrUnavailable, q.key, int64(q.el.id))
+}
