@@ -78,8 +78,8 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 
 // run is the commit loop, the store's only writer. It takes every operation
 // waiting to be sent, applies them in order in one write transaction (so each
-// one's outcome is decided exactly as if they ran one by one), commits with
-// one fsync, and only then answers them all. A lone operation is committed at
+// one's outcome is decided exactly as if they ran one by one), commits once
+// (one round of fsyncs), and only then answers them all. A lone operation is committed at
 // once; under load, operations that arrive during a commit share the next.
 func (s *Store) run() {
 	defer close(s.stopped)
@@ -115,7 +115,11 @@ func (s *Store) run() {
 
 // commit applies batch in one transaction and answers every operation.
 func (s *Store) commit(batch []*op) {
-	t, err := s.begin()
+	var t *txn
+	err := s.failure()
+	if err == nil {
+		t, err = s.begin()
+	}
 	if err == nil {
 		s.wmu.Lock()
 		for _, o := range batch {
@@ -177,7 +181,13 @@ func (s *Store) finish(t *txn) error {
 	err := t.tx.Commit()
 	s.commitMu.Unlock()
 	if err != nil {
-		return unavailablef(err, "boltstore: commit to %s", s.path)
+		// After a failed write or fsync the file's state is unknown (the
+		// kernel may have dropped pages it could not write), so building on
+		// it could break I1 at the next crash: stop, and let a reopen
+		// recover from what is on disk.
+		err = unavailablef(err, "boltstore: commit to %s failed; the store refuses further use until it is reopened", s.path)
+		s.failed.Store(&err)
+		return err
 	}
 	s.commits.Add(1)
 	return nil

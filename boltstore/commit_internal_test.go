@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/leasehq/lease"
 )
@@ -162,5 +163,61 @@ func TestHighWaterKept(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCommitFailureStops: once a commit fails (here: bbolt's MaxSize, as a
+// full disk would), every operation fails until the store is reopened, and
+// what was acknowledged before is intact after the reopen.
+func TestCommitFailureStops(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	small := func(c *config) error {
+		c.boltOptions = func(o *bolt.Options) { o.MaxSize = 256 << 10 }
+		return nil
+	}
+	s, err := Open(path, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	owner := strings.Repeat("o", lease.MaxKeyLen)
+	acked := map[string]lease.Token{}
+	var failure error
+	for i := 0; failure == nil; i++ {
+		if i == 10000 {
+			t.Fatal("10000 acquisitions fit in a 256 KiB file")
+		}
+		key := fmt.Sprintf("%0400d", i)
+		l, err := s.Acquire(t.Context(), key, owner, time.Minute)
+		if err != nil {
+			failure = err
+			break
+		}
+		acked[key] = l.Token
+	}
+	if !errors.Is(failure, lease.ErrUnavailable) || !errors.Is(failure, berrors.ErrMaxSizeReached) {
+		t.Fatalf("failed commit: %v, want ErrUnavailable wrapping bbolt's error", failure)
+	}
+	t.Logf("after %d acquisitions: %v", len(acked), failure)
+	for key := range acked {
+		if _, err := s.Get(t.Context(), key); !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("Get after a failed commit: %v, want ErrUnavailable", err)
+		}
+		if _, err := s.Acquire(t.Context(), key+"x", "o", time.Minute); !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("Acquire after a failed commit: %v, want ErrUnavailable", err)
+		}
+		break
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path); err != nil {
+		t.Fatalf("reopen after a failed commit: %v", err)
+	}
+	for key, tok := range acked {
+		if l, err := s.Get(t.Context(), key); err != nil || l.Token != tok {
+			t.Fatalf("after reopen Get(%q) = %+v, %v; want token %d", key, l, err, tok)
+		}
 	}
 }

@@ -4,13 +4,19 @@
 // # Durability
 //
 // Every write (a granted acquire, a renew, a release, a hand-over to a
-// waiter) is committed by bbolt with fsync (NoSync is never set), and its
-// caller is answered only after that commit returns. A token is therefore
+// waiter) is committed by bbolt with fsync (fdatasync of the data pages, then
+// of the meta page; NoSync is never set), and its caller is answered only
+// after that commit returns. A token is therefore
 // never returned before the record of it is on disk, and a crash at any
 // moment cannot make a later token smaller than one already handed out (I1).
 // Reads (Get, List, and an Acquire that finds the key held) use read
 // transactions that never see a commit before it is durable, so a failed try
 // writes nothing and costs no fsync.
+//
+// If a commit fails (a write or fsync error, a full disk), the file's state
+// is no longer known, so the store fails every later operation with an error
+// matching lease.ErrUnavailable until it is closed and reopened, which
+// recovers from what is on disk.
 //
 // # Group commit
 //

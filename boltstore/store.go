@@ -44,7 +44,8 @@ type Store struct {
 	// reader starting in between could see state that a crash would undo.
 	commitMu sync.RWMutex
 
-	commits atomic.Uint64 // durable commits so far; tests read it
+	commits atomic.Uint64         // durable commits so far; tests read it
+	failed  atomic.Pointer[error] // set by a failed commit: the store stops
 
 	closeOnce sync.Once
 	closeErr  error
@@ -68,6 +69,7 @@ type Option func(*config) error
 type config struct {
 	clock       lease.Clock
 	lockTimeout time.Duration
+	boltOptions func(*bolt.Options) // tests only: e.g. a MaxSize to make commits fail
 }
 
 // WithClock makes the store judge expiry on clk instead of the real clock.
@@ -114,7 +116,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	db, err := openDB(path, cfg.lockTimeout)
+	bo := &bolt.Options{Timeout: cfg.lockTimeout}
+	if cfg.boltOptions != nil {
+		cfg.boltOptions(bo)
+	}
+	db, err := openDB(path, bo)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +145,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 // openDB opens the bbolt file, turning bbolt's errors into ones a person
 // starting a server can act on. bbolt may panic on some malformed files
 // rather than return an error; that is reported as corruption too.
-func openDB(path string, lockTimeout time.Duration) (db *bolt.DB, err error) {
+func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			db, err = nil, unavailablef(fmt.Errorf("%v", r), "boltstore: %s is corrupt or not a bbolt database", path)
@@ -147,7 +153,7 @@ func openDB(path string, lockTimeout time.Duration) (db *bolt.DB, err error) {
 	}()
 	// NoSync stays false: every commit is fsynced before its callers are
 	// answered (I1 across crashes).
-	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	db, err = bolt.Open(path, 0o600, bo)
 	switch {
 	case err == nil:
 		return db, nil
@@ -269,10 +275,22 @@ func (s *Store) Close() error {
 
 var errClosed = unavailablef(nil, "boltstore: store is closed")
 
+// failure returns the error of a failed commit, after which every operation
+// fails (see finish), or nil.
+func (s *Store) failure() error {
+	if err := s.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
 // view runs fn in a read transaction that sees only durable state (see
 // commitMu).
 func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.failure(); err != nil {
 		return err
 	}
 	s.commitMu.RLock()
