@@ -6,9 +6,45 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
+	"github.com/leasehq/lease"
 	"github.com/spf13/cobra"
 )
+
+// Exit statuses of the lease command. Scripts can tell "someone else has it"
+// from "something is broken" without parsing messages.
+const (
+	// ExitOK means the command did what it was asked.
+	ExitOK = 0
+	// ExitFailure means anything not covered below: the server could not be
+	// reached, refused the credentials, or answered with an error.
+	ExitFailure = 1
+	// ExitUsage means the command line or an argument was wrong (unknown
+	// flag, missing key, TTL out of range): ErrInvalid.
+	ExitUsage = 2
+	// ExitHeld means acquire found the key held by someone else: ErrHeld.
+	ExitHeld = 3
+	// ExitNotHeld means renew or release named a lease that is no longer
+	// the current one on its key: ErrNotHeld.
+	ExitNotHeld = 4
+	// ExitNotFound means get found no unexpired lease on the key:
+	// ErrNotFound.
+	ExitNotFound = 5
+	// ExitTempFail is what `lease run` returns when the lease could not be
+	// had or was lost while the command ran (EX_TEMPFAIL from sysexits.h:
+	// try again later).
+	ExitTempFail = 75
+	// ExitCannotRun is what `lease run` returns when the command could not
+	// be started (not found, not executable), as shells and env(1) do.
+	ExitCannotRun = 127
+)
+
+const exitCodesHelp = `Exit status: 0 done, 1 error (server unreachable, unauthorized, ...),
+2 usage or invalid argument, 3 key held by someone else, 4 lease no longer
+held, 5 no lease on the key. lease run exits with its command's status, or 75
+if the lease could not be had or was lost, or 127 if the command could not start.`
 
 // ExitError carries a specific exit status out of a command.
 type ExitError struct {
@@ -25,37 +61,112 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
+// usageError marks an error as the caller's mistake on the command line.
+func usageError(err error) error { return &ExitError{Code: ExitUsage, Err: err} }
+
+// app is what every command shares: its I/O and how it reaches a server.
+// Tests replace getenv and dial to run commands in process.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	dial           dialFunc
+	signals        <-chan os.Signal // for lease run; nil: the process's own
+}
+
 // NewRootCommand returns the lease command tree writing to stdout and stderr.
 func NewRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	return newRoot(&app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, dial: dialHTTP})
+}
+
+func newRoot(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "lease",
 		Short:         "Leases with fencing tokens, and the guards that make resources reject late writes",
+		Long:          "lease is a lease (distributed lock) service that issues fencing tokens.\n\n" + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.AddCommand(newDemoCommand())
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	root.AddCommand(
+		newDemoCommand(),
+		newServeCommand(a),
+		newAcquireCommand(a),
+		newRenewCommand(a),
+		newReleaseCommand(a),
+		newGetCommand(a),
+		newListCommand(a),
+		newRunCommand(a),
+	)
 	return root
+}
+
+// exactArgs is cobra.ExactArgs whose failure is a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError(err)
+		}
+		return nil
+	}
+}
+
+// noArgs is cobra.NoArgs whose failure is a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return usageError(err)
+	}
+	return nil
 }
 
 // Main runs the lease command with args and returns its exit status. Errors
 // print as one line on stderr.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := NewRootCommand(stdin, stdout, stderr)
+	return execute(root, args, stderr)
+}
+
+func execute(root *cobra.Command, args []string, stderr io.Writer) int {
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {
-		return 0
+		return ExitOK
 	}
+	code := exitCode(err)
 	var ee *ExitError
-	if errors.As(err, &ee) {
-		if ee.Err != nil {
-			fmt.Fprintln(stderr, "lease:", ee.Err)
-		}
-		return ee.Code
+	if errors.As(err, &ee) && ee.Err == nil {
+		return code // the command has said all there is to say
 	}
-	fmt.Fprintln(stderr, "lease:", err)
-	return 1
+	fmt.Fprintln(stderr, "lease:", oneLine(err))
+	return code
+}
+
+// exitCode maps an error to the documented exit status.
+func exitCode(err error) int {
+	var ee *ExitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.Code
+	case errors.Is(err, lease.ErrInvalid):
+		return ExitUsage
+	case errors.Is(err, lease.ErrHeld):
+		return ExitHeld
+	case errors.Is(err, lease.ErrNotHeld):
+		return ExitNotHeld
+	case errors.Is(err, lease.ErrNotFound):
+		return ExitNotFound
+	case strings.HasPrefix(err.Error(), "unknown command"):
+		return ExitUsage // cobra's own, not a flag error
+	}
+	return ExitFailure
+}
+
+// oneLine renders err as a single line without a repeated "lease: " prefix,
+// since the root package's errors already start with it.
+func oneLine(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "lease: ")
+	return strings.Join(strings.Fields(msg), " ")
 }

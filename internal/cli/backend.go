@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/redisstore"
+)
+
+// BoltFile is the name of the embedded store's file inside --data-dir.
+const BoltFile = "lease.db"
+
+// openTimeout bounds connecting to an engine at start-up, so that a wrong
+// address fails rather than hangs.
+const openTimeout = 30 * time.Second
+
+// openedBackend is a backend `lease serve` opened, with how to close it.
+type openedBackend struct {
+	lease.Backend
+	desc  string // for the log, without secrets
+	close func() error
+}
+
+// OpenBackend opens what `lease serve` serves: the bbolt store in dataDir
+// when spec is empty, otherwise the engine spec names by its URL scheme.
+func OpenBackend(ctx context.Context, spec, dataDir string) (*openedBackend, error) {
+	if spec == "" {
+		return openBolt(dataDir)
+	}
+	scheme, _, ok := strings.Cut(spec, "://")
+	if !ok {
+		return nil, usageError(fmt.Errorf("--backend %q is not a URL (postgres://…, redis://…, etcd://…)", redact(spec)))
+	}
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	switch scheme {
+	case "redis", "rediss":
+		s, err := redisstore.Open(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), err)
+		}
+		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
+	default:
+		return nil, usageError(fmt.Errorf("--backend: no backend for scheme %q in this build", scheme))
+	}
+}
+
+func openBolt(dir string) (*openedBackend, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("serve: --data-dir: %w", err)
+	}
+	path := filepath.Join(dir, BoltFile)
+	s, err := boltstore.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return &openedBackend{Backend: s, desc: "bolt:" + path, close: s.Close}, nil
+}
+
+// redact drops the userinfo of a URL-like spec, so that passwords in
+// connection strings stay out of logs and error messages.
+func redact(spec string) string {
+	scheme, rest, ok := strings.Cut(spec, "://")
+	if !ok {
+		return spec
+	}
+	if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
+		rest = "…@" + rest[at+1:]
+	}
+	return scheme + "://" + rest
+}

@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
+)
+
+func TestAcquireJSONIsTheAPILease(t *testing.T) {
+	b := memstore.New()
+	r := cli(t, b, nil, nil, "acquire", "jobs/nightly", "--ttl", "10s", "--owner", "alice", "-o", "json")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	var got map[string]any
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	dec.UseNumber()
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("stdout %q: %v", r.stdout, err)
+	}
+	cur, err := b.Get(t.Context(), "jobs/nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"key":        "jobs/nightly",
+		"owner":      "alice",
+		"token":      json.Number(strconv.FormatUint(uint64(cur.Token), 10)),
+		"ttl_ms":     json.Number("10000"),
+		"expires_at": cur.Expires.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+	}
+	id, _ := got["id"].(string)
+	delete(got, "id")
+	if len(got) != len(want) {
+		t.Errorf("fields %v, want %v plus id", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	// The printed id must be the lease's secret: it releases the lease.
+	pid, err := lease.ParseID(id)
+	if err != nil {
+		t.Fatalf("id %q: %v", id, err)
+	}
+	if err := b.Release(t.Context(), lease.Lease{Key: cur.Key, Token: cur.Token, ID: pid}); err != nil {
+		t.Errorf("releasing with the printed id: %v", err)
+	}
+}
+
+func TestAcquireTextThenRenewAndRelease(t *testing.T) {
+	b := memstore.New()
+	r := cli(t, b, nil, nil, "acquire", "job", "--ttl", "5s")
+	if r.code != ExitOK {
+		t.Fatalf("acquire: exit %d, stderr %q", r.code, r.stderr)
+	}
+	fields := map[string]string{}
+	for _, f := range strings.Fields(r.stdout) {
+		k, v, _ := strings.Cut(f, "=")
+		fields[k] = v
+	}
+	cur, err := b.Get(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fields["key"] != "job" || fields["token"] != strconv.FormatUint(uint64(cur.Token), 10) || fields["owner"] != cur.Owner || fields["ttl"] != "5s" {
+		t.Errorf("text %q does not describe %+v", r.stdout, cur)
+	}
+	id, tok := fields["id"], fields["token"]
+
+	r = cli(t, b, nil, nil, "renew", "job", "--id", id, "--token", tok, "--ttl", "20s", "-o", "json")
+	if r.code != ExitOK {
+		t.Fatalf("renew: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var renewed leasehttp.LeaseJSON
+	if err := json.Unmarshal([]byte(r.stdout), &renewed); err != nil {
+		t.Fatal(err)
+	}
+	if strconv.FormatUint(uint64(renewed.Token), 10) != tok || renewed.TTLMillis != 20000 || renewed.ID != id {
+		t.Errorf("renewed %+v, want token %s, ttl_ms 20000, id %s", renewed, tok, id)
+	}
+	after, _ := b.Get(t.Context(), "job")
+	if !after.Expires.After(cur.Expires) {
+		t.Errorf("renew did not move the expiry: %v then %v", cur.Expires, after.Expires)
+	}
+
+	r = cli(t, b, nil, nil, "release", "job", "--id", id, "--token", tok)
+	if r.code != ExitOK || r.stdout != "released key=job token="+tok+"\n" {
+		t.Fatalf("release: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := b.Get(t.Context(), "job"); !errors.Is(err, lease.ErrNotFound) {
+		t.Errorf("after release Get = %v, want ErrNotFound", err)
+	}
+
+	r = cli(t, b, nil, nil, "release", "job", "--id", id, "--token", tok)
+	if r.code != ExitNotHeld {
+		t.Errorf("second release: exit %d, want %d", r.code, ExitNotHeld)
+	}
+	oneErrorLine(t, r, "not held")
+	r = cli(t, b, nil, nil, "renew", "job", "--id", id, "--token", tok)
+	if r.code != ExitNotHeld {
+		t.Errorf("renew after release: exit %d, want %d", r.code, ExitNotHeld)
+	}
+	oneErrorLine(t, r, "not held")
+}
+
+func TestAcquireHeldNamesHolder(t *testing.T) {
+	b := memstore.New()
+	held, err := b.Acquire(t.Context(), "job", "worker-7", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, b, nil, nil, "acquire", "job", "--owner", "me")
+	if r.code != ExitHeld || r.stdout != "" {
+		t.Fatalf("exit %d stdout %q, want %d and nothing", r.code, r.stdout, ExitHeld)
+	}
+	oneErrorLine(t, r, `"worker-7"`, "token "+strconv.FormatUint(uint64(held.Token), 10))
+
+	// Waiting that runs out says the same.
+	r = cli(t, b, nil, nil, "acquire", "job", "--owner", "me", "--wait", "50ms")
+	if r.code != ExitHeld {
+		t.Fatalf("with --wait: exit %d, want %d (stderr %q)", r.code, ExitHeld, r.stderr)
+	}
+	oneErrorLine(t, r, `"worker-7"`)
+}
+
+func TestAcquireWaitGetsExpiredLease(t *testing.T) {
+	b := memstore.New()
+	first, err := b.Acquire(t.Context(), "job", "worker-7", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, b, nil, nil, "acquire", "job", "--owner", "me", "--wait", "10s", "-o", "json")
+	if r.code != ExitOK {
+		t.Fatalf("exit %d stderr %q", r.code, r.stderr)
+	}
+	var got leasehttp.LeaseJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Owner != "me" || got.Token <= first.Token {
+		t.Errorf("got %+v after %+v", got, first)
+	}
+}
+
+func TestGetAndListHideIDs(t *testing.T) {
+	b := memstore.New()
+	for _, k := range []string{"a/1", "a/2", "b/1"} {
+		if _, err := b.Acquire(t.Context(), k, "o "+k, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := cli(t, b, nil, nil, "get", "a/2", "-o", "json")
+	if r.code != ExitOK {
+		t.Fatalf("get: exit %d stderr %q", r.code, r.stderr)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["id"]; ok || got["key"] != "a/2" || got["owner"] != "o a/2" {
+		t.Errorf("get printed %v", got)
+	}
+	r = cli(t, b, nil, nil, "get", "a/2")
+	if want := `owner="o a/2"`; !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "id=") {
+		t.Errorf("get text %q, want %s and no id", r.stdout, want)
+	}
+
+	r = cli(t, b, nil, nil, "get", "nothing")
+	if r.code != ExitNotFound || r.stdout != "" {
+		t.Errorf("get missing: exit %d stdout %q", r.code, r.stdout)
+	}
+	oneErrorLine(t, r, `"nothing"`)
+
+	r = cli(t, b, nil, nil, "list", "--prefix", "a/", "-o", "json")
+	var list struct {
+		Leases []map[string]any `json:"leases"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatalf("list %q: %v", r.stdout, err)
+	}
+	var keys []string
+	for _, l := range list.Leases {
+		keys = append(keys, l["key"].(string))
+		if _, ok := l["id"]; ok {
+			t.Errorf("list shows an id: %v", l)
+		}
+	}
+	if strings.Join(keys, ",") != "a/1,a/2" {
+		t.Errorf("list --prefix a/ gave %v", keys)
+	}
+	r = cli(t, b, nil, nil, "list")
+	if n := strings.Count(r.stdout, "\n"); n != 3 {
+		t.Errorf("list text has %d lines, want 3: %q", n, r.stdout)
+	}
+	r = cli(t, b, nil, nil, "list", "--prefix", "zzz", "-o", "json")
+	if strings.TrimSpace(r.stdout) != `{"leases":[]}` {
+		t.Errorf("empty list printed %q", r.stdout)
+	}
+}
+
+func TestServerAndTokenFromEnvironment(t *testing.T) {
+	b := memstore.New()
+	for _, tc := range []struct {
+		name      string
+		env       map[string]string
+		args      []string
+		wantURL   string
+		wantToken string
+	}{
+		{"default", nil, nil, DefaultServer, ""},
+		{"env", map[string]string{EnvServer: "http://10.0.0.1:1", EnvAuthToken: "s3cret"}, nil, "http://10.0.0.1:1", "s3cret"},
+		{"flag beats env", map[string]string{EnvServer: "http://10.0.0.1:1"}, []string{"--server", "https://h:2"}, "https://h:2", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := cli(t, b, tc.env, nil, append([]string{"list"}, tc.args...)...)
+			if r.code != ExitOK || r.url != tc.wantURL || r.token != tc.wantToken {
+				t.Errorf("exit %d, dialled %q with token %q; want %q, %q", r.code, r.url, r.token, tc.wantURL, tc.wantToken)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	id := lease.NewID().String()
+	for _, args := range [][]string{
+		{"acquire"},
+		{"acquire", "a", "b"},
+		{"acquire", "job", "--ttl", "1ms"},
+		{"acquire", "job", "--ttl", "48h"},
+		{"acquire", "job", "-o", "yaml"},
+		{"acquire", "job", "--wait", "-1s"},
+		{"acquire", "job", "--bogus"},
+		{"acquire", "bad\x01key"},
+		{"acquire", strings.Repeat("k", lease.MaxKeyLen+1)},
+		{"renew", "job", "--token", "1"},
+		{"renew", "job", "--id", id},
+		{"renew", "job", "--id", "xyz", "--token", "1"},
+		{"renew", "job", "--id", id, "--token", "-1"},
+		{"renew", "job", "--id", id, "--token", "9007199254740993"},
+		{"release", "job", "--id", id},
+		{"get"},
+		{"list", "extra"},
+		{"run", "job"},
+		{"run", "job", "--"},
+		{"run", "job", "echo", "hi"},
+		{"run", "job", "--ttl", "20ms", "--", "true"},
+		{"run", "job", "--grace", "-1s", "--", "true"},
+		{"frobnicate"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			b := memstore.New()
+			r := cli(t, b, nil, nil, args...)
+			if r.code != ExitUsage {
+				t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitUsage, r.stderr)
+			}
+			oneErrorLine(t, r)
+			if r.url != "" && args[0] != "run" {
+				t.Errorf("dialled %q despite the usage error", r.url)
+			}
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/spf13/cobra"
+)
+
+// DefaultServer is the server the client commands talk to when neither
+// --server nor LEASE_SERVER says otherwise: `lease serve`'s default address.
+const DefaultServer = "http://127.0.0.1:7420"
+
+// Environment variables read by the client commands and `lease run`.
+const (
+	EnvServer    = "LEASE_SERVER"
+	EnvAuthToken = "LEASE_AUTH_TOKEN"
+)
+
+// dialFunc returns a backend that talks to the server at url with the bearer
+// token (empty: none).
+type dialFunc func(url, token string) (lease.Backend, error)
+
+// remoteFlags are the flags of every command that talks to a server.
+type remoteFlags struct {
+	server  string
+	output  string
+	timeout time.Duration
+}
+
+const remoteEnvHelp = `The server is --server, else $LEASE_SERVER, else ` + DefaultServer + `.
+The bearer token is $LEASE_AUTH_TOKEN (not a flag: command lines are visible to
+other users through ps).`
+
+func (r *remoteFlags) add(cmd *cobra.Command, withOutput bool) {
+	cmd.Flags().StringVar(&r.server, "server", "", "server URL (default $"+EnvServer+" or "+DefaultServer+")")
+	cmd.Flags().DurationVar(&r.timeout, "timeout", 30*time.Second, "give up on the server after this long (on top of any --wait)")
+	if withOutput {
+		cmd.Flags().StringVarP(&r.output, "output", "o", "text", "output format: text or json (the lease as the API returns it)")
+	}
+}
+
+// check validates the flags before anything is sent.
+func (r *remoteFlags) check() error {
+	switch r.output {
+	case "", "text", "json":
+	default:
+		return usageError(fmt.Errorf("--output must be text or json, got %q", r.output))
+	}
+	if r.timeout <= 0 {
+		return usageError(fmt.Errorf("--timeout must be positive, got %v", r.timeout))
+	}
+	return nil
+}
+
+// backend dials the server the flags and environment name.
+func (r *remoteFlags) backend(a *app) (lease.Backend, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	url := r.server
+	if url == "" {
+		url = a.getenv(EnvServer)
+	}
+	if url == "" {
+		url = DefaultServer
+	}
+	b, err := a.dial(url, a.getenv(EnvAuthToken))
+	if err != nil {
+		return nil, fmt.Errorf("server %s: %w", url, err)
+	}
+	return b, nil
+}
+
+func (r *remoteFlags) json() bool { return r.output == "json" }
+
+// defaultOwner is the owner name used without --owner, the same as
+// lease.NewClient's: HOSTNAME-PID.
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// closeBackend lets go of what a dialled backend holds (idle connections).
+func closeBackend(b lease.Backend) {
+	if c, ok := b.(io.Closer); ok {
+		_ = c.Close()
+	}
+}

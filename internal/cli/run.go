@@ -1,0 +1,334 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/spf13/cobra"
+)
+
+// Environment variables `lease run` gives its command.
+const (
+	EnvKey   = "LEASE_KEY"
+	EnvToken = "LEASE_TOKEN"
+	EnvOwner = "LEASE_OWNER"
+)
+
+// forwardedSignals are passed on to the command rather than ending lease run:
+// the command decides how to stop, and the lease is released after it has.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+func newRunCommand(a *app) *cobra.Command {
+	var (
+		rf remoteFlags
+		o  runOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "run KEY [--ttl 30s] [--wait 0] [--grace 10s] [--owner NAME] -- CMD [ARGS...]",
+		Short: "Hold a lease on KEY while CMD runs; stop CMD if the lease is lost",
+		Long: `run acquires KEY, starts CMD (directly, without a shell) and renews the lease in
+the background while CMD runs. CMD's environment has LEASE_KEY, LEASE_TOKEN (the
+fencing token to pass to the protected resource) and LEASE_OWNER.
+
+If the lease is lost (renewals fail until the safe deadline, which is before the
+server expires it, or the server says it is gone), CMD gets SIGTERM and, if it
+is still running --grace later, SIGKILL. SIGINT, SIGTERM and SIGHUP sent to lease
+run are passed on to CMD. The lease is released when CMD exits.
+
+With --wait 0 (the default) it tries once and gives up if KEY is held, which is
+what a cron job that must not run twice wants; with --wait 5m it queues.
+
+Exit status: CMD's (128+N if a signal N ended it), 75 if the lease could not be
+had or was lost, 127 if CMD could not be started, 2 on a usage error.
+
+` + remoteEnvHelp,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			if dash != 1 || len(args) < 2 {
+				return usageError(errors.New("usage: lease run KEY [flags] -- CMD [ARGS...]"))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.key, o.argv = args[0], args[1:]
+			if err := o.check(); err != nil {
+				return err
+			}
+			b, err := rf.backend(a)
+			if err != nil {
+				return &ExitError{Code: ExitTempFail, Err: err}
+			}
+			defer closeBackend(b)
+			c, err := newRunClient(b, o.owner)
+			if err != nil {
+				return err
+			}
+			sigs := a.signals
+			if sigs == nil {
+				ch := make(chan os.Signal, 4)
+				signal.Notify(ch, forwardedSignals...)
+				defer signal.Stop(ch)
+				sigs = ch
+			}
+			r := &runner{
+				client:  c,
+				opts:    o,
+				stdin:   a.stdin,
+				stdout:  a.stdout,
+				stderr:  a.stderr,
+				env:     os.Environ(),
+				signals: sigs,
+				timeout: rf.timeout,
+			}
+			code := r.run(cmd.Context())
+			if code != ExitOK {
+				return &ExitError{Code: code}
+			}
+			return nil
+		},
+	}
+	rf.add(cmd, false)
+	cmd.Flags().DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; renewed about every ttl/3")
+	cmd.Flags().DurationVar(&o.wait, "wait", 0, "how long to queue while KEY is held (0: try once)")
+	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
+	cmd.Flags().StringVar(&o.owner, "owner", "", "owner name shown to others (default HOSTNAME-PID)")
+	return cmd
+}
+
+// Drift margin of lease run: it gives the lease up (and sends SIGTERM) when
+// 90% of the TTL minus 20 ms has passed since the last successful renewal was
+// sent, so that the command has a moment to stop before the server lets
+// anyone else in. The root Client's default (1% + 2 ms) suits code that
+// checks its context; a separate process needs longer to hear the news.
+const (
+	runDriftFraction = 0.1
+	runDriftMin      = 20 * time.Millisecond
+)
+
+// newRunClient returns the Client lease run holds its lease through.
+func newRunClient(b lease.Backend, owner string) (*lease.Client, error) {
+	opts := []lease.Option{lease.WithDriftMargin(runDriftFraction, runDriftMin)}
+	if owner != "" {
+		opts = append(opts, lease.WithOwner(owner))
+	}
+	return lease.NewClient(b, opts...)
+}
+
+// runOptions are lease run's arguments.
+type runOptions struct {
+	key              string
+	ttl, wait, grace time.Duration
+	owner            string
+	argv             []string
+}
+
+func (o runOptions) check() error {
+	if err := checkKeyTTL(o.key, o.ttl); err != nil {
+		return err
+	}
+	if o.owner != "" {
+		if err := lease.ValidateOwner(o.owner); err != nil {
+			return err
+		}
+	}
+	if o.wait < 0 {
+		return usageError(fmt.Errorf("--wait must not be negative, got %v", o.wait))
+	}
+	if o.grace < 0 {
+		return usageError(fmt.Errorf("--grace must not be negative, got %v", o.grace))
+	}
+	if len(o.argv) == 0 || o.argv[0] == "" {
+		return usageError(errors.New("no command given after --"))
+	}
+	return nil
+}
+
+// runner holds a lease while a command runs. It reports through its exit
+// status and one line per event on stderr.
+type runner struct {
+	client         *lease.Client
+	opts           runOptions
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	env            []string         // the command's environment, before LEASE_*
+	signals        <-chan os.Signal // to be forwarded to the command
+	timeout        time.Duration    // for each call to the server outside the wait
+}
+
+// lockedWriter serialises the writes of the command's output copier and of
+// the runner's own messages when they share a writer that is not a file.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// shareable returns w, made safe for two writers at once unless it is a
+// file (which the command then inherits directly, terminal and all).
+func shareable(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &lockedWriter{w: w}
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.stderr, "lease: run: "+format+"\n", args...)
+}
+
+// run acquires the lease, runs the command under it and releases it, and
+// returns the exit status lease run should have.
+func (r *runner) run(ctx context.Context) int {
+	r.stderr = shareable(r.stderr)
+	h, code := r.acquire(ctx)
+	if h == nil {
+		return code
+	}
+	defer r.release(h)
+
+	cmd := exec.Command(r.opts.argv[0], r.opts.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.stdin, r.stdout, r.stderr
+	cmd.Env = append(append([]string(nil), r.env...),
+		EnvKey+"="+h.Key(),
+		EnvToken+"="+strconv.FormatUint(uint64(h.Token()), 10),
+		EnvOwner+"="+r.client.Owner(),
+	)
+	if h.Err() != nil {
+		r.logf("lost %q (token %d) before %s could start: %v", h.Key(), h.Token(), r.opts.argv[0], h.Err())
+		return ExitTempFail
+	}
+	if err := cmd.Start(); err != nil {
+		r.logf("cannot start %s: %v", r.opts.argv[0], err)
+		return ExitCannotRun
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var (
+		lost  bool
+		done  = h.Done()
+		grace <-chan time.Time
+	)
+	for {
+		select {
+		case err := <-exited:
+			if lost {
+				return ExitTempFail
+			}
+			return exitStatus(err)
+		case <-done:
+			done = nil
+			lost = true
+			r.logf("%v; sending SIGTERM to %s (SIGKILL in %s)", h.Err(), r.opts.argv[0], formatDuration(r.opts.grace))
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			t := time.NewTimer(r.opts.grace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			grace = nil
+			r.logf("%s still running %s after SIGTERM; sending SIGKILL", r.opts.argv[0], formatDuration(r.opts.grace))
+			_ = cmd.Process.Kill()
+		case sig := <-r.signals:
+			_ = cmd.Process.Signal(sig)
+		}
+	}
+}
+
+// acquire gets the lease, or returns nil and the exit status.
+func (r *runner) acquire(ctx context.Context) (*lease.Hold, int) {
+	key, ttl := r.opts.key, r.opts.ttl
+	actx, cancel := context.WithTimeout(ctx, r.timeout+r.opts.wait)
+	defer cancel()
+	// A signal while we wait or try means: give up, nothing has started.
+	var (
+		stop        = make(chan struct{})
+		gone        = make(chan struct{})
+		interrupted os.Signal
+	)
+	go func() {
+		defer close(gone)
+		select {
+		case interrupted = <-r.signals:
+			cancel()
+		case <-stop:
+		}
+	}()
+	var (
+		h   *lease.Hold
+		err error
+	)
+	if r.opts.wait == 0 {
+		h, err = r.client.TryAcquire(actx, key, ttl)
+	} else {
+		wctx, wcancel := context.WithTimeout(actx, r.opts.wait)
+		h, err = r.client.Acquire(wctx, key, ttl)
+		if err != nil && wctx.Err() != nil && actx.Err() == nil && !errors.Is(err, lease.ErrHeld) {
+			err = stillHeld(actx, r.client.Backend(), key, r.opts.wait)
+		}
+		wcancel()
+	}
+	close(stop)
+	<-gone
+	if interrupted != nil {
+		if h != nil {
+			r.release(h)
+		}
+		r.logf("%v while acquiring %q: not running %s", interrupted, key, r.opts.argv[0])
+		return nil, ExitTempFail
+	}
+	if err == nil {
+		return h, ExitOK
+	}
+	if errors.Is(err, lease.ErrInvalid) {
+		r.logf("%v", err)
+		return nil, ExitUsage
+	}
+	r.logf("not running %s: %s", r.opts.argv[0], oneLine(heldMessage(err)))
+	return nil, ExitTempFail
+}
+
+// release gives the lease back after the command has exited. A failure is
+// reported but does not change the exit status: the work is done, and the
+// lease expires on its own.
+func (r *runner) release(h *lease.Hold) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	err := h.Release(ctx)
+	switch {
+	case err == nil, errors.Is(err, lease.ErrLost):
+		// Lost was already reported.
+	default:
+		r.logf("releasing %q (token %d): %s", h.Key(), h.Token(), oneLine(err))
+	}
+}
+
+// exitStatus turns the command's end into lease run's exit status: its exit
+// code, or 128+N if signal N ended it.
+func exitStatus(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return ExitFailure
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}

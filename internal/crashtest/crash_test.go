@@ -1,0 +1,425 @@
+package crashtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	kills        = 22               // at least 20, per the issue
+	workers      = 8                // concurrent clients
+	keyCount     = 4                // few keys, so clients contend
+	startBound   = 10 * time.Second // the server must be listening again within this
+	requestLimit = 3 * time.Second
+)
+
+// ttls mixes leases that expire during a round with ones that outlive the
+// server's death and must still be respected after the restart.
+var ttls = []time.Duration{50 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond}
+
+// TestKill9 is the crash test of `lease serve` on its embedded store. The
+// seed is printed; LEASE_CRASH_SEED=N replays the same kill moments and
+// client choices (the interleaving of goroutines still varies).
+func TestKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds lease and kills it 22 times; skipped in -short")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("LEASE_CRASH_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("LEASE_CRASH_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (LEASE_CRASH_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+
+	bin := buildLease(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	h := &history{}
+	var clock atomic.Uint64 // orders sends and acks across clients
+
+	for round := range kills {
+		srv := startServer(t, bin, dataDir)
+		ctx, cancel := context.WithCancel(t.Context())
+		tr := &http.Transport{MaxIdleConnsPerHost: workers}
+		var wg sync.WaitGroup
+		for w := range workers {
+			c := &client{
+				base:  srv.url,
+				http:  &http.Client{Transport: tr, Timeout: requestLimit},
+				owner: fmt.Sprintf("r%02d-w%d", round, w),
+				rng:   rand.New(rand.NewPCG(seed, uint64(round*workers+w+2))),
+				clock: &clock,
+				h:     h,
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.loop(ctx)
+			}()
+		}
+		// Kill at a random moment: sometimes at once, mostly under load.
+		time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
+		srv.kill(t)
+		cancel()
+		wg.Wait()
+		tr.CloseIdleConnections()
+	}
+
+	// The server comes back once more; every key must then be granted with
+	// a token above all acknowledged ones, after its leases expired.
+	srv := startServer(t, bin, dataDir)
+	defer srv.stop(t)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &client{base: srv.url, http: &http.Client{Transport: tr, Timeout: requestLimit}, owner: "final", rng: rand.New(rand.NewPCG(seed, 0)), clock: &clock, h: h}
+	for k := range keyCount {
+		key := keyName(k)
+		l, err := c.acquire(t.Context(), key, time.Second, 2*ttls[len(ttls)-1]+time.Second)
+		if err != nil {
+			t.Fatalf("after the last restart, acquiring %q: %v", key, err)
+		}
+		if err := c.release(t.Context(), key, l); err != nil {
+			t.Errorf("after the last restart, releasing %q: %v", key, err)
+		}
+	}
+
+	acqs := h.snapshot()
+	perKey := map[string]int{}
+	for _, a := range acqs {
+		perKey[a.Key]++
+	}
+	t.Logf("%d kills, %d acknowledged acquisitions %v, %d refused as held, %d renewals, %d releases, %d requests lost to a kill",
+		kills, len(acqs), perKey, h.held.Load(), h.renewals.Load(), h.releases.Load(), h.unknown.Load())
+	if len(acqs) < kills {
+		t.Errorf("only %d acquisitions in %d rounds: the load did not reach the server", len(acqs), kills)
+	}
+	for _, v := range Check(acqs) {
+		t.Error(v)
+	}
+}
+
+func keyName(k int) string { return "crash/" + strconv.Itoa(k) }
+
+// history collects what the clients were told.
+type history struct {
+	mu       sync.Mutex
+	acqs     []*Acquisition
+	held     atomic.Int64
+	renewals atomic.Int64
+	releases atomic.Int64
+	unknown  atomic.Int64
+}
+
+func (h *history) add(a *Acquisition) {
+	h.mu.Lock()
+	h.acqs = append(h.acqs, a)
+	h.mu.Unlock()
+}
+
+func (h *history) update(f func()) {
+	h.mu.Lock()
+	f()
+	h.mu.Unlock()
+}
+
+func (h *history) snapshot() []Acquisition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Acquisition, len(h.acqs))
+	for i, a := range h.acqs {
+		out[i] = *a
+	}
+	return out
+}
+
+// client drives the API with plain HTTP, so that it knows exactly which
+// answers it got: nothing is retried behind its back.
+type client struct {
+	base  string
+	http  *http.Client
+	owner string
+	rng   *rand.Rand
+	clock *atomic.Uint64
+	h     *history
+}
+
+// wireLease is the API's lease.
+type wireLease struct {
+	Key       string `json:"key"`
+	Owner     string `json:"owner"`
+	Token     uint64 `json:"token"`
+	ID        string `json:"id"`
+	TTLMillis int64  `json:"ttl_ms"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+var errHeld = errors.New("held")
+
+// loop acquires, maybe renews, and releases or abandons, until ctx ends.
+func (c *client) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		key := keyName(c.rng.IntN(keyCount))
+		ttl := ttls[c.rng.IntN(len(ttls))]
+		var wait time.Duration
+		if c.rng.IntN(2) == 0 {
+			wait = time.Duration(c.rng.IntN(200)) * time.Millisecond
+		}
+		a, err := c.acquire(ctx, key, ttl, wait)
+		if err != nil {
+			if !errors.Is(err, errHeld) {
+				pause(ctx, 5*time.Millisecond) // the server is down or dying
+			}
+			continue
+		}
+		for range c.rng.IntN(3) {
+			pause(ctx, ttl/4)
+			if c.renew(ctx, key, a, ttl) != nil {
+				break
+			}
+		}
+		if c.rng.IntN(5) != 0 {
+			_ = c.release(ctx, key, a)
+		} // else abandon it: it must expire, on the server's clock, even across a kill
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (c *client) acquire(ctx context.Context, key string, ttl, wait time.Duration) (*Acquisition, error) {
+	sent := c.clock.Add(1)
+	var l wireLease
+	err := c.post(ctx, key, "acquire", map[string]any{"owner": c.owner, "ttl_ms": ttl.Milliseconds(), "wait_ms": wait.Milliseconds()}, &l)
+	if err != nil {
+		return nil, err
+	}
+	acked := c.clock.Add(1)
+	exp, perr := time.Parse(time.RFC3339Nano, l.ExpiresAt)
+	if perr != nil || l.Key != key || l.Token == 0 || l.ID == "" || l.TTLMillis != ttl.Milliseconds() {
+		return nil, fmt.Errorf("acquire %q: malformed answer %+v (%v)", key, l, perr)
+	}
+	a := &Acquisition{Key: key, Owner: c.owner, Token: l.Token, TTL: ttl, Expires: exp, HeldUntil: exp, Sent: sent, Acked: acked}
+	c.h.add(a)
+	idOf.Store(a, l.ID)
+	return a, nil
+}
+
+// idOf keeps each acquisition's secret id out of the checked record.
+var idOf sync.Map
+
+func (c *client) renew(ctx context.Context, key string, a *Acquisition, ttl time.Duration) error {
+	id, _ := idOf.Load(a)
+	var l wireLease
+	err := c.post(ctx, key, "renew", map[string]any{"id": id, "token": a.Token, "ttl_ms": ttl.Milliseconds()}, &l)
+	if err != nil {
+		return err
+	}
+	exp, perr := time.Parse(time.RFC3339Nano, l.ExpiresAt)
+	if perr != nil || l.Token != a.Token {
+		return fmt.Errorf("renew %q: malformed answer %+v (%v)", key, l, perr)
+	}
+	c.h.renewals.Add(1)
+	c.h.update(func() {
+		if exp.After(a.HeldUntil) {
+			a.HeldUntil = exp
+		}
+	})
+	return nil
+}
+
+func (c *client) release(ctx context.Context, key string, a *Acquisition) error {
+	id, _ := idOf.Load(a)
+	c.h.update(func() { a.ReleaseTried = true }) // before sending: its effect may precede any answer
+	err := c.post(ctx, key, "release", map[string]any{"id": id, "token": a.Token}, nil)
+	if err == nil {
+		c.h.releases.Add(1)
+	}
+	return err
+}
+
+// post sends one API call. An answer other than 200 or 409 fails the
+// request; a transport error means the outcome is unknown.
+func (c *client) post(ctx context.Context, key, op string, body any, out any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/leases/"+url.PathEscape(key)+"/"+op, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.h.unknown.Add(1)
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.h.unknown.Add(1)
+		return err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if out == nil {
+			return nil
+		}
+		return json.Unmarshal(raw, out)
+	case http.StatusConflict:
+		c.h.held.Add(1)
+		return fmt.Errorf("%s %q: %w: %s", op, key, errHeld, raw)
+	}
+	return fmt.Errorf("%s %q: status %d: %s", op, key, resp.StatusCode, raw)
+}
+
+// buildLease builds cmd/lease into a temporary directory.
+func buildLease(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build lease: %v (put /usr/local/go/bin on PATH)", err)
+	}
+	bin := filepath.Join(t.TempDir(), "lease")
+	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/leasehq/lease/cmd/lease")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build lease: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// server is one `lease serve` child process.
+type server struct {
+	cmd    *exec.Cmd
+	url    string
+	logMu  sync.Mutex
+	log    []string // its stderr, for failure reports
+	exited chan struct{}
+}
+
+var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+func startServer(t *testing.T, bin, dataDir string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, exited: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		defer close(s.exited)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.logMu.Lock()
+			s.log = append(s.log, line)
+			s.logMu.Unlock()
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() { s.kill(t) })
+	select {
+	case a := <-addr:
+		s.url = "http://" + a
+	case <-s.exited:
+		t.Fatalf("lease serve exited before listening:\n%s", s.logText())
+	case <-time.After(startBound):
+		t.Fatalf("lease serve not listening %v after start:\n%s", startBound, s.logText())
+	}
+	if err := s.ready(startBound - time.Since(start)); err != nil {
+		t.Fatalf("lease serve not ready within %v: %v\n%s", startBound, err, s.logText())
+	}
+	return s
+}
+
+// ready polls /readyz until it answers 200.
+func (s *server) ready(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: time.Second}
+	for {
+		resp, err := c.Get(s.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// stop asks for a graceful shutdown and checks the server ends by itself.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-s.exited:
+		if code := s.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("lease serve exited %d after SIGINT:\n%s", code, s.logText())
+		}
+	case <-time.After(15 * time.Second):
+		t.Errorf("lease serve still running 15s after SIGINT:\n%s", s.logText())
+		s.kill(t)
+	}
+}
+
+func (s *server) logText() string {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return strings.Join(s.log, "\n")
+}
