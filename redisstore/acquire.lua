@@ -24,11 +24,12 @@ if cur[1] then
   return {0, cur[2], tonumber(cur[3]), exp}
 end
 
-local token = redis.call('INCR', KEYS[2])
-if token > tonumber(ARGV[4]) then
-  -- The counter stays past the limit: no token is ever issued twice.
+-- Compared before INCR: a Lua number is a double, exact only up to 2^53,
+-- so 2^53 + 1 would read as 2^53.
+if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[4]) then
   return redis.error_reply('ERR redisstore: token space of this key is exhausted')
 end
+local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'owner', ARGV[2], 'token', token, 'ttl', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {1, token, now_us() + tonumber(ARGV[3]) * 1000}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 
@@ -102,7 +103,11 @@ func checkNode(ctx context.Context, c redis.Cmdable, addr string) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: %s; fix it with `redis-cli -h HOST -p PORT` and %s, then CONFIG REWRITE (or set the same in redis.conf), "+
+	cli := "redis-cli"
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		cli = fmt.Sprintf("redis-cli -h %s -p %s", host, port)
+	}
+	return fmt.Errorf("%w: %s: %s; fix it with `%s` and %s, then CONFIG REWRITE (or set the same in redis.conf), "+
 		"or pass redisstore.AllowVolatile() to accept tokens that can go backwards",
-		ErrVolatile, addr, strings.Join(problems, "; "), strings.Join(fixes, "; "))
+		ErrVolatile, addr, strings.Join(problems, "; "), cli, strings.Join(fixes, "; "))
 }

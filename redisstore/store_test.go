@@ -25,9 +25,14 @@ func ctxFor(t testing.TB) context.Context {
 // open returns a store on srv, closed in t.Cleanup.
 func open(t testing.TB, srv *redistest.Server, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr+"/0", opts...)
+	return openURL(t, "redis://"+srv.Addr+"/0", opts...)
+}
+
+func openURL(t testing.TB, url string, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.Open(ctxFor(t), url, opts...)
 	if err != nil {
-		t.Fatalf("redisstore.Open(%s): %v", srv.Addr, err)
+		t.Fatalf("redisstore.Open(%s): %v", url, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s

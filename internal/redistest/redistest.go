@@ -48,7 +48,7 @@ type Option func(*config)
 type config struct {
 	volatile bool
 	cluster  bool
-	extra    [][2]string
+	extra    [][]string
 }
 
 // Volatile starts a server without persistence (appendonly no, save ""): its
@@ -61,11 +61,12 @@ func Volatile() Option { return func(c *config) { c.volatile = true } }
 func Cluster() Option { return func(c *config) { c.cluster = true } }
 
 // Config passes one more configuration directive to the server, as
-// `--name value` on its command line (for example maxmemory-policy). A test
+// `--name value...` on its command line (for example "maxmemory-policy",
+// "allkeys-lru", or "rename-command", "CONFIG", `""`). A test
 // run against LEASE_TEST_REDIS_ADDR cannot reconfigure the shared server, so
 // it skips under -short and fails otherwise.
-func Config(name, value string) Option {
-	return func(c *config) { c.extra = append(c.extra, [2]string{name, value}) }
+func Config(name string, values ...string) Option {
+	return func(c *config) { c.extra = append(c.extra, append([]string{"--" + name}, values...)) }
 }
 
 // Server is one Redis server for a test.
@@ -120,8 +121,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 	if cfg.cluster {
 		base = append(base, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
 	}
-	for _, kv := range cfg.extra {
-		base = append(base, "--"+kv[0], kv[1])
+	for _, directive := range cfg.extra {
+		base = append(base, directive...)
 	}
 
 	// A free port can be taken between our probe and the server's bind, so

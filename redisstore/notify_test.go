@@ -1,0 +1,245 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/redisstore"
+)
+
+// killPubSub cuts the server side of every subscription connection.
+func killPubSub(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	n, err := srv.Client(t).ClientKillByFilter(ctxFor(t), "TYPE", "pubsub").Result()
+	if err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	if n == 0 {
+		t.Fatal("CLIENT KILL TYPE pubsub killed no connection: the store is not subscribed")
+	}
+}
+
+// waitSubscribed waits until WaitChange works, i.e. the store's
+// subscription is (again) confirmed: on a free key it then returns nil.
+func waitSubscribed(t *testing.T, s *redisstore.Store) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(ctxFor(t), time.Second)
+		err := s.WaitChange(ctx, "free/never-held")
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store not subscribed after 15 s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWaitChange(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv)
+	ctx := ctxFor(t)
+
+	t.Run("free key returns at once", func(t *testing.T) {
+		if err := s.WaitChange(ctx, "wc/free"); err != nil {
+			t.Fatalf("WaitChange on a free key: %v", err)
+		}
+	})
+	t.Run("held key waits until ctx ends", func(t *testing.T) {
+		if _, err := s.Acquire(ctx, "wc/held", "h", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if err := s.WaitChange(short, "wc/held"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitChange on a held key: err = %v, want DeadlineExceeded", err)
+		}
+	})
+	t.Run("release wakes the waiter", func(t *testing.T) {
+		l, err := s.Acquire(ctx, "wc/release", "h", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		woke := make(chan error, 1)
+		go func() { woke <- s.WaitChange(ctx, "wc/release") }()
+		// A release on another key must not wake it.
+		other, err := s.Acquire(ctx, "wc/other", "h", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // let the waiter register
+		if err := s.Release(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-woke:
+			t.Fatalf("woken by a release of another key: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := s.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-woke:
+			if err != nil {
+				t.Fatalf("WaitChange: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("not woken within 10 s of the release")
+		}
+	})
+	t.Run("bad key", func(t *testing.T) {
+		if err := s.WaitChange(ctx, ""); !errors.Is(err, lease.ErrInvalid) {
+			t.Fatalf("WaitChange(\"\"): err = %v, want ErrInvalid", err)
+		}
+	})
+}
+
+// TestWaitChangeSubscriptionDrop cuts the store's subscription: a pending
+// WaitChange returns an error (so lease.Client falls back to polling), a
+// lease.Client waiting through the drop still gets the lease once it is
+// released, and the store resubscribes by itself.
+func TestWaitChangeSubscriptionDrop(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv)
+	ctx := ctxFor(t)
+	const k = "drop/key"
+	holder, err := s.Acquire(ctx, k, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribed(t, s)
+
+	// 1. A pending WaitChange learns of the drop.
+	woke := make(chan error, 1)
+	go func() { woke <- s.WaitChange(ctx, k) }()
+	time.Sleep(200 * time.Millisecond) // let it register
+	killPubSub(t, srv)
+	select {
+	case err := <-woke:
+		if err == nil || !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("WaitChange across a dropped subscription: err = %v, want ErrUnavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitChange did not notice the dropped subscription within 10 s")
+	}
+
+	// 2. A lease.Client waiting while the subscription drops still gets the
+	// lease after the release.
+	waitSubscribed(t, s)
+	c, err := lease.NewClient(s, lease.WithOwner("waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		h   *lease.Hold
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		h, err := c.Acquire(ctx, k, time.Minute)
+		got <- result{h, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	killPubSub(t, srv)
+	time.Sleep(100 * time.Millisecond)
+	if err := s.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("Client.Acquire across a dropped subscription: %v", r.err)
+		}
+		if r.h.Token() <= holder.Token {
+			t.Errorf("waiter token %d not above %d", r.h.Token(), holder.Token)
+		}
+		if err := r.h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("waiting Client.Acquire did not get the released lease within 15 s")
+	}
+
+	// 3. Resubscribed, releases wake waiters again.
+	waitSubscribed(t, s)
+	l, err := s.Acquire(ctx, k, "again", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { woke <- s.WaitChange(ctx, k) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatalf("WaitChange after resubscribing: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after resubscribing")
+	}
+}
+
+// TestWaitChangeServerDown checks that waiting through a server restart
+// reports the drop and that the store resubscribes once the server is back.
+func TestWaitChangeServerDown(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv)
+	ctx := ctxFor(t)
+	const k = "down/key"
+	if _, err := s.Acquire(ctx, k, "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitSubscribed(t, s)
+	woke := make(chan error, 1)
+	go func() { woke <- s.WaitChange(ctx, k) }()
+	time.Sleep(200 * time.Millisecond)
+	srv.Stop(t)
+	select {
+	case err := <-woke:
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("WaitChange while the server stops: err = %v, want ErrUnavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitChange did not notice the server stopping within 10 s")
+	}
+	srv.Restart(t)
+	waitSubscribed(t, s)
+}
+
+func TestWaitChangeAfterClose(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctxFor(t), "closing", "h", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- s.WaitChange(ctxFor(t), "closing") }()
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-woke:
+		if err == nil {
+			t.Fatal("pending WaitChange returned nil when the store closed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pending WaitChange not ended by Close")
+	}
+	if err := s.WaitChange(ctxFor(t), "closing"); err == nil {
+		t.Fatal("WaitChange on a closed store returned nil")
+	}
+}
