@@ -1,0 +1,243 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/etcdtest"
+)
+
+func testPrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "etcdstore-internal/" + hex.EncodeToString(b[:]) + "/"
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newTestStore(t *testing.T, cli *clientv3.Client, prefix string) *Store {
+	t.Helper()
+	s, err := New(cli, WithPrefix(prefix))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// waitForWaiters polls until key has n queue entries and returns them in
+// queue order.
+func waitForWaiters(t *testing.T, s *Store, key string, n int) []*clientv3.GetResponse {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := s.cli.Get(testCtx(t), s.path(kindWaiter, key, ""), append(clientv3.WithFirstCreate()[:2], clientv3.WithPrefix())...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == n {
+			return []*clientv3.GetResponse{resp}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d queue entries for %q after 10 s, want %d", len(resp.Kvs), key, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWaiterWhoseLeaseExpiresNeverHolds is the case Jepsen found in etcd
+// 3.4.3's Mutex: a waiter whose own etcd lease ends while it is queued must
+// not come out holding the lease once those ahead of it are gone.
+func TestWaiterWhoseLeaseExpiresNeverHolds(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	const key = "jepsen"
+	holder, err := s.Acquire(testCtx(t), key, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   lease.Lease
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() {
+		l, err := s.AcquireWait(testCtx(t), key, "first", time.Minute)
+		first <- result{l, err}
+	}()
+	waitForWaiters(t, s, key, 1)
+	go func() {
+		l, err := s.AcquireWait(testCtx(t), key, "second", time.Minute)
+		second <- result{l, err}
+	}()
+	q := waitForWaiters(t, s, key, 2)[0]
+	if string(q.Kvs[0].Value) != "first" || string(q.Kvs[1].Value) != "second" {
+		t.Fatalf("queue order = %q, %q; want first, second", q.Kvs[0].Value, q.Kvs[1].Value)
+	}
+
+	// The head's and the second's etcd leases end while they wait (as if
+	// their process had stalled past the TTL)... only the second's here.
+	if _, err := cli.Revoke(testCtx(t), clientv3.LeaseID(q.Kvs[1].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(testCtx(t), holder); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the head waiter was not served within 10 s of the release")
+	}
+	if r.err != nil || r.l.Owner != "first" || r.l.Token <= holder.Token {
+		t.Fatalf("head waiter got %+v, %v; want a lease for first with a token above %d", r.l, r.err, holder.Token)
+	}
+	if err := s.Release(testCtx(t), r.l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r = <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter with the revoked etcd lease did not return within 10 s")
+	}
+	if r.err == nil {
+		t.Fatalf("a waiter whose etcd lease was revoked got the lease: %+v", r.l)
+	}
+	if !errors.Is(r.err, lease.ErrUnavailable) {
+		t.Errorf("err = %v, want one matching ErrUnavailable", r.err)
+	}
+	if got, err := s.Get(testCtx(t), key); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("after the lost waiter returned, Get = %+v, %v; want ErrNotFound", got, err)
+	}
+	if _, err := s.Acquire(testCtx(t), key, "next", time.Minute); err != nil {
+		t.Fatalf("the key is not free after the lost waiter returned: %v", err)
+	}
+}
+
+// TestHeadWaiterWhoseLeaseExpiresNeverHolds: the same for the waiter at the
+// head of the queue, which watches the holder itself.
+func TestHeadWaiterWhoseLeaseExpiresNeverHolds(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	const key = "jepsen-head"
+	holder, err := s.Acquire(testCtx(t), key, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var got lease.Lease
+	go func() {
+		var err error
+		got, err = s.AcquireWait(testCtx(t), key, "waiter", time.Minute)
+		done <- err
+	}()
+	q := waitForWaiters(t, s, key, 1)[0]
+	if _, err := cli.Revoke(testCtx(t), clientv3.LeaseID(q.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(testCtx(t), holder); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the waiter whose etcd lease was revoked got the lease: %+v", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not return within 10 s of the release")
+	}
+	if l, err := s.Get(testCtx(t), key); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("Get = %+v, %v; want ErrNotFound", l, err)
+	}
+}
+
+func TestOpenRefusesRevisionBehindHighWater(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	prefix := testPrefix()
+	s := newTestStore(t, cli, prefix)
+	l, err := s.Acquire(testCtx(t), "k", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(testCtx(t), s.highWaterKey())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("high-water key: %v, %v", resp, err)
+	}
+	hw, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	if err != nil || hw <= 0 || hw > int64(l.Token) {
+		t.Fatalf("high-water mark %q after issuing token %d: want within [1, %d]", resp.Kvs[0].Value, l.Token, l.Token)
+	}
+	// A fresh Store on the same history opens.
+	newTestStore(t, cli, prefix)
+
+	// As if the keys had been copied to a cluster whose revisions are lower
+	// than the tokens issued: the mark is above the current revision.
+	if _, err := cli.Put(testCtx(t), s.highWaterKey(), formatRev(resp.Header.Revision+1_000_000)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(cli, WithPrefix(prefix))
+	if !errors.Is(err, ErrRevisionBehind) || !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("New with the high-water mark above the revision: err = %v, want ErrRevisionBehind", err)
+	}
+	// Another prefix is not affected.
+	newTestStore(t, cli, testPrefix())
+}
+
+func TestRunningStoreStopsWhenRevisionGoesBack(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	if _, err := s.Acquire(testCtx(t), "k", "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// As if the Store had seen a later revision before a restore rewound
+	// the cluster.
+	s.maxRev.Store(s.maxRev.Load() + 1_000_000)
+	if _, err := s.Get(testCtx(t), "k"); !errors.Is(err, ErrRevisionBehind) {
+		t.Fatalf("Get after the revision went back: err = %v, want ErrRevisionBehind", err)
+	}
+	// It stays stopped.
+	if _, err := s.Acquire(testCtx(t), "other", "w", time.Minute); !errors.Is(err, ErrRevisionBehind) {
+		t.Fatalf("Acquire on a stopped Store: err = %v, want ErrRevisionBehind", err)
+	}
+}
+
+func TestTokenRange(t *testing.T) {
+	for _, rev := range []int64{0, -1, int64(lease.MaxToken) + 1} {
+		if _, err := tokenOf(rev); err == nil {
+			t.Errorf("tokenOf(%d) accepted", rev)
+		}
+	}
+	if tok, err := tokenOf(int64(lease.MaxToken)); err != nil || tok != lease.MaxToken {
+		t.Errorf("tokenOf(2^53) = %d, %v", tok, err)
+	}
+}
+
+func TestEtcdTTL(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want int64
+	}{
+		{lease.MinTTL, 2}, {50 * time.Millisecond, 2}, {time.Second, 2},
+		{time.Second + time.Millisecond, 3}, {time.Minute, 61}, {lease.MaxTTL, 86401},
+	} {
+		if got := etcdTTL(tc.ttl); got != tc.want {
+			t.Errorf("etcdTTL(%v) = %d, want %d", tc.ttl, got, tc.want)
+		}
+	}
+}
