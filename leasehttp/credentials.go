@@ -70,7 +70,7 @@ func (c Credential) validate() error {
 //	Zq3…8fK   *
 //	Hv9…2mD   jobs/ cron/
 //
-// A malformed line, a token given twice or a file without any credential is
+// Comments take whole lines. A malformed line, a token given twice or a file without any credential is
 // an error naming the line; the error matches lease.ErrInvalid.
 func ParseCredentials(r io.Reader) ([]Credential, error) {
 	var creds []Credential
@@ -83,6 +83,11 @@ func ParseCredentials(r io.Reader) ([]Credential, error) {
 			continue
 		}
 		fields := strings.Fields(line)
+		if i := slices.IndexFunc(fields, func(f string) bool { return strings.HasPrefix(f, "#") }); i > 0 {
+			// Taken as prefixes, the words of a trailing comment would grant
+			// keys nobody meant to grant.
+			return nil, fmt.Errorf("%w: leasehttp: credentials line %d: %q starts a comment after the token; put comments on lines of their own", lease.ErrInvalid, n, fields[i])
+		}
 		c := Credential{Token: fields[0], Prefixes: fields[1:]}
 		if err := c.validate(); err != nil {
 			return nil, fmt.Errorf("%w: leasehttp: credentials line %d: %v", lease.ErrInvalid, n, err)

@@ -60,6 +60,16 @@ func ctxFor(t *testing.T) context.Context {
 // call sends a raw request and returns status and body.
 func call(t *testing.T, method, url, token, body string) (int, string) {
 	t.Helper()
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
+	return callHeader(t, method, url, auth, body)
+}
+
+// callHeader is call with the Authorization header given whole.
+func callHeader(t *testing.T, method, url, auth, body string) (int, string) {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -71,8 +81,8 @@ func call(t *testing.T, method, url, token, body string) (int, string) {
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

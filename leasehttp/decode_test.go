@@ -1,0 +1,237 @@
+package leasehttp_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
+)
+
+// errorCodes are the codes the API may answer.
+var errorCodes = map[string]bool{
+	"held": true, "not_held": true, "stale_token": true, "not_found": true, "invalid": true,
+	"unauthorized": true, "forbidden": true, "unavailable": true,
+}
+
+// checkAnswer fails unless the answer is below 500 and, if an error, the
+// JSON error body with a known code.
+func checkAnswer(t *testing.T, what string, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	if rec.Code >= 500 {
+		t.Fatalf("%s: HTTP %d: %s", what, rec.Code, rec.Body)
+	}
+	if rec.Code < 400 {
+		return
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("%s: HTTP %d with Content-Type %q: %s", what, rec.Code, ct, rec.Body)
+	}
+	var body struct {
+		Error struct{ Code, Message string }
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || !errorCodes[body.Error.Code] || body.Error.Message == "" {
+		t.Fatalf("%s: HTTP %d with a body that is not an API error (%v): %s", what, rec.Code, err, rec.Body)
+	}
+}
+
+// heldLease sets up a server over memstore with one lease held on "k".
+func heldLease(t *testing.T) (http.Handler, lease.Lease) {
+	t.Helper()
+	store := memstore.New()
+	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet), leasehttp.WithMaxWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	l, err := store.Acquire(ctxFor(t), "k", "holder", lease.MaxTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, l
+}
+
+func serve(h http.Handler, method, target, contentType string, body []byte) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, target, bytes.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	return serveRequest(h, req)
+}
+
+func serveRequest(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestDecodersRefuseBadBodies(t *testing.T) {
+	h, held := heldLease(t)
+	id := held.ID.String()
+	big := `{"owner":"` + strings.Repeat("a", leasehttp.MaxBodyBytes) + `","ttl_ms":100}`
+	padded := `{"owner":"a","ttl_ms":100}` + strings.Repeat(" ", leasehttp.MaxBodyBytes)
+	cases := []struct {
+		name, route, body string
+		status            int
+	}{
+		{"empty", "acquire", ``, 400},
+		{"whitespace only", "acquire", "  \n", 400},
+		{"truncated", "acquire", `{"owner":"a",`, 400},
+		{"open brace", "acquire", `{`, 400},
+		{"not JSON", "acquire", `owner=a&ttl_ms=100`, 400},
+		{"array", "acquire", `[]`, 400},
+		{"string", "acquire", `"x"`, 400},
+		{"null", "acquire", `null`, 400},
+		{"missing ttl", "acquire", `{"owner":"a"}`, 400},
+		{"missing owner", "acquire", `{"ttl_ms":100}`, 400},
+		{"owner number", "acquire", `{"owner":1,"ttl_ms":100}`, 400},
+		{"owner null", "acquire", `{"owner":null,"ttl_ms":100}`, 400},
+		{"owner object", "acquire", `{"owner":{},"ttl_ms":100}`, 400},
+		{"ttl string", "acquire", `{"owner":"a","ttl_ms":"100"}`, 400},
+		{"ttl null", "acquire", `{"owner":"a","ttl_ms":null}`, 400},
+		{"ttl bool", "acquire", `{"owner":"a","ttl_ms":true}`, 400},
+		{"ttl fraction", "acquire", `{"owner":"a","ttl_ms":100.5}`, 400},
+		{"ttl point zero", "acquire", `{"owner":"a","ttl_ms":100.0}`, 400},
+		{"ttl exponent", "acquire", `{"owner":"a","ttl_ms":1e3}`, 400},
+		{"ttl negative", "acquire", `{"owner":"a","ttl_ms":-100}`, 400},
+		{"ttl minus zero", "acquire", `{"owner":"a","ttl_ms":-0}`, 400},
+		{"ttl zero", "acquire", `{"owner":"a","ttl_ms":0}`, 400},
+		{"ttl below minimum", "acquire", `{"owner":"a","ttl_ms":9}`, 400},
+		{"ttl above maximum", "acquire", `{"owner":"a","ttl_ms":86400001}`, 400},
+		{"ttl 2^64", "acquire", `{"owner":"a","ttl_ms":18446744073709551616}`, 400},
+		{"ttl huge", "acquire", `{"owner":"a","ttl_ms":` + strings.Repeat("9", 400) + `}`, 400},
+		{"unknown field", "acquire", `{"owner":"a","ttl_ms":100,"priority":1}`, 400},
+		{"wrong case", "acquire", `{"OWNER":"a","ttl_ms":100}`, 400},
+		{"repeated field", "acquire", `{"owner":"a","owner":"b","ttl_ms":100}`, 400},
+		{"empty owner", "acquire", `{"owner":"","ttl_ms":100}`, 400},
+		{"owner NUL", "acquire", `{"owner":"a\u0000b","ttl_ms":100}`, 400},
+		{"owner newline", "acquire", `{"owner":"a\nb","ttl_ms":100}`, 400},
+		{"owner too long", "acquire", `{"owner":"` + strings.Repeat("o", lease.MaxKeyLen+1) + `","ttl_ms":100}`, 400},
+		{"trailing garbage", "acquire", `{"owner":"a","ttl_ms":100} x`, 400},
+		{"second object", "acquire", `{"owner":"a","ttl_ms":100}{}`, 400},
+		{"trailing brace", "acquire", `{"owner":"a","ttl_ms":100}}`, 400},
+		{"wait negative", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":-5}`, 400},
+		{"wait bool", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":true}`, 400},
+		{"wait fraction", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":0.5}`, 400},
+		{"body over 64 KiB", "acquire", big, 413},
+		{"padding over 64 KiB", "acquire", padded, 413},
+
+		{"renew token zero", "renew", `{"id":"` + id + `","token":0,"ttl_ms":100}`, 400},
+		{"renew token above 2^53", "renew", `{"id":"` + id + `","token":9007199254740993,"ttl_ms":100}`, 400},
+		{"renew token 2^64", "renew", `{"id":"` + id + `","token":18446744073709551616,"ttl_ms":100}`, 400},
+		{"renew token negative", "renew", `{"id":"` + id + `","token":-1,"ttl_ms":100}`, 400},
+		{"renew token fraction", "renew", `{"id":"` + id + `","token":1.5,"ttl_ms":100}`, 400},
+		{"renew token string", "renew", `{"id":"` + id + `","token":"1","ttl_ms":100}`, 400},
+		{"renew id not hex", "renew", `{"id":"` + strings.Repeat("z", 32) + `","token":1,"ttl_ms":100}`, 400},
+		{"renew id short", "renew", `{"id":"abc","token":1,"ttl_ms":100}`, 400},
+		{"renew id zero", "renew", `{"id":"` + strings.Repeat("0", 32) + `","token":1,"ttl_ms":100}`, 400},
+		{"renew id number", "renew", `{"id":1,"token":1,"ttl_ms":100}`, 400},
+		{"renew missing id", "renew", `{"token":1,"ttl_ms":100}`, 400},
+		{"renew missing token", "renew", `{"id":"` + id + `","ttl_ms":100}`, 400},
+		{"renew missing ttl", "renew", `{"id":"` + id + `","token":1}`, 400},
+		{"renew ttl zero", "renew", `{"id":"` + id + `","token":1,"ttl_ms":0}`, 400},
+		{"renew ttl negative", "renew", `{"id":"` + id + `","token":1,"ttl_ms":-1}`, 400},
+		{"renew unknown field", "renew", `{"id":"` + id + `","token":1,"ttl_ms":100,"owner":"a"}`, 400},
+		{"renew over 64 KiB", "renew", `{"id":"` + strings.Repeat("a", 70000) + `"}`, 413},
+
+		{"release token zero", "release", `{"id":"` + id + `","token":0}`, 400},
+		{"release token above 2^53", "release", `{"id":"` + id + `","token":9007199254740993}`, 400},
+		{"release token huge", "release", `{"id":"` + id + `","token":1e400}`, 400},
+		{"release id zero", "release", `{"id":"` + strings.Repeat("0", 32) + `","token":1}`, 400},
+		{"release missing id", "release", `{"token":1}`, 400},
+		{"release unknown field", "release", `{"id":"` + id + `","token":1,"ttl_ms":100}`, 400},
+		{"release malformed", "release", `{"id":"` + id + `","token":1`, 400},
+		{"release over 64 KiB", "release", strings.Repeat(" ", 70000) + `{}`, 413},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := serve(h, "POST", "/v1/leases/k/"+tc.route, "application/json", []byte(tc.body))
+			checkAnswer(t, tc.name, rec)
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), `"code":"invalid"`) {
+				t.Errorf("HTTP %d %s, want %d with code invalid", rec.Code, rec.Body, tc.status)
+			}
+		})
+	}
+	// None of it touched the held lease: it renews with its real ID.
+	rec := serve(h, "POST", "/v1/leases/k/renew", "application/json",
+		[]byte(`{"id":"`+id+`","token":`+strings.TrimSpace(jsonNumber(held.Token))+`,"ttl_ms":60000}`))
+	if rec.Code != 200 {
+		t.Fatalf("renewing the held lease after the bad requests: HTTP %d %s", rec.Code, rec.Body)
+	}
+}
+
+func jsonNumber(t lease.Token) string { b, _ := json.Marshal(t); return string(b) }
+
+func TestContentTypeRequired(t *testing.T) {
+	h, _ := heldLease(t)
+	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded", "application/jsonx", "application/json; charset"} {
+		rec := serve(h, "POST", "/v1/leases/free/acquire", ct, []byte(`{"owner":"a","ttl_ms":100}`))
+		checkAnswer(t, "Content-Type "+ct, rec)
+		if rec.Code != http.StatusUnsupportedMediaType {
+			t.Errorf("Content-Type %q: HTTP %d %s, want 415", ct, rec.Code, rec.Body)
+		}
+	}
+	rec := serve(h, "POST", "/v1/leases/free/acquire", "application/json; charset=utf-8", []byte(`{"owner":"a","ttl_ms":100}`))
+	if rec.Code != 200 {
+		t.Errorf("Content-Type with charset: HTTP %d %s, want 200", rec.Code, rec.Body)
+	}
+}
+
+func TestKeysInPathChecked(t *testing.T) {
+	h, held := heldLease(t)
+	body := map[string]string{
+		"acquire": `{"owner":"a","ttl_ms":100}`,
+		"renew":   `{"id":"` + held.ID.String() + `","token":1,"ttl_ms":100}`,
+		"release": `{"id":"` + held.ID.String() + `","token":1}`,
+	}
+	keys := map[string]string{
+		"empty":            "",
+		"NUL":              "%00",
+		"newline":          "a%0Ab",
+		"tab":              "a%09b",
+		"DEL":              "a%7Fb",
+		"C1 control":       "a%C2%85b",
+		"invalid UTF-8":    "a%FFb",
+		"too long":         strings.Repeat("k", lease.MaxKeyLen+1),
+		"too long escaped": strings.Repeat("%C3%A9", lease.MaxKeyLen/2+1),
+		"dot":              ".",
+		"dot dot":          "..",
+	}
+	for name, k := range keys {
+		for _, route := range []string{"acquire", "renew", "release"} {
+			rec := serve(h, "POST", "/v1/leases/"+k+"/"+route, "application/json", []byte(body[route]))
+			checkAnswer(t, name+" "+route, rec)
+			if rec.Code != 400 {
+				t.Errorf("key %s, %s: HTTP %d %s, want 400", name, route, rec.Code, rec.Body)
+			}
+		}
+		if k == "" {
+			continue // GET /v1/leases/ is not a lease's path
+		}
+		rec := serve(h, "GET", "/v1/leases/"+k, "", nil)
+		checkAnswer(t, name+" get", rec)
+		if rec.Code != 400 {
+			t.Errorf("key %s, get: HTTP %d %s, want 400", name, rec.Code, rec.Body)
+		}
+	}
+	for _, q := range []string{"prefix=%00", "prefix=a%0A", "prefix=%FF", "prefix=a&prefix=b", "other=1", "prefix=%ZZ",
+		"prefix=" + strings.Repeat("p", lease.MaxKeyLen+1)} {
+		rec := serve(h, "GET", "/v1/leases?"+q, "", nil)
+		checkAnswer(t, "list "+q, rec)
+		if rec.Code != 400 {
+			t.Errorf("list ?%s: HTTP %d %s, want 400", q, rec.Code, rec.Body)
+		}
+	}
+	for _, path := range []string{"/v1/leases/k/steal", "/v1/other", "/nothing", "/v1/leases/k/acquire/x"} {
+		rec := serve(h, "POST", path, "application/json", []byte(body["acquire"]))
+		checkAnswer(t, path, rec)
+		if rec.Code != 404 {
+			t.Errorf("POST %s: HTTP %d %s, want 404", path, rec.Code, rec.Body)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package leasehttp_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
+)
+
+// The fuzz targets feed arbitrary bodies and keys to the whole handler over
+// memstore (waiting off, so no input can make a target sleep) and fail on
+// any 5xx, any panic, and any error answer that is not the API's JSON error
+// body. Seed corpora are in testdata/fuzz.
+
+func fuzzServer(f *testing.F) (http.Handler, lease.Lease) {
+	store := memstore.New()
+	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet), leasehttp.WithMaxWait(0))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { srv.Close() })
+	l, err := store.Acquire(f.Context(), "held", "holder", lease.MaxTTL)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return srv, l
+}
+
+func FuzzAcquireBody(f *testing.F) {
+	h, _ := fuzzServer(f)
+	f.Add([]byte(`{"owner":"a","ttl_ms":100}`))
+	f.Add([]byte(`{"owner":"a","ttl_ms":100,"wait_ms":5}`))
+	f.Add([]byte(`{"owner":"a","ttl_ms":1e2}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, key := range []string{"free", "held"} {
+			rec := serve(h, "POST", "/v1/leases/"+key+"/acquire", "application/json", body)
+			checkAnswer(t, "acquire", rec)
+		}
+	})
+}
+
+func FuzzRenewBody(f *testing.F) {
+	h, held := fuzzServer(f)
+	f.Add([]byte(`{"id":"` + held.ID.String() + `","token":1,"ttl_ms":100}`))
+	f.Add([]byte(`{"id":"` + held.ID.String() + `","token":9007199254740993,"ttl_ms":100}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := serve(h, "POST", "/v1/leases/held/renew", "application/json", body)
+		checkAnswer(t, "renew", rec)
+	})
+}
+
+func FuzzReleaseBody(f *testing.F) {
+	h, held := fuzzServer(f)
+	f.Add([]byte(`{"id":"` + lease.NewID().String() + `","token":1}`))
+	f.Add([]byte(`{"id":"` + held.ID.String() + `","token":0}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := serve(h, "POST", "/v1/leases/held/release", "application/json", body)
+		checkAnswer(t, "release", rec)
+	})
+}
+
+// FuzzKeyPath sends the key both as the client escapes it and raw, as a
+// hand-made request might, to every route that takes a key, and as a list
+// prefix.
+func FuzzKeyPath(f *testing.F) {
+	h, _ := fuzzServer(f)
+	for _, k := range []string{"jobs/nightly", "a%2Fb", "%00", "..", "%2E", "ü/日本", strings.Repeat("k", 600), "a?b#c", " "} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		for _, seg := range []string{url.PathEscape(key), key} {
+			for _, route := range []string{"/acquire", "/renew", "/release", ""} {
+				method, body := "POST", `{"owner":"fuzz","ttl_ms":100}`
+				switch route {
+				case "/renew":
+					body = `{"id":"` + strings.Repeat("ab", 16) + `","token":1,"ttl_ms":100}`
+				case "/release":
+					body = `{"id":"` + strings.Repeat("ab", 16) + `","token":1}`
+				case "":
+					method, body = "GET", ""
+				}
+				req, err := http.NewRequest(method, "http://lease.test/v1/leases/"+seg+route, strings.NewReader(body))
+				if err != nil {
+					continue // net/http's server refuses what its client cannot even form
+				}
+				req.Header.Set("Content-Type", "application/json")
+				rec := serveRequest(h, req)
+				checkAnswer(t, method+" "+req.URL.String(), rec)
+			}
+		}
+		req, err := http.NewRequest("GET", "http://lease.test/v1/leases?prefix="+url.QueryEscape(key), nil)
+		if err == nil {
+			checkAnswer(t, "list", serveRequest(h, req))
+		}
+	})
+}

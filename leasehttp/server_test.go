@@ -1,0 +1,390 @@
+package leasehttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metric returns the value of one series in /metrics, e.g.
+// `lease_acquisitions_total{result="held"}`, and 0 if it is absent.
+func metric(t *testing.T, url, series string) float64 {
+	t.Helper()
+	status, body := call(t, "GET", url+"/metrics", "", "")
+	if status != 200 {
+		t.Fatalf("/metrics: HTTP %d", status)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q: %v", series, v, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// backends are the two ways the server waits: the backend's own FIFO wait,
+// or the server's queue.
+var backends = []struct {
+	name string
+	new  func() lease.Backend
+}{
+	{"BackendWaits", func() lease.Backend { return memstore.New() }},
+	{"ServerQueues", func() lease.Backend { return backendOnly{memstore.New()} }},
+}
+
+func TestSecretIDNeverShown(t *testing.T) {
+	_, hs := startServer(t, newMem())
+	c := newClient(t, hs.URL)
+	l, err := c.Acquire(ctxFor(t), "secret/one", "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := l.ID.String()
+	status, body := call(t, "POST", hs.URL+"/v1/leases/secret%2Fone/acquire", "", `{"owner":"thief","ttl_ms":1000}`)
+	if status != 409 || !strings.Contains(body, `"owner":"owner"`) {
+		t.Fatalf("acquire of a held key: HTTP %d %s, want 409 naming the holder", status, body)
+	}
+	for _, path := range []string{"/v1/leases/secret%2Fone", "/v1/leases", "/v1/leases?prefix=secret%2F", "/metrics"} {
+		status, body := call(t, "GET", hs.URL+path, "", "")
+		if status != 200 {
+			t.Fatalf("GET %s: HTTP %d %s", path, status, body)
+		}
+		if strings.Contains(body, secret) || strings.Contains(body, `"id"`) {
+			t.Errorf("GET %s shows the secret id: %s", path, body)
+		}
+	}
+	if strings.Contains(body, secret) {
+		t.Errorf("the held answer shows the secret id: %s", body)
+	}
+}
+
+func TestLeaseJSONShape(t *testing.T) {
+	_, hs := startServer(t, newMem())
+	status, body := call(t, "POST", hs.URL+"/v1/leases/shape/acquire", "", `{"owner":"o","ttl_ms":1500}`)
+	if status != 200 {
+		t.Fatalf("HTTP %d %s", status, body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"key", "owner", "token", "id", "ttl_ms", "expires_at"} {
+		if _, ok := m[f]; !ok {
+			t.Errorf("lease answer lacks %q: %s", f, body)
+		}
+	}
+	if len(m) != 6 {
+		t.Errorf("lease answer has %d members, want 6: %s", len(m), body)
+	}
+	exp, _ := m["expires_at"].(string)
+	if _, err := time.Parse("2006-01-02T15:04:05.000Z07:00", exp); err != nil || !strings.HasSuffix(exp, "Z") {
+		t.Errorf("expires_at %q is not RFC 3339 UTC with milliseconds: %v", exp, err)
+	}
+	if m["ttl_ms"] != 1500.0 || m["key"] != "shape" || m["owner"] != "o" {
+		t.Errorf("lease answer %s, want key shape, owner o, ttl_ms 1500", body)
+	}
+}
+
+func TestWaitCappedAtMaxWait(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			b := be.new()
+			_, hs := startServer(t, b, leasehttp.WithMaxWait(50*time.Millisecond))
+			held, err := b.Acquire(ctxFor(t), "capped", "holder", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A wait beyond any Duration must be capped, not overflow.
+			status, body := call(t, "POST", hs.URL+"/v1/leases/capped/acquire", "", `{"owner":"w","ttl_ms":1000,"wait_ms":18446744073709551615}`)
+			if status != 409 || !strings.Contains(body, `"code":"held"`) || !strings.Contains(body, `"owner":"holder"`) ||
+				!strings.Contains(body, `"token":`+strconv.FormatUint(uint64(held.Token), 10)) {
+				t.Fatalf("HTTP %d %s, want 409 held naming holder and its token", status, body)
+			}
+		})
+	}
+}
+
+func TestCloseEndsWaits(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			b := be.new()
+			srv, hs := startServer(t, b)
+			if _, err := b.Acquire(ctxFor(t), "closing", "holder", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			type answer struct {
+				status int
+				body   string
+			}
+			answers := make(chan answer, 3)
+			for range 3 {
+				go func() {
+					s, b := call(t, "POST", hs.URL+"/v1/leases/closing/acquire", "", `{"owner":"w","ttl_ms":1000,"wait_ms":60000}`)
+					answers <- answer{s, b}
+				}()
+			}
+			eventually(t, "3 waiters", func() bool { return metric(t, hs.URL, "lease_waiters") == 3 })
+			if err := srv.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				a := <-answers
+				if a.status != 503 || !strings.Contains(a.body, `"code":"unavailable"`) || !strings.Contains(a.body, "shutting down") {
+					t.Errorf("waiter after Close: HTTP %d %s, want 503 unavailable, shutting down", a.status, a.body)
+				}
+			}
+			// After Close acquires try once, and readiness is withdrawn.
+			if status, body := call(t, "POST", hs.URL+"/v1/leases/closing/acquire", "", `{"owner":"w","ttl_ms":1000,"wait_ms":60000}`); status != 409 {
+				t.Errorf("acquire with wait after Close: HTTP %d %s, want an immediate 409", status, body)
+			}
+			if status, _ := call(t, "GET", hs.URL+"/readyz", "", ""); status != 503 {
+				t.Errorf("/readyz after Close: HTTP %d, want 503", status)
+			}
+			if status, _ := call(t, "GET", hs.URL+"/healthz", "", ""); status != 200 {
+				t.Errorf("/healthz after Close: HTTP %d, want 200", status)
+			}
+		})
+	}
+}
+
+// TestWaiterThatLeavesHoldsNothing checks that a waiter whose client hangs
+// up leaves the queue: the next release frees the key instead of handing it
+// to nobody.
+func TestWaiterThatLeavesHoldsNothing(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			b := be.new()
+			_, hs := startServer(t, b)
+			c := newClient(t, hs.URL)
+			holder, err := c.Acquire(ctxFor(t), "leaver", "holder", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.AcquireWait(ctx, "leaver", "impatient", time.Minute)
+				done <- err
+			}()
+			eventually(t, "a waiter", func() bool { return metric(t, hs.URL, "lease_waiters") == 1 })
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled AcquireWait: err = %v, want context.Canceled", err)
+			}
+			eventually(t, "the waiter gone", func() bool { return metric(t, hs.URL, "lease_waiters") == 0 })
+			if err := c.Release(ctxFor(t), holder); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := b.Get(ctxFor(t), "leaver"); !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("after the holder's release the key is held by %+v (%v); the waiter had left", l, err)
+			}
+		})
+	}
+}
+
+// TestServerQueueIsFIFO checks the server's own queue with more waiters
+// than the conformance suite, woken by releases and, for one waiter, by the
+// expiry of the lease before it.
+func TestServerQueueIsFIFO(t *testing.T) {
+	_, hs := startServer(t, backendOnly{memstore.New()})
+	c := newClient(t, hs.URL)
+	prev, err := c.Acquire(ctxFor(t), "fifo", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, expires = 6, 2 // waiter 2 lets its lease expire
+	type result struct {
+		i int
+		l lease.Lease
+		e error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		ttl := time.Minute
+		if i == expires {
+			ttl = 100 * time.Millisecond
+		}
+		go func() {
+			l, err := c.AcquireWait(ctxFor(t), "fifo", "w"+strconv.Itoa(i), ttl)
+			results <- result{i, l, err}
+		}()
+		eventually(t, "waiter queued", func() bool { return metric(t, hs.URL, "lease_waiters") == float64(i+1) })
+	}
+	for want := range n {
+		if want != expires+1 {
+			if err := c.Release(ctxFor(t), prev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := <-results
+		if r.e != nil {
+			t.Fatalf("waiter %d: %v", r.i, r.e)
+		}
+		if r.i != want {
+			t.Fatalf("waiter %d served in place %d (not FIFO)", r.i, want)
+		}
+		if r.l.Token <= prev.Token {
+			t.Fatalf("waiter %d got token %d, not above %d", r.i, r.l.Token, prev.Token)
+		}
+		prev = r.l
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	_, hs := startServer(t, newMem())
+	if status, body := call(t, "GET", hs.URL+"/readyz", "", ""); status != 200 || !strings.Contains(body, "ready") {
+		t.Fatalf("/readyz: HTTP %d %s", status, body)
+	}
+	broken := brokenBackend{backendOnly{memstore.New()}}
+	_, hs2 := startServer(t, broken)
+	status, body := call(t, "GET", hs2.URL+"/readyz", "", "")
+	if status != 503 || !strings.Contains(body, `"code":"unavailable"`) || strings.Contains(body, "disk on fire") {
+		t.Fatalf("/readyz over a failing backend: HTTP %d %s, want 503 without the backend's message", status, body)
+	}
+}
+
+// brokenBackend fails every Get, as a backend that lost its engine does.
+type brokenBackend struct{ backendOnly }
+
+func (brokenBackend) Get(context.Context, string) (lease.Lease, error) {
+	return lease.Lease{}, errors.New("teststore: disk on fire")
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, hs := startServer(t, newMem(), leasehttp.WithRegisterer(reg))
+	c := newClient(t, hs.URL)
+	const secretKey = "metrics/key-name-that-must-not-leak"
+	m := func(s string) float64 { return metric(t, hs.URL, s) }
+
+	l, err := c.Acquire(ctxFor(t), secretKey, "owner-name-that-must-not-leak", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctxFor(t), secretKey, "other", time.Minute); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("second Acquire: %v", err)
+	}
+	if got := m(`lease_acquisitions_total{result="acquired"}`); got != 1 {
+		t.Errorf("acquired = %v, want 1", got)
+	}
+	if got := m(`lease_acquisitions_total{result="held"}`); got != 1 {
+		t.Errorf("held = %v, want 1", got)
+	}
+	if got := m(`lease_active_leases`); got != 1 {
+		t.Errorf("active = %v, want 1", got)
+	}
+	if _, err := c.Renew(ctxFor(t), l, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctxFor(t), l); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Renew(ctxFor(t), l, time.Minute); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("Renew after Release: %v", err)
+	}
+	if err := c.Release(ctxFor(t), l); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("Release twice: %v", err)
+	}
+	for series, want := range map[string]float64{
+		`lease_renewals_total{result="renewed"}`:  1,
+		`lease_renewals_total{result="not_held"}`: 1,
+		`lease_releases_total{result="released"}`: 1,
+		`lease_releases_total{result="not_held"}`: 1,
+		`lease_active_leases`:                     0,
+		`lease_expirations_total`:                 0,
+		`lease_http_request_duration_seconds_count{code="200",route="POST /v1/leases/{key}/acquire"}`: 1,
+		`lease_http_request_duration_seconds_count{code="409",route="POST /v1/leases/{key}/acquire"}`: 1,
+	} {
+		if got := m(series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+
+	// A holder that stops renewing: counted once its TTL has passed.
+	if _, err := c.Acquire(ctxFor(t), "metrics/abandoned", "gone", 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the expiration counted", func() bool { return m(`lease_expirations_total`) == 1 })
+	if got := m(`lease_active_leases`); got != 0 {
+		t.Errorf("active after the expiry = %v, want 0", got)
+	}
+	// A holder that comes back too late is counted once, not twice.
+	late, err := c.Acquire(ctxFor(t), "metrics/late", "late", 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond) // past the TTL, within the tracker's grace
+	if _, err := c.Renew(ctxFor(t), late, time.Minute); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("late Renew: %v", err)
+	}
+	eventually(t, "the late holder counted", func() bool { return m(`lease_expirations_total`) == 2 })
+	time.Sleep(300 * time.Millisecond) // past the grace: the tracker must not count it again
+	if got := m(`lease_expirations_total`); got != 2 {
+		t.Errorf("expirations = %v, want 2", got)
+	}
+	// The held answer and the request log's route never put a key in a label.
+	_, body := call(t, "GET", hs.URL+"/metrics", "", "")
+	if strings.Contains(body, "must-not-leak") || strings.Contains(body, "metrics/") {
+		t.Errorf("/metrics names a key or owner:\n%s", body)
+	}
+	// The metrics went to the registry given.
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) == 0 {
+		t.Fatalf("the given registry gathered %d families, %v", len(mfs), err)
+	}
+}
+
+func TestServerOptionsValidate(t *testing.T) {
+	for name, opt := range map[string]leasehttp.ServerOption{
+		"nil logger":        leasehttp.WithLogger(nil),
+		"nil registerer":    leasehttp.WithRegisterer(nil),
+		"nil gatherer":      leasehttp.WithGatherer(nil),
+		"negative max wait": leasehttp.WithMaxWait(-time.Second),
+		"huge max wait":     leasehttp.WithMaxWait(leasehttp.MaxMaxWait + 1),
+		"gatherer alone":    leasehttp.WithGatherer(prometheus.NewRegistry()),
+	} {
+		if _, err := leasehttp.NewServer(newMem(), opt); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := leasehttp.NewServer(nil); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("nil backend: err = %v, want ErrInvalid", err)
+	}
+	// Two servers on one registry collide, and say so.
+	reg := prometheus.NewRegistry()
+	s1, err := leasehttp.NewServer(newMem(), leasehttp.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	if _, err := leasehttp.NewServer(newMem(), leasehttp.WithRegisterer(reg)); err == nil {
+		t.Error("a second server on the same registry: no error")
+	}
+	_ = http.StatusOK
+}
