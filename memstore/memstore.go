@@ -4,17 +4,23 @@
 // arrival order on release or expiry. Nothing survives the process, so use it
 // for tests, simulations and single-process programs; boltstore is the
 // durable embedded backend.
+//
+// An acquire+release pair costs two shard lock round trips, two clock
+// reads, two map lookups and a ChaCha8 draw, and allocates nothing once a
+// key's entry exists (docs/BENCHMARKS.md has the figures).
 package memstore
 
 import (
 	"context"
 	crand "crypto/rand"
+	"encoding/binary"
 	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/leasehq/lease"
 )
@@ -26,7 +32,7 @@ type Store struct {
 	clock  lease.Clock // nil: the real clock, read through base
 	base   time.Time   // monotonic origin of the real clock
 	seed   maphash.Seed
-	shards [shardCount]shard
+	shards [shardCount]paddedShard
 }
 
 var (
@@ -37,19 +43,31 @@ var (
 // shard holds the keys that hash to it. Tokens come from the shard's counter,
 // so a key's tokens rise strictly however its entry comes and goes (I1), and
 // an entry that holds nothing can be dropped at any time.
+//
+// The map is keyed by the key's 64-bit hash, the one that chose the shard,
+// so a lookup hashes the key once, not twice; the rare keys whose hashes
+// collide are chained through entry.next.
 type shard struct {
 	mu      sync.Mutex
-	m       map[string]*entry
+	m       map[uint64]*entry
 	counter lease.Token
-	rng     *rand.ChaCha8 // a CSPRNG seeded from crypto/rand: cheap secret IDs
 	sweepAt int
-	_       [40]byte // keep shards on separate cache lines
+	rng     rand.ChaCha8 // a CSPRNG seeded from crypto/rand: cheap secret IDs
+}
+
+// paddedShard rounds a shard up to whole pairs of cache lines (the unit
+// adjacent-line prefetchers fetch), so goroutines working on keys of
+// different shards do not slow each other down by false sharing.
+type paddedShard struct {
+	shard
+	_ [128 - unsafe.Sizeof(shard{})%128]byte
 }
 
 type entry struct {
-	l       lease.Lease // the current generation while held is true
+	l       lease.Lease // l.Key always; the rest is the current generation while held is true
 	held    bool
 	exp     time.Duration // expiry on the store's clock, as an offset from base
+	next    *entry        // the next entry whose key has the same hash
 	waiters []*waiter     // FIFO
 	timer   lease.Timer   // pending expiry check while waiters wait
 	timerAt time.Duration // when timer fires
@@ -79,7 +97,10 @@ func New(opts ...Option) *Store {
 	for i := range s.shards {
 		var key [32]byte
 		_, _ = crand.Read(key[:])
-		s.shards[i] = shard{m: make(map[string]*entry), rng: rand.NewChaCha8(key), sweepAt: 1024}
+		sh := &s.shards[i].shard
+		sh.m = make(map[uint64]*entry)
+		sh.sweepAt = 1024
+		sh.rng = *rand.NewChaCha8(key)
 	}
 	return s
 }
@@ -100,8 +121,19 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 	return s.clock.AfterFunc(d, f)
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+// shard returns key's shard and hash.
+func (s *Store) shard(key string) (*shard, uint64) {
+	h := maphash.String(s.seed, key)
+	return &s.shards[h&(shardCount-1)].shard, h
+}
+
+// get returns the entry of key, whose hash is h, or nil.
+func (sh *shard) get(h uint64, key string) *entry {
+	e := sh.m[h]
+	for e != nil && e.l.Key != key {
+		e = e.next
+	}
+	return e
 }
 
 func validate(key, owner string, ttl time.Duration) error {
@@ -116,20 +148,27 @@ func validate(key, owner string, ttl time.Duration) error {
 
 // Acquire implements lease.Backend.
 func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := validate(key, owner, ttl); err != nil {
+	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	sh := s.shard(key)
+	sh, h := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	e := sh.get(h, key)
+	// Only valid keys and owners are ever stored: a key found in the map,
+	// asked for again by the owner of its last lease, needs no checking.
+	if e == nil || owner != e.l.Owner {
+		if err := validate(key, owner, ttl); err != nil {
+			return lease.Lease{}, err
+		}
+	}
 	now := s.now()
-	e := sh.m[key]
 	if e == nil {
-		e = sh.insert(key, now)
+		e = sh.insert(h, key, now)
 	} else if s.expireLocked(sh, e, now); e.held {
 		return lease.Lease{}, s.heldError(e)
 	}
-	return s.grantLocked(sh, e, key, owner, ttl, now), nil
+	return s.grantLocked(sh, e, owner, ttl, now), nil
 }
 
 // AcquireWait implements lease.WaitAcquirer: waiters are served in arrival
@@ -138,17 +177,17 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	if err := validate(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	sh := s.shard(key)
+	sh, h := s.shard(key)
 	sh.mu.Lock()
 	now := s.now()
-	e := sh.m[key]
+	e := sh.get(h, key)
 	if e == nil {
-		e = sh.insert(key, now)
+		e = sh.insert(h, key, now)
 	} else {
 		s.expireLocked(sh, e, now)
 	}
 	if !e.held {
-		l := s.grantLocked(sh, e, key, owner, ttl, now)
+		l := s.grantLocked(sh, e, owner, ttl, now)
 		sh.mu.Unlock()
 		return l, nil
 	}
@@ -159,7 +198,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	}
 	w := &waiter{owner: owner, ttl: ttl, ch: make(chan lease.Lease, 1)}
 	e.waiters = append(e.waiters, w)
-	s.armLocked(sh, e, key, now)
+	s.armLocked(sh, e, now)
 	sh.mu.Unlock()
 
 	select {
@@ -181,19 +220,16 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 
 // Renew implements lease.Backend.
 func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
-	if err := lease.ValidateLease(l); err != nil {
-		return lease.Lease{}, err
-	}
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	sh := s.shard(l.Key)
+	sh, h := s.shard(l.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.now()
-	e := sh.m[l.Key]
-	if e == nil || !s.currentLocked(sh, e, l, now) {
-		return lease.Lease{}, lease.ErrNotHeld
+	e, err := s.currentLocked(sh, h, l, now)
+	if err != nil {
+		return lease.Lease{}, err
 	}
 	e.exp = now + ttl
 	e.l.TTL = ttl
@@ -203,20 +239,17 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 
 // Release implements lease.Backend.
 func (s *Store) Release(_ context.Context, l lease.Lease) error {
-	if err := lease.ValidateLease(l); err != nil {
-		return err
-	}
-	sh := s.shard(l.Key)
+	sh, h := s.shard(l.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := s.now()
-	e := sh.m[l.Key]
-	if e == nil || !s.currentLocked(sh, e, l, now) {
-		return lease.ErrNotHeld
+	e, err := s.currentLocked(sh, h, l, now)
+	if err != nil {
+		return err
 	}
 	e.held = false
 	if len(e.waiters) > 0 {
-		s.grantNextLocked(sh, e, l.Key, now)
+		s.grantNextLocked(sh, e, now)
 	}
 	return nil
 }
@@ -226,10 +259,10 @@ func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Lease{}, err
 	}
-	sh := s.shard(key)
+	sh, h := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[key]
+	e := sh.get(h, key)
 	if e == nil || !e.held || e.exp <= s.now() {
 		return lease.Lease{}, lease.ErrNotFound
 	}
@@ -242,14 +275,16 @@ func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
 func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
 	var out []lease.Lease
 	for i := range s.shards {
-		sh := &s.shards[i]
+		sh := &s.shards[i].shard
 		sh.mu.Lock()
 		now := s.now()
-		for k, e := range sh.m {
-			if e.held && e.exp > now && strings.HasPrefix(k, prefix) {
-				l := e.l
-				l.ID = lease.ID{}
-				out = append(out, l)
+		for _, e := range sh.m {
+			for ; e != nil; e = e.next {
+				if e.held && e.exp > now && strings.HasPrefix(e.l.Key, prefix) {
+					l := e.l
+					l.ID = lease.ID{}
+					out = append(out, l)
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -258,11 +293,21 @@ func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
 	return out, nil
 }
 
-// currentLocked reports whether l is e's current unexpired generation. An
-// expired generation is retired on the way, handing the key to a waiter.
-func (s *Store) currentLocked(sh *shard, e *entry, l lease.Lease, now time.Duration) bool {
-	s.expireLocked(sh, e, now)
-	return e.held && e.l.Token == l.Token && e.l.ID == l.ID
+// currentLocked returns the entry of l's key if l is its current unexpired
+// generation, ErrNotHeld if it is not, and an error matching ErrInvalid if l
+// is malformed. An expired generation is retired on the way, handing the key
+// to a waiter.
+func (s *Store) currentLocked(sh *shard, h uint64, l lease.Lease, now time.Duration) (*entry, error) {
+	if e := sh.get(h, l.Key); e != nil {
+		s.expireLocked(sh, e, now)
+		if e.held && e.l.Token == l.Token && e.l.ID == l.ID {
+			return e, nil // a lease the store issued, so well formed
+		}
+	}
+	if err := lease.ValidateLease(l); err != nil {
+		return nil, err
+	}
+	return nil, lease.ErrNotHeld
 }
 
 // expireLocked retires e's lease if it has expired by now, and hands the key
@@ -271,40 +316,37 @@ func (s *Store) expireLocked(sh *shard, e *entry, now time.Duration) {
 	if e.held && e.exp <= now {
 		e.held = false
 		if len(e.waiters) > 0 {
-			s.grantNextLocked(sh, e, e.l.Key, now)
+			s.grantNextLocked(sh, e, now)
 		}
 	}
 }
 
-func (s *Store) grantLocked(sh *shard, e *entry, key, owner string, ttl, now time.Duration) lease.Lease {
+func (s *Store) grantLocked(sh *shard, e *entry, owner string, ttl, now time.Duration) lease.Lease {
 	sh.counter++
 	var id lease.ID
 	for id.IsZero() {
-		a, b := sh.rng.Uint64(), sh.rng.Uint64()
-		id = lease.ID{
-			byte(a), byte(a >> 8), byte(a >> 16), byte(a >> 24), byte(a >> 32), byte(a >> 40), byte(a >> 48), byte(a >> 56),
-			byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24), byte(b >> 32), byte(b >> 40), byte(b >> 48), byte(b >> 56),
-		}
+		binary.LittleEndian.PutUint64(id[:8], sh.rng.Uint64())
+		binary.LittleEndian.PutUint64(id[8:], sh.rng.Uint64())
 	}
 	e.held = true
 	e.exp = now + ttl
-	e.l = lease.Lease{Key: key, Owner: owner, Token: sh.counter, ID: id, TTL: ttl, Expires: s.base.Add(e.exp)}
+	e.l = lease.Lease{Key: e.l.Key, Owner: owner, Token: sh.counter, ID: id, TTL: ttl, Expires: s.base.Add(e.exp)}
 	return e.l
 }
 
 // grantNextLocked hands the free key to the first waiter.
-func (s *Store) grantNextLocked(sh *shard, e *entry, key string, now time.Duration) {
+func (s *Store) grantNextLocked(sh *shard, e *entry, now time.Duration) {
 	w := e.waiters[0]
 	e.waiters[0] = nil
 	e.waiters = e.waiters[1:]
-	w.ch <- s.grantLocked(sh, e, key, w.owner, w.ttl, now)
-	s.armLocked(sh, e, key, now)
+	w.ch <- s.grantLocked(sh, e, w.owner, w.ttl, now)
+	s.armLocked(sh, e, now)
 }
 
 // armLocked makes sure an expiry check is pending, no later than the
 // current expiry, while anyone waits on a held key, so waiters are served at
 // expiry without polling.
-func (s *Store) armLocked(sh *shard, e *entry, key string, now time.Duration) {
+func (s *Store) armLocked(sh *shard, e *entry, now time.Duration) {
 	if len(e.waiters) == 0 || !e.held || (e.timer != nil && e.timerAt <= e.exp) {
 		return
 	}
@@ -320,7 +362,7 @@ func (s *Store) armLocked(sh *shard, e *entry, key string, now time.Duration) {
 		}
 		e.timer = nil
 		s.expireLocked(sh, e, s.now())
-		s.armLocked(sh, e, key, s.now())
+		s.armLocked(sh, e, s.now())
 	})
 	e.timer, e.timerAt = t, e.exp
 }
@@ -329,19 +371,34 @@ func (s *Store) heldError(e *entry) error {
 	return &lease.HeldError{Key: e.l.Key, Owner: e.l.Owner, Token: e.l.Token, Expires: e.l.Expires}
 }
 
-// insert adds an entry for key. Every time the map doubles past its last
-// sweep, entries that hold nothing are dropped, so memory follows the number
-// of live leases at amortised constant cost.
-func (sh *shard) insert(key string, now time.Duration) *entry {
+// insert adds an entry for key, whose hash is h. Every time the map doubles
+// past its last sweep, entries that hold nothing are dropped, so memory
+// follows the number of live leases at amortised constant cost.
+func (sh *shard) insert(h uint64, key string, now time.Duration) *entry {
 	if len(sh.m) >= sh.sweepAt {
-		for k, e := range sh.m {
-			if (!e.held || e.exp <= now) && len(e.waiters) == 0 && e.timer == nil {
-				delete(sh.m, k)
-			}
-		}
-		sh.sweepAt = max(1024, 2*len(sh.m))
+		sh.sweep(now)
 	}
-	e := &entry{}
-	sh.m[key] = e
+	e := &entry{l: lease.Lease{Key: key}, next: sh.m[h]}
+	sh.m[h] = e
 	return e
+}
+
+// sweep drops the entries that hold nothing and nobody waits for.
+func (sh *shard) sweep(now time.Duration) {
+	for h, head := range sh.m {
+		var kept *entry
+		for e := head; e != nil; {
+			next := e.next
+			if (e.held && e.exp > now) || len(e.waiters) > 0 || e.timer != nil {
+				e.next, kept = kept, e
+			}
+			e = next
+		}
+		if kept == nil {
+			delete(sh.m, h)
+		} else {
+			sh.m[h] = kept
+		}
+	}
+	sh.sweepAt = max(1024, 2*len(sh.m))
 }
