@@ -1,0 +1,218 @@
+package redisfence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/fence/redisfence"
+	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/redisstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newGuard(t *testing.T, srv *redistest.Server, opts ...redisfence.Option) *redisfence.Guard {
+	t.Helper()
+	g, err := redisfence.New(srv.Client(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestSeedScenario is the seed's story end to end on Redis, leases and
+// guarded value both in Redis: A's lease (TTL 100 ms) expires while A is
+// paused, B acquires and writes, and A's late write is rejected.
+func TestSeedScenario(t *testing.T) {
+	for _, mode := range []fence.Mode{fence.AtLeast, fence.Strict} {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			store, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			g := newGuard(t, srv, redisfence.WithMode(mode))
+			ctx := ctxFor(t)
+			const job, resource = "job", "job-output"
+
+			a, err := store.Acquire(ctx, job, "worker-a", 100*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Token != 1 {
+				t.Fatalf("A's token on a fresh key = %d, want 1", a.Token)
+			}
+			// A pauses past its TTL; the server expires the lease.
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				_, err := store.Get(ctx, job)
+				if errors.Is(err, lease.ErrNotFound) {
+					break
+				}
+				if err != nil || time.Now().After(deadline) {
+					t.Fatalf("A's lease not expired: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			b, err := store.Acquire(ctx, job, "worker-b", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Token != 2 {
+				t.Fatalf("B's token = %d, want 2", b.Token)
+			}
+			if err := g.Set(ctx, resource, b.Token, "written-by-b"); err != nil {
+				t.Fatalf("B's write: %v", err)
+			}
+			// A wakes and writes with its old token.
+			err = g.Set(ctx, resource, a.Token, "written-by-a")
+			var stale *fence.StaleTokenError
+			if !errors.As(err, &stale) || !errors.Is(err, lease.ErrStaleToken) {
+				t.Fatalf("A's late write: err = %v, want a *fence.StaleTokenError", err)
+			}
+			want := fence.StaleTokenError{Resource: resource, Token: 1, Highest: 2, Mode: mode}
+			if *stale != want {
+				t.Errorf("StaleTokenError = %+v, want %+v", *stale, want)
+			}
+			v, tok, err := g.Get(ctx, resource)
+			if err != nil || v != "written-by-b" || tok != 2 {
+				t.Fatalf("final state = %q, token %d, %v; want written-by-b, token 2", v, tok, err)
+			}
+		})
+	}
+}
+
+func TestModes(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := ctxFor(t)
+	for _, tc := range []struct {
+		mode       fence.Mode
+		sameTokens bool // a second write with the same token is admitted
+	}{{fence.AtLeast, true}, {fence.Strict, false}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			g := newGuard(t, srv, redisfence.WithMode(tc.mode), redisfence.WithPrefix("modes:"+tc.mode.String()+":"))
+			if g.Mode() != tc.mode {
+				t.Fatalf("Mode() = %v", g.Mode())
+			}
+			const r = "res"
+			if err := g.Set(ctx, r, 5, "first"); err != nil {
+				t.Fatal(err)
+			}
+			err := g.Set(ctx, r, 5, "again")
+			if tc.sameTokens != (err == nil) {
+				t.Fatalf("second write with the same token: err = %v, admitted want %v", err, tc.sameTokens)
+			}
+			wantValue := "first"
+			if tc.sameTokens {
+				wantValue = "again"
+			}
+			if err := g.Set(ctx, r, 4, "older"); !errors.Is(err, lease.ErrStaleToken) {
+				t.Fatalf("older token: err = %v, want ErrStaleToken", err)
+			}
+			if v, tok, err := g.Get(ctx, r); err != nil || v != wantValue || tok != 5 {
+				t.Fatalf("after the rejected write: %q, %d, %v; want %q, 5 (nothing changed)", v, tok, err, wantValue)
+			}
+			if err := g.Set(ctx, r, 6, "newer"); err != nil {
+				t.Fatalf("newer token: %v", err)
+			}
+			if v, tok, err := g.Get(ctx, r); err != nil || v != "newer" || tok != 6 {
+				t.Fatalf("after the newer write: %q, %d, %v", v, tok, err)
+			}
+		})
+	}
+}
+
+func TestValuesAndNamesKeptIntact(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGuard(t, srv)
+	ctx := ctxFor(t)
+	for i, r := range []string{"a*b?[c]", "{tag}", "ünï/🔒", `"q" 'q'`, strings.Repeat("r", lease.MaxKeyLen)} {
+		value := fmt.Sprintf("binary\x00value\xff%d\r\n", i)
+		if err := g.Set(ctx, r, 1, value); err != nil {
+			t.Fatalf("Set(%q): %v", r, err)
+		}
+		if v, tok, err := g.Get(ctx, r); err != nil || v != value || tok != 1 {
+			t.Fatalf("Get(%q) = %q, %d, %v", r, v, tok, err)
+		}
+	}
+	if _, _, err := g.Get(ctx, "never-written"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("Get of an unwritten resource: err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGuard(t, srv)
+	ctx := ctxFor(t)
+	for name, f := range map[string]func() error{
+		"zero token":       func() error { return g.Set(ctx, "r", 0, "v") },
+		"token above 2^53": func() error { return g.Set(ctx, "r", lease.MaxToken+1, "v") },
+		"empty resource":   func() error { return g.Set(ctx, "", 1, "v") },
+		"control char":     func() error { return g.Set(ctx, "a\nb", 1, "v") },
+		"Get empty":        func() error { _, _, err := g.Get(ctx, ""); return err },
+		"New nil client":   func() error { _, err := redisfence.New(nil); return err },
+		"bad mode":         func() error { _, err := redisfence.New(srv.Client(t), redisfence.WithMode(fence.Mode(7))); return err },
+		"nil option":       func() error { _, err := redisfence.New(srv.Client(t), nil); return err },
+		"long prefix": func() error {
+			_, err := redisfence.New(srv.Client(t), redisfence.WithPrefix(strings.Repeat("p", 257)))
+			return err
+		},
+	} {
+		if err := f(); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, _, err := g.Get(ctx, "r"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("bad input wrote something: Get err = %v", err)
+	}
+}
+
+// TestConcurrentWriters races writers with different tokens: whatever the
+// order, the resource ends with the highest token and that writer's value,
+// and every rejected writer was older than a token already accepted.
+func TestConcurrentWriters(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGuard(t, srv, redisfence.WithMode(fence.Strict))
+	ctx := ctxFor(t)
+	const writers = 32
+	var wg sync.WaitGroup
+	for i := 1; i <= writers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := g.Set(ctx, "race", lease.Token(i), fmt.Sprint("by-", i))
+			var stale *fence.StaleTokenError
+			if err != nil && (!errors.As(err, &stale) || stale.Highest < lease.Token(i)) {
+				t.Errorf("writer %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if v, tok, err := g.Get(ctx, "race"); err != nil || tok != writers || v != fmt.Sprint("by-", writers) {
+		t.Fatalf("after the race: %q, %d, %v; want by-%d, %d", v, tok, err, writers, writers)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGuard(t, srv)
+	srv.Stop(t)
+	if err := g.Set(ctxFor(t), "r", 1, "v"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("Set with the server down: err = %v, want ErrUnavailable", err)
+	}
+}
