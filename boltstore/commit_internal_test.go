@@ -75,9 +75,9 @@ func TestFailedOpsWriteNothing(t *testing.T) {
 }
 
 // TestGroupCommit stalls the commit loop inside a commit, lets 31 more
-// acquisitions queue behind it, and checks that they share one commit.
+// acquisitions queue behind it, and checks that they share one commit. It
+// counts goroutine stacks, so it does not run in parallel with other tests.
 func TestGroupCommit(t *testing.T) {
-	t.Parallel()
 	const clients = 32
 	s := openInternal(t)
 	before := s.commits.Load()
