@@ -1,0 +1,276 @@
+// Package pgfence guards data in PostgreSQL with fencing tokens, inside the
+// writer's own transaction, so that the check and the write commit or roll
+// back together (I6).
+//
+// Guard.Check records the highest token accepted per resource in a table of
+// its own (public.lease_fence by default) with one conditional upsert, which
+// also locks the resource's row until the transaction ends: a concurrent
+// writer's Check waits, then sees the committed token. Use it when a write
+// touches several rows or tables:
+//
+//	tx, err := pool.Begin(ctx)
+//	…
+//	defer tx.Rollback(ctx)
+//	if err := guard.Check(ctx, tx, "job/42", hold.Token()); err != nil {
+//		return err // a *fence.StaleTokenError if the token is old
+//	}
+//	if _, err := tx.Exec(ctx, `UPDATE jobs SET result = $1 WHERE id = 42`, result); err != nil {
+//		return err
+//	}
+//	return tx.Commit(ctx)
+//
+// UpdateRow (or the statement from Update.SQL, to send it yourself) is the
+// single-statement form for a row that carries its own token column:
+//
+//	UPDATE t SET …, fencing_token = $t WHERE id = $id AND fencing_token <= $t
+//
+// In READ COMMITTED (PostgreSQL's default) a Check or UpdateRow that waited
+// for another writer's row lock sees that writer's committed token. In
+// REPEATABLE READ or SERIALIZABLE it fails instead with a serialization error
+// (SQLSTATE 40001), and the caller retries the transaction.
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/fence"
+)
+
+// Querier is what the package runs statements through: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx all qualify.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DB is a Querier that can begin a transaction (or, for a pgx.Tx, a
+// savepoint), for creating the guard's table.
+type DB interface {
+	Querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Default names of the guard's table: public.lease_fence.
+const (
+	DefaultSchema = "public"
+	DefaultTable  = "lease_fence"
+)
+
+// Option configures a Guard.
+type Option func(*config) error
+
+type config struct {
+	mode          fence.Mode
+	schema, table string
+}
+
+// WithMode sets the rule tokens are admitted by: fence.AtLeast (the default)
+// or fence.Strict.
+func WithMode(m fence.Mode) Option {
+	return func(c *config) error {
+		if m != fence.AtLeast && m != fence.Strict {
+			return invalidf("unknown mode %v", m)
+		}
+		c.mode = m
+		return nil
+	}
+}
+
+// WithSchema puts the guard's table in schema name, created if missing.
+func WithSchema(name string) Option {
+	return func(c *config) error {
+		if err := checkIdent("schema", name); err != nil {
+			return err
+		}
+		c.schema = name
+		return nil
+	}
+}
+
+// WithTable names the guard's table.
+func WithTable(name string) Option {
+	return func(c *config) error {
+		if err := checkIdent("table", name); err != nil {
+			return err
+		}
+		c.table = name
+		return nil
+	}
+}
+
+// Guard admits writes by fencing token inside PostgreSQL transactions. It
+// holds no connection and is safe for concurrent use.
+type Guard struct {
+	mode    fence.Mode
+	table   string // quoted, schema-qualified
+	check   string
+	highest string
+}
+
+// New returns a Guard, creating its table (and schema) in db if they do not
+// exist. Concurrent New calls on one database serialise on an advisory lock.
+func New(ctx context.Context, db DB, opts ...Option) (*Guard, error) {
+	if db == nil {
+		return nil, invalidf("db is nil")
+	}
+	cfg := config{mode: fence.AtLeast, schema: DefaultSchema, table: DefaultTable}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalidf("nil option")
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	table := pgx.Identifier{cfg.schema, cfg.table}.Sanitize()
+	cmp := "<="
+	if cfg.mode == fence.Strict {
+		cmp = "<"
+	}
+	g := &Guard{
+		mode:  cfg.mode,
+		table: table,
+		// ON CONFLICT DO UPDATE locks the existing row before it evaluates
+		// the WHERE, so even a rejected Check holds the row until the
+		// transaction ends; an admitted one records the token, to be
+		// committed or rolled back with the caller's write.
+		check: `INSERT INTO ` + table + ` AS f (resource, token) VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
+WHERE f.token ` + cmp + ` EXCLUDED.token
+RETURNING token`,
+		highest: `SELECT token FROM ` + table + ` WHERE resource = $1`,
+	}
+	if err := g.create(ctx, db, cfg.schema); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "pgfence "+g.table); err != nil {
+		return fmt.Errorf("pgfence: locking for table creation: %w", err)
+	}
+	var exists, hasSchema bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT FROM pg_namespace WHERE nspname = $2)`,
+		g.table, schema).Scan(&exists, &hasSchema); err != nil {
+		return fmt.Errorf("pgfence: looking for %s: %w", g.table, err)
+	}
+	if !exists {
+		// Only when missing: an existing table needs no CREATE privilege.
+		if !hasSchema {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
+				return fmt.Errorf("pgfence: creating schema: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+g.table+` (
+			resource text COLLATE "C" PRIMARY KEY,
+			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
+		)`); err != nil {
+			return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+	}
+	return nil
+}
+
+// Mode returns the rule the guard admits tokens by.
+func (g *Guard) Mode() fence.Mode { return g.mode }
+
+// Check admits token for resource within tx and records it as the highest
+// accepted, to commit or roll back with tx; the resource stays locked
+// against other Checks until tx ends. A rejected token returns a
+// *fence.StaleTokenError (matching lease.ErrStaleToken) and records nothing;
+// tx stays usable, and the caller should roll it back. Other errors are the
+// database's, wrapped.
+func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lease.Token) error {
+	if tx == nil {
+		return invalidf("tx is nil: Check must run in the writer's transaction")
+	}
+	if err := validate(resource, token); err != nil {
+		return err
+	}
+	var recorded int64
+	err := tx.QueryRow(ctx, g.check, resource, int64(token)).Scan(&recorded)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("pgfence: checking %q token %d: %w", resource, token, err)
+	}
+	// Rejected; the row is ours until tx ends, so this reads what rejected us.
+	highest, err := g.Highest(ctx, tx, resource)
+	if err != nil {
+		return err
+	}
+	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest, Mode: g.mode}
+}
+
+// Highest returns the highest token accepted for resource, as q sees it; 0
+// if none.
+func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.Token, error) {
+	if q == nil {
+		return 0, invalidf("querier is nil")
+	}
+	if err := lease.ValidateKey(resource); err != nil {
+		return 0, fmt.Errorf("pgfence: resource: %w", err)
+	}
+	var highest int64
+	err := q.QueryRow(ctx, g.highest, resource).Scan(&highest)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("pgfence: reading highest token of %q: %w", resource, err)
+	}
+	return lease.Token(highest), nil
+}
+
+func validate(resource string, token lease.Token) error {
+	if err := lease.ValidateKey(resource); err != nil {
+		return fmt.Errorf("pgfence: resource: %w", err)
+	}
+	if err := fence.ValidateToken(token); err != nil {
+		return fmt.Errorf("pgfence: %w", err)
+	}
+	return nil
+}
+
+func checkIdent(what, name string) error {
+	switch {
+	case name == "":
+		return invalidf("%s name is empty", what)
+	case len(name) > 63:
+		return invalidf("%s name %q is longer than PostgreSQL's 63 bytes", what, name)
+	case !utf8.ValidString(name):
+		return invalidf("%s name is not valid UTF-8", what)
+	}
+	for _, c := range []byte(name) {
+		if c == 0 {
+			return invalidf("%s name contains a NUL byte", what)
+		}
+	}
+	return nil
+}
+
+// invalidf returns an error matching lease.ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("pgfence: %w: "+format, append([]any{lease.ErrInvalid}, args...)...)
+}

@@ -1,0 +1,264 @@
+package pgfence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/fence/pgfence"
+	"github.com/leasehq/lease/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
+
+func newPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.Start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newGuard(t *testing.T, db pgfence.DB, opts ...pgfence.Option) *pgfence.Guard {
+	t.Helper()
+	g, err := pgfence.New(testCtx(t), db, opts...)
+	if err != nil {
+		t.Fatalf("pgfence.New: %v", err)
+	}
+	return g
+}
+
+// checkIn runs Check in a transaction of its own and commits it.
+func checkIn(ctx context.Context, pool *pgxpool.Pool, g *pgfence.Guard, resource string, token lease.Token) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return g.Check(ctx, tx, resource, token) })
+}
+
+func TestCheckModes(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		mode fence.Mode
+		// admitted[i] says whether token seq[i] is admitted after seq[:i].
+		seq      []lease.Token
+		admitted []bool
+	}{
+		{fence.AtLeast, []lease.Token{1, 1, 3, 2, 3, 4}, []bool{true, true, true, false, true, true}},
+		{fence.Strict, []lease.Token{1, 1, 3, 2, 3, 4}, []bool{true, false, true, false, false, true}},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			g := newGuard(t, pool, pgfence.WithMode(tc.mode), pgfence.WithTable("fence_"+strings.ReplaceAll(tc.mode.String(), "-", "_")))
+			var highest lease.Token
+			for i, tok := range tc.seq {
+				err := checkIn(ctx, pool, g, "res", tok)
+				if tc.admitted[i] {
+					if err != nil {
+						t.Fatalf("step %d: token %d after %d: %v, want admitted", i, tok, highest, err)
+					}
+					highest = max(highest, tok)
+				} else {
+					var se *fence.StaleTokenError
+					if !errors.As(err, &se) || !errors.Is(err, lease.ErrStaleToken) {
+						t.Fatalf("step %d: token %d after %d: err = %v, want a StaleTokenError", i, tok, highest, err)
+					}
+					want := fence.StaleTokenError{Resource: "res", Token: tok, Highest: highest, Mode: tc.mode}
+					if *se != want {
+						t.Fatalf("step %d: %+v, want %+v", i, *se, want)
+					}
+				}
+				got, err := g.Highest(ctx, pool, "res")
+				if err != nil || got != highest {
+					t.Fatalf("step %d: Highest = %d, %v; want %d", i, got, err, highest)
+				}
+			}
+		})
+	}
+}
+
+func TestRollbackLeavesHighWaterMark(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	g := newGuard(t, pool)
+	if err := checkIn(ctx, pool, g, "res", 5); err != nil {
+		t.Fatal(err)
+	}
+	errRollback := errors.New("rolled back on purpose")
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := g.Check(ctx, tx, "res", 9); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatal(err)
+	}
+	if got, err := g.Highest(ctx, pool, "res"); err != nil || got != 5 {
+		t.Fatalf("after a rolled-back Check of 9: Highest = %d, %v; want 5", got, err)
+	}
+	// A new resource's first Check rolled back leaves no mark at all.
+	_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _ = g.Check(ctx, tx, "fresh", 3); return errRollback })
+	if got, err := g.Highest(ctx, pool, "fresh"); err != nil || got != 0 {
+		t.Fatalf("after a rolled-back first Check: Highest = %d, %v; want 0", got, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	g := newGuard(t, pool)
+	for name, opt := range map[string]pgfence.Option{
+		"mode":         pgfence.WithMode(fence.Mode(7)),
+		"empty table":  pgfence.WithTable(""),
+		"long table":   pgfence.WithTable(strings.Repeat("t", 64)),
+		"NUL schema":   pgfence.WithSchema("a\x00"),
+		"empty schema": pgfence.WithSchema(""),
+		"nil option":   nil,
+	} {
+		if _, err := pgfence.New(ctx, pool, opt); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("New with bad %s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := pgfence.New(ctx, nil); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("New(nil): %v", err)
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for name, c := range map[string]struct {
+			res string
+			tok lease.Token
+		}{
+			"zero token":    {"r", 0},
+			"huge token":    {"r", lease.MaxToken + 1},
+			"empty":         {"", 1},
+			"NUL":           {"a\x00", 1},
+			"invalid UTF-8": {"a\xff", 1},
+			"too long":      {strings.Repeat("r", lease.MaxKeyLen+1), 1},
+		} {
+			if err := g.Check(ctx, tx, c.res, c.tok); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("Check with %s: err = %v, want ErrInvalid", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Check(ctx, nil, "r", 1); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("Check without a transaction: %v", err)
+	}
+}
+
+func TestOddNamesAndResources(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	g := newGuard(t, pool, pgfence.WithSchema(`s"'; --`), pgfence.WithTable(`t"'; DROP TABLE x; --`))
+	for i, res := range []string{`'; DROP TABLE lease_fence; --`, `"\ %_*`, "ünïcødé/日本語/🔒", strings.Repeat("r", lease.MaxKeyLen)} {
+		tok := lease.Token(i + 1)
+		if err := checkIn(ctx, pool, g, res, tok); err != nil {
+			t.Fatalf("Check(%q): %v", res, err)
+		}
+		if got, err := g.Highest(ctx, pool, res); err != nil || got != tok {
+			t.Fatalf("Highest(%q) = %d, %v; want %d", res, got, err, tok)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = $2`,
+		`s"'; --`, `t"'; DROP TABLE x; --`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("guard table not where asked: %d, %v", n, err)
+	}
+	// New on an existing table is fine, and sees the same marks.
+	again := newGuard(t, pool, pgfence.WithSchema(`s"'; --`), pgfence.WithTable(`t"'; DROP TABLE x; --`))
+	if got, err := again.Highest(ctx, pool, "ünïcødé/日本語/🔒"); err != nil || got != 3 {
+		t.Fatalf("second Guard reads %d, %v; want 3", got, err)
+	}
+}
+
+func TestUpdateRow(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE jobs (id int PRIMARY KEY, value text, note text, fencing_token bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO jobs (id, value) VALUES (1, 'initial'), (2, 'initial')`); err != nil {
+		t.Fatal(err)
+	}
+	upd := func(id int, tok lease.Token, value string, mode fence.Mode) error {
+		return pgfence.UpdateRow(ctx, pool, pgfence.Update{
+			Table: pgx.Identifier{"jobs"}, IDColumn: "id", ID: id, TokenColumn: "fencing_token", Token: tok,
+			Set: map[string]any{"value": value, "note": "by " + value}, Mode: mode,
+		})
+	}
+	read := func(id int) (value string, tok int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT value, coalesce(fencing_token, 0) FROM jobs WHERE id = $1`, id).Scan(&value, &tok); err != nil {
+			t.Fatal(err)
+		}
+		return value, tok
+	}
+	if err := upd(1, 2, "two", fence.AtLeast); err != nil { // NULL token counts as 0
+		t.Fatal(err)
+	}
+	if err := upd(1, 2, "two-again", fence.AtLeast); err != nil {
+		t.Fatalf("AtLeast with the same token: %v", err)
+	}
+	err := upd(1, 1, "one", fence.AtLeast)
+	var se *fence.StaleTokenError
+	if !errors.As(err, &se) || se.Token != 1 || se.Highest != 2 || se.Resource != "jobs/1" {
+		t.Fatalf("stale update: err = %v, want StaleTokenError token 1 highest 2 on jobs/1", err)
+	}
+	if err := upd(1, 2, "strict-same", fence.Strict); !errors.Is(err, lease.ErrStaleToken) {
+		t.Fatalf("Strict with the same token: err = %v, want ErrStaleToken", err)
+	}
+	if v, tok := read(1); v != "two-again" || tok != 2 {
+		t.Fatalf("row 1 = %q token %d, want two-again token 2", v, tok)
+	}
+	if err := upd(99, 5, "x", fence.AtLeast); !errors.Is(err, pgx.ErrNoRows) || errors.Is(err, lease.ErrStaleToken) {
+		t.Fatalf("update of a missing row: err = %v, want pgx.ErrNoRows", err)
+	}
+	if v, tok := read(2); v != "initial" || tok != 0 {
+		t.Fatalf("row 2 touched: %q token %d", v, tok)
+	}
+
+	sql, args, err := pgfence.Update{Table: pgx.Identifier{"app", "jobs"}, IDColumn: "id", ID: 7,
+		TokenColumn: "fencing_token", Token: 3, Set: map[string]any{"b": 2, "a": 1}}.SQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSQL := `UPDATE "app"."jobs" SET "a" = $1, "b" = $2, "fencing_token" = $3 WHERE "id" = $4 AND coalesce("fencing_token", 0) <= $3::bigint`
+	if sql != wantSQL || fmt.Sprint(args) != "[1 2 3 7]" {
+		t.Fatalf("SQL() = %s %v\nwant    %s [1 2 3 7]", sql, args, wantSQL)
+	}
+	for name, u := range map[string]pgfence.Update{
+		"no table":        {IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1},
+		"id is token":     {Table: pgx.Identifier{"x"}, IDColumn: "t", ID: 1, TokenColumn: "t", Token: 1},
+		"sets token":      {Table: pgx.Identifier{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1, Set: map[string]any{"t": 5}},
+		"nil id":          {Table: pgx.Identifier{"x"}, IDColumn: "id", TokenColumn: "t", Token: 1},
+		"zero token":      {Table: pgx.Identifier{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t"},
+		"bad mode":        {Table: pgx.Identifier{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1, Mode: 9},
+		"NUL in a column": {Table: pgx.Identifier{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1, Set: map[string]any{"a\x00": 1}},
+	} {
+		if err := pgfence.UpdateRow(ctx, pool, u); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("UpdateRow with %s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+}
