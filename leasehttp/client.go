@@ -372,6 +372,7 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 	if err := checkAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
+	var held error
 	for {
 		wait := c.waitChunk
 		last := false
@@ -379,13 +380,14 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			// Leave room for the answer so the server ends the wait, not the
 			// context: the outcome is then known.
 			left := time.Until(dl)
-			margin := min(max(left/10, 2*time.Millisecond), 250*time.Millisecond)
+			margin := min(max(left/10, 10*time.Millisecond), 250*time.Millisecond)
 			if left-margin <= wait {
 				wait, last = left-margin, true
 			}
-		}
-		if wait < time.Millisecond {
-			wait, last = 0, true
+			if wait < 10*time.Millisecond && held != nil {
+				return lease.Lease{}, held // too little time left to ask again
+			}
+			wait = max(wait, 0)
 		}
 		l, err := c.acquire(ctx, key, owner, ttl, wait)
 		if err == nil {
@@ -397,6 +399,7 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 		if !errors.Is(err, lease.ErrHeld) || last {
 			return lease.Lease{}, err
 		}
+		held = err
 	}
 }
 

@@ -48,6 +48,7 @@ type Server struct {
 	log      *slog.Logger
 	maxWait  time.Duration
 	mux      *http.ServeMux
+	routes   map[string]http.Handler // by pattern, as registered in mux
 	metrics  *metrics
 	tracker  *tracker
 	queues   *queues
@@ -143,7 +144,8 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, mux: http.NewServeMux(), queues: newQueues()}
+	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, mux: http.NewServeMux(),
+		routes: map[string]http.Handler{}, queues: newQueues()}
 	s.waitAcq, _ = b.(lease.WaitAcquirer)
 	s.notifier, _ = b.(lease.Notifier)
 	if cfg.credsSet {
@@ -188,7 +190,8 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := r.URL.EscapedPath(); strings.HasPrefix(p, "/v1/") && !canonicalPath(p) {
+	p := r.URL.EscapedPath()
+	if strings.HasPrefix(p, "/v1/") && !canonicalPath(p) {
 		// ServeMux would answer a redirect to the cleaned path, which for
 		// "/v1/leases//acquire" names another resource. An empty key, or a
 		// key "." or ".." not written %2E, is a client mistake: say so.
@@ -197,6 +200,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"non-empty path segment, with / written %%2F and a key . or .. written %%2E", quoteName(p)))
 		}).ServeHTTP(w, r)
 		return
+	}
+	if rest, ok := strings.CutPrefix(p, "/v1/leases/"); ok {
+		// ServeMux takes a segment that unescapes to "/" for a trailing
+		// slash, so the key "/" (sent as %2F) would match no route. Route it
+		// here to the same handlers.
+		if seg, op, _ := strings.Cut(rest, "/"); strings.EqualFold(seg, "%2F") {
+			pattern := r.Method + " /v1/leases/{key}"
+			if op != "" {
+				pattern += "/" + op
+			}
+			if h, ok := s.routes[pattern]; ok {
+				r.Pattern = pattern
+				r.SetPathValue("key", "/")
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
 	}
 	s.mux.ServeHTTP(w, r)
 }
@@ -263,7 +283,9 @@ func (s *Server) handle(pattern string, h func(*responseWriter, *http.Request)) 
 	if pattern == "/" {
 		route = "other"
 	}
-	s.mux.Handle(pattern, s.wrap(route, h))
+	wrapped := s.wrap(route, h)
+	s.routes[pattern] = wrapped
+	s.mux.Handle(pattern, wrapped)
 }
 
 // wrap adds the metrics and the log line to h.

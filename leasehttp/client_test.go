@@ -1,0 +1,325 @@
+package leasehttp_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
+)
+
+// TestRootClientOverHTTP runs the application-side lease.Client on the HTTP
+// Client: it acquires, renews in the background past several TTLs, releases,
+// and, when the server goes away, cancels the Hold with ErrLost once the
+// safe deadline has passed.
+func TestRootClientOverHTTP(t *testing.T) {
+	store := memstore.New()
+	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	hc := newClient(t, hs.URL)
+	lc, err := lease.NewClient(hc, lease.WithOwner("worker-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 300 * time.Millisecond
+	h, err := lc.Acquire(ctxFor(t), "root/job", ttl)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	first := h.Lease()
+	time.Sleep(3 * ttl) // long enough that only renewals keep it
+	if err := h.Err(); err != nil {
+		t.Fatalf("hold lost while the server was up: %v", err)
+	}
+	got, err := store.Get(ctxFor(t), "root/job")
+	if err != nil || got.Token != first.Token || !got.Expires.After(first.Expires) {
+		t.Fatalf("after 3 TTLs the backend has %+v, %v; want token %d renewed past %v", got, err, first.Token, first.Expires)
+	}
+	if err := h.Release(ctxFor(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := store.Get(ctxFor(t), "root/job"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("after Release Get err = %v, want ErrNotFound", err)
+	}
+
+	// A second worker waits for the key through the server's FIFO wait.
+	h2, err := lc.Acquire(ctxFor(t), "root/job", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2.Token() <= first.Token {
+		t.Fatalf("token %d after %d", h2.Token(), first.Token)
+	}
+
+	// The server goes away: renewals fail, and the Hold ends at its deadline.
+	srv.Close()
+	hs.Close()
+	select {
+	case <-h2.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Hold not cancelled within 10 s of the server stopping")
+	}
+	if now := time.Now(); now.Before(h2.Deadline()) {
+		t.Errorf("Hold cancelled at %v, before its safe deadline %v", now, h2.Deadline())
+	}
+	if err := h2.Err(); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("Hold error = %v, want ErrLost", err)
+	}
+	if err := h2.Release(ctxFor(t)); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("Release after loss = %v, want ErrLost", err)
+	}
+}
+
+// lossy serves the real server but, for the first drop requests whose path
+// ends in suffix, lets the real handler act and then cuts the connection
+// instead of answering: the outcome happened, the answer was lost.
+type lossy struct {
+	real   http.Handler
+	suffix string
+	drop   atomic.Int32
+	calls  atomic.Int32
+}
+
+func (l *lossy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasSuffix(r.URL.Path, l.suffix) {
+		l.real.ServeHTTP(w, r)
+		return
+	}
+	l.calls.Add(1)
+	if l.drop.Add(-1) < 0 {
+		l.real.ServeHTTP(w, r)
+		return
+	}
+	l.real.ServeHTTP(httptest.NewRecorder(), r)
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+func lossyServer(t *testing.T, suffix string, drop int32) (*lossy, lease.Backend, *leasehttp.Client) {
+	t.Helper()
+	store := memstore.New()
+	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lossy{real: srv, suffix: suffix}
+	l.drop.Store(drop)
+	hs := httptest.NewServer(l)
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	return l, store, newClient(t, hs.URL)
+}
+
+func TestAcquireWithLostAnswerIsNotRetried(t *testing.T) {
+	l, store, c := lossyServer(t, "/acquire", 1)
+	_, err := c.Acquire(ctxFor(t), "lost/acquire", "o", time.Minute)
+	if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("Acquire with a lost answer: err = %v, want ErrUnavailable saying the outcome is unknown", err)
+	}
+	if n := l.calls.Load(); n != 1 {
+		t.Fatalf("Acquire was sent %d times, want 1", n)
+	}
+	// It had in fact been granted; it stays until its TTL.
+	if _, err := store.Get(ctxFor(t), "lost/acquire"); err != nil {
+		t.Fatalf("the granted lease: %v", err)
+	}
+}
+
+func TestRenewWithLostAnswerIsRetried(t *testing.T) {
+	l, _, c := lossyServer(t, "/renew", 1)
+	held, err := c.Acquire(ctxFor(t), "lost/renew", "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Renew(ctxFor(t), held, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("Renew with one lost answer: %v", err)
+	}
+	if r.Token != held.Token || r.ID != held.ID || r.TTL != 2*time.Minute {
+		t.Fatalf("renewed %+v from %+v", r, held)
+	}
+	if n := l.calls.Load(); n != 2 {
+		t.Fatalf("Renew was sent %d times, want 2", n)
+	}
+}
+
+func TestReleaseWithLostAnswerSaysSo(t *testing.T) {
+	l, store, c := lossyServer(t, "/release", 1)
+	held, err := c.Acquire(ctxFor(t), "lost/release", "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Release(ctxFor(t), held)
+	if !errors.Is(err, lease.ErrNotHeld) || !strings.Contains(err.Error(), "may have released") {
+		t.Fatalf("Release whose first answer was lost: err = %v, want ErrNotHeld saying an earlier attempt may have released it", err)
+	}
+	if n := l.calls.Load(); n != 2 {
+		t.Fatalf("Release was sent %d times, want 2", n)
+	}
+	if _, err := store.Get(ctxFor(t), "lost/release"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("the lease is still there: %v", err)
+	}
+}
+
+func TestGetWithLostAnswersIsRetried(t *testing.T) {
+	_, _, c := lossyServer(t, "/lost/get", 2)
+	if _, err := c.Acquire(ctxFor(t), "lost/get", "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(ctxFor(t), "lost/get")
+	if err != nil || got.Owner != "o" {
+		t.Fatalf("Get with two lost answers = %+v, %v", got, err)
+	}
+}
+
+func TestUnreachableServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := newClient(t, "http://"+addr)
+	_, err = c.Acquire(ctxFor(t), "k", "o", time.Minute)
+	if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "never reached") {
+		t.Errorf("Acquire to a closed port: err = %v, want ErrUnavailable saying it never reached the server", err)
+	}
+	if _, err := c.Get(ctxFor(t), "k"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("Get to a closed port: err = %v, want ErrUnavailable", err)
+	}
+	l := lease.Lease{Key: "k", Token: 1, ID: lease.NewID()}
+	if _, err := c.Renew(ctxFor(t), l, time.Minute); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("Renew to a closed port: err = %v, want ErrUnavailable", err)
+	}
+	if err := c.Release(ctxFor(t), l); !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrNotHeld) {
+		t.Errorf("Release to a closed port: err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestAcquireWaitEndsWithContext(t *testing.T) {
+	_, hs := startServer(t, newMem())
+	c := newClient(t, hs.URL, leasehttp.WithWaitChunk(20*time.Millisecond))
+	if _, err := c.Acquire(ctxFor(t), "chunks", "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Several chunks, then the deadline: the server's held answer comes back.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.AcquireWait(ctx, "chunks", "w", time.Minute)
+	// The server's held answer, normally; the context's error if the last
+	// answer arrived after the deadline (a loaded machine).
+	var he *lease.HeldError
+	if !(errors.As(err, &he) && he.Owner == "holder") && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireWait until the deadline: err = %v, want a *lease.HeldError naming holder or the deadline", err)
+	}
+	if got, err := c.Get(ctxFor(t), "chunks"); err != nil || got.Owner != "holder" {
+		t.Fatalf("after the wait the key is %+v, %v; want it still with holder", got, err)
+	}
+	if got := metric(t, hs.URL, `lease_acquisitions_total{result="held"}`); got < 3 {
+		t.Errorf("only %v held answers: the wait was not sent in chunks", got)
+	}
+}
+
+func TestOddKeysTravelIntact(t *testing.T) {
+	store := memstore.New()
+	_, hs := startServer(t, store)
+	c := newClient(t, hs.URL)
+	for _, k := range []string{".", "..", "a/../b", "a//b", "/", "./x", "%2F", "100%", "sp ace", "q?x=1#f", "+plus+", "ü/🔒"} {
+		l, err := c.Acquire(ctxFor(t), k, "o", time.Minute)
+		if err != nil {
+			t.Errorf("Acquire(%q): %v", k, err)
+			continue
+		}
+		if l.Key != k {
+			t.Errorf("Acquire(%q) returned key %q", k, l.Key)
+		}
+		if got, err := store.Get(ctxFor(t), k); err != nil || got.Key != k {
+			t.Errorf("backend Get(%q) = %+v, %v", k, got, err)
+		}
+		if got, err := c.Get(ctxFor(t), k); err != nil || got.Key != k {
+			t.Errorf("Get(%q) = %+v, %v", k, got, err)
+		}
+		if ls, err := c.List(ctxFor(t), k); err != nil || len(ls) == 0 || ls[0].Key != k {
+			t.Errorf("List(%q) = %+v, %v", k, ls, err)
+		}
+		if err := c.Release(ctxFor(t), l); err != nil {
+			t.Errorf("Release(%q): %v", k, err)
+		}
+	}
+}
+
+func TestNewClientValidates(t *testing.T) {
+	for _, u := range []string{"", "localhost:7420", "ftp://h", "http://", "http://h/?q=1", "http://h/#f", "http://u:p@h", "http://h/%zz"} {
+		if _, err := leasehttp.NewClient(u); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("NewClient(%q): err = %v, want ErrInvalid", u, err)
+		}
+	}
+	for name, o := range map[string]leasehttp.ClientOption{
+		"empty token":      leasehttp.WithAuthToken(""),
+		"token with space": leasehttp.WithAuthToken("a b"),
+		"nil http client":  leasehttp.WithHTTPClient(nil),
+		"zero timeout":     leasehttp.WithTimeout(0),
+		"tiny wait chunk":  leasehttp.WithWaitChunk(time.Millisecond),
+	} {
+		if _, err := leasehttp.NewClient("http://127.0.0.1:1", o); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	c, err := leasehttp.NewClient("https://lease.example:7420/base/")
+	if err != nil {
+		t.Fatalf("NewClient with a path prefix: %v", err)
+	}
+	c.Close()
+}
+
+// TestClientUnderPathPrefix serves the API under /lease/ behind a proxy-like
+// StripPrefix and reaches it with a base URL that has the path.
+func TestClientUnderPathPrefix(t *testing.T) {
+	srv, err := leasehttp.NewServer(newMem(), leasehttp.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/lease/", http.StripPrefix("/lease", srv))
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	c := newClient(t, hs.URL+"/lease/")
+	l, err := c.Acquire(ctxFor(t), "a/b", "o", time.Minute)
+	if err != nil {
+		t.Fatalf("Acquire under a path prefix: %v", err)
+	}
+	if err := c.Release(ctxFor(t), l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTTLRoundedUpToMillis(t *testing.T) {
+	store := memstore.New()
+	_, hs := startServer(t, store)
+	c := newClient(t, hs.URL)
+	l, err := c.Acquire(ctxFor(t), "round", "o", 10*time.Millisecond+time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.TTL != 11*time.Millisecond {
+		t.Fatalf("TTL %v, want 11ms (rounded up, never down)", l.TTL)
+	}
+}
