@@ -1,0 +1,32 @@
+// Package chaos runs workers that use the real lease.Client against real
+// engines while faults are injected, records every operation with its
+// invocation and response times, and checks the history with porcupine.
+//
+// A run (Run) starts a toxiproxy proxy in process in front of each engine
+// address, so that every byte between a worker's backend connection and the
+// engine passes through it. Workers loop: acquire a key through
+// lease.Client.Acquire, write to a fenced register a few times while
+// Hold.Err() is nil, sometimes read it, release. The fault driver, on the
+// test goroutine, applies one fault at a time — toxics (latency, bandwidth
+// limit, timeout, reset_peer), an engine restart, or a worker pause that stops
+// a worker between its check of Hold.Err() and its write for longer than the
+// engine keeps the lease — then removes it and waits until some worker makes
+// progress (an accepted write that started after the fault ended).
+//
+// Two histories are checked with porcupine (Check):
+//
+//   - the register history (writes with their token and whether the guard
+//     accepted them, reads with what they returned) against a fenced
+//     register: state = value + highest accepted token; a write is accepted
+//     if and only if the guard's mode admits its token, and then sets both;
+//     a read returns the state;
+//   - the grant history (each successful Acquire and its token) against a
+//     counter that only rises: tokens strictly increase per key in any order
+//     of grants consistent with real time.
+//
+// A history that is not linearizable fails the test, and porcupine's HTML
+// visualisation is written to $LEASE_CHAOS_ARTIFACTS (or a fresh temporary
+// directory) with its path in the failure message. With the guard off
+// (Config.Unguarded, the negative control) the register takes every write,
+// and the paused workers' late writes make the history illegal.
+package chaos

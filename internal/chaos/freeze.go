@@ -1,0 +1,153 @@
+package chaos
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+// freezer stands for a process pause below the worker's own goroutine: while
+// frozen, every call the worker's lease.Client makes to its backend — the
+// Hold's background renewals included — waits, as it would if the whole
+// process were stopped by a GC pause or SIGSTOP. Without it, a paused worker
+// goroutine would keep its lease alive through renewals and the pause would
+// test nothing.
+type freezer struct {
+	mu   sync.Mutex
+	open chan struct{} // closed while not frozen
+}
+
+func newFreezer() *freezer {
+	f := &freezer{open: make(chan struct{})}
+	close(f.open)
+	return f
+}
+
+// freeze stops calls until thaw.
+func (f *freezer) freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.open:
+		f.open = make(chan struct{})
+	default: // already frozen
+	}
+}
+
+func (f *freezer) thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.open:
+	default:
+		close(f.open)
+	}
+}
+
+// wait blocks while frozen, or until ctx ends.
+func (f *freezer) wait(ctx context.Context) error {
+	f.mu.Lock()
+	open := f.open
+	f.mu.Unlock()
+	select {
+	case <-open:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// pause freezes f for d (or until ctx ends) and thaws it.
+func (f *freezer) pause(ctx context.Context, d time.Duration) {
+	f.freeze()
+	defer f.thaw()
+	sleep(ctx, d)
+}
+
+// frozenBackend passes every call through f.
+type frozenBackend struct {
+	b lease.Backend
+	f *freezer
+}
+
+func (x frozenBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := x.f.wait(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	return x.b.Acquire(ctx, key, owner, ttl)
+}
+
+func (x frozenBackend) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := x.f.wait(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	return x.b.Renew(ctx, l, ttl)
+}
+
+func (x frozenBackend) Release(ctx context.Context, l lease.Lease) error {
+	if err := x.f.wait(ctx); err != nil {
+		return err
+	}
+	return x.b.Release(ctx, l)
+}
+
+func (x frozenBackend) Get(ctx context.Context, key string) (lease.Lease, error) {
+	if err := x.f.wait(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	return x.b.Get(ctx, key)
+}
+
+func (x frozenBackend) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	if err := x.f.wait(ctx); err != nil {
+		return nil, err
+	}
+	return x.b.List(ctx, prefix)
+}
+
+type frozenWaiter struct{ frozenBackend }
+
+func (x frozenWaiter) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if err := x.f.wait(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	return x.b.(lease.WaitAcquirer).AcquireWait(ctx, key, owner, ttl)
+}
+
+type frozenNotifier struct{ frozenBackend }
+
+func (x frozenNotifier) WaitChange(ctx context.Context, key string) error {
+	if err := x.f.wait(ctx); err != nil {
+		return err
+	}
+	return x.b.(lease.Notifier).WaitChange(ctx, key)
+}
+
+type frozenBoth struct{ frozenBackend }
+
+func (x frozenBoth) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	return frozenWaiter(x).AcquireWait(ctx, key, owner, ttl)
+}
+
+func (x frozenBoth) WaitChange(ctx context.Context, key string) error {
+	return frozenNotifier(x).WaitChange(ctx, key)
+}
+
+// freezable wraps b, keeping the optional interfaces b has, so that
+// lease.Client chooses the same way of waiting as it would for b itself.
+func freezable(b lease.Backend, f *freezer) lease.Backend {
+	base := frozenBackend{b: b, f: f}
+	_, wa := b.(lease.WaitAcquirer)
+	_, n := b.(lease.Notifier)
+	switch {
+	case wa && n:
+		return frozenBoth{base}
+	case wa:
+		return frozenWaiter{base}
+	case n:
+		return frozenNotifier{base}
+	}
+	return base
+}

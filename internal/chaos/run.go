@@ -1,0 +1,511 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/fence"
+)
+
+// Engine is a real engine a run is played against.
+type Engine struct {
+	// Name is the engine's name in logs and artifact names.
+	Name string
+	// Addrs are the engine's host:port addresses; the run puts a proxy in
+	// front of each.
+	Addrs []string
+	// Connect returns a backend for one worker that reaches the engine only
+	// through addrs — the proxies' addresses, in the order of Addrs — and a
+	// function that closes it.
+	Connect func(ctx context.Context, addrs []string) (lease.Backend, func(), error)
+	// Restart stops the engine, waits down, and starts it again on the same
+	// data and addresses. It runs on the test goroutine and may fail t. Nil
+	// if the engine cannot be restarted by the test.
+	Restart func(t testing.TB, down time.Duration)
+	// Linger is how much longer than the asked TTL the engine may keep a
+	// lease (etcd rounds TTLs up to whole seconds and adds one). Pauses last
+	// TTL + Linger + up to a TTL more, so that the lease has expired on the
+	// engine when the paused worker writes.
+	Linger time.Duration
+}
+
+// Fault is a kind of fault the driver injects.
+type Fault string
+
+// The faults. Toxics apply to every proxy and both directions unless said.
+const (
+	Latency   Fault = "latency"    // latency TTL/10–TTL/2 with jitter
+	Bandwidth Fault = "bandwidth"  // 1–16 KB/s each way
+	Timeout   Fault = "timeout"    // data stops; connections close after a while (toxic timeout)
+	ResetPeer Fault = "reset_peer" // connections are reset (RST) as soon as data flows
+	Restart   Fault = "restart"    // Engine.Restart
+	Pause     Fault = "pause"      // a worker stops between Hold.Err() and its write, past the lease's expiry
+)
+
+// AllFaults is every fault, in the order the driver cycles through them
+// before it starts choosing at random.
+var AllFaults = []Fault{Pause, Latency, Bandwidth, Timeout, ResetPeer, Restart}
+
+// Config is one run.
+type Config struct {
+	Engine Engine
+	Seed   uint64
+	// Keys is how many keys are contended for (default 1); Workers is how
+	// many workers contend for each (default 3).
+	Keys, Workers int
+	// TTL is the lease TTL the workers ask for.
+	TTL time.Duration
+	// Faults is how many faults the driver injects, one at a time, each
+	// followed by a wait for progress.
+	Faults int
+	// Kinds are the faults to choose from (default AllFaults, without
+	// Restart if the engine has none).
+	Kinds []Fault
+	// PauseChance is the chance that a worker, on its own, pauses before a
+	// write (besides the driver's Pause faults), in [0, 1).
+	PauseChance float64
+	// ProgressTimeout bounds the wait for an accepted write after each
+	// fault (default 10 s + 10×(TTL + Linger)).
+	ProgressTimeout time.Duration
+	// Unguarded turns the guard off: the register takes every write (the
+	// negative control).
+	Unguarded bool
+	// Mode is the guard's mode (default fence.AtLeast).
+	Mode fence.Mode
+	// CheckTimeout bounds each porcupine check (default 2 minutes).
+	CheckTimeout time.Duration
+	// AlwaysVisualize writes the register history's visualisation even
+	// when it is linearizable.
+	AlwaysVisualize bool
+}
+
+// Stats counts what a run did.
+type Stats struct {
+	Grants, AcquireErrors, Writes, Accepted, Rejected, Reads, Lost int
+	Pauses                                                         int           // worker pauses, the driver's and random ones
+	Faults                                                         map[Fault]int // faults injected by the driver
+	Duration                                                       time.Duration // from the first worker's start to the last one's end
+}
+
+// Result is what a run found.
+type Result struct {
+	Stats    Stats
+	Register Verdict // the register history against RegisterModel
+	Grants   Verdict // the grant history against GrantModel
+	// Events is a readable tail of the run's events, for failure messages.
+	Events string
+}
+
+// writesPerHold is how many writes a worker makes under one lease.
+const writesPerHold = 5
+
+type worker struct {
+	id      int
+	key     string
+	reg     register
+	client  *lease.Client
+	closeFn func()
+	rng     *rand.Rand
+	freezer *freezer
+	pauseRq chan time.Duration // the driver's pause request
+	paused  chan struct{}      // a requested pause is over
+	holding atomic.Bool
+}
+
+type run struct {
+	cfg     Config
+	rec     *Recorder
+	workers []*worker
+
+	mu    sync.Mutex
+	stats Stats
+	errs  []error
+}
+
+func (r *run) count(f func(s *Stats)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.stats)
+}
+
+func (r *run) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, err)
+}
+
+// Run plays cfg: it proxies the engine, starts the workers, injects the
+// faults from the test goroutine, stops the workers and checks both
+// histories. Progress after each fault and the run's own errors are
+// asserted here (t.Errorf); the verdicts are returned for the caller to
+// judge (see RequireLinearizable), because a negative control expects an
+// illegal register history.
+func Run(t *testing.T, cfg Config) Result {
+	t.Helper()
+	cfg = withDefaults(cfg)
+	proxies, err := NewProxies(cfg.Engine.Addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxies.Close()
+
+	r := &run{cfg: cfg, rec: NewRecorder(), stats: Stats{Faults: map[Fault]int{}}}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	for k := range cfg.Keys {
+		key := fmt.Sprintf("chaos-%s-%d", cfg.Engine.Name, k)
+		reg := newRegister(key, cfg.Mode, cfg.Unguarded)
+		for range cfg.Workers {
+			id := len(r.workers)
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			b, closeFn, err := cfg.Engine.Connect(cctx, proxies.Addrs())
+			cancel()
+			if err != nil {
+				r.closeWorkers()
+				t.Fatalf("chaos: %s: connecting worker %d: %v", cfg.Engine.Name, id, err)
+			}
+			w := &worker{id: id, key: key, reg: reg, closeFn: closeFn, freezer: newFreezer(),
+				rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(id))),
+				pauseRq: make(chan time.Duration, 1), paused: make(chan struct{}, 1)}
+			r.workers = append(r.workers, w)
+			w.client, err = lease.NewClient(freezable(b, w.freezer), lease.WithOwner(fmt.Sprintf("w%d", id)),
+				lease.WithJitter(rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, uint64(id))).Float64),
+				lease.WithBackoff(5*time.Millisecond, cfg.TTL/2))
+			if err != nil {
+				r.closeWorkers()
+				t.Fatalf("chaos: lease.NewClient: %v", err)
+			}
+		}
+	}
+
+	began := time.Now()
+	var wg sync.WaitGroup
+	for _, w := range r.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.work(ctx, w)
+		}()
+	}
+	// However the driver ends (t.Fatal included), the workers stop and
+	// their connections close before Run returns.
+	workersDone := make(chan struct{})
+	stopWorkers := func() {
+		stop()
+		proxies.Reset()
+		go func() { wg.Wait(); close(workersDone) }()
+		select {
+		case <-workersDone:
+		case <-time.After(time.Minute):
+			t.Errorf("chaos: workers did not stop within a minute of being told to")
+		}
+		r.closeWorkers()
+	}
+	func() {
+		defer stopWorkers()
+		r.drive(t, proxies)
+	}()
+	r.stats.Duration = time.Since(began)
+
+	r.mu.Lock()
+	for _, err := range r.errs {
+		t.Error(err)
+	}
+	r.mu.Unlock()
+
+	register, grants, events := r.rec.History()
+	res := Result{Stats: r.stats, Events: describeEvents(events, 40)}
+	dir := ArtifactDir(t.Name())
+	var once struct {
+		sync.Once
+		dir string
+		err error
+	}
+	mkdir := func() (string, error) {
+		once.Do(func() { once.dir, once.err = dir() })
+		return once.dir, once.err
+	}
+	if res.Register, err = Check(RegisterModel(cfg.Mode), register, events, cfg.CheckTimeout, "register", cfg.AlwaysVisualize, mkdir); err != nil {
+		t.Error(err)
+	}
+	if res.Grants, err = Check(GrantModel(), grants, events, cfg.CheckTimeout, "grants", false, mkdir); err != nil {
+		t.Error(err)
+	}
+	return res
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Keys == 0 {
+		cfg.Keys = 1
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 3
+	}
+	if len(cfg.Kinds) == 0 {
+		for _, f := range AllFaults {
+			if f != Restart || cfg.Engine.Restart != nil {
+				cfg.Kinds = append(cfg.Kinds, f)
+			}
+		}
+	}
+	if cfg.ProgressTimeout == 0 {
+		cfg.ProgressTimeout = 10*time.Second + 10*(cfg.TTL+cfg.Engine.Linger)
+	}
+	if cfg.CheckTimeout == 0 {
+		cfg.CheckTimeout = 2 * time.Minute
+	}
+	return cfg
+}
+
+func (r *run) closeWorkers() {
+	for _, w := range r.workers {
+		if w.closeFn != nil {
+			w.closeFn()
+			w.closeFn = nil
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// pauseLength is how long a pause must last for the paused worker's lease
+// to have expired on the engine, plus up to a TTL so that another worker has
+// had time to acquire and write.
+func (r *run) pauseLength(rng *rand.Rand) time.Duration {
+	ttl := r.cfg.TTL
+	return ttl + r.cfg.Engine.Linger + ttl/2 + time.Duration(rng.Int64N(int64(ttl/2)+1))
+}
+
+// work is one worker: the application under test.
+func (r *run) work(ctx context.Context, w *worker) {
+	ttl := r.cfg.TTL
+	seq := 0
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, r.cfg.ProgressTimeout)
+		call := r.rec.Now()
+		h, err := w.client.Acquire(actx, w.key, ttl)
+		ret := r.rec.Now()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.count(func(s *Stats) { s.AcquireErrors++ })
+			r.rec.Event(w.id, call, ret, "acquire failed", "%v", err)
+			sleep(ctx, ttl/10)
+			continue
+		}
+		r.rec.Grant(w.id, w.key, h.Token(), call, ret)
+		r.count(func(s *Stats) { s.Grants++ })
+		w.holding.Store(true)
+		for range writesPerHold {
+			if ctx.Err() != nil {
+				break
+			}
+			if h.Err() != nil {
+				r.count(func(s *Stats) { s.Lost++ })
+				r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", h.Err())
+				break
+			}
+			// The window that matters: the client said "held" a moment
+			// ago, and now the worker stops before its write lands.
+			r.maybePause(ctx, w)
+			seq++
+			value := fmt.Sprintf("w%d.%d", w.id, seq)
+			call := r.rec.Now()
+			werr := w.reg.Write(h.Token(), value)
+			ret := r.rec.Now()
+			ok, err := accepted(werr)
+			if err != nil {
+				r.fail(err)
+				break
+			}
+			r.rec.Write(w.id, w.key, h.Token(), value, call, ret, ok)
+			r.count(func(s *Stats) {
+				s.Writes++
+				if ok {
+					s.Accepted++
+				} else {
+					s.Rejected++
+				}
+			})
+			if w.rng.IntN(3) == 0 {
+				call := r.rec.Now()
+				v, tok := w.reg.Read()
+				r.rec.Read(w.id, w.key, v, tok, call, r.rec.Now())
+				r.count(func(s *Stats) { s.Reads++ })
+			}
+			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
+		}
+		w.holding.Store(false)
+		rctx, cancel := context.WithTimeout(context.Background(), ttl+r.cfg.Engine.Linger)
+		_ = h.Release(rctx) // an error here is a lost lease or an unreachable engine: both expected
+		cancel()
+	}
+}
+
+// maybePause pauses w if the driver asked, or by chance.
+func (r *run) maybePause(ctx context.Context, w *worker) {
+	var d time.Duration
+	requested := false
+	select {
+	case d = <-w.pauseRq:
+		requested = true
+	default:
+		if r.cfg.PauseChance > 0 && w.rng.Float64() < r.cfg.PauseChance {
+			d = r.pauseLength(w.rng)
+		}
+	}
+	if d == 0 {
+		return
+	}
+	start := r.rec.Now()
+	w.freezer.pause(ctx, d)
+	r.rec.Event(w.id, start, r.rec.Now(), "pause", "paused %v between Hold.Err() and the write, renewals frozen", d.Round(time.Millisecond))
+	r.count(func(s *Stats) { s.Pauses++ })
+	if requested {
+		w.paused <- struct{}{}
+	}
+}
+
+// drive injects cfg.Faults faults one at a time, each followed by a wait
+// for progress. It runs on the test goroutine.
+func (r *run) drive(t *testing.T, proxies *Proxies) {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, 0xfa017))
+	ttl := r.cfg.TTL
+	// A quiet start: every engine must work without faults first.
+	r.awaitProgress(t, "the start", 0)
+	for i := range r.cfg.Faults {
+		if t.Failed() {
+			return
+		}
+		kind := r.cfg.Kinds[i%len(r.cfg.Kinds)]
+		if i >= len(r.cfg.Kinds) {
+			kind = r.cfg.Kinds[rng.IntN(len(r.cfg.Kinds))]
+		}
+		d := ttl/2 + time.Duration(rng.Int64N(int64(3*ttl/2)))
+		start := r.rec.Now()
+		var what string
+		switch kind {
+		case Pause:
+			what = r.requestPause(rng)
+		case Restart:
+			what = fmt.Sprintf("engine down for %v", d.Round(time.Millisecond))
+			r.cfg.Engine.Restart(t, d)
+		default:
+			x := toxicFor(kind, rng, ttl)
+			what = x.String()
+			if err := proxies.Add(x); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(d) // the fault itself: it lasts d of real time
+			proxies.Reset()
+		}
+		end := r.rec.Now()
+		r.rec.Event(-1, start, end, string(kind), "%s", what)
+		r.count(func(s *Stats) { s.Faults[kind]++ })
+		r.awaitProgress(t, fmt.Sprintf("fault %d (%s: %s)", i+1, kind, what), end)
+		// Some ordinary work between faults.
+		time.Sleep(ttl + time.Duration(rng.Int64N(int64(ttl))))
+	}
+}
+
+// requestPause asks a worker that holds a lease (or any, if none does right
+// now) to pause at its next write, and waits until the pause is over.
+func (r *run) requestPause(rng *rand.Rand) string {
+	var holders []*worker
+	for _, w := range r.workers {
+		if w.holding.Load() {
+			holders = append(holders, w)
+		}
+	}
+	if len(holders) == 0 {
+		holders = r.workers
+	}
+	w := holders[rng.IntN(len(holders))]
+	d := r.pauseLength(rng)
+	w.pauseRq <- d
+	select {
+	case <-w.paused:
+		return fmt.Sprintf("w%d paused %v before a write", w.id, d.Round(time.Millisecond))
+	case <-time.After(d + r.cfg.ProgressTimeout):
+		select {
+		case <-w.pauseRq: // never taken: withdraw it
+		default:
+			<-w.paused // taken just now
+		}
+		return fmt.Sprintf("w%d was asked to pause %v but wrote nothing meanwhile", w.id, d.Round(time.Millisecond))
+	}
+}
+
+func toxicFor(kind Fault, rng *rand.Rand, ttl time.Duration) Toxic {
+	ms := func(d time.Duration) int64 { return max(1, d.Milliseconds()) }
+	switch kind {
+	case Latency:
+		lat := ttl/10 + time.Duration(rng.Int64N(int64(ttl*2/5)))
+		return Toxic{Name: "chaos", Type: "latency", Stream: "downstream",
+			Attributes: map[string]int64{"latency": ms(lat), "jitter": ms(lat / 2)}}
+	case Bandwidth:
+		return Toxic{Name: "chaos", Type: "bandwidth", Stream: "downstream",
+			Attributes: map[string]int64{"rate": 1 + rng.Int64N(16)}}
+	case Timeout:
+		// Half the time data stops until the toxic goes; otherwise the
+		// connections are also closed after a while.
+		var after int64
+		if rng.IntN(2) == 0 {
+			after = ms(ttl/2 + time.Duration(rng.Int64N(int64(ttl))))
+		}
+		return Toxic{Name: "chaos", Type: "timeout", Stream: "upstream",
+			Attributes: map[string]int64{"timeout": after}}
+	case ResetPeer:
+		return Toxic{Name: "chaos", Type: "reset_peer", Stream: "upstream",
+			Attributes: map[string]int64{"timeout": rng.Int64N(ms(ttl / 4))}}
+	}
+	panic(fmt.Sprintf("chaos: no toxic for fault %q", kind)) // unreachable: drive handles the others
+}
+
+// awaitProgress waits until a write invoked after since is accepted, or
+// fails t after the progress timeout.
+func (r *run) awaitProgress(t *testing.T, after string, since int64) {
+	deadline := time.Now().Add(r.cfg.ProgressTimeout)
+	for !r.rec.ProgressAfter(since) {
+		if time.Now().After(deadline) {
+			t.Errorf("chaos: %s: no write was accepted within %v after %s", r.cfg.Engine.Name, r.cfg.ProgressTimeout, after)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// RequireLinearizable fails t unless both histories of res are
+// linearizable, naming the visualisation to open.
+func RequireLinearizable(t *testing.T, res Result) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		v    Verdict
+	}{{"register", res.Register}, {"grant", res.Grants}} {
+		if c.v.Result != porcupine.Ok {
+			t.Errorf("chaos: the %s history (%d operations) is %s; visualisation: %s\nlast events:\n%s",
+				c.name, c.v.Ops, c.v.Result, c.v.Visualization, res.Events)
+		}
+	}
+}
