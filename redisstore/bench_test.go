@@ -1,0 +1,94 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/redisstore"
+)
+
+// BenchmarkCompareRedis compares, on one durable server (appendonly yes,
+// appendfsync always), a pair of PINGs (the limit for two round trips),
+// redsync Lock+Unlock, redislock Obtain+Release and redisstore
+// Acquire+Release, each client on its own key.
+func BenchmarkCompareRedis(b *testing.B) {
+	benchCompare(b, redistest.Start(b))
+}
+
+// BenchmarkCompareRedisVolatile is BenchmarkCompareRedis on a server without
+// persistence (redisstore with AllowVolatile).
+func BenchmarkCompareRedisVolatile(b *testing.B) {
+	benchCompare(b, redistest.Start(b, redistest.Volatile()), redisstore.AllowVolatile())
+}
+
+func benchCompare(b *testing.B, srv *redistest.Server, opts ...redisstore.Option) {
+	ctx := context.Background()
+	// go-redis defaults to 10 connections per CPU; every contender gets the
+	// same pool, large enough for 32 clients.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	defer rdb.Close()
+	store, err := redisstore.New(ctx, rdb, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	rs := redsync.New(goredis.NewPool(rdb))
+	locker := redislock.New(rdb)
+	const ttl = 10 * time.Second
+
+	for _, clients := range []int{1, 32} {
+		b.Run(fmt.Sprintf("c=%d", clients), func(b *testing.B) {
+			key := func(impl string, w int) string { return fmt.Sprintf("bench/%s/%d", impl, w) }
+			b.Run("ping-pair", func(b *testing.B) {
+				benchutil.Run(b, clients, func(int, int) error {
+					if err := rdb.Ping(ctx).Err(); err != nil {
+						return err
+					}
+					return rdb.Ping(ctx).Err()
+				})
+			})
+			b.Run("redsync", func(b *testing.B) {
+				mutexes := make([]*redsync.Mutex, clients)
+				for w := range mutexes {
+					mutexes[w] = rs.NewMutex(key("redsync", w), redsync.WithExpiry(ttl), redsync.WithTries(1))
+				}
+				benchutil.Run(b, clients, func(w, _ int) error {
+					if err := mutexes[w].LockContext(ctx); err != nil {
+						return err
+					}
+					if ok, err := mutexes[w].UnlockContext(ctx); !ok || err != nil {
+						return fmt.Errorf("unlock: %v, %v", ok, err)
+					}
+					return nil
+				})
+			})
+			b.Run("redislock", func(b *testing.B) {
+				benchutil.Run(b, clients, func(w, _ int) error {
+					l, err := locker.Obtain(ctx, key("redislock", w), ttl, nil)
+					if err != nil {
+						return err
+					}
+					return l.Release(ctx)
+				})
+			})
+			b.Run("redisstore", func(b *testing.B) {
+				benchutil.Run(b, clients, func(w, _ int) error {
+					l, err := store.Acquire(ctx, key("redisstore", w), "bench", ttl)
+					if err != nil {
+						return err
+					}
+					return store.Release(ctx, l)
+				})
+			})
+		})
+	}
+}
