@@ -6,12 +6,12 @@
 // Every write (a granted acquire, a renew, a release, a hand-over to a
 // waiter) is committed by bbolt with fsync (fdatasync of the data pages, then
 // of the meta page; NoSync is never set), and its caller is answered only
-// after that commit returns. A token is therefore
-// never returned before the record of it is on disk, and a crash at any
-// moment cannot make a later token smaller than one already handed out (I1).
-// Reads (Get, List, and an Acquire that finds the key held) use read
-// transactions that never see a commit before it is durable, so a failed try
-// writes nothing and costs no fsync.
+// after that commit returns. A token is therefore never returned before the
+// record of it is on disk, and neither a killed process nor a lost machine
+// can make a later token smaller than one already handed out (I1). Reads
+// (Get, List, and an Acquire that finds the key held) use read transactions
+// that never see a commit before it is durable; a failed try writes nothing
+// and costs no fsync.
 //
 // If a commit fails (a write or fsync error, a full disk), the file's state
 // is no longer known, so the store fails every later operation with an error
@@ -39,8 +39,12 @@
 // the wall clock read at Open plus the monotonic time since: while the
 // process runs, stepping the wall clock changes no lease; across a restart,
 // the stored expiry is compared with the wall clock, so a clock stepped
-// between runs shifts leases by that step.
-// Waiters (AcquireWait) live in memory and are not kept: Close fails them.
+// between runs shifts leases by that step. Waiters (AcquireWait) live in
+// memory and are not kept: Close fails them.
+//
+// A released lease's record is deleted; an expired one stays until its key
+// is next written. The high-water marks make the file grow with the number of
+// distinct keys ever used, a few dozen bytes each.
 //
 // # One process per file
 //
