@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/etcdstore"
+	"github.com/leasehq/lease/pgstore"
 	"github.com/leasehq/lease/redisstore"
 )
 
@@ -40,6 +43,26 @@ func OpenBackend(ctx context.Context, spec, dataDir string) (*openedBackend, err
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	switch scheme {
+	case "postgres", "postgresql":
+		s, err := pgstore.Open(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), err)
+		}
+		return &openedBackend{Backend: s, desc: redact(spec), close: func() error { s.Close(); return nil }}, nil
+	case "etcd":
+		endpoints, prefix, err := parseEtcdSpec(spec)
+		if err != nil {
+			return nil, usageError(err)
+		}
+		var opts []etcdstore.Option
+		if prefix != "" {
+			opts = append(opts, etcdstore.WithPrefix(prefix))
+		}
+		s, err := etcdstore.Open(ctx, endpoints, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), err)
+		}
+		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
 	case "redis", "rediss":
 		s, err := redisstore.Open(ctx, spec)
 		if err != nil {
@@ -49,6 +72,27 @@ func OpenBackend(ctx context.Context, spec, dataDir string) (*openedBackend, err
 	default:
 		return nil, usageError(fmt.Errorf("--backend: no backend for scheme %q in this build", scheme))
 	}
+}
+
+// parseEtcdSpec splits etcd://host:port[,host:port…][/prefix] into client
+// endpoints and a key prefix ("" for etcdstore's default). The prefix keeps
+// its leading slash and gets a trailing one, as etcdstore wants.
+func parseEtcdSpec(spec string) (endpoints []string, prefix string, err error) {
+	rest, ok := strings.CutPrefix(spec, "etcd://")
+	if !ok {
+		return nil, "", fmt.Errorf("--backend %q: want etcd://host:port[,host:port…][/prefix]", spec)
+	}
+	hosts, path, hasPath := strings.Cut(rest, "/")
+	for _, h := range strings.Split(hosts, ",") {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return nil, "", fmt.Errorf("--backend %q: endpoint %q: %v", spec, h, err)
+		}
+		endpoints = append(endpoints, "http://"+h)
+	}
+	if hasPath && path != "" {
+		prefix = "/" + strings.TrimSuffix(path, "/") + "/"
+	}
+	return endpoints, prefix, nil
 }
 
 func openBolt(dir string) (*openedBackend, error) {
