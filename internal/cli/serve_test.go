@@ -16,8 +16,8 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,13 +25,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/etcdtest"
 	"github.com/leasehq/lease/internal/pgtest"
 	"github.com/leasehq/lease/internal/redistest"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/redisstore"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // syncBuffer is a log sink the server and the test read at once.
