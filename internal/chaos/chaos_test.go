@@ -47,6 +47,16 @@ func TestChaosRedis(t *testing.T) {
 	runChaos(t, cfg)
 }
 
+func TestChaosPostgres(t *testing.T) {
+	ttl := 200 * time.Millisecond
+	runChaos(t, plan(chaos.Config{Engine: pgEngine(t), Seed: 4, TTL: ttl}))
+}
+
+func TestChaosEtcd(t *testing.T) {
+	ttl := 500 * time.Millisecond
+	runChaos(t, plan(chaos.Config{Engine: etcdEngine(t), Seed: 5, TTL: ttl}))
+}
+
 // TestChaosNegativeControlUnguarded runs the bolt-over-HTTP engine with the
 // guard off: the register takes every write, so a paused worker's late
 // write lands after a newer holder's, and the checker must say so.

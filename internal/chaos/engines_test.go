@@ -7,17 +7,25 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/leasehq/lease"
+
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/internal/chaos"
+	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/pgtest"
 	"github.com/leasehq/lease/internal/redistest"
 	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/pgstore"
 	"github.com/leasehq/lease/redisstore"
 )
 
@@ -159,4 +167,82 @@ func redisEngine(t *testing.T) chaos.Engine {
 		}
 	}
 	return e
+}
+
+// pgEngine is pgstore on the throwaway PostgreSQL of pgtest. pgtest offers
+// no restart of its shared cluster, so this engine has none: its faults are
+// the toxics (reset_peer cuts every pooled connection) and the pauses.
+func pgEngine(t *testing.T) chaos.Engine {
+	url := pgtest.Start(t)
+	base, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := net.JoinHostPort(base.ConnConfig.Host, strconv.Itoa(int(base.ConnConfig.Port)))
+	return chaos.Engine{
+		Name:  "postgres",
+		Addrs: []string{upstream},
+		Connect: func(ctx context.Context, addrs []string) (lease.Backend, func(), error) {
+			host, port, err := net.SplitHostPort(addrs[0])
+			if err != nil {
+				return nil, nil, err
+			}
+			p, err := strconv.ParseUint(port, 10, 16)
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg := base.Copy()
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+			cfg.MaxConns = 4
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			s, err := pgstore.New(pool)
+			if err != nil {
+				pool.Close()
+				return nil, nil, err
+			}
+			return s, func() { s.Close(); pool.Close() }, nil
+		},
+	}
+}
+
+// etcdEngine is etcdstore on a three-member embedded etcd cluster; Restart
+// kills the leader (no leadership transfer) and starts it again on its data
+// directory, so the cluster fails over while the member is down.
+func etcdEngine(t *testing.T) chaos.Engine {
+	c := etcdtest.StartCluster(t, 3)
+	var addrs []string
+	for _, ep := range c.Endpoints() {
+		u, err := neturl.Parse(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, u.Host)
+	}
+	return chaos.Engine{
+		Name:  "etcd",
+		Addrs: addrs,
+		Connect: func(ctx context.Context, addrs []string) (lease.Backend, func(), error) {
+			eps := make([]string, len(addrs))
+			for i, a := range addrs {
+				eps[i] = "http://" + a
+			}
+			s, err := etcdstore.Open(ctx, eps)
+			if err != nil {
+				return nil, nil, err
+			}
+			return s, func() { _ = s.Close() }, nil
+		},
+		Restart: func(t testing.TB, down time.Duration) {
+			i := c.Leader(t)
+			c.Kill(t, i)
+			time.Sleep(down)
+			c.Restart(t, i)
+		},
+		// etcdstore holds an etcd lease of ceil(TTL) + 1 s, which a new
+		// leader extends by about an election timeout (250 ms here).
+		Linger: 2500 * time.Millisecond,
+	}
 }

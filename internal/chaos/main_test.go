@@ -7,13 +7,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehq/lease/internal/pgtest"
 )
 
-// TestMain fails the binary if goroutines outlive the tests. Toxiproxy's
-// links and the engines' connections end a moment after they are closed, so
-// the check waits for them a while before it calls anything a leak.
+// TestMain stops pgtest's cluster and fails the binary if goroutines outlive
+// the tests. Toxiproxy's links, the engines' connections and an embedded etcd
+// member's peer transports end a moment after they are closed, so the check
+// waits for them a while before it calls anything a leak.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := pgtest.M(m).Run() // stops the throwaway PostgreSQL
 	if code == 0 {
 		deadline := time.Now().Add(15 * time.Second)
 		for {
