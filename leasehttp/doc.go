@@ -19,7 +19,11 @@
 //	GET  /metrics                      –                             Prometheus text format
 //
 // {key} is one percent-encoded path segment: a '/' inside a key travels as
-// %2F (ServeMux matches the escaped segment and unescapes it). A lease is
+// %2F (ServeMux matches the escaped segment and unescapes it), and a key
+// that is "." or ".." as %2E or %2E%2E, since ServeMux would clean a literal
+// dot segment away; a path with an empty or dot segment under /v1/ is 400.
+// (ServeMux takes a segment that unescapes to "/" for a trailing slash, so
+// the Server routes the key "/" itself.) A lease is
 //
 //	{"key":"jobs/nightly","owner":"host-42","token":7,"id":"9f…","ttl_ms":30000,"expires_at":"2026-12-02T10:00:00.000Z"}
 //
@@ -67,8 +71,10 @@
 // from 5 ms to 500 ms. That queue orders the waiters of one server process;
 // acquires with wait_ms 0 and other servers do not queue in it. A waiter
 // whose client hangs up leaves the queue, and a lease granted to it at that
-// moment is released at once. Close ends every pending wait with 503 so that
-// http.Server.Shutdown can drain quickly.
+// moment is released at once (such requests are counted and logged with
+// status 499, as nginx does). Close ends every pending wait with 503 so that
+// http.Server.Shutdown can drain quickly; an http.Server in front needs a
+// WriteTimeout longer than the max wait.
 //
 // # Authentication
 //

@@ -97,3 +97,5 @@ func callHeader(t *testing.T, method, url, auth, body string) (int, string) {
 }
 
 func newMem() lease.Backend { return memstore.New() }
+
+func newHTTPServer(h http.Handler) *httptest.Server { return httptest.NewServer(h) }

@@ -246,6 +246,14 @@ func (s *Server) Close() error {
 // errShuttingDown ends the waits pending when Close is called.
 var errShuttingDown = fmt.Errorf("%w: leasehttp: the server is shutting down", lease.ErrUnavailable)
 
+// errClientGone is a request whose client hung up before the answer. It is
+// answered (to nobody) and counted with status 499, as nginx does, so that
+// it does not look like a failure of the server.
+var errClientGone = errors.New("leasehttp: the client went away")
+
+// statusClientGone is the status recorded for errClientGone.
+const statusClientGone = 499
+
 // errWaitOver is the cause of a wait that reached its wait_ms.
 var errWaitOver = errors.New("leasehttp: wait over")
 
@@ -351,8 +359,11 @@ func (s *Server) writeError(w *responseWriter, err error) {
 	status := k.status
 	msg := err.Error()
 	var re *requestError
-	if errors.As(err, &re) {
+	switch {
+	case errors.As(err, &re):
 		status = re.status
+	case errors.Is(err, errClientGone):
+		status = statusClientGone
 	}
 	switch {
 	case k.code == "unauthorized":
@@ -451,8 +462,7 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 		if err := s.backend.Release(ctx, l); err == nil {
 			s.tracker.released(l.Key, l.Token)
 		}
-		s.log.Debug("leasehttp: client gone; released the lease it acquired", "key", key, "token", uint64(l.Token))
-		w.err = context.Cause(r.Context())
+		s.writeError(w, fmt.Errorf("%w; released the lease acquired for it (token %d)", errClientGone, l.Token))
 		return
 	}
 	writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
@@ -511,7 +521,7 @@ func (s *Server) waitEnded(ctx context.Context, key string, held error) error {
 		}
 		return fmt.Errorf("%w: leasehttp: %s was held until the wait ended; try again", lease.ErrHeld, quoteName(key))
 	default:
-		return fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), cause)
+		return fmt.Errorf("%w while waiting for %s: %w", errClientGone, quoteName(key), cause)
 	}
 }
 

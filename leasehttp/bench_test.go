@@ -1,0 +1,72 @@
+package leasehttp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
+)
+
+// BenchmarkCompareHTTPOverhead measures what the server and Client add to an
+// in-memory backend: an acquire+release pair through them, against the
+// baseline of two bare HTTP round trips (GET /healthz) on the same
+// connections.
+func BenchmarkCompareHTTPOverhead(b *testing.B) {
+	for _, clients := range []int{1, 32} {
+		b.Run(fmt.Sprintf("c=%d/http-roundtrip-pair", clients), func(b *testing.B) {
+			hs := benchServer(b)
+			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+			defer hc.CloseIdleConnections()
+			get := func() error {
+				resp, err := hc.Get(hs + "/healthz")
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				return resp.Body.Close()
+			}
+			benchutil.Run(b, clients, func(_, _ int) error {
+				if err := get(); err != nil {
+					return err
+				}
+				return get()
+			})
+		})
+		b.Run(fmt.Sprintf("c=%d/leasehttp-memstore", clients), func(b *testing.B) {
+			hs := benchServer(b)
+			c, err := leasehttp.NewClient(hs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			benchutil.Run(b, clients, func(w, _ int) error {
+				l, err := c.Acquire(ctx, "bench/"+strconv.Itoa(w), "bench", time.Minute)
+				if err != nil {
+					return err
+				}
+				return c.Release(ctx, l)
+			})
+		})
+	}
+}
+
+func benchServer(b *testing.B) string {
+	srv, err := leasehttp.NewServer(memstore.New(), leasehttp.WithLogger(quiet))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := newHTTPServer(srv)
+	b.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	return hs.URL
+}
