@@ -20,8 +20,9 @@ func TestHashCollision(t *testing.T) {
 	sh.mu.Lock()
 	a := sh.insert(h, "a", s.now())
 	b := sh.insert(h, "b", s.now())
-	la := s.grantLocked(sh, a, "owner-a", time.Minute, s.now())
-	lb := s.grantLocked(sh, b, "owner-b", time.Millisecond*10, s.now())
+	s.grantLocked(sh, a, "owner-a", time.Minute, s.now())
+	s.grantLocked(sh, b, "owner-b", 10*time.Millisecond, s.now())
+	la, lb := a.l, b.l
 	if got := sh.get(h, "a"); got != a {
 		t.Errorf("get(a) = %p, want %p", got, a)
 	}
@@ -135,5 +136,24 @@ func TestPairDoesNotAllocate(t *testing.T) {
 	pair() // creates the entry
 	if n := testing.AllocsPerRun(100, pair); n != 0 {
 		t.Errorf("acquire+release allocates %v times, want 0", n)
+	}
+}
+
+// TestIDsDistinct draws several batches of IDs: none is zero or repeated.
+func TestIDsDistinct(t *testing.T) {
+	var g idSource
+	g.init()
+	seen := make(map[lease.ID]bool)
+	for range 5 * idBatch {
+		id := g.next()
+		if id.IsZero() || seen[id] {
+			t.Fatalf("id %v is zero or repeated", id)
+		}
+		seen[id] = true
+	}
+	var h idSource
+	h.init()
+	if seen[h.next()] {
+		t.Error("two sources made the same id: not seeded independently")
 	}
 }

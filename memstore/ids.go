@@ -1,0 +1,50 @@
+package memstore
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+
+	"github.com/leasehq/lease"
+)
+
+// idBatch is how many IDs an idSource makes at a time.
+const idBatch = 32
+
+// idSource makes secret lease IDs (I4): the AES-CTR keystream under a key
+// and counter from crypto/rand, which is a CSPRNG (NIST's CTR_DRBG is this,
+// reseeded), made a batch at a time because one call for 32 IDs costs less
+// than a ChaCha8 draw for each. Not safe for concurrent use: each shard has
+// its own, used under the shard's lock.
+type idSource struct {
+	ctr  cipher.Stream
+	buf  [idBatch * len(lease.ID{})]byte
+	used int // bytes of buf handed out
+}
+
+func (g *idSource) init() {
+	var seed [32 + aes.BlockSize]byte
+	_, _ = rand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
+	block, err := aes.NewCipher(seed[:32])
+	if err != nil {
+		panic("memstore: aes.NewCipher with a 32-byte key: " + err.Error()) // cannot happen
+	}
+	g.ctr = cipher.NewCTR(block, seed[32:])
+	g.used = len(g.buf)
+}
+
+// next returns a fresh random ID, never the zero ID.
+func (g *idSource) next() lease.ID {
+	for {
+		if g.used == len(g.buf) {
+			clear(g.buf[:]) // keystream XOR zero is the keystream
+			g.ctr.XORKeyStream(g.buf[:], g.buf[:])
+			g.used = 0
+		}
+		id := lease.ID(g.buf[g.used:])
+		g.used += len(id)
+		if !id.IsZero() {
+			return id
+		}
+	}
+}
