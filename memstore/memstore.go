@@ -31,7 +31,7 @@ type Store struct {
 	base     time.Time   // origin of the store's clock: offsets are from it
 	baseWall int64       // base.UnixNano(), the origin for an injected clock
 	seed     maphash.Seed
-	shards [shardCount]paddedShard
+	shards   [shardCount]paddedShard
 }
 
 var (
