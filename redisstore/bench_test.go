@@ -36,7 +36,7 @@ func benchCompare(b *testing.B, srv *redistest.Server, opts ...redisstore.Option
 	// same pool, large enough for 32 clients.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
-	store, err := redisstore.New(ctx, rdb, opts...)
+	store, err := redisstore.New(ctx, rdb, append(opts, redisstore.WithNamespace(testNamespace()))...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +47,8 @@ func benchCompare(b *testing.B, srv *redistest.Server, opts ...redisstore.Option
 
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("c=%d", clients), func(b *testing.B) {
-			key := func(impl string, w int) string { return fmt.Sprintf("bench/%s/%d", impl, w) }
+			ns := testNamespace()
+			key := func(impl string, w int) string { return fmt.Sprintf("%s/bench/%s/%d", ns, impl, w) }
 			b.Run("ping-pair", func(b *testing.B) {
 				benchutil.Run(b, clients, func(int, int) error {
 					if err := rdb.Ping(ctx).Err(); err != nil {

@@ -45,6 +45,7 @@ func TestNoFalseGrantOnFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
+			srv.RequireOwned(t, "cutting connections and killing the server")
 			s := openURL(t, "redis://"+srv.Addr+"/0"+tc.query)
 			const workers = 8
 			var (
@@ -116,6 +117,7 @@ func TestNoFalseGrantOnFaults(t *testing.T) {
 // server's clock and a successor gets a higher token.
 func TestHoldLostWhileServerDown(t *testing.T) {
 	srv := redistest.Start(t)
+	srv.RequireOwned(t, "stopping the server")
 	s := open(t, srv)
 	c, err := lease.NewClient(s, lease.WithOwner("holder"))
 	if err != nil {

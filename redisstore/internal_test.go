@@ -18,7 +18,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := New(ctx, srv.Client(t))
+	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestTokenSpaceExhausted(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := New(ctx, srv.Client(t))
+	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // that List with each as a prefix returns exactly the keys starting with it.
 func TestKeysBinarySafe(t *testing.T) {
 	srv := redistest.Start(t)
-	s := open(t, srv, redisstore.WithNamespace("binsafe"))
+	s := open(t, srv)
 	keys := []string{
 		"p/a", "p/ab", "p/a*", "p/a*b", "p/a?", "p/a[b]", "p/a[", "p/a]", `p/a\`, `p/a\*`,
 		"p/{", "p/}", "p/{x}", "p/}{", "p/a}b", "p/a%7Db", "p/a%", "p/%25", "p/%7D",
@@ -89,8 +89,9 @@ func shortenAll(ss []string) []string {
 // different namespaces neither see nor block each other's keys.
 func TestNamespacesAreSeparate(t *testing.T) {
 	srv := redistest.Start(t)
-	a := open(t, srv, redisstore.WithNamespace("a"))
-	b := open(t, srv, redisstore.WithNamespace("b"))
+	ns := testNamespace()
+	a := open(t, srv, redisstore.WithNamespace(ns+"a"))
+	b := open(t, srv, redisstore.WithNamespace(ns+"b"))
 	ctx := ctxFor(t)
 	if _, err := a.Acquire(ctx, "k", "in-a", time.Minute); err != nil {
 		t.Fatal(err)
@@ -109,6 +110,7 @@ func TestNamespacesAreSeparate(t *testing.T) {
 // must not move across many failed tries.
 func TestHeldAcquireWritesNothing(t *testing.T) {
 	srv := redistest.Start(t)
+	srv.RequireOwned(t, "a server no one else writes to")
 	s := open(t, srv)
 	c := srv.Client(t)
 	ctx := ctxFor(t)

@@ -14,6 +14,7 @@ import (
 // killPubSub cuts the server side of every subscription connection.
 func killPubSub(t *testing.T, srv *redistest.Server) {
 	t.Helper()
+	srv.RequireOwned(t, "cutting every subscription")
 	n, err := srv.Client(t).ClientKillByFilter(ctxFor(t), "TYPE", "pubsub").Result()
 	if err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
@@ -108,6 +109,7 @@ func TestWaitChange(t *testing.T) {
 // released, and the store resubscribes by itself.
 func TestWaitChangeSubscriptionDrop(t *testing.T) {
 	srv := redistest.Start(t)
+	srv.RequireOwned(t, "cutting every subscription")
 	s := open(t, srv)
 	ctx := ctxFor(t)
 	const k = "drop/key"
@@ -193,6 +195,7 @@ func TestWaitChangeSubscriptionDrop(t *testing.T) {
 // reports the drop and that the store resubscribes once the server is back.
 func TestWaitChangeServerDown(t *testing.T) {
 	srv := redistest.Start(t)
+	srv.RequireOwned(t, "stopping the server")
 	s := open(t, srv)
 	ctx := ctxFor(t)
 	const k = "down/key"
@@ -218,7 +221,7 @@ func TestWaitChangeServerDown(t *testing.T) {
 
 func TestWaitChangeAfterClose(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr)
+	s, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr, redisstore.WithNamespace(testNamespace()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 // is above the one before (I1).
 func TestDurableRestartKeepsTokensRising(t *testing.T) {
 	srv := redistest.Start(t)
+	srv.RequireOwned(t, "restarting the server")
 	s := open(t, srv)
 	const k = "restart/tokens"
 	ttl := 200 * time.Millisecond

@@ -211,7 +211,10 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 }
 
 // Release implements lease.Backend in one script call, which also publishes
-// the key on the store's release channel for WaitChange.
+// the key on the store's release channel for WaitChange. If the reply is
+// lost and go-redis retries, the retry finds the lease gone and reports
+// lease.ErrNotHeld although this call released it; either way the lease is
+// no longer held.
 func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)

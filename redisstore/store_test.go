@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -22,7 +24,17 @@ func ctxFor(t testing.TB) context.Context {
 	return ctx
 }
 
-// open returns a store on srv, closed in t.Cleanup.
+// testNamespace returns a namespace of its own for a test, so that tests
+// never see each other's keys, nor those of an earlier run on a server named
+// by LEASE_TEST_REDIS_ADDR.
+func testNamespace() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "t-" + hex.EncodeToString(b[:])
+}
+
+// open returns a store on srv in a fresh namespace (unless opts set one),
+// closed in t.Cleanup.
 func open(t testing.TB, srv *redistest.Server, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
 	return openURL(t, "redis://"+srv.Addr+"/0", opts...)
@@ -30,6 +42,7 @@ func open(t testing.TB, srv *redistest.Server, opts ...redisstore.Option) *redis
 
 func openURL(t testing.TB, url string, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
+	opts = append([]redisstore.Option{redisstore.WithNamespace(testNamespace())}, opts...)
 	s, err := redisstore.Open(ctxFor(t), url, opts...)
 	if err != nil {
 		t.Fatalf("redisstore.Open(%s): %v", url, err)
@@ -40,14 +53,15 @@ func openURL(t testing.TB, url string, opts ...redisstore.Option) *redisstore.St
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
+	ns := redisstore.WithNamespace(testNamespace()) // the same across Reopen
 	leasetest.TestBackend(t,
-		func(t *testing.T) lease.Backend { return open(t, srv) },
+		func(t *testing.T) lease.Backend { return open(t, srv, ns) },
 		leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
 			if err := old.(*redisstore.Store).Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
 			srv.Restart(t)
-			return open(t, srv)
+			return open(t, srv, ns)
 		}))
 }
 
@@ -58,7 +72,7 @@ func TestConformanceCluster(t *testing.T) {
 	srv := redistest.Start(t, redistest.Cluster())
 	leasetest.TestBackend(t, func(t *testing.T) lease.Backend {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
-		s, err := redisstore.New(ctxFor(t), c)
+		s, err := redisstore.New(ctxFor(t), c, redisstore.WithNamespace(testNamespace()))
 		if err != nil {
 			t.Fatalf("redisstore.New on a cluster: %v", err)
 		}

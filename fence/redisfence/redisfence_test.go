@@ -26,8 +26,15 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
+// fresh returns a name prefix of its own for a test, so that tests never see
+// each other's keys, nor those of an earlier run on a server named by
+// LEASE_TEST_REDIS_ADDR.
+func fresh() string { return "t-" + lease.NewID().String()[:12] }
+
+// newGuard returns a guard on srv under a fresh prefix (unless opts set one).
 func newGuard(t *testing.T, srv *redistest.Server, opts ...redisfence.Option) *redisfence.Guard {
 	t.Helper()
+	opts = append([]redisfence.Option{redisfence.WithPrefix(fresh() + ":")}, opts...)
 	g, err := redisfence.New(srv.Client(t), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +49,7 @@ func TestSeedScenario(t *testing.T) {
 	for _, mode := range []fence.Mode{fence.AtLeast, fence.Strict} {
 		t.Run(mode.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
-			store, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr)
+			store, err := redisstore.Open(ctxFor(t), "redis://"+srv.Addr, redisstore.WithNamespace(fresh()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +112,7 @@ func TestModes(t *testing.T) {
 		sameTokens bool // a second write with the same token is admitted
 	}{{fence.AtLeast, true}, {fence.Strict, false}} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
-			g := newGuard(t, srv, redisfence.WithMode(tc.mode), redisfence.WithPrefix("modes:"+tc.mode.String()+":"))
+			g := newGuard(t, srv, redisfence.WithMode(tc.mode))
 			if g.Mode() != tc.mode {
 				t.Fatalf("Mode() = %v", g.Mode())
 			}
@@ -210,6 +217,7 @@ func TestConcurrentWriters(t *testing.T) {
 
 func TestUnavailable(t *testing.T) {
 	srv := redistest.Start(t)
+	srv.RequireOwned(t, "stopping the server")
 	g := newGuard(t, srv)
 	srv.Stop(t)
 	if err := g.Set(ctxFor(t), "r", 1, "v"); !errors.Is(err, lease.ErrUnavailable) {

@@ -242,6 +242,15 @@ func (s *Server) Kill(t testing.TB) {
 	s.shutdown(true)
 }
 
+// RequireOwned ends t — with a skip under -short, a failure otherwise —
+// unless the server is one this package started: call it before doing what
+// a shared server must not suffer (what says what that is, for the message),
+// such as killing its clients.
+func (s *Server) RequireOwned(t testing.TB, what string) {
+	t.Helper()
+	s.needOwned(t, what)
+}
+
 func (s *Server) needOwned(t testing.TB, what string) {
 	t.Helper()
 	if !s.external {
