@@ -2,6 +2,7 @@ package leasehttp_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -62,6 +63,13 @@ func serve(h http.Handler, method, target, contentType string, body []byte) *htt
 		req.Header.Set("Content-Type", contentType)
 	}
 	return serveRequest(h, req)
+}
+
+// httptestRequest is an acquire of "gone" under ctx.
+func httptestRequest(ctx context.Context, body string) *http.Request {
+	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/leases/gone/acquire", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	return req
 }
 
 func serveRequest(h http.Handler, req *http.Request) *httptest.ResponseRecorder {

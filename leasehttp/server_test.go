@@ -388,3 +388,31 @@ func TestServerOptionsValidate(t *testing.T) {
 	}
 	_ = http.StatusOK
 }
+
+// TestGrantToGoneClientReleased sends acquires whose client has already
+// hung up: whatever the server acquired for them it gives back at once, so
+// the key is free for the next taker instead of held until its TTL.
+func TestGrantToGoneClientReleased(t *testing.T) {
+	for _, be := range backends {
+		for _, wait := range []string{"0", "5000"} {
+			t.Run(be.name+"/wait_ms="+wait, func(t *testing.T) {
+				b := be.new()
+				srv, err := leasehttp.NewServer(b, leasehttp.WithLogger(quiet))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Close()
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				req := httptestRequest(ctx, `{"owner":"gone","ttl_ms":60000,"wait_ms":`+wait+`}`)
+				rec := serveRequest(srv, req)
+				if rec.Code != 499 {
+					t.Errorf("HTTP %d %s, want 499 (client gone)", rec.Code, rec.Body)
+				}
+				if l, err := b.Get(ctxFor(t), "gone"); !errors.Is(err, lease.ErrNotFound) {
+					t.Fatalf("the key is held by %+v (%v) for a client that had gone", l, err)
+				}
+			})
+		}
+	}
+}
