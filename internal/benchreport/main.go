@@ -3,11 +3,11 @@
 //
 //	go run ./internal/benchreport -out docs/BENCHMARKS.md [-pkg ./memstore] [-benchtime 1s] [-count 3]
 //
-// It finds every package with a BenchmarkCompare* function, runs
-// `go test -run '^$' -bench … -benchmem` on each in turn, times the seed's
-// TypeScript LeaseStore under Node.js on the same work (scripts/seedbench),
-// and writes one table per group, named by the convention of
-// internal/benchutil:
+// It finds every package with a BenchmarkCompare* function and, in -count
+// rounds, runs `go test -run '^$' -bench … -benchmem -count 1` on each in
+// turn and times the seed's TypeScript LeaseStore under Node.js on the same
+// work (scripts/seedbench). It writes the medians, one table per group,
+// named by the convention of internal/benchutil:
 //
 //	BenchmarkCompare<Group>/c=<clients>/<impl>
 //
@@ -55,7 +55,7 @@ func mainErr(args []string) error {
 	fs.StringVar(&cfg.bench, "bench", "^BenchmarkCompare", "go test -bench regexp")
 	fs.StringVar(&cfg.pkgs, "pkg", "./...", "comma-separated package patterns, relative to the module root, to search for BenchmarkCompare*")
 	fs.StringVar(&cfg.benchtime, "benchtime", "1s", "go test -benchtime, also used for the seed")
-	fs.IntVar(&cfg.count, "count", 1, "go test -count; the report shows medians")
+	fs.IntVar(&cfg.count, "count", 3, "rounds of every benchmark (go test -count 1 and the seed, interleaved); the report shows medians")
 	fs.StringVar(&cfg.seed, "seed", "", "the seed's fencing-token.ts (default $LEASE_SEED_TS or ../shared/seed/fencing-token.ts); \"off\" skips it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -108,41 +108,69 @@ func mainErr(args []string) error {
 		Groups:  groupNotes,
 	}
 
-	var goOut bytes.Buffer
-	var failed []string
-	for _, pkg := range pkgs {
-		argv := []string{"go", "test", "-run", "^$", "-bench", cfg.bench, "-benchmem",
-			"-benchtime", cfg.benchtime, "-count", fmt.Sprint(cfg.count), "-timeout", "60m", pkg}
-		rep.Runs = append(rep.Runs, shellJoin(argv))
-		fmt.Fprintln(os.Stderr, "benchreport:", shellJoin(argv))
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Stdout = io.MultiWriter(&goOut, os.Stderr)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			failed = append(failed, pkg)
-			rep.Notes = append(rep.Notes, fmt.Sprintf("`go test` of %s failed (%v): its rows may be missing", pkg, err))
+	var seed *seedBench
+	if cfg.seed == "off" {
+		rep.Notes = append(rep.Notes, "seed-node rows skipped: -seed off")
+	} else {
+		var skip string
+		if seed, skip = prepareSeed(cfg.seed); seed == nil {
+			rep.Notes = append(rep.Notes, skip)
+			fmt.Fprintln(os.Stderr, "benchreport:", skip)
+		} else {
+			defer seed.close()
 		}
 	}
 
-	var seed seedRun
-	if cfg.seed == "off" {
-		seed.skip = "seed-node rows skipped: -seed off"
-	} else {
-		fmt.Fprintln(os.Stderr, "benchreport: timing the seed under Node.js")
-		seed = runSeed(cfg.seed, cfg.benchtime, cfg.count, procs)
-		os.Stderr.Write(seed.out)
+	// Rounds interleave the Go packages and the seed, so that a slow spell
+	// of the shared machine falls on both sides of a comparison.
+	var goOut, seedOut bytes.Buffer
+	var failed []string
+	for round := range cfg.count {
+		for _, pkg := range pkgs {
+			argv := []string{"go", "test", "-run", "^$", "-bench", cfg.bench, "-benchmem",
+				"-benchtime", cfg.benchtime, "-count", "1", "-timeout", "60m", pkg}
+			if round == 0 {
+				rep.Runs = append(rep.Runs, shellJoin(argv))
+			}
+			fmt.Fprintf(os.Stderr, "benchreport: round %d/%d: %s\n", round+1, cfg.count, shellJoin(argv))
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Stdout = io.MultiWriter(&goOut, os.Stderr)
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil && !slices.Contains(failed, pkg) {
+				failed = append(failed, pkg)
+				rep.Notes = append(rep.Notes, fmt.Sprintf("`go test` of %s failed (%v): its rows may be missing", pkg, err))
+			}
+		}
+		if seed == nil {
+			continue
+		}
+		if round == 0 {
+			rep.Runs = append(rep.Runs, seed.cmds...)
+			rep.Runs = append(rep.Runs, seed.show(seed.driver(cfg.benchtime, procs)))
+		}
+		fmt.Fprintf(os.Stderr, "benchreport: round %d/%d: the seed under Node.js\n", round+1, cfg.count)
+		out, err := seed.run(cfg.benchtime, procs)
+		if err != nil {
+			skip := "seed-node rows skipped: " + err.Error()
+			rep.Notes = append(rep.Notes, skip)
+			fmt.Fprintln(os.Stderr, "benchreport:", skip)
+			seedOut.Reset()
+			seed.close()
+			seed = nil
+			continue
+		}
+		os.Stderr.Write(out)
+		seedOut.Write(out)
 	}
-	rep.Runs = append(rep.Runs, seed.cmds...)
-	if seed.skip != "" {
-		rep.Notes = append(rep.Notes, seed.skip)
-		fmt.Fprintln(os.Stderr, "benchreport:", seed.skip)
+	if cfg.count > 1 {
+		rep.Runs = append(rep.Runs, fmt.Sprintf("(the go test and node commands above in %d rounds, interleaved)", cfg.count))
 	}
 
 	goParsed, err := Parse(bytes.NewReader(goOut.Bytes()), procs)
 	if err != nil {
 		return err
 	}
-	seedParsed, err := Parse(bytes.NewReader(seed.out), procs)
+	seedParsed, err := Parse(bytes.NewReader(seedOut.Bytes()), procs)
 	if err != nil {
 		return err
 	}
@@ -152,7 +180,7 @@ func mainErr(args []string) error {
 	samples := keepGroups(seedParsed.Samples, goParsed.Samples)
 	rep.Results = Aggregate(append(samples, goParsed.Samples...))
 	rep.Outcomes = Evaluate(relevantTargets(Targets, rep.Results), rep.Results, procs)
-	rep.Raw = benchLines(append(seed.out, goOut.Bytes()...))
+	rep.Raw = benchLines(append(seedOut.Bytes(), goOut.Bytes()...))
 
 	w := io.Writer(os.Stdout)
 	if cfg.out != "" {

@@ -16,60 +16,69 @@ const esbuildVersion = "0.24.0"
 // LeaseStore without exporting it.
 const seedExport = "\nexport { LeaseStore as SeedLeaseStore };\n"
 
-// seedRun is the outcome of running the seed's LeaseStore under Node.js.
-type seedRun struct {
-	out  []byte   // benchmark lines
-	cmds []string // what was run
-	skip string   // why there are no seed rows, if there are none
+// seedBench is the seed transpiled in a throwaway folder, ready to be timed
+// by scripts/seedbench/bench.mjs. The seed stays outside the repository: it
+// is read at run time, never copied in.
+type seedBench struct {
+	dir    string   // the throwaway folder
+	module string   // the transpiled seed, exporting SeedLeaseStore
+	cmds   []string // what was run, for the report
 }
 
-// runSeed transpiles the seed's TypeScript in a temporary folder and times
-// its LeaseStore with scripts/seedbench/bench.mjs. The seed stays outside the
-// repository: it is read at run time, never copied in.
-func runSeed(seedPath, benchtime string, count, procs int) seedRun {
-	var r seedRun
+// prepareSeed transpiles the seed's TypeScript with a pinned esbuild. On
+// failure it returns why the seed's rows are skipped.
+func prepareSeed(seedPath string) (*seedBench, string) {
 	src, err := os.ReadFile(seedPath)
 	if err != nil {
-		r.skip = fmt.Sprintf("seed-node rows skipped: cannot read the seed (%v); pass -seed or set LEASE_SEED_TS", err)
-		return r
+		return nil, fmt.Sprintf("seed-node rows skipped: cannot read the seed (%v); pass -seed or set LEASE_SEED_TS", err)
 	}
 	for _, tool := range []string{"node", "npx"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			r.skip = fmt.Sprintf("seed-node rows skipped: %s not found (install Node.js, e.g. apt-get install nodejs npm)", tool)
-			return r
+			return nil, fmt.Sprintf("seed-node rows skipped: %s not found (install Node.js, e.g. apt-get install nodejs npm)", tool)
 		}
 	}
-	tmp, err := os.MkdirTemp("", "benchreport-seed-")
+	dir, err := os.MkdirTemp("", "benchreport-seed-")
 	if err != nil {
-		r.skip = "seed-node rows skipped: " + err.Error()
-		return r
+		return nil, "seed-node rows skipped: " + err.Error()
 	}
-	defer os.RemoveAll(tmp)
-	ts := filepath.Join(tmp, "seed.ts")
+	sb := &seedBench{dir: dir, module: filepath.Join(dir, "seed.mjs")}
+	ts := filepath.Join(dir, "seed.ts")
 	if err := os.WriteFile(ts, append(src, seedExport...), 0o600); err != nil {
-		r.skip = "seed-node rows skipped: " + err.Error()
-		return r
+		sb.close()
+		return nil, "seed-node rows skipped: " + err.Error()
 	}
-	mod := filepath.Join(tmp, "seed.mjs")
-	esbuild := []string{"npx", "--yes", "esbuild@" + esbuildVersion, ts, "--format=esm", "--log-level=warning", "--outfile=" + mod}
-	show := func(argv []string) string { return strings.ReplaceAll(shellJoin(argv), tmp, "$TMP") }
-	r.cmds = append(r.cmds, "cp "+seedPath+" $TMP/seed.ts && echo '"+strings.TrimSpace(seedExport)+"' >> $TMP/seed.ts")
-	r.cmds = append(r.cmds, show(esbuild))
-	if _, err := run(tmp, esbuild); err != nil {
-		r.skip = "seed-node rows skipped: transpiling the seed failed: " + err.Error()
-		return r
+	esbuild := []string{"npx", "--yes", "esbuild@" + esbuildVersion, ts, "--format=esm", "--log-level=warning", "--outfile=" + sb.module}
+	sb.cmds = append(sb.cmds,
+		"cp "+seedPath+" $TMP/seed.ts && echo '"+strings.TrimSpace(seedExport)+"' >> $TMP/seed.ts",
+		sb.show(esbuild))
+	if _, err := run(dir, esbuild); err != nil {
+		sb.close()
+		return nil, "seed-node rows skipped: transpiling the seed failed: " + err.Error()
 	}
-	driver := []string{"node", "scripts/seedbench/bench.mjs", mod,
-		"--benchtime", benchtime, "--count", fmt.Sprint(count), "--clients", clientList(procs), "--procs", fmt.Sprint(procs)}
-	r.cmds = append(r.cmds, show(driver))
-	out, err := run(".", driver)
-	if err != nil {
-		r.skip = "seed-node rows skipped: the Node.js driver failed: " + err.Error()
-		return r
-	}
-	r.out = out
-	return r
+	return sb, ""
 }
+
+// driver is the command that times the seed at 1 and procs clients.
+func (sb *seedBench) driver(benchtime string, procs int) []string {
+	return []string{"node", "scripts/seedbench/bench.mjs", sb.module,
+		"--benchtime", benchtime, "--count", "1", "--clients", clientList(procs), "--procs", fmt.Sprint(procs)}
+}
+
+// run times the seed once, from the module root, and returns benchmark lines.
+func (sb *seedBench) run(benchtime string, procs int) ([]byte, error) {
+	out, err := run(".", sb.driver(benchtime, procs))
+	if err != nil {
+		return nil, fmt.Errorf("the Node.js driver failed: %v", err)
+	}
+	return out, nil
+}
+
+// show prints argv for the report, with the throwaway folder as $TMP.
+func (sb *seedBench) show(argv []string) string {
+	return strings.ReplaceAll(shellJoin(argv), sb.dir, "$TMP")
+}
+
+func (sb *seedBench) close() { os.RemoveAll(sb.dir) }
 
 // clientList is the client counts the Go benchmarks use: 1 and GOMAXPROCS.
 func clientList(procs int) string {

@@ -9,7 +9,8 @@ import (
 	"testing"
 )
 
-// TestRunSeed transpiles and times the real seed with the real driver.
+// TestRunSeed transpiles and times the real seed with the real driver, in
+// two rounds as benchreport does.
 func TestRunSeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Node.js and esbuild")
@@ -27,12 +28,21 @@ func TestRunSeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Chdir(filepath.Join("..", "..")) // runSeed runs from the module root
-	r := runSeed(seedPath, "2000x", 2, 3)
-	if r.skip != "" {
-		t.Fatal(r.skip)
+	t.Chdir(filepath.Join("..", "..")) // the driver runs from the module root
+	sb, skip := prepareSeed(seedPath)
+	if sb == nil {
+		t.Fatal(skip)
 	}
-	out, err := Parse(strings.NewReader(string(r.out)), 3)
+	defer sb.close()
+	var raw []byte
+	for range 2 {
+		out, err := sb.run("2000x", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = append(raw, out...)
+	}
+	out, err := Parse(strings.NewReader(string(raw)), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +61,13 @@ func TestRunSeed(t *testing.T) {
 	}
 	want := "Memstore/c=1/seed-node runs=2 Memstore/c=3/seed-node runs=2 MemstoreOneKey/c=1/seed-node runs=2 MemstoreOneKey/c=3/seed-node runs=2"
 	if strings.Join(got, " ") != want {
-		t.Errorf("seed results:\n got %s\nwant %s\noutput:\n%s", strings.Join(got, " "), want, r.out)
+		t.Errorf("seed results:\n got %s\nwant %s\noutput:\n%s", strings.Join(got, " "), want, raw)
 	}
 }
 
-func TestRunSeedMissingFile(t *testing.T) {
-	r := runSeed(filepath.Join(t.TempDir(), "absent.ts"), "1x", 1, 1)
-	if r.out != nil || !strings.Contains(r.skip, "seed-node rows skipped: cannot read the seed") {
-		t.Errorf("runSeed on a missing file: skip %q, out %q", r.skip, r.out)
+func TestPrepareSeedMissingFile(t *testing.T) {
+	sb, skip := prepareSeed(filepath.Join(t.TempDir(), "absent.ts"))
+	if sb != nil || !strings.Contains(skip, "seed-node rows skipped: cannot read the seed") {
+		t.Errorf("prepareSeed on a missing file: %v, skip %q", sb, skip)
 	}
 }
