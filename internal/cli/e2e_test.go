@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -270,6 +271,11 @@ func TestBinaryServeAndClientCommands(t *testing.T) {
 		t.Errorf("outside the token's prefixes: exit %d, want %d", r.code, ExitFailure)
 	}
 	oneErrorLine(t, r, "forbidden")
+	for _, probe := range []string{"/healthz", "/readyz", "/metrics"} {
+		if code := statusOf(t, base+probe); code != 200 {
+			t.Errorf("GET %s without a token: %d, want 200", probe, code)
+		}
+	}
 	r = runBinary(t, []string{EnvServer + "=" + base}, "list")
 	if r.code != ExitFailure {
 		t.Errorf("without a token: exit %d, want %d", r.code, ExitFailure)
@@ -322,6 +328,18 @@ func TestBinaryServeRefusesBadStart(t *testing.T) {
 			t.Errorf("%v: error lines %q, want one mentioning %q", tc.args, errLines, tc.want)
 		}
 	}
+}
+
+func statusOf(t *testing.T, url string) int {
+	t.Helper()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func mustJSON(t *testing.T, v any) string {
