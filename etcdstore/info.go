@@ -1,45 +1,58 @@
 package etcdstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
 )
 
-// info is the value of a generation's info key: what Get and List report
-// besides the token. The lease ID is in the holder key, alone, so that
-// Renew and Release can compare it inside a transaction knowing only the
-// key, token and ID.
+// info is what a holder key's value tells besides the lease ID.
 type info struct {
 	Owner   string `json:"owner"`
 	TTLms   int64  `json:"ttl_ms"`
 	EtcdTTL int64  `json:"etcd_ttl_s"`
 }
 
-func encodeInfo(owner string, ttl time.Duration, secs int64) string {
+// holderValue is a holder key's value: the lease ID in hex, NUL, the info
+// as JSON. Leading with the ID lets a transaction check it with two
+// byte-wise comparisons (idCmps) knowing only the ID, as Renew and Release
+// must (the HTTP API sends only key, token and ID).
+func holderValue(id lease.ID, owner string, ttl time.Duration, secs int64) string {
 	b, _ := json.Marshal(info{Owner: owner, TTLms: ttl.Milliseconds(), EtcdTTL: secs}) // cannot fail
-	return string(b)
+	return id.String() + "\x00" + string(b)
+}
+
+// idCmps hold when the value of holder key h starts with id and NUL:
+// id+"\x00" < value < id+"\x01", byte-wise.
+func idCmps(h string, id lease.ID) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(h), ">", id.String()),
+		clientv3.Compare(clientv3.Value(h), "<", id.String()+"\x01"),
+	}
 }
 
 func decodeInfo(kv *mvccpb.KeyValue) (info, error) {
 	var in info
-	if kv == nil {
-		return in, fmt.Errorf("%w: etcdstore: generation without its info key", lease.ErrUnavailable)
+	_, js, ok := bytes.Cut(kv.Value, []byte{0})
+	if !ok {
+		return in, fmt.Errorf("%w: etcdstore: holder key %q has no info", lease.ErrUnavailable, kv.Key)
 	}
-	if err := json.Unmarshal(kv.Value, &in); err != nil {
-		return in, fmt.Errorf("%w: etcdstore: info key %q: %v", lease.ErrUnavailable, kv.Key, err)
+	if err := json.Unmarshal(js, &in); err != nil {
+		return in, fmt.Errorf("%w: etcdstore: holder key %q: %v", lease.ErrUnavailable, kv.Key, err)
 	}
 	return in, nil
 }
 
-// leaseFrom builds the lease.Lease (without ID) that holder and info keys
-// describe, as seen at the local time now.
-func leaseFrom(key string, h, i *mvccpb.KeyValue, now time.Time) (lease.Lease, error) {
-	in, err := decodeInfo(i)
+// leaseFrom builds the lease.Lease (without ID) that holder key h
+// describes, as seen at the local time now.
+func leaseFrom(key string, h *mvccpb.KeyValue, now time.Time) (lease.Lease, error) {
+	in, err := decodeInfo(h)
 	if err != nil {
 		return lease.Lease{}, err
 	}

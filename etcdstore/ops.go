@@ -22,25 +22,17 @@ func (s *Store) freeCmps(key string) []clientv3.Cmp {
 // ownedCmps hold when l is key's current generation: same token, same ID.
 func (s *Store) ownedCmps(l lease.Lease) []clientv3.Cmp {
 	h := s.path(kindHolder, l.Key)
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(h), "=", int64(l.Token)),
-		clientv3.Compare(clientv3.Value(h), "=", l.ID.String()),
-	}
+	return append(idCmps(h, l.ID), clientv3.Compare(clientv3.CreateRevision(h), "=", int64(l.Token)))
 }
 
 // createOps start a generation of key on el. The holder key's create
 // revision — this transaction's revision — is the token.
 func (s *Store) createOps(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, floor int64) []clientv3.Op {
-	return []clientv3.Op{
-		clientv3.OpPut(s.path(kindHolder, key), id.String(), clientv3.WithLease(el.id)),
-		clientv3.OpPut(s.path(kindInfo, key), encodeInfo(owner, ttl, el.secs), clientv3.WithLease(el.id)),
-		s.raiseHighWater(floor),
+	ops := []clientv3.Op{clientv3.OpPut(s.path(kindHolder, key), holderValue(id, owner, ttl, el.secs), clientv3.WithLease(el.id))}
+	if hw, ok := s.highWaterDue(floor); ok {
+		ops = append(ops, hw)
 	}
-}
-
-// readOps read key's generation: holder then info.
-func (s *Store) readOps(key string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key)), clientv3.OpGet(s.path(kindInfo, key))}
+	return ops
 }
 
 
@@ -85,7 +77,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	floor := s.maxRev.Load()
 	resp, err := s.cli.Txn(ctx).If(s.freeCmps(key)...).
 		Then(s.createOps(key, owner, id, ttl, el, floor)...).
-		Else(s.readOps(key)...).Commit()
+		Else(clientv3.OpGet(s.path(kindHolder, key))).Commit()
 	if err != nil {
 		s.revoke(el.id) // we may have created a generation on it
 		return lease.Lease{}, fail(ctx, "acquire", key, err)
@@ -96,7 +88,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	}
 	if !resp.Succeeded {
 		s.give(el)
-		return lease.Lease{}, s.heldError(key, kvOf(resp, 0), kvOf(resp, 1))
+		return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
 	}
 	return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
 }
@@ -113,11 +105,11 @@ func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *e
 }
 
 // heldError describes why a free-key comparison failed.
-func (s *Store) heldError(key string, h, i *mvccpb.KeyValue) error {
+func (s *Store) heldError(key string, h *mvccpb.KeyValue) error {
 	if h == nil {
 		return fmt.Errorf("%w: etcdstore: %q has waiters queued", lease.ErrHeld, key)
 	}
-	l, err := leaseFrom(key, h, i, time.Now())
+	l, err := leaseFrom(key, h, time.Now())
 	if err != nil {
 		return err
 	}
@@ -140,7 +132,8 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		return lease.Lease{}, err
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(s.readOps(l.Key)...).Commit()
+	hk := s.path(kindHolder, l.Key)
+	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(clientv3.OpGet(hk)).Commit()
 	if err != nil {
 		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
 	}
@@ -151,7 +144,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		return lease.Lease{}, notHeld(l)
 	}
 	h := kvOf(resp, 0)
-	in, err := decodeInfo(kvOf(resp, 1))
+	in, err := decodeInfo(h)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -170,7 +163,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 			s.hold(l.ID, el)
 		}
 		if in.TTLms != ttl.Milliseconds() {
-			put := clientv3.OpPut(s.path(kindInfo, l.Key), encodeInfo(in.Owner, ttl, secs), clientv3.WithLease(cur))
+			put := clientv3.OpPut(hk, holderValue(l.ID, in.Owner, ttl, secs), clientv3.WithLease(cur))
 			resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(put).Commit()
 			if err != nil {
 				return lease.Lease{}, fail(ctx, "renew", l.Key, err)
@@ -189,10 +182,9 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err != nil {
 		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
 	}
-	cmps := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(s.path(kindHolder, l.Key)), "=", int64(cur)))
+	cmps := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
 	resp, err = s.cli.Txn(ctx).If(cmps...).Then(
-		clientv3.OpPut(s.path(kindHolder, l.Key), l.ID.String(), clientv3.WithLease(nel.id)),
-		clientv3.OpPut(s.path(kindInfo, l.Key), encodeInfo(in.Owner, ttl, nel.secs), clientv3.WithLease(nel.id)),
+		clientv3.OpPut(hk, holderValue(l.ID, in.Owner, ttl, nel.secs), clientv3.WithLease(nel.id)),
 	).Commit()
 	if err != nil {
 		s.revoke(nel.id) // revoking would end the generation if the move happened: the outcome is unknown either way
@@ -229,9 +221,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	}
 	floor := s.maxRev.Load()
 	h := s.path(kindHolder, l.Key)
-	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(
-		clientv3.OpGet(h), clientv3.OpDelete(h), clientv3.OpDelete(s.path(kindInfo, l.Key)),
-	).Commit()
+	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(clientv3.OpDelete(h, clientv3.WithPrevKV())).Commit()
 	if err != nil {
 		return fail(ctx, "release", l.Key, err)
 	}
@@ -241,7 +231,10 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if !resp.Succeeded {
 		return notHeld(l)
 	}
-	cur := clientv3.LeaseID(kvOf(resp, 0).Lease)
+	var cur clientv3.LeaseID
+	if dr := resp.Responses[0].GetResponseDeleteRange(); dr != nil && len(dr.PrevKvs) == 1 {
+		cur = clientv3.LeaseID(dr.PrevKvs[0].Lease)
+	}
 	if el := s.unhold(l.ID, cur); el != nil {
 		s.give(el)
 	} else {
@@ -250,7 +243,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	return nil
 }
 
-// Get implements lease.Backend with one read-only (linearizable) Txn.
+// Get implements lease.Backend with one linearizable read.
 func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Lease{}, err
@@ -259,21 +252,20 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Txn(ctx).Then(s.readOps(key)...).Commit()
+	resp, err := s.cli.Get(ctx, s.path(kindHolder, key))
 	if err != nil {
 		return lease.Lease{}, fail(ctx, "get", key, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		return lease.Lease{}, err
 	}
-	h := kvOf(resp, 0)
-	if h == nil {
+	if len(resp.Kvs) == 0 {
 		return lease.Lease{}, fmt.Errorf("%w: etcdstore: %q", lease.ErrNotFound, key)
 	}
-	return leaseFrom(key, h, kvOf(resp, 1), time.Now())
+	return leaseFrom(key, resp.Kvs[0], time.Now())
 }
 
-// List implements lease.Backend with one read-only Txn over two ranges.
+// List implements lease.Backend with one linearizable range read.
 func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
 	if prefix != "" {
 		if err := lease.ValidateKey(prefix); err != nil {
@@ -284,26 +276,18 @@ func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) 
 		return nil, err
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(s.path(kindHolder, prefix), clientv3.WithPrefix()),
-		clientv3.OpGet(s.path(kindInfo, prefix), clientv3.WithPrefix()),
-	).Commit()
+	resp, err := s.cli.Get(ctx, s.path(kindHolder, prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fail(ctx, "list", prefix, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		return nil, err
 	}
-	hbase, ibase := len(s.path(kindHolder, "")), len(s.path(kindInfo, ""))
-	infos := make(map[string]*mvccpb.KeyValue)
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		infos[string(kv.Key[ibase:])] = kv
-	}
+	base := len(s.path(kindHolder, ""))
 	now := time.Now()
 	var out []lease.Lease
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs { // etcd sorts by key
-		key := string(kv.Key[hbase:])
-		l, err := leaseFrom(key, kv, infos[key], now)
+	for _, kv := range resp.Kvs { // etcd sorts by key
+		l, err := leaseFrom(string(kv.Key[base:]), kv, now)
 		if err != nil {
 			return nil, err
 		}

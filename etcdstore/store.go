@@ -38,6 +38,7 @@ type Store struct {
 	// with a lower one means the cluster's history was rewound.
 	maxRev atomic.Int64
 	broken atomic.Pointer[error]
+	hwNext atomic.Int64 // unix ns after which the next acquisition raises the high-water mark
 
 	mu        sync.Mutex
 	pool      map[int64][]*etcdLease // idle etcd leases with no keys, by TTL in seconds
@@ -166,8 +167,7 @@ func (s *Store) Close() error {
 
 // Key kinds, each its own namespace under the prefix.
 const (
-	kindHolder = 'h' // the current generation: value is the lease ID, CreateRevision the token
-	kindInfo   = 'i' // owner and TTLs of the current generation
+	kindHolder = 'h' // the current generation: value ID and info, CreateRevision the token
 	kindWaiter = 'w' // the FIFO queue of AcquireWait callers
 	kindMeta   = 'm' // the high-water mark
 )
@@ -270,9 +270,24 @@ func (s *Store) checkHighWater(ctx context.Context) error {
 	return nil
 }
 
-// raiseHighWater is the part of an acquisition's transaction that raises the
-// high-water mark to rev, a revision already seen (so a lower bound of the
-// token being issued). It only ever raises it.
+// highWaterEvery is how often acquisitions raise the high-water mark. Every
+// one could, but that would double the keys an acquisition writes; the mark
+// is a lower bound of the tokens issued either way.
+const highWaterEvery = time.Second
+
+// highWaterDue returns, at most once per highWaterEvery, the part of an
+// acquisition's transaction that raises the high-water mark to rev, a
+// revision already seen (so a lower bound of the token being issued).
+func (s *Store) highWaterDue(rev int64) (clientv3.Op, bool) {
+	now := time.Now().UnixNano()
+	next := s.hwNext.Load()
+	if now < next || !s.hwNext.CompareAndSwap(next, now+int64(highWaterEvery)) {
+		return clientv3.Op{}, false
+	}
+	return s.raiseHighWater(rev), true
+}
+
+// raiseHighWater raises the high-water mark to rev; it never lowers it.
 func (s *Store) raiseHighWater(rev int64) clientv3.Op {
 	k, v := s.highWaterKey(), formatRev(rev)
 	return clientv3.OpTxn(

@@ -19,9 +19,10 @@ const keepAliveLead = 250 * time.Millisecond
 // AcquireWait implements lease.WaitAcquirer. Waiters queue in etcd in the
 // order they arrive — each is a key under the lease key's waiter range,
 // attached to the waiter's own etcd lease, ordered by create revision — and
-// each watches only the one ahead of it (the head watches the holder), from
-// the revision it observed, so a deletion is delivered at once rather than
-// after the watch's 100 ms resync. The first call is one Txn: acquire if
+// each waits only for the deletion of the one ahead of it (the head for the
+// holder's), on watches registered before it reads the queue, so that a
+// deletion is delivered at once rather than after etcd's 100 ms watch
+// resync. The first call is one Txn: acquire if
 // the key is free and nobody waits, else join the queue.
 //
 // A waiter claims the lease only in a Txn that also checks its own queue
@@ -79,6 +80,9 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 	s := q.s
 	holder := s.path(kindHolder, q.key)
 	queue := s.path(kindWaiter, q.key, "")
+	var w *queueWatch
+	defer func() { w.close() }()
+	claim := false
 	for {
 		if time.Until(q.el.safeUntil()) < q.ttl+keepAliveLead {
 			if err := s.keepAlive(ctx, q.el); err == errLeaseGone {
@@ -87,21 +91,41 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 				return lease.Lease{}, q.abandon(ctx, err)
 			}
 		}
+		if w == nil {
+			var err error
+			if w, err = q.watch(ctx, holder, queue); err != nil {
+				if ctx.Err() != nil {
+					return lease.Lease{}, q.leave(ctx)
+				}
+				return lease.Lease{}, q.abandon(ctx, err)
+			}
+		}
 		floor := s.maxRev.Load()
 		// Claim if our entry is still ours, nobody is ahead, and the key is
-		// free; otherwise learn what to wait for.
-		resp, err := s.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev),
-			clientv3.Compare(clientv3.CreateRevision(queue), ">", q.rev-1).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(holder), "=", 0),
-		).Then(
-			append([]clientv3.Op{clientv3.OpDelete(q.name)}, s.createOps(q.key, q.owner, q.id, q.ttl, q.el, floor)...)...,
-		).Else(
+		// free; otherwise learn what to wait for. Unless a deletion we
+		// waited for suggests we are next, only look (a read-only Txn is not
+		// a Raft write): a failed claim is a write that changes nothing.
+		reads := []clientv3.Op{
 			clientv3.OpGet(q.name),
 			clientv3.OpGet(queue, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(q.rev-1))...),
 			clientv3.OpGet(holder),
-		).Commit()
+		}
+		txn := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev),
+			clientv3.Compare(clientv3.CreateRevision(queue), ">", q.rev-1).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(holder), "=", 0),
+		)
+		if claim {
+			txn = txn.Then(append([]clientv3.Op{clientv3.OpDelete(q.name)}, s.createOps(q.key, q.owner, q.id, q.ttl, q.el, floor)...)...).Else(reads...)
+		} else {
+			txn = txn.Else(reads...)
+		}
+		resp, err := txn.Commit()
 		if err != nil {
+			if ctx.Err() != nil {
+				s.revoke(q.el.id) // the claim may have happened
+				return lease.Lease{}, fmt.Errorf("etcdstore: waiting for %q: %w", q.key, context.Cause(ctx))
+			}
 			return lease.Lease{}, q.abandon(ctx, err)
 		}
 		if err := s.observe(floor, resp.Header); err != nil {
@@ -109,8 +133,13 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 			return lease.Lease{}, err
 		}
 		if resp.Succeeded {
-			return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision)
+			if claim {
+				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision)
+			}
+			claim = true // we are next: claim at once
+			continue
 		}
+		claim = true
 		if mine := kvOf(resp, 0); mine == nil || mine.CreateRevision != q.rev {
 			return lease.Lease{}, q.lostPlace()
 		}
@@ -122,31 +151,100 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 		} else {
 			continue // it changed between the comparison and the reads
 		}
-		if err := q.waitDelete(ctx, target, resp.Header.Revision+1); err != nil {
+		ok, err := q.waitDelete(ctx, w, target, resp.Header.Revision)
+		if err != nil {
 			return lease.Lease{}, err
+		}
+		if !ok {
+			w.close()
+			w = nil
+			claim = false
 		}
 	}
 }
 
-// waitDelete waits for target's deletion after revision from, for the time
-// our etcd lease needs its next keep-alive, or for ctx's end (then it
-// leaves the queue and returns ctx's error). Watching from the revision
-// just observed, not the current one, keeps the watcher among etcd's
-// synced watchers: it gets the event as soon as it is committed.
-func (q *waiter) waitDelete(ctx context.Context, target string, from int64) error {
+// queueWatch is a waiter's two watches, on the holder key and on the key's
+// queue, for deletions only. They are registered before the waiter reads
+// the queue and kept while it waits: a watch created from a past revision
+// joins etcd's unsynced watchers and sees its events only at the next
+// 100 ms resync (the trap that caps concurrency.Mutex, whose waiter watches
+// from the revision it read), while one created at the current revision is
+// synced and gets each deletion as soon as it is committed.
+type queueWatch struct {
+	cancel        context.CancelFunc
+	holder, queue clientv3.WatchChan
+}
+
+func (w *queueWatch) close() {
+	if w != nil {
+		w.cancel()
+	}
+}
+
+// watch registers the waiter's watches and waits until etcd confirms both.
+func (q *waiter) watch(ctx context.Context, holder, queue string) (*queueWatch, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := q.s.cli.Watch(wctx, target, clientv3.WithRev(from), clientv3.WithFilterPut())
+	w := &queueWatch{
+		cancel: cancel,
+		holder: q.s.cli.Watch(wctx, holder, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()),
+		queue:  q.s.cli.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()),
+	}
+	for _, ch := range []clientv3.WatchChan{w.holder, w.queue} {
+		select {
+		case wr, ok := <-ch:
+			if !ok || wr.Err() != nil || !wr.Created {
+				cancel()
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("watching the queue: %v", wr.Err())
+			}
+		case <-ctx.Done():
+			cancel()
+			return nil, ctx.Err()
+		}
+	}
+	return w, nil
+}
+
+// waitDelete waits, on w, for the deletion of target after revision seen
+// (or of our own entry), for the time our etcd lease needs its next
+// keep-alive, or for ctx's end (then it leaves the queue and returns ctx's
+// error). It returns false if a watch ended and must be registered again.
+func (q *waiter) waitDelete(ctx context.Context, w *queueWatch, target string, seen int64) (bool, error) {
 	due := time.Until(q.el.safeUntil()) - q.ttl - keepAliveLead
 	t := time.NewTimer(max(due, 10*time.Millisecond))
 	defer t.Stop()
-	select {
-	case <-wch: // a deletion, or the watch ended: look again either way
-		return nil
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return q.leave(ctx)
+	relevant := func(wr clientv3.WatchResponse) bool {
+		for _, ev := range wr.Events {
+			k := string(ev.Kv.Key)
+			if ev.Kv.ModRevision > seen && (k == target || k == q.name) {
+				return true
+			}
+		}
+		return false
+	}
+	for {
+		select {
+		case wr, ok := <-w.holder:
+			if !ok || wr.Err() != nil {
+				return false, nil
+			}
+			if relevant(wr) {
+				return true, nil
+			}
+		case wr, ok := <-w.queue:
+			if !ok || wr.Err() != nil {
+				return false, nil
+			}
+			if relevant(wr) {
+				return true, nil
+			}
+		case <-t.C:
+			return true, nil
+		case <-ctx.Done():
+			return false, q.leave(ctx)
+		}
 	}
 }
 
