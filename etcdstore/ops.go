@@ -35,7 +35,6 @@ func (s *Store) createOps(key, owner string, id lease.ID, ttl time.Duration, el 
 	return ops
 }
 
-
 func kvOf(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	if i >= len(resp.Responses) {
 		return nil
