@@ -175,6 +175,22 @@ func TestBinaryRunHeld(t *testing.T) {
 	}
 }
 
+// TestBinaryRunServerDown: no server, no command; one line, exit 75.
+func TestBinaryRunServerDown(t *testing.T) {
+	srv, _ := apiServer(t)
+	url := srv.URL
+	srv.Close()
+	file := filepath.Join(t.TempDir(), "child")
+	r := runBinary(t, append(childVars("term", file, 0), EnvServer+"="+url), append([]string{"run", "nightly", "--timeout", "5s", "--"}, childArgv(t)...)...)
+	if r.code != ExitTempFail {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, ExitTempFail, r.stderr)
+	}
+	oneErrorLine(t, r, "not running")
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran without the lease (%v)", err)
+	}
+}
+
 // TestBinaryRunForwardsSIGTERM: SIGTERM to lease run reaches the command,
 // lease run exits with the command's status and releases the lease.
 func TestBinaryRunForwardsSIGTERM(t *testing.T) {
@@ -245,6 +261,11 @@ func TestBinaryServeAndClientCommands(t *testing.T) {
 	r = runBinary(t, env, "acquire", "jobs/backup")
 	if r.code != ExitHeld {
 		t.Errorf("second acquire: exit %d, want %d", r.code, ExitHeld)
+	}
+	oneErrorLine(t, r, `"alice"`)
+	r = runBinary(t, env, "acquire", "jobs/backup", "--wait", "300ms")
+	if r.code != ExitHeld {
+		t.Errorf("acquire --wait: exit %d, want %d", r.code, ExitHeld)
 	}
 	oneErrorLine(t, r, `"alice"`)
 
