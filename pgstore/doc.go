@@ -17,9 +17,15 @@
 //     held key is therefore read-only — no row lock, no transaction ID, no
 //     WAL, no commit flush — so a contended key does not collapse under the
 //     failed tries of its waiters (ANCHORS.md: a naive upsert manages 223
-//     hand-overs/s with 17 WAL flushes each). When the key is free, the
-//     upsert's own WHERE, evaluated on the row's latest version under its row
-//     lock, decides a race between contenders.
+//     hand-overs/s with 17 WAL flushes each). When the key is free,
+//     contenders first try an in-memory advisory lock on a hash of the key,
+//     so that all but one give up at once, read-only, instead of queueing
+//     for the winner's row lock and then writing; the upsert's own WHERE,
+//     evaluated on the row's latest version under its row lock, stays the
+//     judge of a race. (The advisory lock uses the two-int4 form with a class
+//     derived from the table name, so it cannot meet an application's
+//     single-bigint advisory locks; a hash collision costs a spurious
+//     "held", which callers retry.)
 //   - Renew and Release are single conditional UPDATEs keyed by key, token
 //     and secret ID, valid only while the lease is unexpired.
 //   - Expiry is judged by clock_timestamp(), the database server's clock,
@@ -61,14 +67,18 @@
 //
 // # Waiting without polling
 //
-// Release notifies a channel derived from the schema and table names
-// (pg_notify in the release statement, delivered on commit) with the key as
-// payload; keys are at most 512 bytes, well under NOTIFY's 8000. Each Store
-// keeps one connection, taken out of its pool, listening on that channel and
-// fans notifications out to WaitChange calls for their key. WaitChange also
-// asks the server how long the current lease has left and returns when it
-// expires, so an expiry wakes waiters too. If the listening connection
-// breaks, notifications may have been missed: pending and new WaitChange
+// WaitChange marks the current generation of the key as wanted (one
+// asynchronous write by the first waiter of a generation) and asks the server
+// how long the lease has left. A release of a wanted generation notifies a
+// channel derived from the schema and table names (pg_notify in the release
+// statement, delivered on commit) with the key as payload; keys are at most
+// 512 bytes, well under NOTIFY's 8000. Releases nobody waits for notify
+// nothing, so they do not queue for PostgreSQL's global NOTIFY lock, which a
+// notifying transaction holds until its commit is done. Each Store keeps one
+// connection, taken out of its pool, listening on the channel and fans
+// notifications out to WaitChange calls for their key; WaitChange also
+// returns when the lease expires. If the listening connection breaks,
+// notifications may have been missed: pending and new WaitChange
 // calls fail with an error matching lease.ErrUnavailable (lease.Client then
 // polls) until the listener has reconnected.
 //

@@ -33,10 +33,12 @@ func (s *Store) WaitChange(ctx context.Context, key string) error {
 		return err
 	}
 	defer s.notify.unregister(key, w)
-	// Registered first, then look: a release committed after this read is
-	// heard, one committed before it shows here as a free key.
+	// Registered first, then look (and mark the generation wanted): a
+	// release committed after this statement sees the mark and notifies,
+	// one committed before it shows here as a free key.
 	var left int64 // µs
-	err = s.pool.QueryRow(ctx, s.q.remaining, key).Scan(&left)
+	var setting string
+	err = s.pool.QueryRow(ctx, s.q.wait, key).Scan(&left, &setting)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,6 +31,9 @@ type names struct {
 	meta    string // schema-qualified table holding the schema version
 	channel string // NOTIFY channel, an unquoted lower-case identifier
 	lockKey string // text hashed into the advisory lock that serialises migrations
+	// lockClass is the first half of the advisory lock (class, hash of key)
+	// an acquire tries before upserting; see queries.go.
+	lockClass int32
 }
 
 func newNames(schema, prefix string) (names, error) {
@@ -45,10 +49,11 @@ func newNames(schema, prefix string) (names, error) {
 	// same tables, in any process, listens and notifies on the same channel.
 	sum := sha256.Sum256([]byte(schema + "\x00" + prefix))
 	return names{
-		leases:  pgx.Identifier{schema, prefix + "leases"}.Sanitize(),
-		meta:    pgx.Identifier{schema, prefix + "meta"}.Sanitize(),
-		channel: "pgstore_" + hex.EncodeToString(sum[:12]),
-		lockKey: "pgstore schema " + pgx.Identifier{schema, prefix}.Sanitize(),
+		leases:    pgx.Identifier{schema, prefix + "leases"}.Sanitize(),
+		meta:      pgx.Identifier{schema, prefix + "meta"}.Sanitize(),
+		channel:   "pgstore_" + hex.EncodeToString(sum[:12]),
+		lockKey:   "pgstore schema " + pgx.Identifier{schema, prefix}.Sanitize(),
+		lockClass: int32(binary.BigEndian.Uint32(sum[12:16])),
 	}, nil
 }
 
@@ -79,14 +84,16 @@ var migrations = []func(n names) []string{
 			// compare byte-wise, as Go does, and lets PostgreSQL 15 serve
 			// starts_with from the primary key. fillfactor leaves room in each
 			// page for HOT updates: acquire, renew and release rewrite the row
-			// without touching the index.
+			// without touching the index. wanted says a WaitChange is waiting
+			// for this generation, so its release must notify.
 			`CREATE TABLE IF NOT EXISTS ` + n.leases + ` (
 				key        text COLLATE "C" PRIMARY KEY,
 				token      bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992),
 				id         bytea NOT NULL,
 				owner      text NOT NULL,
 				ttl_ns     bigint NOT NULL,
-				expires_at timestamptz NOT NULL
+				expires_at timestamptz NOT NULL,
+				wanted     boolean NOT NULL DEFAULT false
 			) WITH (fillfactor = 70)`,
 		}
 	},
