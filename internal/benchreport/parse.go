@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"regexp"
@@ -11,7 +12,7 @@ import (
 )
 
 // Result is one benchmark, BenchmarkCompare<Group>/c=<Clients>/<Impl>, with
-// the median of each metric over its runs (-count).
+// the metrics of its median run.
 type Result struct {
 	Group   string
 	Clients int
@@ -104,9 +105,10 @@ func parseLine(line string, procs int) (sample, error) {
 	return s, nil
 }
 
-// Aggregate merges the samples of each benchmark into one Result holding the
-// median of each metric, in order of first appearance: that order decides
-// each group's baseline.
+// Aggregate merges the runs of each benchmark into one Result: the run with
+// the median ns/op (of an even number, the faster middle one), all of whose
+// metrics are kept so that they agree with each other. Results are in order
+// of first appearance: that order decides each group's baseline.
 func Aggregate(samples []sample) []Result {
 	type key struct {
 		group, impl string
@@ -114,7 +116,7 @@ func Aggregate(samples []sample) []Result {
 	}
 	index := make(map[key]int)
 	var out []Result
-	var values []map[string][]float64
+	var runs [][]sample
 	for _, s := range samples {
 		k := key{s.group, s.impl, s.clients}
 		i, ok := index[k]
@@ -122,30 +124,17 @@ func Aggregate(samples []sample) []Result {
 			i = len(out)
 			index[k] = i
 			out = append(out, Result{Group: s.group, Clients: s.clients, Impl: s.impl})
-			values = append(values, make(map[string][]float64))
+			runs = append(runs, nil)
 		}
-		out[i].Runs++
-		for unit, v := range s.metrics {
-			values[i][unit] = append(values[i][unit], v)
-		}
+		runs[i] = append(runs[i], s)
 	}
-	for i := range out {
-		out[i].Metrics = make(map[string]float64, len(values[i]))
-		for unit, vs := range values[i] {
-			out[i].Metrics[unit] = median(vs)
-		}
+	for i, rs := range runs {
+		rs = slices.Clone(rs)
+		slices.SortStableFunc(rs, func(a, b sample) int { return cmp.Compare(a.metrics["ns/op"], b.metrics["ns/op"]) })
+		out[i].Runs = len(rs)
+		out[i].Metrics = rs[(len(rs)-1)/2].metrics
 	}
 	return out
-}
-
-func median(vs []float64) float64 {
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // Value returns r's metric. ops/s, when the benchmark did not report it, is

@@ -17,7 +17,7 @@ pkg: github.com/leasehq/lease/memstore
 cpu: AMD EPYC
 BenchmarkCompareMemstore/c=1/memstore-2         	 2377323	       237.4 ns/op	   4212675 ops/s	       0 B/op	       0 allocs/op
 BenchmarkCompareMemstore/c=1/memstore-2         	 2377323	       200.0 ns/op	   5000000 ops/s	       0 B/op	       0 allocs/op
-BenchmarkCompareMemstore/c=1/memstore-2         	 2377323	       250.0 ns/op	   4000000 ops/s	       0 B/op	       0 allocs/op
+BenchmarkCompareMemstore/c=1/memstore-2         	 2377323	       250.0 ns/op	   4000000 ops/s	       0 B/op	       1 allocs/op
 BenchmarkCompareMemstore/c=2/bolt-32-2          	     100	     10000 ns/op	       48 B/op	       2 allocs/op
     bench_test.go:42: engine: redis 7.0.15
 BenchmarkCompareRedis/c=32/redislock-2          	   12000	      8000 ns/op	    65900 ops/s	  410.5 p50-µs	 1200 p99-µs	     800 B/op	      12 allocs/op
@@ -60,6 +60,10 @@ func TestParse(t *testing.T) {
 			t.Errorf("result %d ns/op = %v, want %v", i, r.Metrics["ns/op"], want.nsPerOp)
 		}
 	}
+	// The median run's metrics are kept together.
+	if got := res[0].Metrics["ops/s"]; got != 4212675 {
+		t.Errorf("median run's ops/s = %v, want 4212675", got)
+	}
 	redis := res[2]
 	for unit, want := range map[string]float64{"ops/s": 65900, "p50-µs": 410.5, "p99-µs": 1200, "B/op": 800, "allocs/op": 12} {
 		if got := redis.Metrics[unit]; got != want {
@@ -98,5 +102,16 @@ func TestParseRejectsMalformed(t *testing.T) {
 		if _, err := Parse(strings.NewReader(line+"\n"), 2); err == nil {
 			t.Errorf("Parse(%q) succeeded, want an error", line)
 		}
+	}
+}
+
+func TestAggregateEvenRuns(t *testing.T) {
+	var samples []sample
+	for _, ns := range []float64{40, 10, 30, 20} {
+		samples = append(samples, sample{group: "G", clients: 1, impl: "a", metrics: map[string]float64{"ns/op": ns, "ops/s": 1e9 / ns}})
+	}
+	r := Aggregate(samples)[0]
+	if r.Runs != 4 || r.Metrics["ns/op"] != 20 || r.Metrics["ops/s"] != 5e7 {
+		t.Errorf("got %d runs, %v; want 4 runs, the 20 ns/op run", r.Runs, r.Metrics)
 	}
 }

@@ -44,7 +44,7 @@ func (r *Report) Write(w io.Writer) error {
 		fmt.Fprintf(&b, "- **note:** %s\n", n)
 	}
 	b.WriteString("\nEach table: one row per implementation, columns per client count c (concurrent goroutines). " +
-		"Values are medians over -count runs. ops/s is derived from ns/op where a benchmark did not report it. " +
+		"Each row is the run with the median ns/op over the -count rounds. ops/s is derived from ns/op where a benchmark did not report it. " +
 		"`× base` is ns/op divided by the baseline's ns/op at the same c (below 1 is faster); " +
 		"the baseline is the first row of each group and c.\n")
 
