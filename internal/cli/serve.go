@@ -66,6 +66,9 @@ requests finish (up to --shutdown-timeout), the backend is closed.`,
 			var serveErr error
 			select {
 			case <-ctx.Done():
+				// A second signal now ends the process at once, as the
+				// default action would, should the drain take too long.
+				stop()
 				cfg.Logger.Info("shutting down", "reason", "signal")
 			case serveErr = <-s.Err():
 			}
