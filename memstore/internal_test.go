@@ -53,6 +53,7 @@ func TestHashCollision(t *testing.T) {
 // shard keep, then checks that memory stays bounded and that a key whose
 // entry was dropped still gets a larger token (I1).
 func TestSweepKeepsTokensRising(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := New()
 	first, err := s.Acquire(ctx, "k/0", "w", time.Minute)
