@@ -30,9 +30,9 @@ type openedBackend struct {
 	close func() error
 }
 
-// OpenBackend opens what `lease serve` serves: the bbolt store in dataDir
+// openBackend opens what `lease serve` serves: the bbolt store in dataDir
 // when spec is empty, otherwise the engine spec names by its URL scheme.
-func OpenBackend(ctx context.Context, spec, dataDir string) (*openedBackend, error) {
+func openBackend(ctx context.Context, spec, dataDir string) (*openedBackend, error) {
 	if spec == "" {
 		return openBolt(dataDir)
 	}

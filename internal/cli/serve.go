@@ -93,7 +93,7 @@ type ServeConfig struct {
 	Addr string
 	// DataDir is the embedded store's directory; used when Backend is empty.
 	DataDir string
-	// Backend is the URL of another engine to serve (see OpenBackend).
+	// Backend is the URL of another engine to serve (see openBackend).
 	Backend string
 	// AuthTokensFile lists the accepted bearer tokens; empty means none.
 	AuthTokensFile string
@@ -180,7 +180,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.tlsCert = &cert
 	}
 
-	s.backend, err = OpenBackend(ctx, s.cfg.Backend, s.cfg.DataDir)
+	s.backend, err = openBackend(ctx, s.cfg.Backend, s.cfg.DataDir)
 	if err != nil {
 		return err
 	}
