@@ -93,7 +93,8 @@ type ServeConfig struct {
 	Addr string
 	// DataDir is the embedded store's directory; used when Backend is empty.
 	DataDir string
-	// Backend is the URL of another engine to serve (see openBackend).
+	// Backend is the URL of another engine to serve: postgres://…,
+	// redis://… or etcd://host:port[,host:port…][/prefix].
 	Backend string
 	// AuthTokensFile lists the accepted bearer tokens; empty means none.
 	AuthTokensFile string
