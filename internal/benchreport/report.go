@@ -49,7 +49,14 @@ func (r *Report) Write(w io.Writer) error {
 		"the baseline is the first row of each group and c.\n")
 
 	if len(r.Outcomes) > 0 {
-		b.WriteString("\n## Targets\n\n| group | c | impl | target | measured | status | note |\n|---|---|---|---|---|---|---|\n")
+		met := 0
+		for _, o := range r.Outcomes {
+			if o.Met() {
+				met++
+			}
+		}
+		fmt.Fprintf(&b, "\n## Targets\n\n%d of %d met.\n\n", met, len(r.Outcomes))
+		b.WriteString("| group | c | impl | target | measured | status | note |\n|---|---|---|---|---|---|---|\n")
 		for _, o := range r.Outcomes {
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n",
 				o.Group, o.Clients, o.Impl, targetText(o.Target), measuredText(o), statusText(o), o.Note)

@@ -33,6 +33,7 @@ BenchmarkCompareN/c=8/lease-2	100	3000 ns/op	333333 ops/s	190 p50-µs	400 p99-µ
 	md := b.String()
 	for _, want := range []string{
 		"- date: 2026-12-02 10:00 UTC\n",
+		"## Targets\n\n1 of 1 met.\n\n",
 		"| M | 2 | store | ops/s >= 1.8× seed-node | 2.00× | met | n |\n",
 		"## M\n\nabout M\n\n",
 		"| impl | c=1 ns/op | c=1 ops/s | c=1 allocs/op | c=1 B/op | c=1 × base | c=2 ns/op | c=2 ops/s | c=2 allocs/op | c=2 B/op | c=2 × base |\n",
