@@ -138,3 +138,15 @@ func ValidateLease(l Lease) error {
 // ValidateOwner reports whether owner is 1 to MaxKeyLen bytes of UTF-8
 // without control characters. The error matches ErrInvalid.
 func ValidateOwner(owner string) error { return validateName("owner", owner) }
+
+// ValidateAcquire checks the arguments of Backend.Acquire: a valid key and
+// owner and a TTL within [MinTTL, MaxTTL]. The error matches ErrInvalid.
+func ValidateAcquire(key, owner string, ttl time.Duration) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if err := ValidateOwner(owner); err != nil {
+		return err
+	}
+	return ValidateTTL(ttl)
+}

@@ -10,22 +10,12 @@ import (
 	"github.com/leasehq/lease"
 )
 
-func validate(key, owner string, ttl time.Duration) error {
-	if err := lease.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := lease.ValidateOwner(owner); err != nil {
-		return err
-	}
-	return lease.ValidateTTL(ttl)
-}
-
 // Acquire implements lease.Backend. A key found held is answered from a read
 // transaction: a failed try writes nothing and waits for no commit. A free
 // key is granted by the commit loop, and the lease returned only once the
 // commit that records its token is fsynced.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := validate(key, owner, ttl); err != nil {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	var held error
@@ -52,7 +42,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 // arrival order and are handed the key, inside the commit that frees it, on
 // release or at expiry.
 func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := validate(key, owner, ttl); err != nil {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	w := &waiter{owner: owner, ttl: ttl, ch: make(chan result, 1)}

@@ -324,22 +324,12 @@ func ttlMillis(ttl time.Duration) int64 {
 	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
-func checkAcquire(key, owner string, ttl time.Duration) error {
-	if err := lease.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := lease.ValidateOwner(owner); err != nil {
-		return err
-	}
-	return lease.ValidateTTL(ttl)
-}
-
 // Acquire implements lease.Backend. It is retried only if the request
 // provably never reached the server. If the answer is lost, it returns an
 // error matching lease.ErrUnavailable that says the outcome is unknown: the
 // server may have granted the lease, which then expires after its TTL.
 func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := checkAcquire(key, owner, ttl); err != nil {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	return c.acquire(ctx, key, owner, ttl, 0)
@@ -369,7 +359,7 @@ func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.
 // server give up the wait and release a lease it granted at that moment.
 // When ctx's deadline is near it returns the server's *lease.HeldError.
 func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := checkAcquire(key, owner, ttl); err != nil {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	var held error

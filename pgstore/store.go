@@ -150,13 +150,7 @@ func (s *Store) ready(ctx context.Context) error {
 }
 
 func validate(key, owner string, ttl time.Duration) error {
-	if err := lease.ValidateKey(key); err != nil {
-		return fmt.Errorf("pgstore: %w", err)
-	}
-	if err := lease.ValidateOwner(owner); err != nil {
-		return fmt.Errorf("pgstore: %w", err)
-	}
-	if err := lease.ValidateTTL(ttl); err != nil {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return fmt.Errorf("pgstore: %w", err)
 	}
 	return nil
