@@ -6,7 +6,8 @@
 // It finds every package with a BenchmarkCompare* function and, in -count
 // rounds, runs `go test -run '^$' -bench … -benchmem -count 1` on each in
 // turn and times the seed's TypeScript LeaseStore under Node.js on the same
-// work (scripts/seedbench). It writes the medians, one table per group,
+// work (scripts/seedbench). It writes the fastest round of each benchmark
+// (the spread in brackets), one table per group,
 // named by the convention of internal/benchutil:
 //
 //	BenchmarkCompare<Group>/c=<clients>/<impl>
@@ -55,7 +56,7 @@ func mainErr(args []string) error {
 	fs.StringVar(&cfg.bench, "bench", "^BenchmarkCompare", "go test -bench regexp")
 	fs.StringVar(&cfg.pkgs, "pkg", "./...", "comma-separated package patterns, relative to the module root, to search for BenchmarkCompare*")
 	fs.StringVar(&cfg.benchtime, "benchtime", "1s", "go test -benchtime, also used for the seed")
-	fs.IntVar(&cfg.count, "count", 3, "rounds of every benchmark (go test -count 1 and the seed, interleaved); the report shows medians")
+	fs.IntVar(&cfg.count, "count", 3, "rounds of every benchmark (go test -count 1 and the seed, interleaved); the report shows the fastest")
 	fs.StringVar(&cfg.seed, "seed", "", "the seed's fencing-token.ts (default $LEASE_SEED_TS or ../shared/seed/fencing-token.ts); \"off\" skips it")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -12,13 +12,14 @@ import (
 )
 
 // Result is one benchmark, BenchmarkCompare<Group>/c=<Clients>/<Impl>, with
-// the metrics of its median run.
+// the metrics of its fastest run.
 type Result struct {
 	Group   string
 	Clients int
 	Impl    string
 	Runs    int
 	Metrics map[string]float64 // unit ("ns/op", "ops/s", "allocs/op", …) → value
+	Slowest float64            // the ns/op of the slowest run, to show the spread
 }
 
 // sample is one benchmark line.
@@ -105,10 +106,12 @@ func parseLine(line string, procs int) (sample, error) {
 	return s, nil
 }
 
-// Aggregate merges the runs of each benchmark into one Result: the run with
-// the median ns/op (of an even number, the faster middle one), all of whose
-// metrics are kept so that they agree with each other. Results are in order
-// of first appearance: that order decides each group's baseline.
+// Aggregate merges the runs of each benchmark into one Result: its fastest
+// run (least ns/op), all of whose metrics are kept so that they agree with
+// each other. On a shared machine other work only ever adds time, so the
+// fastest of a few rounds is the steadiest estimate of the code's own speed.
+// Results are in order of first appearance: that order decides each group's
+// baseline.
 func Aggregate(samples []sample) []Result {
 	type key struct {
 		group, impl string
@@ -132,7 +135,8 @@ func Aggregate(samples []sample) []Result {
 		rs = slices.Clone(rs)
 		slices.SortStableFunc(rs, func(a, b sample) int { return cmp.Compare(a.metrics["ns/op"], b.metrics["ns/op"]) })
 		out[i].Runs = len(rs)
-		out[i].Metrics = rs[(len(rs)-1)/2].metrics
+		out[i].Metrics = rs[0].metrics
+		out[i].Slowest = rs[len(rs)-1].metrics["ns/op"]
 	}
 	return out
 }

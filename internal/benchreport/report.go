@@ -44,7 +44,8 @@ func (r *Report) Write(w io.Writer) error {
 		fmt.Fprintf(&b, "- **note:** %s\n", n)
 	}
 	b.WriteString("\nEach table: one row per implementation, columns per client count c (concurrent goroutines). " +
-		"Each row is the run with the median ns/op over the -count rounds. ops/s is derived from ns/op where a benchmark did not report it. " +
+		"Each row is the fastest of the -count rounds (other work on a shared machine only adds time); " +
+		"ns/op in brackets is the slowest round, to show the spread. ops/s is derived from ns/op where a benchmark did not report it. " +
 		"`× base` is ns/op divided by the baseline's ns/op at the same c (below 1 is faster); " +
 		"the baseline is the first row of each group and c.\n")
 
@@ -211,8 +212,11 @@ func cell(r Result, ok bool, col column, base Result) string {
 		if !ok {
 			return "–"
 		}
-		if col.unit == "ops/s" {
+		switch {
+		case col.unit == "ops/s":
 			return si(v)
+		case col.unit == "ns/op" && r.Runs > 1:
+			return fmt.Sprintf("%s (%s)", num(v), num(r.Slowest))
 		}
 		return num(v)
 	}
