@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"unicode/utf8"
+	"github.com/leasehq/lease/internal/pgident"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -20,10 +20,6 @@ const SchemaVersion = 1
 // ErrSchemaVersion means the store's tables were made by a newer release of
 // pgstore than this one, which must not write to them.
 var ErrSchemaVersion = errors.New("pgstore: schema version is newer than this release supports")
-
-// maxIdent is PostgreSQL's identifier limit (NAMEDATALEN - 1); longer names
-// are silently truncated, so two long prefixes could name the same table.
-const maxIdent = 63
 
 // names are the identifiers a Store uses, quoted for SQL.
 type names struct {
@@ -58,18 +54,8 @@ func newNames(schema, prefix string) (names, error) {
 }
 
 func checkIdent(what, name string) error {
-	switch {
-	case name == "":
-		return invalidf("%s is empty", what)
-	case len(name) > maxIdent:
-		return invalidf("%s %q makes an identifier of %d bytes, more than PostgreSQL's %d", what, name, len(name), maxIdent)
-	case !utf8.ValidString(name):
-		return invalidf("%s is not valid UTF-8", what)
-	}
-	for _, c := range []byte(name) {
-		if c == 0 {
-			return invalidf("%s contains a NUL byte", what)
-		}
+	if err := pgident.Check(what, name); err != nil {
+		return invalidf("%v", err)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unicode/utf8"
+	"github.com/leasehq/lease/internal/pgident"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -254,18 +254,8 @@ func validate(resource string, token lease.Token) error {
 }
 
 func checkIdent(what, name string) error {
-	switch {
-	case name == "":
-		return invalidf("%s name is empty", what)
-	case len(name) > 63:
-		return invalidf("%s name %q is longer than PostgreSQL's 63 bytes", what, name)
-	case !utf8.ValidString(name):
-		return invalidf("%s name is not valid UTF-8", what)
-	}
-	for _, c := range []byte(name) {
-		if c == 0 {
-			return invalidf("%s name contains a NUL byte", what)
-		}
+	if err := pgident.Check(what, name); err != nil {
+		return invalidf("%v", err)
 	}
 	return nil
 }
