@@ -1,35 +1,32 @@
 -- acquire: grant the lease on a free key, or name its holder without writing.
--- KEYS[1] lease hash {id, owner, token, ttl}, expiring by PX
+-- KEYS[1] lease hash {id, owner, token, ttl, exp}, expiring by PX
 -- KEYS[2] token counter: never deleted, never expiring (same hash slot)
 -- ARGV[1] lease id (32 hex digits), ARGV[2] owner, ARGV[3] ttl in ms
--- ARGV[4] highest token the store may issue (2^53)
--- Returns {1, token, expires_us} when the caller holds the lease, or
--- {0, owner, token, expires_us} naming the holder; expires_us is on the
--- server's clock (TIME).
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local cur = redis.call('HMGET', KEYS[1], 'id', 'owner', 'token')
+-- ARGV[4] token limit: tokens issued stay below it
+-- Returns {1, token, exp} when the caller holds the lease, or
+-- {0, owner, token, exp} naming the holder; exp is the expiry in
+-- microseconds since the epoch on the server's clock (TIME).
+local cur = redis.call('HMGET', KEYS[1], 'id', 'owner', 'token', 'exp')
 if cur[1] then
-  -- Held: read only. A failed try that wrote would cost a durable write
-  -- (an fsync) per loser and collapse a contended key.
-  local exp = now_us() + redis.call('PTTL', KEYS[1]) * 1000
+  -- Held: one read, no write. A failed try that wrote would cost a durable
+  -- write (an fsync) per loser and collapse a contended key.
   if cur[1] == ARGV[1] then
     -- Our own id: this call already ran and its reply was lost (the client
     -- retried after a dropped connection). The lease is ours.
-    return {1, tonumber(cur[3]), exp}
+    return {1, tonumber(cur[3]), tonumber(cur[4])}
   end
-  return {0, cur[2], tonumber(cur[3]), exp}
+  return {0, cur[2], tonumber(cur[3]), tonumber(cur[4])}
 end
 
--- Compared before INCR: a Lua number is a double, exact only up to 2^53,
--- so 2^53 + 1 would read as 2^53.
-if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[4]) then
+local token = redis.call('INCR', KEYS[2])
+-- A Lua number is a double, exact to 2^53: compared with >= a limit of 2^53
+-- this refuses every counter value from 2^53 up, however it rounds. The
+-- counter stays past the limit, so no token is ever issued twice.
+if token >= tonumber(ARGV[4]) then
   return redis.error_reply('ERR redisstore: token space of this key is exhausted')
 end
-local token = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'owner', ARGV[2], 'token', token, 'ttl', ARGV[3])
+local t = redis.call('TIME')
+local exp = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3]) * 1000
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'owner', ARGV[2], 'token', token, 'ttl', ARGV[3], 'exp', exp)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {1, token, now_us() + tonumber(ARGV[3]) * 1000}
+return {1, token, exp}

@@ -19,7 +19,10 @@
 // Each key has a token counter beside its lease, INCRed by every grant and
 // never deleted or given an expiry, so tokens rise across release, expiry
 // and restart (I1). The lease is a hash holding the secret ID, the token, the
-// owner and the TTL; Renew and Release compare both ID and token (I4).
+// owner, the TTL and the expiry time (the server's TIME at the grant or last
+// renewal plus the TTL, set in the same script as the PEXPIRE, so that a held
+// key or a Get is answered with a single read); Renew and Release compare
+// both ID and token (I4). Tokens stay below 2^53.
 // List SCANs the keyspace (see List for its cost).
 //
 // # Persistence (I7)

@@ -47,9 +47,9 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	}
 }
 
-// TestTokenSpaceExhausted checks that a counter at 2^53 issues no token
-// above it and writes no lease, instead of handing out a token a JSON
-// number cannot carry.
+// TestTokenSpaceExhausted checks that a counter near 2^53 issues no token
+// from 2^53 up and writes no lease, instead of handing out a token that a
+// Lua number or a JSON number cannot carry exactly.
 func TestTokenSpaceExhausted(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -60,12 +60,12 @@ func TestTokenSpaceExhausted(t *testing.T) {
 	}
 	defer s.Close()
 	const k = "exhausted"
-	if err := s.rdb.Set(ctx, s.counterKey(k), uint64(lease.MaxToken)-1, 0).Err(); err != nil {
+	if err := s.rdb.Set(ctx, s.counterKey(k), uint64(lease.MaxToken)-2, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	l, err := s.Acquire(ctx, k, "o", time.Minute)
-	if err != nil || l.Token != lease.MaxToken {
-		t.Fatalf("last token: %+v, %v; want token 2^53", l, err)
+	if err != nil || l.Token != lease.MaxToken-1 {
+		t.Fatalf("last token: %+v, %v; want token 2^53 - 1", l, err)
 	}
 	if err := s.Release(ctx, l); err != nil {
 		t.Fatal(err)

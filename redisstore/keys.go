@@ -39,6 +39,12 @@ func (s *Store) counterKey(key string) string {
 	return s.ns + ":{" + tagEscaper.Replace(key) + counterSuffix
 }
 
+// keyPair returns the lease and counter key names, escaping key once.
+func (s *Store) keyPair(key string) []string {
+	head := s.ns + ":{" + tagEscaper.Replace(key)
+	return []string{head + leaseSuffix, head + counterSuffix}
+}
+
 // listPattern is the SCAN MATCH pattern of the lease keys whose user key
 // starts with prefix.
 func (s *Store) listPattern(prefix string) string {

@@ -32,6 +32,11 @@ var (
 	getScript     = redis.NewScript(getSrc)
 )
 
+// tokenLimit bounds the tokens the store issues: below 2^53, so that the Lua
+// scripts (whose numbers are doubles) compare them exactly and every token
+// stays within lease.MaxToken.
+const tokenLimit = uint64(lease.MaxToken)
+
 // DefaultNamespace is the prefix of every key name the store uses, unless
 // WithNamespace sets another.
 const DefaultNamespace = "lease"
@@ -166,8 +171,8 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lease.Lease{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	id := lease.NewID()
-	res, err := acquireScript.Run(ctx, s.rdb, []string{s.leaseKey(key), s.counterKey(key)},
-		id.String(), owner, ttlMillis(ttl), uint64(lease.MaxToken)).Slice()
+	res, err := acquireScript.Run(ctx, s.rdb, s.keyPair(key),
+		id.String(), owner, ttlMillis(ttl), tokenLimit).Slice()
 	if err != nil {
 		return lease.Lease{}, s.fail(ctx, "acquire", key, err)
 	}
