@@ -139,16 +139,6 @@ func (sh *shard) get(h uint64, key string) *entry {
 	return e
 }
 
-func validate(key, owner string, ttl time.Duration) error {
-	if err := lease.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := lease.ValidateOwner(owner); err != nil {
-		return err
-	}
-	return lease.ValidateTTL(ttl)
-}
-
 // Acquire implements lease.Backend.
 func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateTTL(ttl); err != nil {
@@ -161,7 +151,7 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 	// Only valid keys and owners are ever stored: a key found in the map,
 	// asked for again by the owner of its last lease, needs no checking.
 	if e == nil || owner != e.l.Owner {
-		if err := validate(key, owner, ttl); err != nil {
+		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 			return lease.Lease{}, err
 		}
 	}
@@ -178,7 +168,7 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 // AcquireWait implements lease.WaitAcquirer: waiters are served in arrival
 // order, each handed the lease the moment it is released or expires.
 func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := validate(key, owner, ttl); err != nil {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	sh, h := s.shard(key)
