@@ -43,6 +43,7 @@ chaos:
 short:
 	$(GO) test -race -short -count=1 $(PKGS)
 
-# Benchmarks side by side, written to docs/BENCHMARKS.md.
+# Benchmarks side by side, written to docs/BENCHMARKS.md. Run it on a quiet
+# machine; BENCHFLAGS passes e.g. "-count 5" or "-pkg ./memstore".
 bench:
-	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md
+	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md $(BENCHFLAGS)
