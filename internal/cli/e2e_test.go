@@ -208,8 +208,11 @@ func TestBinaryRunForwardsSIGTERM(t *testing.T) {
 	if _, err := g.Backend.Get(t.Context(), "nightly"); !errors.Is(err, lease.ErrNotFound) {
 		t.Errorf("Get = %v; want the lease released", err)
 	}
-	if tok := strings.TrimPrefix(ready, "ready "); tok != "1" {
-		t.Errorf("LEASE_TOKEN = %q, want 1", tok)
+	g.mu.Lock()
+	granted := g.last
+	g.mu.Unlock()
+	if tok := strings.TrimPrefix(ready, "ready "); tok != strconv.FormatUint(uint64(granted.Token), 10) || granted.Key != "nightly" {
+		t.Errorf("LEASE_TOKEN = %q; the server granted %+v", tok, granted)
 	}
 }
 

@@ -115,13 +115,17 @@ func TestRunHeldBySomeoneElse(t *testing.T) {
 
 func TestRunWaitsForTheKey(t *testing.T) {
 	b := memstore.New()
-	if _, err := b.Acquire(t.Context(), "job", "other", 150*time.Millisecond); err != nil {
+	first, err := b.Acquire(t.Context(), "job", "other", 150*time.Millisecond)
+	if err != nil {
 		t.Fatal(err)
 	}
 	childEnviron(t, "env", "", 0)
 	r := cli(t, b, nil, nil, runArgs(t, "job", "--wait", "10s")...)
-	if r.code != ExitOK || !strings.HasPrefix(r.stdout, "key=job token=2 ") {
+	if r.code != ExitOK || !strings.HasPrefix(r.stdout, "key=job token=") {
 		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if tok, _ := strconv.ParseUint(strings.Fields(r.stdout)[1][len("token="):], 10, 64); tok <= uint64(first.Token) {
+		t.Errorf("the command ran with token %d, not above the expired holder's %d", tok, first.Token)
 	}
 }
 
