@@ -34,6 +34,40 @@ var Targets = []Target{
 		Note: "issue 2: distinct keys at GOMAXPROCS goroutines, real clock; the seed runs on Node's one thread"},
 	{Group: "Memstore", Clients: MaxProcs, Impl: "memstore-callerclock", Versus: "seed-node", Cmp: ">=", Ratio: 1.8, Metric: "ops/s",
 		Note: "the same target under the seed's conditions"},
+
+	{Group: "Serve", Clients: 32, Impl: "serve-bolt", Versus: "etcd-mutex", Cmp: ">=", Ratio: 2.0, Metric: "ops/s",
+		Note: "issue 3: acquire+release through lease serve (boltstore, fsync on) vs etcd concurrency.Mutex, one session per client"},
+	{Group: "Serve", Clients: 1, Impl: "serve-bolt", Versus: "etcd-mutex", Cmp: "<=", Ratio: 1.5, Metric: "p50-µs",
+		Note: "issue 3: one client's p50 within 1.5× of etcd's"},
+
+	{Group: "SQL", Clients: 1, Impl: "pgstore", Versus: "select1-pair", Cmp: "<=", Ratio: 2.5, Metric: "ns/op",
+		Note: "issue 4: one client's durable acquire+release within 2.5× of two SELECT 1 round trips"},
+	{Group: "SQL", Clients: 32, Impl: "pgstore", Versus: "advisory-lock-pair", Cmp: ">=", Ratio: 0.8, Metric: "ops/s",
+		Note: "issue 4: 32 clients, at least 0.8× an advisory lock+unlock pair while issuing a durable token"},
+
+	{Group: "Redis", Clients: 1, Impl: "redisstore", Versus: "ping-pair", Cmp: "<=", Ratio: 2.2, Metric: "ns/op",
+		Note: "issue 5: durable server (appendfsync always): one client within 2.2× of two PINGs"},
+	{Group: "RedisVolatile", Clients: 1, Impl: "redisstore", Versus: "ping-pair", Cmp: "<=", Ratio: 2.2, Metric: "ns/op",
+		Note: "issue 5: volatile server: one client within 2.2× of two PINGs"},
+}
+
+// The Redis targets: ops/s at least the faster of redsync and redislock, in
+// every configuration and client count — two targets each.
+func init() {
+	for _, group := range []string{"Redis", "RedisVolatile"} {
+		for _, c := range []int{1, 32} {
+			for _, rival := range []string{"redsync", "redislock"} {
+				Targets = append(Targets, Target{Group: group, Clients: c, Impl: "redisstore", Versus: rival, Cmp: ">=", Ratio: 1.0, Metric: "ops/s",
+					Note: "issue 5: at least the faster rival's ops/s, while also issuing a fencing token"})
+			}
+		}
+	}
+	Targets = append(Targets,
+		Target{Group: "Etcd", Clients: 1, Impl: "etcdstore", Versus: "mutex", Cmp: "<=", Ratio: 1.0, Metric: "p50-µs",
+			Note: "issue 6: one client's acquire+release no slower than concurrency.Mutex Lock+Unlock (session reused)"},
+		Target{Group: "Etcd", Clients: 32, Impl: "etcdstore", Versus: "mutex", Cmp: ">=", Ratio: 1.2, Metric: "ops/s",
+			Note: "issue 6: 32 clients, at least 1.2× the Mutex's ops/s"},
+	)
 }
 
 // Outcome is a Target evaluated on a run's results.
@@ -114,6 +148,17 @@ var groupNotes = map[string]string{
 		"seed-node: the seed's LeaseStore under Node.js, `now` passed in; Node runs one thread, so its c=N is N callers interleaved on it. " +
 		"memstore: the real clock, read on each call. memstore-callerclock: a clock returning a time the caller set (the seed's conditions). " +
 		"map-mutex: the seed's logic in plain Go (one map, one mutex, time.Now, crypto/rand ID).",
+	"Serve": "One op = one acquire+release through leasehttp over boltstore (fsync on) on the client's own key; etcd-mutex = concurrency.Mutex " +
+		"Lock+Unlock on an embedded single-node etcd, one session per client; http-noop = two POST round trips to a no-op handler (the HTTP path's limit).",
+	"SQL": "PostgreSQL started by the harness with fsync=on, synchronous_commit=on, commit_delay=0 (defaults). One op = one pair on the client's own key. " +
+		"select1-pair: two SELECT 1 round trips (the limit); advisory-lock-pair: pg_advisory_lock+unlock (no token, nothing durable); " +
+		"naive-lease: INSERT … ON CONFLICT + DELETE, durable; pgstore: acquire (durable) + release (committed with synchronous_commit=off: a lost release only delays the successor).",
+	"SQLOneKey":     "32 clients race for one key; one op = one successful acquire+release. writing-xacts/op counts transactions that wrote per success.",
+	"Redis":         "Redis with appendonly yes + appendfsync always, one go-redis client (PoolSize 64) shared by all contenders, distinct keys. ping-pair = two PINGs (the limit).",
+	"RedisVolatile": "The same on a Redis without persistence (which redisstore refuses unless AllowVolatile: tokens can go backwards after a restart).",
+	"Etcd":          "One embedded etcd node. put-pair = Put + Delete (the limit for a write pair); mutex = concurrency.Mutex Lock+Unlock with a session per client, reused; etcdstore = acquire+release.",
+	"Bolt":          "bbolt with fsync. bbolt-update-pair = two db.Update calls (the limit for a durable pair); bbolt-batch-default = a naive lease pair with db.Batch defaults (the 10 ms trap); boltstore = acquire+release.",
+	"HTTPOverhead":  "The HTTP API's own cost: two GET /healthz round trips vs acquire+release through leasehttp over memstore.",
 	"MemstoreOneKey": "One op = one successful acquire+release pair on a single key all clients race for with try-acquire; " +
 		"a try that finds the key held is retried at once and counted in held/op. This is the rate at which one key changes hands.",
 }
