@@ -15,12 +15,15 @@ import (
 // this repository, seen in `make chaos` runs:
 //   - toxiproxy v2.12.0: a link stage (NoopToxic.Pipe, under ToxicStub.Run)
 //     whose connection died while toxics were being added or removed stays
-//     blocked sending to the next stage, which has stopped reading;
+//     blocked sending to the next stage, which has stopped reading; and the
+//     link's reader (ToxicLink.read) likewise, blocked writing into the
+//     first stage's channel;
 //   - etcd v3.7.3 embed: on a member killed with HardStop, a peer's
 //     /version request stays blocked in StorageVersion on the closed
 //     backend's read lock.
 var thirdPartyLeaks = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"),
+	goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2.(*ToxicLink).read"),
 	goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).StorageVersion"),
 }
 
