@@ -1,21 +1,18 @@
--- acquire: grant the lease on a free key, or name its holder without writing.
--- KEYS[1] lease hash {id, owner, token, ttl, exp}, expiring by PX
+-- acquire: grant the lease on a free key, or return its holder's lease
+-- without writing.
+-- KEYS[1] lease: a string W ID TOKEN ':' EXP ':' TTL ':' OWNER (see value.go),
+--         expiring by PX
 -- KEYS[2] token counter: never deleted, never expiring (same hash slot)
 -- ARGV[1] lease id (32 hex digits), ARGV[2] owner, ARGV[3] ttl in ms
 -- ARGV[4] token limit: tokens issued stay below it
--- Returns {1, token, exp} when the caller holds the lease, or
--- {0, owner, token, exp} naming the holder; exp is the expiry in
--- microseconds since the epoch on the server's clock (TIME).
-local cur = redis.call('HMGET', KEYS[1], 'id', 'owner', 'token', 'exp')
-if cur[1] then
+-- Returns the lease value now stored. The caller holds the lease if the
+-- value carries its id: a new grant, or (after a lost reply and a retry)
+-- the grant of an earlier run of this same call.
+local cur = redis.call('GET', KEYS[1])
+if cur then
   -- Held: one read, no write. A failed try that wrote would cost a durable
   -- write (an fsync) per loser and collapse a contended key.
-  if cur[1] == ARGV[1] then
-    -- Our own id: this call already ran and its reply was lost (the client
-    -- retried after a dropped connection). The lease is ours.
-    return {1, tonumber(cur[3]), tonumber(cur[4])}
-  end
-  return {0, cur[2], tonumber(cur[3]), tonumber(cur[4])}
+  return cur
 end
 
 local token = redis.call('INCR', KEYS[2])
@@ -25,8 +22,10 @@ local token = redis.call('INCR', KEYS[2])
 if token >= tonumber(ARGV[4]) then
   return redis.error_reply('ERR redisstore: token space of this key is exhausted')
 end
+-- The expiry reported to the client is the server's clock plus the TTL (I5).
 local t = redis.call('TIME')
 local exp = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3]) * 1000
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'owner', ARGV[2], 'token', token, 'ttl', ARGV[3], 'exp', exp)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {1, token, exp}
+-- W = '0': nobody waits for this lease yet (want.lua sets '1').
+local v = string.format('0%s%d:%d:%s:%s', ARGV[1], token, exp, ARGV[3], ARGV[2])
+redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+return v

@@ -7,22 +7,23 @@
 //
 // # Operations
 //
-// Acquire, Renew, Release and Get are one Lua script call each (EVALSHA,
-// falling back to EVAL after a restart), so each is one round trip and
-// atomic on the server. Expiry is Redis' own PEXPIRE on the lease key, judged
-// on the server's clock; the expiry times the store reports are computed in
-// the scripts from the server's TIME, never from the client's clock (I5). An
-// Acquire that finds the key held only reads: it returns a *lease.HeldError
-// with the holder's owner, token and expiry and writes nothing, so losers of
-// a contended key cost no AOF write.
+// Acquire, Renew and Release are one Lua script call each (EVALSHA,
+// falling back to EVAL after a restart), and Get is one GET, so each is one
+// round trip and atomic on the server. Expiry is Redis' own PX expiry on the
+// lease key, judged on the server's clock; the expiry times the store
+// reports are computed in the scripts from the server's TIME, never from the
+// client's clock (I5). An Acquire that finds the key held only reads: it
+// returns a *lease.HeldError with the holder's owner, token and expiry and
+// writes nothing, so losers of a contended key cost no AOF write.
 //
 // Each key has a token counter beside its lease, INCRed by every grant and
 // never deleted or given an expiry, so tokens rise across release, expiry
-// and restart (I1). The lease is a hash holding the secret ID, the token, the
-// owner, the TTL and the expiry time (the server's TIME at the grant or last
-// renewal plus the TTL, set in the same script as the PEXPIRE, so that a held
-// key or a Get is answered with a single read); Renew and Release compare
-// both ID and token (I4). Tokens stay below 2^53.
+// and restart (I1). The lease is one string holding the secret ID, the
+// token, the expiry time (the server's TIME at the grant or last renewal
+// plus the TTL), the TTL and the owner, written with SET PX, so that a grant
+// is GET, INCR, TIME and SET in one script, a held key or a Get one read,
+// and a release GET and DEL; Renew and Release compare both ID and token
+// (I4). Tokens stay below 2^53.
 // List SCANs the keyspace (see List for its cost).
 //
 // # Persistence (I7)
@@ -61,7 +62,7 @@
 // The lease and its counter are touched by one script, so they must share a
 // hash slot. Key names are
 //
-//	NS:{E}:l   lease hash        NS:{E}:t   token counter
+//	NS:{E}:l   lease string      NS:{E}:t   token counter
 //
 // with NS the namespace (WithNamespace, default "lease", no braces allowed)
 // and E the user's key with '%' written as "%25" and '}' as "%7D". Cluster
@@ -87,10 +88,14 @@
 //
 // # Waiting
 //
-// Store implements lease.Notifier: Release publishes the key on the
-// namespace's channel, and one subscription per Store wakes the WaitChange
-// calls for that key. Expiry publishes nothing; lease.Client bounds each wait
-// by the holder's expiry. When the subscription drops, pending and new
+// Store implements lease.Notifier, with one subscription per Store to the
+// namespace's release channel. A WaitChange marks the lease it waits for as
+// wanted (one byte of the lease string, set in place so the expiry stays),
+// and Release publishes the key only for a marked lease: a release nobody
+// waits for costs no PUBLISH. The mark is set after the waiter listens, and
+// tells it whether the lease is still there, so a release just before the
+// mark is not missed. Expiry publishes nothing; lease.Client bounds each
+// wait by the holder's expiry. When the subscription drops, pending and new
 // WaitChange calls fail (lease.Client then polls) until the store has
 // resubscribed by itself.
 package redisstore

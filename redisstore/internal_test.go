@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -25,21 +26,23 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	defer s.Close()
 	const k = "retry"
 	id := lease.NewID()
-	run := func() []any {
+	run := func() string {
 		t.Helper()
 		res, err := acquireScript.Run(ctx, s.rdb, []string{s.leaseKey(k), s.counterKey(k)},
-			id.String(), "owner", int64(60000), uint64(lease.MaxToken)).Slice()
+			id.String(), "owner", int64(60000), uint64(lease.MaxToken)).Text()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
 	first, second := run(), run()
-	if first[0] != int64(1) || second[0] != int64(1) || first[1] != second[1] {
-		t.Fatalf("first run %v, retry %v: want the same grant twice", first, second)
+	v1, err1 := parseValue(first)
+	v2, err2 := parseValue(second)
+	if err1 != nil || err2 != nil || v1.id != id.String() || v2 != v1 {
+		t.Fatalf("first run %q (%v), retry %q (%v): want the same grant, carrying the caller's id, twice", first, err1, second, err2)
 	}
-	if n, err := s.rdb.Get(ctx, s.counterKey(k)).Int64(); err != nil || n != first[1] {
-		t.Fatalf("counter = %d, %v after a retried grant of token %v", n, err, first[1])
+	if n, err := s.rdb.Get(ctx, s.counterKey(k)).Int64(); err != nil || n != int64(v1.token) {
+		t.Fatalf("counter = %d, %v after a retried grant of token %d", n, err, v1.token)
 	}
 	// A different ID is another caller: it sees the lease held.
 	if _, err := s.Acquire(ctx, k, "other", time.Minute); err == nil {
@@ -97,5 +100,159 @@ func TestKeyNames(t *testing.T) {
 	}
 	if s.leaseKey("a}b") == s.leaseKey("a%7Db") {
 		t.Error("two keys share a lease key name")
+	}
+}
+
+// TestReleasePublishesOnlyWhenWanted checks that a release nobody waits for
+// publishes nothing, and that one a WaitChange marked publishes its key. A
+// raw subscriber on the release channel sees messages in the order they
+// were published, so if the unwanted release had published, its key would
+// arrive before the wanted one's.
+func TestReleasePublishesOnlyWhenWanted(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ps := srv.Client(t).Subscribe(ctx, s.channel)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+
+	quiet, err := s.Acquire(ctx, "quiet", "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, quiet); err != nil {
+		t.Fatal(err)
+	}
+
+	awaited, err := s.Acquire(ctx, "awaited", "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- s.WaitChange(ctx, "awaited") }()
+	waitMarked(t, s, "awaited")
+	// A renewal rewrites the lease and must keep the waiter's mark.
+	if awaited, err = s.Renew(ctx, awaited, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, awaited); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	msg, err := ps.ReceiveMessage(rctx)
+	if err != nil {
+		t.Fatalf("no message on the release channel within 10 s of a wanted release: %v", err)
+	}
+	if msg.Payload != "awaited" {
+		t.Fatalf("first message on the release channel is %q, want \"awaited\" (a release nobody waited for published)", msg.Payload)
+	}
+	if err := <-woke; err != nil {
+		t.Fatalf("WaitChange: %v", err)
+	}
+}
+
+// TestWantKeepsExpiry checks that marking a lease as wanted (SETRANGE in
+// place) leaves its PX expiry alone: a lost expiry would make the lease
+// live for ever.
+func TestWantKeepsExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Acquire(ctx, "k", "h", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := wantScript.Run(ctx, s.rdb, []string{s.leaseKey("k")}).Int64(); err != nil || n != 1 {
+		t.Fatalf("want on a held lease = %d, %v; want 1", n, err)
+	}
+	if d, err := s.rdb.PTTL(ctx, s.leaseKey("k")).Result(); err != nil || d <= 0 || d > time.Minute {
+		t.Fatalf("PTTL after want = %v, %v; want the lease's remaining minute", d, err)
+	}
+	if n, err := wantScript.Run(ctx, s.rdb, []string{s.leaseKey("free")}).Int64(); err != nil || n != 0 {
+		t.Fatalf("want on a free key = %d, %v; want 0", n, err)
+	}
+	if n, err := s.rdb.Exists(ctx, s.leaseKey("free")).Result(); err != nil || n != 0 {
+		t.Fatalf("want on a free key created it (EXISTS = %d, %v)", n, err)
+	}
+}
+
+// TestWaiterAfterReleaseAndRegrant covers the race of a waiter that marks
+// only after the lease it saw was released and granted to someone else: it
+// marks the new lease, and that lease's release wakes it.
+func TestWaiterAfterReleaseAndRegrant(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const k = "regrant"
+	first, err := s.Acquire(ctx, k, "first", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, k, "waiter", time.Minute); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("Acquire of a held key: %v", err)
+	}
+	// The holder releases (nobody marked it: no PUBLISH) and another takes
+	// the key before the waiter gets to WaitChange.
+	if err := s.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Acquire(ctx, k, "second", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- s.WaitChange(ctx, k) }()
+	waitMarked(t, s, k)
+	select {
+	case err := <-woke:
+		t.Fatalf("WaitChange returned %v while the key is held", err)
+	default:
+	}
+	if err := s.Release(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatalf("WaitChange: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken within 10 s of the release of the lease it marked")
+	}
+}
+
+// waitMarked waits until a WaitChange has marked key's lease as wanted.
+func waitMarked(t *testing.T, s *Store, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w, err := s.rdb.GetRange(context.Background(), s.leaseKey(key), 0, 0).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w == "1" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease of %q not marked as wanted within 10 s (mark %q)", key, w)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 // Key layout. For a user key K in namespace NS (default "lease"):
 //
-//	NS:{E}:l   the lease: a hash {id, owner, token, ttl} expiring by PX
+//	NS:{E}:l   the lease: a string (see value.go) expiring by PX
 //	NS:{E}:t   the token counter: a string INCRed per grant, never deleted,
 //	           never given an expiry
 //

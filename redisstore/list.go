@@ -2,7 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -19,8 +19,7 @@ const scanCount = 1000
 // List implements lease.Backend. There is no index to keep consistent (it
 // could not share a hash slot with every lease on Cluster), so List SCANs
 // the keyspace — on Cluster, every master — for the namespace's lease keys
-// under prefix, then reads the leases found with one pipelined script call
-// each. Its cost grows with the whole keyspace of the database, token
+// under prefix, then reads the leases found with one pipelined GET each. Its cost grows with the whole keyspace of the database, token
 // counters of every key ever leased included, not with the number of
 // matches: it is for operators and the CLI, not for hot paths. Leases that
 // expire during the scan are left out.
@@ -44,17 +43,18 @@ func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) 
 	}
 	out := make([]lease.Lease, 0, len(keys))
 	for i, k := range keys {
-		res, err := cmds[i].Slice()
+		res, err := cmds[i].Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired or released since the scan
+		}
 		if err != nil {
 			return nil, s.fail(ctx, "list", prefix, err)
 		}
-		l, ok, err := parseGet(k, res)
+		v, err := parseValue(res)
 		if err != nil {
-			return nil, err
+			return nil, s.malformed("list", k, err)
 		}
-		if ok {
-			out = append(out, l)
-		}
+		out = append(out, v.lease(k))
 	}
 	return out, nil
 }
@@ -88,38 +88,21 @@ func scanNode(ctx context.Context, c redis.Cmdable, pattern string) ([]string, e
 	return names, iter.Err()
 }
 
-// getMany runs the get script for each key in one pipeline. A pipelined
-// EVALSHA cannot fall back to EVAL by itself, so a NOSCRIPT (after a
-// restart or SCRIPT FLUSH) sends the script once and runs the pipeline again.
-func (s *Store) getMany(ctx context.Context, keys []string) ([]*redis.Cmd, error) {
+// getMany GETs the leases of keys in one pipeline (on Cluster, one per
+// node).
+func (s *Store) getMany(ctx context.Context, keys []string) ([]*redis.StringCmd, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	run := func() ([]*redis.Cmd, error) {
-		cmds := make([]*redis.Cmd, len(keys))
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = getScript.EvalSha(ctx, p, []string{s.leaseKey(k)})
-			}
-			return nil
-		})
-		return cmds, err
-	}
-	cmds, err := run()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if lerr := s.loadEverywhere(ctx, getScript); lerr != nil {
-			return nil, fmt.Errorf("loading the get script: %w", lerr)
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, s.leaseKey(k))
 		}
-		cmds, err = run()
-	}
-	if err != nil {
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	return cmds, nil
-}
-
-// loadEverywhere loads script on every master (ClusterClient's ScriptLoad
-// does so) or on the one server.
-func (s *Store) loadEverywhere(ctx context.Context, script *redis.Script) error {
-	return script.Load(ctx, s.rdb).Err()
 }

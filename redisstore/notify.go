@@ -14,7 +14,7 @@ import (
 )
 
 // The release script PUBLISHes the key on one channel per namespace
-// (NS:released); each Store holds one subscription to it, opened on the
+// (NS:released) when a waiter has marked the lease (want.lua); each Store holds one subscription to it, opened on the
 // first WaitChange, and fans the messages out to the WaitChange calls
 // waiting for that key. On Redis Cluster a plain PUBLISH reaches every node,
 // so the subscription may sit on any of them.
@@ -67,9 +67,14 @@ func newNotifier(s *Store) *notifier {
 // dropped — the lease.Client then polls, and the store resubscribes in the
 // background for later calls.
 //
-// A release between the caller's failed Acquire and this call would be
-// missed by a subscription alone, so once it is listening WaitChange checks
-// with one EXISTS whether the lease is still there.
+// Release publishes only for a lease that a waiter has marked as wanted, so
+// that releases nobody waits for cost no PUBLISH. Once it is listening,
+// WaitChange therefore marks the lease with one script call (a write only if
+// no other waiter marked it first), which also tells it whether the lease is
+// still there: a release between the caller's failed Acquire and the mark
+// left the key free (WaitChange returns at once), and a release after the
+// mark publishes. A lease granted in between to someone else is marked
+// instead, and its release wakes the waiter.
 func (s *Store) WaitChange(ctx context.Context, key string) error {
 	if err := lease.ValidateKey(key); err != nil {
 		return fmt.Errorf("redisstore: wait: %w", err)
@@ -79,7 +84,7 @@ func (s *Store) WaitChange(ctx context.Context, key string) error {
 		return err
 	}
 	defer s.notify.unregister(key, ch)
-	n, err := s.rdb.Exists(ctx, s.leaseKey(key)).Result()
+	n, err := wantScript.Run(ctx, s.rdb, []string{s.leaseKey(key)}).Int64()
 	if err != nil {
 		return s.fail(ctx, "wait", key, err)
 	}

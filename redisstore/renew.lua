@@ -1,14 +1,22 @@
 -- renew: extend the lease if it is still the one named by id and token.
--- KEYS[1] lease hash
--- ARGV[1] lease id, ARGV[2] token, ARGV[3] ttl in ms
--- Returns {1, owner, exp} (exp in microseconds on the server's clock), or
--- {0}: not held, nothing changed.
-local cur = redis.call('HMGET', KEYS[1], 'id', 'token', 'owner')
-if cur[1] ~= ARGV[1] or tonumber(cur[2]) ~= tonumber(ARGV[2]) then
-  return {0}
+-- KEYS[1] lease
+-- ARGV[1] proof: id .. token .. ':', the lease value's bytes after W
+-- ARGV[2] ttl in ms
+-- Returns the new lease value, or false (nil: not held, nothing changed).
+local cur = redis.call('GET', KEYS[1])
+local n = #ARGV[1]
+if not cur or string.sub(cur, 2, n + 1) ~= ARGV[1] then
+  return false
+end
+-- cur is W PROOF EXP ':' TTL ':' OWNER; keep W (a waiter's mark), the proof
+-- and the owner, and replace EXP and TTL.
+local e = string.find(cur, ':', n + 2, true)
+local o = e and string.find(cur, ':', e + 1, true)
+if not o then
+  return redis.error_reply('ERR redisstore: malformed lease value')
 end
 local t = redis.call('TIME')
-local exp = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3]) * 1000
-redis.call('HSET', KEYS[1], 'ttl', ARGV[3], 'exp', exp)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {1, cur[3], exp}
+local exp = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[2]) * 1000
+local v = string.sub(cur, 1, n + 1) .. string.format('%d:%s', exp, ARGV[2]) .. string.sub(cur, o)
+redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+return v

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,15 +20,15 @@ var (
 	renewSrc string
 	//go:embed release.lua
 	releaseSrc string
-	//go:embed get.lua
-	getSrc string
+	//go:embed want.lua
+	wantSrc string
 
 	// Script.Run sends EVALSHA and falls back to EVAL on NOSCRIPT (after a
 	// server restart or SCRIPT FLUSH): one round trip in the steady state.
 	acquireScript = redis.NewScript(acquireSrc)
 	renewScript   = redis.NewScript(renewSrc)
 	releaseScript = redis.NewScript(releaseSrc)
-	getScript     = redis.NewScript(getSrc)
+	wantScript    = redis.NewScript(wantSrc)
 )
 
 // tokenLimit bounds the tokens the store issues: below 2^53, so that the Lua
@@ -164,31 +163,30 @@ func ttlMillis(ttl time.Duration) int64 {
 // Acquire implements lease.Backend in one script call. A held key is only
 // read, never written. The call is idempotent: if go-redis retries it after
 // a dropped connection and the first try had granted the lease, the retry
-// recognises the lease's ID and returns it, so a retry never turns a grant
-// into a false "held" and never grants twice.
+// finds the lease carrying this call's ID and returns it, so a retry never
+// turns a grant into a false "held" and never grants twice.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := errors.Join(lease.ValidateKey(key), lease.ValidateOwner(owner), lease.ValidateTTL(ttl)); err != nil {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	id := lease.NewID()
-	res, err := acquireScript.Run(ctx, s.rdb, s.keyPair(key),
-		id.String(), owner, ttlMillis(ttl), tokenLimit).Slice()
+	ids := id.String()
+	ms := ttlMillis(ttl)
+	res, err := acquireScript.Run(ctx, s.rdb, s.keyPair(key), ids, owner, ms, tokenLimit).Text()
 	if err != nil {
 		return lease.Lease{}, s.fail(ctx, "acquire", key, err)
 	}
-	r := reply{res: res}
-	if r.int(0) == 1 {
-		l := lease.Lease{Key: key, Owner: owner, Token: r.token(1), ID: id, TTL: ttl, Expires: r.micros(2)}
-		if err := r.err("acquire", key); err != nil {
-			return lease.Lease{}, err
-		}
-		return l, nil
+	v, err := parseValue(res)
+	if err != nil {
+		return lease.Lease{}, s.malformed("acquire", key, err)
 	}
-	he := &lease.HeldError{Key: key, Owner: r.str(1), Token: r.token(2), Expires: r.micros(3)}
-	if err := r.err("acquire", key); err != nil {
-		return lease.Lease{}, err
+	if v.id != ids {
+		return lease.Lease{}, &lease.HeldError{Key: key, Owner: v.owner, Token: v.token, Expires: v.expires}
 	}
-	return lease.Lease{}, he
+	if v.owner != owner || v.ttl != time.Duration(ms)*time.Millisecond {
+		return lease.Lease{}, s.malformed("acquire", key, fmt.Errorf("lease value %q has our id but not our owner and ttl", res))
+	}
+	return lease.Lease{Key: key, Owner: owner, Token: v.token, ID: id, TTL: ttl, Expires: v.expires}, nil
 }
 
 // Renew implements lease.Backend in one script call.
@@ -196,36 +194,34 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err := errors.Join(lease.ValidateLease(l), lease.ValidateTTL(ttl)); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	res, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(l.Key)},
-		l.ID.String(), uint64(l.Token), ttlMillis(ttl)).Slice()
+	res, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl)).Text()
+	if errors.Is(err, redis.Nil) {
+		return lease.Lease{}, fmt.Errorf("redisstore: renew %q (token %d): %w", l.Key, l.Token, lease.ErrNotHeld)
+	}
 	if err != nil {
 		return lease.Lease{}, s.fail(ctx, "renew", l.Key, err)
 	}
-	r := reply{res: res}
-	if r.int(0) != 1 {
-		if err := r.err("renew", l.Key); err != nil {
-			return lease.Lease{}, err
-		}
-		return lease.Lease{}, fmt.Errorf("redisstore: renew %q (token %d): %w", l.Key, l.Token, lease.ErrNotHeld)
+	v, err := parseValue(res)
+	if err != nil {
+		return lease.Lease{}, s.malformed("renew", l.Key, err)
 	}
-	l.Owner, l.TTL, l.Expires = r.str(1), ttl, r.micros(2)
-	if err := r.err("renew", l.Key); err != nil {
-		return lease.Lease{}, err
+	if v.id != l.ID.String() || v.token != l.Token {
+		return lease.Lease{}, s.malformed("renew", l.Key, fmt.Errorf("renewed lease value %q is not the lease renewed", res))
 	}
+	l.Owner, l.TTL, l.Expires = v.owner, ttl, v.expires
 	return l, nil
 }
 
 // Release implements lease.Backend in one script call, which also publishes
-// the key on the store's release channel for WaitChange. If the reply is
-// lost and go-redis retries, the retry finds the lease gone and reports
-// lease.ErrNotHeld although this call released it; either way the lease is
-// no longer held.
+// the key on the store's release channel if a WaitChange asked for it. If
+// the reply is lost and go-redis retries, the retry finds the lease gone and
+// reports lease.ErrNotHeld although this call released it; either way the
+// lease is no longer held.
 func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	n, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(l.Key)},
-		l.ID.String(), uint64(l.Token), s.channel, l.Key).Int64()
+	n, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(l.Key)}, proof(l), s.channel, l.Key).Int64()
 	if err != nil {
 		return s.fail(ctx, "release", l.Key, err)
 	}
@@ -235,36 +231,23 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	return nil
 }
 
-// Get implements lease.Backend in one read-only script call.
+// Get implements lease.Backend with one GET.
 func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: get: %w", err)
 	}
-	res, err := getScript.Run(ctx, s.rdb, []string{s.leaseKey(key)}).Slice()
+	res, err := s.rdb.Get(ctx, s.leaseKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return lease.Lease{}, fmt.Errorf("redisstore: get %q: %w", key, lease.ErrNotFound)
+	}
 	if err != nil {
 		return lease.Lease{}, s.fail(ctx, "get", key, err)
 	}
-	l, ok, err := parseGet(key, res)
+	v, err := parseValue(res)
 	if err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, s.malformed("get", key, err)
 	}
-	if !ok {
-		return lease.Lease{}, fmt.Errorf("redisstore: get %q: %w", key, lease.ErrNotFound)
-	}
-	return l, nil
-}
-
-func parseGet(key string, res []any) (lease.Lease, bool, error) {
-	r := reply{res: res}
-	if r.int(0) != 1 {
-		return lease.Lease{}, false, r.err("get", key)
-	}
-	l := lease.Lease{Key: key, Owner: r.str(1), Token: r.token(2),
-		TTL: time.Duration(r.int(3)) * time.Millisecond, Expires: r.micros(4)}
-	if err := r.err("get", key); err != nil {
-		return lease.Lease{}, false, err
-	}
-	return l, true, nil
+	return v.lease(key), nil
 }
 
 // fail wraps an error from the server or the connection. Unless ctx ended
@@ -277,65 +260,9 @@ func (s *Store) fail(ctx context.Context, op, key string, err error) error {
 	return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, lease.ErrUnavailable, err)
 }
 
-// reply reads a script's array reply, remembering the first malformed field.
-type reply struct {
-	res []any
-	bad error
-}
-
-func (r *reply) at(i int) any {
-	if i >= len(r.res) {
-		r.setBad(fmt.Errorf("reply has %d fields, want more than %d", len(r.res), i))
-		return nil
-	}
-	return r.res[i]
-}
-
-func (r *reply) setBad(err error) {
-	if r.bad == nil {
-		r.bad = err
-	}
-}
-
-func (r *reply) int(i int) int64 {
-	switch v := r.at(i).(type) {
-	case int64:
-		return v
-	case string:
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			r.setBad(fmt.Errorf("reply field %d: %v", i, err))
-		}
-		return n
-	default:
-		r.setBad(fmt.Errorf("reply field %d is %T, want an integer", i, v))
-		return 0
-	}
-}
-
-func (r *reply) str(i int) string {
-	v, ok := r.at(i).(string)
-	if !ok {
-		r.setBad(fmt.Errorf("reply field %d is %T, want a string", i, r.at(i)))
-	}
-	return v
-}
-
-func (r *reply) token(i int) lease.Token {
-	n := r.int(i)
-	if n < 1 || lease.Token(n) > lease.MaxToken {
-		r.setBad(fmt.Errorf("reply field %d: token %d outside [1, 2^53]", i, n))
-	}
-	return lease.Token(n)
-}
-
-func (r *reply) micros(i int) time.Time { return time.UnixMicro(r.int(i)) }
-
-// err reports a malformed reply, which means someone else wrote the store's
-// keys or the scripts and the server disagree.
-func (r *reply) err(op, key string) error {
-	if r.bad == nil {
-		return nil
-	}
-	return fmt.Errorf("redisstore: %s %q: unexpected reply %v: %v: %w", op, key, r.res, r.bad, lease.ErrUnavailable)
+// malformed reports a reply the store's scripts cannot have sent, which
+// means someone else wrote the store's keys or the scripts and the server
+// disagree.
+func (s *Store) malformed(op, key string, err error) error {
+	return fmt.Errorf("redisstore: %s %q: unexpected reply: %v: %w", op, key, err, lease.ErrUnavailable)
 }
