@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -115,6 +116,9 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 	// Many goroutines share one Client; the default of 2 idle connections
 	// per host would make most of them dial anew for every request.
 	tr.MaxIdleConnsPerHost = 256
+	// Answers are a few hundred bytes of JSON; asking for gzip only adds a
+	// header to every request.
+	tr.DisableCompression = true
 	c := &Client{
 		base:      strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
 		hc:        &http.Client{Transport: tr},
@@ -300,14 +304,35 @@ func (e *remoteError) Unwrap() error { return e.kind.err }
 // decodeLease reads a lease answer.
 func decodeLease(op, key string, resp *response) (lease.Lease, error) {
 	var j LeaseJSON
-	if err := json.Unmarshal(resp.body, &j); err != nil {
-		return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
+	if !scanLeaseJSON(resp.body, &j) {
+		if err := json.Unmarshal(resp.body, &j); err != nil {
+			return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
+		}
 	}
 	l, err := j.Lease()
 	if err != nil {
 		return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
 	}
 	return l, nil
+}
+
+// scanLeaseJSON reads body into j with the request decoder's scanner when
+// body is a lease exactly as this package's server writes it, which is what
+// the answers are; it reports false for anything else (a member it does not
+// know, from a newer server, say), which json.Unmarshal then reads with its
+// usual leniency. For the bodies the scanner accepts, both read the same.
+func scanLeaseJSON(body []byte, j *LeaseJSON) bool {
+	var token, ttl uint64
+	err := decodeObject(body, []*field{
+		{name: "key", str: &j.Key}, {name: "owner", str: &j.Owner}, {name: "token", num: &token},
+		{name: "id", str: &j.ID}, {name: "ttl_ms", num: &ttl}, {name: "expires_at", str: &j.ExpiresAt},
+	})
+	if err != nil || ttl > math.MaxInt64 {
+		*j = LeaseJSON{}
+		return false
+	}
+	j.Token, j.TTLMillis = lease.Token(token), int64(ttl)
+	return true
 }
 
 type acquireBody struct {

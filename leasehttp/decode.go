@@ -1,17 +1,18 @@
 package leasehttp
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehq/lease"
 )
@@ -53,48 +54,35 @@ type field struct {
 	seen     bool
 }
 
-// decodeBody reads r's body as one JSON object with exactly the given
-// members: unknown or repeated members, members of the wrong type, numbers
-// that are negative, fractional, written with an exponent or beyond uint64,
-// and anything after the object are refused. encoding/json alone would
-// accept "OWNER" for "owner" (it matches case-insensitively), a quoted
-// number into json.Number, and null for anything, so members are matched
-// here by exact name and each value is checked by its first byte.
+// decodeBody reads r's body, at most MaxBodyBytes, as one JSON object with
+// exactly the given members: unknown or repeated members, members of the
+// wrong type, numbers that are negative, fractional, written with an
+// exponent or beyond uint64, and anything after the object are refused.
+// The whole body is read first, so any body over the limit is 413 whatever
+// it holds.
+//
+// encoding/json alone would accept "OWNER" for "owner" (it matches
+// case-insensitively), a repeated member, and null for anything, and walking
+// the object with json.Decoder.Token to check that costs more than the rest
+// of a request. The bodies are small flat objects of strings and whole
+// numbers, so decodeObject scans them itself in one pass and leaves only
+// strings with escapes or non-UTF-8 bytes to encoding/json.
 func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error {
 	if err := checkContentType(r); err != nil {
 		return err
 	}
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	err := decodeObject(dec, fields)
-	if err == nil {
-		// Only whitespace may follow the object.
-		if _, terr := dec.Token(); terr != io.EOF {
-			var tooBig *http.MaxBytesError
-			if errors.As(terr, &tooBig) {
-				err = terr
-			} else {
-				err = badRequest("request body has data after the JSON object")
-			}
-		}
-	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	switch {
+	case errors.As(err, &tooBig):
 		return &requestError{status: http.StatusRequestEntityTooLarge,
 			msg: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
-	}
-	var syn *json.SyntaxError
-	switch {
-	case err == nil:
-	case errors.As(err, &syn):
-		return badRequest("request body is not valid JSON: %v (at byte %d)", syn, syn.Offset)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badRequest("request body ends inside the JSON object")
-	case errors.Is(err, lease.ErrInvalid):
-		return err
-	default:
-		// A read error: the connection broke while the body was sent.
+	case err != nil:
+		// The connection broke while the body was sent.
 		return badRequest("reading request body: %v", err)
+	}
+	if err := decodeObject(body, fields); err != nil {
+		return err
 	}
 	for _, f := range fields {
 		if f.required && !f.seen {
@@ -104,69 +92,167 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error 
 	return nil
 }
 
-func decodeObject(dec *json.Decoder, fields []*field) error {
-	tok, err := dec.Token()
-	if err == io.EOF {
-		return badRequest("request body is empty; want a JSON object")
+// errTruncated is a body that ends inside the object.
+var errTruncated = badRequest("request body ends inside the JSON object")
+
+// scanner is a position in a request body.
+type scanner struct {
+	b []byte
+	i int
+}
+
+// next skips JSON whitespace and returns the byte there, 0 at the end (a
+// NUL byte is never valid JSON outside a string, so 0 is refused either way).
+func (s *scanner) next() byte {
+	for ; s.i < len(s.b); s.i++ {
+		switch c := s.b[s.i]; c {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return c
+		}
 	}
-	if err != nil {
-		return err
+	return 0
+}
+
+// unexpected is the error for the byte at s.i, which is not what the JSON
+// grammar allows there.
+func (s *scanner) unexpected(want string) error {
+	if s.i >= len(s.b) {
+		return errTruncated
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	return badRequest("request body is not valid JSON: want %s, got %s at byte %d", want, quoteName(string(s.b[s.i:s.i+1])), s.i)
+}
+
+// str reads the string whose opening quote is at s.i and returns its
+// contents: a slice of the body when it needs no decoding, else what
+// encoding/json makes of it (which also judges its escapes).
+func (s *scanner) str() ([]byte, error) {
+	start, plain := s.i, true
+	for i := start + 1; i < len(s.b); i++ {
+		switch c := s.b[i]; {
+		case c == '"':
+			s.i = i + 1
+			raw := s.b[start:s.i]
+			if plain && utf8.Valid(raw) {
+				return raw[1 : len(raw)-1], nil
+			}
+			var v string
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return nil, badRequest("request body is not valid JSON: %v (in the string at byte %d)", err, start)
+			}
+			return []byte(v), nil
+		case c == '\\':
+			plain = false
+			i++ // the escaped byte cannot end the string
+		case c < 0x20:
+			s.i = i
+			return nil, s.unexpected("no control character in a string")
+		}
+	}
+	return nil, errTruncated
+}
+
+// decodeObject decodes body, one JSON object whose members are among fields,
+// and nothing but whitespace after it.
+func decodeObject(body []byte, fields []*field) error {
+	s := &scanner{b: body}
+	switch s.next() {
+	case 0:
+		if s.i == len(s.b) {
+			return badRequest("request body is empty; want a JSON object")
+		}
+		return badRequest("request body must be a JSON object")
+	case '{':
+		s.i++
+	default:
 		return badRequest("request body must be a JSON object")
 	}
-	for dec.More() {
-		tok, err := dec.Token()
+	if s.next() == '}' {
+		s.i++
+	} else {
+		for {
+			if s.next() != '"' {
+				return s.unexpected("a member name")
+			}
+			name, err := s.str()
+			if err != nil {
+				return err
+			}
+			var f *field
+			for _, c := range fields {
+				if c.name == string(name) {
+					f = c
+					break
+				}
+			}
+			if f == nil {
+				return badRequest("unknown field %s", quoteName(string(name)))
+			}
+			if f.seen {
+				return badRequest("field %q appears more than once", f.name)
+			}
+			f.seen = true
+			if s.next() != ':' {
+				return s.unexpected("':'")
+			}
+			s.i++
+			if err := f.set(s); err != nil {
+				return err
+			}
+			c := s.next()
+			if c == ',' {
+				s.i++
+				continue
+			}
+			if c != '}' {
+				return s.unexpected("',' or '}'")
+			}
+			s.i++
+			break
+		}
+	}
+	if s.next(); s.i < len(s.b) {
+		return badRequest("request body has data after the JSON object")
+	}
+	return nil
+}
+
+// set reads f's value at s.
+func (f *field) set(s *scanner) error {
+	c := s.next()
+	if f.str != nil {
+		if c != '"' {
+			return badRequest("field %q must be a string", f.name)
+		}
+		v, err := s.str()
 		if err != nil {
 			return err
 		}
-		name, _ := tok.(string) // inside an object the decoder yields only string keys
-		var f *field
-		for _, c := range fields {
-			if c.name == name {
-				f = c
-				break
-			}
-		}
-		if f == nil {
-			return badRequest("unknown field %s", quoteName(name))
-		}
-		if f.seen {
-			return badRequest("field %q appears more than once", f.name)
-		}
-		f.seen = true
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return err
-		}
-		if err := f.set(raw); err != nil {
-			return err
-		}
-	}
-	_, err = dec.Token() // the closing brace; More has seen it
-	return err
-}
-
-func (f *field) set(raw json.RawMessage) error {
-	raw = bytes.TrimSpace(raw)
-	if f.str != nil {
-		if len(raw) == 0 || raw[0] != '"' {
-			return badRequest("field %q must be a string", f.name)
-		}
-		return json.Unmarshal(raw, f.str)
+		*f.str = string(v)
+		return nil
 	}
 	switch {
-	case len(raw) > 0 && raw[0] == '-':
+	case c == '-':
 		return badRequest("field %q must not be negative", f.name)
-	case len(raw) == 0 || raw[0] < '0' || raw[0] > '9':
+	case c < '0' || c > '9':
 		return badRequest("field %q must be a number", f.name)
 	}
-	n, err := strconv.ParseUint(string(raw), 10, 64)
-	if errors.Is(err, strconv.ErrRange) {
-		return badRequest("field %q is too large", f.name)
+	start := s.i
+	var n uint64
+	tooLarge := false
+	for ; s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9'; s.i++ {
+		d := uint64(s.b[s.i] - '0')
+		tooLarge = tooLarge || n > (math.MaxUint64-d)/10
+		n = n*10 + d
 	}
-	if err != nil {
-		return badRequest("field %q must be a whole number without fraction or exponent, got %s", f.name, quoteName(string(raw)))
+	digits := s.b[start:s.i]
+	switch {
+	case s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E'):
+		return badRequest("field %q must be a whole number without fraction or exponent", f.name)
+	case len(digits) > 1 && digits[0] == '0':
+		return badRequest("request body is not valid JSON: field %q has a leading zero", f.name)
+	case tooLarge:
+		return badRequest("field %q is too large", f.name)
 	}
 	*f.num = n
 	return nil
@@ -178,6 +264,9 @@ func (f *field) set(raw json.RawMessage) error {
 // anywhere without a preflight, but not application/json.
 func checkContentType(r *http.Request) error {
 	ct := r.Header.Get("Content-Type")
+	if ct == "application/json" {
+		return nil // what every client sends; ParseMediaType would build a map for it
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
 		return &requestError{status: http.StatusUnsupportedMediaType,

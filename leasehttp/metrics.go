@@ -1,6 +1,10 @@
 package leasehttp
 
 import (
+	"net/http"
+	"strconv"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,29 +23,69 @@ const (
 // and the HTTP status, so the number of series stays fixed however many
 // keys there are.
 type metrics struct {
-	acquisitions *prometheus.CounterVec
-	renewals     *prometheus.CounterVec
-	releases     *prometheus.CounterVec
+	acquisitions outcomes // acquired, held, error
+	renewals     outcomes // renewed, not_held, error
+	releases     outcomes // released, not_held, error
 	expirations  prometheus.Counter
 	active       prometheus.Gauge
 	waiters      prometheus.Gauge
 	duration     *prometheus.HistogramVec
 }
 
+// outcomes are the three series of one operation's counter, looked up once:
+// finding a series by its label value hashes the value and takes a lock,
+// on every request.
+type outcomes struct {
+	done    prometheus.Counter // acquired, renewed, released
+	refused prometheus.Counter // held, not_held
+	failed  prometheus.Counter // error
+}
+
+// newOutcomes also makes the series exist from the start, so that rate()
+// and absent() alerts work before the first event.
+func newOutcomes(v *prometheus.CounterVec, done, refused string) outcomes {
+	return outcomes{v.WithLabelValues(done), v.WithLabelValues(refused), v.WithLabelValues(resultError)}
+}
+
+// routeDuration observes the request durations of one route.
+type routeDuration struct {
+	byCode prometheus.ObserverVec // the histogram curried with this route
+	ok     prometheus.Observer    // its series for code 200, the common answer; nil for none
+}
+
+func (m *metrics) routeDuration(route string, okExpected bool) routeDuration {
+	d := routeDuration{byCode: m.duration.MustCurryWith(prometheus.Labels{"route": route})}
+	if okExpected {
+		d.ok = d.byCode.WithLabelValues("200")
+	}
+	return d
+}
+
+func (d routeDuration) observe(status int, dur time.Duration) {
+	o := d.ok
+	if status != http.StatusOK || o == nil {
+		o = d.byCode.WithLabelValues(strconv.Itoa(status))
+	}
+	o.Observe(dur.Seconds())
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	acquisitions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "lease", Name: "acquisitions_total",
+		Help: "Acquire requests answered by the backend, by result: acquired, held (also a wait that ended without the lease) or error.",
+	}, []string{"result"})
+	renewals := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "lease", Name: "renewals_total",
+		Help: "Renew requests answered by the backend, by result: renewed, not_held or error.",
+	}, []string{"result"})
+	releases := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "lease", Name: "releases_total",
+		Help: "Release requests answered by the backend, by result: released, not_held or error.",
+	}, []string{"result"})
 	m := &metrics{
-		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "lease", Name: "acquisitions_total",
-			Help: "Acquire requests answered by the backend, by result: acquired, held (also a wait that ended without the lease) or error.",
-		}, []string{"result"}),
-		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "lease", Name: "renewals_total",
-			Help: "Renew requests answered by the backend, by result: renewed, not_held or error.",
-		}, []string{"result"}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "lease", Name: "releases_total",
-			Help: "Release requests answered by the backend, by result: released, not_held or error.",
-		}, []string{"result"}),
+		acquisitions: newOutcomes(acquisitions, resultAcquired, resultHeld),
+		renewals:     newOutcomes(renewals, resultRenewed, resultNotHeld),
+		releases:     newOutcomes(releases, resultReleased, resultNotHeld),
 		expirations: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "lease", Name: "expirations_total",
 			Help: "Leases granted or renewed through this server that expired without a release: holders that stopped renewing.",
@@ -61,21 +105,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 13),
 		}, []string{"route", "code"}),
 	}
-	for _, c := range []prometheus.Collector{m.acquisitions, m.renewals, m.releases, m.expirations, m.active, m.waiters, m.duration} {
+	for _, c := range []prometheus.Collector{acquisitions, renewals, releases, m.expirations, m.active, m.waiters, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
-	}
-	// Series that exist from the start make rate() and absent() alerts work
-	// before the first event.
-	for _, r := range []string{resultAcquired, resultHeld, resultError} {
-		m.acquisitions.WithLabelValues(r)
-	}
-	for _, r := range []string{resultRenewed, resultNotHeld, resultError} {
-		m.renewals.WithLabelValues(r)
-	}
-	for _, r := range []string{resultReleased, resultNotHeld, resultError} {
-		m.releases.WithLabelValues(r)
 	}
 	return m, nil
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +48,7 @@ type Server struct {
 	maxWait  time.Duration
 	mux      *http.ServeMux
 	routes   map[string]http.Handler // by pattern, as registered in mux
+	badPath  http.Handler            // answers a /v1/ path with an empty or dot segment
 	metrics  *metrics
 	tracker  *tracker
 	queues   *queues
@@ -185,6 +185,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	metricsHandler := promhttp.HandlerFor(cfg.gat, promhttp.HandlerOpts{})
 	s.handle("GET /metrics", func(w *responseWriter, r *http.Request) { metricsHandler.ServeHTTP(w, r) })
 	s.handle("/", s.handleNoRoute)
+	s.badPath = s.wrap("other", s.handleBadPath)
 	return s, nil
 }
 
@@ -195,10 +196,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// ServeMux would answer a redirect to the cleaned path, which for
 		// "/v1/leases//acquire" names another resource. An empty key, or a
 		// key "." or ".." not written %2E, is a client mistake: say so.
-		s.wrap("other", func(w *responseWriter, r *http.Request) {
-			s.writeError(w, badRequest("path %s has an empty segment or a segment . or ..; a key is one "+
-				"non-empty path segment, with / written %%2F and a key . or .. written %%2E", quoteName(p)))
-		}).ServeHTTP(w, r)
+		s.badPath.ServeHTTP(w, r)
 		return
 	}
 	if rest, ok := strings.CutPrefix(p, "/v1/leases/"); ok {
@@ -223,7 +221,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // canonicalPath reports whether p has no empty, "." or ".." segment.
 func canonicalPath(p string) bool {
-	for _, seg := range strings.Split(p[1:], "/") {
+	for seg := range strings.SplitSeq(p[1:], "/") {
 		if seg == "" || seg == "." || seg == ".." {
 			return false
 		}
@@ -298,6 +296,7 @@ func (s *Server) handle(pattern string, h func(*responseWriter, *http.Request)) 
 
 // wrap adds the metrics and the log line to h.
 func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http.Handler {
+	duration := s.metrics.routeDuration(route, route != "other")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rw := &responseWriter{ResponseWriter: w}
@@ -306,7 +305,7 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 			rw.status = http.StatusOK
 		}
 		d := time.Since(start)
-		s.metrics.duration.WithLabelValues(route, strconv.Itoa(rw.status)).Observe(d.Seconds())
+		duration.observe(rw.status, d)
 		level := slog.LevelDebug
 		switch {
 		case r.Context().Err() != nil:
@@ -443,12 +442,12 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 	}
 	switch {
 	case err == nil:
-		s.metrics.acquisitions.WithLabelValues(resultAcquired).Inc()
+		s.metrics.acquisitions.done.Inc()
 		s.tracker.granted(l)
 	case errors.Is(err, lease.ErrHeld):
-		s.metrics.acquisitions.WithLabelValues(resultHeld).Inc()
+		s.metrics.acquisitions.refused.Inc()
 	default:
-		s.metrics.acquisitions.WithLabelValues(resultError).Inc()
+		s.metrics.acquisitions.failed.Inc()
 	}
 	if err != nil {
 		s.writeError(w, err)
@@ -540,15 +539,15 @@ func (s *Server) handleRenew(w *responseWriter, r *http.Request) {
 	l, err := s.backend.Renew(ctx, lease.Lease{Key: key, Token: req.Token, ID: req.ID}, req.TTL)
 	switch {
 	case err == nil:
-		s.metrics.renewals.WithLabelValues(resultRenewed).Inc()
+		s.metrics.renewals.done.Inc()
 		s.tracker.renewed(l)
 		writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
 		return
 	case errors.Is(err, lease.ErrNotHeld):
-		s.metrics.renewals.WithLabelValues(resultNotHeld).Inc()
+		s.metrics.renewals.refused.Inc()
 		s.tracker.notHeld(key, req.Token)
 	default:
-		s.metrics.renewals.WithLabelValues(resultError).Inc()
+		s.metrics.renewals.failed.Inc()
 	}
 	s.writeError(w, err)
 }
@@ -568,16 +567,16 @@ func (s *Server) handleRelease(w *responseWriter, r *http.Request) {
 	err = s.backend.Release(ctx, lease.Lease{Key: key, Token: req.Token, ID: req.ID})
 	switch {
 	case err == nil:
-		s.metrics.releases.WithLabelValues(resultReleased).Inc()
+		s.metrics.releases.done.Inc()
 		s.tracker.released(key, req.Token)
 		s.queues.released(key)
 		writeJSON(w, http.StatusOK, struct{}{})
 		return
 	case errors.Is(err, lease.ErrNotHeld):
-		s.metrics.releases.WithLabelValues(resultNotHeld).Inc()
+		s.metrics.releases.refused.Inc()
 		s.tracker.notHeld(key, req.Token)
 	default:
-		s.metrics.releases.WithLabelValues(resultError).Inc()
+		s.metrics.releases.failed.Inc()
 	}
 	s.writeError(w, err)
 }
@@ -648,6 +647,12 @@ func (s *Server) handleReadyz(w *responseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// handleBadPath answers a /v1/ path that is not canonical (see ServeHTTP).
+func (s *Server) handleBadPath(w *responseWriter, r *http.Request) {
+	s.writeError(w, badRequest("path %s has an empty segment or a segment . or ..; a key is one "+
+		"non-empty path segment, with / written %%2F and a key . or .. written %%2E", quoteName(r.URL.EscapedPath())))
 }
 
 func (s *Server) handleNoRoute(w *responseWriter, r *http.Request) {

@@ -20,48 +20,54 @@ const expiryGrace = 250 * time.Millisecond
 // traffic: leases handled by another server in front of the same backend,
 // or held before this process started and never renewed through it, are
 // not counted. One timer, armed for the earliest deadline, does the
-// counting; nothing runs while no lease is tracked.
+// counting; nothing runs while no lease is tracked. A release takes its
+// lease out of the deadline heap at once, so the heap holds only the
+// leases alive: a busy server that grants and releases many short-lived
+// keys under long TTLs keeps nothing for them.
 type tracker struct {
 	m   *metrics
 	now func() time.Time
 
 	mu     sync.Mutex
-	leases map[string]tracked
-	dl     deadlines
-	seq    uint64
+	leases map[string]*tracked
+	dl     deadlines // the same entries, by deadline
 	timer  *time.Timer
 	at     time.Time // when timer fires
 	closed bool
 }
 
+// tracked is the generation of one key last granted or renewed here.
 type tracked struct {
+	key   string
 	token lease.Token
-	seq   uint64 // of the deadline entry that is current
+	at    time.Time // counted as expired then
+	index int       // in the deadlines heap
 }
 
-type deadline struct {
-	at  time.Time
-	key string
-	seq uint64
-}
-
-// deadlines is a min-heap by time. Entries replaced by a renewal stay in it
-// until their time comes and are then dropped, as their seq is stale.
-type deadlines []deadline
+// deadlines is a min-heap of the tracked leases by deadline.
+type deadlines []*tracked
 
 func (d deadlines) Len() int           { return len(d) }
 func (d deadlines) Less(i, j int) bool { return d[i].at.Before(d[j].at) }
-func (d deadlines) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
-func (d *deadlines) Push(x any)        { *d = append(*d, x.(deadline)) }
+func (d deadlines) Swap(i, j int) {
+	d[i], d[j] = d[j], d[i]
+	d[i].index, d[j].index = i, j
+}
+func (d *deadlines) Push(x any) {
+	e := x.(*tracked)
+	e.index = len(*d)
+	*d = append(*d, e)
+}
 func (d *deadlines) Pop() any {
 	old := *d
-	x := old[len(old)-1]
+	e := old[len(old)-1]
+	old[len(old)-1] = nil // let the entry go
 	*d = old[:len(old)-1]
-	return x
+	return e
 }
 
 func newTracker(m *metrics) *tracker {
-	return &tracker{m: m, now: time.Now, leases: map[string]tracked{}}
+	return &tracker{m: m, now: time.Now, leases: map[string]*tracked{}}
 }
 
 // granted records a new generation on l.Key. A previous generation still
@@ -89,8 +95,7 @@ func (t *tracker) released(key string, token lease.Token) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cur, ok := t.leases[key]; ok && cur.token == token {
-		delete(t.leases, key)
-		t.m.active.Set(float64(len(t.leases)))
+		t.removeLocked(cur)
 	}
 }
 
@@ -101,9 +106,8 @@ func (t *tracker) notHeld(key string, token lease.Token) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cur, ok := t.leases[key]; ok && cur.token == token {
-		delete(t.leases, key)
+		t.removeLocked(cur)
 		t.m.expirations.Inc()
-		t.m.active.Set(float64(len(t.leases)))
 	}
 }
 
@@ -111,12 +115,24 @@ func (t *tracker) setLocked(l lease.Lease) {
 	if t.closed {
 		return
 	}
-	t.seq++
-	t.leases[l.Key] = tracked{token: l.Token, seq: t.seq}
 	at := t.now().Add(l.TTL + expiryGrace)
-	heap.Push(&t.dl, deadline{at: at, key: l.Key, seq: t.seq})
-	t.m.active.Set(float64(len(t.leases)))
+	if e, ok := t.leases[l.Key]; ok {
+		e.token, e.at = l.Token, at
+		heap.Fix(&t.dl, e.index)
+	} else {
+		e := &tracked{key: l.Key, token: l.Token, at: at}
+		t.leases[l.Key] = e
+		heap.Push(&t.dl, e)
+		t.m.active.Set(float64(len(t.leases)))
+	}
 	t.armLocked()
+}
+
+func (t *tracker) removeLocked(e *tracked) {
+	heap.Remove(&t.dl, e.index)
+	delete(t.leases, e.key)
+	t.m.active.Set(float64(len(t.leases)))
+	// The timer may now fire for nothing; sweep then arms it anew.
 }
 
 // armLocked makes the timer fire at the earliest deadline.
@@ -142,11 +158,9 @@ func (t *tracker) sweep() {
 	t.timer = nil
 	now := t.now()
 	for len(t.dl) > 0 && !t.dl[0].at.After(now) {
-		d := heap.Pop(&t.dl).(deadline)
-		if cur, ok := t.leases[d.key]; ok && cur.seq == d.seq {
-			delete(t.leases, d.key)
-			t.m.expirations.Inc()
-		}
+		e := heap.Pop(&t.dl).(*tracked)
+		delete(t.leases, e.key)
+		t.m.expirations.Inc()
 	}
 	t.m.active.Set(float64(len(t.leases)))
 	t.armLocked()

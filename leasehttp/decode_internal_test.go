@@ -1,0 +1,192 @@
+package leasehttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// decodeObject scans request bodies itself. These tests hold it to a
+// reference built from encoding/json's tokenizer, slow but plainly right:
+// both must accept the same bodies, with the same values.
+
+// wholeNumber is a JSON number with no sign, fraction or exponent.
+var wholeNumber = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
+
+// referenceDecode decodes body as an object with a string member "s" and
+// whole-number members "n" and "m", each optional, refusing what
+// decodeObject must refuse.
+func referenceDecode(body []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != json.Delim('{') {
+		return nil, errors.New("not an object")
+	}
+	out := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name := tok.(string)
+		if name != "s" && name != "n" && name != "m" {
+			return nil, errors.New("unknown member")
+		}
+		if _, dup := out[name]; dup {
+			return nil, errors.New("repeated member")
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		if name == "s" {
+			var v string
+			if raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
+				return nil, errors.New("not a string")
+			}
+			out[name] = v
+			continue
+		}
+		if !wholeNumber.Match(raw) {
+			return nil, errors.New("not a whole number")
+		}
+		n, err := strconv.ParseUint(string(raw), 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = n
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the object")
+	}
+	return out, nil
+}
+
+// scannerDecode is decodeObject with the members referenceDecode knows.
+func scannerDecode(body []byte) (map[string]any, error) {
+	var s string
+	var n, m uint64
+	fs := []*field{{name: "s", str: &s}, {name: "n", num: &n}, {name: "m", num: &m}}
+	if err := decodeObject(body, fs); err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if fs[0].seen {
+		out["s"] = s
+	}
+	if fs[1].seen {
+		out["n"] = n
+	}
+	if fs[2].seen {
+		out["m"] = m
+	}
+	return out, nil
+}
+
+func checkLikeReference(t *testing.T, body []byte) {
+	t.Helper()
+	want, werr := referenceDecode(body)
+	got, gerr := scannerDecode(body)
+	switch {
+	case werr != nil && gerr == nil:
+		t.Fatalf("%q: decodeObject accepted it as %v; encoding/json refuses it: %v", body, got, werr)
+	case werr == nil && gerr != nil:
+		t.Fatalf("%q: decodeObject refused it (%v); encoding/json reads %v", body, gerr, want)
+	case gerr != nil:
+		var re *requestError
+		if !errors.As(gerr, &re) || re.status != 400 {
+			t.Fatalf("%q: refused with %v, want a 400 requestError", body, gerr)
+		}
+	case len(got) != len(want):
+		t.Fatalf("%q: decodeObject read %v, encoding/json %v", body, got, want)
+	default:
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("%q: member %s is %#v, encoding/json reads %#v", body, k, got[k], v)
+			}
+		}
+	}
+}
+
+// tricky are bodies at the edges of the grammar, kept as fuzz seeds too.
+var tricky = []string{
+	``, ` `, `{}`, ` {} `, "{}\n", "\t{\r\n}\t", `{`, `}`, `{}}`, `{}{}`, `{} x`, `[]`, `null`, `"s"`, `1`,
+	`{"s":"a"}`, `{"s":"a","n":1,"m":2}`, `{ "s" : "a" , "n" : 1 }`, `{"s":"a",}`, `{,"s":"a"}`, `{"s":"a""n":1}`,
+	`{"s":"a" "n":1}`, `{"s"}`, `{"s":}`, `{"s" "a"}`, `{s:"a"}`, `{'s':'a'}`, `{"S":"a"}`, `{"s":"a","s":"b"}`,
+	`{"\u0073":"a"}`, `{"s":"a","\u0073":"b"}`, `{"s\u0000":"a"}`, `{"s":"\u00e9\ud83d\ude00"}`, `{"s":"\ud800"}`,
+	`{"s":"a\"b\\c\/d\b\f\n\r\t"}`, `{"s":"\x"}`, `{"s":"\u12"}`, `{"s":"\u12G4"}`, "{\"s\":\"a\nb\"}", "{\"s\":\"a\x00\"}",
+	"{\"s\":\"\xff\"}", "{\"s\":\"\xc3\"}", "{\"\xff\":1}", "\xef\xbb\xbf{}", "{\"s\":\"a\"}\x00", `{"s":"a`, `{"s":"a\`,
+	`{"s":"a\"}`, `{"s":1}`, `{"s":null}`, `{"s":true}`, `{"s":{}}`, `{"s":[]}`, `{"n":"1"}`, `{"n":null}`,
+	`{"n":0}`, `{"n":00}`, `{"n":01}`, `{"n":-0}`, `{"n":-1}`, `{"n":1.0}`, `{"n":1.}`, `{"n":.1}`, `{"n":1e3}`,
+	`{"n":1E3}`, `{"n":1e}`, `{"n":+1}`, `{"n":1x}`, `{"n":1 2}`, `{"n":18446744073709551615}`,
+	`{"n":18446744073709551616}`, `{"n":99999999999999999999}`, `{"n":true}`, `{"n":{}}`, `{"n":1`, `{"n":`,
+	`{"x":1}`, `{"x":{"y":[1,2]}}`, `{"s":"a","x":`, "{\"n\":1}\n\n", `{"n":1}]`,
+}
+
+func TestDecodeObjectMatchesEncodingJSON(t *testing.T) {
+	for _, body := range tricky {
+		checkLikeReference(t, []byte(body))
+	}
+}
+
+func FuzzDecodeObject(f *testing.F) {
+	for _, body := range tricky {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkLikeReference(t, body) })
+}
+
+// answers are lease answers as the server writes them, and near misses.
+var answers = []string{
+	`{"key":"jobs/nightly","owner":"host-42","token":7,"id":"9f86d081884c7d659a2feaa0c55ad015","ttl_ms":30000,"expires_at":"2026-12-02T10:00:00.000Z"}`,
+	`{"key":"a\u003cb","owner":"\u00e9","token":9007199254740992,"expires_at":"2026-12-02T10:00:00.000Z"}`,
+	`{"key":"k","owner":"o","token":1,"ttl_ms":1,"expires_at":"x","holder":{}}`,
+	`{"KEY":"k","token":1}`, `{"key":"k","key":"l"}`, `{"token":-1}`, `{"token":1.5}`, `{"ttl_ms":9223372036854775808}`,
+	`{"ttl_ms":null}`, `{"token":"1"}`, `null`, ``, `{}`,
+}
+
+// checkLeaseScan holds scanLeaseJSON to json.Unmarshal: whatever it accepts,
+// Unmarshal must read the same way.
+func checkLeaseScan(t *testing.T, body []byte) {
+	t.Helper()
+	var got, want LeaseJSON
+	if !scanLeaseJSON(body, &got) {
+		if got != (LeaseJSON{}) {
+			t.Fatalf("%q: refused, but left %+v behind", body, got)
+		}
+		return
+	}
+	if err := json.Unmarshal(body, &want); err != nil {
+		t.Fatalf("%q: scanned as %+v; json.Unmarshal refuses it: %v", body, got, err)
+	}
+	if got != want {
+		t.Fatalf("%q: scanned as %+v; json.Unmarshal reads %+v", body, got, want)
+	}
+}
+
+func TestScanLeaseJSONMatchesUnmarshal(t *testing.T) {
+	for _, body := range append(answers, tricky...) {
+		checkLeaseScan(t, []byte(body))
+	}
+	var j LeaseJSON
+	if !scanLeaseJSON([]byte(answers[0]), &j) {
+		t.Fatalf("the server's own answer %s was not scanned", answers[0])
+	}
+}
+
+func FuzzScanLeaseJSON(f *testing.F) {
+	for _, body := range answers {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkLeaseScan(t, body) })
+}
