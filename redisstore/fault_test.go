@@ -27,9 +27,11 @@ func TestNoFalseGrantOnFaults(t *testing.T) {
 	}
 	serverKill := func(t *testing.T, srv *redistest.Server) {
 		srv.Kill(t)
-		// Down for longer than go-redis retries a command, so that some
-		// acquires fail outright.
-		time.Sleep(2 * time.Second)
+		// Down for longer than go-redis retries a command (4 tries, each
+		// of 5 dials 100 ms apart, plus backoff: about 2 s), so that some
+		// acquires fail outright. A call queued behind a pipeline in
+		// flight (see batch.go) may spend two such spans before it fails.
+		time.Sleep(5 * time.Second)
 		srv.Restart(t)
 	}
 	for _, tc := range []struct {

@@ -49,6 +49,7 @@ type Store struct {
 	allowVolatile bool
 	assumeDurable bool
 	notify        *notifier
+	batch         *batcher
 }
 
 var (
@@ -140,6 +141,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		}
 	}
 	s.notify = newNotifier(s)
+	s.batch = &batcher{rdb: client}
 	return s, nil
 }
 
@@ -147,6 +149,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 // calls, and closes the client if Open created it.
 func (s *Store) Close() error {
 	s.notify.close()
+	s.batch.wait()
 	if s.ownsClient {
 		return s.rdb.Close()
 	}
@@ -172,7 +175,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	id := lease.NewID()
 	ids := id.String()
 	ms := ttlMillis(ttl)
-	res, err := acquireScript.Run(ctx, s.rdb, s.keyPair(key), ids, owner, ms, tokenLimit).Text()
+	res, err := s.batch.run(ctx, acquireScript, s.keyPair(key), ids, owner, ms, tokenLimit).Text()
 	if err != nil {
 		return lease.Lease{}, s.fail(ctx, "acquire", key, err)
 	}
@@ -194,7 +197,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err := errors.Join(lease.ValidateLease(l), lease.ValidateTTL(ttl)); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	res, err := renewScript.Run(ctx, s.rdb, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl)).Text()
+	res, err := s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl)).Text()
 	if errors.Is(err, redis.Nil) {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew %q (token %d): %w", l.Key, l.Token, lease.ErrNotHeld)
 	}
@@ -221,7 +224,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	n, err := releaseScript.Run(ctx, s.rdb, []string{s.leaseKey(l.Key)}, proof(l), s.channel, l.Key).Int64()
+	n, err := s.batch.run(ctx, releaseScript, []string{s.leaseKey(l.Key)}, proof(l), s.channel, l.Key).Int64()
 	if err != nil {
 		return s.fail(ctx, "release", l.Key, err)
 	}

@@ -1,0 +1,191 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Concurrent script calls of one Store share round trips. Each call to
+// Redis costs the server a read and a write system call on top of the
+// script, and the client as much again; on a small machine those, not the
+// scripts, bound the throughput of many clients. So a call that finds
+// maxDirect calls already on the wire joins a queue, and the queue is sent
+// as one pipeline (one write, one read on each side) by a flusher goroutine
+// as soon as the connection it waits for is free, like a group commit. A
+// lone caller never waits: with nothing in flight it sends its own call at
+// once, on its own context, exactly as without the queue.
+//
+// Every call keeps its own meaning: a pipeline is not a transaction, each
+// script in it is atomic by itself, and go-redis retries a pipeline after a
+// dropped connection as it retries a single call (see Acquire and Release
+// for why a retry is safe).
+const (
+	// maxDirect is how many calls may be on the wire, each alone, before
+	// later ones queue. Two keep the server busy while a caller's reply
+	// travels back and the next pipeline is formed.
+	maxDirect = 2
+	// maxBatch bounds one pipeline, so a long queue goes out in chunks.
+	maxBatch = 128
+)
+
+// call is one script call through the batcher.
+type call struct {
+	ctx    context.Context
+	script *redis.Script
+	keys   []string
+	args   []any
+
+	// Set by the goroutine that runs the call, then ready is closed.
+	cmd   *redis.Cmd
+	ready chan struct{}
+
+	state callState // guarded by batcher.mu
+}
+
+type callState int
+
+const (
+	queued    callState = iota
+	sent                // taken into a pipeline
+	abandoned           // the caller's ctx ended first; the result is dropped
+)
+
+type batcher struct {
+	rdb redis.UniversalClient
+
+	mu       sync.Mutex
+	inFlight int // direct calls and flushers on the wire
+	queue    []*call
+	flushers sync.WaitGroup
+}
+
+// run runs script on keys and args, alone or in a pipeline with other
+// calls, and returns its reply.
+func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	b.mu.Lock()
+	if b.inFlight < maxDirect {
+		b.inFlight++
+		b.mu.Unlock()
+		cmd := script.Run(ctx, b.rdb, keys, args...)
+		b.done()
+		return cmd
+	}
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, ready: make(chan struct{})}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+
+	select {
+	case <-c.ready:
+		return c.cmd
+	case <-ctx.Done():
+		select {
+		case <-c.ready: // both at once: the reply is worth more
+			return c.cmd
+		default:
+		}
+	}
+	b.mu.Lock()
+	switch c.state {
+	case queued:
+		for i, q := range b.queue {
+			if q == c {
+				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				break
+			}
+		}
+	case sent:
+		// Already on the wire: it may take effect although the caller has
+		// gone, as a single call cancelled mid-flight may.
+	}
+	c.state = abandoned
+	b.mu.Unlock()
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(ctx.Err())
+	return cmd
+}
+
+// done ends a direct call or a flusher's turn: the queue, if any, goes out
+// in the slot just freed.
+func (b *batcher) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if batch := b.takeLocked(); batch != nil {
+		b.flushers.Add(1)
+		go b.flush(batch)
+		return
+	}
+	b.inFlight--
+}
+
+// takeLocked removes up to maxBatch calls from the queue.
+func (b *batcher) takeLocked() []*call {
+	n := min(len(b.queue), maxBatch)
+	if n == 0 {
+		return nil
+	}
+	batch := make([]*call, n)
+	copy(batch, b.queue)
+	b.queue = append(b.queue[:0], b.queue[n:]...)
+	if len(b.queue) == 0 {
+		b.queue = nil // let a burst's backing array go
+	}
+	for _, c := range batch {
+		c.state = sent
+	}
+	return batch
+}
+
+// flush sends batch as one pipeline, then the queue that formed meanwhile,
+// until the queue is empty.
+func (b *batcher) flush(batch []*call) {
+	defer b.flushers.Done()
+	for batch != nil {
+		b.exec(batch)
+		b.mu.Lock()
+		batch = b.takeLocked()
+		if batch == nil {
+			b.inFlight--
+		}
+		b.mu.Unlock()
+	}
+}
+
+// exec runs the calls of batch in one pipeline and hands each its reply.
+// The pipeline's context is no caller's, so that one caller giving up does
+// not fail the others' calls; go-redis' read and write timeouts bound it.
+func (b *batcher) exec(batch []*call) {
+	ctx := context.Background()
+	live := batch[:0:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.cmd = redis.NewCmd(c.ctx)
+			c.cmd.SetErr(err)
+			close(c.ready)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range live {
+			c.cmd = c.script.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return nil
+	})
+	for _, c := range live {
+		// A pipelined EVALSHA cannot fall back to EVAL by itself: after a
+		// restart or SCRIPT FLUSH, run the call again alone, which loads it.
+		// The script did not run, so running it again is its first run.
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+		}
+		close(c.ready)
+	}
+}
+
+// wait returns when no flusher is running.
+func (b *batcher) wait() { b.flushers.Wait() }
