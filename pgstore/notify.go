@@ -43,7 +43,7 @@ func (s *Store) WaitChange(ctx context.Context, key string) error {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil
 	case err != nil:
-		return s.fail(ctx, "waiting for", key, err)
+		return s.fail(ctx, fmt.Sprintf("waiting for %q", key), err)
 	}
 	t := time.NewTimer(time.Duration(left)*time.Microsecond + time.Millisecond)
 	defer t.Stop()

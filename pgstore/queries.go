@@ -6,7 +6,42 @@ import "strconv"
 // Each operation is one statement, sent in one round trip (pgx prepares it
 // once per connection and then only binds and executes).
 type queries struct {
-	acquire, renew, release, get, list, wait string
+	// acquire, renew and release serve one operation or a batch of them on
+	// distinct keys (batch.go).
+	acquire, renew, release stmt
+	get, list, wait         string
+}
+
+// stmt is a statement in two forms with one body: for a lone operation,
+// with scalar parameters, and for a batch, with arrays unnested into rows.
+// Both bind the operations to a relation req and find the rows with the
+// condition key <match>. A lone operation does not pay for arrays and a
+// join (the planner folds its one-row req into constants), and a batch
+// gets exactly what each of its operations would have got alone.
+type stmt struct{ one, many string }
+
+// batched builds both forms of a statement. cols are req's columns after
+// key, with their types; body is the statement after the WITH list's req.
+func batched(cols [][2]string, body func(match string) string) stmt {
+	one := `SELECT $1::text COLLATE "C" AS key`
+	arrays, names := `$1::text[]`, `key`
+	for i, c := range cols {
+		p := "$" + strconv.Itoa(i+2)
+		one += ", " + p + "::" + c[1] + " AS " + c[0]
+		arrays += ", " + p + "::" + c[1] + "[]"
+		names += ", " + c[0]
+	}
+	many := `SELECT r.key COLLATE "C" AS key`
+	for _, c := range cols {
+		many += ", r." + c[0]
+	}
+	many += ` FROM unnest(` + arrays + `) AS r(` + names + `)`
+	// NOT MATERIALIZED: req is inlined where it is used, so that the lone
+	// form's constants reach the index conditions.
+	return stmt{
+		one:  `WITH req AS NOT MATERIALIZED (` + one + `)` + body(`= $1`),
+		many: `WITH req AS NOT MATERIALIZED (` + many + `)` + body(`= ANY ($1::text[])`),
+	}
 }
 
 // expiresAt turns a TTL in nanoseconds into an expiry on the server's clock.
@@ -17,46 +52,65 @@ func expiresAt(ttlNS string) string {
 }
 
 func newQueries(n names) queries {
+	tryLock := `pg_try_advisory_xact_lock(` + strconv.Itoa(int(n.lockClass)) + `, hashtext(req.key))`
 	return queries{
-		// cur reads the key's row without locking it. Only if it is absent
-		// or expired does ins try the upsert: a try on a held key is a pure
-		// read, with no row lock, no transaction ID and so no commit record
-		// or WAL flush. The upsert's own WHERE decides races: a concurrent
-		// acquire that commits first leaves the row unexpired, and then the
-		// statement returns no row at all.
+		// cur reads the keys' rows without locking them. Only a key whose row
+		// is expired goes on to upd, and only a key without a row to ins: a
+		// try on a held key is a pure read, with no row lock (upd's WHERE
+		// fails on the row before it is locked), and a statement that finds
+		// all its keys held gets no transaction ID and so writes no commit
+		// record and flushes no WAL. Races are decided on the row's latest
+		// version: upd's WHERE is checked again on it after a concurrent
+		// writer commits (a concurrent acquire leaves it unexpired), and ins
+		// does nothing on a key inserted meanwhile. Either way that key gets
+		// no row back at all. An expired row is updated in place rather than
+		// upserted: one WAL record (a HOT update) instead of a tuple lock and
+		// an update.
 		//
-		// Before upserting, contenders for one free key also try a
+		// Before writing, contenders for one free key also try a
 		// transaction-scoped advisory lock on (table class, hash of key),
 		// which lives in memory only: all but one give up at once, read-only,
 		// instead of queueing for the winner's row lock and then writing a
 		// row lock and a commit of their own (ANCHORS.md: 17 WAL flushes per
-		// hand-over). The advisory lock is only a filter — the upsert's WHERE
-		// stays the judge — so a hash collision costs at worst a spurious
-		// "held" that the caller retries.
+		// hand-over). The advisory lock is only a filter — the row's own
+		// expiry stays the judge — so a hash collision costs at worst a
+		// spurious "held" that the caller retries. The CASE tries it only
+		// for keys cur saw free.
 		//
-		// $1 key, $2 id, $3 owner, $4 ttl in ns.
-		acquire: `WITH cur AS MATERIALIZED (
-	SELECT token, owner, ttl_ns, expires_at, expires_at > clock_timestamp() AS live
-	FROM ` + n.leases + ` WHERE key = $1
+		// Parameters: keys, ids, owners, TTLs in ns.
+		acquire: batched([][2]string{{"id", "bytea"}, {"owner", "text"}, {"ttl_ns", "bigint"}}, func(match string) string {
+			return `, cur AS MATERIALIZED (
+	SELECT key, token, owner, ttl_ns, expires_at, expires_at > clock_timestamp() AS live
+	FROM ` + n.leases + ` WHERE key ` + match + `
+), upd AS (
+	UPDATE ` + n.leases + ` AS l SET token = l.token + 1, id = req.id, owner = req.owner,
+		ttl_ns = req.ttl_ns, expires_at = ` + expiresAt("req.ttl_ns") + `, wanted = false
+	FROM req
+	WHERE l.key ` + match + ` AND l.key = req.key AND l.expires_at <= clock_timestamp()
+		AND CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key AND cur.live) THEN false ELSE ` + tryLock + ` END
+	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at
 ), ins AS (
 	INSERT INTO ` + n.leases + ` AS l (key, token, id, owner, ttl_ns, expires_at)
-	SELECT $1::text, 1, $2::bytea, $3::text, $4::bigint, ` + expiresAt("$4::bigint") + `
-	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.live) THEN false
-		ELSE pg_try_advisory_xact_lock(` + strconv.Itoa(int(n.lockClass)) + `, hashtext($1::text)) END
-	ON CONFLICT (key) DO UPDATE SET
-		token = l.token + 1, id = EXCLUDED.id, owner = EXCLUDED.owner, ttl_ns = EXCLUDED.ttl_ns,
-		expires_at = ` + expiresAt("EXCLUDED.ttl_ns") + `, wanted = false
-	WHERE l.expires_at <= clock_timestamp()
-	RETURNING true, token, owner, ttl_ns, expires_at
+	SELECT req.key, 1, req.id, req.owner, req.ttl_ns, ` + expiresAt("req.ttl_ns") + `
+	FROM req
+	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + tryLock + ` END
+	ON CONFLICT (key) DO NOTHING
+	RETURNING l.key, true, l.token, l.owner, l.ttl_ns, l.expires_at
 )
-SELECT * FROM ins
-UNION ALL
-SELECT false, token, owner, ttl_ns, expires_at FROM cur WHERE live AND NOT EXISTS (SELECT FROM ins)`,
+SELECT * FROM upd
+UNION ALL SELECT * FROM ins
+UNION ALL SELECT key, false, token, owner, ttl_ns, expires_at FROM cur WHERE live`
+		}),
 
-		// $1 key, $2 token, $3 id, $4 ttl in ns.
-		renew: `UPDATE ` + n.leases + ` SET ttl_ns = $4::bigint, expires_at = ` + expiresAt("$4::bigint") + `
-WHERE key = $1 AND token = $2 AND id = $3 AND expires_at > clock_timestamp()
-RETURNING owner, expires_at`,
+		// Parameters: keys, tokens, ids, TTLs in ns.
+		renew: batched([][2]string{{"token", "bigint"}, {"id", "bytea"}, {"ttl_ns", "bigint"}}, func(match string) string {
+			return `
+UPDATE ` + n.leases + ` AS l SET ttl_ns = req.ttl_ns, expires_at = ` + expiresAt("req.ttl_ns") + `
+FROM req
+WHERE l.key ` + match + ` AND l.key = req.key AND l.token = req.token AND l.id = req.id
+	AND l.expires_at > clock_timestamp()
+RETURNING l.key, l.owner, l.expires_at`
+		}),
 
 		// Release keeps the row (its token is the key's high-water mark) and
 		// marks it free. If a WaitChange marked the generation wanted, it
@@ -70,13 +124,15 @@ RETURNING owner, expires_at`,
 		// look held until its TTL, and the next durable commit on the server
 		// flushes it anyway.
 		//
-		// $1 key, $2 token, $3 id, $4 channel.
-		release: `WITH rel AS (
-	UPDATE ` + n.leases + ` SET expires_at = '-infinity'
-	WHERE key = $1 AND token = $2 AND id = $3 AND expires_at > clock_timestamp()
-	RETURNING key, wanted
-)
-SELECT CASE WHEN wanted THEN pg_notify($4::text, key) END, set_config('synchronous_commit', 'off', true) FROM rel`,
+		// Parameters: keys, tokens, ids; the channel.
+		release: batched([][2]string{{"token", "bigint"}, {"id", "bytea"}}, func(match string) string {
+			return `
+UPDATE ` + n.leases + ` AS l SET expires_at = '-infinity'
+FROM req
+WHERE l.key ` + match + ` AND l.key = req.key AND l.token = req.token AND l.id = req.id
+	AND l.expires_at > clock_timestamp()
+RETURNING l.key, CASE WHEN l.wanted THEN pg_notify($4::text, l.key) END, set_config('synchronous_commit', 'off', true)`
+		}),
 
 		get: `SELECT owner, token, ttl_ns, expires_at FROM ` + n.leases + `
 WHERE key = $1 AND expires_at > clock_timestamp()`,

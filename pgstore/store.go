@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,10 @@ type Store struct {
 	closed   atomic.Bool
 
 	notify *notifier
+
+	acquires *batcher[acquireReq, lease.Lease]
+	renews   *batcher[renewReq, lease.Lease]
+	releases *batcher[lease.Lease, struct{}]
 }
 
 var (
@@ -119,6 +125,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n)}
 	s.notify = newNotifier(s)
+	s.acquires = newBatcher(slotsPerOp, maxBatch, s.execAcquire)
+	s.renews = newBatcher(slotsPerOp, maxBatch, s.execRenew)
+	s.releases = newBatcher(slotsPerOp, maxBatch, s.execRelease)
 	return s, nil
 }
 
@@ -156,7 +165,8 @@ func validate(key, owner string, ttl time.Duration) error {
 	return nil
 }
 
-// Acquire implements lease.Backend in one statement. A held key costs a read
+// Acquire implements lease.Backend in one statement, shared with
+// concurrent acquisitions of other keys (batch.go). A held key costs a read
 // only: no row lock, no transaction ID, no WAL, no commit flush (see doc.go).
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := validate(key, owner, ttl); err != nil {
@@ -165,26 +175,99 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	if err := s.ready(ctx); err != nil {
 		return lease.Lease{}, err
 	}
-	id := lease.NewID()
-	var (
-		acquired bool
-		l        = lease.Lease{Key: key}
-		ttlNS    int64
-	)
-	err := s.pool.QueryRow(ctx, s.q.acquire, key, id[:], owner, ttl.Nanoseconds()).
-		Scan(&acquired, &l.Token, &l.Owner, &ttlNS, &l.Expires)
+	l, err := s.acquires.do(ctx, key, acquireReq{owner: owner, ttl: ttl})
+	var ended *endedError
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		// The row was free when we looked, but a concurrent acquire got
-		// there first; its holder is not in our statement's snapshot.
-		return lease.Lease{}, fmt.Errorf("pgstore: %q was just taken by a concurrent acquire: %w", key, lease.ErrHeld)
+	case errors.Is(err, lease.ErrHeld):
+		return lease.Lease{}, err
+	case errors.As(err, &ended) && !ended.sent:
+		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q", key), err)
 	case err != nil:
-		return lease.Lease{}, s.fail(ctx, "acquiring", key, err)
-	case !acquired:
-		return lease.Lease{}, &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+		// The statement may have committed: a lease may now exist that
+		// nobody knows the ID of, until its TTL ends.
+		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q, outcome unknown", key), err)
 	}
-	l.ID, l.TTL = id, ttl
 	return l, nil
+}
+
+type acquireReq struct {
+	owner string
+	ttl   time.Duration
+}
+
+// execAcquire sends one acquire statement for calls, on distinct keys.
+func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease.Lease]) error {
+	keys := make([]string, len(calls))
+	ids := make([][]byte, len(calls))
+	owners := make([]string, len(calls))
+	ttls := make([]int64, len(calls))
+	byKey := make(map[string]*call[acquireReq, lease.Lease], len(calls))
+	sortByKey(calls)
+	for i, c := range calls {
+		id := lease.NewID()
+		keys[i], ids[i], owners[i], ttls[i] = c.key, id[:], c.req.owner, c.req.ttl.Nanoseconds()
+		byKey[c.key] = c
+		c.res = lease.Lease{Key: c.key, ID: id, TTL: c.req.ttl}
+	}
+	sql, args := s.q.acquire.many, []any{keys, ids, owners, ttls}
+	if len(calls) == 1 {
+		sql, args = s.q.acquire.one, []any{keys[0], ids[0], owners[0], ttls[0]}
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		key      string
+		acquired bool
+		token    lease.Token
+		owner    string
+		ttlNS    int64
+		expires  time.Time
+	}
+	got := make([]row, 0, len(calls))
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.key, &r.acquired, &r.token, &r.owner, &r.ttlNS, &r.expires); err != nil {
+			rows.Close()
+			return err
+		}
+		got = append(got, r)
+	}
+	// Only a statement that has committed answers anything.
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	answered := 0
+	for _, r := range got {
+		c := byKey[r.key]
+		if c == nil || c.res.Token != 0 || c.err != nil {
+			return fmt.Errorf("acquire statement returned an unexpected row for %q", r.key)
+		}
+		answered++
+		if !r.acquired {
+			c.res, c.err = lease.Lease{}, &lease.HeldError{Key: r.key, Owner: r.owner, Token: r.token, Expires: r.expires}
+			continue
+		}
+		c.res.Token, c.res.Owner, c.res.Expires = r.token, r.owner, r.expires
+	}
+	if answered == len(calls) {
+		return nil
+	}
+	for _, c := range calls {
+		if c.res.Token == 0 && c.err == nil {
+			// The row was free when we looked, but a concurrent acquire got
+			// there first; its holder is not in our statement's snapshot.
+			c.res, c.err = lease.Lease{}, fmt.Errorf("pgstore: %q was just taken by a concurrent acquire: %w", c.key, lease.ErrHeld)
+		}
+	}
+	return nil
+}
+
+// sortByKey puts a batch in key order (byte-wise, as the table's C
+// collation), so that concurrent statements lock rows in one order.
+func sortByKey[Req, Res any](calls []*call[Req, Res]) {
+	slices.SortFunc(calls, func(a, b *call[Req, Res]) int { return strings.Compare(a.key, b.key) })
 }
 
 // Renew implements lease.Backend. It commits durably: a renewal lost in a
@@ -199,15 +282,71 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err := s.ready(ctx); err != nil {
 		return lease.Lease{}, err
 	}
-	r := lease.Lease{Key: l.Key, Token: l.Token, ID: l.ID, TTL: ttl}
-	err := s.pool.QueryRow(ctx, s.q.renew, l.Key, int64(l.Token), l.ID[:], ttl.Nanoseconds()).Scan(&r.Owner, &r.Expires)
+	r, err := s.renews.do(ctx, l.Key, renewReq{l: l, ttl: ttl})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return lease.Lease{}, fmt.Errorf("pgstore: renewing %q token %d: %w", l.Key, l.Token, lease.ErrNotHeld)
+	case errors.Is(err, lease.ErrNotHeld):
+		return lease.Lease{}, err
 	case err != nil:
-		return lease.Lease{}, s.fail(ctx, "renewing", l.Key, err)
+		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("renewing %q", l.Key), err)
 	}
 	return r, nil
+}
+
+type renewReq struct {
+	l   lease.Lease
+	ttl time.Duration
+}
+
+// execRenew sends one renew statement for calls, on distinct keys.
+func (s *Store) execRenew(ctx context.Context, calls []*call[renewReq, lease.Lease]) error {
+	keys := make([]string, len(calls))
+	tokens := make([]int64, len(calls))
+	ids := make([][]byte, len(calls))
+	ttls := make([]int64, len(calls))
+	byKey := make(map[string]*call[renewReq, lease.Lease], len(calls))
+	sortByKey(calls)
+	for i, c := range calls {
+		keys[i], tokens[i], ids[i], ttls[i] = c.key, int64(c.req.l.Token), c.req.l.ID[:], c.req.ttl.Nanoseconds()
+		byKey[c.key] = c
+	}
+	sql, args := s.q.renew.many, []any{keys, tokens, ids, ttls}
+	if len(calls) == 1 {
+		sql, args = s.q.renew.one, []any{keys[0], tokens[0], ids[0], ttls[0]}
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		key, owner string
+		expires    time.Time
+	}
+	got := make([]row, 0, len(calls))
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.key, &r.owner, &r.expires); err != nil {
+			rows.Close()
+			return err
+		}
+		got = append(got, r)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range got {
+		c := byKey[r.key]
+		if c == nil || c.res.Token != 0 {
+			return fmt.Errorf("renew statement returned an unexpected row for %q", r.key)
+		}
+		l := c.req.l
+		c.res = lease.Lease{Key: l.Key, Owner: r.owner, Token: l.Token, ID: l.ID, TTL: c.req.ttl, Expires: r.expires}
+	}
+	for _, c := range calls {
+		if c.res.Token == 0 {
+			c.err = fmt.Errorf("pgstore: renewing %q token %d: %w", c.key, c.req.l.Token, lease.ErrNotHeld)
+		}
+	}
+	return nil
 }
 
 // Release implements lease.Backend. The row stays, marked free, so that the
@@ -219,12 +358,50 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, s.q.release, l.Key, int64(l.Token), l.ID[:], s.n.channel)
+	_, err := s.releases.do(ctx, l.Key, l)
 	switch {
+	case errors.Is(err, lease.ErrNotHeld):
+		return err
 	case err != nil:
-		return s.fail(ctx, "releasing", l.Key, err)
-	case tag.RowsAffected() == 0:
-		return fmt.Errorf("pgstore: releasing %q token %d: %w", l.Key, l.Token, lease.ErrNotHeld)
+		return s.fail(ctx, fmt.Sprintf("releasing %q", l.Key), err)
+	}
+	return nil
+}
+
+// execRelease sends one release statement for calls, on distinct keys.
+func (s *Store) execRelease(ctx context.Context, calls []*call[lease.Lease, struct{}]) error {
+	keys := make([]string, len(calls))
+	tokens := make([]int64, len(calls))
+	ids := make([][]byte, len(calls))
+	sortByKey(calls)
+	for i, c := range calls {
+		keys[i], tokens[i], ids[i] = c.key, int64(c.req.Token), c.req.ID[:]
+	}
+	sql, args := s.q.release.many, []any{keys, tokens, ids, s.n.channel}
+	if len(calls) == 1 {
+		sql, args = s.q.release.one, []any{keys[0], tokens[0], ids[0], s.n.channel}
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	var released []string
+	for rows.Next() {
+		var key string
+		var notified, setting *string
+		if err := rows.Scan(&key, &notified, &setting); err != nil {
+			rows.Close()
+			return err
+		}
+		released = append(released, key)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, c := range calls {
+		if !slices.Contains(released, c.key) {
+			c.err = fmt.Errorf("pgstore: releasing %q token %d: %w", c.key, c.req.Token, lease.ErrNotHeld)
+		}
 	}
 	return nil
 }
@@ -244,7 +421,7 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	case errors.Is(err, pgx.ErrNoRows):
 		return lease.Lease{}, fmt.Errorf("pgstore: %q: %w", key, lease.ErrNotFound)
 	case err != nil:
-		return lease.Lease{}, s.fail(ctx, "reading", key, err)
+		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("reading %q", key), err)
 	}
 	l.TTL = time.Duration(ttlNS)
 	return l, nil
@@ -265,7 +442,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) 
 	}
 	rows, err := s.pool.Query(ctx, s.q.list, prefix)
 	if err != nil {
-		return nil, s.fail(ctx, "listing", prefix, err)
+		return nil, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
 	}
 	var out []lease.Lease
 	for rows.Next() {
@@ -273,13 +450,13 @@ func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) 
 		var ttlNS int64
 		if err := rows.Scan(&l.Key, &l.Owner, &l.Token, &ttlNS, &l.Expires); err != nil {
 			rows.Close()
-			return nil, s.fail(ctx, "listing", prefix, err)
+			return nil, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
 		}
 		l.TTL = time.Duration(ttlNS)
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail(ctx, "listing", prefix, err)
+		return nil, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
 	}
 	return out, nil
 }
@@ -288,12 +465,12 @@ func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) 
 // operation is unknown to us (the statement may have committed before the
 // connection broke), so it is reported as unavailability, never as an
 // answer.
-func (s *Store) fail(ctx context.Context, op, key string, err error) error {
+func (s *Store) fail(ctx context.Context, what string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: dropped under us
 		s.schemaOK.Store(false)
 	}
-	return s.wrap(ctx, fmt.Sprintf("%s %q", op, key), err)
+	return s.wrap(ctx, what, err)
 }
 
 // wrap makes err match lease.ErrUnavailable, and ctx's error if ctx ended.

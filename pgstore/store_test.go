@@ -164,10 +164,11 @@ func TestHeldAcquireIsReadOnly(t *testing.T) {
 		defer tx.Rollback(ctx)
 		id := lease.NewID()
 		var token int64
-		var owner string
+		var gotKey, owner string
 		var ttl int64
 		var exp time.Time
-		err = tx.QueryRow(ctx, s.q.acquire, key, id[:], "other", time.Minute.Nanoseconds()).Scan(&acquired, &token, &owner, &ttl, &exp)
+		err = tx.QueryRow(ctx, s.q.acquire.many, []string{key}, [][]byte{id[:]}, []string{"other"}, []int64{time.Minute.Nanoseconds()}).
+			Scan(&gotKey, &acquired, &token, &owner, &ttl, &exp)
 		if err != nil {
 			t.Fatalf("acquire statement on %q: %v", key, err)
 		}

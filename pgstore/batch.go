@@ -1,0 +1,237 @@
+package pgstore
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// Group commit on the client side. Acquire, Renew and Release each go
+// through a batcher of their own. An operation that finds a free slot is
+// sent at once, alone, by the goroutine that asked: no timer, no hand-off,
+// so a lone client pays nothing for batching (bbolt's Batch waits 10 ms for
+// company: ANCHORS.md). While every slot has a statement in flight, new
+// operations queue; when a statement ends, the queue leaves as one
+// statement over arrays (unnest) holding up to maxBatch operations on
+// distinct keys, in arrival order. N acquisitions then cost one round trip,
+// one transaction and one WAL flush instead of N of each.
+//
+// Rules:
+//   - operations on one key never share a statement: a later one on a key
+//     already in the batch stays queued for the next (an upsert cannot
+//     touch a row twice, and each operation must see the others' effects
+//     as if it ran alone);
+//   - the batch statement is the statement a lone operation uses (a batch
+//     of one), so a batch answers each operation exactly as it would have
+//     been answered alone, in some order;
+//   - a statement that fails fails every operation in it with its error;
+//     whether it took effect is unknown, as for a lone statement;
+//   - an operation whose context ends while queued leaves the queue and was
+//     never sent; one whose context ends while its statement is in flight
+//     returns at once, its outcome unknown. The statement runs until every
+//     operation in it has given up (then it is cancelled) or it ends.
+
+// slotsPerOp is how many statements of one kind (acquire, renew, release)
+// a Store has in flight at once. Up to that many concurrent operations are
+// sent alone and at once, each its own transaction — PostgreSQL flushes the
+// WAL of concurrent commits together itself; beyond it they batch.
+const slotsPerOp = 2
+
+// maxBatch bounds the operations in one statement: 64 keys of 512 bytes
+// make 32 KiB of parameters, and one transaction's row locks stay few.
+const maxBatch = 64
+
+// batcher sends the operations of one kind, alone or in batches.
+type batcher[Req, Res any] struct {
+	slots, max int
+	// exec sends one statement for calls (distinct keys, at least one) and
+	// sets each call's res and err; an error it returns fails them all.
+	exec func(ctx context.Context, calls []*call[Req, Res]) error
+	// sent, if set (by tests), is called with the keys of every statement
+	// before it is sent.
+	sent atomic.Pointer[func(keys []string)]
+
+	mu       sync.Mutex
+	inflight int               // statements in flight
+	queue    []*call[Req, Res] // waiting for a statement, in arrival order
+	inBatch  map[string]bool   // scratch for take, under mu
+}
+
+// call is one operation in a batcher.
+type call[Req, Res any] struct {
+	ctx  context.Context
+	key  string
+	req  Req
+	res  Res
+	err  error
+	done chan struct{} // closed once res and err are set; nil when sent alone
+	sent bool          // under batcher.mu: taken into a statement
+}
+
+func newBatcher[Req, Res any](slots, max int, exec func(context.Context, []*call[Req, Res]) error) *batcher[Req, Res] {
+	return &batcher[Req, Res]{slots: slots, max: max, exec: exec, inBatch: make(map[string]bool, max)}
+}
+
+// endedError is the error of an operation whose context ended before its
+// answer came. It unwraps to the context's error.
+type endedError struct {
+	sent  bool // its statement was sent: the outcome is unknown
+	cause error
+}
+
+func (e *endedError) Error() string {
+	if e.sent {
+		return "gave up waiting for the answer, outcome unknown: " + e.cause.Error()
+	}
+	return "gave up before it was sent, nothing done: " + e.cause.Error()
+}
+
+func (e *endedError) Unwrap() error { return e.cause }
+
+// do runs one operation on key and returns what exec set for it, the
+// error of its statement, or an *endedError.
+func (b *batcher[Req, Res]) do(ctx context.Context, key string, req Req) (Res, error) {
+	c := &call[Req, Res]{ctx: ctx, key: key, req: req}
+	b.mu.Lock()
+	if b.inflight < b.slots {
+		// A free slot means the queue is empty (finish refills slots from
+		// it first): send alone, now, from this goroutine.
+		b.inflight++
+		c.sent = true
+		b.mu.Unlock()
+		b.send([]*call[Req, Res]{c})
+		b.finish(nil)
+		return c.res, c.err
+	}
+	c.done = make(chan struct{})
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	sent := c.sent
+	if !sent {
+		for i, q := range b.queue {
+			if q == c {
+				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				break
+			}
+		}
+	}
+	b.mu.Unlock()
+	if sent {
+		select {
+		case <-c.done: // the answer came after all
+			return c.res, c.err
+		default:
+		}
+	}
+	var zero Res
+	return zero, &endedError{sent: sent, cause: ctx.Err()}
+}
+
+// send runs one statement for calls and sets their results.
+func (b *batcher[Req, Res]) send(calls []*call[Req, Res]) {
+	if hook := b.sent.Load(); hook != nil {
+		keys := make([]string, len(calls))
+		for i, c := range calls {
+			keys[i] = c.key
+		}
+		(*hook)(keys)
+	}
+	ctx, stop := batchContext(calls)
+	err := b.exec(ctx, calls)
+	stop()
+	for _, c := range calls {
+		if err != nil {
+			c.err = err
+		}
+		if c.done != nil {
+			close(c.done)
+		}
+	}
+}
+
+// finish ends a statement: it refills free slots from the queue. The
+// goroutine of a batch goes on to send the next batch itself (next); others
+// start one goroutine per batch.
+func (b *batcher[Req, Res]) finish(next *[]*call[Req, Res]) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight--
+	for b.inflight < b.slots && len(b.queue) > 0 {
+		batch := b.take()
+		b.inflight++
+		if next != nil {
+			*next, next = batch, nil
+			continue
+		}
+		go b.run(batch)
+	}
+}
+
+// run sends batch, then whatever batches finish hands it.
+func (b *batcher[Req, Res]) run(batch []*call[Req, Res]) {
+	for len(batch) > 0 {
+		b.send(batch)
+		batch = nil
+		b.finish(&batch)
+	}
+}
+
+// take removes the next batch from the queue: up to max operations on
+// distinct keys, in arrival order; operations on a key already taken stay.
+// Called with mu held and the queue not empty.
+func (b *batcher[Req, Res]) take() []*call[Req, Res] {
+	batch := make([]*call[Req, Res], 0, min(len(b.queue), b.max))
+	rest := b.queue[:0]
+	for _, c := range b.queue {
+		if len(batch) < b.max && !b.inBatch[c.key] {
+			b.inBatch[c.key] = true
+			c.sent = true
+			batch = append(batch, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	clear(b.inBatch)
+	clear(b.queue[len(rest):]) // drop references held past the new end
+	b.queue = rest
+	return batch
+}
+
+// state reports statements in flight and operations queued, for tests.
+func (b *batcher[Req, Res]) state() (inflight, queued int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight, len(b.queue)
+}
+
+// batchContext is the context of one statement: a lone operation's own, or
+// for a batch one that ends when every operation's context has ended, so
+// that one caller giving up does not cancel the others' statement.
+func batchContext[Req, Res any](calls []*call[Req, Res]) (context.Context, func()) {
+	if len(calls) == 1 {
+		return calls[0].ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
+	var left atomic.Int32
+	left.Store(int32(len(calls)))
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
