@@ -25,14 +25,17 @@ func (s *Store) ownedCmps(l lease.Lease) []clientv3.Cmp {
 	return append(idCmps(h, l.ID), clientv3.Compare(clientv3.CreateRevision(h), "=", int64(l.Token)))
 }
 
-// createOps start a generation of key on el. The holder key's create
-// revision — this transaction's revision — is the token.
-func (s *Store) createOps(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, floor int64) []clientv3.Op {
-	ops := []clientv3.Op{clientv3.OpPut(s.path(kindHolder, key), holderValue(id, owner, ttl, el.secs), clientv3.WithLease(el.id))}
-	if hw, ok := s.highWaterDue(floor); ok {
-		ops = append(ops, hw)
+// createOps start a generation of key on el, its holder key's value being
+// value (holderValue). The holder key's create revision — this
+// transaction's revision — is the token. hw reports that the ops also raise
+// the high-water mark.
+func (s *Store) createOps(key, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
+	ops = []clientv3.Op{clientv3.OpPut(s.path(kindHolder, key), value, clientv3.WithLease(el.id))}
+	if op, ok := s.highWaterDue(floor); ok {
+		ops = append(ops, op)
+		hw = true
 	}
-	return ops
+	return ops, hw
 }
 
 func kvOf(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
@@ -74,12 +77,13 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	}
 	id := lease.NewID()
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Txn(ctx).If(s.freeCmps(key)...).
-		Then(s.createOps(key, owner, id, ttl, el, floor)...).
-		Else(clientv3.OpGet(s.path(kindHolder, key))).Commit()
+	value := holderValue(id, owner, ttl, el.secs)
+	create, hw := s.createOps(key, value, el, floor)
+	resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
+		els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
 	if err != nil {
-		s.revoke(el.id) // we may have created a generation on it
-		return lease.Lease{}, fail(ctx, "acquire", key, err)
+		s.lost(el, err) // we may have created a generation on it
+		return lease.Lease{}, failUnknown(ctx, "acquire", key, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		s.revoke(el.id)
@@ -89,17 +93,18 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		s.give(el)
 		return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
 	}
-	return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
+	return s.granted(key, owner, id, ttl, el, value, resp.Header.Revision)
 }
 
-// granted finishes a successful acquisition at revision rev.
-func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64) (lease.Lease, error) {
+// granted finishes a successful acquisition at revision rev, the holder
+// key's value being value.
+func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, value string, rev int64) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
-	s.hold(id, el)
+	s.hold(id, el, tok, value)
 	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: el.expires()}, nil
 }
 
@@ -132,7 +137,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	}
 	floor := s.maxRev.Load()
 	hk := s.path(kindHolder, l.Key)
-	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(clientv3.OpGet(hk)).Commit()
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(hk)}})
 	if err != nil {
 		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
 	}
@@ -148,7 +153,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		return lease.Lease{}, err
 	}
 	cur := clientv3.LeaseID(h.Lease)
-	el, ours := s.heldLease(l.ID, cur, in.EtcdTTL)
+	el := s.heldLease(l.ID, cur, in.EtcdTTL)
 	out := l
 	out.Owner, out.TTL = in.Owner, ttl
 
@@ -158,19 +163,19 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		} else if err != nil {
 			return lease.Lease{}, fail(ctx, "renew", l.Key, err)
 		}
-		if !ours {
-			s.hold(l.ID, el)
-		}
+		value := string(h.Value)
 		if in.TTLms != ttl.Milliseconds() {
-			put := clientv3.OpPut(hk, holderValue(l.ID, in.Owner, ttl, secs), clientv3.WithLease(cur))
-			resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(put).Commit()
+			value = holderValue(l.ID, in.Owner, ttl, secs)
+			put := clientv3.OpPut(hk, value, clientv3.WithLease(cur))
+			resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{put}})
 			if err != nil {
-				return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+				return lease.Lease{}, failUnknown(ctx, "renew", l.Key, err)
 			}
 			if !resp.Succeeded {
 				return lease.Lease{}, notHeld(l)
 			}
 		}
+		s.hold(l.ID, el, l.Token, value) // the value Release will compare
 		s.mu.Lock()
 		out.Expires = el.expires()
 		s.mu.Unlock()
@@ -182,12 +187,13 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
 	}
 	cmps := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
-	resp, err = s.cli.Txn(ctx).If(cmps...).Then(
-		clientv3.OpPut(hk, holderValue(l.ID, in.Owner, ttl, nel.secs), clientv3.WithLease(nel.id)),
-	).Commit()
+	value := holderValue(l.ID, in.Owner, ttl, nel.secs)
+	resp, err = s.txn(ctx, &txnReq{key: l.Key, cmps: cmps, then: []clientv3.Op{
+		clientv3.OpPut(hk, value, clientv3.WithLease(nel.id)),
+	}})
 	if err != nil {
 		s.revoke(nel.id) // revoking would end the generation if the move happened: the outcome is unknown either way
-		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+		return lease.Lease{}, failUnknown(ctx, "renew", l.Key, err)
 	}
 	if !resp.Succeeded {
 		s.give(nel)
@@ -199,7 +205,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	} else {
 		s.revoke(cur)
 	}
-	s.hold(l.ID, nel)
+	s.hold(l.ID, nel, l.Token, value)
 	out.Expires = nel.expires()
 	return out, nil
 }
@@ -211,6 +217,14 @@ func notHeld(l lease.Lease) error {
 // Release implements lease.Backend: one Txn that deletes the generation if
 // it is l's. Its etcd lease, then keyless, goes back to the pool (or is
 // revoked if this Store did not grant it).
+//
+// For a generation this Store granted or renewed, it knows the token and
+// the holder key's exact value, which starts with the 128-bit ID: a token
+// other than the known one is refused without a round trip (an ID names one
+// generation, so its token never changes), and the Txn compares the value
+// alone — one comparison instead of three. If the value changed meanwhile
+// (another Store renewed the lease with another TTL), the else branch's
+// read shows it and the generic comparisons decide.
 func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return err
@@ -218,28 +232,43 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	floor := s.maxRev.Load()
 	h := s.path(kindHolder, l.Key)
-	resp, err := s.cli.Txn(ctx).If(s.ownedCmps(l)...).Then(clientv3.OpDelete(h, clientv3.WithPrevKV())).Commit()
-	if err != nil {
-		return fail(ctx, "release", l.Key, err)
-	}
-	if err := s.observe(floor, resp.Header); err != nil {
-		return err
-	}
-	if !resp.Succeeded {
+	tok, value, known := s.generation(l.ID)
+	if known && tok != l.Token {
 		return notHeld(l)
 	}
-	var cur clientv3.LeaseID
-	if dr := resp.Responses[0].GetResponseDeleteRange(); dr != nil && len(dr.PrevKvs) == 1 {
-		cur = clientv3.LeaseID(dr.PrevKvs[0].Lease)
+	for {
+		floor := s.maxRev.Load()
+		req := &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV())}}
+		if known {
+			req.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.Value(h), "=", value)}
+			req.els = []clientv3.Op{clientv3.OpGet(h)}
+		}
+		resp, err := s.txn(ctx, req)
+		if err != nil {
+			return failUnknown(ctx, "release", l.Key, err)
+		}
+		if err := s.observe(floor, resp.Header); err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			if kv := kvOf(resp, 0); known && kv != nil && kv.CreateRevision == int64(l.Token) && hasID(kv.Value, l.ID) {
+				known = false // still l's generation, with another value
+				continue
+			}
+			return notHeld(l)
+		}
+		var cur clientv3.LeaseID
+		if dr := resp.Responses[0].GetResponseDeleteRange(); dr != nil && len(dr.PrevKvs) == 1 {
+			cur = clientv3.LeaseID(dr.PrevKvs[0].Lease)
+		}
+		if el := s.unhold(l.ID, cur); el != nil {
+			s.give(el)
+		} else {
+			s.revoke(cur)
+		}
+		return nil
 	}
-	if el := s.unhold(l.ID, cur); el != nil {
-		s.give(el)
-	} else {
-		s.revoke(cur)
-	}
-	return nil
 }
 
 // Get implements lease.Backend with one linearizable read.

@@ -22,6 +22,11 @@ type etcdLease struct {
 	secs int64     // the TTL etcd granted, in seconds
 	sent time.Time // send time of the last grant or keep-alive: etcd keeps the lease at least until sent+secs
 	seen time.Time // receive time of the same: etcd expires it about seen+secs
+
+	// While it carries a generation of this Store (Store.held): its token
+	// and the holder key's value as last written by this Store.
+	token lease.Token
+	value string
 }
 
 // safeUntil is when etcd may expire the lease at the earliest.
@@ -117,10 +122,23 @@ func (s *Store) revoke(id clientv3.LeaseID) {
 	_, _ = s.cli.Revoke(ctx, id)
 }
 
-// hold records el as the etcd lease of the generation with secret id.
-func (s *Store) hold(id lease.ID, el *etcdLease) {
+// lost disposes of el, taken for an acquisition whose Txn failed with err:
+// back to the pool if the Txn was never sent, else revoked, as the Txn may
+// have attached a generation to it.
+func (s *Store) lost(el *etcdLease, err error) {
+	if errors.Is(err, errNotSent) {
+		s.give(el)
+		return
+	}
+	s.revoke(el.id)
+}
+
+// hold records el as the etcd lease of the generation with secret id,
+// token tok and holder value value.
+func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, value string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	el.token, el.value = tok, value
 	s.held[id] = el
 	// Generations that expired instead of being released leave entries
 	// behind; drop those long past their expiry now and then.
@@ -134,6 +152,17 @@ func (s *Store) hold(id lease.ID, el *etcdLease) {
 	}
 }
 
+// generation returns the token and holder value of the generation with
+// secret id, if this Store granted or renewed it.
+func (s *Store) generation(id lease.ID) (tok lease.Token, value string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el := s.held[id]; el != nil && el.token != 0 {
+		return el.token, el.value, true
+	}
+	return 0, "", false
+}
+
 // unhold forgets and returns the etcd lease of the generation with secret
 // id, if it is the one etcd has attached (cur).
 func (s *Store) unhold(id lease.ID, cur clientv3.LeaseID) *etcdLease {
@@ -144,16 +173,17 @@ func (s *Store) unhold(id lease.ID, cur clientv3.LeaseID) *etcdLease {
 	if el == nil || el.id != cur {
 		return nil
 	}
+	el.token, el.value = 0, ""
 	return el
 }
 
 // heldLease returns the tracked etcd lease of generation id if etcd has it
 // attached (cur), or a record for cur that this Store did not grant.
-func (s *Store) heldLease(id lease.ID, cur clientv3.LeaseID, secs int64) (el *etcdLease, ours bool) {
+func (s *Store) heldLease(id lease.ID, cur clientv3.LeaseID, secs int64) *etcdLease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el := s.held[id]; el != nil && el.id == cur {
-		return el, true
+		return el
 	}
-	return &etcdLease{id: cur, secs: secs}, false
+	return &etcdLease{id: cur, secs: secs}
 }

@@ -40,6 +40,8 @@ type Store struct {
 	broken atomic.Pointer[error]
 	hwNext atomic.Int64 // unix ns after which the next acquisition raises the high-water mark
 
+	batch *batcher // group commit of the transactions of Acquire, AcquireWait, Renew and Release
+
 	mu        sync.Mutex
 	pool      map[int64][]*etcdLease // idle etcd leases with no keys, by TTL in seconds
 	held      map[lease.ID]*etcdLease
@@ -127,6 +129,7 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		cli:    cli,
 		owned:  owned,
 		prefix: cfg.prefix,
+		batch:  newBatcher(cli),
 		pool:   make(map[int64][]*etcdLease),
 		held:   make(map[lease.ID]*etcdLease),
 	}
@@ -305,4 +308,22 @@ func fail(ctx context.Context, op, key string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: etcdstore: %s %q: %v", lease.ErrUnavailable, op, key, err)
+}
+
+// failUnknown is fail for a write whose outcome is unknown: it says so.
+func failUnknown(ctx context.Context, op, key string, err error) error {
+	if errors.Is(err, errNotSent) {
+		return fmt.Errorf("%w: etcdstore: %s %q: not sent: %w", lease.ErrUnavailable, op, key, context.Cause(ctx))
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: etcdstore: %s %q (whether it took effect is unknown): %w", lease.ErrUnavailable, op, key, context.Cause(ctx))
+	}
+	if errors.Is(err, lease.ErrUnavailable) {
+		return err
+	}
+	var be *errBatch
+	if errors.As(err, &be) { // says so already
+		return fmt.Errorf("%w: etcdstore: %s %q: %v", lease.ErrUnavailable, op, key, err)
+	}
+	return fmt.Errorf("%w: etcdstore: %s %q (whether it took effect is unknown): %v", lease.ErrUnavailable, op, key, err)
 }

@@ -46,19 +46,20 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	_, _ = rand.Read(name[:])
 	w := s.path(kindWaiter, key, hex.EncodeToString(name[:]))
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Txn(ctx).If(s.freeCmps(key)...).
-		Then(s.createOps(key, owner, id, ttl, el, floor)...).
-		Else(clientv3.OpPut(w, owner, clientv3.WithLease(el.id))).Commit()
+	value := holderValue(id, owner, ttl, el.secs)
+	create, hw := s.createOps(key, value, el, floor)
+	resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
+		els: []clientv3.Op{clientv3.OpPut(w, owner, clientv3.WithLease(el.id))}})
 	if err != nil {
-		s.revoke(el.id)
-		return lease.Lease{}, fail(ctx, "acquire", key, err)
+		s.lost(el, err) // we may have created a generation or queued on it
+		return lease.Lease{}, failUnknown(ctx, "acquire", key, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
 	if resp.Succeeded {
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
+		return s.granted(key, owner, id, ttl, el, value, resp.Header.Revision)
 	}
 	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el, name: w, rev: resp.Header.Revision}
 	return q.wait(ctx)
@@ -110,17 +111,17 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 			clientv3.OpGet(queue, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(q.rev-1))...),
 			clientv3.OpGet(holder),
 		}
-		txn := s.cli.Txn(ctx).If(
+		req := &txnReq{key: q.key, els: reads, cmps: []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev),
 			clientv3.Compare(clientv3.CreateRevision(queue), ">", q.rev-1).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(holder), "=", 0),
-		)
+		}}
+		value := holderValue(q.id, q.owner, q.ttl, q.el.secs)
 		if claim {
-			txn = txn.Then(append([]clientv3.Op{clientv3.OpDelete(q.name)}, s.createOps(q.key, q.owner, q.id, q.ttl, q.el, floor)...)...).Else(reads...)
-		} else {
-			txn = txn.Else(reads...)
+			create, hw := s.createOps(q.key, value, q.el, floor)
+			req.then, req.hw = append([]clientv3.Op{clientv3.OpDelete(q.name)}, create...), hw
 		}
-		resp, err := txn.Commit()
+		resp, err := s.txn(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				s.revoke(q.el.id) // the claim may have happened
@@ -134,7 +135,7 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 		}
 		if resp.Succeeded {
 			if claim {
-				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision)
+				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, value, resp.Header.Revision)
 			}
 			claim = true // we are next: claim at once
 			continue
@@ -254,8 +255,9 @@ func (q *waiter) leave(ctx context.Context) error {
 	s := q.s
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	resp, err := s.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev)).
-		Then(clientv3.OpDelete(q.name)).Commit()
+	resp, err := s.txn(cctx, &txnReq{key: q.key,
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev)},
+		then: []clientv3.Op{clientv3.OpDelete(q.name)}})
 	switch {
 	case err != nil:
 		s.revoke(q.el.id)
