@@ -145,14 +145,15 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// keyPath returns the path of key's resource. A key that is "." or ".."
-// has its dots escaped: ServeMux would otherwise clean the segment away.
-func keyPath(key string) string {
+// keyPath returns the path of key's resource, followed by op ("/acquire",
+// say, or ""). A key that is "." or ".." has its dots escaped: ServeMux
+// would otherwise clean the segment away.
+func keyPath(key, op string) string {
 	seg := url.PathEscape(key)
 	if key == "." || key == ".." {
 		seg = strings.ReplaceAll(seg, ".", "%2E")
 	}
-	return "/v1/leases/" + seg
+	return "/v1/leases/" + seg + op
 }
 
 // response is an answer with its body read.
@@ -203,7 +204,7 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body any, w
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	b, err := readBody(io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
@@ -363,7 +364,7 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
 	body := acquireBody{Owner: owner, TTLms: ttlMillis(ttl), WaitMS: wait.Milliseconds()}
 	resp, err, _ := c.retry(ctx, false, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(key)+"/acquire", body, wait)
+		return c.roundTrip(ctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
 	})
 	switch {
 	case errors.Is(err, errNotSent):
@@ -435,7 +436,7 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 	}
 	body := renewBody{ID: l.ID.String(), Token: l.Token, TTLms: ttlMillis(ttl)}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key)+"/renew", body, 0)
+		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/renew"), body, 0)
 	})
 	if err != nil {
 		return lease.Lease{}, transportError("renew", l.Key, err, "")
@@ -460,7 +461,7 @@ func (c *Client) Release(ctx context.Context, l lease.Lease) error {
 	}
 	body := releaseBody{ID: l.ID.String(), Token: l.Token}
 	resp, err, uncertain := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key)+"/release", body, 0)
+		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/release"), body, 0)
 	})
 	if err != nil {
 		return transportError("release", l.Key, err, " (outcome unknown; an unreleased lease expires after its TTL)")
@@ -481,7 +482,7 @@ func (c *Client) Get(ctx context.Context, key string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodGet, keyPath(key), nil, 0)
+		return c.roundTrip(ctx, http.MethodGet, keyPath(key, ""), nil, 0)
 	})
 	if err != nil {
 		return lease.Lease{}, transportError("get", key, err, "")

@@ -3,6 +3,7 @@ package leasehttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -321,5 +322,58 @@ func TestTTLRoundedUpToMillis(t *testing.T) {
 	}
 	if l.TTL != 11*time.Millisecond {
 		t.Fatalf("TTL %v, want 11ms (rounded up, never down)", l.TTL)
+	}
+}
+
+// TestClientReusesConnections: many goroutines sharing one Client keep
+// their connections. With net/http's default of 2 idle connections per host
+// most requests would dial anew, and a body not read to EOF would cost its
+// connection too.
+func TestClientReusesConnections(t *testing.T) {
+	srv, err := leasehttp.NewServer(newMem(), leasehttp.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dialed atomic.Int64
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	hs.Start()
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	c := newClient(t, hs.URL)
+	const clients, pairs = 32, 20
+	errs := make(chan error, clients)
+	for w := range clients {
+		go func() {
+			key := fmt.Sprintf("reuse/%d", w)
+			for range pairs {
+				l, err := c.Acquire(ctxFor(t), key, "o", time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := c.Release(ctxFor(t), l); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One connection per goroutine is the need; allow the transport a dial
+	// that loses a race for each, but not one per request.
+	if n := dialed.Load(); n > 2*clients {
+		t.Errorf("%d connections for %d goroutines doing %d requests each", n, clients, 2*pairs)
 	}
 }

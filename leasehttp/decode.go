@@ -71,7 +71,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error 
 	if err := checkContentType(r); err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxBodyBytes), r.ContentLength, MaxBodyBytes)
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -90,6 +90,31 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error 
 		}
 	}
 	return nil
+}
+
+// readBody reads r to its end. A body that announced its length (HTTP
+// Content-Length; -1 if not) up to presizeMax is read into a buffer of that
+// size: these bodies are tens of bytes, and io.ReadAll would start with 512.
+// Reading on to EOF, not just the announced length, lets the HTTP client
+// reuse the connection, and notices a body longer than announced.
+func readBody(r io.Reader, length, presizeMax int64) ([]byte, error) {
+	if length < 0 || length > presizeMax {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, length+1) // +1: a read that finds EOF needs room
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		switch {
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return b, err
+		case len(b) == cap(b):
+			rest, err := io.ReadAll(r)
+			return append(b, rest...), err
+		}
+	}
 }
 
 // errTruncated is a body that ends inside the object.
@@ -156,65 +181,63 @@ func (s *scanner) str() ([]byte, error) {
 // and nothing but whitespace after it.
 func decodeObject(body []byte, fields []*field) error {
 	s := &scanner{b: body}
-	switch s.next() {
-	case 0:
-		if s.i == len(s.b) {
-			return badRequest("request body is empty; want a JSON object")
-		}
-		return badRequest("request body must be a JSON object")
-	case '{':
+	switch c := s.next(); {
+	case c == '{':
 		s.i++
+	case s.i == len(s.b):
+		return badRequest("request body is empty; want a JSON object")
 	default:
 		return badRequest("request body must be a JSON object")
 	}
 	if s.next() == '}' {
 		s.i++
 	} else {
-		for {
-			if s.next() != '"' {
-				return s.unexpected("a member name")
-			}
-			name, err := s.str()
-			if err != nil {
+		for done := false; !done; s.i++ {
+			if err := s.member(fields); err != nil {
 				return err
 			}
-			var f *field
-			for _, c := range fields {
-				if c.name == string(name) {
-					f = c
-					break
-				}
-			}
-			if f == nil {
-				return badRequest("unknown field %s", quoteName(string(name)))
-			}
-			if f.seen {
-				return badRequest("field %q appears more than once", f.name)
-			}
-			f.seen = true
-			if s.next() != ':' {
-				return s.unexpected("':'")
-			}
-			s.i++
-			if err := f.set(s); err != nil {
-				return err
-			}
-			c := s.next()
-			if c == ',' {
-				s.i++
-				continue
-			}
-			if c != '}' {
+			switch s.next() {
+			case ',':
+			case '}':
+				done = true
+			default:
 				return s.unexpected("',' or '}'")
 			}
-			s.i++
-			break
 		}
 	}
 	if s.next(); s.i < len(s.b) {
 		return badRequest("request body has data after the JSON object")
 	}
 	return nil
+}
+
+// member reads one "name":value member at s into its field.
+func (s *scanner) member(fields []*field) error {
+	if s.next() != '"' {
+		return s.unexpected("a member name")
+	}
+	name, err := s.str()
+	if err != nil {
+		return err
+	}
+	var f *field
+	for _, c := range fields {
+		if c.name == string(name) {
+			f = c
+			break
+		}
+	}
+	switch {
+	case f == nil:
+		return badRequest("unknown field %s", quoteName(string(name)))
+	case f.seen:
+		return badRequest("field %q appears more than once", f.name)
+	case s.next() != ':':
+		return s.unexpected("':'")
+	}
+	f.seen = true
+	s.i++
+	return f.set(s)
 }
 
 // set reads f's value at s.

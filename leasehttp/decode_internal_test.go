@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"testing/iotest"
 )
 
 // decodeObject scans request bodies itself. These tests hold it to a
@@ -190,3 +191,40 @@ func FuzzScanLeaseJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkLeaseScan(t, body) })
 }
+
+// oneByteReader returns its data a byte per Read, and io.EOF only on the
+// Read after the last byte, as a reader may.
+type oneByteReader struct{ b []byte }
+
+func (r *oneByteReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p[0], r.b = r.b[0], r.b[1:]
+	return 1, nil
+}
+
+func TestReadBody(t *testing.T) {
+	body := []byte(`{"owner":"a","ttl_ms":100}`)
+	n := int64(len(body))
+	for _, length := range []int64{-1, 0, 1, n - 1, n, n + 1, 100 * n} {
+		for name, r := range map[string]func() io.Reader{
+			"bytes.Reader":   func() io.Reader { return bytes.NewReader(body) },
+			"byte at a time": func() io.Reader { return &oneByteReader{b: body} },
+		} {
+			got, err := readBody(r(), length, 64)
+			if err != nil || !bytes.Equal(got, body) {
+				t.Errorf("%s announced as %d bytes: read %q, %v; want %q", name, length, got, err, body)
+			}
+		}
+	}
+	failing := io.MultiReader(bytes.NewReader(body), iotest.ErrReader(errBroken))
+	if _, err := readBody(failing, n+10, 64); !errors.Is(err, errBroken) {
+		t.Errorf("a broken body: %v, want %v", err, errBroken)
+	}
+}
+
+var errBroken = errors.New("connection broke")

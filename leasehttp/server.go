@@ -336,6 +336,8 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 	})
 }
 
+var newline = []byte("\n")
+
 // writeJSON answers v with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
@@ -348,7 +350,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	// Two writes into the response's buffer rather than append, which
+	// would copy the body to make room for the newline.
+	_, _ = w.Write(body)
+	_, _ = w.Write(newline)
 }
 
 // writeError answers err through the error table.
