@@ -7,35 +7,42 @@ import (
 )
 
 // Group commit on the client side. Acquire, Renew and Release each go
-// through a batcher of their own. An operation that finds a free slot is
-// sent at once, alone, by the goroutine that asked: no timer, no hand-off,
-// so a lone client pays nothing for batching (bbolt's Batch waits 10 ms for
-// company: ANCHORS.md). While every slot has a statement in flight, new
-// operations queue; when a statement ends, the queue leaves as one
+// through a batcher of their own. An operation that arrives when nothing
+// is queued and no batch is in flight is sent at once, alone, by the
+// goroutine that asked — up to loneSlots of them side by side: no timer, no
+// hand-off, so a lone client pays nothing for batching (bbolt's Batch waits
+// 10 ms for company: ANCHORS.md), and two clients commit side by side, as
+// PostgreSQL flushes the WAL of concurrent commits together. Otherwise the
+// operation queues, and when a statement ends the queue leaves as one
 // statement over arrays (unnest) holding up to maxBatch operations on
-// distinct keys, in arrival order. N acquisitions then cost one round trip,
-// one transaction and one WAL flush instead of N of each.
+// distinct keys, in arrival order. One batch is in flight at a time, so
+// under load a batch holds everything that arrived while the previous one
+// waited for its WAL flush: N acquisitions cost one round trip, one
+// transaction and one flush instead of N of each. (Two batches side by side
+// halve the batches and, on the machine of ANCHORS.md, need 1.5–2× the WAL
+// flushes per acquisition.)
 //
 // Rules:
 //   - operations on one key never share a statement: a later one on a key
 //     already in the batch stays queued for the next (an upsert cannot
 //     touch a row twice, and each operation must see the others' effects
 //     as if it ran alone);
-//   - the batch statement is the statement a lone operation uses (a batch
-//     of one), so a batch answers each operation exactly as it would have
-//     been answered alone, in some order;
+//   - a batch's statement has the body of the lone operation's (queries.go),
+//     so a batch answers each operation exactly as it would have been
+//     answered alone, in some order;
 //   - a statement that fails fails every operation in it with its error;
 //     whether it took effect is unknown, as for a lone statement;
 //   - an operation whose context ends while queued leaves the queue and was
 //     never sent; one whose context ends while its statement is in flight
 //     returns at once, its outcome unknown. The statement runs until every
-//     operation in it has given up (then it is cancelled) or it ends.
+//     operation in it has given up (then it is cancelled) or it ends;
+//   - the queue is never left waiting: it is not empty only while a batch
+//     or loneSlots statements are in flight, and each statement's end
+//     looks at it.
 
-// slotsPerOp is how many statements of one kind (acquire, renew, release)
-// a Store has in flight at once. Up to that many concurrent operations are
-// sent alone and at once, each its own transaction — PostgreSQL flushes the
-// WAL of concurrent commits together itself; beyond it they batch.
-const slotsPerOp = 2
+// loneSlots is how many operations of one kind (acquire, renew, release) a
+// Store sends alone side by side while no batch is in flight.
+const loneSlots = 2
 
 // maxBatch bounds the operations in one statement: 64 keys of 512 bytes
 // make 32 KiB of parameters, and one transaction's row locks stay few.
@@ -43,7 +50,7 @@ const maxBatch = 64
 
 // batcher sends the operations of one kind, alone or in batches.
 type batcher[Req, Res any] struct {
-	slots, max int
+	slots, max int // loneSlots, maxBatch
 	// exec sends one statement for calls (distinct keys, at least one) and
 	// sets each call's res and err; an error it returns fails them all.
 	exec func(ctx context.Context, calls []*call[Req, Res]) error
@@ -52,7 +59,8 @@ type batcher[Req, Res any] struct {
 	sent atomic.Pointer[func(keys []string)]
 
 	mu       sync.Mutex
-	inflight int               // statements in flight
+	inflight int               // statements in flight, lone ones and the batch
+	batching bool              // a batch from the queue is in flight
 	queue    []*call[Req, Res] // waiting for a statement, in arrival order
 	inBatch  map[string]bool   // scratch for take, under mu
 }
@@ -93,14 +101,15 @@ func (e *endedError) Unwrap() error { return e.cause }
 func (b *batcher[Req, Res]) do(ctx context.Context, key string, req Req) (Res, error) {
 	c := &call[Req, Res]{ctx: ctx, key: key, req: req}
 	b.mu.Lock()
-	if b.inflight < b.slots {
-		// A free slot means the queue is empty (finish refills slots from
-		// it first): send alone, now, from this goroutine.
+	if len(b.queue) == 0 && !b.batching && b.inflight < b.slots {
+		// Send alone, now, from this goroutine.
 		b.inflight++
 		c.sent = true
 		b.mu.Unlock()
 		b.send([]*call[Req, Res]{c})
-		b.finish(nil)
+		if batch := b.finish(false); batch != nil {
+			go b.run(batch)
+		}
 		return c.res, c.err
 	}
 	c.done = make(chan struct{})
@@ -155,30 +164,28 @@ func (b *batcher[Req, Res]) send(calls []*call[Req, Res]) {
 	}
 }
 
-// finish ends a statement: it refills free slots from the queue. The
-// goroutine of a batch goes on to send the next batch itself (next); others
-// start one goroutine per batch.
-func (b *batcher[Req, Res]) finish(next *[]*call[Req, Res]) {
+// finish ends a statement (a batch from the queue if wasBatch) and returns
+// the next batch, which the caller must run, if one is due to leave.
+func (b *batcher[Req, Res]) finish(wasBatch bool) []*call[Req, Res] {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inflight--
-	for b.inflight < b.slots && len(b.queue) > 0 {
-		batch := b.take()
-		b.inflight++
-		if next != nil {
-			*next, next = batch, nil
-			continue
-		}
-		go b.run(batch)
+	if wasBatch {
+		b.batching = false
 	}
+	if len(b.queue) == 0 || b.batching || b.inflight >= b.slots {
+		return nil
+	}
+	b.inflight++
+	b.batching = true
+	return b.take()
 }
 
-// run sends batch, then whatever batches finish hands it.
+// run sends batch, then the batches that leave when it ends.
 func (b *batcher[Req, Res]) run(batch []*call[Req, Res]) {
-	for len(batch) > 0 {
+	for batch != nil {
 		b.send(batch)
-		batch = nil
-		b.finish(&batch)
+		batch = b.finish(true)
 	}
 }
 

@@ -84,7 +84,7 @@ func blockSlots(t *testing.T, db testDB, keys []string, inflight func() int, op 
 	for _, k := range keys {
 		go func() { done <- op(ctx, k) }()
 	}
-	eventually(t, 10*time.Second, "blockers did not fill the slots", func() bool { return inflight() == slotsPerOp })
+	eventually(t, 10*time.Second, "blockers did not fill the slots", func() bool { return inflight() == loneSlots })
 	return func() {
 		t.Helper()
 		if err := locker.Rollback(ctx); err != nil {
@@ -104,7 +104,7 @@ func blockAcquires(t *testing.T, db testDB, s *Store) (unblock func()) {
 	t.Helper()
 	ctx := testCtx(t)
 	var keys []string
-	for i := range slotsPerOp {
+	for i := range loneSlots {
 		k := fmt.Sprintf("blocker/%d", i)
 		l, err := s.Acquire(ctx, k, "blocker", time.Minute)
 		if err != nil {
@@ -230,7 +230,7 @@ func TestBatchSameKeyNeverShares(t *testing.T) {
 	waitQueued(t, len(keys), s.acquires.state)
 	unblock()
 	var winners []lease.Lease
-	var held []error
+	var held []*lease.HeldError
 	for i, ch := range results {
 		r := <-ch
 		if keys[i] != "same" {
@@ -239,13 +239,12 @@ func TestBatchSameKeyNeverShares(t *testing.T) {
 			}
 			continue
 		}
+		var he *lease.HeldError
 		switch {
 		case r.err == nil:
 			winners = append(winners, r.l)
-		case errors.Is(r.err, lease.ErrHeld):
-			// A statement in flight beside the winner's sees the key
-			// being taken (ErrHeld); one after it sees the holder.
-			held = append(held, r.err)
+		case errors.As(r.err, &he):
+			held = append(held, he)
 		default:
 			t.Errorf("acquire of the shared key: %v", r.err)
 		}
@@ -253,9 +252,10 @@ func TestBatchSameKeyNeverShares(t *testing.T) {
 	if len(winners) != 1 || len(held) != 2 {
 		t.Fatalf("three acquires of one key: %d won, %d held; want 1 and 2", len(winners), len(held))
 	}
-	for _, err := range held {
-		var he *lease.HeldError
-		if errors.As(err, &he) && (he.Token != winners[0].Token || he.Owner != "owner-same") {
+	// One batch is in flight at a time: the later statements see the
+	// winner's committed lease.
+	for _, he := range held {
+		if he.Token != winners[0].Token || he.Owner != "owner-same" {
 			t.Errorf("loser sees holder token %d owner %q, want the winner's %d", he.Token, he.Owner, winners[0].Token)
 		}
 	}
@@ -361,7 +361,7 @@ func TestBatchRenewsAndReleases(t *testing.T) {
 
 	holdBlockers := func() []lease.Lease {
 		var bl []lease.Lease
-		for i := range slotsPerOp {
+		for i := range loneSlots {
 			l, err := s.Acquire(ctx, fmt.Sprintf("blocker/%d", i), "blocker", time.Minute)
 			if err != nil {
 				t.Fatal(err)

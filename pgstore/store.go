@@ -125,9 +125,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n)}
 	s.notify = newNotifier(s)
-	s.acquires = newBatcher(slotsPerOp, maxBatch, s.execAcquire)
-	s.renews = newBatcher(slotsPerOp, maxBatch, s.execRenew)
-	s.releases = newBatcher(slotsPerOp, maxBatch, s.execRelease)
+	s.acquires = newBatcher(loneSlots, maxBatch, s.execAcquire)
+	s.renews = newBatcher(loneSlots, maxBatch, s.execRenew)
+	s.releases = newBatcher(loneSlots, maxBatch, s.execRelease)
 	return s, nil
 }
 
