@@ -12,9 +12,9 @@
 // another's ranges even when one prefix starts with the other (etcd issue
 // #6278). Per lease key there are:
 //
-//   - h: the holder key; value the lease's secret ID, attached to the
-//     generation's etcd lease. Its CreateRevision is the token.
-//   - i: owner, asked TTL and etcd TTL, attached to the same etcd lease.
+//   - h: the holder key, attached to the generation's etcd lease; value the
+//     lease's secret ID, NUL, and owner, asked TTL and etcd TTL as JSON. Its
+//     CreateRevision is the token.
 //   - w: the FIFO queue of AcquireWait callers, each attached to its own
 //     etcd lease, ordered by create revision.
 //
@@ -32,6 +32,12 @@
 // is strictly greater. Renewal keeps the token: a Put to an existing key
 // keeps its create revision. Revisions above 2^53 (lease.MaxToken) are
 // refused; at etcd's write rates that is centuries away.
+//
+// Acquisitions of distinct keys batched into one Txn (see Group commit)
+// get the same token: all writes of a Txn share its revision. I1 is per key,
+// and that revision is still strictly greater than every earlier one, so
+// greater than every token issued before for each of those keys; two
+// acquisitions of one key never share a Txn.
 //
 // # Expiry and TTLs (I5)
 //
@@ -60,15 +66,35 @@
 //     the holder). A Grant first only when the pool has no etcd lease for
 //     the TTL; a KeepAliveOnce first when the pooled one idled for more than
 //     about a second (keep-alives are served by the leader from memory,
-//     without a Raft write).
-//   - Release: one Txn (If token and ID match, Then delete).
+//     without a Raft write): at most one per pooled etcd lease per second.
+//   - Release: one Txn (If the holder key's value is exactly the one this
+//     Store wrote — it starts with the 128-bit ID, and the Store knows the
+//     generation's token — Then delete; for a lease this Store did not grant
+//     or renew, If token and ID match).
 //   - Renew: a read-only Txn checking token and ID, then KeepAliveOnce; a
 //     changed etcd TTL instead moves the keys to another etcd lease in a Txn.
-//   - Get, List: one read-only Txn.
+//   - Get, List: one linearizable read.
 //
-// etcd's concurrency.Mutex with a reused session takes two writes too
-// (Lock's Txn, Unlock's Delete) but has no token check on unlock, no fresh
-// lease per holder and no secret.
+// A lone client's Acquire+Release is thus two Txns, like concurrency.Mutex's
+// Lock (a Txn) + Unlock (a Delete), which has no token check on unlock, no
+// fresh lease per holder and no secret. The check costs Release one
+// comparison (a read of the key inside the Txn) that Unlock does not do;
+// Acquire's comparisons of a free key find no live key and read no value,
+// where Lock reads the owner back: the two pairs are at parity.
+//
+// # Group commit
+//
+// The Txns of Acquire, AcquireWait, Renew and Release that goroutines start
+// while one of the Store's Txns is in flight queue up, and the next Txn sends
+// all of them — on distinct keys — as nested transactions
+// (clientv3.OpTxn), each evaluated on its own by etcd, in one Raft entry:
+// 32 clients cost a few Raft entries, gRPC calls and applies instead of 32
+// of each. A lone Txn is sent at once by its caller, with no timer. Two
+// operations on one key never share a Txn: the second is sent alone, at
+// once. A batch that fails fails each of its operations with an error
+// matching lease.ErrUnavailable that says the outcome is unknown; one that
+// etcd refuses before applying it is sent again one operation at a time.
+// The rules are in batch.go.
 //
 // # Waiting (AcquireWait)
 //

@@ -37,12 +37,6 @@ func idCmps(h string, id lease.ID) []clientv3.Cmp {
 	}
 }
 
-// hasID reports whether a holder key's value is that of generation id.
-func hasID(value []byte, id lease.ID) bool {
-	s := id.String()
-	return len(value) > len(s) && string(value[:len(s)]) == s && value[len(s)] == 0
-}
-
 func decodeInfo(kv *mvccpb.KeyValue) (info, error) {
 	var in info
 	_, js, ok := bytes.Cut(kv.Value, []byte{0})

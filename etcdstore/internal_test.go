@@ -241,3 +241,95 @@ func TestEtcdTTL(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseAfterAnotherStoreRenewed: Release's one-comparison fast path
+// compares the value this Store last wrote; when another Store has renewed
+// the lease meanwhile — rewriting the value, or moving it to etcd leases of
+// its own and back, which revokes the one this Store pooled — the release
+// still succeeds, and the next acquisition is not failed by the pooled etcd
+// lease being gone.
+func TestReleaseAfterAnotherStoreRenewed(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	prefix := testPrefix()
+	a, b := newTestStore(t, cli, prefix), newTestStore(t, cli, prefix)
+	for _, tc := range []struct {
+		name string
+		ttls []time.Duration // b's renewals
+	}{
+		{"rewritten", []time.Duration{9500 * time.Millisecond}},             // same etcd TTL, another value
+		{"moved", []time.Duration{20 * time.Second}},                        // another etcd lease, another value
+		{"moved back", []time.Duration{20 * time.Second, 10 * time.Second}}, // the same value on b's etcd lease; a's revoked
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "k-" + tc.name
+			l, err := a.Acquire(testCtx(t), key, "a", 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ttl := range tc.ttls {
+				if _, err := b.Renew(testCtx(t), l, ttl); err != nil {
+					t.Fatalf("b.Renew(%v): %v", ttl, err)
+				}
+			}
+			if err := a.Release(testCtx(t), l); err != nil {
+				t.Fatalf("a.Release after b renewed: %v", err)
+			}
+			if got, err := a.Get(testCtx(t), key); !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("after the release Get = %+v, %v; want ErrNotFound", got, err)
+			}
+			again, err := a.Acquire(testCtx(t), key, "a", 10*time.Second)
+			if err != nil {
+				t.Fatalf("a.Acquire after the release: %v", err)
+			}
+			if err := a.Release(testCtx(t), again); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestAcquireWithPooledLeaseGone: a pooled etcd lease that etcd no longer
+// has makes etcd refuse the acquisition's Txn before applying it; Acquire
+// then tries once more on a new etcd lease instead of failing.
+func TestAcquireWithPooledLeaseGone(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	l, err := s.Acquire(testCtx(t), "k", "o", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(testCtx(t), l); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	pooled := s.pool[etcdTTL(10*time.Second)]
+	s.mu.Unlock()
+	if len(pooled) != 1 {
+		t.Fatalf("%d pooled etcd leases after a release, want 1", len(pooled))
+	}
+	if _, err := cli.Revoke(testCtx(t), pooled[0].id); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{"Acquire", "AcquireWait"} {
+		if op == "AcquireWait" {
+			// Pool a lease again and revoke it.
+			if err := s.Release(testCtx(t), l); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			pooled = s.pool[etcdTTL(10*time.Second)]
+			s.mu.Unlock()
+			if _, err := cli.Revoke(testCtx(t), pooled[len(pooled)-1].id); err != nil {
+				t.Fatal(err)
+			}
+			l, err = s.AcquireWait(testCtx(t), "k", "o", 10*time.Second)
+		} else {
+			l, err = s.Acquire(testCtx(t), "k", "o", 10*time.Second)
+		}
+		if err != nil {
+			t.Fatalf("%s with the pooled etcd lease revoked: %v", op, err)
+		}
+	}
+}

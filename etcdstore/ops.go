@@ -2,10 +2,12 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
@@ -76,24 +78,35 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lease.Lease{}, fail(ctx, "acquire", key, err)
 	}
 	id := lease.NewID()
-	floor := s.maxRev.Load()
-	value := holderValue(id, owner, ttl, el.secs)
-	create, hw := s.createOps(key, value, el, floor)
-	resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
-		els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
-	if err != nil {
-		s.lost(el, err) // we may have created a generation on it
-		return lease.Lease{}, failUnknown(ctx, "acquire", key, err)
+	for retried := false; ; retried = true {
+		floor := s.maxRev.Load()
+		value := holderValue(id, owner, ttl, el.secs)
+		create, hw := s.createOps(key, value, el, floor)
+		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
+			els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
+			// Refused, so not applied: the pooled etcd lease is gone (revoked
+			// by another Store that moved a generation off it). Once more on
+			// a new one.
+			if el, err = s.grant(ctx, ttl); err != nil {
+				return lease.Lease{}, fail(ctx, "acquire", key, err)
+			}
+			continue
+		}
+		if err != nil {
+			s.lost(el, err) // we may have created a generation on it
+			return lease.Lease{}, failUnknown(ctx, "acquire", key, err)
+		}
+		if err := s.observe(floor, resp.Header); err != nil {
+			s.revoke(el.id)
+			return lease.Lease{}, err
+		}
+		if !resp.Succeeded {
+			s.give(el)
+			return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
+		}
+		return s.granted(key, owner, id, ttl, el, value, resp.Header.Revision)
 	}
-	if err := s.observe(floor, resp.Header); err != nil {
-		s.revoke(el.id)
-		return lease.Lease{}, err
-	}
-	if !resp.Succeeded {
-		s.give(el)
-		return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
-	}
-	return s.granted(key, owner, id, ttl, el, value, resp.Header.Revision)
 }
 
 // granted finishes a successful acquisition at revision rev, the holder
@@ -221,10 +234,15 @@ func notHeld(l lease.Lease) error {
 // For a generation this Store granted or renewed, it knows the token and
 // the holder key's exact value, which starts with the 128-bit ID: a token
 // other than the known one is refused without a round trip (an ID names one
-// generation, so its token never changes), and the Txn compares the value
-// alone — one comparison instead of three. If the value changed meanwhile
-// (another Store renewed the lease with another TTL), the else branch's
-// read shows it and the generic comparisons decide.
+// generation, whose token never changes), and the Txn compares the value
+// alone — one comparison instead of three, no read back. The value names
+// the etcd TTL, so the etcd lease carrying it is still this Store's: a move
+// to another (Renew with another TTL) rewrites it. (Were it moved away and
+// back by another Store, which revokes the etcd lease it moves off, the
+// pooled etcd lease would be gone; the Acquire that finds it so, refused
+// before anything is applied, retries once on a new one.) If the
+// comparison fails — the lease is gone, or another Store renewed it with
+// another TTL — the generic comparisons decide.
 func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return err
@@ -233,42 +251,47 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 		return err
 	}
 	h := s.path(kindHolder, l.Key)
-	tok, value, known := s.generation(l.ID)
-	if known && tok != l.Token {
-		return notHeld(l)
-	}
-	for {
-		floor := s.maxRev.Load()
-		req := &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV())}}
-		if known {
-			req.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.Value(h), "=", value)}
-			req.els = []clientv3.Op{clientv3.OpGet(h)}
+	if tok, value, known := s.generation(l.ID); known {
+		if tok != l.Token {
+			return notHeld(l)
 		}
-		resp, err := s.txn(ctx, req)
+		floor := s.maxRev.Load()
+		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(h), "=", value)},
+			then: []clientv3.Op{clientv3.OpDelete(h)}})
 		if err != nil {
 			return failUnknown(ctx, "release", l.Key, err)
 		}
 		if err := s.observe(floor, resp.Header); err != nil {
 			return err
 		}
-		if !resp.Succeeded {
-			if kv := kvOf(resp, 0); known && kv != nil && kv.CreateRevision == int64(l.Token) && hasID(kv.Value, l.ID) {
-				known = false // still l's generation, with another value
-				continue
+		if resp.Succeeded {
+			if el := s.unheld(l.ID); el != nil {
+				s.give(el)
 			}
-			return notHeld(l)
+			return nil
 		}
-		var cur clientv3.LeaseID
-		if dr := resp.Responses[0].GetResponseDeleteRange(); dr != nil && len(dr.PrevKvs) == 1 {
-			cur = clientv3.LeaseID(dr.PrevKvs[0].Lease)
-		}
-		if el := s.unhold(l.ID, cur); el != nil {
-			s.give(el)
-		} else {
-			s.revoke(cur)
-		}
-		return nil
 	}
+	floor := s.maxRev.Load()
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV())}})
+	if err != nil {
+		return failUnknown(ctx, "release", l.Key, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return notHeld(l)
+	}
+	var cur clientv3.LeaseID
+	if dr := resp.Responses[0].GetResponseDeleteRange(); dr != nil && len(dr.PrevKvs) == 1 {
+		cur = clientv3.LeaseID(dr.PrevKvs[0].Lease)
+	}
+	if el := s.unhold(l.ID, cur); el != nil {
+		s.give(el)
+	} else {
+		s.revoke(cur)
+	}
+	return nil
 }
 
 // Get implements lease.Backend with one linearizable read.

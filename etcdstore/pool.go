@@ -76,8 +76,13 @@ func (s *Store) take(ctx context.Context, ttl time.Duration) (*etcdLease, error)
 			return nil, err
 		}
 	}
+	return s.grant(ctx, ttl)
+}
+
+// grant returns a new etcd lease for ttl.
+func (s *Store) grant(ctx context.Context, ttl time.Duration) (*etcdLease, error) {
 	sent := time.Now()
-	resp, err := s.cli.Grant(ctx, secs)
+	resp, err := s.cli.Grant(ctx, etcdTTL(ttl))
 	if err != nil {
 		return nil, fmt.Errorf("granting an etcd lease: %w", err)
 	}
@@ -174,6 +179,20 @@ func (s *Store) unhold(id lease.ID, cur clientv3.LeaseID) *etcdLease {
 		return nil
 	}
 	el.token, el.value = 0, ""
+	return el
+}
+
+// unheld forgets and returns the etcd lease of the generation with secret
+// id, which this Store granted and has just deleted (nil if forgotten
+// meanwhile).
+func (s *Store) unheld(id lease.ID) *etcdLease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el := s.held[id]
+	delete(s.held, id)
+	if el != nil {
+		el.token, el.value = 0, ""
+	}
 	return el
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
@@ -45,11 +47,25 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	var name [8]byte
 	_, _ = rand.Read(name[:])
 	w := s.path(kindWaiter, key, hex.EncodeToString(name[:]))
-	floor := s.maxRev.Load()
-	value := holderValue(id, owner, ttl, el.secs)
-	create, hw := s.createOps(key, value, el, floor)
-	resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
-		els: []clientv3.Op{clientv3.OpPut(w, owner, clientv3.WithLease(el.id))}})
+	var floor int64
+	var value string
+	var resp *clientv3.TxnResponse
+	for retried := false; ; retried = true {
+		floor = s.maxRev.Load()
+		value = holderValue(id, owner, ttl, el.secs)
+		create, hw := s.createOps(key, value, el, floor)
+		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
+			els: []clientv3.Op{clientv3.OpPut(w, owner, clientv3.WithLease(el.id))}})
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
+			// Refused, so not applied: the pooled etcd lease is gone (see
+			// Release). Once more on a new one.
+			if el, err = s.grant(ctx, ttl); err != nil {
+				return lease.Lease{}, fail(ctx, "acquire", key, err)
+			}
+			continue
+		}
+		break
+	}
 	if err != nil {
 		s.lost(el, err) // we may have created a generation or queued on it
 		return lease.Lease{}, failUnknown(ctx, "acquire", key, err)
