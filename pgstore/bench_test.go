@@ -33,6 +33,10 @@ func newBenchEnv(b *testing.B) benchEnv {
 		key text COLLATE "C" PRIMARY KEY, token bigint NOT NULL, id bytea NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
+	if _, err := db.pool.Exec(ctx, `CREATE TABLE durable_floor (key text COLLATE "C" PRIMARY KEY, n bigint NOT NULL);
+		INSERT INTO durable_floor SELECT 'bench/durable-floor/' || w, 0 FROM generate_series(0, 31) w`); err != nil {
+		b.Fatal(err)
+	}
 	s := db.store(b)
 	if err := s.ensureSchema(ctx); err != nil {
 		b.Fatal(err)
@@ -103,6 +107,18 @@ var (
 			return env.store.Release(ctx, l)
 		}
 	}}
+	// The least a durable token can cost on this server, as a reference:
+	// a single-row UPDATE committed durably (the "acquire") and one
+	// committed asynchronously (the "release"), no reads, no conditions.
+	// Both are HOT updates of an existing row, one WAL record each.
+	durableFloor = benchImpl{"durable-floor", func(ctx context.Context, env benchEnv, _ int, key string) error {
+		var n int64
+		if err := env.pool.QueryRow(ctx, `UPDATE durable_floor SET n = n + 1 WHERE key = $1 RETURNING n`, key).Scan(&n); err != nil {
+			return err
+		}
+		_, err := env.pool.Exec(ctx, `UPDATE durable_floor SET n = n + 1 WHERE key = $1 RETURNING set_config('synchronous_commit', 'off', true)`, key)
+		return err
+	}}
 	// A held key is waited for with WaitChange (LISTEN/NOTIFY).
 	pgstoreNotify = benchImpl{"pgstore-notify", func(ctx context.Context, env benchEnv, _ int, key string) error {
 		for {
@@ -149,12 +165,13 @@ func (env benchEnv) walPosition(b *testing.B) (xid, lsn int64) {
 
 // BenchmarkCompareSQL compares an acquire+release pair on distinct keys (one
 // per client) with two SELECT 1 round trips (the physical limit), an
-// advisory lock pair (exclusion without a token or durability) and the
-// naive upsert+DELETE lease.
+// advisory lock pair (exclusion without a token or durability), the naive
+// upsert+DELETE lease, and the durable floor: the cheapest pair of writes
+// that makes a token durable (one WAL flush per pair, as pgstore's).
 func BenchmarkCompareSQL(b *testing.B) {
 	env := newBenchEnv(b)
 	for _, c := range []int{1, 32} {
-		for _, impl := range []benchImpl{select1Pair, advisoryPair, naiveLease, pgstorePair} {
+		for _, impl := range []benchImpl{select1Pair, advisoryPair, naiveLease, pgstorePair, durableFloor} {
 			b.Run(fmt.Sprintf("c=%d/%s", c, impl.name), func(b *testing.B) {
 				env.run(b, c, impl, func(w int) string { return fmt.Sprintf("bench/%s/%d", impl.name, w) })
 			})

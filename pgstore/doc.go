@@ -9,27 +9,49 @@
 //
 // One table, public.lease_leases by default (WithSchema, WithTablePrefix),
 // holds one row per key ever acquired: token, secret ID, owner, TTL and
-// expires_at. Every operation is one SQL statement in one round trip:
+// expires_at. Every operation is one SQL statement in one round trip (no
+// BEGIN/COMMIT; pgx prepares each statement once per connection and then
+// only binds and executes it; pgxpool adds a ping only for a connection that
+// sat idle for over a second):
 //
-//   - Acquire is a single INSERT … ON CONFLICT (key) DO UPDATE … WHERE
-//     <expired> RETURNING …, placed behind a read of the row in the same
-//     statement: if the key is held the upsert is never attempted. A try on a
-//     held key is therefore read-only — no row lock, no transaction ID, no
-//     WAL, no commit flush — so a contended key does not collapse under the
-//     failed tries of its waiters (ANCHORS.md: a naive upsert manages 223
-//     hand-overs/s with 17 WAL flushes each). When the key is free,
-//     contenders first try an in-memory advisory lock on a hash of the key,
-//     so that all but one give up at once, read-only, instead of queueing
-//     for the winner's row lock and then writing; the upsert's own WHERE,
-//     evaluated on the row's latest version under its row lock, stays the
-//     judge of a race. (The advisory lock uses the two-int4 form with a class
-//     derived from the table name, so it cannot meet an application's
+//   - Acquire reads the key's row and, in the same statement, updates it in
+//     place if it is expired (UPDATE … WHERE expires_at <= clock_timestamp()
+//     … RETURNING) or inserts it if there is none (INSERT … ON CONFLICT DO
+//     NOTHING). If the key is held neither write is attempted: a try on a
+//     held key is read-only — no row lock, no transaction ID, no WAL, no
+//     commit flush — so a contended key does not collapse under the failed
+//     tries of its waiters (ANCHORS.md: a naive upsert manages 223
+//     hand-overs/s with 17 WAL flushes each). A successful acquire writes
+//     one WAL record (a HOT update) besides its commit. When the key is
+//     free, contenders first try an in-memory advisory lock on a hash of the
+//     key, so that all but one give up at once, read-only, instead of
+//     queueing for the winner's row lock and then writing; the row's own
+//     expiry, checked again on its latest version under its row lock, stays
+//     the judge of a race. (The advisory lock uses the two-int4 form with a
+//     class derived from the table name, so it cannot meet an application's
 //     single-bigint advisory locks; a hash collision costs a spurious
 //     "held", which callers retry.)
 //   - Renew and Release are single conditional UPDATEs keyed by key, token
 //     and secret ID, valid only while the lease is unexpired.
 //   - Expiry is judged by clock_timestamp(), the database server's clock,
 //     never the client's (I5). Expiries have microsecond resolution.
+//
+// # Group commit
+//
+// Concurrent operations of one kind (acquire, renew, release) on distinct
+// keys share statements. An operation is sent at once, alone, by the
+// goroutine that asked, when nothing is queued and no batch is in flight —
+// up to two side by side — so a lone client never waits for company. Else
+// it queues, and when a statement ends the queue leaves as one statement
+// over arrays (unnest) for up to 64 keys, with the same body as the lone
+// statement: each operation gets exactly the answer it would have got
+// alone, N acquisitions share one round trip, one transaction and one WAL
+// flush, and one batch is in flight at a time. Operations on one key never
+// share a statement. A statement that fails fails every operation in it
+// with an error matching lease.ErrUnavailable (for an acquire: outcome
+// unknown). A batch locks its rows in key order (keys are sorted before
+// sending), so batches from several processes do not deadlock on one
+// another.
 //
 // # Tokens never regress (I1)
 //

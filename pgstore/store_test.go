@@ -152,10 +152,12 @@ func TestHeldAcquireIsReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// xidAfter runs the acquire statement in an explicit transaction and
-	// reports whether it was given a transaction ID: without one PostgreSQL
-	// writes no commit record and flushes no WAL.
-	xidAfter := func(key string) (acquired bool, xid *int64) {
+	// xidAfter runs the acquire statement (its lone form, or its batch
+	// form with one key) in an explicit transaction and reports whether it
+	// was given a transaction ID: without one PostgreSQL writes no commit
+	// record and flushes no WAL. (TestBatchHeldKeysAreReadOnly checks
+	// batches of several keys.)
+	xidAfter := func(batch bool, key string) (acquired bool, xid *int64) {
 		t.Helper()
 		tx, err := db.pool.Begin(ctx)
 		if err != nil {
@@ -167,9 +169,13 @@ func TestHeldAcquireIsReadOnly(t *testing.T) {
 		var gotKey, owner string
 		var ttl int64
 		var exp time.Time
-		err = tx.QueryRow(ctx, s.q.acquire.many, []string{key}, [][]byte{id[:]}, []string{"other"}, []int64{time.Minute.Nanoseconds()}).
-			Scan(&gotKey, &acquired, &token, &owner, &ttl, &exp)
-		if err != nil {
+		var row pgx.Row
+		if batch {
+			row = tx.QueryRow(ctx, s.q.acquire.many, []string{key}, [][]byte{id[:]}, []string{"other"}, []int64{time.Minute.Nanoseconds()})
+		} else {
+			row = tx.QueryRow(ctx, s.q.acquire.one, key, id[:], "other", time.Minute.Nanoseconds())
+		}
+		if err := row.Scan(&gotKey, &acquired, &token, &owner, &ttl, &exp); err != nil {
 			t.Fatalf("acquire statement on %q: %v", key, err)
 		}
 		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned()::text::bigint`).Scan(&xid); err != nil {
@@ -177,12 +183,14 @@ func TestHeldAcquireIsReadOnly(t *testing.T) {
 		}
 		return acquired, xid
 	}
-	if acquired, xid := xidAfter("busy"); acquired || xid != nil {
-		t.Errorf("acquire of a held key: acquired %v, transaction ID %v; want a read-only miss (no ID)", acquired, deref(xid))
-	}
-	// The check can tell: a successful acquire does write.
-	if acquired, xid := xidAfter("free"); !acquired || xid == nil {
-		t.Errorf("acquire of a free key: acquired %v, transaction ID %v; want a write", acquired, deref(xid))
+	for _, batch := range []bool{false, true} {
+		if acquired, xid := xidAfter(batch, "busy"); acquired || xid != nil {
+			t.Errorf("acquire of a held key (batch form %v): acquired %v, transaction ID %v; want a read-only miss (no ID)", batch, acquired, deref(xid))
+		}
+		// The check can tell: a successful acquire does write.
+		if acquired, xid := xidAfter(batch, "free"); !acquired || xid == nil {
+			t.Errorf("acquire of a free key (batch form %v): acquired %v, transaction ID %v; want a write", batch, acquired, deref(xid))
+		}
 	}
 
 	// Nor does a miss take the row lock: with the row locked by another
