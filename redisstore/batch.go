@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"runtime"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -10,24 +11,34 @@ import (
 // Concurrent script calls of one Store share round trips. Each call to
 // Redis costs the server a read and a write system call on top of the
 // script, and the client as much again; on a small machine those, not the
-// scripts, bound the throughput of many clients. So a call that finds
-// maxDirect calls already on the wire joins a queue, and the queue is sent
-// as one pipeline (one write, one read on each side) by a flusher goroutine
-// as soon as the connection it waits for is free, like a group commit. A
-// lone caller never waits: with nothing in flight it sends its own call at
-// once, on its own context, exactly as without the queue.
+// scripts, bound the throughput of many clients, and with appendfsync always
+// each event-loop turn of the server costs an fsync. So while maxDirect calls
+// are on the wire, or a pipeline is, later calls join a queue, which one
+// flusher goroutine sends as one pipeline (one write, one read on each
+// side, one fsync for all of them) as soon as its previous pipeline has
+// been answered, like a group commit. A lone caller never waits: with
+// nothing in flight it sends its own call at once, on its own context,
+// exactly as without the queue. Two callers both go direct, so that neither
+// waits for the other's round trip.
+//
+// After handing out a pipeline's replies the flusher yields the processor a
+// few times (no timer) while fewer calls have queued than it just answered:
+// the callers it woke usually call again at once, and waiting for them
+// makes the next pipeline carry all of them instead of splitting the
+// clients into two alternating halves, each paying its own fsync.
 //
 // Every call keeps its own meaning: a pipeline is not a transaction, each
 // script in it is atomic by itself, and go-redis retries a pipeline after a
 // dropped connection as it retries a single call (see Acquire and Release
 // for why a retry is safe).
 const (
-	// maxDirect is how many calls may be on the wire, each alone, before
-	// later ones queue. Two keep the server busy while a caller's reply
-	// travels back and the next pipeline is formed.
+	// maxDirect is how many calls may be on the wire, each alone, while
+	// no pipeline is.
 	maxDirect = 2
 	// maxBatch bounds one pipeline, so a long queue goes out in chunks.
 	maxBatch = 128
+	// maxYields bounds the flusher's yields between pipelines.
+	maxYields = 4
 )
 
 // call is one script call through the batcher.
@@ -56,7 +67,8 @@ type batcher struct {
 	rdb redis.UniversalClient
 
 	mu       sync.Mutex
-	inFlight int // direct calls and flushers on the wire
+	direct   int  // calls on the wire alone
+	flushing bool // a flusher runs: later calls queue for it
 	queue    []*call
 	flushers sync.WaitGroup
 }
@@ -65,8 +77,8 @@ type batcher struct {
 // calls, and returns its reply.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	b.mu.Lock()
-	if b.inFlight < maxDirect {
-		b.inFlight++
+	if !b.flushing && b.direct < maxDirect {
+		b.direct++
 		b.mu.Unlock()
 		cmd := script.Run(ctx, b.rdb, keys, args...)
 		b.done()
@@ -106,17 +118,20 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	return cmd
 }
 
-// done ends a direct call or a flusher's turn: the queue, if any, goes out
-// in the slot just freed.
+// done ends a direct call: a queue that formed meanwhile gets a flusher,
+// unless one runs already.
 func (b *batcher) done() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if batch := b.takeLocked(); batch != nil {
-		b.flushers.Add(1)
-		go b.flush(batch)
+	b.direct--
+	if b.flushing {
 		return
 	}
-	b.inFlight--
+	if batch := b.takeLocked(); batch != nil {
+		b.flushing = true
+		b.flushers.Add(1)
+		go b.flush(batch)
+	}
 }
 
 // takeLocked removes up to maxBatch calls from the queue.
@@ -141,12 +156,23 @@ func (b *batcher) takeLocked() []*call {
 // until the queue is empty.
 func (b *batcher) flush(batch []*call) {
 	defer b.flushers.Done()
-	for batch != nil {
+	for {
 		b.exec(batch)
+		for range maxYields {
+			b.mu.Lock()
+			n := len(b.queue)
+			b.mu.Unlock()
+			if n >= len(batch) {
+				break
+			}
+			runtime.Gosched()
+		}
 		b.mu.Lock()
 		batch = b.takeLocked()
 		if batch == nil {
-			b.inFlight--
+			b.flushing = false
+			b.mu.Unlock()
+			return
 		}
 		b.mu.Unlock()
 	}

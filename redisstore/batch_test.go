@@ -126,7 +126,7 @@ func blockDirect(t *testing.T, s *Store, c *redis.Client, held []lease.Lease) (r
 	for _, l := range held {
 		go func() { released <- s.Release(ctx, l) }()
 	}
-	waitBatcher(t, s, func(b *batcher) bool { return b.inFlight == maxDirect })
+	waitBatcher(t, s, func(b *batcher) bool { return b.direct == maxDirect })
 	return released, unpause
 }
 

@@ -26,6 +26,13 @@
 // (I4). Tokens stay below 2^53.
 // List SCANs the keyspace (see List for its cost).
 //
+// Concurrent Acquire, Renew and Release calls of one Store share round
+// trips: while calls are on the wire, later ones queue and go out together
+// as one pipeline, each script in it still atomic by itself. That saves the
+// system calls that bound many clients on a small machine and, with
+// appendfsync always, lets one fsync cover all of them. A lone caller never
+// waits for company: with nothing in flight its call goes out at once.
+//
 // # Persistence (I7)
 //
 // A counter that a restart forgets issues tokens again from 1, and a guard
