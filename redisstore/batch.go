@@ -12,29 +12,28 @@ import (
 // Redis costs the server a read and a write system call on top of the
 // script, and the client as much again; on a small machine those, not the
 // scripts, bound the throughput of many clients, and with appendfsync always
-// each event-loop turn of the server costs an fsync. So while maxDirect calls
-// are on the wire, or a pipeline is, later calls join a queue, which one
-// flusher goroutine sends as one pipeline (one write, one read on each
-// side, one fsync for all of them) as soon as its previous pipeline has
-// been answered, like a group commit. A lone caller never waits: with
-// nothing in flight it sends its own call at once, on its own context,
-// exactly as without the queue. Two callers both go direct, so that neither
-// waits for the other's round trip.
+// each event-loop turn of the server costs an fsync. So once maxUnits calls
+// or pipelines are on the wire, later calls join a queue, and the next unit
+// to come back sends the whole queue as one pipeline (one write and one read
+// on each side, one fsync for all of it), like a group commit. A lone
+// caller never waits: with nothing in flight it sends its own call at once,
+// on its own context, exactly as without the queue; two callers both go
+// direct. Two units keep the server busy with one while the other's replies
+// travel back and its callers prepare their next calls.
 //
 // After handing out a pipeline's replies the flusher yields the processor a
 // few times (no timer) while fewer calls have queued than it just answered:
 // the callers it woke usually call again at once, and waiting for them
-// makes the next pipeline carry all of them instead of splitting the
-// clients into two alternating halves, each paying its own fsync.
+// keeps them together in the next pipeline instead of scattering them over
+// many small ones.
 //
 // Every call keeps its own meaning: a pipeline is not a transaction, each
 // script in it is atomic by itself, and go-redis retries a pipeline after a
 // dropped connection as it retries a single call (see Acquire and Release
 // for why a retry is safe).
 const (
-	// maxDirect is how many calls may be on the wire, each alone, while
-	// no pipeline is.
-	maxDirect = 2
+	// maxUnits is how many direct calls and pipelines may be on the wire.
+	maxUnits = 2
 	// maxBatch bounds one pipeline, so a long queue goes out in chunks.
 	maxBatch = 128
 	// maxYields bounds the flusher's yields between pipelines.
@@ -58,17 +57,15 @@ type call struct {
 type callState int
 
 const (
-	queued    callState = iota
-	sent                // taken into a pipeline
-	abandoned           // the caller's ctx ended first; the result is dropped
+	queued callState = iota
+	sent             // taken into a pipeline
 )
 
 type batcher struct {
 	rdb redis.UniversalClient
 
 	mu       sync.Mutex
-	direct   int  // calls on the wire alone
-	flushing bool // a flusher runs: later calls queue for it
+	units    int // direct calls and flushers on the wire
 	queue    []*call
 	flushers sync.WaitGroup
 }
@@ -77,8 +74,8 @@ type batcher struct {
 // calls, and returns its reply.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	b.mu.Lock()
-	if !b.flushing && b.direct < maxDirect {
-		b.direct++
+	if b.units < maxUnits {
+		b.units++
 		b.mu.Unlock()
 		cmd := script.Run(ctx, b.rdb, keys, args...)
 		b.done()
@@ -98,40 +95,35 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 		default:
 		}
 	}
+	// Still queued: it is never sent. Already sent: it may take effect
+	// although the caller has gone, as a single call cancelled mid-flight
+	// may, and its reply is dropped.
 	b.mu.Lock()
-	switch c.state {
-	case queued:
+	if c.state == queued {
 		for i, q := range b.queue {
 			if q == c {
 				b.queue = append(b.queue[:i], b.queue[i+1:]...)
 				break
 			}
 		}
-	case sent:
-		// Already on the wire: it may take effect although the caller has
-		// gone, as a single call cancelled mid-flight may.
 	}
-	c.state = abandoned
 	b.mu.Unlock()
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(ctx.Err())
 	return cmd
 }
 
-// done ends a direct call: a queue that formed meanwhile gets a flusher,
-// unless one runs already.
+// done ends a direct call: the queue, if any, goes out in the unit just
+// freed.
 func (b *batcher) done() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.direct--
-	if b.flushing {
-		return
-	}
 	if batch := b.takeLocked(); batch != nil {
-		b.flushing = true
 		b.flushers.Add(1)
 		go b.flush(batch)
+		return
 	}
+	b.units--
 }
 
 // takeLocked removes up to maxBatch calls from the queue.
@@ -170,7 +162,7 @@ func (b *batcher) flush(batch []*call) {
 		b.mu.Lock()
 		batch = b.takeLocked()
 		if batch == nil {
-			b.flushing = false
+			b.units--
 			b.mu.Unlock()
 			return
 		}

@@ -107,7 +107,7 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 }
 
 // blockDirect pauses the server's writes (scripts included) and starts
-// maxDirect releases, which then wait on the wire; it returns once they are
+// maxUnits releases, which then wait on the wire; it returns once they are
 // in flight, so that further calls queue. unpause lets everything run.
 func blockDirect(t *testing.T, s *Store, c *redis.Client, held []lease.Lease) (released chan error, unpause func()) {
 	t.Helper()
@@ -126,7 +126,7 @@ func blockDirect(t *testing.T, s *Store, c *redis.Client, held []lease.Lease) (r
 	for _, l := range held {
 		go func() { released <- s.Release(ctx, l) }()
 	}
-	waitBatcher(t, s, func(b *batcher) bool { return b.direct == maxDirect })
+	waitBatcher(t, s, func(b *batcher) bool { return b.units == maxUnits })
 	return released, unpause
 }
 
@@ -159,7 +159,7 @@ func TestQueuedCallLeavesOnCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var held []lease.Lease
-	for i := range maxDirect {
+	for i := range maxUnits {
 		l, err := s.Acquire(ctx, fmt.Sprintf("ahead/%d", i), "h", time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var held []lease.Lease
-	for i := range maxDirect {
+	for i := range maxUnits {
 		l, err := s.Acquire(ctx, fmt.Sprintf("ahead/%d", i), "h", time.Minute)
 		if err != nil {
 			t.Fatal(err)
