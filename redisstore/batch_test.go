@@ -57,11 +57,22 @@ func newTestStore(t *testing.T, c redis.UniversalClient) *Store {
 }
 
 // TestConcurrentCallsSharePipelines runs many clients at once through one
-// Store: their calls must be combined into pipelines, and every client must
-// still get exactly its own results (tokens 1, 2, 3, ... on its own key).
+// Store, on one server and through a ClusterClient (which splits a pipeline
+// by hash slot): their calls must be combined into pipelines, and every
+// client must still get exactly its own results (tokens 1, 2, 3, ... on its
+// own key).
 func TestConcurrentCallsSharePipelines(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t)
+		testSharePipelines(t, srv.Client(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		srv := redistest.Start(t, redistest.Cluster())
+		testSharePipelines(t, srv.ClusterClient(t))
+	})
+}
+
+func testSharePipelines(t *testing.T, c redis.UniversalClient) {
 	s := newTestStore(t, c)
 	hook := &pipelineCounter{} // after New, whose persistence check is a pipeline
 	c.AddHook(hook)
