@@ -51,15 +51,20 @@ func kvOf(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	return rr.Kvs[0]
 }
 
-// checkArgs validates what Acquire and AcquireWait are given.
-func checkArgs(key, owner string, ttl time.Duration) error {
-	if err := lease.ValidateKey(key); err != nil {
-		return err
+// startAcquire is what Acquire and AcquireWait do first: check the
+// arguments and the store, and take an etcd lease for the TTL.
+func (s *Store) startAcquire(ctx context.Context, key, owner string, ttl time.Duration) (*etcdLease, error) {
+	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
+		return nil, err
 	}
-	if err := lease.ValidateOwner(owner); err != nil {
-		return err
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
-	return lease.ValidateTTL(ttl)
+	el, err := s.take(ctx, ttl)
+	if err != nil {
+		return nil, fail(ctx, "acquire", key, err)
+	}
+	return el, nil
 }
 
 // Acquire implements lease.Backend: one Txn in the common case, which
@@ -67,15 +72,9 @@ func checkArgs(key, owner string, ttl time.Duration) error {
 // otherwise reads the holder — without writing data. A Grant precedes it
 // only when the Store has no idle etcd lease for the TTL.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := checkArgs(key, owner, ttl); err != nil {
-		return lease.Lease{}, err
-	}
-	if err := s.usable(); err != nil {
-		return lease.Lease{}, err
-	}
-	el, err := s.take(ctx, ttl)
+	el, err := s.startAcquire(ctx, key, owner, ttl)
 	if err != nil {
-		return lease.Lease{}, fail(ctx, "acquire", key, err)
+		return lease.Lease{}, err
 	}
 	id := lease.NewID()
 	for retried := false; ; retried = true {

@@ -33,15 +33,9 @@ const keepAliveLead = 250 * time.Millisecond
 // error matching lease.ErrUnavailable instead of a lease (the bug Jepsen
 // found in etcd 3.4.3's Mutex, fixed in etcd PR #11408).
 func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	if err := checkArgs(key, owner, ttl); err != nil {
-		return lease.Lease{}, err
-	}
-	if err := s.usable(); err != nil {
-		return lease.Lease{}, err
-	}
-	el, err := s.take(ctx, ttl)
+	el, err := s.startAcquire(ctx, key, owner, ttl)
 	if err != nil {
-		return lease.Lease{}, fail(ctx, "acquire", key, err)
+		return lease.Lease{}, err
 	}
 	id := lease.NewID()
 	var name [8]byte
