@@ -40,6 +40,7 @@ type op struct {
 	res    lease.Lease
 	err    error
 	queued bool // opAcquireWait: w was queued; its grant comes on w.ch
+	early  bool // opRelease: answered before the commit (see commit)
 	done   chan struct{}
 }
 
@@ -126,7 +127,8 @@ func (s *Store) commit(batch []*op) {
 			s.apply(t, o)
 		}
 		s.wmu.Unlock()
-		err = s.finish(t)
+		err = s.finish(t, batch)
+		s.forgetReleases(batch)
 	}
 	if err != nil {
 		// Nothing of the batch is durable, and outcomes decided inside the
@@ -139,7 +141,9 @@ func (s *Store) commit(batch []*op) {
 		}
 		s.wmu.Unlock()
 		for _, o := range batch {
-			o.res, o.err, o.queued = lease.Lease{}, err, false
+			if !o.early {
+				o.res, o.err, o.queued = lease.Lease{}, err, false
+			}
 		}
 		if t != nil {
 			for _, g := range t.grants {
@@ -153,8 +157,48 @@ func (s *Store) commit(batch []*op) {
 		}
 	}
 	for _, o := range batch {
-		close(o.done)
+		if !o.early {
+			close(o.done)
+		}
 	}
+}
+
+// answerReleases answers the batch's releases before its commit. A release
+// needs no durability: lost in a crash, it leaves the lease held until its
+// TTL, which is safe (I3 holds, and no token is involved). Its caller is
+// spared a whole commit, and its next operation can be in the queue before
+// this commit ends, in time for the next batch. Until the commit is done,
+// Get and List wait on commitMu, and Acquire treats the released
+// generations as gone (released), so nobody told a lease is released reads
+// it back as held. If the commit fails, the store fails every later
+// operation, and on reopen the lease is held until its TTL, as if the
+// release had been lost.
+func (s *Store) answerReleases(batch []*op) {
+	s.relMu.Lock()
+	for _, o := range batch {
+		if o.kind == opRelease && o.err == nil {
+			s.releasing[o.l.Key] = o.l.Token
+		}
+	}
+	s.relMu.Unlock()
+	for _, o := range batch {
+		if o.kind == opRelease {
+			o.early = true
+			close(o.done)
+		}
+	}
+}
+
+// forgetReleases ends answerReleases' overlay once the commit is over:
+// readers that start now see the commit itself.
+func (s *Store) forgetReleases(batch []*op) {
+	s.relMu.Lock()
+	for _, o := range batch {
+		if o.kind == opRelease && o.err == nil && s.releasing[o.l.Key] == o.l.Token {
+			delete(s.releasing, o.l.Key)
+		}
+	}
+	s.relMu.Unlock()
 }
 
 func (s *Store) begin() (*txn, error) {
@@ -172,12 +216,19 @@ func (s *Store) begin() (*txn, error) {
 
 // finish commits t if it wrote anything; a batch of failed operations (a try
 // that found the key held, a stale renew) writes nothing and costs no fsync.
-func (s *Store) finish(t *txn) error {
+// The batch's releases are answered first, once readers that must see only
+// durable state are held off until the commit is done.
+func (s *Store) finish(t *txn, batch []*op) error {
 	if !t.dirty {
 		_ = t.tx.Rollback()
+		s.answerReleases(batch)
 		return nil
 	}
 	s.commitMu.Lock()
+	s.answerReleases(batch)
+	if s.commitHook != nil {
+		s.commitHook()
+	}
 	err := t.tx.Commit()
 	s.commitMu.Unlock()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,7 @@ func TestFailedOpsWriteNothing(t *testing.T) {
 	if err := s.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
+	flush(t, s) // a release is answered before its commit
 	if n := s.commits.Load() - before; n != 1 {
 		t.Fatalf("a release made %d commits, want 1", n)
 	}
@@ -119,6 +121,90 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
+// flush returns once every operation answered before the call is
+// committed: the commit loop runs one batch at a time, and a no-op sent now
+// (an expiry check for a key nobody waits for) joins a later batch than
+// theirs.
+func flush(t *testing.T, s *Store) {
+	t.Helper()
+	if err := s.submit(t.Context(), &op{kind: opExpire, key: "flush"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseAnsweredBeforeCommit stalls the commit of a release and checks
+// that the release is answered anyway; that, meanwhile, an Acquire of the key
+// (whose read does not wait for commits, and so still sees the lease) does
+// not take it for held; and that once the commit is done the key went to
+// the new acquirer with the next token.
+func TestReleaseAnsweredBeforeCommit(t *testing.T) {
+	s := openInternal(t)
+	ctx := t.Context()
+	l, err := s.Acquire(ctx, "k", "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall, stalled := make(chan struct{}), make(chan struct{})
+	unstall := sync.OnceFunc(func() { close(stall) })
+	defer unstall() // a failure below must not leave the commit stalled
+	var hooked atomic.Bool
+	s.commitHook = func() {
+		if hooked.CompareAndSwap(false, true) {
+			close(stalled)
+			<-stall
+		}
+	}
+	before := s.commits.Load()
+
+	released := make(chan error, 1)
+	go func() { released <- s.Release(ctx, l) }()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release waited for its commit")
+	}
+	<-stalled
+	if n := s.commits.Load() - before; n != 0 {
+		t.Fatalf("%d commits done while the release's commit is stalled", n)
+	}
+	if err := s.read(ctx, false, func(tx *bolt.Tx) error {
+		if _, ok, _ := getLease(tx.Bucket(bucketLeases), "k"); !ok {
+			t.Error("a read that does not wait for commits no longer sees the released lease: this test stalls nothing")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	type res struct {
+		l   lease.Lease
+		err error
+	}
+	acquired := make(chan res, 1)
+	go func() {
+		l, err := s.Acquire(ctx, "k", "next", time.Minute)
+		acquired <- res{l, err}
+	}()
+	// It reaches the commit loop (stalled) rather than answering "held".
+	waitStacks(t, "boltstore.(*Store).submit(", 1)
+	select {
+	case r := <-acquired:
+		t.Fatalf("Acquire during the release's commit = %+v, %v; want it to wait for the commit loop", r.l, r.err)
+	default:
+	}
+	unstall()
+	r := <-acquired
+	if r.err != nil || r.l.Token != l.Token+1 {
+		t.Fatalf("Acquire after the release = %+v, %v; want token %d", r.l, r.err, l.Token+1)
+	}
+	if tok, ok := s.released("k"); ok {
+		t.Fatalf("generation %d still marked released after its commit", tok)
+	}
+}
+
 // waitStacks waits until n goroutines have a frame containing fn in their
 // stacks (for submit: sent, or blocked sending, to the stalled loop).
 func waitStacks(t *testing.T, fn string, n int) {
@@ -152,6 +238,7 @@ func TestHighWaterKept(t *testing.T) {
 		}
 		last = l.Token
 	}
+	flush(t, s)
 	if err := s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketLeases).Get([]byte("hw")); v != nil {
 			t.Errorf("released lease still stored: %x", v)

@@ -5,13 +5,21 @@
 //
 // Every write (a granted acquire, a renew, a release, a hand-over to a
 // waiter) is committed by bbolt with fsync (fdatasync of the data pages, then
-// of the meta page; NoSync is never set), and its caller is answered only
-// after that commit returns. A token is therefore never returned before the
-// record of it is on disk, and neither a killed process nor a lost machine
-// can make a later token smaller than one already handed out (I1). Reads
-// (Get, List, and an Acquire that finds the key held) use read transactions
-// that never see a commit before it is durable; a failed try writes nothing
-// and costs no fsync.
+// of the meta page; NoSync is never set). A grant, a renewal or a hand-over
+// is answered only after that commit returns: a token is therefore never
+// returned before the record of it is on disk, and neither a killed process
+// nor a lost machine can make a later token smaller than one already handed
+// out (I1), nor shorten a lease its holder was told it has.
+//
+// A release is the exception: it is answered as soon as the commit loop has
+// applied it, while its commit is under way. A release lost in a crash
+// leaves the lease held until its TTL, exactly as if the holder had never
+// released, which no invariant forbids; in return the releaser waits for no
+// fsync, and its next request reaches the next group commit. Get and List
+// use read transactions that never see a commit before it is durable, and
+// wait for a release's commit; an Acquire reads without waiting for commits
+// in flight, treats a released generation as gone, and answers "held" from
+// that read without writing or waiting for any fsync.
 //
 // If a commit fails (a write or fsync error, a full disk), the file's state
 // is no longer known, so the store fails every later operation with an error

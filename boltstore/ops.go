@@ -14,14 +14,20 @@ import (
 // transaction: a failed try writes nothing and waits for no commit. A free
 // key is granted by the commit loop, and the lease returned only once the
 // commit that records its token is fsynced.
+//
+// The read does not wait for a commit in flight. If it sees that commit's
+// grant before the grant is durable, the worst a crash can then do is make
+// this "held" answer out of date, which any answer about a lease may be; a
+// key it sees free goes on to the commit loop, which decides afresh.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	var held error
-	if err := s.view(ctx, func(tx *bolt.Tx) error {
+	gone, releasing := s.released(key)
+	if err := s.read(ctx, false, func(tx *bolt.Tx) error {
 		rec, ok, err := getLease(tx.Bucket(bucketLeases), key)
-		if err == nil && ok && rec.live(s.now()) {
+		if err == nil && ok && rec.live(s.now()) && !(releasing && rec.token == gone) {
 			held = rec.heldError(key)
 		}
 		return err
@@ -87,6 +93,12 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 }
 
 // Release implements lease.Backend. The key's token high-water mark stays.
+//
+// A release is answered once the commit loop has applied it, before its
+// commit is durable (see commit): from then on this Store reads the lease as
+// gone (Get and List wait for the commit, Acquire consults the released
+// generations), and a crash before the commit only leaves the lease held
+// until its TTL, as a holder that never released would.
 func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return err

@@ -44,6 +44,15 @@ type Store struct {
 	// reader starting in between could see state that a crash would undo.
 	commitMu sync.RWMutex
 
+	// relMu guards releasing: the generations whose release the commit
+	// loop has applied and answered but not yet committed, by key (see
+	// answerReleases). Acquire's read, which does not wait for commits,
+	// treats them as gone; Get and List wait for the commit.
+	relMu     sync.Mutex
+	releasing map[string]lease.Token
+
+	commitHook func() // tests only: runs in each commit, just before bbolt's Commit
+
 	commits atomic.Uint64         // durable commits so far; tests read it
 	failed  atomic.Pointer[error] // set by a failed commit: the store stops
 
@@ -137,6 +146,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		waiters: make(map[string]*queue),
+
+		releasing: make(map[string]lease.Token),
 	}
 	go s.run()
 	return s, nil
@@ -246,6 +257,17 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 	return s.clock.AfterFunc(d, f)
 }
 
+// released returns the token of key's generation if a release of it has
+// been answered and its commit is still in flight. Acquire calls it before
+// it begins its read: a release answered before the call is then either
+// found here or, its commit done, seen by the read.
+func (s *Store) released(key string) (lease.Token, bool) {
+	s.relMu.Lock()
+	tok, ok := s.releasing[key]
+	s.relMu.Unlock()
+	return tok, ok
+}
+
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
 
@@ -287,15 +309,26 @@ func (s *Store) failure() error {
 // view runs fn in a read transaction that sees only durable state (see
 // commitMu).
 func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	return s.read(ctx, true, fn)
+}
+
+// read runs fn in a read transaction. With durable false it does not wait
+// for a commit in flight, and may see it before its last fdatasync: only
+// for reads whose answer a crash could not make unsafe (see Acquire).
+func (s *Store) read(ctx context.Context, durable bool, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := s.failure(); err != nil {
 		return err
 	}
-	s.commitMu.RLock()
+	if durable {
+		s.commitMu.RLock()
+	}
 	tx, err := s.db.Begin(false)
-	s.commitMu.RUnlock()
+	if durable {
+		s.commitMu.RUnlock()
+	}
 	if err != nil {
 		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 			return errClosed
