@@ -14,8 +14,8 @@ const idBatch = 32
 // idSource makes secret lease IDs (I4): the AES-CTR keystream under a key
 // and counter from crypto/rand, which is a CSPRNG (NIST's CTR_DRBG is this,
 // reseeded), made a batch at a time because one call for 32 IDs costs less
-// than a ChaCha8 draw for each. Not safe for concurrent use: each shard has
-// its own, used under the shard's lock.
+// than a ChaCha8 draw for each. Not safe for concurrent use: the Store keeps
+// them in a sync.Pool, which in effect gives each processor its own.
 type idSource struct {
 	ctr  cipher.Stream
 	buf  [idBatch * len(lease.ID{})]byte

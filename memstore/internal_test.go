@@ -4,54 +4,70 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/leasehq/lease"
 )
 
 // TestHashCollision puts two keys under one hash, as a 64-bit collision
-// would, and checks that each keeps its own lease and that sweeping one
-// leaves the other.
+// would, and checks that each keeps its own lease and that a sweep dropping
+// one leaves the other.
 func TestHashCollision(t *testing.T) {
 	s := New()
-	sh := &s.shards[0].shard
 	const h = 42
-	sh.mu.Lock()
-	a := sh.insert(h, "a", s.now())
-	b := sh.insert(h, "b", s.now())
-	s.grantLocked(sh, a, "owner-a", time.Minute, s.now())
-	s.grantLocked(sh, b, "owner-b", 10*time.Millisecond, s.now())
+	a := s.idx.insert(h, "a", s.now())
+	b := s.idx.insert(h, "b", s.now())
+	for _, e := range []*entry{a, b} {
+		e.mu.Lock()
+	}
+	s.grantLocked(a, "owner-a", time.Minute, s.now())
+	s.grantLocked(b, "owner-b", 10*time.Millisecond, s.now())
 	la, lb := a.l, b.l
-	if got := sh.get(h, "a"); got != a {
-		t.Errorf("get(a) = %p, want %p", got, a)
+	for _, e := range []*entry{a, b} {
+		e.mu.Unlock()
 	}
-	if got := sh.get(h, "b"); got != b {
-		t.Errorf("get(b) = %p, want %p", got, b)
+	if got := s.idx.lookup(h, "a"); got != a {
+		t.Errorf("lookup(a) = %p, want %p", got, a)
 	}
-	if got := sh.get(h, "c"); got != nil {
-		t.Errorf("get(c) = %p, want nil", got)
+	if got := s.idx.lookup(h, "b"); got != b {
+		t.Errorf("lookup(b) = %p, want %p", got, b)
 	}
-	if la.Key != "a" || lb.Key != "b" || la.Token == lb.Token || la.ID == lb.ID {
+	if got := s.idx.lookup(h, "c"); got != nil {
+		t.Errorf("lookup(c) = %p, want nil", got)
+	}
+	if la.Key != "a" || lb.Key != "b" || la.Token == lb.Token && la.ID == lb.ID {
 		t.Errorf("leases a %+v and b %+v are not distinct", la, lb)
 	}
-	sh.sweep(s.now() + time.Second) // b has expired by then, a has not
-	if got := sh.get(h, "a"); got != a {
-		t.Errorf("after sweep get(a) = %p, want %p", got, a)
+	s.idx.mu.Lock()
+	s.idx.rebuild(s.now()+time.Second, true) // b has expired by then, a has not
+	s.idx.mu.Unlock()
+	if got := s.idx.lookup(h, "a"); got != a {
+		t.Errorf("after sweep lookup(a) = %p, want %p", got, a)
 	}
-	if got := sh.get(h, "b"); got != nil {
-		t.Errorf("after sweep get(b) = %p, want nil (expired, nobody waiting)", got)
+	if got := s.idx.lookup(h, "b"); got != nil {
+		t.Errorf("after sweep lookup(b) = %p, want nil (expired, nobody waiting)", got)
 	}
-	sh.sweep(s.now() + 2*time.Minute)
-	if _, ok := sh.m[h]; ok {
-		t.Error("sweep left an empty chain in the map")
+	if !b.dead || a.dead {
+		t.Errorf("after sweep a.dead = %v, b.dead = %v; want false, true", a.dead, b.dead)
 	}
-	sh.mu.Unlock()
+	// A goroutine still holding the dropped entry finds the key's new one.
+	if e := s.locked(h, "b", true); e == b {
+		t.Error("locked returned the dropped entry")
+	} else {
+		if e.counter < lb.Token {
+			t.Errorf("new entry of b starts at token %d, below b's last %d", e.counter, lb.Token)
+		}
+		e.mu.Unlock()
+	}
 }
 
-// TestSweepKeepsTokensRising churns through more keys than a sweep lets a
-// shard keep, then checks that memory stays bounded and that a key whose
-// entry was dropped still gets a larger token (I1).
+// TestSweepKeepsTokensRising churns through more keys than the index keeps
+// before sweeping, then checks that memory stays bounded and that a key
+// whose entry was dropped still gets a larger token (I1).
 func TestSweepKeepsTokensRising(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -63,23 +79,35 @@ func TestSweepKeepsTokensRising(t *testing.T) {
 	if err := s.Release(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	const keys = 3000 * shardCount // about 3000 a shard: past the sweep threshold of 1024
+	const keys = 3 * minSweep
+	held := make([]lease.Lease, 0, 100)
 	for i := 1; i < keys; i++ {
 		l, err := s.Acquire(ctx, fmt.Sprintf("k/%d", i), "w", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if i%(keys/100) == 0 {
+			held = append(held, l) // some stay held through the sweeps
+			continue
+		}
 		if err := s.Release(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 	}
-	total := 0
-	for i := range s.shards {
-		total += len(s.shards[i].m)
+	s.idx.mu.Lock()
+	n, slots := s.idx.n, len(s.idx.tab.Load().slots)
+	s.idx.mu.Unlock()
+	// Each sweep drops every released key: at most minSweep entries remain.
+	if n > minSweep || slots > 4*minSweep {
+		t.Errorf("%d entries in %d slots kept for %d keys, want at most %d", n, slots, keys, minSweep)
 	}
-	// Nothing is held, so each sweep empties its shard: at most 1024 left.
-	if limit := shardCount * 1024; total > limit {
-		t.Errorf("%d entries kept for %d released keys, want at most %d", total, keys, limit)
+	for _, l := range held {
+		if got, err := s.Get(ctx, l.Key); err != nil || got.Token != l.Token {
+			t.Fatalf("held lease %s after sweeps: %+v, %v", l.Key, got, err)
+		}
+		if err := s.Release(ctx, l); err != nil {
+			t.Fatalf("release of %s after sweeps: %v", l.Key, err)
+		}
 	}
 	again, err := s.Acquire(ctx, "k/0", "w", time.Minute)
 	if err != nil {
@@ -87,6 +115,14 @@ func TestSweepKeepsTokensRising(t *testing.T) {
 	}
 	if again.Token <= first.Token {
 		t.Errorf("token after churn %d, not above the first %d", again.Token, first.Token)
+	}
+}
+
+// TestEntrySize: entries fill their size class exactly, so none shares a
+// cache line with another.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 256 {
+		t.Errorf("entry is %d bytes, want 256", n)
 	}
 }
 
@@ -123,6 +159,9 @@ func TestFastPathStillValidates(t *testing.T) {
 // TestPairDoesNotAllocate: once a key's entry exists, an acquire+release
 // pair allocates nothing (issue 2's hot-path goal).
 func TestPairDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops sync.Pool items on purpose; make test runs this test again without it (target alloc-check)")
+	}
 	ctx := context.Background()
 	s := New()
 	pair := func() {
@@ -156,5 +195,70 @@ func TestIDsDistinct(t *testing.T) {
 	h.init()
 	if seen[h.next()] {
 		t.Error("two sources made the same id: not seeded independently")
+	}
+}
+
+// TestSweepRacesWithUse runs sweeps (churning through more keys than the
+// index keeps) while other goroutines fight over a few hot keys, so that
+// lookups meet entries a sweep has just dropped. Per hot key, at most one
+// goroutine may hold it at a time and tokens must rise in grant order.
+func TestSweepRacesWithUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New()
+	const hot = 8
+	var (
+		mu     sync.Mutex
+		holder [hot]bool
+		last   [hot]lease.Token
+		stop   atomic.Bool
+		wg     sync.WaitGroup
+		grants atomic.Int64
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				k := (i + w) % hot
+				l, err := s.Acquire(ctx, fmt.Sprintf("hot/%d", k), fmt.Sprintf("w%d", w), time.Minute)
+				if errors.Is(err, lease.ErrHeld) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if holder[k] || l.Token <= last[k] {
+					t.Errorf("hot/%d: granted token %d while held=%v, last token %d", k, l.Token, holder[k], last[k])
+				}
+				holder[k], last[k] = true, l.Token
+				mu.Unlock()
+				grants.Add(1)
+				mu.Lock()
+				holder[k] = false
+				mu.Unlock()
+				if err := s.Release(ctx, l); err != nil {
+					t.Errorf("release hot/%d: %v", k, err)
+					return
+				}
+			}
+		}()
+	}
+	// Churn: each new key is an insert; every minSweep of them a sweep.
+	for i := range 3 * minSweep {
+		l, err := s.Acquire(ctx, fmt.Sprintf("cold/%d", i), "c", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if grants.Load() == 0 {
+		t.Fatal("no hot key was ever granted")
 	}
 }

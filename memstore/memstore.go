@@ -1,14 +1,16 @@
 // Package memstore is an in-memory lease.Backend: the seed's LeaseStore grown
-// up. Leases live in key-sharded maps, each shard with its own lock, token
-// counter and ID generator; waiters queue per key and are handed the lease in
-// arrival order on release or expiry. Nothing survives the process, so use it
-// for tests, simulations and single-process programs; boltstore is the
-// durable embedded backend.
+// up. Each key has an entry with its own lock, token counter and FIFO of
+// waiters, found through an index that lookups read without locking, so
+// goroutines working on different keys share no written memory and the
+// store scales with cores; waiters are handed the lease in arrival order on
+// release or expiry. Nothing survives the process, so use it for tests,
+// simulations and single-process programs; boltstore is the durable
+// embedded backend.
 //
-// An acquire+release pair costs two shard lock round trips, two clock
-// reads, two hashes and map lookups, and one ID from a batch of AES-CTR
-// keystream; it allocates nothing once a key's entry exists. docs/BENCHMARKS.md
-// has the figures.
+// An acquire+release pair costs two hashes and index probes, two lock round
+// trips on the key's entry, two clock reads, and one ID from a per-processor
+// batch of AES-CTR keystream; it allocates nothing once a key's entry
+// exists. docs/BENCHMARKS.md has the figures.
 package memstore
 
 import (
@@ -23,15 +25,14 @@ import (
 	"github.com/leasehq/lease"
 )
 
-const shardCount = 64 // a power of two
-
 // Store is an in-memory lease.Backend. The zero value is not usable; call New.
 type Store struct {
 	clock    lease.Clock // nil: the real clock, read through base
 	base     time.Time   // origin of the store's clock: offsets are from it
 	baseWall int64       // base.UnixNano(), the origin for an injected clock
 	seed     maphash.Seed
-	shards   [shardCount]paddedShard
+	idx      index
+	ids      sync.Pool // *idSource, one per processor in use
 }
 
 var (
@@ -39,37 +40,37 @@ var (
 	_ lease.WaitAcquirer = (*Store)(nil)
 )
 
-// shard holds the keys that hash to it. Tokens come from the shard's counter,
-// so a key's tokens rise strictly however its entry comes and goes (I1), and
-// an entry that holds nothing can be dropped at any time.
-//
-// The map is keyed by the key's 64-bit hash, the one that chose the shard,
-// so a lookup hashes the key once, not twice; the rare keys whose hashes
-// collide are chained through entry.next.
-type shard struct {
-	mu      sync.Mutex
-	m       map[uint64]*entry
-	counter lease.Token
-	sweepAt int
-	ids     idSource
-}
-
-// paddedShard rounds a shard up to whole pairs of cache lines (the unit
-// adjacent-line prefetchers fetch), so goroutines working on keys of
-// different shards do not slow each other down by false sharing.
-type paddedShard struct {
-	shard
-	_ [128 - unsafe.Sizeof(shard{})%128]byte
-}
-
+// entry is one key's state, padded to 256 bytes: that size class's objects
+// are 256-byte aligned, so two entries never share a cache line, and
+// goroutines on different keys do not slow each other down by false
+// sharing.
 type entry struct {
-	l       lease.Lease // l.Key always; the rest is the current generation while held is true
+	entryState
+	_ [256 - unsafe.Sizeof(entryState{})%256]byte
+}
+
+// entryState: key and hash never change; the rest is guarded by mu. Tokens
+// come from the entry's counter, which a new entry starts at the highest
+// token of any dropped one (index.insert), so a key's tokens rise strictly
+// however its entry comes and goes (I1).
+type entryState struct {
+	mu      sync.Mutex
+	dead    bool // dropped from the index by a sweep: look the key up again
 	held    bool
+	hash    uint64
+	key     string
+	l       lease.Lease   // l.Key always; the rest is the current generation while held is true
 	exp     time.Duration // expiry on the store's clock, as an offset from base
-	next    *entry        // the next entry whose key has the same hash
+	counter lease.Token   // the last token issued on this key
 	waiters []*waiter     // FIFO
 	timer   lease.Timer   // pending expiry check while waiters wait
 	timerAt time.Duration // when timer fires
+}
+
+// idle reports whether e holds nothing at now and nobody waits for it, so
+// that dropping it loses nothing but its counter (kept in index.floor).
+func (e *entry) idle(now time.Duration) bool {
+	return !(e.held && e.exp > now) && len(e.waiters) == 0 && e.timer == nil
 }
 
 type waiter struct {
@@ -97,11 +98,11 @@ func New(opts ...Option) *Store {
 		s.base = s.clock.Now()
 	}
 	s.baseWall = s.base.UnixNano()
-	for i := range s.shards {
-		sh := &s.shards[i].shard
-		sh.m = make(map[uint64]*entry)
-		sh.sweepAt = 1024
-		sh.ids.init()
+	s.idx.init()
+	s.ids.New = func() any {
+		g := new(idSource)
+		g.init()
+		return g
 	}
 	return s
 }
@@ -124,44 +125,66 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 	return s.clock.AfterFunc(d, f)
 }
 
-// shard returns key's shard and hash.
-func (s *Store) shard(key string) (*shard, uint64) {
-	h := maphash.String(s.seed, key)
-	return &s.shards[h&(shardCount-1)].shard, h
+// newID returns a fresh secret ID from the calling processor's source.
+func (s *Store) newID() lease.ID {
+	g := s.ids.Get().(*idSource)
+	id := g.next()
+	s.ids.Put(g)
+	return id
 }
 
-// get returns the entry of key, whose hash is h, or nil.
-func (sh *shard) get(h uint64, key string) *entry {
-	e := sh.m[h]
-	for e != nil && e.l.Key != key {
-		e = e.next
+// locked returns key's live entry, locked, or nil if there is none and
+// create is false.
+func (s *Store) locked(h uint64, key string, create bool) *entry {
+	e := s.idx.lookup(h, key)
+	for {
+		if e == nil {
+			if !create {
+				return nil
+			}
+			e = s.idx.insert(h, key, s.now())
+		}
+		e.mu.Lock()
+		if !e.dead {
+			return e
+		}
+		e.mu.Unlock()
+		// Swept meanwhile; the key may have a new entry. The sweep may not
+		// have published its table yet: find waits for it.
+		e = s.idx.find(h, key)
 	}
-	return e
 }
+
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // Acquire implements lease.Backend.
 func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	sh, h := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.get(h, key)
-	// Only valid keys and owners are ever stored: a key found in the map,
+	h := s.hash(key)
+	e := s.idx.lookup(h, key)
+	// Only valid keys and owners are ever stored: a key found in the index,
 	// asked for again by the owner of its last lease, needs no checking.
-	if e == nil || owner != e.l.Owner {
+	// (Reading e.l.Owner unlocked would race; the check below runs after
+	// locking.)
+	if e == nil {
+		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
+			return lease.Lease{}, err
+		}
+	}
+	e = s.locked(h, key, true)
+	defer e.mu.Unlock()
+	if owner != e.l.Owner {
 		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 			return lease.Lease{}, err
 		}
 	}
 	now := s.now()
-	if e == nil {
-		e = sh.insert(h, key, now)
-	} else if s.expireLocked(sh, e, now); e.held {
+	if s.expireLocked(e, now); e.held {
 		return lease.Lease{}, s.heldError(e)
 	}
-	s.grantLocked(sh, e, owner, ttl, now)
+	s.grantLocked(e, owner, ttl, now)
 	return e.l, nil
 }
 
@@ -171,43 +194,37 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	sh, h := s.shard(key)
-	sh.mu.Lock()
+	e := s.locked(s.hash(key), key, true)
 	now := s.now()
-	e := sh.get(h, key)
-	if e == nil {
-		e = sh.insert(h, key, now)
-	} else {
-		s.expireLocked(sh, e, now)
-	}
+	s.expireLocked(e, now)
 	if !e.held {
-		s.grantLocked(sh, e, owner, ttl, now)
+		s.grantLocked(e, owner, ttl, now)
 		l := e.l
-		sh.mu.Unlock()
+		e.mu.Unlock()
 		return l, nil
 	}
 	if ctx.Err() != nil {
 		err := s.heldError(e)
-		sh.mu.Unlock()
+		e.mu.Unlock()
 		return lease.Lease{}, err
 	}
 	w := &waiter{owner: owner, ttl: ttl, ch: make(chan lease.Lease, 1)}
 	e.waiters = append(e.waiters, w)
-	s.armLocked(sh, e, now)
-	sh.mu.Unlock()
+	s.armLocked(e, now)
+	e.mu.Unlock()
 
 	select {
 	case l := <-w.ch:
 		return l, nil
 	case <-ctx.Done():
 	}
-	sh.mu.Lock()
+	e.mu.Lock()
 	if i := slices.Index(e.waiters, w); i >= 0 {
 		e.waiters = slices.Delete(e.waiters, i, i+1)
-		sh.mu.Unlock()
+		e.mu.Unlock()
 		return lease.Lease{}, context.Cause(ctx)
 	}
-	sh.mu.Unlock()
+	e.mu.Unlock()
 	// Granted as ctx ended: give it back so the next waiter gets it.
 	_ = s.Release(context.Background(), <-w.ch)
 	return lease.Lease{}, context.Cause(ctx)
@@ -218,14 +235,12 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	sh, h := s.shard(l.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	now := s.now()
-	e, err := s.currentLocked(sh, h, l, now)
+	e, err := s.current(l, now)
 	if err != nil {
 		return lease.Lease{}, err
 	}
+	defer e.mu.Unlock()
 	e.exp = now + ttl
 	e.l.TTL = ttl
 	e.l.Expires = s.base.Add(e.exp)
@@ -234,17 +249,15 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 
 // Release implements lease.Backend.
 func (s *Store) Release(_ context.Context, l lease.Lease) error {
-	sh, h := s.shard(l.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	now := s.now()
-	e, err := s.currentLocked(sh, h, l, now)
+	e, err := s.current(l, now)
 	if err != nil {
 		return err
 	}
+	defer e.mu.Unlock()
 	e.held = false
 	if len(e.waiters) > 0 {
-		s.grantNextLocked(sh, e, now)
+		s.grantNextLocked(e, now)
 	}
 	return nil
 }
@@ -254,11 +267,12 @@ func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Lease{}, err
 	}
-	sh, h := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.get(h, key)
-	if e == nil || !e.held || e.exp <= s.now() {
+	e := s.locked(s.hash(key), key, false)
+	if e == nil {
+		return lease.Lease{}, lease.ErrNotFound
+	}
+	defer e.mu.Unlock()
+	if !e.held || e.exp <= s.now() {
 		return lease.Lease{}, lease.ErrNotFound
 	}
 	l := e.l
@@ -269,35 +283,33 @@ func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
 // List implements lease.Backend.
 func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
 	var out []lease.Lease
-	for i := range s.shards {
-		sh := &s.shards[i].shard
-		sh.mu.Lock()
-		now := s.now()
-		for _, e := range sh.m {
-			for ; e != nil; e = e.next {
-				if e.held && e.exp > now && strings.HasPrefix(e.l.Key, prefix) {
-					l := e.l
-					l.ID = lease.ID{}
-					out = append(out, l)
-				}
-			}
+	s.idx.entries(func(e *entry) {
+		if !strings.HasPrefix(e.key, prefix) {
+			return
 		}
-		sh.mu.Unlock()
-	}
+		e.mu.Lock()
+		if !e.dead && e.held && e.exp > s.now() {
+			l := e.l
+			l.ID = lease.ID{}
+			out = append(out, l)
+		}
+		e.mu.Unlock()
+	})
 	slices.SortFunc(out, func(a, b lease.Lease) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
-// currentLocked returns the entry of l's key if l is its current unexpired
-// generation, ErrNotHeld if it is not, and an error matching ErrInvalid if l
-// is malformed. An expired generation is retired on the way, handing the key
-// to a waiter.
-func (s *Store) currentLocked(sh *shard, h uint64, l lease.Lease, now time.Duration) (*entry, error) {
-	if e := sh.get(h, l.Key); e != nil {
-		s.expireLocked(sh, e, now)
+// current returns the entry of l's key, locked, if l is its current
+// unexpired generation at now; ErrNotHeld if it is not, and an error
+// matching ErrInvalid if l is malformed. An expired generation is retired on
+// the way, handing the key to a waiter.
+func (s *Store) current(l lease.Lease, now time.Duration) (*entry, error) {
+	if e := s.locked(s.hash(l.Key), l.Key, false); e != nil {
+		s.expireLocked(e, now)
 		if e.held && e.l.Token == l.Token && e.l.ID == l.ID {
 			return e, nil // a lease the store issued, so well formed
 		}
+		e.mu.Unlock()
 	}
 	if err := lease.ValidateLease(l); err != nil {
 		return nil, err
@@ -307,37 +319,37 @@ func (s *Store) currentLocked(sh *shard, h uint64, l lease.Lease, now time.Durat
 
 // expireLocked retires e's lease if it has expired by now, and hands the key
 // to the first waiter, so nobody can barge ahead of the queue.
-func (s *Store) expireLocked(sh *shard, e *entry, now time.Duration) {
+func (s *Store) expireLocked(e *entry, now time.Duration) {
 	if e.held && e.exp <= now {
 		e.held = false
 		if len(e.waiters) > 0 {
-			s.grantNextLocked(sh, e, now)
+			s.grantNextLocked(e, now)
 		}
 	}
 }
 
 // grantLocked makes e.l a new generation held by owner.
-func (s *Store) grantLocked(sh *shard, e *entry, owner string, ttl, now time.Duration) {
-	sh.counter++
+func (s *Store) grantLocked(e *entry, owner string, ttl, now time.Duration) {
+	e.counter++
 	e.held = true
 	e.exp = now + ttl
-	e.l = lease.Lease{Key: e.l.Key, Owner: owner, Token: sh.counter, ID: sh.ids.next(), TTL: ttl, Expires: s.base.Add(e.exp)}
+	e.l = lease.Lease{Key: e.key, Owner: owner, Token: e.counter, ID: s.newID(), TTL: ttl, Expires: s.base.Add(e.exp)}
 }
 
 // grantNextLocked hands the free key to the first waiter.
-func (s *Store) grantNextLocked(sh *shard, e *entry, now time.Duration) {
+func (s *Store) grantNextLocked(e *entry, now time.Duration) {
 	w := e.waiters[0]
 	e.waiters[0] = nil
 	e.waiters = e.waiters[1:]
-	s.grantLocked(sh, e, w.owner, w.ttl, now)
+	s.grantLocked(e, w.owner, w.ttl, now)
 	w.ch <- e.l
-	s.armLocked(sh, e, now)
+	s.armLocked(e, now)
 }
 
 // armLocked makes sure an expiry check is pending, no later than the
 // current expiry, while anyone waits on a held key, so waiters are served at
 // expiry without polling.
-func (s *Store) armLocked(sh *shard, e *entry, now time.Duration) {
+func (s *Store) armLocked(e *entry, now time.Duration) {
 	if len(e.waiters) == 0 || !e.held || (e.timer != nil && e.timerAt <= e.exp) {
 		return
 	}
@@ -346,50 +358,18 @@ func (s *Store) armLocked(sh *shard, e *entry, now time.Duration) {
 	}
 	var t lease.Timer
 	t = s.afterFunc(e.exp-now, func() {
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		if e.timer != t {
 			return // replaced by an earlier check
 		}
 		e.timer = nil
-		s.expireLocked(sh, e, s.now())
-		s.armLocked(sh, e, s.now())
+		s.expireLocked(e, s.now())
+		s.armLocked(e, s.now())
 	})
 	e.timer, e.timerAt = t, e.exp
 }
 
 func (s *Store) heldError(e *entry) error {
 	return &lease.HeldError{Key: e.l.Key, Owner: e.l.Owner, Token: e.l.Token, Expires: e.l.Expires}
-}
-
-// insert adds an entry for key, whose hash is h. Every time the map doubles
-// past its last sweep, entries that hold nothing are dropped, so memory
-// follows the number of live leases at amortised constant cost.
-func (sh *shard) insert(h uint64, key string, now time.Duration) *entry {
-	if len(sh.m) >= sh.sweepAt {
-		sh.sweep(now)
-	}
-	e := &entry{l: lease.Lease{Key: key}, next: sh.m[h]}
-	sh.m[h] = e
-	return e
-}
-
-// sweep drops the entries that hold nothing and nobody waits for.
-func (sh *shard) sweep(now time.Duration) {
-	for h, head := range sh.m {
-		var kept *entry
-		for e := head; e != nil; {
-			next := e.next
-			if (e.held && e.exp > now) || len(e.waiters) > 0 || e.timer != nil {
-				e.next, kept = kept, e
-			}
-			e = next
-		}
-		if kept == nil {
-			delete(sh.m, h)
-		} else {
-			sh.m[h] = kept
-		}
-	}
-	sh.sweepAt = max(1024, 2*len(sh.m))
 }

@@ -1,0 +1,150 @@
+package memstore
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+// index maps keys to entries. Lookups take no lock and write nothing
+// shared: goroutines working on different keys touch only their own
+// entries' cache lines, so the store scales with cores. Inserts, growth and
+// sweeps take mu.
+//
+// The table is open-addressed with linear probing, and a slot, once
+// filled, keeps its entry for the table's life: entries leave only when a
+// sweep or growth builds a new table and publishes it. A lookup racing
+// with an insert may miss the new entry; it then takes the slow path
+// (insert), which looks again under mu.
+type index struct {
+	tab atomic.Pointer[table]
+
+	mu      sync.Mutex
+	n       int         // entries in tab
+	sweepAt int         // n at which the next rebuild drops idle entries
+	floor   lease.Token // the highest token of any dropped entry
+}
+
+type table struct {
+	mask  uint64
+	slots []atomic.Pointer[entry]
+}
+
+const (
+	minSlots = 1024 // a power of two
+	// minSweep is the fewest entries at which a rebuild drops idle ones:
+	// below it, a key used again soon keeps its entry and allocates nothing.
+	minSweep = 1 << 16
+)
+
+func newTable(slots int) *table {
+	return &table{mask: uint64(slots - 1), slots: make([]atomic.Pointer[entry], slots)}
+}
+
+func (x *index) init() {
+	x.tab.Store(newTable(minSlots))
+	x.sweepAt = minSweep
+}
+
+// lookup returns key's entry, whose hash is h, or nil. It may return an
+// entry that a sweep has just dropped; callers lock it and check dead.
+func (x *index) lookup(h uint64, key string) *entry {
+	t := x.tab.Load()
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		e := t.slots[i].Load()
+		if e == nil || (e.hash == h && e.key == key) {
+			return e
+		}
+	}
+}
+
+// find is lookup in the published table once no sweep is under way.
+func (x *index) find(h uint64, key string) *entry {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.lookup(h, key)
+}
+
+// insert returns key's live entry, creating it if there is none. A new
+// entry's token counter starts at the highest token of any dropped entry,
+// so that a key's tokens rise however often its entry comes and goes (I1).
+func (x *index) insert(h uint64, key string, now time.Duration) *entry {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	t := x.tab.Load()
+	if e := x.lookup(h, key); e != nil {
+		return e // entries in the published table are live while mu is held
+	}
+	if sweep := x.n+1 >= x.sweepAt; sweep || (x.n+1)*2 > len(t.slots) {
+		t = x.rebuild(now, sweep)
+	}
+	e := &entry{entryState: entryState{hash: h, key: key, counter: x.floor}}
+	e.l.Key = key
+	put(t, e)
+	x.n++
+	return e
+}
+
+// put adds e to t, which has a free slot; the caller holds mu.
+func put(t *table, e *entry) {
+	i := e.hash & t.mask
+	for t.slots[i].Load() != nil {
+		i = (i + 1) & t.mask
+	}
+	t.slots[i].Store(e)
+}
+
+// rebuild publishes a new table holding the current one's entries, less
+// those that hold nothing and that nobody waits for if sweep is set, sized
+// to stay under half full after the next doubling of entries. Dropped
+// entries are marked dead under their locks, so a goroutine that found one
+// before the swap sees it is dead and looks again. Sweeping when the entries
+// have doubled since the last sweep keeps memory in proportion to the live
+// leases at amortised constant cost.
+func (x *index) rebuild(now time.Duration, sweep bool) *table {
+	old := x.tab.Load()
+	keep := make([]*entry, 0, x.n)
+	for i := range old.slots {
+		e := old.slots[i].Load()
+		if e == nil {
+			continue
+		}
+		if sweep {
+			e.mu.Lock()
+			if e.idle(now) {
+				e.dead = true
+				x.floor = max(x.floor, e.counter)
+				e.mu.Unlock()
+				continue
+			}
+			e.mu.Unlock()
+		}
+		keep = append(keep, e)
+	}
+	if sweep {
+		x.sweepAt = max(minSweep, 2*len(keep))
+	}
+	size := minSlots
+	for size < 4*(len(keep)+1) {
+		size *= 2
+	}
+	t := newTable(size)
+	for _, e := range keep {
+		put(t, e)
+	}
+	x.n = len(keep)
+	x.tab.Store(t)
+	return t
+}
+
+// entries calls f for every entry in the published table.
+func (x *index) entries(f func(*entry)) {
+	t := x.tab.Load()
+	for i := range t.slots {
+		if e := t.slots[i].Load(); e != nil {
+			f(e)
+		}
+	}
+}
