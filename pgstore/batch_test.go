@@ -310,6 +310,15 @@ func TestBatchFailureFailsAll(t *testing.T) {
 	if _, err := db.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}
+	// pg_terminate_backend only signals: until the backend has exited, it
+	// still holds the advisory locks its statement took, and an acquire of
+	// those keys would (rightly) be told a concurrent acquire has them.
+	eventually(t, 10*time.Second, "killed backend still running", func() bool {
+		var n int
+		err := db.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = $1)
+			+ (SELECT count(*) FROM pg_locks WHERE pid = $1)`, pid).Scan(&n)
+		return err == nil && n == 0
+	})
 	for i, ch := range results {
 		r := <-ch
 		if !errors.Is(r.err, lease.ErrUnavailable) || errors.Is(r.err, lease.ErrHeld) || !strings.Contains(r.err.Error(), "outcome unknown") {
