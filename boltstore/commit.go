@@ -40,7 +40,7 @@ type op struct {
 	res    lease.Lease
 	err    error
 	queued bool // opAcquireWait: w was queued; its grant comes on w.ch
-	early  bool // opRelease: answered before the commit (see commit)
+	early  bool // opRelease: answered before the commit (see answerReleases)
 	done   chan struct{}
 }
 

@@ -95,7 +95,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 // Release implements lease.Backend. The key's token high-water mark stays.
 //
 // A release is answered once the commit loop has applied it, before its
-// commit is durable (see commit): from then on this Store reads the lease as
+// commit is durable (see answerReleases): from then on this Store reads the lease as
 // gone (Get and List wait for the commit, Acquire consults the released
 // generations), and a crash before the commit only leaves the lease held
 // until its TTL, as a holder that never released would.

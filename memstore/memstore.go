@@ -136,7 +136,11 @@ func (s *Store) newID() lease.ID {
 // locked returns key's live entry, locked, or nil if there is none and
 // create is false.
 func (s *Store) locked(h uint64, key string, create bool) *entry {
-	e := s.idx.lookup(h, key)
+	return s.lock(h, key, s.idx.lookup(h, key), create)
+}
+
+// lock is locked starting from e, what a lookup of key returned.
+func (s *Store) lock(h uint64, key string, e *entry, create bool) *entry {
 	for {
 		if e == nil {
 			if !create {
@@ -165,17 +169,18 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 	h := s.hash(key)
 	e := s.idx.lookup(h, key)
 	// Only valid keys and owners are ever stored: a key found in the index,
-	// asked for again by the owner of its last lease, needs no checking.
-	// (Reading e.l.Owner unlocked would race; the check below runs after
-	// locking.)
-	if e == nil {
+	// asked for again by the owner of its last lease, needs no checking. A
+	// new key is checked before it is inserted; e.l.Owner is read once e
+	// is locked.
+	validated := e == nil
+	if validated {
 		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 			return lease.Lease{}, err
 		}
 	}
-	e = s.locked(h, key, true)
+	e = s.lock(h, key, e, true)
 	defer e.mu.Unlock()
-	if owner != e.l.Owner {
+	if !validated && owner != e.l.Owner {
 		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 			return lease.Lease{}, err
 		}
