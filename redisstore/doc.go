@@ -11,15 +11,15 @@
 // falling back to EVAL after a restart), and Get is one GET, so each is one
 // round trip and atomic on the server. Expiry is Redis' own PX expiry on the
 // lease key, judged on the server's clock; the expiry times the store
-// reports are computed in the scripts from the server's TIME, never from the
-// client's clock (I5). An Acquire that finds the key held only reads: it
+// reports are the server's TIME, which the scripts read and store in the
+// lease, plus the TTL, never the client's clock (I5). An Acquire that finds the key held only reads: it
 // returns a *lease.HeldError with the holder's owner, token and expiry and
 // writes nothing, so losers of a contended key cost no AOF write.
 //
 // Each key has a token counter beside its lease, INCRed by every grant and
 // never deleted or given an expiry, so tokens rise across release, expiry
 // and restart (I1). The lease is one string holding the secret ID, the
-// token, the expiry time (the server's TIME at the grant or last renewal
+// token, the server's TIME at the grant or last renewal (the expiry is that
 // plus the TTL), the TTL and the owner, written with SET PX, so that a grant
 // is GET, INCR, TIME and SET in one script, a held key or a Get one read,
 // and a release GET and DEL; Renew and Release compare both ID and token

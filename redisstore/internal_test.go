@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	run := func() string {
 		t.Helper()
 		res, err := acquireScript.Run(ctx, s.rdb, []string{s.leaseKey(k), s.counterKey(k)},
-			id.String(), "owner", int64(60000), uint64(lease.MaxToken)).Text()
+			id.String(), "owner", int64(60000)).Text()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,6 +79,15 @@ func TestTokenSpaceExhausted(t *testing.T) {
 	}
 	if n, _ := s.rdb.Exists(ctx, s.leaseKey(k)).Result(); n != 0 {
 		t.Fatal("an exhausted Acquire wrote a lease")
+	}
+}
+
+// TestTokenLimitInScript keeps the limit acquire.lua holds as a literal
+// equal to tokenLimit.
+func TestTokenLimitInScript(t *testing.T) {
+	lit := strconv.FormatUint(tokenLimit, 10)
+	if !strings.Contains(acquireSrc, "if token >= "+lit+" then") {
+		t.Fatalf("acquire.lua does not compare the token with %s (tokenLimit)", lit)
 	}
 }
 
@@ -254,5 +264,90 @@ func waitMarked(t *testing.T, s *Store, key string) {
 			t.Fatalf("lease of %q not marked as wanted within 10 s (mark %q)", key, w)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestParseValue reads the value format of value.go, and the format of
+// earlier versions (the expiry in place of the grant time), which stores
+// of both versions may meet on one server.
+func TestParseValue(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef"
+	grant := time.UnixMicro(1796248430_000042)
+	for _, c := range []struct {
+		v       string
+		token   lease.Token
+		expires time.Time
+		owner   string
+		wanted  bool
+	}{
+		{"0" + id + "7:1796248430.000042:1500:own:er", 7, grant.Add(1500 * time.Millisecond), "own:er", false},
+		{"1" + id + "9007199254740991:1796248430.000042:1:o", lease.MaxToken - 1, grant.Add(time.Millisecond), "o", true},
+		{"0" + id + "7:1796248431500042:1500:o", 7, grant.Add(1500 * time.Millisecond), "o", false}, // earlier format
+	} {
+		v, err := parseValue(c.v)
+		if err != nil || v.id != id || v.token != c.token || !v.expires.Equal(c.expires) || v.owner != c.owner || v.wanted != c.wanted {
+			t.Errorf("parseValue(%q) = %+v, %v; want token %d, expiry %v, owner %q", c.v, v, err, c.token, c.expires, c.owner)
+		}
+	}
+	for _, bad := range []string{
+		"0" + id + "7:1796248430.42:1500:o",      // microseconds not six digits
+		"0" + id + "7:1796248430.0000042:1500:o", // nor seven
+		"0" + id + "7:1796248430.-00042:1500:o",
+		"0" + id + "7:.000042:1500:o",
+		"0" + id + "7:1796248430.000042:0:o",
+		"0" + id + "0:1796248430.000042:1500:o",
+		"0" + id + "7:1796248430.000042:1500:",
+		"0" + id + "7:1796248430.000042:1500",
+		"2" + id + "7:1796248430.000042:1500:o",
+	} {
+		if v, err := parseValue(bad); err == nil {
+			t.Errorf("parseValue(%q) = %+v, want an error", bad, v)
+		}
+	}
+}
+
+// TestExpiryFromServerTime checks that a grant's and a renewal's expiry is
+// the server's TIME during the call plus the TTL.
+func TestExpiryFromServerTime(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const ttl = 1500 * time.Millisecond
+	for range 20 { // TIME's microseconds take every length from 1 to 6 digits now and then
+		before, err1 := s.rdb.Time(ctx).Result()
+		l, err2 := s.Acquire(ctx, "k", "o", ttl)
+		r, err3 := s.Renew(ctx, l, 2*ttl)
+		after, err4 := s.rdb.Time(ctx).Result()
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			t.Fatal(err)
+		}
+		if l.Expires.Before(before.Add(ttl)) || l.Expires.After(after.Add(ttl)) {
+			t.Fatalf("grant expires %v, want server TIME %v..%v plus %v", l.Expires, before, after, ttl)
+		}
+		if r.Expires.Before(l.Expires.Add(ttl)) || r.Expires.After(after.Add(2*ttl)) {
+			t.Fatalf("renewal expires %v, want after %v and by %v", r.Expires, l.Expires.Add(ttl), after.Add(2*ttl))
+		}
+		g, err := s.Get(ctx, "k")
+		if err != nil || !g.Expires.Equal(r.Expires) {
+			t.Fatalf("Get = %+v, %v; want the renewal's expiry %v", g, err, r.Expires)
+		}
+		if err := s.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestProof(t *testing.T) {
+	l := lease.Lease{ID: lease.NewID(), Token: lease.MaxToken}
+	if got, want := proof(l), l.ID.String()+strconv.FormatUint(uint64(l.Token), 10)+":"; got != want {
+		t.Fatalf("proof = %q, want %q", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = proof(l) }); n > 1 {
+		t.Errorf("proof allocates %v times, want 1", n)
 	}
 }

@@ -8,15 +8,16 @@ local n = #ARGV[1]
 if not cur or string.sub(cur, 2, n + 1) ~= ARGV[1] then
   return false
 end
--- cur is W PROOF EXP ':' TTL ':' OWNER; keep W (a waiter's mark), the proof
--- and the owner, and replace EXP and TTL.
+-- cur is W PROOF TIME ':' TTL ':' OWNER; keep W (a waiter's mark), the
+-- proof and the owner, and replace TIME (with the server's TIME now, as
+-- acquire.lua writes it) and TTL.
 local e = string.find(cur, ':', n + 2, true)
 local o = e and string.find(cur, ':', e + 1, true)
 if not o then
   return redis.error_reply('ERR redisstore: malformed lease value')
 end
 local t = redis.call('TIME')
-local exp = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[2]) * 1000
-local v = string.sub(cur, 1, n + 1) .. string.format('%d:%s', exp, ARGV[2]) .. string.sub(cur, o)
+local v = string.sub(cur, 1, n + 1) .. t[1] .. '.' .. string.rep('0', 6 - #t[2]) .. t[2] ..
+  ':' .. ARGV[2] .. string.sub(cur, o)
 redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
 return v
