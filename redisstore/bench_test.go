@@ -17,8 +17,9 @@ import (
 )
 
 // BenchmarkCompareRedis compares, on one durable server (appendonly yes,
-// appendfsync always), a pair of PINGs (the limit for two round trips),
-// redsync Lock+Unlock, redislock Obtain+Release and redisstore
+// appendfsync always), a pair of PINGs (the limit for two round trips), a
+// SET PX + DEL pair (the limit for a durable lease pair: two writes, each
+// fsynced before its reply, fewer than any lease can make), redsync Lock+Unlock, redislock Obtain+Release and redisstore
 // Acquire+Release, each client on its own key.
 func BenchmarkCompareRedis(b *testing.B) {
 	benchCompare(b, redistest.Start(b))
@@ -55,6 +56,15 @@ func benchCompare(b *testing.B, srv *redistest.Server, opts ...redisstore.Option
 						return err
 					}
 					return rdb.Ping(ctx).Err()
+				})
+			})
+			b.Run("set-del-pair", func(b *testing.B) {
+				benchutil.Run(b, clients, func(w, _ int) error {
+					k := key("set-del", w)
+					if err := rdb.Set(ctx, k, "bench", ttl).Err(); err != nil {
+						return err
+					}
+					return rdb.Del(ctx, k).Err()
 				})
 			})
 			b.Run("redsync", func(b *testing.B) {

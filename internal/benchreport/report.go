@@ -98,6 +98,9 @@ func statusText(o Outcome) string {
 	case "met":
 		return "met"
 	case "NOT met":
+		if o.Unreachable {
+			return fmt.Sprintf("**NOT met**: unreachable here, %s alone measures %.2f×", o.Floor, o.FloorMeasured)
+		}
 		return "**NOT met**"
 	default:
 		return o.Status

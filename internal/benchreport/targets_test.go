@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -59,5 +60,43 @@ func TestTargetsAreWellFormed(t *testing.T) {
 		if tg.Group == "" || tg.Impl == "" || tg.Metric == "" || (tg.Cmp != "<=" && tg.Cmp != ">=") || tg.Note == "" {
 			t.Errorf("malformed target %+v", tg)
 		}
+	}
+}
+
+func TestEvaluateFloor(t *testing.T) {
+	results := []Result{
+		result("G", 1, "rtt", map[string]float64{"ns/op": 100}),
+		result("G", 1, "impl", map[string]float64{"ns/op": 500}),
+		result("G", 1, "floor-slow", map[string]float64{"ns/op": 400}),
+		result("G", 1, "floor-fast", map[string]float64{"ns/op": 150}),
+	}
+	target := Target{Group: "G", Clients: 1, Impl: "impl", Versus: "rtt", Cmp: "<=", Ratio: 2, Metric: "ns/op"}
+	for _, tc := range []struct {
+		floor       string
+		unreachable bool
+		floorRatio  float64
+	}{
+		{"floor-slow", true, 4},    // the floor misses 2× too: nobody can meet it here
+		{"floor-fast", false, 1.5}, // the floor meets it: the implementation could
+		{"gone", false, 0},         // no floor measured: no claim either way
+		{"", false, 0},
+	} {
+		tg := target
+		tg.Floor = tc.floor
+		got := Evaluate([]Target{tg}, results, 1)[0]
+		if got.Status != "NOT met" || got.Unreachable != tc.unreachable || math.Abs(got.FloorMeasured-tc.floorRatio) > 1e-9 {
+			t.Errorf("floor %q: got %q unreachable=%v floor=%v; want NOT met unreachable=%v floor=%v",
+				tc.floor, got.Status, got.Unreachable, got.FloorMeasured, tc.unreachable, tc.floorRatio)
+		}
+		text := statusText(got)
+		if mentions := strings.Contains(text, "unreachable"); mentions != tc.unreachable {
+			t.Errorf("floor %q: status text %q", tc.floor, text)
+		}
+	}
+	// A met target is met, whatever its floor.
+	tg := target
+	tg.Impl, tg.Floor = "floor-fast", "floor-slow"
+	if got := Evaluate([]Target{tg}, results, 1)[0]; !got.Met() || got.Unreachable {
+		t.Errorf("met target with a slow floor: %+v", got)
 	}
 }
