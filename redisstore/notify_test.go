@@ -43,6 +43,26 @@ func waitSubscribed(t *testing.T, s *redisstore.Store) {
 	}
 }
 
+// waitForWaiter waits until a WaitChange on key has registered for its release
+// (see Store.Waiting), so the test goes on along the path it means to test.
+func waitForWaiter(t *testing.T, s *redisstore.Store, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := s.Waiting(ctxFor(t), key)
+		if err != nil {
+			t.Fatalf("Waiting(%q): %v", key, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no waiter registered on %q within 10 s", key)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestWaitChange(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv)
@@ -75,7 +95,7 @@ func TestWaitChange(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond) // let the waiter register
+		waitForWaiter(t, s, "wc/release")
 		if err := s.Release(ctx, other); err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +142,7 @@ func TestWaitChangeSubscriptionDrop(t *testing.T) {
 	// 1. A pending WaitChange learns of the drop.
 	woke := make(chan error, 1)
 	go func() { woke <- s.WaitChange(ctx, k) }()
-	time.Sleep(200 * time.Millisecond) // let it register
+	waitForWaiter(t, s, k)
 	killPubSub(t, srv)
 	select {
 	case err := <-woke:
@@ -149,9 +169,9 @@ func TestWaitChangeSubscriptionDrop(t *testing.T) {
 		h, err := c.Acquire(ctx, k, time.Minute)
 		got <- result{h, err}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitForWaiter(t, s, k)
 	killPubSub(t, srv)
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // most often the release then finds no subscription to tell
 	if err := s.Release(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +197,7 @@ func TestWaitChangeSubscriptionDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { woke <- s.WaitChange(ctx, k) }()
-	time.Sleep(200 * time.Millisecond)
+	waitForWaiter(t, s, k)
 	if err := s.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +225,7 @@ func TestWaitChangeServerDown(t *testing.T) {
 	waitSubscribed(t, s)
 	woke := make(chan error, 1)
 	go func() { woke <- s.WaitChange(ctx, k) }()
-	time.Sleep(200 * time.Millisecond)
+	waitForWaiter(t, s, k)
 	srv.Stop(t)
 	select {
 	case err := <-woke:
@@ -230,7 +250,7 @@ func TestWaitChangeAfterClose(t *testing.T) {
 	}
 	woke := make(chan error, 1)
 	go func() { woke <- s.WaitChange(ctxFor(t), "closing") }()
-	time.Sleep(200 * time.Millisecond)
+	waitForWaiter(t, s, "closing")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

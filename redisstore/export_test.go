@@ -1,0 +1,25 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting reports whether a WaitChange on key is registered with the
+// subscription and key's lease carries the waiter's mark (want.lua), so that
+// a release from now on must wake it. Tests wait for it instead of sleeping.
+func (s *Store) Waiting(ctx context.Context, key string) (bool, error) {
+	s.notify.mu.Lock()
+	registered := len(s.notify.waiters[key]) > 0
+	s.notify.mu.Unlock()
+	if !registered {
+		return false, nil
+	}
+	v, err := s.rdb.Get(ctx, s.leaseKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return err == nil && len(v) > 0 && v[0] == wanted, err
+}
