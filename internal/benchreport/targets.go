@@ -174,8 +174,10 @@ var groupNotes = map[string]string{
 	"Redis":         "Redis with appendonly yes + appendfsync always, one go-redis client (PoolSize 64) shared by all contenders, distinct keys. ping-pair = two PINGs (the limit for two round trips); set-del-pair = SET PX + DEL, the fewest writes a lease pair can make, each fsynced before its reply (the limit for a durable pair).",
 	"RedisVolatile": "The same on a Redis without persistence (which redisstore refuses unless AllowVolatile: tokens can go backwards after a restart).",
 	"Etcd":          "One embedded etcd node. put-pair = Put + Delete (the limit for a write pair); mutex = concurrency.Mutex Lock+Unlock with a session per client, reused; etcdstore = acquire+release.",
-	"Bolt":          "bbolt with fsync. bbolt-update-pair = two db.Update calls (the limit for a durable pair); bbolt-batch-default = a naive lease pair with db.Batch defaults (the 10 ms trap); boltstore = acquire+release.",
-	"HTTPOverhead":  "The HTTP API's own cost: two GET /healthz round trips vs acquire+release through leasehttp over memstore.",
+	"EtcdOneKey": "32 clients queue for one key on the same embedded etcd; one op = one acquisition and release, so ops/s is the rate at which the key changes hands " +
+		"(ANCHORS.md: the Mutex's ~316/s). mutex = concurrency.Mutex with a session per client; etcdstore = AcquireWait (FIFO) + Release.",
+	"Bolt":         "bbolt with fsync. bbolt-update-pair = two db.Update calls (the limit for a durable pair); bbolt-batch-default = a naive lease pair with db.Batch defaults (the 10 ms trap); boltstore = acquire+release.",
+	"HTTPOverhead": "The HTTP API's own cost: two GET /healthz round trips vs acquire+release through leasehttp over memstore.",
 	"MemstoreOneKey": "One op = one successful acquire+release pair on a single key all clients race for with try-acquire; " +
 		"a try that finds the key held is retried at once and counted in held/op. This is the rate at which one key changes hands.",
 }
