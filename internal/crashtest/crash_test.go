@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,8 +57,7 @@ func TestKill9(t *testing.T) {
 
 	bin := buildLease(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
-	h := &history{}
-	var clock atomic.Uint64 // orders sends and acks across clients
+	h := &History{}
 
 	for round := range kills {
 		srv := startServer(t, bin, dataDir)
@@ -72,7 +70,6 @@ func TestKill9(t *testing.T) {
 				http:  &http.Client{Transport: tr, Timeout: requestLimit},
 				owner: fmt.Sprintf("r%02d-w%d", round, w),
 				rng:   rand.New(rand.NewPCG(seed, uint64(round*workers+w+2))),
-				clock: &clock,
 				h:     h,
 			}
 			wg.Add(1)
@@ -95,9 +92,9 @@ func TestKill9(t *testing.T) {
 	defer srv.stop(t)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	c := &client{base: srv.url, http: &http.Client{Transport: tr, Timeout: requestLimit}, owner: "final", rng: rand.New(rand.NewPCG(seed, 0)), clock: &clock, h: h}
+	c := &client{base: srv.url, http: &http.Client{Transport: tr, Timeout: requestLimit}, owner: "final", rng: rand.New(rand.NewPCG(seed, 0)), h: h}
 	for k := range keyCount {
-		key := keyName(k)
+		key := KeyName(k)
 		l, err := c.acquire(t.Context(), key, time.Second, 2*ttls[len(ttls)-1]+time.Second)
 		if err != nil {
 			t.Fatalf("after the last restart, acquiring %q: %v", key, err)
@@ -107,53 +104,19 @@ func TestKill9(t *testing.T) {
 		}
 	}
 
-	acqs := h.snapshot()
+	acqs := h.Snapshot()
 	perKey := map[string]int{}
 	for _, a := range acqs {
 		perKey[a.Key]++
 	}
 	t.Logf("%d kills, %d acknowledged acquisitions %v, %d refused as held, %d renewals, %d releases, %d requests lost to a kill",
-		kills, len(acqs), perKey, h.held.Load(), h.renewals.Load(), h.releases.Load(), h.unknown.Load())
+		kills, len(acqs), perKey, h.Held.Load(), h.Renewals.Load(), h.Releases.Load(), h.Unknown.Load())
 	if len(acqs) < kills {
 		t.Errorf("only %d acquisitions in %d rounds: the load did not reach the server", len(acqs), kills)
 	}
 	for _, v := range Check(acqs) {
 		t.Error(v)
 	}
-}
-
-func keyName(k int) string { return "crash/" + strconv.Itoa(k) }
-
-// history collects what the clients were told.
-type history struct {
-	mu       sync.Mutex
-	acqs     []*Acquisition
-	held     atomic.Int64
-	renewals atomic.Int64
-	releases atomic.Int64
-	unknown  atomic.Int64
-}
-
-func (h *history) add(a *Acquisition) {
-	h.mu.Lock()
-	h.acqs = append(h.acqs, a)
-	h.mu.Unlock()
-}
-
-func (h *history) update(f func()) {
-	h.mu.Lock()
-	f()
-	h.mu.Unlock()
-}
-
-func (h *history) snapshot() []Acquisition {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]Acquisition, len(h.acqs))
-	for i, a := range h.acqs {
-		out[i] = *a
-	}
-	return out
 }
 
 // client drives the API with plain HTTP, so that it knows exactly which
@@ -163,8 +126,7 @@ type client struct {
 	http  *http.Client
 	owner string
 	rng   *rand.Rand
-	clock *atomic.Uint64
-	h     *history
+	h     *History
 }
 
 // wireLease is the API's lease.
@@ -182,7 +144,7 @@ var errHeld = errors.New("held")
 // loop acquires, maybe renews, and releases or abandons, until ctx ends.
 func (c *client) loop(ctx context.Context) {
 	for ctx.Err() == nil {
-		key := keyName(c.rng.IntN(keyCount))
+		key := KeyName(c.rng.IntN(keyCount))
 		ttl := ttls[c.rng.IntN(len(ttls))]
 		var wait time.Duration
 		if c.rng.IntN(2) == 0 {
@@ -207,29 +169,20 @@ func (c *client) loop(ctx context.Context) {
 	}
 }
 
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 func (c *client) acquire(ctx context.Context, key string, ttl, wait time.Duration) (*Acquisition, error) {
-	sent := c.clock.Add(1)
+	sent := c.h.Clock.Add(1)
 	var l wireLease
 	err := c.post(ctx, key, "acquire", map[string]any{"owner": c.owner, "ttl_ms": ttl.Milliseconds(), "wait_ms": wait.Milliseconds()}, &l)
 	if err != nil {
 		return nil, err
 	}
-	acked := c.clock.Add(1)
+	acked := c.h.Clock.Add(1)
 	exp, perr := time.Parse(time.RFC3339Nano, l.ExpiresAt)
 	if perr != nil || l.Key != key || l.Token == 0 || l.ID == "" || l.TTLMillis != ttl.Milliseconds() {
 		return nil, fmt.Errorf("acquire %q: malformed answer %+v (%v)", key, l, perr)
 	}
 	a := &Acquisition{Key: key, Owner: c.owner, Token: l.Token, TTL: ttl, Expires: exp, HeldUntil: exp, Sent: sent, Acked: acked}
-	c.h.add(a)
+	c.h.Add(a)
 	idOf.Store(a, l.ID)
 	return a, nil
 }
@@ -248,8 +201,8 @@ func (c *client) renew(ctx context.Context, key string, a *Acquisition, ttl time
 	if perr != nil || l.Token != a.Token {
 		return fmt.Errorf("renew %q: malformed answer %+v (%v)", key, l, perr)
 	}
-	c.h.renewals.Add(1)
-	c.h.update(func() {
+	c.h.Renewals.Add(1)
+	c.h.Update(func() {
 		if exp.After(a.HeldUntil) {
 			a.HeldUntil = exp
 		}
@@ -259,10 +212,10 @@ func (c *client) renew(ctx context.Context, key string, a *Acquisition, ttl time
 
 func (c *client) release(ctx context.Context, key string, a *Acquisition) error {
 	id, _ := idOf.Load(a)
-	c.h.update(func() { a.ReleaseTried = true }) // before sending: its effect may precede any answer
+	c.h.Update(func() { a.ReleaseTried = true }) // before sending: its effect may precede any answer
 	err := c.post(ctx, key, "release", map[string]any{"id": id, "token": a.Token}, nil)
 	if err == nil {
-		c.h.releases.Add(1)
+		c.h.Releases.Add(1)
 	}
 	return err
 }
@@ -281,13 +234,13 @@ func (c *client) post(ctx context.Context, key, op string, body any, out any) er
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		c.h.unknown.Add(1)
+		c.h.Unknown.Add(1)
 		return err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		c.h.unknown.Add(1)
+		c.h.Unknown.Add(1)
 		return err
 	}
 	switch resp.StatusCode {
@@ -297,7 +250,7 @@ func (c *client) post(ctx context.Context, key, op string, body any, out any) er
 		}
 		return json.Unmarshal(raw, out)
 	case http.StatusConflict:
-		c.h.held.Add(1)
+		c.h.Held.Add(1)
 		return fmt.Errorf("%s %q: %w: %s", op, key, errHeld, raw)
 	}
 	return fmt.Errorf("%s %q: status %d: %s", op, key, resp.StatusCode, raw)

@@ -224,7 +224,7 @@ func runAs() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
-func startIn(dir, bin string, cred *syscall.Credential) (*server, error) {
+func startIn(dir, bin string, cred *syscall.Credential, settings ...string) (*server, error) {
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, fmt.Errorf("pgtest: giving %s to the postgres user: %w", dir, err)
@@ -248,7 +248,7 @@ func startIn(dir, bin string, cred *syscall.Credential) (*server, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv, err := launch(dir, bin, data, port, cred)
+		srv, err := launch(dir, bin, data, port, cred, settings...)
 		if err == nil {
 			return srv, nil
 		}
@@ -267,8 +267,9 @@ func freePort() (int, error) {
 }
 
 // launch starts the postmaster in the foreground as our child and waits until
-// it accepts connections.
-func launch(dir, bin, data string, port int, cred *syscall.Credential) (*server, error) {
+// it accepts connections. settings ("name=value") come after the defaults,
+// so they override them.
+func launch(dir, bin, data string, port int, cred *syscall.Credential, settings ...string) (*server, error) {
 	logPath := filepath.Join(dir, "postgres.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -289,6 +290,9 @@ func launch(dir, bin, data string, port int, cred *syscall.Credential) (*server,
 		"-c", "logging_collector=off",
 		"-c", "log_min_messages=warning",
 		"-c", "timezone=UTC",
+	}
+	for _, kv := range settings {
+		args = append(args, "-c", kv)
 	}
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = dir
