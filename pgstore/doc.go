@@ -64,9 +64,15 @@
 //
 // # Durability
 //
-// Acquire and Renew commit with the server's synchronous_commit setting,
-// which must be on (the default) or stronger: a token is durable once it is
-// returned, and a renewal that returns has really moved the expiry. Release
+// Acquire and Renew commit synchronously: a token is durable once it is
+// returned, and a renewal that returns has really moved the expiry. Where the
+// session has synchronous_commit = off (set for the server, database, role
+// or connection, often for speed), their statements raise it to on for
+// their own transaction (set_config in the statement, so no extra round
+// trip); stronger settings (remote_write, remote_apply) and local are kept.
+// TestServerCrashKeepsTokens crashes a server configured that way under
+// load and checks that no acknowledged token is issued again; its negative
+// control, without the raise, finds tokens issued twice. Release
 // alone commits with synchronous_commit = off for its own transaction (set
 // inside the statement with set_config): if the server crashes before the
 // release reaches disk, the key comes back as held until its TTL — late, but

@@ -51,7 +51,24 @@ func expiresAt(ttlNS string) string {
 	return `clock_timestamp() + (` + ttlNS + ` / 1000) * interval '1 microsecond'`
 }
 
-func newQueries(n names) queries {
+// durableCommit is a condition, true whenever it is evaluated, that makes
+// the statement's transaction commit synchronously (wait for its WAL flush)
+// even if the session has synchronous_commit = off: Acquire and Renew put it
+// in the WHERE of every row they write, so a row written means a durable
+// commit before the answer, whatever the server, role or pool configures
+// (I1: a token returned is never issued again after a crash). Stronger
+// settings (remote_write, remote_apply) and local are kept as they are.
+const durableCommit = `set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on' ` +
+	`ELSE current_setting('synchronous_commit') END, true) IS NOT NULL`
+
+// newQueries builds the Store's statements. Without durable (tests only: the
+// negative control of the crash test), Acquire and Renew commit as the
+// session's synchronous_commit says.
+func newQueries(n names, durable bool) queries {
+	durably := ""
+	if durable {
+		durably = " AND " + durableCommit
+	}
 	tryLock := `pg_try_advisory_xact_lock(` + strconv.Itoa(int(n.lockClass)) + `, hashtext(req.key))`
 	return queries{
 		// cur reads the keys' rows without locking them. Only a key whose row
@@ -87,13 +104,13 @@ func newQueries(n names) queries {
 		ttl_ns = req.ttl_ns, expires_at = ` + expiresAt("req.ttl_ns") + `, wanted = false
 	FROM req
 	WHERE l.key ` + match + ` AND l.key = req.key AND l.expires_at <= clock_timestamp()
-		AND CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key AND cur.live) THEN false ELSE ` + tryLock + ` END
+		AND CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key AND cur.live) THEN false ELSE ` + tryLock + ` END` + durably + `
 	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at
 ), ins AS (
 	INSERT INTO ` + n.leases + ` AS l (key, token, id, owner, ttl_ns, expires_at)
 	SELECT req.key, 1, req.id, req.owner, req.ttl_ns, ` + expiresAt("req.ttl_ns") + `
 	FROM req
-	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + tryLock + ` END
+	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + tryLock + ` END` + durably + `
 	ON CONFLICT (key) DO NOTHING
 	RETURNING l.key, true, l.token, l.owner, l.ttl_ns, l.expires_at
 )
@@ -108,7 +125,7 @@ UNION ALL SELECT key, false, token, owner, ttl_ns, expires_at FROM cur WHERE liv
 UPDATE ` + n.leases + ` AS l SET ttl_ns = req.ttl_ns, expires_at = ` + expiresAt("req.ttl_ns") + `
 FROM req
 WHERE l.key ` + match + ` AND l.key = req.key AND l.token = req.token AND l.id = req.id
-	AND l.expires_at > clock_timestamp()
+	AND l.expires_at > clock_timestamp()` + durably + `
 RETURNING l.key, l.owner, l.expires_at`
 		}),
 

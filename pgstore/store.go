@@ -123,7 +123,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n)}
+	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true)}
 	s.notify = newNotifier(s)
 	s.acquires = newBatcher(loneSlots, maxBatch, s.execAcquire)
 	s.renews = newBatcher(loneSlots, maxBatch, s.execRenew)
