@@ -38,23 +38,8 @@ func BenchmarkCompareEtcd(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("c=%d/mutex", clients), func(b *testing.B) {
-			cli := etcdtest.NewClient(b, eps)
 			pfx := uniquePrefix(b)
-			mutexes := make([]*concurrency.Mutex, clients)
-			for w := range clients {
-				sess, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = sess.Close() })
-				mutexes[w] = concurrency.NewMutex(sess, fmt.Sprintf("%sm%d/", pfx, w))
-			}
-			benchutil.Run(b, clients, func(w, _ int) error {
-				if err := mutexes[w].Lock(ctx); err != nil {
-					return err
-				}
-				return mutexes[w].Unlock(ctx)
-			})
+			benchMutexes(b, eps, clients, func(w int) string { return fmt.Sprintf("%sm%d/", pfx, w) })
 		})
 		b.Run(fmt.Sprintf("c=%d/etcdstore", clients), func(b *testing.B) {
 			cli := etcdtest.NewClient(b, eps)
@@ -84,23 +69,8 @@ func BenchmarkCompareEtcdOneKey(b *testing.B) {
 	ctx := context.Background()
 	const clients = 32
 	b.Run(fmt.Sprintf("c=%d/mutex", clients), func(b *testing.B) {
-		cli := etcdtest.NewClient(b, eps)
 		key := uniquePrefix(b) + "one/"
-		mutexes := make([]*concurrency.Mutex, clients)
-		for w := range clients {
-			sess, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = sess.Close() })
-			mutexes[w] = concurrency.NewMutex(sess, key)
-		}
-		benchutil.Run(b, clients, func(w, _ int) error {
-			if err := mutexes[w].Lock(ctx); err != nil {
-				return err
-			}
-			return mutexes[w].Unlock(ctx)
-		})
+		benchMutexes(b, eps, clients, func(int) string { return key })
 	})
 	b.Run(fmt.Sprintf("c=%d/etcdstore", clients), func(b *testing.B) {
 		cli := etcdtest.NewClient(b, eps)
@@ -116,5 +86,28 @@ func BenchmarkCompareEtcdOneKey(b *testing.B) {
 			}
 			return s.Release(ctx, l)
 		})
+	})
+}
+
+// benchMutexes runs Lock+Unlock pairs of concurrency.Mutex from clients
+// goroutines, each with a session of its own, reused, on the mutex prefix
+// name(w).
+func benchMutexes(b *testing.B, eps []string, clients int, name func(w int) string) {
+	ctx := context.Background()
+	cli := etcdtest.NewClient(b, eps)
+	mutexes := make([]*concurrency.Mutex, clients)
+	for w := range clients {
+		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sess.Close() })
+		mutexes[w] = concurrency.NewMutex(sess, name(w))
+	}
+	benchutil.Run(b, clients, func(w, _ int) error {
+		if err := mutexes[w].Lock(ctx); err != nil {
+			return err
+		}
+		return mutexes[w].Unlock(ctx)
 	})
 }

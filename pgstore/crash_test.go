@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,14 +65,7 @@ func TestServerCrashNegativeControl(t *testing.T) {
 // acquisitions, including one more of each key after the last restart.
 // LEASE_CRASH_SEED=N replays the crash moments and the workers' choices.
 func runServerCrashes(t *testing.T, durable bool) []crashtest.Acquisition {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("LEASE_CRASH_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("LEASE_CRASH_SEED=%q: %v", s, err)
-		}
-	}
-	t.Logf("seed %d (LEASE_CRASH_SEED=%d replays it)", seed, seed)
+	seed := crashtest.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	pg := pgtest.StartOwn(t, crashSettings...)

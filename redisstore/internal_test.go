@@ -17,14 +17,7 @@ import (
 // second run must return the first run's grant, not a HeldError and not a
 // second token.
 func TestAcquireRetryIsIdempotent(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s, ctx := newInternalStore(t)
 	const k = "retry"
 	id := lease.NewID()
 	run := func() string {
@@ -55,14 +48,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 // from 2^53 up and writes no lease, instead of handing out a token that a
 // Lua number or a JSON number cannot carry exactly.
 func TestTokenSpaceExhausted(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s, ctx := newInternalStore(t)
 	const k = "exhausted"
 	if err := s.rdb.Set(ctx, s.counterKey(k), uint64(lease.MaxToken)-2, 0).Err(); err != nil {
 		t.Fatal(err)
@@ -119,14 +105,7 @@ func TestKeyNames(t *testing.T) {
 // were published, so if the unwanted release had published, its key would
 // arrive before the wanted one's.
 func TestReleasePublishesOnlyWhenWanted(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	srv, s, ctx := newInternalStore(t)
 	ps := srv.Client(t).Subscribe(ctx, s.channel)
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
@@ -173,14 +152,7 @@ func TestReleasePublishesOnlyWhenWanted(t *testing.T) {
 // place) leaves its PX expiry alone: a lost expiry would make the lease
 // live for ever.
 func TestWantKeepsExpiry(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s, ctx := newInternalStore(t)
 	if _, err := s.Acquire(ctx, "k", "h", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +174,7 @@ func TestWantKeepsExpiry(t *testing.T) {
 // only after the lease it saw was released and granted to someone else: it
 // marks the new lease, and that lease's release wakes it.
 func TestWaiterAfterReleaseAndRegrant(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s, ctx := newInternalStore(t)
 	const k = "regrant"
 	first, err := s.Acquire(ctx, k, "first", time.Minute)
 	if err != nil {
@@ -309,14 +274,7 @@ func TestParseValue(t *testing.T) {
 // TestExpiryFromServerTime checks that a grant's and a renewal's expiry is
 // the server's TIME during the call plus the TTL.
 func TestExpiryFromServerTime(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	_, s, ctx := newInternalStore(t)
 	const ttl = 1500 * time.Millisecond
 	for range 20 { // TIME's microseconds take every length from 1 to 6 digits now and then
 		before, err1 := s.rdb.Time(ctx).Result()
@@ -350,4 +308,20 @@ func TestProof(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = proof(l) }); n > 1 {
 		t.Errorf("proof allocates %v times, want 1", n)
 	}
+}
+
+// newInternalStore starts a server and returns it with a Store on it, in a
+// namespace of its own, and a context for the test's calls; both end in
+// cleanup.
+func newInternalStore(t *testing.T) (*redistest.Server, *Store, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return srv, s, ctx
 }

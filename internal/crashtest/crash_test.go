@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,14 +44,7 @@ func TestKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds lease and kills it 22 times; skipped in -short")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("LEASE_CRASH_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("LEASE_CRASH_SEED=%q: %v", s, err)
-		}
-	}
-	t.Logf("seed %d (LEASE_CRASH_SEED=%d replays it)", seed, seed)
+	seed := Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	bin := buildLease(t)

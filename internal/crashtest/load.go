@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -97,4 +100,19 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// Seed returns the seed of a crash test's random choices, LEASE_CRASH_SEED
+// if set (to replay a run), else a new one, and logs it.
+func Seed(t testing.TB) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("LEASE_CRASH_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("LEASE_CRASH_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (LEASE_CRASH_SEED=%d replays it)", seed, seed)
+	return seed
 }
