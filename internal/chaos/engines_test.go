@@ -169,11 +169,28 @@ func redisEngine(t *testing.T) chaos.Engine {
 	return e
 }
 
-// pgEngine is pgstore on the throwaway PostgreSQL of pgtest. pgtest offers
-// no restart of its shared cluster, so this engine has none: its faults are
-// the toxics (reset_peer cuts every pooled connection) and the pauses.
+// pgEngine is pgstore on a throwaway PostgreSQL of the test's own, which
+// Restart crashes (immediate shutdown: what is not yet flushed is lost, and
+// the next start runs crash recovery) and starts again on the same data
+// directory and port. On a server named by LEASE_TEST_POSTGRES_URL there is
+// no restart; the faults are then the toxics (reset_peer cuts every pooled
+// connection) and the pauses.
 func pgEngine(t *testing.T) chaos.Engine {
-	url := pgtest.Start(t)
+	var (
+		url     string
+		restart func(t testing.TB, down time.Duration)
+	)
+	if os.Getenv(pgtest.EnvURL) != "" {
+		url = pgtest.Start(t)
+	} else {
+		pg := pgtest.StartOwn(t)
+		url = pg.URL
+		restart = func(t testing.TB, down time.Duration) {
+			pg.Crash(t)
+			time.Sleep(down)
+			pg.Restart(t)
+		}
+	}
 	base, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +222,7 @@ func pgEngine(t *testing.T) chaos.Engine {
 			}
 			return s, func() { s.Close(); pool.Close() }, nil
 		},
+		Restart: restart,
 	}
 }
 
