@@ -18,8 +18,12 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 	t.Helper()
 	res := chaos.Run(t, cfg)
 	s := res.Stats
-	t.Logf("%s: %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses, faults %v; register check %v on %d ops in %v, grant check %v on %d ops",
-		cfg.Engine.Name, s.Duration.Round(time.Millisecond), s.Grants, s.Writes, s.Accepted, s.Rejected, s.Reads,
+	guard := cfg.Engine.GuardName
+	if guard == "" {
+		guard = "memory"
+	}
+	t.Logf("%s (guard %s): %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses, faults %v; register check %v on %d ops in %v, grant check %v on %d ops",
+		cfg.Engine.Name, guard, s.Duration.Round(time.Millisecond), s.Grants, s.Writes, s.Accepted, s.Rejected, s.Reads,
 		s.AcquireErrors, s.Lost, s.Pauses, s.Faults, res.Register.Result, res.Register.Ops, res.Register.Elapsed.Round(time.Millisecond),
 		res.Grants.Result, res.Grants.Ops)
 	chaos.RequireLinearizable(t, res)
@@ -36,20 +40,21 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 func TestChaosBoltHTTP(t *testing.T) {
 	ttl := 200 * time.Millisecond
 	b := startBoltHTTP(t)
-	e := b.engine(ttl)
+	e := withGuard(b.engine(ttl), "pgfence", pgGuard(t))
 	runChaos(t, plan(chaos.Config{Engine: e, Seed: 1, TTL: ttl, Kinds: chaos.AllFaults}))
 }
 
 func TestChaosRedis(t *testing.T) {
 	ttl := 200 * time.Millisecond
-	e := redisEngine(t)
+	e := withGuard(redisEngine(t), "redisfence", redisGuard(t))
 	cfg := plan(chaos.Config{Engine: e, Seed: 2, TTL: ttl})
 	runChaos(t, cfg)
 }
 
 func TestChaosPostgres(t *testing.T) {
 	ttl := 200 * time.Millisecond
-	runChaos(t, plan(chaos.Config{Engine: pgEngine(t), Seed: 4, TTL: ttl}))
+	e := withGuard(pgEngine(t), "pgfence", pgGuard(t))
+	runChaos(t, plan(chaos.Config{Engine: e, Seed: 4, TTL: ttl}))
 }
 
 func TestChaosEtcd(t *testing.T) {

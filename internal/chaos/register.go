@@ -1,28 +1,40 @@
 package chaos
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"testing"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 )
 
-// register is the protected resource of one key.
-type register interface {
+// Register is the protected resource of one key: a value and the token that
+// wrote it, behind a guard.
+type Register interface {
 	// Write stores value if token is admitted; a rejection is an error
-	// matching lease.ErrStaleToken.
-	Write(token lease.Token, value string) error
-	// Read returns the value and the token that wrote it.
-	Read() (string, lease.Token)
+	// matching lease.ErrStaleToken. Any other error is a failure of the run:
+	// a register must be on a server the faults do not touch.
+	Write(ctx context.Context, token lease.Token, value string) error
+	// Read returns the value and the token that wrote it ("" and 0 before
+	// the first write).
+	Read(ctx context.Context) (string, lease.Token, error)
 }
 
-// guarded is the real guard: fence.Resource.
-type guarded struct{ r *fence.Resource[string] }
+// memoryGuard is the in-process guard, fence.Resource: the register of
+// engines that name no Guard.
+type memoryGuard struct{ r *fence.Resource[string] }
 
-func (g guarded) Write(token lease.Token, value string) error { return g.r.Write(token, value) }
-func (g guarded) Read() (string, lease.Token)                 { return g.r.Read() }
+func (g memoryGuard) Write(_ context.Context, token lease.Token, value string) error {
+	return g.r.Write(token, value)
+}
+
+func (g memoryGuard) Read(context.Context) (string, lease.Token, error) {
+	v, tok := g.r.Read()
+	return v, tok, nil
+}
 
 // unguarded takes every write: the negative control. It records the token of
 // the last write, as a resource that trusted its writers would.
@@ -32,24 +44,27 @@ type unguarded struct {
 	token lease.Token
 }
 
-func (u *unguarded) Write(token lease.Token, value string) error {
+func (u *unguarded) Write(_ context.Context, token lease.Token, value string) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.value, u.token = value, token
 	return nil
 }
 
-func (u *unguarded) Read() (string, lease.Token) {
+func (u *unguarded) Read(context.Context) (string, lease.Token, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.value, u.token
+	return u.value, u.token, nil
 }
 
-func newRegister(key string, mode fence.Mode, off bool) register {
-	if off {
+func newRegister(t testing.TB, e Engine, key string, mode fence.Mode, off bool) Register {
+	switch {
+	case off:
 		return &unguarded{}
+	case e.Guard != nil:
+		return e.Guard(t, key, mode)
 	}
-	return guarded{fence.NewResource(key, "", mode)}
+	return memoryGuard{fence.NewResource(key, "", mode)}
 }
 
 // accepted reports whether err from register.Write is an acceptance (nil)

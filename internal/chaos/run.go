@@ -35,6 +35,13 @@ type Engine struct {
 	// TTL + Linger + up to a TTL more, so that the lease has expired on the
 	// engine when the paused worker writes.
 	Linger time.Duration
+	// Guard, if set, returns the register of key: a real guard (pgfence,
+	// redisfence) admitting tokens by mode, on a server of its own that the
+	// faults do not touch, as the protected resource is usually another
+	// system than the lease service. Nil: fence.Resource in memory.
+	Guard func(t testing.TB, key string, mode fence.Mode) Register
+	// GuardName names the guard in logs (default "memory").
+	GuardName string
 }
 
 // Fault is a kind of fault the driver injects.
@@ -107,10 +114,14 @@ type Result struct {
 // writesPerHold is how many writes a worker makes under one lease.
 const writesPerHold = 5
 
+// guardLimit bounds one register call. The guard's server is not faulted,
+// so a call that takes this long is a failure of the run.
+const guardLimit = 10 * time.Second
+
 type worker struct {
 	id      int
 	key     string
-	reg     register
+	reg     Register
 	client  *lease.Client
 	closeFn func()
 	rng     *rand.Rand
@@ -162,7 +173,7 @@ func Run(t *testing.T, cfg Config) Result {
 	defer stop()
 	for k := range cfg.Keys {
 		key := fmt.Sprintf("chaos-%s-%d", cfg.Engine.Name, k)
-		reg := newRegister(key, cfg.Mode, cfg.Unguarded)
+		reg := newRegister(t, cfg.Engine, key, cfg.Mode, cfg.Unguarded)
 		for range cfg.Workers {
 			id := len(r.workers)
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -331,7 +342,11 @@ func (r *run) work(ctx context.Context, w *worker) {
 			seq++
 			value := fmt.Sprintf("w%d.%d", w.id, seq)
 			call := r.rec.Now()
-			werr := w.reg.Write(h.Token(), value)
+			// Not ctx: a write cut off as the run stops would have an
+			// unknown outcome that the history cannot hold.
+			gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
+			werr := w.reg.Write(gctx, h.Token(), value)
+			gcancel()
 			ret := r.rec.Now()
 			ok, err := accepted(werr)
 			if err != nil {
@@ -349,7 +364,13 @@ func (r *run) work(ctx context.Context, w *worker) {
 			})
 			if w.rng.IntN(3) == 0 {
 				call := r.rec.Now()
-				v, tok := w.reg.Read()
+				gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
+				v, tok, err := w.reg.Read(gctx)
+				gcancel()
+				if err != nil {
+					r.fail(fmt.Errorf("chaos: register read failed: %w", err))
+					break
+				}
 				r.rec.Read(w.id, w.key, v, tok, call, r.rec.Now())
 				r.count(func(s *Stats) { s.Reads++ })
 			}
