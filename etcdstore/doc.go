@@ -107,10 +107,9 @@
 // entry still exists with its create revision, so a waiter whose etcd lease
 // expired while it waited never believes it holds the lease (Jepsen's
 // etcd 3.4.3 finding, etcd PR #11408). The EtcdOneKey table of
-// docs/BENCHMARKS.md measures the hand-off rate beside the Mutex's (32
-// waiters on one key: ~530/s against ~315/s in a first run). Acquire (try once) fails while
-// waiters are queued even if the key is momentarily free, so that waiters
-// are served in order.
+// docs/BENCHMARKS.md measures the hand-off rate of 32 waiters on one key
+// beside the Mutex's. Acquire (try once) fails while waiters are queued even
+// if the key is momentarily free, so that waiters are served in order.
 //
 // # Restoring a snapshot (I7)
 //

@@ -109,8 +109,7 @@ func runServerCrashes(t *testing.T, durable bool) []crashtest.Acquisition {
 			sent := h.Clock.Add(1)
 			l, err := s.Acquire(ctx, key, "final", time.Second)
 			if err == nil {
-				h.Add(&crashtest.Acquisition{Key: key, Owner: "final", Token: uint64(l.Token), TTL: l.TTL, Expires: l.Expires,
-					HeldUntil: l.Expires, Sent: sent, Acked: h.Clock.Add(1)})
+				h.Add(crashtest.Acknowledged("final", l, sent, h.Clock.Add(1)))
 				break
 			}
 			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, lease.ErrUnavailable) || time.Now().After(deadline) {

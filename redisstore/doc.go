@@ -12,9 +12,10 @@
 // round trip and atomic on the server. Expiry is Redis' own PX expiry on the
 // lease key, judged on the server's clock; the expiry times the store
 // reports are the server's TIME, which the scripts read and store in the
-// lease, plus the TTL, never the client's clock (I5). An Acquire that finds the key held only reads: it
-// returns a *lease.HeldError with the holder's owner, token and expiry and
-// writes nothing, so losers of a contended key cost no AOF write.
+// lease, plus the TTL, never the client's clock (I5). An Acquire that finds
+// the key held only reads: it returns a *lease.HeldError with the holder's
+// owner, token and expiry and writes nothing, so losers of a contended key
+// cost no AOF write.
 //
 // Each key has a token counter beside its lease, INCRed by every grant and
 // never deleted or given an expiry, so tokens rise across release, expiry

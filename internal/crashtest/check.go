@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/leasehq/lease"
 )
 
 // Acquisition is one acquire the server acknowledged, as the client saw it.
@@ -25,6 +27,13 @@ type Acquisition struct {
 	// ReleaseTried means a release was sent; its outcome may be unknown (the
 	// server may have died), so the lease may have ended before HeldUntil.
 	ReleaseTried bool
+}
+
+// Acknowledged is the record of l, acquired by owner: its request was sent
+// at clock reading sent and its answer came back at acked.
+func Acknowledged(owner string, l lease.Lease, sent, acked uint64) *Acquisition {
+	return &Acquisition{Key: l.Key, Owner: owner, Token: uint64(l.Token), TTL: l.TTL, Expires: l.Expires,
+		HeldUntil: l.Expires, Sent: sent, Acked: acked}
 }
 
 // Grant is the instant the server granted the lease, on its clock.

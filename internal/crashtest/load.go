@@ -67,8 +67,7 @@ func (w *worker) loop(ctx context.Context) {
 			}
 			continue
 		}
-		a := &Acquisition{Key: key, Owner: w.owner, Token: uint64(got.Token), TTL: got.TTL, Expires: got.Expires,
-			HeldUntil: got.Expires, Sent: sent, Acked: w.h.Clock.Add(1)}
+		a := Acknowledged(w.owner, got, sent, w.h.Clock.Add(1))
 		w.h.Add(a)
 		for range w.rng.IntN(3) {
 			pause(ctx, ttl/4)
