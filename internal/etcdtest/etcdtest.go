@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -461,12 +462,25 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 // connections open after Close; they end on their read timeout of about 5 s.
 const leakWait = 15 * time.Second
 
+// etcdLeaks are goroutines of the etcd server itself that can outlive a
+// member this package killed, for good. A peer's /version probe that
+// reaches a member while HardStop and Close take it down waits in
+// versionHandler for the read lock of the member's closed backend, which
+// nobody releases any more (seen once in four make test runs, in the
+// failover tests). It is etcd's goroutine, holding nothing of ours; any
+// other goroutine left behind still fails the binary.
+var etcdLeaks = []goleak.Option{
+	goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"),
+}
+
 // VerifyTestMain runs m's tests and then fails the binary if goroutines
 // remain, like goleak.VerifyTestMain, but waits up to 15 s for them to end
 // first: an embedded etcd's peer connections outlive its Close by a few
 // seconds (not a leak of this repository's code: they end by themselves).
-// Use it as TestMain in packages whose tests start etcd.
+// etcd's own stuck probe handlers (etcdLeaks) are not counted. Use it as
+// TestMain in packages whose tests start etcd.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	opts = append(slices.Clone(etcdLeaks), opts...)
 	code := m.Run()
 	if code == 0 {
 		deadline := time.Now().Add(leakWait)
