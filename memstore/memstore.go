@@ -338,7 +338,14 @@ func (s *Store) grantLocked(e *entry, owner string, ttl, now time.Duration) {
 	e.counter++
 	e.held = true
 	e.exp = now + ttl
-	e.l = lease.Lease{Key: e.key, Owner: owner, Token: e.counter, ID: s.newID(), TTL: ttl, Expires: s.base.Add(e.exp)}
+	// Field by field: a composite literal is built on the stack and copied
+	// over e.l whole, which costs more than the rest of the grant. e.l.Key
+	// is always e.key.
+	e.l.Owner = owner
+	e.l.Token = e.counter
+	e.l.ID = s.newID()
+	e.l.TTL = ttl
+	e.l.Expires = s.base.Add(e.exp)
 }
 
 // grantNextLocked hands the free key to the first waiter.
