@@ -67,10 +67,11 @@
 //     the TTL; a KeepAliveOnce first when the pooled one idled for more than
 //     about a second (keep-alives are served by the leader from memory,
 //     without a Raft write): at most one per pooled etcd lease per second.
-//   - Release: one Txn (If the holder key's value is exactly the one this
-//     Store wrote — it starts with the 128-bit ID, and the Store knows the
-//     generation's token — Then delete; for a lease this Store did not grant
-//     or renew, If token and ID match).
+//   - Release: one Txn (If the holder key's mod revision is that of this
+//     Store's last write of it — the Store knows each of its generations'
+//     token and that revision, and any later write, a new generation's
+//     included, has a later one — Then delete; for a lease this Store did
+//     not grant or renew, If token and ID match).
 //   - Renew: a read-only Txn checking token and ID, then KeepAliveOnce; a
 //     changed etcd TTL instead moves the keys to another etcd lease in a Txn.
 //   - Get, List: one linearizable read.

@@ -243,11 +243,12 @@ func TestEtcdTTL(t *testing.T) {
 }
 
 // TestReleaseAfterAnotherStoreRenewed: Release's one-comparison fast path
-// compares the value this Store last wrote; when another Store has renewed
-// the lease meanwhile — rewriting the value, or moving it to etcd leases of
-// its own and back, which revokes the one this Store pooled — the release
-// still succeeds, and the next acquisition is not failed by the pooled etcd
-// lease being gone.
+// compares the holder key's mod revision with that of this Store's last
+// write; when another Store has renewed the lease meanwhile — rewriting the
+// value, or moving it to etcd leases of its own and back, which revokes the
+// one this Store pooled — the comparison fails, the release still succeeds
+// by the generic one, and the next acquisition is not failed by the pooled
+// etcd lease being gone.
 func TestReleaseAfterAnotherStoreRenewed(t *testing.T) {
 	eps := etcdtest.Start(t)
 	cli := etcdtest.NewClient(t, eps)

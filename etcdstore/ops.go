@@ -104,19 +104,19 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			s.give(el)
 			return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
 		}
-		return s.granted(key, owner, id, ttl, el, value, resp.Header.Revision)
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
 	}
 }
 
-// granted finishes a successful acquisition at revision rev, the holder
-// key's value being value.
-func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, value string, rev int64) (lease.Lease, error) {
+// granted finishes a successful acquisition at revision rev: the holder
+// key's create and mod revision.
+func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
-	s.hold(id, el, tok, value)
+	s.hold(id, el, tok, rev)
 	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: el.expires()}, nil
 }
 
@@ -175,9 +175,9 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		} else if err != nil {
 			return lease.Lease{}, fail(ctx, "renew", l.Key, err)
 		}
-		value := string(h.Value)
+		modRev := h.ModRevision
 		if in.TTLms != ttl.Milliseconds() {
-			value = holderValue(l.ID, in.Owner, ttl, secs)
+			value := holderValue(l.ID, in.Owner, ttl, secs)
 			put := clientv3.OpPut(hk, value, clientv3.WithLease(cur))
 			resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{put}})
 			if err != nil {
@@ -186,8 +186,9 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 			if !resp.Succeeded {
 				return lease.Lease{}, notHeld(l)
 			}
+			modRev = resp.Header.Revision
 		}
-		s.hold(l.ID, el, l.Token, value) // the value Release will compare
+		s.hold(l.ID, el, l.Token, modRev) // the mod revision Release will compare
 		s.mu.Lock()
 		out.Expires = el.expires()
 		s.mu.Unlock()
@@ -217,7 +218,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	} else {
 		s.revoke(cur)
 	}
-	s.hold(l.ID, nel, l.Token, value)
+	s.hold(l.ID, nel, l.Token, resp.Header.Revision)
 	out.Expires = nel.expires()
 	return out, nil
 }
@@ -231,17 +232,20 @@ func notHeld(l lease.Lease) error {
 // revoked if this Store did not grant it).
 //
 // For a generation this Store granted or renewed, it knows the token and
-// the holder key's exact value, which starts with the 128-bit ID: a token
-// other than the known one is refused without a round trip (an ID names one
-// generation, whose token never changes), and the Txn compares the value
-// alone — one comparison instead of three, no read back. The value names
-// the etcd TTL, so the etcd lease carrying it is still this Store's: a move
-// to another (Renew with another TTL) rewrites it. (Were it moved away and
-// back by another Store, which revokes the etcd lease it moves off, the
-// pooled etcd lease would be gone; the Acquire that finds it so, refused
-// before anything is applied, retries once on a new one.) If the
-// comparison fails — the lease is gone, or another Store renewed it with
-// another TTL — the generic comparisons decide.
+// the revision of its last write (or read) of the holder key: a token other
+// than the known one is refused without a round trip (an ID names one
+// generation, whose token never changes), and the Txn compares the holder
+// key's mod revision with that revision alone — one integer comparison
+// instead of three, no read back. Every write of a key gets a new revision,
+// so an equal mod revision means the key is exactly as this Store left it:
+// the same generation (a new one is created at a later revision), on the
+// same etcd lease, which is therefore still this Store's (a move to another,
+// by Renew with another TTL, is a write). (Were it moved away and back by
+// another Store, which revokes the etcd lease it moves off, the pooled etcd
+// lease would be gone; the Acquire that finds it so, refused before
+// anything is applied, retries once on a new one.) If the comparison fails
+// — the lease is gone, or another Store wrote the key meanwhile — the
+// generic comparisons decide.
 func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return err
@@ -250,12 +254,12 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 		return err
 	}
 	h := s.path(kindHolder, l.Key)
-	if tok, value, known := s.generation(l.ID); known {
+	if tok, modRev, known := s.generation(l.ID); known {
 		if tok != l.Token {
 			return notHeld(l)
 		}
 		floor := s.maxRev.Load()
-		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(h), "=", value)},
+		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h), "=", modRev)},
 			then: []clientv3.Op{clientv3.OpDelete(h)}})
 		if err != nil {
 			return failUnknown(ctx, "release", l.Key, err)

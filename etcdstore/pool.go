@@ -24,9 +24,9 @@ type etcdLease struct {
 	seen time.Time // receive time of the same: etcd expires it about seen+secs
 
 	// While it carries a generation of this Store (Store.held): its token
-	// and the holder key's value as last written by this Store.
-	token lease.Token
-	value string
+	// and the holder key's mod revision as of this Store's last write of it.
+	token  lease.Token
+	modRev int64
 }
 
 // safeUntil is when etcd may expire the lease at the earliest.
@@ -138,12 +138,13 @@ func (s *Store) lost(el *etcdLease, err error) {
 	s.revoke(el.id)
 }
 
-// hold records el as the etcd lease of the generation with secret id,
-// token tok and holder value value.
-func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, value string) {
+// hold records el as the etcd lease of the generation with secret id and
+// token tok, whose holder key this Store last wrote, or read, at mod
+// revision modRev.
+func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, modRev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	el.token, el.value = tok, value
+	el.token, el.modRev = tok, modRev
 	s.held[id] = el
 	// Generations that expired instead of being released leave entries
 	// behind; drop those long past their expiry now and then.
@@ -157,15 +158,15 @@ func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, value string) 
 	}
 }
 
-// generation returns the token and holder value of the generation with
-// secret id, if this Store granted or renewed it.
-func (s *Store) generation(id lease.ID) (tok lease.Token, value string, ok bool) {
+// generation returns the token and holder key mod revision of the
+// generation with secret id, if this Store granted or renewed it.
+func (s *Store) generation(id lease.ID) (tok lease.Token, modRev int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el := s.held[id]; el != nil && el.token != 0 {
-		return el.token, el.value, true
+		return el.token, el.modRev, true
 	}
-	return 0, "", false
+	return 0, 0, false
 }
 
 // unhold forgets and returns the etcd lease of the generation with secret
@@ -178,7 +179,7 @@ func (s *Store) unhold(id lease.ID, cur clientv3.LeaseID) *etcdLease {
 	if el == nil || el.id != cur {
 		return nil
 	}
-	el.token, el.value = 0, ""
+	el.token, el.modRev = 0, 0
 	return el
 }
 
@@ -191,7 +192,7 @@ func (s *Store) unheld(id lease.ID) *etcdLease {
 	el := s.held[id]
 	delete(s.held, id)
 	if el != nil {
-		el.token, el.value = 0, ""
+		el.token, el.modRev = 0, 0
 	}
 	return el
 }

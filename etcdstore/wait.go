@@ -69,7 +69,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 		return lease.Lease{}, err
 	}
 	if resp.Succeeded {
-		return s.granted(key, owner, id, ttl, el, value, resp.Header.Revision)
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
 	}
 	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el, name: w, rev: resp.Header.Revision}
 	return q.wait(ctx)
@@ -145,7 +145,7 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 		}
 		if resp.Succeeded {
 			if claim {
-				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, value, resp.Header.Revision)
+				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision)
 			}
 			claim = true // we are next: claim at once
 			continue
