@@ -29,7 +29,21 @@ type index struct {
 
 type table struct {
 	mask  uint64
-	slots []atomic.Pointer[entry]
+	slots []slot
+}
+
+// slot is one place in a table. It keeps its entry's hash beside the
+// pointer, so that a probe passing over other keys' slots reads only the
+// table, which nobody writes once it is published, and never those keys'
+// entries: the first cache line of an entry holds its lock, which its user
+// writes on every call, and reading it from another core would pull the
+// line away from that core and back, once per probe (measured with the
+// caller's clock: two goroutines on distinct keys went from 1.4 to 1.75
+// times the pairs per second of one). h is stored before e, so a lookup
+// that sees e sees h.
+type slot struct {
+	h atomic.Uint64
+	e atomic.Pointer[entry]
 }
 
 const (
@@ -40,7 +54,7 @@ const (
 )
 
 func newTable(slots int) *table {
-	return &table{mask: uint64(slots - 1), slots: make([]atomic.Pointer[entry], slots)}
+	return &table{mask: uint64(slots - 1), slots: make([]slot, slots)}
 }
 
 func (x *index) init() {
@@ -53,8 +67,9 @@ func (x *index) init() {
 func (x *index) lookup(h uint64, key string) *entry {
 	t := x.tab.Load()
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		e := t.slots[i].Load()
-		if e == nil || (e.hash == h && e.key == key) {
+		s := &t.slots[i]
+		e := s.e.Load()
+		if e == nil || (s.h.Load() == h && e.key == key) {
 			return e
 		}
 	}
@@ -90,10 +105,11 @@ func (x *index) insert(h uint64, key string, now time.Duration) *entry {
 // put adds e to t, which has a free slot; the caller holds mu.
 func put(t *table, e *entry) {
 	i := e.hash & t.mask
-	for t.slots[i].Load() != nil {
+	for t.slots[i].e.Load() != nil {
 		i = (i + 1) & t.mask
 	}
-	t.slots[i].Store(e)
+	t.slots[i].h.Store(e.hash)
+	t.slots[i].e.Store(e)
 }
 
 // rebuild publishes a new table holding the current one's entries, less
@@ -107,7 +123,7 @@ func (x *index) rebuild(now time.Duration, sweep bool) *table {
 	old := x.tab.Load()
 	keep := make([]*entry, 0, x.n)
 	for i := range old.slots {
-		e := old.slots[i].Load()
+		e := old.slots[i].e.Load()
 		if e == nil {
 			continue
 		}
@@ -143,7 +159,7 @@ func (x *index) rebuild(now time.Duration, sweep bool) *table {
 func (x *index) entries(f func(*entry)) {
 	t := x.tab.Load()
 	for i := range t.slots {
-		if e := t.slots[i].Load(); e != nil {
+		if e := t.slots[i].e.Load(); e != nil {
 			f(e)
 		}
 	}
