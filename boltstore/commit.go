@@ -44,13 +44,40 @@ type op struct {
 	done   chan struct{}
 }
 
-// txn is the state of one batch's write transaction.
+// txn is the store's open write transaction, into which every batch is
+// applied; its writes are recorded in the log as they are made (see
+// wal.go), and committed to the bbolt file at checkpoints.
 type txn struct {
 	tx     *bolt.Tx
 	tokens *bolt.Bucket
 	leases *bolt.Bucket
-	dirty  bool     // something was written: commit (and fsync) is needed
-	grants []*grant // hand-overs to waiters, delivered after the commit
+	wal    *wal
+	grants []*grant // this batch's hand-overs to waiters, delivered once it is durable
+}
+
+// put writes key in bucket b (tokens or leases), and records it in the log.
+func (t *txn) put(b *bolt.Bucket, key, value []byte) error {
+	if err := b.Put(key, value); err != nil {
+		return err
+	}
+	t.wal.add(t.walBucket(b), 'p', key, value)
+	return nil
+}
+
+// delete deletes key from bucket b, and records it in the log.
+func (t *txn) delete(b *bolt.Bucket, key []byte) error {
+	if err := b.Delete(key); err != nil {
+		return err
+	}
+	t.wal.add(t.walBucket(b), 'd', key, nil)
+	return nil
+}
+
+func (t *txn) walBucket(b *bolt.Bucket) byte {
+	if b == t.tokens {
+		return 't'
+	}
+	return 'l'
 }
 
 type grant struct {
@@ -84,12 +111,20 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 // once; under load, operations that arrive during a commit share the next.
 func (s *Store) run() {
 	defer close(s.stopped)
+	tick := time.NewTicker(s.checkpointEvery)
+	defer tick.Stop()
 	batch := make([]*op, 0, maxBatch)
 	for {
 		select {
 		case o := <-s.ops:
 			batch = append(batch[:0], o)
+		case <-tick.C:
+			if s.unsaved && time.Since(s.lastCheckpoint) >= s.checkpointEvery {
+				s.checkpoint()
+			}
+			continue
 		case <-s.quit:
+			s.closeLive()
 			return
 		}
 		// Callers answered by the last commit are runnable but may not have
@@ -111,24 +146,79 @@ func (s *Store) run() {
 		}
 		s.commit(batch)
 		clear(batch)
+		if s.unsaved && (s.checkpointAlways || s.wal.off >= checkpointBytes || time.Since(s.lastCheckpoint) >= s.checkpointEvery) {
+			s.checkpoint()
+		}
 	}
 }
 
-// commit applies batch in one transaction and answers every operation.
+// checkpoint commits the open write transaction to the bbolt file (fsynced:
+// bbolt's two fdatasyncs), raising the log's epoch in the same commit, and
+// starts the log over and a new transaction. Readers wait meanwhile.
+func (s *Store) checkpoint() {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.failure() != nil {
+		return
+	}
+	epoch := s.wal.epoch + 1
+	meta := s.live.tx.Bucket(bucketMeta)
+	err := meta.Put(keyWALEpoch, encodeUint64(epoch))
+	if err == nil {
+		err = s.live.tx.Commit()
+	}
+	s.live = nil
+	if err != nil {
+		// bbolt rolled the transaction back. What it held is in the log,
+		// durably: a reopen replays it.
+		s.fail(unavailablef(err, "boltstore: checkpoint of %s failed; the store refuses further use until it is reopened", s.path))
+		return
+	}
+	s.wal.restart(epoch)
+	s.unsaved = false
+	s.lastCheckpoint = time.Now()
+	s.checkpoints.Add(1)
+	if s.live, err = s.begin(); err != nil {
+		s.fail(err)
+	}
+}
+
+// closeLive ends the open transaction as the loop stops: a last checkpoint,
+// or, after a failure, a rollback (the log keeps what was durable).
+func (s *Store) closeLive() {
+	if s.failure() == nil {
+		if s.unsaved {
+			s.checkpoint()
+		}
+	}
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.live != nil {
+		_ = s.live.tx.Rollback()
+		s.live = nil
+	}
+}
+
+// commit applies batch in the open transaction, makes its writes durable
+// in the log, and answers every operation.
 func (s *Store) commit(batch []*op) {
-	var t *txn
+	var t *txn // set once the batch is applied
 	err := s.failure()
 	if err == nil {
-		t, err = s.begin()
-	}
-	if err == nil {
+		t = s.live
+		s.txMu.Lock()
 		s.wmu.Lock()
 		for _, o := range batch {
 			s.apply(t, o)
 		}
 		s.wmu.Unlock()
+		if t.wal.pending() {
+			s.durMu.Lock()
+			s.applied++
+			s.durMu.Unlock()
+		}
+		s.txMu.Unlock()
 		err = s.finish(t, batch)
-		s.forgetReleases(batch)
 	}
 	if err != nil {
 		// Nothing of the batch is durable, and outcomes decided inside the
@@ -155,6 +245,8 @@ func (s *Store) commit(batch []*op) {
 		for _, g := range t.grants {
 			g.w.ch <- g.res // buffered; the waiter was dequeued so gets exactly one
 		}
+		clear(t.grants)
+		t.grants = t.grants[:0]
 	}
 	for _, o := range batch {
 		if !o.early {
@@ -163,24 +255,17 @@ func (s *Store) commit(batch []*op) {
 	}
 }
 
-// answerReleases answers the batch's releases before its commit. A release
-// needs no durability: lost in a crash, it leaves the lease held until its
-// TTL, which is safe (I3 holds, and no token is involved). Its caller is
-// spared a whole commit, and its next operation can be in the queue before
-// this commit ends, in time for the next batch. Until the commit is done,
-// Get and List wait on commitMu, and Acquire treats the released
-// generations as gone (released), so nobody told a lease is released reads
-// it back as held. If the commit fails, the store fails every later
-// operation, and on reopen the lease is held until its TTL, as if the
-// release had been lost.
+// answerReleases answers the batch's releases before its log record is
+// durable. A release needs no durability: lost in a crash, it leaves the
+// lease held until its TTL, which is safe (I3 holds, and no token is
+// involved). Its caller is spared the fdatasync, and its next operation can
+// be in the queue before this one ends, in time for the next batch. Reads
+// see the open transaction, where the release is already applied, and Get
+// and List wait for its batch to be durable, so nobody told a lease is
+// released reads it back as held. If the log write fails, the store fails
+// every later operation, and on reopen the lease is held until its TTL, as
+// if the release had been lost.
 func (s *Store) answerReleases(batch []*op) {
-	s.relMu.Lock()
-	for _, o := range batch {
-		if o.kind == opRelease && o.err == nil {
-			s.releasing[o.l.Key] = o.l.Token
-		}
-	}
-	s.relMu.Unlock()
 	for _, o := range batch {
 		if o.kind == opRelease {
 			o.early = true
@@ -189,24 +274,12 @@ func (s *Store) answerReleases(batch []*op) {
 	}
 }
 
-// forgetReleases ends answerReleases' overlay once the commit is over:
-// readers that start now see the commit itself.
-func (s *Store) forgetReleases(batch []*op) {
-	s.relMu.Lock()
-	for _, o := range batch {
-		if o.kind == opRelease && o.err == nil && s.releasing[o.l.Key] == o.l.Token {
-			delete(s.releasing, o.l.Key)
-		}
-	}
-	s.relMu.Unlock()
-}
-
 func (s *Store) begin() (*txn, error) {
 	tx, err := s.db.Begin(true)
 	if err != nil {
 		return nil, unavailablef(err, "boltstore: write transaction on %s", s.path)
 	}
-	t := &txn{tx: tx, tokens: tx.Bucket(bucketTokens), leases: tx.Bucket(bucketLeases)}
+	t := &txn{tx: tx, tokens: tx.Bucket(bucketTokens), leases: tx.Bucket(bucketLeases), wal: s.wal}
 	if t.tokens == nil || t.leases == nil {
 		_ = tx.Rollback()
 		return nil, unavailablef(nil, "boltstore: %s lost its buckets", s.path)
@@ -214,34 +287,44 @@ func (s *Store) begin() (*txn, error) {
 	return t, nil
 }
 
-// finish commits t if it wrote anything; a batch of failed operations (a try
-// that found the key held, a stale renew) writes nothing and costs no fsync.
-// The batch's releases are answered first, once readers that must see only
-// durable state are held off until the commit is done.
+// finish makes the batch's writes durable: one log record, one fdatasync.
+// A batch of failed operations (a try that found the key held, a stale
+// renew) writes nothing and costs no fsync. The batch's releases are
+// answered first.
 func (s *Store) finish(t *txn, batch []*op) error {
-	if !t.dirty {
-		_ = t.tx.Rollback()
-		s.answerReleases(batch)
+	s.answerReleases(batch)
+	if !t.wal.pending() {
 		return nil
 	}
-	s.commitMu.Lock()
-	s.answerReleases(batch)
-	if s.commitHook != nil {
-		s.commitHook()
+	if s.syncHook != nil {
+		s.syncHook()
 	}
-	err := t.tx.Commit()
-	s.commitMu.Unlock()
-	if err != nil {
-		// After a failed write or fsync the file's state is unknown (the
-		// kernel may have dropped pages it could not write), so building on
-		// it could break I1 at the next crash: stop, and let a reopen
-		// recover from what is on disk.
-		err = unavailablef(err, "boltstore: commit to %s failed; the store refuses further use until it is reopened", s.path)
-		s.failed.Store(&err)
+	if err := t.wal.write(); err != nil {
+		// After a failed write or fdatasync the log's state on disk is
+		// unknown (the kernel may have dropped pages it could not write),
+		// and the open transaction holds writes that may never be
+		// durable, so building on either could break I1 at the next crash:
+		// stop, and let a reopen recover from what is on disk.
+		err = unavailablef(err, "boltstore: %s: the batch could not be made durable; the store refuses further use until it is reopened", s.path)
+		s.fail(err)
 		return err
 	}
+	s.unsaved = true
 	s.commits.Add(1)
+	s.durMu.Lock()
+	s.durable = s.applied
+	s.durCond.Broadcast()
+	s.durMu.Unlock()
 	return nil
+}
+
+// fail makes every later operation fail with err, and wakes readers
+// waiting for durability.
+func (s *Store) fail(err error) {
+	s.failed.CompareAndSwap(nil, &err)
+	s.durMu.Lock()
+	s.durCond.Broadcast()
+	s.durMu.Unlock()
 }
 
 // apply decides o inside t. Errors it stores in o that match lease.ErrHeld or
@@ -289,11 +372,10 @@ func (s *Store) apply(t *txn, o *op) {
 		case !held || rec.token != o.l.Token || rec.id != o.l.ID:
 			o.err = lease.ErrNotHeld
 		default:
-			if err := t.leases.Delete([]byte(o.l.Key)); err != nil {
+			if err := t.delete(t.leases, []byte(o.l.Key)); err != nil {
 				o.err = unavailablef(err, "boltstore: delete lease %q", o.l.Key)
 				return
 			}
-			t.dirty = true
 			// A failed hand-over is the waiter's to hear about (its grant
 			// carries the error); the release itself stands.
 			_ = s.handOver(t, o.l.Key, now)
@@ -365,7 +447,7 @@ func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Tim
 		return lease.Lease{}, unavailablef(nil, "boltstore: tokens of key %q are exhausted at %d", key, last)
 	}
 	rec := record{token: lease.Token(last + 1), expires: now.Add(ttl), ttl: ttl, id: lease.NewID(), owner: owner}
-	if err := t.tokens.Put(k, encodeUint64(uint64(rec.token))); err != nil {
+	if err := t.put(t.tokens, k, encodeUint64(uint64(rec.token))); err != nil {
 		return lease.Lease{}, unavailablef(err, "boltstore: store token of %q", key)
 	}
 	if err := s.putLease(t, key, rec); err != nil {
@@ -375,10 +457,9 @@ func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Tim
 }
 
 func (s *Store) putLease(t *txn, key string, rec record) error {
-	if err := t.leases.Put([]byte(key), rec.encode()); err != nil {
+	if err := t.put(t.leases, []byte(key), rec.encode()); err != nil {
 		return unavailablef(err, "boltstore: store lease %q", key)
 	}
-	t.dirty = true
 	return nil
 }
 

@@ -83,14 +83,19 @@ func TestGroupCommit(t *testing.T) {
 	const clients = 32
 	s := openInternal(t)
 	before := s.commits.Load()
-	s.commitMu.RLock() // the loop's next commit waits for this
+	stall := make(chan struct{})
+	var hooked atomic.Bool
+	s.syncHook = func() { // the loop's next log write waits for stall
+		if hooked.CompareAndSwap(false, true) {
+			<-stall
+		}
+	}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		tokens = map[string]lease.Token{}
 	)
-	// Straight to the commit loop: Acquire's read-only try would queue
-	// behind the stalled commit on commitMu instead.
+	// Straight to the commit loop, as a try that races a grant would go.
 	acquire := func(i int) {
 		defer wg.Done()
 		key := fmt.Sprintf("group/%d", i)
@@ -111,7 +116,7 @@ func TestGroupCommit(t *testing.T) {
 		go acquire(i)
 	}
 	waitStacks(t, "boltstore.(*Store).submit(", clients)
-	s.commitMu.RUnlock()
+	close(stall)
 	wg.Wait()
 	if n := s.commits.Load() - before; n != 2 {
 		t.Fatalf("%d acquisitions made %d commits, want 2 (the stalled one, then one for the rest)", clients, n)
@@ -132,10 +137,10 @@ func flush(t *testing.T, s *Store) {
 	}
 }
 
-// TestReleaseAnsweredBeforeCommit stalls the commit of a release and checks
-// that the release is answered anyway; that, meanwhile, an Acquire of the key
-// (whose read does not wait for commits, and so still sees the lease) does
-// not take it for held; and that once the commit is done the key went to
+// TestReleaseAnsweredBeforeCommit stalls the log write of a release's batch
+// and checks that the release is answered anyway; that, meanwhile, a Get of
+// the key waits for the batch to be durable, and an Acquire of the key does
+// not take it for held; and that once the batch is durable the key went to
 // the new acquirer with the next token.
 func TestReleaseAnsweredBeforeCommit(t *testing.T) {
 	s := openInternal(t)
@@ -148,7 +153,7 @@ func TestReleaseAnsweredBeforeCommit(t *testing.T) {
 	unstall := sync.OnceFunc(func() { close(stall) })
 	defer unstall() // a failure below must not leave the commit stalled
 	var hooked atomic.Bool
-	s.commitHook = func() {
+	s.syncHook = func() {
 		if hooked.CompareAndSwap(false, true) {
 			close(stalled)
 			<-stall
@@ -170,13 +175,16 @@ func TestReleaseAnsweredBeforeCommit(t *testing.T) {
 	if n := s.commits.Load() - before; n != 0 {
 		t.Fatalf("%d commits done while the release's commit is stalled", n)
 	}
-	if err := s.read(ctx, false, func(tx *bolt.Tx) error {
-		if _, ok, _ := getLease(tx.Bucket(bucketLeases), "k"); !ok {
-			t.Error("a read that does not wait for commits no longer sees the released lease: this test stalls nothing")
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.Get(ctx, "k")
+		got <- err
+	}()
+	waitStacks(t, "sync.(*Cond).Wait(", 1)
+	select {
+	case err := <-got:
+		t.Fatalf("Get during the release's stalled log write returned %v; want it to wait", err)
+	default:
 	}
 
 	type res struct {
@@ -196,12 +204,12 @@ func TestReleaseAnsweredBeforeCommit(t *testing.T) {
 	default:
 	}
 	unstall()
+	if err := <-got; err != nil && !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("Get after the release: %v", err)
+	}
 	r := <-acquired
 	if r.err != nil || r.l.Token != l.Token+1 {
 		t.Fatalf("Acquire after the release = %+v, %v; want token %d", r.l, r.err, l.Token+1)
-	}
-	if tok, ok := s.released("k"); ok {
-		t.Fatalf("generation %d still marked released after its commit", tok)
 	}
 }
 
@@ -238,8 +246,16 @@ func TestHighWaterKept(t *testing.T) {
 		}
 		last = l.Token
 	}
-	flush(t, s)
-	if err := s.db.View(func(tx *bolt.Tx) error {
+	// On disk: what Close's checkpoint committed to the bbolt file.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(s.path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketLeases).Get([]byte("hw")); v != nil {
 			t.Errorf("released lease still stored: %x", v)
 		}

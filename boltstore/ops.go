@@ -10,24 +10,24 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// Acquire implements lease.Backend. A key found held is answered from a read
-// transaction: a failed try writes nothing and waits for no commit. A free
-// key is granted by the commit loop, and the lease returned only once the
-// commit that records its token is fsynced.
+// Acquire implements lease.Backend. A key found held is answered from a
+// read of the store's state: a failed try writes nothing and waits for no
+// fsync. A free key is granted by the commit loop, and the lease returned
+// only once the log record of its token is fsynced.
 //
-// The read does not wait for a commit in flight. If it sees that commit's
-// grant before the grant is durable, the worst a crash can then do is make
-// this "held" answer out of date, which any answer about a lease may be; a
-// key it sees free goes on to the commit loop, which decides afresh.
+// The read does not wait for the last batch to be durable. If it sees that
+// batch's grant before the grant is durable, the worst a crash can then do
+// is make this "held" answer out of date, which any answer about a lease
+// may be; a key it sees free goes on to the commit loop, which decides
+// afresh.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	var held error
-	gone, releasing := s.released(key)
-	if err := s.read(ctx, false, func(tx *bolt.Tx) error {
-		rec, ok, err := getLease(tx.Bucket(bucketLeases), key)
-		if err == nil && ok && rec.live(s.now()) && !(releasing && rec.token == gone) {
+	if err := s.read(ctx, false, func(leases *bolt.Bucket) error {
+		rec, ok, err := getLease(leases, key)
+		if err == nil && ok && rec.live(s.now()) {
 			held = rec.heldError(key)
 		}
 		return err
@@ -94,11 +94,11 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 
 // Release implements lease.Backend. The key's token high-water mark stays.
 //
-// A release is answered once the commit loop has applied it, before its
-// commit is durable (see answerReleases): from then on this Store reads the lease as
-// gone (Get and List wait for the commit, Acquire consults the released
-// generations), and a crash before the commit only leaves the lease held
-// until its TTL, as a holder that never released would.
+// A release is answered once the commit loop has applied it, before its log
+// record is durable (see answerReleases): from then on this Store reads the
+// lease as gone (Get and List also wait for the record), and a crash before
+// the record is durable only leaves the lease held until its TTL, as a
+// holder that never released would.
 func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return err
@@ -116,8 +116,8 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	var l lease.Lease
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		rec, ok, err := getLease(tx.Bucket(bucketLeases), key)
+	err := s.view(ctx, func(leases *bolt.Bucket) error {
+		rec, ok, err := getLease(leases, key)
 		if err != nil {
 			return err
 		}
@@ -134,10 +134,10 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 // List implements lease.Backend.
 func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
 	var out []lease.Lease
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(leases *bolt.Bucket) error {
 		now := s.now()
 		p := []byte(prefix)
-		c := tx.Bucket(bucketLeases).Cursor()
+		c := leases.Cursor()
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 			rec, err := decodeRecord(string(k), v)
 			if err != nil {

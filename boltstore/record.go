@@ -8,10 +8,11 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// Bucket and key names of schema version 1. A file holds three top-level
+// Bucket and key names of schema version 2. A file holds three top-level
 // buckets and nothing else:
 //
 //	meta    "version" → uint64 big-endian schema version
+//	        "wal-epoch" → uint64 big-endian: the log's epoch (see wal.go)
 //	tokens  key → uint64 big-endian: the highest token ever issued for key,
 //	        never deleted, so tokens rise across release, expiry and restart (I1)
 //	leases  key → the current lease record (see record), deleted on release
@@ -23,8 +24,11 @@ var (
 )
 
 // schemaVersion is the layout this build reads and writes. Files with a newer
-// version are refused rather than misread.
-const schemaVersion = 1
+// version are refused rather than misread. Version 2 added the log: a
+// build that knows only version 1 would ignore the log, and with it the
+// batches since the last checkpoint of a store that crashed, so it must
+// refuse such a file. Version 1 files (no log yet) are upgraded on Open.
+const schemaVersion = 2
 
 // record is a lease as stored: expiry is absolute time on the store's clock
 // (Unix nanoseconds), so it means the same thing after a restart.

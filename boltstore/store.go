@@ -39,22 +39,31 @@ type Store struct {
 	quit    chan struct{}
 	stopped chan struct{}
 
-	// commitMu keeps read transactions from starting while a commit is in
-	// flight: bbolt writes the new meta page before its final fdatasync, so a
-	// reader starting in between could see state that a crash would undo.
-	commitMu sync.RWMutex
+	// The open write transaction (see wal.go) and the log. txMu serialises
+	// the use of live: the commit loop holds it while it applies a batch
+	// and while it checkpoints, readers while they read.
+	txMu sync.Mutex
+	live *txn
+	wal  *wal
 
-	// relMu guards releasing: the generations whose release the commit
-	// loop has applied and answered but not yet committed, by key (see
-	// answerReleases). Acquire's read, which does not wait for commits,
-	// treats them as gone; Get and List wait for the commit.
-	relMu     sync.Mutex
-	releasing map[string]lease.Token
+	// Batches that wrote something: applied to live, and made durable in
+	// the log. Readers that must see only durable state wait on durCond
+	// until durable reaches what applied was when they read.
+	durMu            sync.Mutex
+	durCond          *sync.Cond
+	applied, durable uint64
 
-	commitHook func() // tests only: runs in each commit, just before bbolt's Commit
+	// Checkpoints; the commit loop's own.
+	checkpointEvery  time.Duration
+	checkpointAlways bool // tests only: a checkpoint after every batch that wrote
+	lastCheckpoint   time.Time
+	unsaved          bool // live holds writes no checkpoint has committed
 
-	commits atomic.Uint64         // durable commits so far; tests read it
-	failed  atomic.Pointer[error] // set by a failed commit: the store stops
+	syncHook func() // tests only: runs before each batch's log write
+
+	commits     atomic.Uint64         // batches made durable (log records written); tests read it
+	checkpoints atomic.Uint64         // checkpoints committed since Open; tests read it
+	failed      atomic.Pointer[error] // set by a failed log write or checkpoint: the store stops
 
 	closeOnce sync.Once
 	closeErr  error
@@ -76,10 +85,15 @@ var (
 type Option func(*config) error
 
 type config struct {
-	clock       lease.Clock
-	lockTimeout time.Duration
-	boltOptions func(*bolt.Options) // tests only: e.g. a MaxSize to make commits fail
+	clock            lease.Clock
+	lockTimeout      time.Duration
+	boltOptions      func(*bolt.Options) // tests only: e.g. a MaxSize to make commits fail
+	checkpointAlways bool                // tests only
 }
+
+// DefaultCheckpointEvery is how often, at most, the open transaction is
+// committed to the bbolt file while writes arrive (see wal.go).
+const DefaultCheckpointEvery = time.Second
 
 // WithClock makes the store judge expiry on clk instead of the real clock.
 // Expiry is stored as clk's absolute time, so a clock that restarts from an
@@ -137,6 +151,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	w, err := recoverLog(db, path)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	s := &Store{
 		db:      db,
 		path:    path,
@@ -146,11 +165,54 @@ func Open(path string, opts ...Option) (*Store, error) {
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 		waiters: make(map[string]*queue),
+		wal:     w,
 
-		releasing: make(map[string]lease.Token),
+		checkpointEvery:  DefaultCheckpointEvery,
+		checkpointAlways: cfg.checkpointAlways,
+		lastCheckpoint:   time.Now(),
+	}
+	s.durCond = sync.NewCond(&s.durMu)
+	if s.live, err = s.begin(); err != nil {
+		_ = w.close()
+		_ = db.Close()
+		return nil, err
 	}
 	go s.run()
 	return s, nil
+}
+
+// recoverLog replays the log of the store's last run into the bbolt file
+// (a run that ended in a crash left the batches since its last checkpoint
+// there, and only there) and commits that as a checkpoint of its own,
+// raising the epoch, so that the log starts over empty.
+func recoverLog(db *bolt.DB, path string) (*wal, error) {
+	var epoch uint64
+	if err := db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get(keyWALEpoch)
+		if v == nil {
+			return nil
+		}
+		var err error
+		epoch, err = decodeUint64("log epoch in "+path, v)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	w, entries, err := openWAL(path, epoch)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if err := applyEntries(tx, entries); err != nil {
+			return unavailablef(err, "boltstore: replaying the log %s into %s", w.path, path)
+		}
+		return tx.Bucket(bucketMeta).Put(keyWALEpoch, encodeUint64(epoch+1))
+	}); err != nil {
+		_ = w.close()
+		return nil, unavailablef(err, "boltstore: recovering %s from its log", path)
+	}
+	w.restart(epoch + 1)
+	return w, nil
 }
 
 // openDB opens the bbolt file, turning bbolt's errors into ones a person
@@ -224,6 +286,12 @@ func checkFile(db *bolt.DB, path string) (err error) {
 		if err != nil {
 			return err
 		}
+		if v == 1 { // schema 1 is schema 2 without a log
+			if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
+				return unavailablef(err, "boltstore: cannot upgrade %s to schema version %d", path, schemaVersion)
+			}
+			v = schemaVersion
+		}
 		switch {
 		case v > schemaVersion:
 			return unavailablef(nil, "boltstore: %s has schema version %d, newer than version %d that this build reads; upgrade lease", path, v, schemaVersion)
@@ -257,17 +325,6 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 	return s.clock.AfterFunc(d, f)
 }
 
-// released returns the token of key's generation if a release of it has
-// been answered and its commit is still in flight. Acquire calls it before
-// it begins its read: a release answered before the call is then either
-// found here or, its commit done, seen by the read.
-func (s *Store) released(key string) (lease.Token, bool) {
-	s.relMu.Lock()
-	tok, ok := s.releasing[key]
-	s.relMu.Unlock()
-	return tok, ok
-}
-
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
 
@@ -288,6 +345,9 @@ func (s *Store) Close() error {
 			delete(s.waiters, key)
 		}
 		s.wmu.Unlock()
+		if err := s.wal.close(); err != nil {
+			s.closeErr = unavailablef(err, "boltstore: closing the log of %s", s.path)
+		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = unavailablef(err, "boltstore: closing %s", s.path)
 		}
@@ -306,35 +366,47 @@ func (s *Store) failure() error {
 	return nil
 }
 
-// view runs fn in a read transaction that sees only durable state (see
-// commitMu).
-func (s *Store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+// view runs fn on the store's state once every batch it may see is
+// durable: it never shows state that a crash could undo.
+func (s *Store) view(ctx context.Context, fn func(leases *bolt.Bucket) error) error {
 	return s.read(ctx, true, fn)
 }
 
-// read runs fn in a read transaction. With durable false it does not wait
-// for a commit in flight, and may see it before its last fdatasync: only
-// for reads whose answer a crash could not make unsafe (see Acquire).
-func (s *Store) read(ctx context.Context, durable bool, fn func(tx *bolt.Tx) error) error {
+// read runs fn on the leases bucket of the open transaction, which holds
+// every applied batch. With durable false it returns without waiting for
+// the last batch's log record to be durable: only for reads whose answer a
+// crash could not make unsafe (see Acquire).
+func (s *Store) read(ctx context.Context, durable bool, fn func(leases *bolt.Bucket) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := s.failure(); err != nil {
 		return err
 	}
-	if durable {
-		s.commitMu.RLock()
-	}
-	tx, err := s.db.Begin(false)
-	if durable {
-		s.commitMu.RUnlock()
-	}
-	if err != nil {
-		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-			return errClosed
+	s.txMu.Lock()
+	if s.live == nil {
+		s.txMu.Unlock()
+		if err := s.failure(); err != nil {
+			return err
 		}
-		return unavailablef(err, "boltstore: read transaction on %s", s.path)
+		return errClosed
 	}
-	defer func() { _ = tx.Rollback() }()
-	return fn(tx)
+	err := fn(s.live.leases)
+	s.durMu.Lock()
+	seen := s.applied
+	s.durMu.Unlock()
+	s.txMu.Unlock()
+	if !durable {
+		return err
+	}
+	// fn's answer, found or not, may rest on a batch not yet durable.
+	s.durMu.Lock()
+	defer s.durMu.Unlock()
+	for s.durable < seen {
+		if ferr := s.failure(); ferr != nil {
+			return ferr
+		}
+		s.durCond.Wait()
+	}
+	return err
 }

@@ -1,0 +1,266 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The write-ahead log. bbolt makes a commit durable with two fdatasyncs
+// (the data pages, then the meta page) and writes every page the commit
+// touched; at 32 clients through lease serve that was most of the time a
+// caller waited. So each batch's writes are instead appended to a log file
+// beside the bbolt file as one record, made durable by one fdatasync of
+// bytes overwriting space already allocated (no file size or extent
+// change, so no journal commit), and only then answered. The batch also
+// goes into a bbolt write transaction that stays open; a checkpoint commits
+// it, fsynced as before, now and then (every checkpointEvery, or when the
+// log passes checkpointBytes, and at Close), and starts the log over.
+//
+// Record: len u32 | crc u32 | epoch u64 | seq u64 | entries, integers
+// big-endian; crc is CRC-32C of epoch, seq and entries; len counts the
+// entries. An entry is bucket u8 ('t' tokens, 'l' leases) | op u8 ('p' put,
+// 'd' delete) | key length u32 | key | value length u32 | value.
+//
+// The epoch names the checkpoint the log follows. It is kept in the bbolt
+// file (meta "wal-epoch") and raised by each checkpoint's commit, after
+// which the log is overwritten from its start: records of older epochs left
+// further on are never replayed. Open replays, in order, the records of the
+// file's epoch numbered 1, 2, 3, …, and stops at the first that is missing,
+// torn (a crash inside its write), or of another epoch. Each record is one
+// batch's writes entire, so a batch is durable whole or not at all. Replay
+// puts the recorded values, so it leaves each key as the last batch wrote
+// it, whatever of the log's batches the file already had.
+
+const (
+	walHeader       = 4 + 4 + 8 + 8
+	walChunk        = 1 << 20 // the log file grows by this much, zeroed, when a record needs room
+	checkpointBytes = 4 << 20 // a log past this size is checkpointed after the batch
+)
+
+var (
+	walCRC      = crc32.MakeTable(crc32.Castagnoli)
+	keyWALEpoch = []byte("wal-epoch")
+)
+
+// wal is the log file. Only the commit loop writes it (Open and Close
+// before and after the loop runs).
+type wal struct {
+	f     *os.File
+	path  string
+	size  int64  // bytes allocated (written once, zeros or records)
+	off   int64  // where the next record goes
+	epoch uint64 // of the records being written
+	seq   uint64 // of the last record written
+	buf   []byte // the record being built
+}
+
+// walEntry is one write of a batch, in a record.
+type walEntry struct {
+	bucket byte // 't' or 'l'
+	op     byte // 'p' or 'd'
+	key    []byte
+	value  []byte
+}
+
+// walPath is the log's file: the bbolt file's name with "-wal" after it.
+func walPath(dbPath string) string { return dbPath + "-wal" }
+
+// openWAL opens (or creates) the log of the store at dbPath and returns it
+// with the entries of the records that follow the checkpoint of epoch, in
+// order. The caller applies them and checkpoints before writing.
+func openWAL(dbPath string, epoch uint64) (*wal, []walEntry, error) {
+	path := walPath(dbPath)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, unavailablef(err, "boltstore: cannot open the log %s", path)
+	}
+	w := &wal{f: f, path: path, epoch: epoch}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, unavailablef(err, "boltstore: cannot read the log %s", path)
+	}
+	w.size = int64(len(data))
+	entries, err := replay(data, epoch)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, unavailablef(err, "boltstore: the log %s is corrupt", path)
+	}
+	if w.size == 0 {
+		// A new log: make its first chunk, and its name, durable, so that
+		// records overwrite allocated space from the start.
+		if err := w.grow(walChunk); err != nil {
+			_ = f.Close()
+			return nil, nil, err
+		}
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			_ = f.Close()
+			return nil, nil, unavailablef(err, "boltstore: cannot sync the directory of %s", path)
+		}
+	}
+	return w, entries, nil
+}
+
+// replay returns the entries of the records of epoch in data, numbered from
+// 1 on, up to the first that is missing, torn or of another epoch.
+func replay(data []byte, epoch uint64) ([]walEntry, error) {
+	var out []walEntry
+	for off, seq := 0, uint64(1); off+walHeader <= len(data); seq++ {
+		n := int(binary.BigEndian.Uint32(data[off:]))
+		end := off + walHeader + n
+		if end > len(data) || end < off {
+			break
+		}
+		body := data[off+8 : end]
+		if crc32.Checksum(body, walCRC) != binary.BigEndian.Uint32(data[off+4:]) {
+			break // torn, or zeros
+		}
+		if binary.BigEndian.Uint64(body) != epoch || binary.BigEndian.Uint64(body[8:]) != seq {
+			break // left over from before the last checkpoint
+		}
+		es, err := decodeEntries(body[16:])
+		if err != nil {
+			// The checksum matched: this is what was written, so a bug
+			// or a foreign file, not a crash.
+			return nil, fmt.Errorf("record %d at offset %d: %w", seq, off, err)
+		}
+		out = append(out, es...)
+		off = end
+	}
+	return out, nil
+}
+
+func decodeEntries(b []byte) ([]walEntry, error) {
+	var out []walEntry
+	for len(b) > 0 {
+		if len(b) < 2+4 {
+			return nil, errors.New("short entry")
+		}
+		e := walEntry{bucket: b[0], op: b[1]}
+		if (e.bucket != 't' && e.bucket != 'l') || (e.op != 'p' && e.op != 'd') {
+			return nil, fmt.Errorf("unknown entry %q %q", e.bucket, e.op)
+		}
+		var ok bool
+		if e.key, b, ok = cutField(b[2:]); !ok {
+			return nil, errors.New("short key")
+		}
+		if e.value, b, ok = cutField(b); !ok {
+			return nil, errors.New("short value")
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// cutField splits a u32 length and that many bytes off b.
+func cutField(b []byte) (field, rest []byte, ok bool) {
+	if len(b) < 4 {
+		return nil, nil, false
+	}
+	n := binary.BigEndian.Uint32(b)
+	if uint64(len(b)-4) < uint64(n) {
+		return nil, nil, false
+	}
+	return b[4 : 4+n], b[4+n:], true
+}
+
+// applyEntries makes the log's writes in tx.
+func applyEntries(tx *bolt.Tx, es []walEntry) error {
+	for _, e := range es {
+		name := bucketTokens
+		if e.bucket == 'l' {
+			name = bucketLeases
+		}
+		b := tx.Bucket(name)
+		var err error
+		if e.op == 'p' {
+			err = b.Put(e.key, e.value)
+		} else {
+			err = b.Delete(e.key)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add appends an entry to the record being built.
+func (w *wal) add(bucket, op byte, key, value []byte) {
+	if len(w.buf) == 0 {
+		w.buf = append(w.buf, make([]byte, walHeader)...)
+	}
+	w.buf = append(w.buf, bucket, op)
+	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(len(key)))
+	w.buf = append(w.buf, key...)
+	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(len(value)))
+	w.buf = append(w.buf, value...)
+}
+
+// pending reports whether entries were added since the last write.
+func (w *wal) pending() bool { return len(w.buf) > 0 }
+
+// discard drops the record being built.
+func (w *wal) discard() { w.buf = w.buf[:0] }
+
+// write makes the record being built durable: one write and one
+// fdatasync, plus, when the log needs room, a zeroed chunk first.
+func (w *wal) write() error {
+	rec := w.buf
+	w.buf = w.buf[:0]
+	binary.BigEndian.PutUint32(rec, uint32(len(rec)-walHeader))
+	binary.BigEndian.PutUint64(rec[8:], w.epoch)
+	binary.BigEndian.PutUint64(rec[16:], w.seq+1)
+	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], walCRC))
+	if need := w.off + int64(len(rec)); need > w.size {
+		if err := w.grow(max(walChunk, need-w.size)); err != nil {
+			return err
+		}
+	}
+	if _, err := w.f.WriteAt(rec, w.off); err != nil {
+		return unavailablef(err, "boltstore: writing the log %s", w.path)
+	}
+	if err := fdatasync(w.f); err != nil {
+		return unavailablef(err, "boltstore: syncing the log %s", w.path)
+	}
+	w.off += int64(len(rec))
+	w.seq++
+	return nil
+}
+
+// grow extends the file by n zeroed bytes, durably: records then overwrite
+// allocated space, and their fdatasync has no size or extent to record.
+func (w *wal) grow(n int64) error {
+	if _, err := w.f.WriteAt(make([]byte, n), w.size); err != nil {
+		return unavailablef(err, "boltstore: growing the log %s", w.path)
+	}
+	if err := w.f.Sync(); err != nil {
+		return unavailablef(err, "boltstore: syncing the log %s", w.path)
+	}
+	w.size += n
+	return nil
+}
+
+// restart makes the log start over after a checkpoint of epoch-1 committed
+// epoch: records written from now on are of epoch, from the start.
+func (w *wal) restart(epoch uint64) {
+	w.epoch, w.seq, w.off = epoch, 0, 0
+}
+
+func (w *wal) close() error { return w.f.Close() }
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

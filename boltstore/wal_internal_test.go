@@ -1,0 +1,287 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasehq/lease"
+)
+
+// logOf builds, in a fresh log file of epoch, one record per batch of keys
+// (each entry a token put), and returns the file's bytes and the offsets at
+// which each record ends.
+func logOf(t *testing.T, epoch uint64, batches ...[]string) ([]byte, []int64) {
+	t.Helper()
+	w, entries, err := openWAL(filepath.Join(t.TempDir(), "x.db"), epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	if len(entries) != 0 {
+		t.Fatalf("a new log has entries: %v", entries)
+	}
+	var ends []int64
+	for _, keys := range batches {
+		for _, k := range keys {
+			w.add('t', 'p', []byte(k), []byte("v-"+k))
+		}
+		if err := w.write(); err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, w.off)
+	}
+	data, err := os.ReadFile(w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, ends
+}
+
+func keysOf(es []walEntry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, string(e.key))
+	}
+	return out
+}
+
+func TestReplay(t *testing.T) {
+	data, ends := logOf(t, 7, []string{"a", "b"}, []string{"c"}, []string{"d", "e"})
+	all := fmt.Sprint([]string{"a", "b", "c", "d", "e"})
+	for _, tc := range []struct {
+		name  string
+		data  func() []byte
+		epoch uint64
+		want  string
+	}{
+		{"whole", func() []byte { return data }, 7, all},
+		{"other epoch", func() []byte { return data }, 8, "[]"},
+		{"tail lost", func() []byte { return data[:ends[1]] }, 7, "[a b c]"},
+		{"last record torn", func() []byte { return data[:ends[2]-1] }, 7, "[a b c]"},
+		{"middle record corrupt", func() []byte {
+			d := append([]byte(nil), data...)
+			d[ends[0]+walHeader+3] ^= 1 // inside record 2's entries
+			return d
+		}, 7, "[a b]"},
+		{"header only", func() []byte { return data[:walHeader-1] }, 7, "[]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es, err := replay(tc.data(), tc.epoch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(keysOf(es)); got != tc.want {
+				t.Fatalf("replayed %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// A log restarted after a checkpoint: epoch 8's record 1 overwrites
+	// epoch 7's record 1, of the same length, and epoch 7's record 2, intact
+	// and numbered 2, follows: it must not be replayed.
+	older, oends := logOf(t, 7, []string{"y"}, []string{"c"})
+	newer, nends := logOf(t, 8, []string{"x"})
+	if nends[0] != oends[0] {
+		t.Fatalf("records of %d and %d bytes", nends[0], oends[0])
+	}
+	mixed := append(append([]byte(nil), newer[:nends[0]]...), older[oends[0]:]...)
+	if es, err := replay(mixed, 8); err != nil || fmt.Sprint(keysOf(es)) != "[x]" {
+		t.Fatalf("replay after a restart = %v, %v; want [x] alone", keysOf(es), err)
+	}
+	if es, err := replay(older, 7); err != nil || fmt.Sprint(keysOf(es)) != "[y c]" {
+		t.Fatalf("replay of the older log = %v, %v; want [y c]", keysOf(es), err)
+	}
+}
+
+// crash stops s as a killed process would: no checkpoint, nothing closed
+// in order; the file locks go with the handles.
+func crash(t *testing.T, s *Store) {
+	t.Helper()
+	s.fail(fmt.Errorf("test crash"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLogCarriesBatches: acknowledged batches not yet checkpointed survive
+// a crash through the log alone, and a log that lost its tail (an fdatasync
+// that a power cut undid would leave that) gives the state of the batches
+// before the cut, whole: never part of a batch, never a lower token than
+// one the kept batches issued.
+func TestLogCarriesBatches(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var got []lease.Lease
+	var ends []int64
+	for i := range 4 {
+		l, err := s.Acquire(ctx, fmt.Sprintf("k%d", i%2), "o", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l)
+		if i < 2 {
+			if err := s.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			flush(t, s)
+		}
+		ends = append(ends, s.wal.off)
+	}
+	if n := s.checkpoints.Load(); n != 0 {
+		t.Fatalf("%d checkpoints: this test needs the log alone", n)
+	}
+	crash(t, s)
+	logData, err := os.ReadFile(walPath(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbData, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for keep := len(ends); keep >= 0; keep-- {
+		t.Run(fmt.Sprintf("keep %d", keep), func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "lease.db")
+			var cut int64
+			if keep > 0 {
+				cut = ends[keep-1]
+			}
+			if err := os.WriteFile(p, dbData, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(walPath(p), logData[:cut], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			// Step i acquired got[i] on k(i%2) and, for i < 2, released it.
+			for key := range 2 {
+				k := fmt.Sprintf("k%d", key)
+				var want *lease.Lease
+				var top lease.Token
+				for i := 0; i < keep; i++ {
+					if i%2 == key {
+						top = got[i].Token
+						want = &got[i]
+						if i < 2 {
+							want = nil
+						}
+					}
+				}
+				l, err := s.Get(ctx, k)
+				switch {
+				case want == nil && err == nil:
+					t.Errorf("%s: Get = token %d, want no lease", k, l.Token)
+				case want != nil && (err != nil || l.Token != want.Token):
+					t.Errorf("%s: Get = %+v, %v; want token %d", k, l, err, want.Token)
+				}
+				if want != nil {
+					continue
+				}
+				next, err := s.Acquire(ctx, k, "o", time.Hour)
+				if err != nil || next.Token <= top {
+					t.Errorf("%s: next token %d (%v), want above %d", k, next.Token, err, top)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckpoint: a checkpoint commits the open transaction to the bbolt
+// file and starts the log over; a crash after it loses nothing either.
+func TestCheckpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path, func(c *config) error { c.checkpointAlways = true; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, "k", "o", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush(t, s)
+	if s.checkpoints.Load() == 0 || s.wal.off != 0 {
+		t.Fatalf("after a batch: %d checkpoints, log at %d; want a checkpoint and an empty log", s.checkpoints.Load(), s.wal.off)
+	}
+	crash(t, s)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		rec, ok, err := getLease(tx.Bucket(bucketLeases), "k")
+		if err != nil || !ok || rec.token != l.Token {
+			t.Errorf("bbolt file after the checkpoint: %+v, %v, %v; want token %d", rec, ok, err, l.Token)
+		}
+		return nil
+	})
+	_ = db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Get(ctx, "k"); err != nil || got.Token != l.Token {
+		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+}
+
+// TestUpgradeSchema1: a file of schema version 1, which had no log, opens
+// and is marked version 2, so that older builds refuse it.
+func TestUpgradeSchema1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	setVersion := func(v uint64) {
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put(keyVersion, encodeUint64(v))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setVersion(1)
+	if s, err = Open(path); err != nil {
+		t.Fatalf("open schema 1: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.View(func(tx *bolt.Tx) error {
+		if v, _ := decodeUint64("version", tx.Bucket(bucketMeta).Get(keyVersion)); v != schemaVersion {
+			t.Errorf("version after open = %d, want %d", v, schemaVersion)
+		}
+		return nil
+	})
+}
