@@ -207,9 +207,6 @@ func (w *wal) add(bucket, op byte, key, value []byte) {
 // pending reports whether entries were added since the last write.
 func (w *wal) pending() bool { return len(w.buf) > 0 }
 
-// discard drops the record being built.
-func (w *wal) discard() { w.buf = w.buf[:0] }
-
 // write makes the record being built durable: one write and one
 // fdatasync, plus, when the log needs room, a zeroed chunk first.
 func (w *wal) write() error {
