@@ -77,6 +77,12 @@ func walPath(dbPath string) string { return dbPath + "-wal" }
 // order. The caller applies them and checkpoints before writing.
 func openWAL(dbPath string, epoch uint64) (*wal, []walEntry, error) {
 	path := walPath(dbPath)
+	if _, err := os.Lstat(path); epoch > 0 && errors.Is(err, os.ErrNotExist) {
+		// The file has had a log, which may hold batches acknowledged
+		// since its last checkpoint: opening without it could issue their
+		// tokens again.
+		return nil, nil, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If the store was closed cleanly, nothing is lost: create an empty file of that name to open it", dbPath, path)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, unavailablef(err, "boltstore: cannot open the log %s", path)

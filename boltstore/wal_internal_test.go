@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,7 +19,11 @@ import (
 // which each record ends.
 func logOf(t *testing.T, epoch uint64, batches ...[]string) ([]byte, []int64) {
 	t.Helper()
-	w, entries, err := openWAL(filepath.Join(t.TempDir(), "x.db"), epoch)
+	db := filepath.Join(t.TempDir(), "x.db")
+	if err := os.WriteFile(walPath(db), nil, 0o600); err != nil { // a log of epoch, empty
+		t.Fatal(err)
+	}
+	w, entries, err := openWAL(db, epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,4 +289,44 @@ func TestUpgradeSchema1(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMissingLogRefused: a file that has had a log does not open without
+// it, as the log may hold acknowledged batches; an empty log, created by
+// someone who knows the store was closed cleanly, is accepted.
+func TestMissingLogRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(context.Background(), "k", "o", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(walPath(path)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(path); err == nil {
+		_ = s.Close()
+		t.Fatal("opened without its log")
+	} else if !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("Open without the log: %v, want ErrUnavailable", err)
+	} else {
+		t.Logf("Open error: %v", err)
+	}
+	if err := os.WriteFile(walPath(path), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Get(context.Background(), "k"); err != nil || got.Token != l.Token {
+		t.Fatalf("after a clean close and an empty log: %+v, %v; want token %d", got, err, l.Token)
+	}
 }
