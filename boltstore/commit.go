@@ -40,7 +40,7 @@ type op struct {
 	res    lease.Lease
 	err    error
 	queued bool // opAcquireWait: w was queued; its grant comes on w.ch
-	early  bool // opRelease: answered before the commit (see answerReleases)
+	early  bool // opRelease: answered before its batch is durable (see answerReleases)
 	done   chan struct{}
 }
 
@@ -105,10 +105,12 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 }
 
 // run is the commit loop, the store's only writer. It takes every operation
-// waiting to be sent, applies them in order in one write transaction (so each
-// one's outcome is decided exactly as if they ran one by one), commits once
-// (one round of fsyncs), and only then answers them all. A lone operation is committed at
-// once; under load, operations that arrive during a commit share the next.
+// waiting to be sent, applies them in order in the open write transaction
+// (so each one's outcome is decided exactly as if they ran one by one),
+// makes them durable with one log record and one fdatasync, and only then
+// answers them all; now and then it checkpoints. A lone operation is made
+// durable at once; under load, operations that arrive during a sync share
+// the next.
 func (s *Store) run() {
 	defer close(s.stopped)
 	tick := time.NewTicker(s.checkpointEvery)

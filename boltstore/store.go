@@ -18,9 +18,9 @@ import (
 // process before it gives up.
 const DefaultLockTimeout = time.Second
 
-// maxBatch bounds the operations one commit carries, so one transaction's
-// dirty pages stay small and the first caller in a batch is not kept waiting
-// behind an unbounded queue.
+// maxBatch bounds the operations one batch carries, so one log record stays
+// small and the first caller in a batch is not kept waiting behind an
+// unbounded queue.
 const maxBatch = 1024
 
 // Store is a durable lease.Backend in one bbolt file. It is safe for
