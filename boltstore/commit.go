@@ -121,7 +121,7 @@ func (s *Store) run() {
 		case o := <-s.ops:
 			batch = append(batch[:0], o)
 		case <-tick.C:
-			if s.unsaved && time.Since(s.lastCheckpoint) >= s.checkpointEvery {
+			if s.checkpointDue() {
 				s.checkpoint()
 			}
 			continue
@@ -148,10 +148,17 @@ func (s *Store) run() {
 		}
 		s.commit(batch)
 		clear(batch)
-		if s.unsaved && (s.checkpointAlways || s.wal.off >= checkpointBytes || time.Since(s.lastCheckpoint) >= s.checkpointEvery) {
+		if s.checkpointDue() {
 			s.checkpoint()
 		}
 	}
+}
+
+// checkpointDue reports whether the log holds records and it is time to
+// commit them to the bbolt file: checkpointEvery since the last checkpoint,
+// or a log past checkpointBytes.
+func (s *Store) checkpointDue() bool {
+	return s.wal.off > 0 && (s.checkpointAlways || s.wal.off >= checkpointBytes || time.Since(s.lastCheckpoint) >= s.checkpointEvery)
 }
 
 // checkpoint commits the open write transaction to the bbolt file (fsynced:
@@ -177,7 +184,6 @@ func (s *Store) checkpoint() {
 		return
 	}
 	s.wal.restart(epoch)
-	s.unsaved = false
 	s.lastCheckpoint = time.Now()
 	s.checkpoints.Add(1)
 	if s.live, err = s.begin(); err != nil {
@@ -188,10 +194,8 @@ func (s *Store) checkpoint() {
 // closeLive ends the open transaction as the loop stops: a last checkpoint,
 // or, after a failure, a rollback (the log keeps what was durable).
 func (s *Store) closeLive() {
-	if s.failure() == nil {
-		if s.unsaved {
-			s.checkpoint()
-		}
+	if s.failure() == nil && s.wal.off > 0 {
+		s.checkpoint()
 	}
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
@@ -311,7 +315,6 @@ func (s *Store) finish(t *txn, batch []*op) error {
 		s.fail(err)
 		return err
 	}
-	s.unsaved = true
 	s.commits.Add(1)
 	s.durMu.Lock()
 	s.durable = s.applied

@@ -57,7 +57,6 @@ type Store struct {
 	checkpointEvery  time.Duration
 	checkpointAlways bool // tests only: a checkpoint after every batch that wrote
 	lastCheckpoint   time.Time
-	unsaved          bool // live holds writes no checkpoint has committed
 
 	syncHook func() // tests only: runs before each batch's log write
 

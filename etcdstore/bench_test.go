@@ -42,12 +42,7 @@ func BenchmarkCompareEtcd(b *testing.B) {
 			benchMutexes(b, eps, clients, func(w int) string { return fmt.Sprintf("%sm%d/", pfx, w) })
 		})
 		b.Run(fmt.Sprintf("c=%d/etcdstore", clients), func(b *testing.B) {
-			cli := etcdtest.NewClient(b, eps)
-			s, err := etcdstore.New(cli, etcdstore.WithPrefix(uniquePrefix(b)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = s.Close() })
+			s := newBenchStore(b, eps)
 			benchutil.Run(b, clients, func(w, _ int) error {
 				l, err := s.Acquire(ctx, fmt.Sprintf("k%d", w), "bench", 10*time.Second)
 				if err != nil {
@@ -73,12 +68,7 @@ func BenchmarkCompareEtcdOneKey(b *testing.B) {
 		benchMutexes(b, eps, clients, func(int) string { return key })
 	})
 	b.Run(fmt.Sprintf("c=%d/etcdstore", clients), func(b *testing.B) {
-		cli := etcdtest.NewClient(b, eps)
-		s, err := etcdstore.New(cli, etcdstore.WithPrefix(uniquePrefix(b)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = s.Close() })
+		s := newBenchStore(b, eps)
 		benchutil.Run(b, clients, func(int, int) error {
 			l, err := s.AcquireWait(ctx, "one", "bench", 10*time.Second)
 			if err != nil {
@@ -87,6 +77,17 @@ func BenchmarkCompareEtcdOneKey(b *testing.B) {
 			return s.Release(ctx, l)
 		})
 	})
+}
+
+// newBenchStore returns an etcdstore Store on a client of its own, under a
+// prefix of its own, closed when b ends.
+func newBenchStore(b *testing.B, eps []string) *etcdstore.Store {
+	s, err := etcdstore.New(etcdtest.NewClient(b, eps), etcdstore.WithPrefix(uniquePrefix(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // benchMutexes runs Lock+Unlock pairs of concurrency.Mutex from clients
