@@ -23,6 +23,13 @@ func (h *History) Add(a *Acquisition) {
 	h.mu.Unlock()
 }
 
+// Len returns how many acquisitions have been recorded.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.acqs)
+}
+
 // Update runs f, which changes recorded acquisitions, under the history's
 // lock.
 func (h *History) Update(f func()) {
