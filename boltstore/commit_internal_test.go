@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -213,21 +214,106 @@ func TestReleaseAnsweredBeforeCommit(t *testing.T) {
 	}
 }
 
+// TestHeldAnswerWaitsForDurability stalls the log write of a grant and
+// checks that a try of the key, which finds it held, is not answered
+// meanwhile: a crash then would lose the grant and issue its token again,
+// so a try told of that token would see it issued twice (I1).
+func TestHeldAnswerWaitsForDurability(t *testing.T) {
+	s := openInternal(t)
+	ctx := t.Context()
+	stall, stalled := make(chan struct{}), make(chan struct{})
+	unstall := sync.OnceFunc(func() { close(stall) })
+	defer unstall() // a failure below must not leave the commit stalled
+	var hooked atomic.Bool
+	s.syncHook = func() {
+		if hooked.CompareAndSwap(false, true) {
+			close(stalled)
+			<-stall
+		}
+	}
+	granted := make(chan lease.Lease, 1)
+	go func() {
+		l, err := s.Acquire(ctx, "k", "A", time.Minute)
+		if err != nil {
+			t.Errorf("Acquire by A: %v", err)
+		}
+		granted <- l
+	}()
+	<-stalled // A's grant is applied; its log record is not written
+	tried := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, "k", "B", time.Minute)
+		tried <- err
+	}()
+	// B is answered, or waits for the grant's record.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tried) == 0 && countStacks("boltstore.(*Store).waitDurable(") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a try of a key being granted neither answered nor waited for 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	image := copyStore(t, s.path) // what a crash now would leave
+	early := len(tried) > 0
+	unstall()
+	a := <-granted
+	err := <-tried
+	if early {
+		t.Errorf("a try was answered %v while the grant it names was not durable", err)
+	}
+	var he *lease.HeldError
+	if !errors.As(err, &he) || he.Owner != "A" || he.Token != a.Token {
+		t.Fatalf("try of a key granted to A with token %d: %v; want a HeldError naming them", a.Token, err)
+	}
+
+	// The premise: after that crash the grant is lost, and its token issued
+	// again.
+	s2, err := Open(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if l, err := s2.Acquire(ctx, "k", "C", time.Minute); err != nil || l.Token != a.Token {
+		t.Fatalf("Acquire after the crash = %+v, %v; want the lost grant's token %d again", l, err, a.Token)
+	}
+}
+
+// copyStore copies the bbolt file at path and its log, as a crash would
+// leave them now, to a new directory, and returns the copy's path.
+func copyStore(t *testing.T, path string) string {
+	t.Helper()
+	to := filepath.Join(t.TempDir(), filepath.Base(path))
+	for _, p := range [][2]string{{path, to}, {walPath(path), walPath(to)}} {
+		b, err := os.ReadFile(p[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return to
+}
+
 // waitStacks waits until n goroutines have a frame containing fn in their
 // stacks (for submit: sent, or blocked sending, to the stalled loop).
 func waitStacks(t *testing.T, fn string, n int) {
 	t.Helper()
-	buf := make([]byte, 1<<20)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		if got := strings.Count(stacks, fn); got >= n {
+		if got := countStacks(fn); got >= n {
 			return
 		} else if time.Now().After(deadline) {
 			t.Fatalf("%d goroutines in %s after 10 s, want %d", got, fn, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// countStacks returns how many frames of all goroutines' stacks contain fn.
+func countStacks(fn string) int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), fn)
 }
 
 // TestHighWaterKept: release deletes the lease record but keeps the key's

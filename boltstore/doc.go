@@ -29,9 +29,10 @@
 // never released, which no invariant forbids; in return the releaser waits
 // for no fsync, and its next request reaches the next batch. Get and List
 // read the applied state and wait until every batch it includes is durable,
-// so they never show state a crash could undo; an Acquire that finds the
-// key held answers from that read without writing or waiting for any
-// fsync.
+// so they never show state a crash could undo. An Acquire that finds the
+// key held answers from such a read, writing nothing and causing no fsync;
+// like them it waits if a batch it read is still being synced (a crash
+// could issue again a token it names), and not at all otherwise.
 //
 // If a log write or a checkpoint fails (a write or fsync error, a full
 // disk), the state on disk is no longer known, so the store fails every

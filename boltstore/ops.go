@@ -11,30 +11,36 @@ import (
 )
 
 // Acquire implements lease.Backend. A key found held is answered from a
-// read of the store's state: a failed try writes nothing and waits for no
+// read of the store's state: a failed try writes nothing and causes no
 // fsync. A free key is granted by the commit loop, and the lease returned
 // only once the log record of its token is fsynced.
 //
-// The read does not wait for the last batch to be durable. If it sees that
-// batch's grant before the grant is durable, the worst a crash can then do
-// is make this "held" answer out of date, which any answer about a lease
-// may be; a key it sees free goes on to the commit loop, which decides
-// afresh.
+// The holder and token a "held" answer names may be of a batch whose log
+// record is not yet durable; a crash could then issue that token again to
+// someone else, after this caller was told of it (I1). So that answer waits
+// for the batches the read saw to be durable, as Get and List do; when none
+// is in flight, which is when no write is waiting for an fsync, it waits
+// for nothing. A key the read finds free goes on to the commit loop, which
+// decides afresh.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	var held error
-	if err := s.read(ctx, false, func(leases *bolt.Bucket) error {
+	pending, err := s.read(ctx, func(leases *bolt.Bucket) error {
 		rec, ok, err := getLease(leases, key)
 		if err == nil && ok && rec.live(s.now()) {
 			held = rec.heldError(key)
 		}
 		return err
-	}); err != nil {
+	})
+	if err != nil {
 		return lease.Lease{}, err
 	}
 	if held != nil {
+		if err := s.waitDurable(pending); err != nil {
+			return lease.Lease{}, err
+		}
 		return lease.Lease{}, held
 	}
 	o := &op{kind: opAcquire, key: key, owner: owner, ttl: ttl}

@@ -368,44 +368,56 @@ func (s *Store) failure() error {
 // view runs fn on the store's state once every batch it may see is
 // durable: it never shows state that a crash could undo.
 func (s *Store) view(ctx context.Context, fn func(leases *bolt.Bucket) error) error {
-	return s.read(ctx, true, fn)
+	pending, err := s.read(ctx, fn)
+	if werr := s.waitDurable(pending); werr != nil {
+		return werr
+	}
+	return err
 }
 
 // read runs fn on the leases bucket of the open transaction, which holds
-// every applied batch. With durable false it returns without waiting for
-// the last batch's log record to be durable: only for reads whose answer a
-// crash could not make unsafe (see Acquire).
-func (s *Store) read(ctx context.Context, durable bool, fn func(leases *bolt.Bucket) error) error {
+// every applied batch. fn's answer, found or not, may rest on a batch whose
+// log record is not yet durable: read returns how many batches it saw if
+// some of them are not, else 0, and an answer of fn's is given out only
+// once waitDurable of that returns.
+func (s *Store) read(ctx context.Context, fn func(leases *bolt.Bucket) error) (pending uint64, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.failure(); err != nil {
-		return err
+		return 0, err
 	}
 	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	if s.live == nil {
-		s.txMu.Unlock()
+		if err := s.failure(); err != nil {
+			return 0, err
+		}
+		return 0, errClosed
+	}
+	err = fn(s.live.leases)
+	s.durMu.Lock()
+	if s.durable < s.applied {
+		pending = s.applied
+	}
+	s.durMu.Unlock()
+	return pending, err
+}
+
+// waitDurable returns once the first pending batches are durable, or with
+// the store's failure. With pending 0 (nothing was in flight) it returns
+// at once.
+func (s *Store) waitDurable(pending uint64) error {
+	if pending == 0 {
+		return nil
+	}
+	s.durMu.Lock()
+	defer s.durMu.Unlock()
+	for s.durable < pending {
 		if err := s.failure(); err != nil {
 			return err
 		}
-		return errClosed
-	}
-	err := fn(s.live.leases)
-	s.durMu.Lock()
-	seen := s.applied
-	s.durMu.Unlock()
-	s.txMu.Unlock()
-	if !durable {
-		return err
-	}
-	// fn's answer, found or not, may rest on a batch not yet durable.
-	s.durMu.Lock()
-	defer s.durMu.Unlock()
-	for s.durable < seen {
-		if ferr := s.failure(); ferr != nil {
-			return ferr
-		}
 		s.durCond.Wait()
 	}
-	return err
+	return nil
 }
