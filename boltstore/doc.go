@@ -16,12 +16,14 @@
 // second while writes arrive, when the log passes 4 MiB, and at Close, and
 // the log starts over. Open replays the records left since the last
 // checkpoint, stopping at the first torn or missing one, so a batch is kept
-// whole or not at all, and checkpoints; it refuses a file that has had a
-// log when the log is missing, as the log may hold acknowledged writes (the
-// two files are one store: copy them together). wal.go has the format and
-// the rules. (bbolt commits are durable too, but cost two fdatasyncs and a
-// write of every touched page; the log's one fdatasync made lease serve's
-// throughput at 32 clients about 1.2 times what it was.)
+// whole or not at all, zeroes the rest of the log (a log left beside a new
+// or replaced file is never replayed into it), and checkpoints; it refuses
+// a file that has had a log when the log is missing, as the log may hold
+// acknowledged writes (the two files are one store: copy them together).
+// wal.go has the format and the rules. (bbolt commits are durable too, but
+// cost two fdatasyncs and a write of every touched page; the log's one
+// fdatasync made lease serve's throughput at 32 clients about 1.2 times
+// what it was.)
 //
 // A release is the exception: it is answered as soon as the commit loop has
 // applied it, before its batch's record is durable. A release lost in a

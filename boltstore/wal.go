@@ -36,7 +36,11 @@ import (
 // torn (a crash inside its write), or of another epoch. Each record is one
 // batch's writes entire, so a batch is durable whole or not at all. Replay
 // puts the recorded values, so it leaves each key as the last batch wrote
-// it, whatever of the log's batches the file already had.
+// it, whatever of the log's batches the file already had. Open then zeroes
+// the rest of the log before it raises the epoch, so the log never holds a
+// record of a later epoch than the file's: a log left beside a new or
+// replaced bbolt file, whose epochs start over, cannot feed it records of
+// another life.
 
 const (
 	walHeader       = 4 + 4 + 8 + 8
@@ -94,10 +98,27 @@ func openWAL(dbPath string, epoch uint64) (*wal, []walEntry, error) {
 		return nil, nil, unavailablef(err, "boltstore: cannot read the log %s", path)
 	}
 	w.size = int64(len(data))
-	entries, err := replay(data, epoch)
+	entries, end, err := replay(data, epoch)
 	if err != nil {
 		_ = f.Close()
 		return nil, nil, unavailablef(err, "boltstore: the log %s is corrupt", path)
+	}
+	if tail := data[end:]; len(tail) > 0 {
+		// Past the records of epoch there may be records of any epoch: of
+		// earlier checkpoints, or of another bbolt file's life if this one
+		// is new or was replaced, whose epochs start over. Once the caller
+		// raises the epoch, some could be taken for its own; zeros can't.
+		// Done before that: a crash in between leaves the records of
+		// epoch, which the next Open replays again.
+		clear(tail)
+		if _, err := f.WriteAt(tail, int64(end)); err != nil {
+			_ = f.Close()
+			return nil, nil, unavailablef(err, "boltstore: clearing the log %s", path)
+		}
+		if err := fdatasync(f); err != nil {
+			_ = f.Close()
+			return nil, nil, unavailablef(err, "boltstore: syncing the log %s", path)
+		}
 	}
 	if w.size == 0 {
 		// A new log: make its first chunk, and its name, durable, so that
@@ -115,10 +136,12 @@ func openWAL(dbPath string, epoch uint64) (*wal, []walEntry, error) {
 }
 
 // replay returns the entries of the records of epoch in data, numbered from
-// 1 on, up to the first that is missing, torn or of another epoch.
-func replay(data []byte, epoch uint64) ([]walEntry, error) {
+// 1 on, up to the first that is missing, torn or of another epoch, and the
+// offset where that one begins.
+func replay(data []byte, epoch uint64) ([]walEntry, int, error) {
 	var out []walEntry
-	for off, seq := 0, uint64(1); off+walHeader <= len(data); seq++ {
+	off := 0
+	for seq := uint64(1); off+walHeader <= len(data); seq++ {
 		n := int(binary.BigEndian.Uint32(data[off:]))
 		end := off + walHeader + n
 		if end > len(data) || end < off {
@@ -135,12 +158,12 @@ func replay(data []byte, epoch uint64) ([]walEntry, error) {
 		if err != nil {
 			// The checksum matched: this is what was written, so a bug
 			// or a foreign file, not a crash.
-			return nil, fmt.Errorf("record %d at offset %d: %w", seq, off, err)
+			return nil, 0, fmt.Errorf("record %d at offset %d: %w", seq, off, err)
 		}
 		out = append(out, es...)
 		off = end
 	}
-	return out, nil
+	return out, off, nil
 }
 
 func decodeEntries(b []byte) ([]walEntry, error) {

@@ -64,25 +64,29 @@ func TestReplay(t *testing.T) {
 		data  func() []byte
 		epoch uint64
 		want  string
+		end   int64 // where the replayed records end
 	}{
-		{"whole", func() []byte { return data }, 7, all},
-		{"other epoch", func() []byte { return data }, 8, "[]"},
-		{"tail lost", func() []byte { return data[:ends[1]] }, 7, "[a b c]"},
-		{"last record torn", func() []byte { return data[:ends[2]-1] }, 7, "[a b c]"},
+		{"whole", func() []byte { return data }, 7, all, ends[2]},
+		{"other epoch", func() []byte { return data }, 8, "[]", 0},
+		{"tail lost", func() []byte { return data[:ends[1]] }, 7, "[a b c]", ends[1]},
+		{"last record torn", func() []byte { return data[:ends[2]-1] }, 7, "[a b c]", ends[1]},
 		{"middle record corrupt", func() []byte {
 			d := append([]byte(nil), data...)
 			d[ends[0]+walHeader+3] ^= 1 // inside record 2's entries
 			return d
-		}, 7, "[a b]"},
-		{"header only", func() []byte { return data[:walHeader-1] }, 7, "[]"},
+		}, 7, "[a b]", ends[0]},
+		{"header only", func() []byte { return data[:walHeader-1] }, 7, "[]", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			es, err := replay(tc.data(), tc.epoch)
+			es, end, err := replay(tc.data(), tc.epoch)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := fmt.Sprint(keysOf(es)); got != tc.want {
 				t.Fatalf("replayed %s, want %s", got, tc.want)
+			}
+			if int64(end) != tc.end {
+				t.Fatalf("replayed records end at %d, want %d", end, tc.end)
 			}
 		})
 	}
@@ -95,10 +99,10 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("records of %d and %d bytes", nends[0], oends[0])
 	}
 	mixed := append(append([]byte(nil), newer[:nends[0]]...), older[oends[0]:]...)
-	if es, err := replay(mixed, 8); err != nil || fmt.Sprint(keysOf(es)) != "[x]" {
+	if es, _, err := replay(mixed, 8); err != nil || fmt.Sprint(keysOf(es)) != "[x]" {
 		t.Fatalf("replay after a restart = %v, %v; want [x] alone", keysOf(es), err)
 	}
-	if es, err := replay(older, 7); err != nil || fmt.Sprint(keysOf(es)) != "[y c]" {
+	if es, _, err := replay(older, 7); err != nil || fmt.Sprint(keysOf(es)) != "[y c]" {
 		t.Fatalf("replay of the older log = %v, %v; want [y c]", keysOf(es), err)
 	}
 }
@@ -245,6 +249,63 @@ func TestCheckpoint(t *testing.T) {
 	defer s.Close()
 	if got, err := s.Get(ctx, "k"); err != nil || got.Token != l.Token {
 		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+}
+
+// TestStaleLogIgnored: a log left beside a new bbolt file (the old one
+// deleted or replaced) holds records of epochs that the new file's own
+// epochs reach again, and none of them may be replayed into it. Here the
+// old log's records 7 and 8, of epoch 1 like the new store's first run,
+// follow records 1 to 6 that the new store overwrote with ones of the same
+// lengths, and give "a" a lower token than the new store issued.
+func TestStaleLogIgnored(t *testing.T) {
+	ctx := context.Background()
+	cycles := func(s *Store, key string, n int) (last lease.Token) {
+		t.Helper()
+		for range n {
+			l, err := s.Acquire(ctx, key, "o", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			last = l.Token
+		}
+		flush(t, s) // the last release's record
+		if n := s.checkpoints.Load(); n != 0 {
+			t.Fatalf("%d checkpoints: this test needs the log alone", n)
+		}
+		return last
+	}
+	old := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycles(s, "x", 2) // records 1 to 4
+	cycles(s, "a", 2) // records 5 to 8: tokens 1 and 2 of "a"
+	crash(t, s)
+	oldLog, err := os.ReadFile(walPath(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	path := filepath.Join(t.TempDir(), "lease.db")
+	if err := os.WriteFile(walPath(path), oldLog, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	issued := cycles(s, "a", 3) // records 1 to 6: tokens 1 to 3 of "a"
+	crash(t, s)
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if l, err := s.Acquire(ctx, "a", "o", time.Hour); err != nil || l.Token <= issued {
+		t.Fatalf("Acquire after a crash = %+v, %v; want a token above %d (I1)", l, err, issued)
 	}
 }
 
