@@ -398,11 +398,53 @@ func TestCommitFailureStops(t *testing.T) {
 		}
 		break
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
+	if err := s.Close(); !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, berrors.ErrMaxSizeReached) {
+		t.Fatalf("Close after a failed commit: %v, want the failure", err)
 	}
 	if s, err = Open(path); err != nil {
 		t.Fatalf("reopen after a failed commit: %v", err)
+	}
+	for key, tok := range acked {
+		if l, err := s.Get(t.Context(), key); err != nil || l.Token != tok {
+			t.Fatalf("after reopen Get(%q) = %+v, %v; want token %d", key, l, err, tok)
+		}
+	}
+}
+
+// TestCloseReportsFailedCheckpoint: when Close's own checkpoint fails (here:
+// bbolt's MaxSize, as a full disk would), Close says so, and a reopen
+// recovers from the log what the bbolt file lacks.
+func TestCloseReportsFailedCheckpoint(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	small := func(c *config) error {
+		c.boltOptions = func(o *bolt.Options) { o.MaxSize = 64 << 10 }
+		return nil
+	}
+	s, err := Open(path, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	acked := map[string]lease.Token{}
+	for i := range 100 { // 100 KiB of keys alone
+		key := fmt.Sprintf("%0500d", i)
+		l, err := s.Acquire(t.Context(), key, "o", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked[key] = l.Token
+	}
+	if n := s.checkpoints.Load(); n != 0 {
+		t.Fatalf("%d checkpoints before Close: this test needs Close's to be the first", n)
+	}
+	err = s.Close()
+	if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, berrors.ErrMaxSizeReached) {
+		t.Fatalf("Close with a failing checkpoint: %v, want ErrUnavailable wrapping bbolt's error", err)
+	}
+	t.Logf("Close: %v", err)
+	if s, err = Open(path); err != nil {
+		t.Fatalf("reopen after a failed checkpoint: %v", err)
 	}
 	for key, tok := range acked {
 		if l, err := s.Get(t.Context(), key); err != nil || l.Token != tok {

@@ -39,7 +39,8 @@
 // If a log write or a checkpoint fails (a write or fsync error, a full
 // disk), the state on disk is no longer known, so the store fails every
 // later operation with an error matching lease.ErrUnavailable until it is
-// closed and reopened, which recovers from what is on disk.
+// closed and reopened, which recovers from what is on disk. Close returns
+// that error too, as it does when its own last checkpoint fails.
 //
 // # Group commit
 //

@@ -327,9 +327,13 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
 
-// Close stops the commit loop after its current commit, fails pending
-// waiters with an error matching lease.ErrUnavailable, and closes the file.
-// Operations after Close fail the same way. Close is idempotent.
+// Close stops the commit loop after its current commit, checkpoints the
+// log into the bbolt file, fails pending waiters with an error matching
+// lease.ErrUnavailable, and closes the file. Operations after Close fail
+// the same way. If the store has failed (a log write, or a checkpoint,
+// Close's own included, failed), Close returns that error: the bbolt file
+// then lacks writes that only the log holds, and the next Open recovers
+// them. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.quit)
@@ -344,12 +348,14 @@ func (s *Store) Close() error {
 			delete(s.waiters, key)
 		}
 		s.wmu.Unlock()
+		errs := []error{s.failure()}
 		if err := s.wal.close(); err != nil {
-			s.closeErr = unavailablef(err, "boltstore: closing the log of %s", s.path)
+			errs = append(errs, unavailablef(err, "boltstore: closing the log of %s", s.path))
 		}
 		if err := s.db.Close(); err != nil {
-			s.closeErr = unavailablef(err, "boltstore: closing %s", s.path)
+			errs = append(errs, unavailablef(err, "boltstore: closing %s", s.path))
 		}
+		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
 }

@@ -107,13 +107,15 @@ func TestReplay(t *testing.T) {
 	}
 }
 
+var errCrash = errors.New("test crash")
+
 // crash stops s as a killed process would: no checkpoint, nothing closed
 // in order; the file locks go with the handles.
 func crash(t *testing.T, s *Store) {
 	t.Helper()
-	s.fail(fmt.Errorf("test crash"))
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
+	s.fail(errCrash)
+	if err := s.Close(); !errors.Is(err, errCrash) {
+		t.Fatalf("Close after a crash: %v, want the crash", err)
 	}
 }
 
