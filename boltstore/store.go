@@ -121,10 +121,12 @@ func WithLockTimeout(d time.Duration) Option {
 }
 
 // Open opens the store in the bbolt file at path, creating it (mode 0600) if
-// it does not exist; its directory must exist. It fails fast, with an error
-// matching lease.ErrUnavailable that names path, if another process holds the
-// file, if the file is not a consistent bbolt database, or if it was written
-// by a newer schema. Close releases the file.
+// it does not exist; its directory must exist. The log beside it, path with
+// "-wal" after it, is set to mode 0600 whatever its mode was, as it holds
+// every lease's secret ID. It fails fast, with an error matching
+// lease.ErrUnavailable that names path, if another process holds the file, if
+// the file is not a consistent bbolt database, or if it was written by a newer
+// schema. Close releases the file.
 func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore: empty path", lease.ErrInvalid)

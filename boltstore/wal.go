@@ -85,11 +85,17 @@ func openWAL(dbPath string, epoch uint64) (*wal, []walEntry, error) {
 		// The file has had a log, which may hold batches acknowledged
 		// since its last checkpoint: opening without it could issue their
 		// tokens again.
-		return nil, nil, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If the store was closed cleanly, nothing is lost: create an empty file of that name to open it", dbPath, path)
+		return nil, nil, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If the store was closed cleanly, nothing is lost: create it empty to open it (install -m 600 /dev/null %s)", dbPath, path, path)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, unavailablef(err, "boltstore: cannot open the log %s", path)
+	}
+	// The log holds every lease's secret ID. The mode above applies only
+	// to a new file; one made by hand or copied may be readable by others.
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
+		return nil, nil, unavailablef(err, "boltstore: cannot make the log %s private (mode 0600)", path)
 	}
 	w := &wal{f: f, path: path, epoch: epoch}
 	data, err := io.ReadAll(f)

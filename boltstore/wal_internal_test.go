@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -380,6 +381,9 @@ func TestMissingLogRefused(t *testing.T) {
 		t.Fatalf("Open without the log: %v, want ErrUnavailable", err)
 	} else {
 		t.Logf("Open error: %v", err)
+		if want := "install -m 600 /dev/null " + walPath(path); !strings.Contains(err.Error(), want) {
+			t.Errorf("Open error does not suggest %q", want)
+		}
 	}
 	if err := os.WriteFile(walPath(path), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -391,5 +395,32 @@ func TestMissingLogRefused(t *testing.T) {
 	defer s.Close()
 	if got, err := s.Get(context.Background(), "k"); err != nil || got.Token != l.Token {
 		t.Fatalf("after a clean close and an empty log: %+v, %v; want token %d", got, err, l.Token)
+	}
+}
+
+// TestLogMadePrivate: the log holds every lease's secret ID, so Open makes
+// it readable by its owner alone, whoever created it and how.
+func TestLogMadePrivate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(walPath(path), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fi, err := os.Stat(walPath(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != 0o600 {
+		t.Fatalf("log mode after Open = %v, want -rw-------", got)
 	}
 }
