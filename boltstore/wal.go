@@ -127,16 +127,19 @@ func openWAL(dbPath string, epoch uint64) (*wal, []walEntry, error) {
 		}
 	}
 	if w.size == 0 {
-		// A new log: make its first chunk, and its name, durable, so that
+		// A new or empty log: make its first chunk durable, so that
 		// records overwrite allocated space from the start.
 		if err := w.grow(walChunk); err != nil {
 			_ = f.Close()
 			return nil, nil, err
 		}
-		if err := syncDir(filepath.Dir(path)); err != nil {
-			_ = f.Close()
-			return nil, nil, unavailablef(err, "boltstore: cannot sync the directory of %s", path)
-		}
+	}
+	// Its name too, on every Open: a log created by hand or moved into
+	// place, or one whose creator crashed before this sync, may have a
+	// name that a power cut would undo, and with it the records to come.
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		_ = f.Close()
+		return nil, nil, unavailablef(err, "boltstore: cannot sync the directory of %s", path)
 	}
 	return w, entries, nil
 }
