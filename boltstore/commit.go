@@ -323,13 +323,17 @@ func (s *Store) finish(t *txn, batch []*op) error {
 	return nil
 }
 
-// fail makes every later operation fail with err, and wakes readers
-// waiting for durability.
+// fail makes every later operation fail with err, wakes readers waiting
+// for durability, and answers queued waiters with the failure, as no
+// grant will come to them before the store is reopened.
 func (s *Store) fail(err error) {
 	s.failed.CompareAndSwap(nil, &err)
 	s.durMu.Lock()
 	s.durCond.Broadcast()
 	s.durMu.Unlock()
+	s.wmu.Lock()
+	s.failWaiters(s.failure())
+	s.wmu.Unlock()
 }
 
 // apply decides o inside t. Errors it stores in o that match lease.ErrHeld or

@@ -64,7 +64,8 @@
 // process runs, stepping the wall clock changes no lease; across a restart,
 // the stored expiry is compared with the wall clock, so a clock stepped
 // between runs shifts leases by that step. Waiters (AcquireWait) live in
-// memory and are not kept: Close fails them.
+// memory and are not kept: Close fails them, as does, at once, a failure
+// that stops the store.
 //
 // A released lease's record is deleted; an expired one stays until its key
 // is next written. The high-water marks make the file grow with the number of

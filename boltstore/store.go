@@ -342,13 +342,7 @@ func (s *Store) Close() error {
 		<-s.stopped
 		s.wmu.Lock()
 		s.closed = true
-		for key, q := range s.waiters {
-			q.stop()
-			for _, w := range q.ws {
-				w.ch <- result{err: errClosed}
-			}
-			delete(s.waiters, key)
-		}
+		s.failWaiters(errClosed)
 		s.wmu.Unlock()
 		errs := []error{s.failure()}
 		if err := s.wal.close(); err != nil {

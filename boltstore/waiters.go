@@ -10,7 +10,8 @@ import (
 
 // queue is the FIFO of in-process waiters for one key, with the timer that
 // hands the key over when the holder's lease expires. Queues live only in
-// memory: a restart drops them, and their callers get an error from Close.
+// memory: a restart drops them, and their callers get an error from Close,
+// or at once from a failure that stops the store.
 type queue struct {
 	ws       []*waiter
 	timer    lease.Timer // pending expiry check, nil if none
@@ -87,6 +88,18 @@ func (s *Store) dequeue(key string, w *waiter) bool {
 		delete(s.waiters, key)
 	}
 	return true
+}
+
+// failWaiters answers every waiter with err and forgets them, stopping
+// their timers.
+func (s *Store) failWaiters(err error) {
+	for key, q := range s.waiters {
+		q.stop()
+		for _, w := range q.ws {
+			w.ch <- result{err: err}
+		}
+		delete(s.waiters, key)
+	}
 }
 
 // rearm makes sure that, while anyone waits for key, an expiry check is

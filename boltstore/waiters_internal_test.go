@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/fakeclock"
 )
@@ -212,6 +215,42 @@ func TestCloseFailsWaiters(t *testing.T) {
 	for range 2 {
 		if r := next(t, results); !errors.Is(r.e, lease.ErrUnavailable) {
 			t.Fatalf("waiter %d after Close: %v, want ErrUnavailable", r.i, r.e)
+		}
+	}
+}
+
+// TestFailureFailsWaiters: once the store fails (here a checkpoint hits
+// bbolt's MaxSize, as on a full disk), its queued waiters are answered with
+// the failure at once, not when Close or their context ends their wait.
+func TestFailureFailsWaiters(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path, WithClock(fakeclock.New(epoch)), func(c *config) error {
+		c.checkpointAlways = true
+		c.boltOptions = func(o *bolt.Options) { o.MaxSize = 64 << 10 }
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Acquire(t.Context(), "k", "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	results := startWaiters(t, s, t.Context(), "k", 2, time.Minute)
+	var failure error
+	for i := 0; failure == nil; i++ {
+		if i == 1000 {
+			t.Fatal("1000 acquisitions fit in a 64 KiB file")
+		}
+		_, failure = s.Acquire(t.Context(), fmt.Sprintf("%0500d", i), "o", time.Minute)
+	}
+	if !errors.Is(failure, berrors.ErrMaxSizeReached) {
+		t.Fatalf("failed checkpoint: %v, want bbolt's ErrMaxSizeReached", failure)
+	}
+	for range 2 {
+		if r := next(t, results); !errors.Is(r.e, lease.ErrUnavailable) || !errors.Is(r.e, berrors.ErrMaxSizeReached) {
+			t.Fatalf("waiter %d after the store failed: %+v, %v; want the failure", r.i, r.l, r.e)
 		}
 	}
 }
