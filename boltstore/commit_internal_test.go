@@ -278,6 +278,48 @@ func TestHeldAnswerWaitsForDurability(t *testing.T) {
 	}
 }
 
+// TestDurabilityWaitHonoursContext: a Get waiting for a log write that
+// stalls returns when its context ends.
+func TestDurabilityWaitHonoursContext(t *testing.T) {
+	s := openInternal(t)
+	stall, stalled := make(chan struct{}), make(chan struct{})
+	unstall := sync.OnceFunc(func() { close(stall) })
+	defer unstall() // a failure below must not leave the commit stalled
+	var hooked atomic.Bool
+	s.syncHook = func() {
+		if hooked.CompareAndSwap(false, true) {
+			close(stalled)
+			<-stall
+		}
+	}
+	granted := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(t.Context(), "k", "A", time.Minute)
+		granted <- err
+	}()
+	<-stalled
+	ctx, cancel := context.WithCancel(t.Context())
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.Get(ctx, "k")
+		got <- err
+	}()
+	waitStacks(t, "boltstore.(*Store).waitDurable(", 1)
+	cancel()
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Get whose context ended while it waited: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Get waited for a stalled log write 10 s after its context ended")
+	}
+	unstall()
+	if err := <-granted; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // copyStore copies the bbolt file at path and its log, as a crash would
 // leave them now, to a new directory, and returns the copy's path.
 func copyStore(t *testing.T, path string) string {

@@ -38,7 +38,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lease.Lease{}, err
 	}
 	if held != nil {
-		if err := s.waitDurable(pending); err != nil {
+		if err := s.waitDurable(ctx, pending); err != nil {
 			return lease.Lease{}, err
 		}
 		return lease.Lease{}, held

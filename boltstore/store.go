@@ -371,7 +371,7 @@ func (s *Store) failure() error {
 // durable: it never shows state that a crash could undo.
 func (s *Store) view(ctx context.Context, fn func(leases *bolt.Bucket) error) error {
 	pending, err := s.read(ctx, fn)
-	if werr := s.waitDurable(pending); werr != nil {
+	if werr := s.waitDurable(ctx, pending); werr != nil {
 		return werr
 	}
 	return err
@@ -407,16 +407,29 @@ func (s *Store) read(ctx context.Context, fn func(leases *bolt.Bucket) error) (p
 }
 
 // waitDurable returns once the first pending batches are durable, or with
-// the store's failure. With pending 0 (nothing was in flight) it returns
-// at once.
-func (s *Store) waitDurable(pending uint64) error {
+// the store's failure or ctx's error. With pending 0 (nothing was in
+// flight) it returns at once.
+func (s *Store) waitDurable(ctx context.Context, pending uint64) error {
 	if pending == 0 {
 		return nil
 	}
 	s.durMu.Lock()
 	defer s.durMu.Unlock()
+	if s.durable >= pending {
+		return nil
+	}
+	// A sync may stall (a slow or failing disk): let ctx end the wait.
+	stop := context.AfterFunc(ctx, func() {
+		s.durMu.Lock()
+		s.durCond.Broadcast()
+		s.durMu.Unlock()
+	})
+	defer stop()
 	for s.durable < pending {
 		if err := s.failure(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		s.durCond.Wait()
