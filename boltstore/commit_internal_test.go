@@ -403,15 +403,7 @@ func TestHighWaterKept(t *testing.T) {
 func TestCommitFailureStops(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "lease.db")
-	small := func(c *config) error {
-		c.boltOptions = func(o *bolt.Options) { o.MaxSize = 256 << 10 }
-		return nil
-	}
-	s, err := Open(path, small)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Close() }()
+	s := openMaxSize(t, path, 256<<10)
 	owner := strings.Repeat("o", lease.MaxKeyLen)
 	acked := map[string]lease.Token{}
 	var failure error
@@ -443,14 +435,7 @@ func TestCommitFailureStops(t *testing.T) {
 	if err := s.Close(); !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, berrors.ErrMaxSizeReached) {
 		t.Fatalf("Close after a failed commit: %v, want the failure", err)
 	}
-	if s, err = Open(path); err != nil {
-		t.Fatalf("reopen after a failed commit: %v", err)
-	}
-	for key, tok := range acked {
-		if l, err := s.Get(t.Context(), key); err != nil || l.Token != tok {
-			t.Fatalf("after reopen Get(%q) = %+v, %v; want token %d", key, l, err, tok)
-		}
-	}
+	reopenHas(t, path, acked)
 }
 
 // TestCloseReportsFailedCheckpoint: when Close's own checkpoint fails (here:
@@ -459,15 +444,7 @@ func TestCommitFailureStops(t *testing.T) {
 func TestCloseReportsFailedCheckpoint(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "lease.db")
-	small := func(c *config) error {
-		c.boltOptions = func(o *bolt.Options) { o.MaxSize = 64 << 10 }
-		return nil
-	}
-	s, err := Open(path, small)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Close() }()
+	s := openMaxSize(t, path, 64<<10)
 	acked := map[string]lease.Token{}
 	for i := range 100 { // 100 KiB of keys alone
 		key := fmt.Sprintf("%0500d", i)
@@ -480,14 +457,38 @@ func TestCloseReportsFailedCheckpoint(t *testing.T) {
 	if n := s.checkpoints.Load(); n != 0 {
 		t.Fatalf("%d checkpoints before Close: this test needs Close's to be the first", n)
 	}
-	err = s.Close()
+	err := s.Close()
 	if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, berrors.ErrMaxSizeReached) {
 		t.Fatalf("Close with a failing checkpoint: %v, want ErrUnavailable wrapping bbolt's error", err)
 	}
 	t.Logf("Close: %v", err)
-	if s, err = Open(path); err != nil {
-		t.Fatalf("reopen after a failed checkpoint: %v", err)
+	reopenHas(t, path, acked)
+}
+
+// openMaxSize opens a store at path whose bbolt file cannot grow past max
+// bytes, as on a full disk; it is closed in cleanup.
+func openMaxSize(t *testing.T, path string, max int) *Store {
+	t.Helper()
+	s, err := Open(path, func(c *config) error {
+		c.boltOptions = func(o *bolt.Options) { o.MaxSize = max }
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// reopenHas reopens the store at path after a failure and checks that every
+// acknowledged lease in acked is there with its token.
+func reopenHas(t *testing.T, path string, acked map[string]lease.Token) {
+	t.Helper()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("reopen after the failure: %v", err)
+	}
+	defer func() { _ = s.Close() }()
 	for key, tok := range acked {
 		if l, err := s.Get(t.Context(), key); err != nil || l.Token != tok {
 			t.Fatalf("after reopen Get(%q) = %+v, %v; want token %d", key, l, err, tok)
