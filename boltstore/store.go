@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,9 +122,9 @@ func WithLockTimeout(d time.Duration) Option {
 }
 
 // Open opens the store in the bbolt file at path, creating it (mode 0600) if
-// it does not exist; its directory must exist. The log beside it, path with
-// "-wal" after it, is set to mode 0600 whatever its mode was, as it holds
-// every lease's secret ID. It fails fast, with an error matching
+// it does not exist; its directory must exist. The file and the log beside
+// it, path with "-wal" after it, are set to mode 0600 whatever their mode
+// was, as they hold every lease's secret ID. It fails fast, with an error matching
 // lease.ErrUnavailable that names path, if another process holds the file, if
 // the file is not a consistent bbolt database, or if it was written by a newer
 // schema. Close releases the file.
@@ -151,6 +152,13 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err := checkFile(db, path); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	// The file holds every lease's secret ID, as its log does (openWAL):
+	// bbolt's mode applies only to a new file; one copied or restored may
+	// be readable by others.
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = db.Close()
+		return nil, unavailablef(err, "boltstore: cannot make %s private (mode 0600)", path)
 	}
 	w, err := recoverLog(db, path)
 	if err != nil {

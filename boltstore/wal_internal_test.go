@@ -398,9 +398,10 @@ func TestMissingLogRefused(t *testing.T) {
 	}
 }
 
-// TestLogMadePrivate: the log holds every lease's secret ID, so Open makes
-// it readable by its owner alone, whoever created it and how.
-func TestLogMadePrivate(t *testing.T) {
+// TestFilesMadePrivate: the bbolt file and its log hold every lease's
+// secret ID, so Open makes them readable by their owner alone, whoever
+// created them and how.
+func TestFilesMadePrivate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lease.db")
 	s, err := Open(path)
 	if err != nil {
@@ -409,18 +410,23 @@ func TestLogMadePrivate(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(walPath(path), 0o644); err != nil {
-		t.Fatal(err)
+	files := []string{path, walPath(path)}
+	for _, f := range files {
+		if err := os.Chmod(f, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if s, err = Open(path); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fi, err := os.Stat(walPath(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := fi.Mode().Perm(); got != 0o600 {
-		t.Fatalf("log mode after Open = %v, want -rw-------", got)
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != 0o600 {
+			t.Errorf("mode of %s after Open = %v, want -rw-------", f, got)
+		}
 	}
 }
