@@ -150,16 +150,7 @@ func TestReleaseAnsweredBeforeCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stall, stalled := make(chan struct{}), make(chan struct{})
-	unstall := sync.OnceFunc(func() { close(stall) })
-	defer unstall() // a failure below must not leave the commit stalled
-	var hooked atomic.Bool
-	s.syncHook = func() {
-		if hooked.CompareAndSwap(false, true) {
-			close(stalled)
-			<-stall
-		}
-	}
+	stalled, unstall := stallFirstSync(t, s)
 	before := s.commits.Load()
 
 	released := make(chan error, 1)
@@ -221,16 +212,7 @@ func TestReleaseAnsweredBeforeCommit(t *testing.T) {
 func TestHeldAnswerWaitsForDurability(t *testing.T) {
 	s := openInternal(t)
 	ctx := t.Context()
-	stall, stalled := make(chan struct{}), make(chan struct{})
-	unstall := sync.OnceFunc(func() { close(stall) })
-	defer unstall() // a failure below must not leave the commit stalled
-	var hooked atomic.Bool
-	s.syncHook = func() {
-		if hooked.CompareAndSwap(false, true) {
-			close(stalled)
-			<-stall
-		}
-	}
+	stalled, unstall := stallFirstSync(t, s)
 	granted := make(chan lease.Lease, 1)
 	go func() {
 		l, err := s.Acquire(ctx, "k", "A", time.Minute)
@@ -282,16 +264,7 @@ func TestHeldAnswerWaitsForDurability(t *testing.T) {
 // stalls returns when its context ends.
 func TestDurabilityWaitHonoursContext(t *testing.T) {
 	s := openInternal(t)
-	stall, stalled := make(chan struct{}), make(chan struct{})
-	unstall := sync.OnceFunc(func() { close(stall) })
-	defer unstall() // a failure below must not leave the commit stalled
-	var hooked atomic.Bool
-	s.syncHook = func() {
-		if hooked.CompareAndSwap(false, true) {
-			close(stalled)
-			<-stall
-		}
-	}
+	stalled, unstall := stallFirstSync(t, s)
 	granted := make(chan error, 1)
 	go func() {
 		_, err := s.Acquire(t.Context(), "k", "A", time.Minute)
@@ -318,6 +291,24 @@ func TestDurabilityWaitHonoursContext(t *testing.T) {
 	if err := <-granted; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// stallFirstSync makes the store's next log write wait until unstall is
+// called; stalled is closed once it waits. Cleanup calls unstall too, so a
+// failing test never leaves the commit stalled.
+func stallFirstSync(t *testing.T, s *Store) (stalled <-chan struct{}, unstall func()) {
+	t.Helper()
+	stall, waiting := make(chan struct{}), make(chan struct{})
+	unstall = sync.OnceFunc(func() { close(stall) })
+	t.Cleanup(unstall)
+	var hooked atomic.Bool
+	s.syncHook = func() {
+		if hooked.CompareAndSwap(false, true) {
+			close(waiting)
+			<-stall
+		}
+	}
+	return waiting, unstall
 }
 
 // copyStore copies the bbolt file at path and its log, as a crash would
