@@ -315,14 +315,7 @@ func TestStaleLogIgnored(t *testing.T) {
 // TestUpgradeSchema1: a file of schema version 1, which had no log, opens
 // and is marked version 2, so that older builds refuse it.
 func TestUpgradeSchema1(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "lease.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := closedStore(t)
 	setVersion := func(v uint64) {
 		db, err := bolt.Open(path, 0o600, nil)
 		if err != nil {
@@ -336,7 +329,8 @@ func TestUpgradeSchema1(t *testing.T) {
 		}
 	}
 	setVersion(1)
-	if s, err = Open(path); err != nil {
+	s, err := Open(path)
+	if err != nil {
 		t.Fatalf("open schema 1: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -402,21 +396,15 @@ func TestMissingLogRefused(t *testing.T) {
 // secret ID, so Open makes them readable by their owner alone, whoever
 // created them and how.
 func TestFilesMadePrivate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "lease.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := closedStore(t)
 	files := []string{path, walPath(path)}
 	for _, f := range files {
 		if err := os.Chmod(f, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if s, err = Open(path); err != nil {
+	s, err := Open(path)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
@@ -429,4 +417,18 @@ func TestFilesMadePrivate(t *testing.T) {
 			t.Errorf("mode of %s after Open = %v, want -rw-------", f, got)
 		}
 	}
+}
+
+// closedStore creates a store, closes it cleanly, and returns its path.
+func closedStore(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
