@@ -37,6 +37,10 @@ import (
 //     no clock).
 //   - map-mutex: a naive reference point, the seed's logic in Go: one map,
 //     one mutex, time.Now, a 128-bit ID from crypto/rand per lease.
+//   - clock-cas-floor (Memstore only): the least a real-clock store must
+//     do per pair, and nothing else (see clockCASFloor). benchreport names
+//     it as the floor of the real-clock targets: if it misses a target,
+//     no implementation can meet that target on the machine.
 //
 // In-memory ops take tens of nanoseconds, so they are timed with b.Loop and
 // RunParallel, not benchutil.Run (whose per-op timing would double them).
@@ -46,24 +50,27 @@ const (
 	keysPerClient = 1024
 )
 
-// pairFunc tries one acquire+release pair on key and reports whether the
-// acquire found the key held (then nothing was released).
-type pairFunc func(key string) (held bool, err error)
+// pairFunc tries one acquire+release pair on key for client w (0 to
+// GOMAXPROCS-1) and reports whether the acquire found the key held (then
+// nothing was released).
+type pairFunc func(w int, key string) (held bool, err error)
 
 var benchImpls = []struct {
-	name string
-	new  func() pairFunc
+	name         string
+	new          func() pairFunc
+	distinctOnly bool // not run in MemstoreOneKey
 }{
-	{"memstore", func() pairFunc { return storePair(memstore.New()) }},
-	{"memstore-callerclock", func() pairFunc {
+	{name: "memstore", new: func() pairFunc { return storePair(memstore.New()) }},
+	{name: "memstore-callerclock", new: func() pairFunc {
 		return storePair(memstore.New(memstore.WithClock(&callerClock{now: time.Unix(1e9, 0)})))
 	}},
-	{"map-mutex", func() pairFunc { return newNaiveStore().pair }},
+	{name: "map-mutex", new: func() pairFunc { return newNaiveStore().pair }},
+	{name: "clock-cas-floor", new: func() pairFunc { return newClockCASFloor().pair }, distinctOnly: true},
 }
 
 func storePair(s *memstore.Store) pairFunc {
 	ctx := context.Background()
-	return func(key string) (bool, error) {
+	return func(_ int, key string) (bool, error) {
 		l, err := s.Acquire(ctx, key, "bench", benchTTL)
 		if errors.Is(err, lease.ErrHeld) {
 			return true, nil
@@ -85,6 +92,9 @@ func benchCompare(b *testing.B, oneKey bool) {
 	}
 	for _, c := range clients {
 		for _, im := range benchImpls {
+			if oneKey && im.distinctOnly {
+				continue
+			}
 			b.Run(fmt.Sprintf("c=%d/%s", c, im.name), func(b *testing.B) {
 				benchPairs(b, im.new(), c, oneKey)
 			})
@@ -109,10 +119,11 @@ func clientKeys(w int, oneKey bool) []string {
 func benchPairs(b *testing.B, pair pairFunc, clients int, oneKey bool) {
 	b.ReportAllocs()
 	var held atomic.Int64
-	// run does one successful pair, retrying while the key is held.
-	run := func(key string) bool {
+	// run does one successful pair for client w, retrying while the key is
+	// held.
+	run := func(w int, key string) bool {
 		for {
-			h, err := pair(key)
+			h, err := pair(w, key)
 			if err != nil {
 				b.Error(err)
 				return false
@@ -131,14 +142,14 @@ func benchPairs(b *testing.B, pair pairFunc, clients int, oneKey bool) {
 	// allocated before timing starts.
 	for w := range clients {
 		for _, k := range clientKeys(w, oneKey) {
-			run(k)
+			run(w, k)
 		}
 	}
 	if clients == 1 {
 		keys := clientKeys(0, oneKey)
 		i := 0
 		for b.Loop() {
-			if !run(keys[i%len(keys)]) {
+			if !run(0, keys[i%len(keys)]) {
 				return
 			}
 			i++
@@ -148,10 +159,11 @@ func benchPairs(b *testing.B, pair pairFunc, clients int, oneKey bool) {
 		b.SetParallelism(1)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			keys := clientKeys(int(next.Add(1)-1), oneKey)
+			w := int(next.Add(1) - 1)
+			keys := clientKeys(w, oneKey)
 			i := 0
 			for pb.Next() {
-				if !run(keys[i%len(keys)]) {
+				if !run(w, keys[i%len(keys)]) {
 					return
 				}
 				i++
@@ -192,7 +204,7 @@ type naiveLease struct {
 
 func newNaiveStore() *naiveStore { return &naiveStore{leases: make(map[string]naiveLease)} }
 
-func (s *naiveStore) pair(key string) (bool, error) {
+func (s *naiveStore) pair(_ int, key string) (bool, error) {
 	l, ok := s.acquire(key, "bench", benchTTL)
 	if !ok {
 		return true, nil
@@ -226,4 +238,65 @@ func (s *naiveStore) release(key string, l naiveLease) bool {
 	}
 	delete(s.leases, key)
 	return true
+}
+
+// clockCASFloor is the least work any real-clock store must do for an
+// acquire+release pair, with nothing else: a monotonic clock read in
+// acquire (the expiry is now + TTL) and another in release (I4: the release
+// of an expired lease fails with ErrNotHeld, so release must know the
+// time), and one atomic compare-and-swap per call to change the key's state,
+// for which other goroutines may race. It has no index, no secret ID, no
+// Lease to build and no waiters, and each client's state has a cache line
+// of its own (the distinct-keys case), so a real store can only cost more.
+type clockCASFloor struct {
+	base  time.Time
+	slots []floorSlot // one per client
+}
+
+type floorSlot struct {
+	exp atomic.Int64 // 0: free; else the held lease's expiry, ns since base
+	_   [56]byte     // a cache line each
+}
+
+func newClockCASFloor() *clockCASFloor {
+	return &clockCASFloor{base: time.Now(), slots: make([]floorSlot, runtime.GOMAXPROCS(0))}
+}
+
+func (f *clockCASFloor) pair(w int, _ string) (bool, error) {
+	s := &f.slots[w]
+	exp := int64(time.Since(f.base) + benchTTL)
+	if !s.exp.CompareAndSwap(0, exp) {
+		return true, nil
+	}
+	if int64(time.Since(f.base)) >= exp {
+		return false, errors.New("clock-cas-floor: expired before release")
+	}
+	if !s.exp.CompareAndSwap(exp, 0) {
+		return false, errors.New("clock-cas-floor: release lost its lease")
+	}
+	return false, nil
+}
+
+// TestBenchImplsWork runs every row of the Compare benchmarks a few times,
+// so that a broken row fails `make test` rather than a benchmark run, and
+// checks that the floor really excludes: a second acquire of a held key
+// must find it held.
+func TestBenchImplsWork(t *testing.T) {
+	for _, im := range benchImpls {
+		pair := im.new()
+		for w := range runtime.GOMAXPROCS(0) {
+			for _, k := range clientKeys(w, false)[:3] {
+				if held, err := pair(w, k); held || err != nil {
+					t.Errorf("%s: client %d, key %s: held=%v err=%v", im.name, w, k, held, err)
+				}
+			}
+		}
+	}
+	f := newClockCASFloor()
+	if !f.slots[0].exp.CompareAndSwap(0, int64(time.Hour)) {
+		t.Fatal("clock-cas-floor: a fresh slot is not free")
+	}
+	if held, err := f.pair(0, "k"); !held || err != nil {
+		t.Errorf("clock-cas-floor on a held slot: held=%v err=%v, want held", held, err)
+	}
 }
