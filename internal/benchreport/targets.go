@@ -168,7 +168,8 @@ var groupNotes = map[string]string{
 		"clock-cas-floor: the least a real-clock store must do per pair and nothing else — a monotonic clock read in acquire (expiry = now + TTL) and in release " +
 		"(I4: releasing an expired lease fails), one atomic compare-and-swap per call, each client on its own cache line; no index, no ID (the floor of the real-clock targets).",
 	"Serve": "One op = one acquire+release through leasehttp over boltstore (fsync on) on the client's own key; etcd-mutex = concurrency.Mutex " +
-		"Lock+Unlock on an embedded single-node etcd, one session per client; http-noop = two POST round trips to a no-op handler (the HTTP path's limit).",
+		"Lock+Unlock on an embedded single-node etcd, one session per client; http-noop = two POST round trips to a no-op handler (the HTTP path's limit); " +
+		"serve-mem = the same server over memstore, nothing durable (what the HTTP API itself costs; serve-bolt's excess over it is the durable commit path's).",
 	"SQL": "PostgreSQL started by the harness with fsync=on, synchronous_commit=on, commit_delay=0 (defaults). One op = one pair on the client's own key. " +
 		"select1-pair: two SELECT 1 round trips (the limit); advisory-lock-pair: pg_advisory_lock+unlock (no token, nothing durable); " +
 		"naive-lease: INSERT … ON CONFLICT + DELETE, durable; pgstore: acquire (durable) + release (committed with synchronous_commit=off: a lost release only delays the successor).",

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/internal/benchutil"
 	"github.com/leasehq/lease/internal/etcdtest"
 	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -60,28 +62,19 @@ func newImpls(tb testing.TB, maxClients int) []impl {
 		return resp.Body.Close()
 	}
 
-	// lease serve's work: leasehttp over boltstore, fsync on.
+	// lease serve's work: leasehttp over boltstore, fsync on; and the same
+	// server over memstore, which makes nothing durable.
 	store, err := boltstore.Open(filepath.Join(tb.TempDir(), "lease.db"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	api, err := leasehttp.NewServer(store, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := httptest.NewServer(api)
-	lc, err := leasehttp.NewClient(srv.URL)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	tb.Cleanup(func() {
-		_ = lc.Close()
-		_ = api.Close()
-		srv.Close()
 		if err := store.Close(); err != nil {
 			tb.Error(err)
 		}
 	})
+	bolt := serve(tb, store)
+	mem := serve(tb, memstore.New())
 
 	// etcd: one session per client, reused for every lock.
 	cli := etcdtest.NewClient(tb, etcdtest.Start(tb))
@@ -103,13 +96,8 @@ func newImpls(tb testing.TB, maxClients int) []impl {
 			}
 			return post()
 		}},
-		{"serve-bolt", func(w, _ int) error {
-			l, err := lc.Acquire(ctx, key(w), "bench", ttl)
-			if err != nil {
-				return err
-			}
-			return lc.Release(ctx, l)
-		}},
+		{"serve-bolt", func(w, _ int) error { return pair(ctx, bolt, key(w)) }},
+		{"serve-mem", func(w, _ int) error { return pair(ctx, mem, key(w)) }},
 		{"etcd-mutex", func(w, _ int) error {
 			m := concurrency.NewMutex(sessions[w], "/"+key(w))
 			if err := m.Lock(ctx); err != nil {
@@ -118,6 +106,36 @@ func newImpls(tb testing.TB, maxClients int) []impl {
 			return m.Unlock(ctx)
 		}},
 	}
+}
+
+// serve starts leasehttp's server over b, as lease serve runs it, and
+// returns a client of it; cleanup stops both before b is closed.
+func serve(tb testing.TB, b lease.Backend) *leasehttp.Client {
+	tb.Helper()
+	api, err := leasehttp.NewServer(b, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	lc, err := leasehttp.NewClient(srv.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = lc.Close()
+		_ = api.Close()
+		srv.Close()
+	})
+	return lc
+}
+
+// pair is one acquire+release of key through c.
+func pair(ctx context.Context, c *leasehttp.Client, key string) error {
+	l, err := c.Acquire(ctx, key, "bench", ttl)
+	if err != nil {
+		return err
+	}
+	return c.Release(ctx, l)
 }
 
 // BenchmarkCompareServe: one op = one acquire+release pair (etcd: one
