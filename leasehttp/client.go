@@ -382,13 +382,18 @@ func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.
 // FIFO among its waiters, for up to the chunk (WithWaitChunk) or until just
 // before ctx's deadline, whichever is sooner, and the Client asks again
 // until ctx ends. Ending the request early, when ctx is cancelled, makes the
-// server give up the wait and release a lease it granted at that moment.
-// When ctx's deadline is near it returns the server's *lease.HeldError.
+// server give up the wait and release a lease it granted at that moment;
+// since the answer may already have been on its way, the error then also
+// matches lease.ErrUnavailable and says the outcome is unknown. A server
+// that answers held at once (waiting turned off, or closing) is asked again
+// after a backoff of 5 ms doubling to 500 ms, not back to back. When ctx's
+// deadline is near it returns the server's *lease.HeldError.
 func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
 	var held error
+	pace := pollMin
 	for {
 		wait := c.waitChunk
 		last := false
@@ -405,17 +410,55 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			}
 			wait = max(wait, 0)
 		}
+		sent := time.Now()
 		l, err := c.acquire(ctx, key, owner, ttl, wait)
 		if err == nil {
 			return l, nil
 		}
 		if ctx.Err() != nil {
+			if errors.Is(err, lease.ErrUnavailable) && !errors.Is(err, errNotSent) {
+				// The request was in flight when ctx ended: the server may
+				// have granted the lease and answered before it saw the
+				// request end. Say so, as Acquire does.
+				return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w; %w", quoteName(key), context.Cause(ctx), err)
+			}
 			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
 		}
-		if !errors.Is(err, lease.ErrHeld) || last {
+		if !errors.Is(err, lease.ErrHeld) {
 			return lease.Lease{}, err
 		}
 		held = err
+		if wait <= 0 || time.Since(sent) >= min(wait/2, pollMax) {
+			// The server waited: ask again at once, or give up at the end.
+			if last {
+				return lease.Lease{}, err
+			}
+			pace = pollMin
+			continue
+		}
+		// The server answered long before the wait asked for: it does not
+		// wait (WithMaxWait(0), or it is closing). Pace the requests, as
+		// lease.Client paces its polls, rather than send them back to back.
+		pause := pace
+		pace = min(2*pace, pollMax)
+		var he *lease.HeldError
+		if errors.As(err, &he) && !he.Expires.IsZero() {
+			// A hint only, on the server's clock.
+			if until := time.Until(he.Expires) + time.Millisecond; until > 0 && until < pause {
+				pause = until
+			}
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			left := time.Until(dl)
+			pause = min(pause, max(left-min(max(left/10, 10*time.Millisecond), 250*time.Millisecond), 0))
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
+		}
 	}
 }
 

@@ -377,3 +377,148 @@ func TestClientReusesConnections(t *testing.T) {
 		t.Errorf("%d connections for %d goroutines doing %d requests each", n, clients, 2*pairs)
 	}
 }
+
+// noWaitServer serves store with waiting turned off (WithMaxWait(0)), as a
+// server configured so, or one that is closing, answers a wait_ms acquire:
+// at once. It counts the acquire requests.
+func noWaitServer(t *testing.T, store lease.Backend) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet), leasehttp.WithMaxWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquires := new(atomic.Int64)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/acquire") {
+			acquires.Add(1)
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	return hs, acquires
+}
+
+// TestAcquireWaitBacksOffWhenServerDoesNotWait: when the server answers a
+// wait_ms acquire of a held key at once, AcquireWait must pace its requests
+// instead of sending them back to back until its context ends.
+func TestAcquireWaitBacksOffWhenServerDoesNotWait(t *testing.T) {
+	store := memstore.New()
+	hs, acquires := noWaitServer(t, store)
+	if _, err := store.Acquire(ctxFor(t), "nowait", "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, hs.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := time.AfterFunc(500*time.Millisecond, cancel)
+	defer stop.Stop()
+	_, err := c.AcquireWait(ctx, "nowait", "w", time.Minute)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("AcquireWait of a held key until cancelled: err = %v, want context.Canceled", err)
+	}
+	// Backing off up to 500 ms asks about 8 times in 500 ms; requests back
+	// to back ask hundreds of times.
+	if n := acquires.Load(); n > 25 {
+		t.Errorf("AcquireWait sent %d acquires in 500 ms to a server that does not wait: busy polling", n)
+	}
+}
+
+// TestAcquireWaitKeepsWaitingWhenServerDoesNotWait: a context with a
+// deadline still means "wait until then", also when the server answers at
+// once: a release before the deadline must be seen.
+func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
+	store := memstore.New()
+	hs, _ := noWaitServer(t, store)
+	held, err := store.Acquire(ctxFor(t), "nowait", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, hs.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	type result struct {
+		l   lease.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.AcquireWait(ctx, "nowait", "w", time.Minute)
+		done <- result{l, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("AcquireWait with 5 s left returned at once: %+v, %v", r.l, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := store.Release(ctxFor(t), held); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.l.Owner != "w" {
+		t.Fatalf("AcquireWait after the holder released: %+v, %v; want the lease", r.l, r.err)
+	}
+}
+
+// TestAcquireWaitCancelledInFlightSaysOutcomeUnknown: the server grants the
+// lease, and the caller cancels before the answer arrives. The lease may
+// well be held now (here it is), so the error must say the outcome is
+// unknown, as Acquire's does, not only that the context was cancelled.
+func TestAcquireWaitCancelledInFlightSaysOutcomeUnknown(t *testing.T) {
+	store := memstore.New()
+	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/acquire") {
+			srv.ServeHTTP(w, r)
+			return
+		}
+		// The server acts; its answer is still on the way when the caller
+		// gives up.
+		srv.ServeHTTP(httptest.NewRecorder(), r)
+		close(granted)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	c := newClient(t, hs.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-granted
+		cancel()
+	}()
+	_, err = c.AcquireWait(ctx, "inflight", "w", time.Minute)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "outcome unknown") {
+		t.Fatalf("AcquireWait cancelled with the request in flight: err = %v, want context.Canceled and ErrUnavailable saying the outcome is unknown", err)
+	}
+	if _, err := store.Get(ctxFor(t), "inflight"); err != nil {
+		t.Fatalf("the lease granted in flight: %v", err)
+	}
+}
+
+// TestBare404IsNotNotFound: a 404 without the API's error body comes from
+// something else at that URL (a proxy, a wrong path prefix), not from a
+// lease server saying the key is free. Get must not turn it into
+// lease.ErrNotFound, which would tell the caller nobody holds the key.
+func TestBare404IsNotNotFound(t *testing.T) {
+	hs := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(hs.Close)
+	c := newClient(t, hs.URL+"/wrong-prefix")
+	_, err := c.Get(ctxFor(t), "k")
+	if err == nil || errors.Is(err, lease.ErrNotFound) || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("Get answered by a bare 404: err = %v, want an error naming HTTP 404 that does not match ErrNotFound", err)
+	}
+	// The server's own 404 for a free key still is ErrNotFound.
+	_, real := startServer(t, newMem())
+	if _, err := newClient(t, real.URL).Get(ctxFor(t), "free"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("Get of a free key: err = %v, want ErrNotFound", err)
+	}
+}

@@ -138,5 +138,8 @@
 // for up to WithWaitChunk (30 s) per request, or until just before its
 // context's deadline, and asks again while the key is held; a cancelled
 // context cancels the request, and the server then releases anything it
-// granted at that moment. TTLs are sent in whole milliseconds, rounded up.
+// granted at that moment (the error also matches lease.ErrUnavailable and
+// says the outcome is unknown, since the answer may have been on its way).
+// A server that answers held at once is asked again after a backoff of 5 ms
+// doubling to 500 ms. TTLs are sent in whole milliseconds, rounded up.
 package leasehttp

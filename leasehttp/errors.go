@@ -70,6 +70,11 @@ func kindByStatus(status int) (errorKind, bool) {
 	switch {
 	case status == http.StatusConflict:
 		return errorKind{}, false // ambiguous without a code
+	case status == http.StatusNotFound:
+		// Without a code a 404 is a missing route (a proxy, a wrong path
+		// prefix), not the server saying no lease exists: ErrNotFound
+		// would tell the caller the key is free.
+		return errorKind{}, false
 	case status >= 500:
 		return kindUnavailable, true
 	case status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType,

@@ -113,7 +113,14 @@ func (s *Server) acquireQueued(ctx context.Context, key, owner string, ttl time.
 		var he *lease.HeldError
 		if errors.As(err, &he) && !he.Expires.IsZero() {
 			// A hint only: the backend's clock decides, we just try then.
-			if until := time.Until(he.Expires) + time.Millisecond; until < wait {
+			// An expiry already past on this server's clock means the
+			// clocks disagree; then the backoff, not the hint, paces the
+			// tries, or the head would ask every pollMin for as long as
+			// the skew lasts.
+			switch until := time.Until(he.Expires) + time.Millisecond; {
+			case until <= 0:
+				wait = min(wait, backoff)
+			case until < wait:
 				wait = max(until, pollMin)
 			}
 		}
@@ -121,6 +128,7 @@ func (s *Server) acquireQueued(ctx context.Context, key, owner string, ttl time.
 			wctx, cancel := context.WithTimeout(ctx, wait)
 			werr := notifier.WaitChange(wctx, key)
 			cancel()
+			backoff = min(2*backoff, pollMax)
 			if werr != nil && ctx.Err() == nil && wctx.Err() == nil {
 				s.log.Warn("leasehttp: backend notifications failed; polling instead", "err", werr)
 				notifier = nil

@@ -449,7 +449,9 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 	case err == nil:
 		s.metrics.acquisitions.done.Inc()
 		s.tracker.granted(l)
-	case errors.Is(err, lease.ErrHeld):
+	case errors.Is(err, lease.ErrHeld), errors.Is(err, errClientGone):
+		// A client that stopped waiting is a wait that ended without the
+		// lease, not a failure.
 		s.metrics.acquisitions.refused.Inc()
 	default:
 		s.metrics.acquisitions.failed.Inc()

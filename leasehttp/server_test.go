@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -414,5 +415,101 @@ func TestGrantToGoneClientReleased(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// skewedBackend is a backend without optional abilities whose clock runs
+// behind the server's: the expiry of a HeldError it returns has already
+// passed on the server's clock. It counts its Acquire calls.
+type skewedBackend struct {
+	backendOnly
+	acquires atomic.Int64
+}
+
+func (b *skewedBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	b.acquires.Add(1)
+	l, err := b.backendOnly.Acquire(ctx, key, owner, ttl)
+	var he *lease.HeldError
+	if errors.As(err, &he) {
+		skewed := *he
+		skewed.Expires = skewed.Expires.Add(-time.Hour)
+		return l, &skewed
+	}
+	return l, err
+}
+
+// TestServerQueueBacksOffWhenExpiryHintHasPassed: a holder's expiry is only
+// a hint on the backend's clock. When it has already passed on the server's
+// clock (the clocks disagree), the head waiter must keep backing off rather
+// than ask the backend every 5 ms for as long as the skew lasts.
+func TestServerQueueBacksOffWhenExpiryHintHasPassed(t *testing.T) {
+	t.Run("Polling", func(t *testing.T) {
+		b := &skewedBackend{backendOnly: backendOnly{memstore.New()}}
+		testBackoffWhenExpiryHintHasPassed(t, b, b)
+	})
+	t.Run("Notifier", func(t *testing.T) {
+		b := &skewedBackend{backendOnly: backendOnly{memstore.New()}}
+		testBackoffWhenExpiryHintHasPassed(t, silentNotifier{b}, b)
+	})
+}
+
+// silentNotifier offers lease.Notifier but never notifies, as a backend
+// whose expiry is not announced (its clock decides when, not ours).
+type silentNotifier struct{ *skewedBackend }
+
+func (silentNotifier) WaitChange(ctx context.Context, _ string) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func testBackoffWhenExpiryHintHasPassed(t *testing.T, served lease.Backend, b *skewedBackend) {
+	_, hs := startServer(t, served)
+	if _, err := b.Acquire(ctxFor(t), "skew", "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	start := b.acquires.Load()
+	status, body := call(t, "POST", hs.URL+"/v1/leases/skew/acquire", "", `{"owner":"w","ttl_ms":1000,"wait_ms":400}`)
+	if status != 409 {
+		t.Fatalf("HTTP %d %s, want 409 held", status, body)
+	}
+	// Backoff doubling from 5 ms to 500 ms tries about 7 times in 400 ms;
+	// polling every 5 ms would try about 80 times.
+	if n := b.acquires.Load() - start; n > 20 {
+		t.Errorf("a 400 ms wait asked the backend %d times: polling, not backing off", n)
+	}
+}
+
+// TestWaiterThatLeavesIsNotCountedAsError: a client that stops waiting is
+// no failure of the server or the backend. lease_acquisitions_total counts
+// it as a wait that ended without the lease (held), not as an error, which
+// operators alert on.
+func TestWaiterThatLeavesIsNotCountedAsError(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			b := be.new()
+			_, hs := startServer(t, b)
+			c := newClient(t, hs.URL)
+			if _, err := b.Acquire(ctxFor(t), "leaver", "holder", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.AcquireWait(ctx, "leaver", "impatient", time.Minute)
+				done <- err
+			}()
+			eventually(t, "a waiter", func() bool { return metric(t, hs.URL, "lease_waiters") == 1 })
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled AcquireWait: err = %v, want context.Canceled", err)
+			}
+			eventually(t, "the wait counted", func() bool {
+				return metric(t, hs.URL, `lease_acquisitions_total{result="held"}`)+
+					metric(t, hs.URL, `lease_acquisitions_total{result="error"}`) == 1
+			})
+			if got := metric(t, hs.URL, `lease_acquisitions_total{result="error"}`); got != 0 {
+				t.Errorf(`lease_acquisitions_total{result="error"} = %v after a client stopped waiting, want 0`, got)
+			}
+		})
 	}
 }
