@@ -157,7 +157,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	return c.hold(l, sent), nil
+	return c.hold(l, sent, ttl), nil
 }
 
 // Acquire waits until it holds key for ttl, or until ctx is done. It uses the
@@ -180,7 +180,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 		sent := c.clock.Now()
 		l, err := c.backend.Acquire(ctx, key, c.owner, ttl)
 		if err == nil {
-			return c.hold(l, sent), nil
+			return c.hold(l, sent, ttl), nil
 		}
 		if !errors.Is(err, ErrHeld) {
 			return nil, err
@@ -225,13 +225,13 @@ func (c *Client) acquireWaiting(ctx context.Context, wa WaitAcquirer, key string
 			return nil, err
 		}
 		if c.clock.Now().Sub(sent) < ttl/3 {
-			return c.hold(l, sent), nil
+			return c.hold(l, sent, ttl), nil
 		}
 		sent = c.clock.Now()
 		renewed, err := c.backend.Renew(ctx, l, ttl)
 		switch {
 		case err == nil:
-			return c.hold(renewed, sent), nil
+			return c.hold(renewed, sent, ttl), nil
 		case errors.Is(err, ErrNotHeld):
 			continue // it expired before we could use it: queue again
 		default:

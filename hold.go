@@ -25,17 +25,19 @@ type Hold struct {
 	loop   chan struct{} // closed when the renewal goroutine has exited
 	key    string        // fixed for the Hold's life, read without the lock
 	token  Token         // likewise: renewal never changes it (I2)
+	ttl    time.Duration // the TTL asked for; every renewal asks for it again
 
 	mu       sync.Mutex
 	lease    Lease
 	deadline time.Time // on the client's clock
 	timer    Timer     // fires at deadline
+	timerGen uint64    // counts deadline timers; a stale one's callback does nothing
 	released bool
 }
 
-func (c *Client) hold(l Lease, sent time.Time) *Hold {
+func (c *Client) hold(l Lease, sent time.Time, ttl time.Duration) *Hold {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &Hold{c: c, ctx: ctx, cancel: cancel, loop: make(chan struct{}), key: l.Key, token: l.Token, lease: l}
+	h := &Hold{c: c, ctx: ctx, cancel: cancel, loop: make(chan struct{}), key: l.Key, token: l.Token, ttl: ttl, lease: l}
 	h.mu.Lock()
 	h.setDeadlineLocked(sent)
 	h.mu.Unlock()
@@ -72,10 +74,20 @@ func (h *Hold) Context() context.Context { return h.ctx }
 func (h *Hold) Done() <-chan struct{} { return h.ctx.Done() }
 
 // Err returns nil while the lease is held, and afterwards an error matching
-// ErrLost or ErrReleased.
+// ErrLost or ErrReleased. It judges the safe deadline against the client's
+// clock itself, so it reports the loss as soon as the deadline has passed,
+// even if the deadline timer has not run yet (after a pause of the process,
+// its goroutine and the caller's race to run); it then cancels the context.
 func (h *Hold) Err() error {
 	if h.ctx.Err() == nil {
-		return nil
+		h.mu.Lock()
+		if h.ctx.Err() == nil && !h.c.clock.Now().Before(h.deadline) {
+			h.loseLocked()
+		}
+		h.mu.Unlock()
+		if h.ctx.Err() == nil {
+			return nil
+		}
 	}
 	return context.Cause(h.ctx)
 }
@@ -91,32 +103,59 @@ func (h *Hold) Release(ctx context.Context) error {
 		return nil
 	}
 	h.released = true
-	lostBefore := h.ctx.Err() != nil
-	if h.timer != nil {
-		h.timer.Stop()
-	}
+	h.stopTimerLocked()
+	// Cancel under the lock, so that a renewal finishing now cannot move the
+	// deadline or set a new timer; and judge by the cause whether the lease
+	// was lost first (the renewal loop may have said so a moment ago).
+	h.cancel(ErrReleased)
+	cause := context.Cause(h.ctx)
+	lease := h.lease
 	h.mu.Unlock()
 
-	h.cancel(ErrReleased)
 	<-h.loop
-	err := h.c.backend.Release(ctx, h.Lease())
-	if lostBefore {
-		return context.Cause(h.ctx)
+	err := h.c.backend.Release(ctx, lease)
+	if cause != ErrReleased {
+		return cause
 	}
 	return err
+}
+
+// stopTimerLocked stops the deadline timer; a callback of it already running
+// does nothing.
+func (h *Hold) stopTimerLocked() {
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	h.timerGen++
+}
+
+// armLocked sets the deadline timer to fire after d.
+func (h *Hold) armLocked(d time.Duration) {
+	h.timerGen++
+	gen := h.timerGen
+	h.timer = h.c.clock.AfterFunc(d, func() { h.checkDeadline(gen) })
+}
+
+// grantedTTLLocked is the TTL the lease is judged by: the TTL the backend
+// says it granted when that is shorter than the one asked for (a backend or
+// server that caps TTLs), else the one asked for.
+func (h *Hold) grantedTTLLocked() time.Duration {
+	if g := h.lease.TTL; g > 0 && g < h.ttl {
+		return g
+	}
+	return h.ttl
 }
 
 // setDeadlineLocked moves the safe deadline to sent + TTL − margin. A
 // deadline already past (the reply came back that late) ends the lease at
 // once rather than through a timer, so nothing can observe it as held.
 func (h *Hold) setDeadlineLocked(sent time.Time) {
-	if h.timer != nil {
-		h.timer.Stop()
-		h.timer = nil
-	}
-	h.deadline = sent.Add(h.lease.TTL - h.c.margin(h.lease.TTL))
+	h.stopTimerLocked()
+	ttl := h.grantedTTLLocked()
+	h.deadline = sent.Add(ttl - h.c.margin(ttl))
 	if left := h.deadline.Sub(h.c.clock.Now()); left > 0 {
-		h.timer = h.c.clock.AfterFunc(left, h.checkDeadline)
+		h.armLocked(left)
 		return
 	}
 	h.loseLocked()
@@ -130,15 +169,17 @@ func (h *Hold) loseLocked() {
 // checkDeadline runs when a deadline timer fires. A renewal may have moved
 // the deadline since the timer was set; and a timer may fire a little early
 // by the client's clock (a clock whose rate differs from the timer's, or
-// rounding), in which case it is set again for the rest.
-func (h *Hold) checkDeadline() {
+// rounding), in which case it is set again for the rest. A timer that was
+// stopped or replaced after its callback had already started (gen is no
+// longer current) does nothing: the current timer covers the deadline.
+func (h *Hold) checkDeadline(gen uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ctx.Err() != nil {
+	if h.ctx.Err() != nil || gen != h.timerGen {
 		return
 	}
 	if left := h.deadline.Sub(h.c.clock.Now()); left > 0 {
-		h.timer = h.c.clock.AfterFunc(left, h.checkDeadline)
+		h.armLocked(left)
 		return
 	}
 	h.loseLocked()
@@ -147,7 +188,9 @@ func (h *Hold) checkDeadline() {
 // renewLoop renews the lease until it is lost or released.
 func (h *Hold) renewLoop(sent time.Time) {
 	defer close(h.loop)
-	ttl := h.lease.TTL
+	h.mu.Lock()
+	granted := h.grantedTTLLocked() // renewals are paced by the TTL granted
+	h.mu.Unlock()
 	wake := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -156,7 +199,7 @@ func (h *Hold) renewLoop(sent time.Time) {
 		}
 	}
 	// First renewal at about TTL/3 after the send time, jittered ±10%.
-	wait := h.jittered(ttl/3) - h.c.clock.Now().Sub(sent)
+	wait := h.jittered(granted/3) - h.c.clock.Now().Sub(sent)
 	for {
 		if wait > 0 {
 			t := h.c.clock.AfterFunc(wait, poke)
@@ -171,16 +214,23 @@ func (h *Hold) renewLoop(sent time.Time) {
 		}
 		sent := h.c.clock.Now()
 		cur := h.Lease()
-		renewed, err := h.c.backend.Renew(h.ctx, cur, ttl)
+		renewed, err := h.c.backend.Renew(h.ctx, cur, h.ttl)
 		switch {
 		case err == nil:
 			h.mu.Lock()
-			if h.ctx.Err() == nil && h.c.clock.Now().Before(h.deadline) {
-				h.lease = renewed
-				h.setDeadlineLocked(sent)
+			if h.ctx.Err() == nil {
+				if h.c.clock.Now().Before(h.deadline) {
+					h.lease = renewed
+					h.setDeadlineLocked(sent)
+				} else {
+					// The reply came after the deadline: the lease may
+					// have expired and been taken in between.
+					h.loseLocked()
+				}
 			}
+			granted = h.grantedTTLLocked()
 			h.mu.Unlock()
-			wait = h.jittered(ttl/3) - h.c.clock.Now().Sub(sent)
+			wait = h.jittered(granted/3) - h.c.clock.Now().Sub(sent)
 		case errors.Is(err, ErrNotHeld):
 			h.cancel(fmt.Errorf("%w: backend no longer holds %q for token %d: %v", ErrLost, cur.Key, cur.Token, err))
 			return
@@ -190,7 +240,7 @@ func (h *Hold) renewLoop(sent time.Time) {
 			}
 			// Try again soon; the deadline timer ends the lease if we never
 			// get through.
-			wait = h.jittered(ttl / 10)
+			wait = h.jittered(granted / 10)
 		}
 	}
 }

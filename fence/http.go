@@ -262,6 +262,11 @@ func newRecorder(base http.Header) *recorder {
 func (rec *recorder) Header() http.Header { return rec.header }
 
 func (rec *recorder) WriteHeader(status int) {
+	if status < 100 || status > 999 {
+		// As net/http does — but here, inside the guard's Check, so that
+		// the token is not recorded for a handler that cannot answer.
+		panic(fmt.Sprintf("invalid WriteHeader code %v", status))
+	}
 	if rec.status != 0 || (status >= 100 && status < 200) {
 		// Like net/http: a second WriteHeader is ignored; informational
 		// responses cannot be relayed from a buffer, so they are dropped.

@@ -1,7 +1,9 @@
 package fence
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/leasehq/lease"
@@ -16,11 +18,17 @@ import (
 // and returns Token's error. A Transport from NewHoldTransport fails once its
 // Hold is lost, because a write whose lease is known to be gone would only
 // be rejected by the guard — or, behind a guard with a stale view, do harm.
+// A request it was still sending when the Hold was lost (waiting for a
+// connection, dialling, or being retried by the base transport) is
+// abandoned then, so that it does not go out late; a response already
+// received stays readable.
 type Transport struct {
 	// Base sends the stamped request; nil means http.DefaultTransport.
 	Base http.RoundTripper
 	// Token returns the token to stamp, or an error to refuse the request.
 	Token func() (lease.Token, error)
+
+	hold *lease.Hold // set by NewHoldTransport: requests end with it
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -33,12 +41,16 @@ func NewHoldTransport(h *lease.Hold, base http.RoundTripper) (*Transport, error)
 	if h == nil {
 		return nil, fmt.Errorf("%w: fence: NewHoldTransport needs a hold, got nil", lease.ErrInvalid)
 	}
-	return &Transport{Base: base, Token: func() (lease.Token, error) {
+	return &Transport{Base: base, hold: h, Token: func() (lease.Token, error) {
 		if err := h.Err(); err != nil {
-			return 0, fmt.Errorf("fence: not sending a write under lease %q (token %d): %w", h.Key(), h.Token(), err)
+			return 0, holdError(h, err)
 		}
 		return h.Token(), nil
 	}}, nil
+}
+
+func holdError(h *lease.Hold, err error) error {
+	return fmt.Errorf("fence: not sending a write under lease %q (token %d): %w", h.Key(), h.Token(), err)
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -51,13 +63,50 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	out := req.Clone(req.Context())
-	out.Header.Set(TokenHeader, FormatToken(token))
 	base := t.Base
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return base.RoundTrip(out)
+	if t.hold == nil {
+		out := req.Clone(req.Context())
+		out.Header.Set(TokenHeader, FormatToken(token))
+		return base.RoundTrip(out)
+	}
+
+	// Until the response arrives, the request ends when the Hold does.
+	ctx, cancel := context.WithCancelCause(req.Context())
+	h := t.hold
+	stop := context.AfterFunc(h.Context(), func() { cancel(holdError(h, h.Err())) })
+	out := req.Clone(ctx)
+	out.Header.Set(TokenHeader, FormatToken(token))
+	resp, err := base.RoundTrip(out)
+	ended := !stop()
+	if err != nil {
+		cancel(nil)
+		if ended {
+			// The Hold ended while the request was out: the caller must
+			// learn the lease is gone, whatever the base transport said.
+			err = fmt.Errorf("%w: %w", holdError(h, h.Err()), err)
+		}
+		return nil, err
+	}
+	// The response body is read under ctx: release it when the body is
+	// closed, not before.
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: func() { cancel(nil) }}
+	return resp, nil
+}
+
+// cancelOnClose is a response body that ends its request's context when it
+// is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel func()
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 func (t *Transport) token() (lease.Token, error) {
