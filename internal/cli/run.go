@@ -41,8 +41,9 @@ the background while CMD runs. CMD's environment has LEASE_KEY, LEASE_TOKEN (the
 fencing token to pass to the protected resource) and LEASE_OWNER.
 
 If the lease is lost (renewals fail until the safe deadline, which is before the
-server expires it, or the server says it is gone), CMD gets SIGTERM and, if it
-is still running --grace later, SIGKILL. SIGINT, SIGTERM and SIGHUP sent to lease
+server expires it, or the server says it is gone), CMD and the processes it
+started (CMD runs in a process group of its own) get SIGTERM and, any of them
+still running --grace later, SIGKILL. SIGINT, SIGTERM and SIGHUP sent to lease
 run are passed on to CMD. The lease is released when CMD exits.
 
 With --wait 0 (the default) it tries once and gives up if KEY is held, which is
@@ -66,6 +67,10 @@ had or was lost, 127 if CMD could not be started, 2 on a usage error.
 			}
 			b, err := rf.backend(a)
 			if err != nil {
+				var ee *ExitError
+				if errors.As(err, &ee) {
+					return err // a usage error: exit 2, as the help says
+				}
 				return &ExitError{Code: ExitTempFail, Err: err}
 			}
 			defer closeBackend(b)
@@ -212,12 +217,19 @@ func (r *runner) run(ctx context.Context) int {
 		r.logf("lost %q (token %d) before %s could start: %v", h.Key(), h.Token(), r.opts.argv[0], h.Err())
 		return ExitTempFail
 	}
+	pg := prepareGroup(cmd, r.stdin, r.stdout, r.stderr)
 	if err := cmd.Start(); err != nil {
+		pg.restore()
 		r.logf("cannot start %s: %v", r.opts.argv[0], err)
 		return ExitCannotRun
 	}
+	pg.started(cmd.Process)
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		pg.restore()
+		exited <- err
+	}()
 
 	var (
 		lost  bool
@@ -228,6 +240,7 @@ func (r *runner) run(ctx context.Context) int {
 		select {
 		case err := <-exited:
 			if lost {
+				r.stopGroup(pg, grace)
 				return ExitTempFail
 			}
 			return exitStatus(err)
@@ -235,16 +248,43 @@ func (r *runner) run(ctx context.Context) int {
 			done = nil
 			lost = true
 			r.logf("%v; sending SIGTERM to %s (SIGKILL in %s)", h.Err(), r.opts.argv[0], formatDuration(r.opts.grace))
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			// To the whole group: whatever CMD started works under the
+			// lease too.
+			pg.signal(syscall.SIGTERM)
 			t := time.NewTimer(r.opts.grace)
 			defer t.Stop()
 			grace = t.C
 		case <-grace:
 			grace = nil
 			r.logf("%s still running %s after SIGTERM; sending SIGKILL", r.opts.argv[0], formatDuration(r.opts.grace))
-			_ = cmd.Process.Kill()
+			pg.signal(syscall.SIGKILL)
 		case sig := <-r.signals:
 			_ = cmd.Process.Signal(sig)
+		}
+	}
+}
+
+// stopGroup waits, after a loss, for the processes CMD left behind in its
+// group to end, and kills them when the grace period (still pending on
+// grace, or over if nil) runs out: none of them may go on working without
+// the lease.
+func (r *runner) stopGroup(pg *procGroup, grace <-chan time.Time) {
+	if !pg.alive() {
+		return
+	}
+	if grace == nil {
+		pg.signal(syscall.SIGKILL)
+		return
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for pg.alive() {
+		select {
+		case <-grace:
+			r.logf("processes started by %s still running %s after SIGTERM; sending SIGKILL", r.opts.argv[0], formatDuration(r.opts.grace))
+			pg.signal(syscall.SIGKILL)
+			return
+		case <-tick.C:
 		}
 	}
 }

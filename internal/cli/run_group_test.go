@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease/memstore"
+)
+
+// shellArgv runs the test binary as a child of /bin/sh, not as its last
+// command (so the shell cannot exec it in its own place): the command lease
+// run starts is the shell, and the work is its child.
+func shellArgv(t *testing.T) []string {
+	return append([]string{"/bin/sh", "-c", `"$0" "$1"; exit 0`}, childArgv(t)...)
+}
+
+// TestRunLossStopsTheCommandsChildren: when the lease is lost, SIGTERM must
+// reach the processes CMD started, not only CMD. A shell that dies of the
+// SIGTERM would otherwise leave its child working without the lease.
+func TestRunLossStopsTheCommandsChildren(t *testing.T) {
+	g := &renewGate{Backend: memstore.New()}
+	file := filepath.Join(t.TempDir(), "child")
+	childEnviron(t, "term", file, 0)
+	args := append([]string{"run", "job", "--ttl", "1s", "--grace", "5s", "--"}, shellArgv(t)...)
+	done := make(chan result, 1)
+	go func() { done <- cli(t, g, nil, nil, args...) }()
+	waitFile(t, file, "ready", 10*time.Second)
+	g.fail()
+	waitFile(t, file, "term ", 10*time.Second)
+	select {
+	case r := <-done:
+		if r.code != ExitTempFail {
+			t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitTempFail, r.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("lease run did not end")
+	}
+}
+
+// TestRunLossKillsTheCommandsChildrenAfterGrace: a child of CMD that ignores
+// SIGTERM must be killed --grace after the loss, like CMD itself.
+func TestRunLossKillsTheCommandsChildrenAfterGrace(t *testing.T) {
+	g := &renewGate{Backend: memstore.New()}
+	file := filepath.Join(t.TempDir(), "child")
+	childEnviron(t, "ignore-term", file, 0)
+	args := append([]string{"run", "job", "--ttl", "300ms", "--grace", "200ms", "--"}, shellArgv(t)...)
+	done := make(chan result, 1)
+	go func() { done <- cli(t, g, nil, nil, args...) }()
+	waitFile(t, file, "ready", 10*time.Second)
+	g.fail()
+	// The command's output is a pipe the grandchild holds open: lease run
+	// ends only once every process that has it is gone.
+	select {
+	case r := <-done:
+		if r.code != ExitTempFail {
+			t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitTempFail, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "lost") {
+			t.Errorf("stderr %q does not say the lease was lost", r.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("lease run did not end: the child of the command that ignores SIGTERM was not killed")
+	}
+}
+
+// TestRunBadTimeoutIsUsageError: lease run's help promises exit 2 on a usage
+// error; a bad --timeout is one, not a failure to get the lease.
+func TestRunBadTimeoutIsUsageError(t *testing.T) {
+	b := memstore.New()
+	for _, timeout := range []string{"0", "-1s"} {
+		r := cli(t, b, nil, nil, "run", "job", "--timeout", timeout, "--", "/bin/true")
+		if r.code != ExitUsage {
+			t.Errorf("--timeout %s: exit %d, want %d (stderr %q)", timeout, r.code, ExitUsage, r.stderr)
+		}
+		oneErrorLine(t, r, "--timeout")
+	}
+}
+
+// TestBinaryRunLossKillsTheCommandsChildren is the same as a process, whose
+// command's output is a file it inherits: the shell dies of the SIGTERM at
+// once, lease run sees its command exit, and must still kill the child that
+// ignores SIGTERM when --grace runs out, rather than leave it working.
+func TestBinaryRunLossKillsTheCommandsChildren(t *testing.T) {
+	srv, _ := apiServer(t)
+	file := filepath.Join(t.TempDir(), "child")
+	args := append([]string{"run", "nightly", "--ttl", "1500ms", "--grace", "300ms", "--"}, shellArgv(t)...)
+	p := startBinary(t, append(childVars("ignore-term", file, 0), EnvServer+"="+srv.URL), args...)
+	waitFile(t, file, "ready", 20*time.Second)
+	srv.CloseClientConnections()
+	srv.Close() // renewals now fail to connect
+	// p.wait returns once the output pipe is closed: by every process that
+	// inherited it, the child of the shell included.
+	if code := p.wait(t, 20*time.Second); code != ExitTempFail {
+		t.Errorf("exit %d, want %d; stderr %q", code, ExitTempFail, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "SIGKILL") {
+		t.Errorf("stderr %q does not say SIGKILL was sent", p.stderr.String())
+	}
+}
