@@ -206,19 +206,27 @@ func (b *blockingRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Durat
 	return b.Backend.Renew(context.WithoutCancel(ctx), l, ttl)
 }
 
+// holdWithBlockedRenewals returns worker-a's one-second hold on "job" on a
+// manual clock, its renewals held by the returned backend until answered.
+func holdWithBlockedRenewals(t *testing.T) (*manualClock, *blockingRenew, *lease.Hold) {
+	t.Helper()
+	clk := newManualClock()
+	b := &blockingRenew{Backend: memstore.New(), calls: make(chan struct{}), reply: make(chan error)}
+	c := newClient(t, b, "worker-a", lease.WithClock(clk))
+	h, err := c.TryAcquire(context.Background(), "job", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clk, b, h
+}
+
 // TestReleaseReportsALossThatRacedIt: the renewal loop learns the lease is
 // gone while Release is running. Whatever the order, Release must agree with
 // the Hold's context: if its cause is ErrLost, Release returns ErrLost, never
 // nil as if the work under the lease had been safe to the end.
 func TestReleaseReportsALossThatRacedIt(t *testing.T) {
-	clk := newManualClock()
 	ctx := context.Background()
-	b := &blockingRenew{Backend: memstore.New(), calls: make(chan struct{}), reply: make(chan error)}
-	c := newClient(t, b, "worker-a", lease.WithClock(clk))
-	h, err := c.TryAcquire(ctx, "job", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clk, b, h := holdWithBlockedRenewals(t)
 	// Run the renewal timer (the earliest pending one) so that a renewal is
 	// in flight.
 	var renewTimer *manualTimer
@@ -240,7 +248,7 @@ func TestReleaseReportsALossThatRacedIt(t *testing.T) {
 		})
 	}
 	clk.mu.Unlock()
-	err = h.Release(ctx)
+	err := h.Release(ctx)
 	cause := context.Cause(h.Context())
 	if errors.Is(cause, lease.ErrLost) && !errors.Is(err, lease.ErrLost) {
 		t.Fatalf("Release = %v while the Hold's cause is %v; want Release to report the loss", err, cause)
@@ -302,14 +310,8 @@ func TestNoTimerOutlivesRelease(t *testing.T) {
 // arrives after the safe deadline must not extend the lease, and the Hold
 // is lost at once — not only when the deadline timer gets to run.
 func TestRenewalReplyAfterTheDeadlineLoses(t *testing.T) {
-	clk := newManualClock()
 	ctx := context.Background()
-	b := &blockingRenew{Backend: memstore.New(), calls: make(chan struct{}), reply: make(chan error)}
-	c := newClient(t, b, "worker-a", lease.WithClock(clk))
-	h, err := c.TryAcquire(ctx, "job", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clk, b, h := holdWithBlockedRenewals(t)
 	defer h.Release(ctx)
 	deadline := h.Deadline()
 	var renewTimer *manualTimer

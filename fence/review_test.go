@@ -49,6 +49,25 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// reviewTTL is the TTL of holdRenewalsFail's lease.
+const reviewTTL = 100 * time.Millisecond
+
+// holdRenewalsFail returns a hold on "job" on a fake clock whose renewals
+// all fail, so that advancing the clock by reviewTTL loses it.
+func holdRenewalsFail(t *testing.T) (*fakeclock.Clock, *lease.Hold) {
+	t.Helper()
+	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c, err := lease.NewClient(renewalsFail{memstore.New()}, lease.WithOwner("worker"), lease.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.TryAcquire(context.Background(), "job", reviewTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clock, h
+}
+
 // TestHoldTransportAbandonsRequestsOnLoss: a request handed to the
 // Transport while the lease was held, but still waiting in the base
 // transport (for a pooled connection, a dial, a TLS handshake, or a retry on
@@ -56,16 +75,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // its context must end with the Hold's.
 func TestHoldTransportAbandonsRequestsOnLoss(t *testing.T) {
 	ctx := context.Background()
-	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	const ttl = 100 * time.Millisecond
-	c, err := lease.NewClient(renewalsFail{memstore.New()}, lease.WithOwner("worker"), lease.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := c.TryAcquire(ctx, "job", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock, h := holdRenewalsFail(t)
 	defer func() { _ = h.Release(ctx) }()
 
 	entered, lost := make(chan struct{}), make(chan struct{})
@@ -96,7 +106,7 @@ func TestHoldTransportAbandonsRequestsOnLoss(t *testing.T) {
 		errc <- err
 	}()
 	<-entered
-	clock.Advance(ttl) // renewals fail: lost at the safe deadline
+	clock.Advance(reviewTTL) // renewals fail: lost at the safe deadline
 	if h.Err() == nil {
 		t.Fatal("hold not lost")
 	}
@@ -113,16 +123,7 @@ func TestHoldTransportAbandonsRequestsOnLoss(t *testing.T) {
 // lease was held stays readable after a later loss.
 func TestHoldTransportResponseReadableAfterLoss(t *testing.T) {
 	ctx := context.Background()
-	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	const ttl = 100 * time.Millisecond
-	c, err := lease.NewClient(renewalsFail{memstore.New()}, lease.WithOwner("worker"), lease.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := c.TryAcquire(ctx, "job", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock, h := holdRenewalsFail(t)
 	defer func() { _ = h.Release(ctx) }()
 	srv, _ := echoServer(t)
 	tr, err := fence.NewHoldTransport(h, srv.Client().Transport)
@@ -133,7 +134,7 @@ func TestHoldTransportResponseReadableAfterLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(ttl)
+	clock.Advance(reviewTTL)
 	if h.Err() == nil {
 		t.Fatal("hold not lost")
 	}
