@@ -171,7 +171,9 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 	// Only valid keys and owners are ever stored: a key found in the index,
 	// asked for again by the owner of its last lease, needs no checking. A
 	// new key is checked before it is inserted; e.l.Owner is read once e
-	// is locked.
+	// is locked. An entry that has never been granted (just inserted by
+	// another call, or made afresh after a sweep dropped the one found)
+	// stores the empty owner, which is not valid: owner == "" is checked.
 	validated := e == nil
 	if validated {
 		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
@@ -180,7 +182,7 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 	}
 	e = s.lock(h, key, e, true)
 	defer e.mu.Unlock()
-	if !validated && owner != e.l.Owner {
+	if !validated && (owner != e.l.Owner || owner == "") {
 		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 			return lease.Lease{}, err
 		}
@@ -249,6 +251,9 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 	e.exp = now + ttl
 	e.l.TTL = ttl
 	e.l.Expires = s.base.Add(e.exp)
+	// A shorter TTL moves the expiry earlier than a pending check: waiters
+	// must be served at the new expiry.
+	s.armLocked(e, now)
 	return e.l, nil
 }
 

@@ -1,0 +1,141 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/fakeclock"
+)
+
+// TestAcquireValidatesOwnerOnFreshEntry: an entry another Acquire has just
+// inserted (or made afresh after a sweep dropped the one it found) has no
+// owner yet. An Acquire that finds it must still refuse an empty owner: the
+// fast path may skip validating only an owner equal to a stored, validated
+// one, and a fresh entry stores none.
+func TestAcquireValidatesOwnerOnFreshEntry(t *testing.T) {
+	ctx := context.Background()
+	s := New()
+	const k = "job"
+	// What a concurrent Acquire(k, "w", …) does before it locks the entry.
+	s.idx.insert(s.hash(k), k, s.now())
+	l, err := s.Acquire(ctx, k, "", time.Minute)
+	if !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("Acquire with an empty owner on a fresh entry = %+v, %v; want ErrInvalid", l, err)
+	}
+	if _, err := s.Get(ctx, k); !errors.Is(err, lease.ErrNotFound) {
+		t.Errorf("the refused Acquire left the key held: Get err = %v", err)
+	}
+}
+
+// waitQueued spins until key has n waiters. It polls state, not time.
+func waitQueued(t *testing.T, s *Store, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if e := s.locked(s.hash(key), key, false); e != nil {
+			got := len(e.waiters)
+			e.mu.Unlock()
+			if got == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never had %d waiters", key, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestRenewShorterWakesWaiterAtExpiry: a holder that renews to a shorter
+// TTL moves its expiry earlier; a waiter must be served at the new expiry,
+// not at the old one (up to 24 h later), while Get already calls the key
+// free.
+func TestRenewShorterWakesWaiterAtExpiry(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(time.Unix(1e9, 0))
+	s := New(WithClock(clk))
+	const k = "job"
+	l, err := s.Acquire(ctx, k, "holder", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		l   lease.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := s.AcquireWait(wctx, k, "waiter", time.Minute)
+		done <- result{l, err}
+	}()
+	waitQueued(t, s, k, 1)
+	if l, err = s.Renew(ctx, l, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(20 * time.Millisecond) // past the renewed expiry, long before the first
+	got, err := s.Get(ctx, k)
+	if err != nil || got.Owner != "waiter" || got.Token <= l.Token {
+		t.Errorf("after the renewed lease expired: Get = %+v, %v; want the waiter's lease", got, err)
+	}
+	cancel()
+	if r := <-done; r.err == nil {
+		if err := s.Release(ctx, r.l); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestAcquireWaitCancelAsGrantedGivesBack races waiters' cancellations
+// with the release that hands them the key: a waiter whose ctx ends as it
+// is granted gives the lease back and the next waiter is served, so once
+// every waiter has returned (and released what it got) the key is free.
+func TestAcquireWaitCancelAsGrantedGivesBack(t *testing.T) {
+	ctx := context.Background()
+	s := New()
+	const k, waiters = "job", 4
+	for iter := range 300 {
+		h, err := s.Acquire(ctx, k, "holder", time.Minute)
+		if err != nil {
+			t.Fatalf("iteration %d: %v", iter, err)
+		}
+		done := make(chan struct{}, waiters)
+		cancels := make([]context.CancelFunc, waiters)
+		for i := range waiters {
+			wctx, cancel := context.WithCancel(ctx)
+			cancels[i] = cancel
+			go func() {
+				defer func() { done <- struct{}{} }()
+				if l, err := s.AcquireWait(wctx, k, "waiter", time.Minute); err == nil {
+					if err := s.Release(ctx, l); err != nil {
+						t.Errorf("release of a waiter's grant: %v", err)
+					}
+				}
+			}()
+		}
+		waitQueued(t, s, k, waiters)
+		go func() {
+			for _, c := range cancels {
+				c()
+			}
+		}()
+		if err := s.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		for range waiters {
+			<-done
+		}
+		l, err := s.Acquire(ctx, k, "after", time.Minute)
+		if err != nil {
+			t.Fatalf("iteration %d: key left held after every waiter returned: %v", iter, err)
+		}
+		if err := s.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
