@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -144,47 +145,75 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
+	for attempt := 1; ; attempt++ {
+		out, moved, err := s.renew(ctx, l, ttl)
+		if !moved {
+			return out, err
+		}
+		// A concurrent Renew moved the generation to another etcd lease
+		// between our read and our write: read it again.
+		if attempt == 3 || ctx.Err() != nil {
+			return lease.Lease{}, fmt.Errorf("%w: etcdstore: renew %q: the lease kept moving between etcd leases under concurrent renewals", lease.ErrUnavailable, l.Key)
+		}
+	}
+}
+
+// stillOurs reports whether holder key kv is still generation l's.
+func stillOurs(l lease.Lease, kv *mvccpb.KeyValue) bool {
+	return kv != nil && kv.CreateRevision == int64(l.Token) && bytes.HasPrefix(kv.Value, []byte(l.ID.String()+"\x00"))
+}
+
+// renew is one attempt of Renew; moved reports that the generation was
+// moved to another etcd lease meanwhile and nothing was done.
+func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ lease.Lease, moved bool, _ error) {
 	if err := s.usable(); err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, false, err
 	}
 	floor := s.maxRev.Load()
 	hk := s.path(kindHolder, l.Key)
 	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(hk)}})
 	if err != nil {
-		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, false, err
 	}
 	if !resp.Succeeded {
-		return lease.Lease{}, notHeld(l)
+		return lease.Lease{}, false, notHeld(l)
 	}
 	h := kvOf(resp, 0)
 	in, err := decodeInfo(h)
 	if err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, false, err
 	}
 	cur := clientv3.LeaseID(h.Lease)
+	// Writes that name cur must find the generation still on it: otherwise
+	// a concurrent Renew moved it off, and cur may be back in a pool or
+	// carry another generation.
+	onCur := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
 	el := s.heldLease(l.ID, cur, in.EtcdTTL)
 	out := l
 	out.Owner, out.TTL = in.Owner, ttl
 
 	if secs := etcdTTL(ttl); secs == in.EtcdTTL {
 		if err := s.keepAlive(ctx, el); err == errLeaseGone {
-			return lease.Lease{}, notHeld(l)
+			return lease.Lease{}, false, notHeld(l)
 		} else if err != nil {
-			return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+			return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 		}
 		modRev := h.ModRevision
 		if in.TTLms != ttl.Milliseconds() {
 			value := holderValue(l.ID, in.Owner, ttl, secs)
 			put := clientv3.OpPut(hk, value, clientv3.WithLease(cur))
-			resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{put}})
+			resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{put}, els: []clientv3.Op{clientv3.OpGet(hk)}})
 			if err != nil {
-				return lease.Lease{}, failUnknown(ctx, "renew", l.Key, err)
+				return lease.Lease{}, false, failUnknown(ctx, "renew", l.Key, err)
 			}
 			if !resp.Succeeded {
-				return lease.Lease{}, notHeld(l)
+				if stillOurs(l, kvOf(resp, 0)) {
+					return lease.Lease{}, true, nil
+				}
+				return lease.Lease{}, false, notHeld(l)
 			}
 			modRev = resp.Header.Revision
 		}
@@ -192,25 +221,27 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		s.mu.Lock()
 		out.Expires = el.expires()
 		s.mu.Unlock()
-		return out, nil
+		return out, false, nil
 	}
 
 	nel, err := s.take(ctx, ttl)
 	if err != nil {
-		return lease.Lease{}, fail(ctx, "renew", l.Key, err)
+		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 	}
-	cmps := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
 	value := holderValue(l.ID, in.Owner, ttl, nel.secs)
-	resp, err = s.txn(ctx, &txnReq{key: l.Key, cmps: cmps, then: []clientv3.Op{
+	resp, err = s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{
 		clientv3.OpPut(hk, value, clientv3.WithLease(nel.id)),
-	}})
+	}, els: []clientv3.Op{clientv3.OpGet(hk)}})
 	if err != nil {
 		s.revoke(nel.id) // revoking would end the generation if the move happened: the outcome is unknown either way
-		return lease.Lease{}, failUnknown(ctx, "renew", l.Key, err)
+		return lease.Lease{}, false, failUnknown(ctx, "renew", l.Key, err)
 	}
 	if !resp.Succeeded {
 		s.give(nel)
-		return lease.Lease{}, notHeld(l)
+		if stillOurs(l, kvOf(resp, 0)) {
+			return lease.Lease{}, true, nil
+		}
+		return lease.Lease{}, false, notHeld(l)
 	}
 	// The old etcd lease has no keys now.
 	if old := s.unhold(l.ID, cur); old != nil {
@@ -220,7 +251,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	}
 	s.hold(l.ID, nel, l.Token, resp.Header.Revision)
 	out.Expires = nel.expires()
-	return out, nil
+	return out, false, nil
 }
 
 func notHeld(l lease.Lease) error {

@@ -197,13 +197,18 @@ func (s *Store) unheld(id lease.ID) *etcdLease {
 	return el
 }
 
-// heldLease returns the tracked etcd lease of generation id if etcd has it
-// attached (cur), or a record for cur that this Store did not grant.
+// heldLease returns a private copy of the tracked etcd lease of generation
+// id if etcd has it attached (cur), or a record for cur that this Store did
+// not grant. A copy, never the tracked record itself: a Release running
+// meanwhile may put that record back in the pool and another generation
+// take it, and the caller (Renew) writes to what it gets and records it
+// for id again.
 func (s *Store) heldLease(id lease.ID, cur clientv3.LeaseID, secs int64) *etcdLease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el := s.held[id]; el != nil && el.id == cur {
-		return el
+		c := *el
+		return &c
 	}
 	return &etcdLease{id: cur, secs: secs}
 }

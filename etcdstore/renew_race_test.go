@@ -1,0 +1,174 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/etcdtest"
+)
+
+// gatedLease holds up the first KeepAliveOnce made after arm until proceed
+// is closed, so that a test can run other operations while a Renew sits
+// between its check and its keep-alive.
+type gatedLease struct {
+	clientv3.Lease
+	armed   atomic.Bool
+	entered chan struct{}
+	proceed chan struct{}
+}
+
+func (g *gatedLease) arm() {
+	g.entered, g.proceed = make(chan struct{}), make(chan struct{})
+	g.armed.Store(true)
+}
+
+func (g *gatedLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		select {
+		case <-g.proceed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Lease.KeepAliveOnce(ctx, id)
+}
+
+func gatedStore(t *testing.T) (*Store, *clientv3.Client, *gatedLease) {
+	t.Helper()
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	g := &gatedLease{Lease: cli.Lease}
+	cli.Lease = g
+	return newTestStore(t, cli, testPrefix()), cli, g
+}
+
+func waitEntered(t *testing.T, g *gatedLease) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Renew did not reach its keep-alive within 10 s")
+	}
+}
+
+func holderLease(t *testing.T, s *Store, cli *clientv3.Client, key string) (clientv3.LeaseID, bool) {
+	t.Helper()
+	resp, err := cli.Get(testCtx(t), s.path(kindHolder, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, false
+	}
+	return clientv3.LeaseID(resp.Kvs[0].Lease), true
+}
+
+// TestRenewRacingReleaseKeepsPoolApart: a Renew that passed its check
+// while a Release of the same lease ran, and whose etcd lease went back to
+// the pool and on to another key's generation, must not record that etcd
+// lease as its generation's again: the other generation's release would
+// then be refused (ErrNotHeld) although it is the current lease.
+func TestRenewRacingReleaseKeepsPoolApart(t *testing.T) {
+	s, cli, g := gatedStore(t)
+	g1, err := s.Acquire(testCtx(t), "k1", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := holderLease(t, s, cli, "k1")
+
+	g.arm()
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := s.Renew(testCtx(t), g1, 10*time.Second)
+		renewed <- err
+	}()
+	waitEntered(t, g)
+	if err := s.Release(testCtx(t), g1); err != nil {
+		t.Fatalf("Release(g1): %v", err)
+	}
+	g2, err := s.Acquire(testCtx(t), "k2", "b", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := holderLease(t, s, cli, "k2"); l != cur {
+		t.Fatalf("precondition: k2's generation is on etcd lease %x, not the pooled %x", l, cur)
+	}
+	close(g.proceed)
+	select {
+	case err := <-renewed:
+		if err != nil && !errors.Is(err, lease.ErrNotHeld) {
+			t.Fatalf("Renew(g1): %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Renew did not return")
+	}
+	if err := s.Release(testCtx(t), g2); err != nil {
+		t.Fatalf("Release of the current lease on k2 after a racing Renew of k1's old one: %v", err)
+	}
+	if l, err := s.Get(testCtx(t), "k2"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("after releasing k2, Get = %+v, %v; want ErrNotFound", l, err)
+	}
+}
+
+// TestRenewDoesNotPutGenerationOnReusedLease: a Renew that rewrites the
+// holder key on the etcd lease it read (same etcd TTL, another TTL) must not
+// put the generation back on that etcd lease if a concurrent Renew moved it
+// off meanwhile: the old etcd lease went to the pool and may carry another
+// key's generation, and two generations on one etcd lease end together.
+func TestRenewDoesNotPutGenerationOnReusedLease(t *testing.T) {
+	s, cli, g := gatedStore(t)
+	g1, err := s.Acquire(testCtx(t), "k1", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := holderLease(t, s, cli, "k1")
+
+	g.arm()
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := s.Renew(testCtx(t), g1, 9500*time.Millisecond) // same etcd TTL, another value
+		renewed <- err
+	}()
+	waitEntered(t, g)
+	if _, err := s.Renew(testCtx(t), g1, 20*time.Second); err != nil { // moves to another etcd lease
+		t.Fatalf("Renew(g1, 20s): %v", err)
+	}
+	g2, err := s.Acquire(testCtx(t), "k2", "b", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := holderLease(t, s, cli, "k2"); l != cur {
+		t.Fatalf("precondition: k2's generation is on etcd lease %x, not the pooled %x", l, cur)
+	}
+	close(g.proceed)
+	select {
+	case err := <-renewed:
+		if err != nil {
+			t.Errorf("Renew(g1, 9.5s) of the current lease: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Renew did not return")
+	}
+	l1, ok1 := holderLease(t, s, cli, "k1")
+	l2, ok2 := holderLease(t, s, cli, "k2")
+	if !ok1 || !ok2 {
+		t.Fatalf("a generation vanished: k1 present %v, k2 present %v", ok1, ok2)
+	}
+	if l1 == l2 {
+		t.Fatalf("k1's and k2's generations share etcd lease %x", l1)
+	}
+	if err := s.Release(testCtx(t), g2); err != nil {
+		t.Fatalf("Release(g2): %v", err)
+	}
+	_ = s.Close() // revokes the pooled etcd leases
+	if _, ok := holderLease(t, s, cli, "k1"); !ok {
+		t.Fatal("k1's generation ended with k2's release and the Store's Close")
+	}
+}
