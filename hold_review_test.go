@@ -114,13 +114,8 @@ func (c *manualClock) fire(t *manualTimer) {
 // the deadline (I5), whether or not the timer has run yet: the application
 // checks Err (directly or through fence.Transport) right before it writes.
 func TestErrReportsLossOnceTheDeadlinePassed(t *testing.T) {
-	clk := newManualClock()
 	ctx := context.Background()
-	c := newClient(t, memstore.New(), "worker-a", lease.WithClock(clk))
-	h, err := c.TryAcquire(ctx, "job", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clk, h := manualHold(t, memstore.New())
 	defer h.Release(ctx)
 	if err := h.Err(); err != nil {
 		t.Fatalf("Err right after acquire = %v", err)
@@ -210,14 +205,22 @@ func (b *blockingRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Durat
 // manual clock, its renewals held by the returned backend until answered.
 func holdWithBlockedRenewals(t *testing.T) (*manualClock, *blockingRenew, *lease.Hold) {
 	t.Helper()
-	clk := newManualClock()
 	b := &blockingRenew{Backend: memstore.New(), calls: make(chan struct{}), reply: make(chan error)}
+	clk, h := manualHold(t, b)
+	return clk, b, h
+}
+
+// manualHold returns worker-a's one-second hold on "job" through b, on a
+// manual clock.
+func manualHold(t *testing.T, b lease.Backend) (*manualClock, *lease.Hold) {
+	t.Helper()
+	clk := newManualClock()
 	c := newClient(t, b, "worker-a", lease.WithClock(clk))
 	h, err := c.TryAcquire(context.Background(), "job", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clk, b, h
+	return clk, h
 }
 
 // TestReleaseReportsALossThatRacedIt: the renewal loop learns the lease is
@@ -263,13 +266,8 @@ func TestReleaseReportsALossThatRacedIt(t *testing.T) {
 // re-arms for the rest; that must not leave a second live timer behind that
 // Release cannot stop.
 func TestNoTimerOutlivesRelease(t *testing.T) {
-	clk := newManualClock()
 	ctx := context.Background()
-	c := newClient(t, memstore.New(), "worker-a", lease.WithClock(clk))
-	h, err := c.TryAcquire(ctx, "job", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clk, h := manualHold(t, memstore.New())
 	// The first deadline timer, as the hold set it.
 	var first []*manualTimer
 	for _, tm := range clk.waitPending(t, 2) {

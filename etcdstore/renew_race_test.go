@@ -93,13 +93,7 @@ func TestRenewRacingReleaseKeepsPoolApart(t *testing.T) {
 	if err := s.Release(testCtx(t), g1); err != nil {
 		t.Fatalf("Release(g1): %v", err)
 	}
-	g2, err := s.Acquire(testCtx(t), "k2", "b", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l, _ := holderLease(t, s, cli, "k2"); l != cur {
-		t.Fatalf("precondition: k2's generation is on etcd lease %x, not the pooled %x", l, cur)
-	}
+	g2 := acquireOnPooled(t, s, cli, cur)
 	close(g.proceed)
 	select {
 	case err := <-renewed:
@@ -140,13 +134,7 @@ func TestRenewDoesNotPutGenerationOnReusedLease(t *testing.T) {
 	if _, err := s.Renew(testCtx(t), g1, 20*time.Second); err != nil { // moves to another etcd lease
 		t.Fatalf("Renew(g1, 20s): %v", err)
 	}
-	g2, err := s.Acquire(testCtx(t), "k2", "b", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l, _ := holderLease(t, s, cli, "k2"); l != cur {
-		t.Fatalf("precondition: k2's generation is on etcd lease %x, not the pooled %x", l, cur)
-	}
+	g2 := acquireOnPooled(t, s, cli, cur)
 	close(g.proceed)
 	select {
 	case err := <-renewed:
@@ -171,4 +159,18 @@ func TestRenewDoesNotPutGenerationOnReusedLease(t *testing.T) {
 	if _, ok := holderLease(t, s, cli, "k1"); !ok {
 		t.Fatal("k1's generation ended with k2's release and the Store's Close")
 	}
+}
+
+// acquireOnPooled acquires "k2" and checks that its generation went on the
+// pooled etcd lease cur, the precondition of the race tests.
+func acquireOnPooled(t *testing.T, s *Store, cli *clientv3.Client, cur clientv3.LeaseID) lease.Lease {
+	t.Helper()
+	g2, err := s.Acquire(testCtx(t), "k2", "b", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := holderLease(t, s, cli, "k2"); l != cur {
+		t.Fatalf("precondition: k2's generation is on etcd lease %x, not the pooled %x", l, cur)
+	}
+	return g2
 }

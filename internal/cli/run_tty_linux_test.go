@@ -17,11 +17,11 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
+		t.Fatalf("no pseudo-terminals (/dev/ptmx; in a container, mount devpts): %v", err)
 	}
 	ioctl := func(req uintptr, arg unsafe.Pointer) {
 		if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), req, uintptr(arg)); e != 0 {
-			t.Skipf("pseudo-terminal ioctl %#x: %v", req, e)
+			t.Fatalf("pseudo-terminal ioctl %#x: %v", req, e)
 		}
 	}
 	var unlock int32
@@ -31,7 +31,7 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
 		master.Close()
-		t.Skipf("opening the pseudo-terminal's slave: %v", err)
+		t.Fatalf("opening the pseudo-terminal's slave: %v", err)
 	}
 	return master, slave
 }
