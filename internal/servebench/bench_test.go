@@ -53,14 +53,23 @@ func newImpls(tb testing.TB, maxClients int) []impl {
 	tb.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: tr}
 	body := []byte(`{"owner":"bench","ttl_ms":30000,"wait_ms":0}`)
-	post := func() error {
-		resp, err := hc.Post(noop.URL+"/v1/leases/k/acquire", "application/json", bytes.NewReader(body))
+	post := func(url string) error {
+		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
 		if err != nil {
 			return err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.Body.Close()
+		if err := resp.Body.Close(); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("POST %s: %s", url, resp.Status)
+		}
+		return nil
 	}
+
+	// The floor of a durable server on this HTTP path (floor_test.go).
+	floor, _ := floorServer(tb)
 
 	// lease serve's work: leasehttp over boltstore, fsync on; and the same
 	// server over memstore, which makes nothing durable.
@@ -91,10 +100,16 @@ func newImpls(tb testing.TB, maxClients int) []impl {
 	key := func(w int) string { return fmt.Sprintf("bench/%d", w) }
 	return []impl{
 		{"http-noop", func(int, int) error {
-			if err := post(); err != nil {
+			if err := post(noop.URL + "/v1/leases/k/acquire"); err != nil {
 				return err
 			}
-			return post()
+			return post(noop.URL + "/v1/leases/k/release")
+		}},
+		{"fsync-floor", func(w, _ int) error {
+			if err := post(floor.URL + "/v1/leases/" + key(w) + "/acquire"); err != nil {
+				return err
+			}
+			return post(floor.URL + "/v1/leases/" + key(w) + "/release")
 		}},
 		{"serve-bolt", func(w, _ int) error { return pair(ctx, bolt, key(w)) }},
 		{"serve-mem", func(w, _ int) error { return pair(ctx, mem, key(w)) }},
