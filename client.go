@@ -229,6 +229,9 @@ func (c *Client) acquireWaiting(ctx context.Context, wa WaitAcquirer, key string
 		}
 		sent = c.clock.Now()
 		renewed, err := c.backend.Renew(ctx, l, ttl)
+		if err == nil {
+			err = sameGeneration(l, renewed)
+		}
 		switch {
 		case err == nil:
 			return c.hold(renewed, sent, ttl), nil

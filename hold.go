@@ -215,7 +215,13 @@ func (h *Hold) renewLoop(sent time.Time) {
 		sent := h.c.clock.Now()
 		cur := h.Lease()
 		renewed, err := h.c.backend.Renew(h.ctx, cur, h.ttl)
+		if err == nil {
+			err = sameGeneration(cur, renewed)
+		}
 		switch {
+		case errors.Is(err, errOtherGeneration):
+			h.cancel(fmt.Errorf("%w: %v", ErrLost, err))
+			return
 		case err == nil:
 			h.mu.Lock()
 			if h.ctx.Err() == nil {
@@ -248,4 +254,21 @@ func (h *Hold) renewLoop(sent time.Time) {
 // jittered returns d scaled by a random factor in [0.9, 1.1).
 func (h *Hold) jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.9 + 0.2*h.c.rand()))
+}
+
+// errOtherGeneration marks a renewal answered with another lease than the
+// one renewed.
+var errOtherGeneration = fmt.Errorf("%w: renewal answered with another lease", ErrUnavailable)
+
+// sameGeneration checks that renewed, a backend's answer to renewing cur,
+// is still cur's generation: a lease keeps its key, token and ID for life
+// (I2). A backend that answers otherwise is broken or confused (a proxy
+// mixing up answers, say), and cur can no longer be vouched for: the token
+// writes are fenced with would not be the one the backend holds.
+func sameGeneration(cur, renewed Lease) error {
+	if renewed.Key == cur.Key && renewed.Token == cur.Token && renewed.ID == cur.ID {
+		return nil
+	}
+	return fmt.Errorf("%w: renewing %q token %d, the backend answered key %q token %d with another ID (a lease keeps its token and ID: I2)",
+		errOtherGeneration, cur.Key, cur.Token, renewed.Key, renewed.Token)
 }

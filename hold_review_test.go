@@ -334,3 +334,63 @@ func TestRenewalReplyAfterTheDeadlineLoses(t *testing.T) {
 		t.Errorf("a late renewal moved the deadline from %v to %v", deadline, h.Deadline())
 	}
 }
+
+// retokenRenew answers every renewal with the lease it renewed under another
+// token: a broken backend, or a proxy mixing up answers.
+type retokenRenew struct{ *memstore.Store }
+
+func (b retokenRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	r, err := b.Store.Renew(ctx, l, ttl)
+	r.Token++
+	return r, err
+}
+
+// TestRenewalWithAnotherTokenLoses: a lease keeps its token for life (I2).
+// A renewal answered with another one cannot be vouched for — the writes
+// are fenced with the old token — so the Hold is lost at that renewal, not
+// kept alive on the backend's word.
+func TestRenewalWithAnotherTokenLoses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, retokenRenew{memstore.New()}, "worker-a")
+		ctx := context.Background()
+		h, err := c.TryAcquire(ctx, "job", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(ctx)
+		tok := h.Token()
+		time.Sleep(11 * time.Second) // past the first renewal, at about 10 s
+		synctest.Wait()
+		if err := h.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("Err = %v after a renewal answered with another token; want ErrLost", err)
+		}
+		if h.Token() != tok {
+			t.Errorf("token changed from %d to %d", tok, h.Token())
+		}
+	})
+}
+
+// TestLongWaitRenewalWithAnotherTokenFails: after a long queue wait the
+// Client renews at once; answered with another token, Acquire fails (the
+// backend is not to be trusted) and releases what it was granted.
+func TestLongWaitRenewalWithAnotherTokenFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		ctx := context.Background()
+		if _, err := store.Acquire(ctx, "job", "worker-a", 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		c := newClient(t, retokenRenew{store}, "worker-b")
+		h, err := c.Acquire(ctx, "job", 3*time.Second) // queues for 3 s, a whole TTL
+		if err == nil {
+			h.Release(ctx)
+			t.Fatal("Acquire succeeded although the renewal right after the wait came back with another token")
+		}
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("err = %v, want ErrUnavailable", err)
+		}
+		if l, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("after the failed Acquire the key is %+v, %v; want it released", l, err)
+		}
+	})
+}
