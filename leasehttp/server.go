@@ -552,7 +552,7 @@ func (s *Server) handleRenew(w *responseWriter, r *http.Request) {
 		return
 	case errors.Is(err, lease.ErrNotHeld):
 		s.metrics.renewals.refused.Inc()
-		s.tracker.notHeld(key, req.Token)
+		s.tracker.notHeld(key, req.Token, req.ID)
 	default:
 		s.metrics.renewals.failed.Inc()
 	}
@@ -581,7 +581,7 @@ func (s *Server) handleRelease(w *responseWriter, r *http.Request) {
 		return
 	case errors.Is(err, lease.ErrNotHeld):
 		s.metrics.releases.refused.Inc()
-		s.tracker.notHeld(key, req.Token)
+		s.tracker.notHeld(key, req.Token, req.ID)
 	default:
 		s.metrics.releases.failed.Inc()
 	}

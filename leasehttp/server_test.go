@@ -300,6 +300,16 @@ func TestMetrics(t *testing.T) {
 	if got := m(`lease_active_leases`); got != 1 {
 		t.Errorf("active = %v, want 1", got)
 	}
+	// Anyone can send the token; a release refused for a wrong ID says
+	// nothing of the lease, which its holder still has.
+	forged := l
+	forged.ID = lease.NewID()
+	if err := c.Release(ctxFor(t), forged); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("Release with a wrong ID: %v", err)
+	}
+	if got, want := [2]float64{m(`lease_active_leases`), m(`lease_expirations_total`)}, [2]float64{1, 0}; got != want {
+		t.Errorf("after a release with a wrong ID: active, expirations = %v, want %v", got, want)
+	}
 	if _, err := c.Renew(ctxFor(t), l, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +326,7 @@ func TestMetrics(t *testing.T) {
 		`lease_renewals_total{result="renewed"}`:  1,
 		`lease_renewals_total{result="not_held"}`: 1,
 		`lease_releases_total{result="released"}`: 1,
-		`lease_releases_total{result="not_held"}`: 1,
+		`lease_releases_total{result="not_held"}`: 2,
 		`lease_active_leases`:                     0,
 		`lease_expirations_total`:                 0,
 		`lease_http_request_duration_seconds_count{code="200",route="POST /v1/leases/{key}/acquire"}`: 1,

@@ -40,6 +40,7 @@ type tracker struct {
 type tracked struct {
 	key   string
 	token lease.Token
+	id    lease.ID  // the generation's secret: only its holder can renew or release it
 	at    time.Time // counted as expired then
 	index int       // in the deadlines heap
 }
@@ -99,13 +100,15 @@ func (t *tracker) released(key string, token lease.Token) {
 	}
 }
 
-// notHeld records that the backend refused a renew or release of token: if
-// the tracker still had that generation, it expired before the holder came
-// back.
-func (t *tracker) notHeld(key string, token lease.Token) {
+// notHeld records that the backend refused a renew or release of token
+// with secret id: if the tracker still had that generation, it expired
+// before the holder came back. A refusal for a wrong ID says nothing of
+// the generation (anyone can send a token; only its holder has the ID),
+// which stays tracked.
+func (t *tracker) notHeld(key string, token lease.Token, id lease.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cur, ok := t.leases[key]; ok && cur.token == token {
+	if cur, ok := t.leases[key]; ok && cur.token == token && cur.id == id {
 		t.removeLocked(cur)
 		t.m.expirations.Inc()
 	}
@@ -117,10 +120,10 @@ func (t *tracker) setLocked(l lease.Lease) {
 	}
 	at := t.now().Add(l.TTL + expiryGrace)
 	if e, ok := t.leases[l.Key]; ok {
-		e.token, e.at = l.Token, at
+		e.token, e.id, e.at = l.Token, l.ID, at
 		heap.Fix(&t.dl, e.index)
 	} else {
-		e := &tracked{key: l.Key, token: l.Token, at: at}
+		e := &tracked{key: l.Key, token: l.Token, id: l.ID, at: at}
 		t.leases[l.Key] = e
 		heap.Push(&t.dl, e)
 		t.m.active.Set(float64(len(t.leases)))

@@ -69,12 +69,17 @@ func TestTrackerForgetsReleasedLeases(t *testing.T) {
 	}
 	checkTracked(t, tr, 0, 0)
 	// A release of another generation leaves the current one tracked.
-	tr.granted(lease.Lease{Key: "k", Token: 7, TTL: time.Second})
+	id := lease.NewID()
+	tr.granted(lease.Lease{Key: "k", Token: 7, ID: id, TTL: time.Second})
 	tr.released("k", 6)
 	checkTracked(t, tr, 1, 0)
-	tr.notHeld("k", 6)
+	tr.notHeld("k", 6, id)
 	checkTracked(t, tr, 1, 0)
-	tr.notHeld("k", 7)
+	// So does a refusal of the right token with a wrong ID: the holder may
+	// well be renewing it.
+	tr.notHeld("k", 7, lease.NewID())
+	checkTracked(t, tr, 1, 0)
+	tr.notHeld("k", 7, id)
 	checkTracked(t, tr, 0, 1)
 }
 
