@@ -147,7 +147,10 @@ func (c *Client) check(key string, ttl time.Duration) error {
 }
 
 // TryAcquire tries once to acquire key for ttl. If the key is held it fails at
-// once with an error matching ErrHeld (a *HeldError naming the holder).
+// once with an error matching ErrHeld (a *HeldError naming the holder). If
+// the backend's answer came so late that the lease's safe deadline had
+// already passed, it releases the lease and fails with an error matching
+// ErrUnavailable: a lease it cannot vouch for is no lease.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Hold, error) {
 	if err := c.check(key, ttl); err != nil {
 		return nil, err
@@ -157,7 +160,7 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	return c.hold(l, sent, ttl), nil
+	return c.hold(ctx, l, sent, ttl)
 }
 
 // Acquire waits until it holds key for ttl, or until ctx is done. It uses the
@@ -180,7 +183,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 		sent := c.clock.Now()
 		l, err := c.backend.Acquire(ctx, key, c.owner, ttl)
 		if err == nil {
-			return c.hold(l, sent, ttl), nil
+			return c.hold(ctx, l, sent, ttl)
 		}
 		if !errors.Is(err, ErrHeld) {
 			return nil, err
@@ -225,7 +228,7 @@ func (c *Client) acquireWaiting(ctx context.Context, wa WaitAcquirer, key string
 			return nil, err
 		}
 		if c.clock.Now().Sub(sent) < ttl/3 {
-			return c.hold(l, sent, ttl), nil
+			return c.hold(ctx, l, sent, ttl)
 		}
 		sent = c.clock.Now()
 		renewed, err := c.backend.Renew(ctx, l, ttl)
@@ -234,7 +237,7 @@ func (c *Client) acquireWaiting(ctx context.Context, wa WaitAcquirer, key string
 		}
 		switch {
 		case err == nil:
-			return c.hold(renewed, sent, ttl), nil
+			return c.hold(ctx, renewed, sent, ttl)
 		case errors.Is(err, ErrNotHeld):
 			continue // it expired before we could use it: queue again
 		default:

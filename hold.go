@@ -35,14 +35,27 @@ type Hold struct {
 	released bool
 }
 
-func (c *Client) hold(l Lease, sent time.Time, ttl time.Duration) *Hold {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &Hold{c: c, ctx: ctx, cancel: cancel, loop: make(chan struct{}), key: l.Key, token: l.Token, ttl: ttl, lease: l}
+// hold starts renewing l, acquired by a request sent at sent, for ttl.
+//
+// If the safe deadline has already passed — the backend's answer came too
+// late for the lease to be vouched for — hold releases the lease and
+// returns an error instead of a Hold lost from birth: the caller learns
+// it has nothing before it starts any work, and the key is free for the
+// next contender at once rather than at expiry.
+func (c *Client) hold(ctx context.Context, l Lease, sent time.Time, ttl time.Duration) (*Hold, error) {
+	hctx, cancel := context.WithCancelCause(context.Background())
+	h := &Hold{c: c, ctx: hctx, cancel: cancel, loop: make(chan struct{}), key: l.Key, token: l.Token, ttl: ttl, lease: l}
 	h.mu.Lock()
 	h.setDeadlineLocked(sent)
 	h.mu.Unlock()
+	if hctx.Err() != nil {
+		close(h.loop)
+		_ = c.backend.Release(context.WithoutCancel(ctx), l)
+		return nil, fmt.Errorf("%w: lease: %q was granted (token %d), but the answer came %v after the request, past the safe deadline of a %v lease; released it",
+			ErrUnavailable, l.Key, l.Token, c.clock.Now().Sub(sent), ttl)
+	}
 	go h.renewLoop(sent)
-	return h
+	return h, nil
 }
 
 // Token returns the lease's fencing token. It never changes (I2).

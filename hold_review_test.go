@@ -394,3 +394,45 @@ func TestLongWaitRenewalWithAnotherTokenFails(t *testing.T) {
 		}
 	})
 }
+
+// slowAcquire answers every acquisition after delay: a backend, or a
+// network, slower than the lease's safe window.
+type slowAcquire struct {
+	lease.Backend
+	delay time.Duration
+}
+
+func (b slowAcquire) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	l, err := b.Backend.Acquire(ctx, key, owner, ttl)
+	time.Sleep(b.delay)
+	return l, err
+}
+
+// TestAcquireAnsweredPastTheDeadlineFails: an acquisition whose answer came
+// after the safe deadline (the lease may already have expired and gone to
+// someone else) yields no Hold, lost from birth, but an error; and the
+// lease, still held by the backend, is released for the next contender.
+func TestAcquireAnsweredPastTheDeadlineFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		const ttl = 10 * time.Second
+		c := newClient(t, slowAcquire{store, ttl - 100*time.Millisecond}, "worker-a")
+		ctx := context.Background()
+		for name, acquire := range map[string]func(context.Context, string, time.Duration) (*lease.Hold, error){
+			"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
+		} {
+			h, err := acquire(ctx, "job", ttl)
+			if err == nil {
+				err := h.Err()
+				h.Release(ctx)
+				t.Fatalf("%s returned a Hold (Err %v) for a lease answered after its safe deadline", name, err)
+			}
+			if !errors.Is(err, lease.ErrUnavailable) {
+				t.Errorf("%s: err = %v, want ErrUnavailable", name, err)
+			}
+			if l, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("%s: the lease is %+v, %v; want it released", name, l, err)
+			}
+		}
+	})
+}
