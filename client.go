@@ -241,7 +241,7 @@ func (c *Client) acquireWaiting(ctx context.Context, wa WaitAcquirer, key string
 		case errors.Is(err, ErrNotHeld):
 			continue // it expired before we could use it: queue again
 		default:
-			_ = c.backend.Release(context.WithoutCancel(ctx), l)
+			c.giveBack(ctx, l, ttl)
 			return nil, fmt.Errorf("lease: renewing %q right after a long wait: %w", key, err)
 		}
 	}

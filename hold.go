@@ -50,7 +50,7 @@ func (c *Client) hold(ctx context.Context, l Lease, sent time.Time, ttl time.Dur
 	h.mu.Unlock()
 	if hctx.Err() != nil {
 		close(h.loop)
-		_ = c.backend.Release(context.WithoutCancel(ctx), l)
+		c.giveBack(ctx, l, ttl)
 		return nil, fmt.Errorf("%w: lease: %q was granted (token %d), but the answer came %v after the request, past the safe deadline of a %v lease; released it",
 			ErrUnavailable, l.Key, l.Token, c.clock.Now().Sub(sent), ttl)
 	}
@@ -282,6 +282,19 @@ func sameGeneration(cur, renewed Lease) error {
 	if renewed.Key == cur.Key && renewed.Token == cur.Token && renewed.ID == cur.ID {
 		return nil
 	}
-	return fmt.Errorf("%w: renewing %q token %d, the backend answered key %q token %d with another ID (a lease keeps its token and ID: I2)",
-		errOtherGeneration, cur.Key, cur.Token, renewed.Key, renewed.Token)
+	id := "its ID"
+	if renewed.ID != cur.ID {
+		id = "another ID" // never print an ID: it is the holder's secret
+	}
+	return fmt.Errorf("%w: renewing %q token %d, the backend answered key %q token %d with %s (a lease keeps its key, token and ID: I2)",
+		errOtherGeneration, cur.Key, cur.Token, renewed.Key, renewed.Token, id)
+}
+
+// giveBack releases l, acquired for ttl and not to be used, on ctx's
+// values but not its cancellation (ctx may be what ended the wait), for at
+// most ttl: by then the lease has expired anyway.
+func (c *Client) giveBack(ctx context.Context, l Lease, ttl time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+	_ = c.backend.Release(rctx, l)
 }
