@@ -170,7 +170,7 @@ var groupNotes = map[string]string{
 	"Serve": "One op = one acquire+release through leasehttp over boltstore (fsync on) on the client's own key; etcd-mutex = concurrency.Mutex " +
 		"Lock+Unlock on an embedded single-node etcd, one session per client; http-noop = two POST round trips to a no-op handler (the HTTP path's limit); " +
 		"fsync-floor = the same two round trips where the acquire's handler also waits for a 64-byte record's fdatasync, shared with the acquisitions that arrived meanwhile (group commit), " +
-		"and the release's answers at once: the least a durable lease server on this HTTP stack and disk must do per pair (the floor of the c=32 target); " +
+		"and the release's handler answers at once: the least a durable lease server on this HTTP stack and disk must do per pair (the floor of the c=32 target); " +
 		"serve-mem = the same server over memstore, nothing durable (what the HTTP API itself costs; serve-bolt's excess over it is the durable commit path's).",
 	"SQL": "PostgreSQL started by the harness with fsync=on, synchronous_commit=on, commit_delay=0 (defaults). One op = one pair on the client's own key. " +
 		"select1-pair: two SELECT 1 round trips (the limit); advisory-lock-pair: pg_advisory_lock+unlock (no token, nothing durable); " +
