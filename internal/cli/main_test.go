@@ -60,6 +60,8 @@ func verifyNoLeaks() int {
 //	term         say "ready" in $LEASE_CLI_TEST_FILE, wait for SIGTERM, record
 //	             its arrival as "term UNIXNANO" and exit $LEASE_CLI_TEST_EXIT
 //	ignore-term  say "ready", ignore SIGTERM, sleep
+//	wait-go      say "ready", wait for the file $LEASE_CLI_TEST_FILE.go to
+//	             exist, and exit $LEASE_CLI_TEST_EXIT
 func child(mode string) int {
 	code, _ := strconv.Atoi(os.Getenv(childExitEnv))
 	file := os.Getenv(childFileEnv)
@@ -92,6 +94,14 @@ func child(mode string) int {
 		note("ready " + os.Getenv(EnvToken))
 		time.Sleep(time.Minute)
 		return 102
+	case "wait-go":
+		note("ready " + os.Getenv(EnvToken))
+		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(file + ".go"); err == nil {
+				return code
+			}
+		}
+		return 104
 	}
 	fmt.Fprintln(os.Stderr, "child: unknown mode", mode)
 	return 103
@@ -143,9 +153,16 @@ type result struct {
 // cli runs the lease command in process against b.
 func cli(t *testing.T, b lease.Backend, env map[string]string, sigs <-chan os.Signal, args ...string) result {
 	t.Helper()
+	return cliOnClock(t, b, nil, env, sigs, args...)
+}
+
+// cliOnClock is cli with lease run's Client on clock (nil: the real one).
+func cliOnClock(t *testing.T, b lease.Backend, clock lease.Clock, env map[string]string, sigs <-chan os.Signal, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	var r result
 	a := &app{
+		clock:  clock,
 		stdin:  strings.NewReader(""),
 		stdout: &out,
 		stderr: &errb,

@@ -72,6 +72,7 @@ type app struct {
 	getenv         func(string) string
 	dial           dialFunc
 	signals        <-chan os.Signal // for lease run; nil: the process's own
+	clock          lease.Clock      // for lease run's Client; nil: the real clock
 }
 
 // NewRootCommand returns the lease command tree writing to stdout and stderr.

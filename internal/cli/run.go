@@ -50,7 +50,8 @@ With --wait 0 (the default) it tries once and gives up if KEY is held, which is
 what a cron job that must not run twice wants; with --wait 5m it queues.
 
 Exit status: CMD's (128+N if a signal N ended it), 75 if the lease could not be
-had or was lost, 127 if CMD could not be started, 2 on a usage error.
+had or was lost before CMD's exit was seen, 127 if CMD could not be started, 2
+on a usage error.
 
 ` + remoteEnvHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -74,7 +75,7 @@ had or was lost, 127 if CMD could not be started, 2 on a usage error.
 				return &ExitError{Code: ExitTempFail, Err: err}
 			}
 			defer closeBackend(b)
-			c, err := newRunClient(b, o.owner)
+			c, err := newRunClient(b, o.owner, a.clock)
 			if err != nil {
 				return err
 			}
@@ -121,10 +122,13 @@ const (
 )
 
 // newRunClient returns the Client lease run holds its lease through.
-func newRunClient(b lease.Backend, owner string) (*lease.Client, error) {
+func newRunClient(b lease.Backend, owner string, clock lease.Clock) (*lease.Client, error) {
 	opts := []lease.Option{lease.WithDriftMargin(runDriftFraction, runDriftMin)}
 	if owner != "" {
 		opts = append(opts, lease.WithOwner(owner))
+	}
+	if clock != nil {
+		opts = append(opts, lease.WithClock(clock))
 	}
 	return lease.NewClient(b, opts...)
 }
@@ -239,6 +243,21 @@ func (r *runner) run(ctx context.Context) int {
 	for {
 		select {
 		case err := <-exited:
+			if !lost && h.Err() != nil {
+				// The safe deadline passed while CMD ran, and the timer
+				// that ends the Hold has not run yet (this process was
+				// paused, say), or it ran just as CMD exited: either way
+				// CMD did not finish under the lease, so its status is
+				// not the answer, whichever event select picked first.
+				lost = true
+				r.logf("%v; %s exited meanwhile (status %d, not passed on)", h.Err(), r.opts.argv[0], exitStatus(err))
+				if pg.alive() {
+					pg.signal(syscall.SIGTERM)
+					t := time.NewTimer(r.opts.grace)
+					defer t.Stop()
+					grace = t.C
+				}
+			}
 			if lost {
 				r.stopGroup(pg, grace)
 				return ExitTempFail

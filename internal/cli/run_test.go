@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -233,4 +234,42 @@ func TestExitStatusOfSignalledCommand(t *testing.T) {
 	if r.code != 128+int(syscall.SIGTERM) {
 		t.Errorf("exit %d, want %d", r.code, 128+int(syscall.SIGTERM))
 	}
+}
+
+// jumpClock reads the real time plus an offset the test sets, while its
+// timers run on the real clock: a jump forward is this process waking from
+// a pause (SIGSTOP, a suspended VM) before its timers have been run.
+type jumpClock struct{ offset atomic.Int64 }
+
+func (c *jumpClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+func (c *jumpClock) AfterFunc(d time.Duration, f func()) lease.Timer { return time.AfterFunc(d, f) }
+
+// TestRunCommandExitingAfterTheDeadlineIsALoss: CMD exits, with status 0,
+// after the lease's safe deadline has passed but before the timer that
+// ends the Hold has run. CMD did not finish under the lease, so lease run
+// exits 75, not 0, and says why — whichever of the two events it sees
+// first.
+func TestRunCommandExitingAfterTheDeadlineIsALoss(t *testing.T) {
+	b := memstore.New()
+	clk := &jumpClock{}
+	file := filepath.Join(t.TempDir(), "child")
+	childEnviron(t, "wait-go", file, 0)
+	done := make(chan result, 1)
+	go func() { done <- cliOnClock(t, b, clk, nil, nil, runArgs(t, "job", "--ttl", "1m")...) }()
+	waitFile(t, file, "ready", 10*time.Second)
+	clk.offset.Store(int64(time.Hour))
+	if err := os.WriteFile(file+".go", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("lease run did not end after its command exited")
+	}
+	if r.code != ExitTempFail {
+		t.Errorf("exit %d, want %d: the command ended after the lease's deadline", r.code, ExitTempFail)
+	}
+	oneErrorLine(t, r, "lost", "exited meanwhile")
 }
