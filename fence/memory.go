@@ -16,9 +16,15 @@ type Memory struct {
 }
 
 type memRes struct {
-	mu      sync.Mutex // held across the write
-	highest lease.Token
+	// sem, of capacity one, is the resource's lock, held across the write
+	// and taken with a select so that a Check waiting for another write
+	// gives up when its context ends.
+	sem     chan struct{}
+	highest lease.Token // guarded by sem
 }
+
+func (r *memRes) lock()   { r.sem <- struct{}{} }
+func (r *memRes) unlock() { <-r.sem }
 
 var _ Guard = (*Memory)(nil)
 
@@ -35,14 +41,21 @@ func (g *Memory) Check(ctx context.Context, resource string, token lease.Token, 
 	g.mu.Lock()
 	r := g.res[resource]
 	if r == nil {
-		r = &memRes{}
+		r = &memRes{sem: make(chan struct{}, 1)}
 		g.res[resource] = r
 	}
 	g.mu.Unlock()
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer r.unlock()
+	if err := ctx.Err(); err != nil { // both were ready, and select chose the lock
 		return err
 	}
 	if !g.mode.Admits(token, r.highest) {
@@ -63,7 +76,7 @@ func (g *Memory) Highest(resource string) lease.Token {
 	if r == nil {
 		return 0
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.lock()
+	defer r.unlock()
 	return r.highest
 }

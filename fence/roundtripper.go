@@ -68,18 +68,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		base = http.DefaultTransport
 	}
 	if t.hold == nil {
-		out := req.Clone(req.Context())
-		out.Header.Set(TokenHeader, FormatToken(token))
-		return base.RoundTrip(out)
+		return base.RoundTrip(stamp(req.Clone(req.Context()), token))
 	}
 
 	// Until the response arrives, the request ends when the Hold does.
 	ctx, cancel := context.WithCancelCause(req.Context())
 	h := t.hold
 	stop := context.AfterFunc(h.Context(), func() { cancel(holdError(h, h.Err())) })
-	out := req.Clone(ctx)
-	out.Header.Set(TokenHeader, FormatToken(token))
-	resp, err := base.RoundTrip(out)
+	resp, err := base.RoundTrip(stamp(req.Clone(ctx), token))
 	ended := !stop()
 	if err != nil {
 		cancel(nil)
@@ -94,6 +90,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// closed, not before.
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: func() { cancel(nil) }}
 	return resp, nil
+}
+
+// stamp sets out's Fencing-Token header to token, in place of any the
+// caller set: also under a non-canonical key ("fencing-token"), which would
+// otherwise go on the wire beside ours. out is a clone, so its Header is its
+// own (and nil if the caller's was).
+func stamp(out *http.Request, token lease.Token) *http.Request {
+	if out.Header == nil {
+		out.Header = make(http.Header, 1)
+	}
+	for k := range out.Header {
+		if k != TokenHeader && http.CanonicalHeaderKey(k) == TokenHeader {
+			delete(out.Header, k)
+		}
+	}
+	out.Header.Set(TokenHeader, FormatToken(token))
+	return out
 }
 
 // cancelOnClose is a response body that ends its request's context when it

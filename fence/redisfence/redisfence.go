@@ -149,11 +149,12 @@ func (g *Guard) Get(ctx context.Context, resource string) (value string, token l
 	if !ok1 || !ok2 {
 		return "", 0, fmt.Errorf("redisfence: get %q: %w", resource, lease.ErrNotFound)
 	}
-	n, err := strconv.ParseUint(t, 10, 64)
-	if err != nil || n == 0 || lease.Token(n) > lease.MaxToken {
-		return "", 0, fmt.Errorf("redisfence: get %q: stored token %q is not a token: %w", resource, t, lease.ErrUnavailable)
+	// The spelling set.lua accepts and writes: plain decimal, 1 to 2^53.
+	n, err := fence.ParseToken(t)
+	if err != nil {
+		return "", 0, fmt.Errorf("redisfence: get %q: stored token %.20q is not a token: %w", resource, t, lease.ErrUnavailable)
 	}
-	return v, lease.Token(n), nil
+	return v, n, nil
 }
 
 func (g *Guard) fail(ctx context.Context, op, resource string, err error) error {

@@ -224,3 +224,43 @@ func TestUnavailable(t *testing.T) {
 		t.Fatalf("Set with the server down: err = %v, want ErrUnavailable", err)
 	}
 }
+
+// TestCorruptStoredTokenFailsClosed: a resource's hash whose token field is
+// not a token the guard can have written (another program wrote the key, or
+// it was edited by hand) must make Set fail — changing nothing — rather than
+// be read leniently by Lua's tonumber: "nan" compares false with everything,
+// so every token, however old, was admitted, and "-1" or " 7" or "0x10" were
+// read as numbers the guard never stores.
+func TestCorruptStoredTokenFailsClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := ctxFor(t)
+	prefix := fresh() + ":"
+	for _, mode := range []fence.Mode{fence.AtLeast, fence.Strict} {
+		g := newGuard(t, srv, redisfence.WithPrefix(prefix), redisfence.WithMode(mode))
+		for i, stored := range []string{"nan", "-nan", "inf", "-1", "0", "", "abc", " 7", "7 ", "0x10", "1e3", "1.5", "07",
+			"9007199254740993", "99999999999999999999"} {
+			resource := fmt.Sprintf("corrupt-%s-%d", mode, i)
+			key := prefix + resource
+			if err := rdb.HSet(ctx, key, "value", "old", "token", stored).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, tok := range []lease.Token{1, 8, 1001, lease.MaxToken} {
+				err := g.Set(ctx, resource, tok, "new")
+				if err == nil || errors.Is(err, lease.ErrStaleToken) || !errors.Is(err, lease.ErrUnavailable) {
+					t.Errorf("%s: Set(token %d) over stored token %q: err = %v, want an error matching ErrUnavailable", mode, tok, stored, err)
+				}
+			}
+			if _, tok, err := g.Get(ctx, resource); !errors.Is(err, lease.ErrUnavailable) {
+				t.Errorf("%s: Get over stored token %q = token %d, %v; want an error matching ErrUnavailable", mode, stored, tok, err)
+			}
+			got, err := rdb.HGetAll(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got["value"] != "old" || got["token"] != stored || len(got) != 2 {
+				t.Errorf("%s: hash with stored token %q changed to %q", mode, stored, got)
+			}
+		}
+	}
+}

@@ -4,8 +4,19 @@
 -- ARGV[1] the writer's token, ARGV[2] the value, ARGV[3] mode: "strict"
 --         admits token > highest, anything else token >= highest
 -- Returns {1, token} when written, or {0, highest} when rejected (nothing
--- changed).
-local highest = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+-- changed). A stored token that is not one this script can have written
+-- (1 to 2^53 in plain decimal) is an error, and nothing changes: tonumber
+-- would read "nan" as a number no token is less than, "-1" or "0x10" as
+-- numbers the guard never stored.
+local stored = redis.call('HGET', KEYS[1], 'token')
+local highest = 0
+if stored then
+  -- Compared as text: a double cannot tell 2^53 + 1 from 2^53.
+  if not string.match(stored, '^[1-9][0-9]*$') or #stored > 16 or (#stored == 16 and stored > '9007199254740992') then
+    return redis.error_reply('redisfence: stored token of ' .. KEYS[1] .. ' is not a fencing token')
+  end
+  highest = tonumber(stored)
+end
 local token = tonumber(ARGV[1])
 if token < highest or (ARGV[3] == 'strict' and token == highest) then
   return {0, highest}
