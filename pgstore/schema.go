@@ -87,13 +87,19 @@ var migrations = []func(n names) []string{
 
 // ensureSchema creates or migrates the tables, once per Store while it
 // succeeds. Concurrent Stores (other processes too) serialise on an advisory
-// lock, since concurrent CREATE TABLE IF NOT EXISTS can fail.
+// lock, since concurrent CREATE TABLE IF NOT EXISTS can fail. Operations of
+// this Store wait for one another's attempt only while their own contexts
+// last.
 func (s *Store) ensureSchema(ctx context.Context) error {
 	if s.schemaOK.Load() {
 		return nil
 	}
-	s.schemaMu.Lock()
-	defer s.schemaMu.Unlock()
+	select {
+	case s.schemaMu <- struct{}{}:
+	case <-ctx.Done():
+		return s.wrap(ctx, "waiting for the tables to be prepared", context.Cause(ctx))
+	}
+	defer func() { <-s.schemaMu }()
 	if s.schemaOK.Load() {
 		return nil
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -26,7 +25,7 @@ type Store struct {
 	n      names
 	q      queries
 
-	schemaMu sync.Mutex
+	schemaMu chan struct{} // one slot: held by the operation preparing the tables
 	schemaOK atomic.Bool
 	closed   atomic.Bool
 
@@ -87,7 +86,13 @@ func WithTablePrefix(p string) Option {
 // such as pool_max_conns go in it too), creates or checks the tables and
 // returns a Store that owns the pool.
 func Open(ctx context.Context, connString string, opts ...Option) (*Store, error) {
-	pool, err := pgxpool.New(ctx, connString)
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		// The caller's mistake, not an unreachable server: retrying cannot
+		// help.
+		return nil, invalidf("%v", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %w: %w", lease.ErrUnavailable, err)
 	}
@@ -123,7 +128,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true)}
+	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true), schemaMu: make(chan struct{}, 1)}
 	s.notify = newNotifier(s)
 	s.acquires = newBatcher(loneSlots, maxBatch, s.execAcquire)
 	s.renews = newBatcher(loneSlots, maxBatch, s.execRenew)
