@@ -82,6 +82,16 @@
 // and keeps the release short while it holds PostgreSQL's global NOTIFY
 // lock, which a notifying transaction holds until its commit is done.
 //
+// All of this rests on the server flushing what it commits. With fsync =
+// off a crash of the server's machine can lose commits that were reported
+// flushed, and with full_page_writes = off it can leave pages torn beyond
+// what recovery repairs: either way a key's row can come back older, and
+// its tokens go backwards (I1). Before it serves anything, a Store reads
+// both settings with current_setting and refuses, with an error matching
+// ErrVolatile that names them, unless both are on; AllowVolatile runs
+// anyway (tests, throwaway databases). The check runs once per Store: a
+// server reconfigured later is not noticed.
+//
 // Replication: with asynchronous streaming replication a promoted replica
 // may lack the most recent commits, so after a failover it can hand out a
 // token that was already issued by the old primary, breaking I1 (and it may

@@ -3,12 +3,14 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/pgtest"
 )
 
 func TestSchemaWaitHonoursContext(t *testing.T) {
@@ -94,5 +96,42 @@ func TestOpenBadConnStringIsInvalid(t *testing.T) {
 		if !errors.Is(err, lease.ErrInvalid) || errors.Is(err, lease.ErrUnavailable) {
 			t.Errorf("Open(%q): err = %v, want ErrInvalid", cs, err)
 		}
+	}
+}
+
+// TestRefusesVolatileServer: with fsync or full_page_writes off, a crash of
+// the server's machine can bring a key's row back older and its tokens
+// backwards (I1), so a Store refuses to serve (I7) unless told to run
+// anyway; the error names the setting and both ways out.
+func TestRefusesVolatileServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts its own PostgreSQL; skipped in -short")
+	}
+	for _, setting := range []string{"fsync", "full_page_writes"} {
+		t.Run(setting, func(t *testing.T) {
+			pg := pgtest.StartOwn(t, setting+"=off")
+			ctx := testCtx(t)
+			s, err := Open(ctx, pg.URL)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open on a server with %s = off succeeded", setting)
+			}
+			if !errors.Is(err, ErrVolatile) {
+				t.Fatalf("Open: err = %v, want ErrVolatile", err)
+			}
+			for _, want := range []string{setting + " = off", "AllowVolatile", "pg_reload_conf"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+			s, err = Open(ctx, pg.URL, AllowVolatile())
+			if err != nil {
+				t.Fatalf("Open with AllowVolatile: %v", err)
+			}
+			defer s.Close()
+			if _, err := s.Acquire(ctx, "k", "o", time.Minute); err != nil {
+				t.Fatalf("Acquire with AllowVolatile: %v", err)
+			}
+		})
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/leasehq/lease/internal/pgident"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehq/lease/internal/pgident"
 )
 
 // SchemaVersion is the version of the tables this release reads and writes.
@@ -103,11 +105,51 @@ func (s *Store) ensureSchema(ctx context.Context) error {
 	if s.schemaOK.Load() {
 		return nil
 	}
+	if !s.volatile {
+		if err := s.checkDurable(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.migrate(ctx); err != nil {
 		return err
 	}
 	s.schemaOK.Store(true)
 	return nil
+}
+
+// ErrVolatile means the PostgreSQL server runs with settings under which a
+// crash of its machine can lose or corrupt committed writes, so tokens
+// could go backwards (invariants I1, I7), and the Store was not told to run
+// anyway (AllowVolatile). The error names the settings and how to fix them.
+var ErrVolatile = errors.New("pgstore: PostgreSQL server is not durable")
+
+// durableSettings are the server settings a grant's durability rests on,
+// each with the value it must have: fsync, or a flushed commit is not on
+// disk; full_page_writes, or a page torn by a crash cannot be repaired by
+// recovery and may come back with older tokens.
+var durableSettings = [...]string{"fsync", "full_page_writes"}
+
+// checkDurable refuses a server whose settings cannot keep a committed
+// grant through a crash of its machine. It runs with the tables' first
+// preparation, before the Store serves anything; a server reconfigured
+// later is not noticed.
+func (s *Store) checkDurable(ctx context.Context) error {
+	var off []string
+	for _, name := range durableSettings {
+		var v string
+		if err := s.pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
+			return s.wrap(ctx, "reading the server's "+name+" setting", err)
+		}
+		if v != "on" {
+			off = append(off, name+" = "+v)
+		}
+	}
+	if len(off) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w (%s): a crash of its machine can lose or corrupt committed grants, and tokens could then go backwards; "+
+		"set them on (ALTER SYSTEM SET … = on; SELECT pg_reload_conf()), or pass pgstore.AllowVolatile() to run without that guarantee",
+		ErrVolatile, strings.Join(off, ", "))
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -25,6 +25,7 @@ type Store struct {
 	n      names
 	q      queries
 
+	volatile bool          // AllowVolatile: the durability check is skipped
 	schemaMu chan struct{} // one slot: held by the operation preparing the tables
 	schemaOK atomic.Bool
 	closed   atomic.Bool
@@ -45,8 +46,9 @@ var (
 type Option func(*config) error
 
 type config struct {
-	schema string
-	prefix string
+	schema   string
+	prefix   string
+	volatile bool // AllowVolatile: skip the durability check
 }
 
 // DefaultSchema and DefaultTablePrefix name the tables when no option says
@@ -64,6 +66,17 @@ func WithSchema(name string) Option {
 			return err
 		}
 		c.schema = name
+		return nil
+	}
+}
+
+// AllowVolatile lets the Store serve on a server whose settings cannot keep
+// a committed grant through a crash of its machine (fsync or
+// full_page_writes off; see the package documentation). Tokens can then go
+// backwards after such a crash: for tests and throwaway databases only.
+func AllowVolatile() Option {
+	return func(c *config) error {
+		c.volatile = true
 		return nil
 	}
 }
@@ -128,7 +141,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true), schemaMu: make(chan struct{}, 1)}
+	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
 	s.notify = newNotifier(s)
 	s.acquires = newBatcher(loneSlots, maxBatch, s.execAcquire)
 	s.renews = newBatcher(loneSlots, maxBatch, s.execRenew)
