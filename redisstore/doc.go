@@ -78,7 +78,9 @@
 // exactly E: user keys containing braces cannot move the tag, and the keys
 // of one lease always land in one slot. Pass a *redis.ClusterClient to New;
 // the persistence check covers every node, List scans every master, and the
-// release channel works because a plain PUBLISH reaches every node.
+// release channel works because a plain PUBLISH reaches every node. A
+// *redis.Ring is refused (lease.ErrInvalid): it moves keys to the other
+// shards when one is marked down, where the lease and the counter are not.
 //
 // # Failover
 //

@@ -110,3 +110,45 @@ func TestConstructorValidation(t *testing.T) {
 		t.Errorf("New with a nil option: err = %v, want ErrInvalid", err)
 	}
 }
+
+// TestRefusesRing checks that New refuses a *redis.Ring. A Ring sends each
+// keyless command to one shard picked at random, so the persistence check
+// read the settings of one random shard and passed a Ring with a volatile
+// shard about half the time; and a Ring moves keys to the other shards
+// whenever its heartbeat marks one shard down, where the lease is not and
+// the token counter is missing or old: a second holder and tokens issued
+// again (I1, I3), whatever each server's persistence. The release channel
+// and List do not span its shards either.
+func TestRefusesRing(t *testing.T) {
+	durable := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		other *redistest.Server
+	}{
+		{"two durable shards", redistest.Start(t)},
+		{"one volatile shard", redistest.Start(t, redistest.Volatile())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": durable.Addr, "b": tc.other.Addr}})
+			defer ring.Close()
+			for range 8 { // the old check passed a volatile shard half the time
+				s, err := redisstore.New(ctxFor(t), ring, redisstore.WithNamespace(testNamespace()))
+				if err == nil {
+					_ = s.Close()
+					t.Fatal("New accepted a *redis.Ring, which moves keys between shards and so loses token counters")
+				}
+				if !errors.Is(err, lease.ErrInvalid) || !strings.Contains(err.Error(), "Ring") {
+					t.Fatalf("New(ring): err = %v, want ErrInvalid naming the Ring", err)
+				}
+			}
+			// Not even with an explicit opt-in: it would not work (List and
+			// the release channel see one shard).
+			if s, err := redisstore.New(ctxFor(t), ring, redisstore.AllowVolatile()); !errors.Is(err, lease.ErrInvalid) {
+				if s != nil {
+					_ = s.Close()
+				}
+				t.Fatalf("New(ring, AllowVolatile): err = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}

@@ -143,20 +143,42 @@ func (n *notifier) unregister(key string, ch chan error) {
 	}
 }
 
+// startLocked starts the subscription. It does no I/O itself: SUBSCRIBE
+// dials and waits for the server, for as long as the connection's timeouts
+// allow, and n.mu held that long would keep every WaitChange (whatever its
+// context) and Close waiting too. run subscribes instead.
 func (n *notifier) startLocked() {
 	n.state = starting
 	n.ready = make(chan struct{})
-	n.ps = n.s.rdb.Subscribe(context.Background(), n.s.channel)
-	go n.run(n.ps)
+	go n.run()
 }
 
-// run reads the subscription until the store closes. go-redis reconnects
-// and resubscribes a PubSub after a read error by itself; run turns each
-// drop into errors for the current waiters, and the confirmation of the
-// resubscription back into "up".
-func (n *notifier) run(ps *redis.PubSub) {
+// subscribe opens a subscription to the release channel, without n.mu held,
+// and makes it the current one; it returns nil if the store has closed
+// meanwhile.
+func (n *notifier) subscribe() *redis.PubSub {
+	ps := n.s.rdb.Subscribe(context.Background(), n.s.channel)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state == closed {
+		_ = ps.Close()
+		return nil
+	}
+	n.ps = ps
+	return ps
+}
+
+// run subscribes, then reads the subscription until the store closes.
+// go-redis reconnects and resubscribes a PubSub after a read error by
+// itself; run turns each drop into errors for the current waiters, and the
+// confirmation of the resubscription back into "up".
+func (n *notifier) run() {
 	defer close(n.done)
 	ctx := context.Background()
+	ps := n.subscribe()
+	if ps == nil {
+		return
+	}
 	pinged := false
 	backoff := minResubscribe
 	for {
@@ -207,13 +229,7 @@ func (n *notifier) run(ps *redis.PubSub) {
 // closed meanwhile.
 func (n *notifier) replace(ps *redis.PubSub) *redis.PubSub {
 	_ = ps.Close()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.state == closed {
-		return nil
-	}
-	n.ps = n.s.rdb.Subscribe(context.Background(), n.s.channel)
-	return n.ps
+	return n.subscribe()
 }
 
 func (n *notifier) isClosed() bool {
@@ -277,11 +293,13 @@ func (n *notifier) close() {
 	}
 	n.state = closed
 	n.failAllLocked(errClosed)
-	ps := n.ps
+	ps := n.ps // nil while run's first SUBSCRIBE is under way: run closes that one
 	n.mu.Unlock()
 	close(n.stop)
 	if started {
-		_ = ps.Close()
+		if ps != nil {
+			_ = ps.Close()
+		}
 		<-n.done
 	}
 }

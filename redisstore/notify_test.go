@@ -266,3 +266,39 @@ func TestWaitChangeAfterClose(t *testing.T) {
 		t.Fatal("WaitChange on a closed store returned nil")
 	}
 }
+
+// TestWaitChangeHonoursContextWhileSubscribing checks that WaitChange
+// returns when its context ends even while the store's first SUBSCRIBE
+// cannot get an answer from the server (paused here, as a hung or
+// unreachable server would be): the subscription must not be opened with
+// the store's lock held, which kept every WaitChange waiting for the
+// connection's timeouts (5 s) whatever its context said.
+func TestWaitChangeHonoursContextWhileSubscribing(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.RequireOwned(t, "pausing the server")
+	s := open(t, srv)
+	const pause = 4 * time.Second
+	if err := srv.Client(t).Do(ctxFor(t), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	errs := make(chan error, 2)
+	for range 2 { // the first opens the subscription, the second finds it opening
+		go func() {
+			ctx, cancel := context.WithTimeout(ctxFor(t), 200*time.Millisecond)
+			defer cancel()
+			errs <- s.WaitChange(ctx, "paused/key")
+		}()
+	}
+	for range 2 {
+		err := <-errs
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WaitChange while the server is paused: err = %v, want DeadlineExceeded", err)
+		}
+	}
+	if d := time.Since(paused); d > 2*time.Second {
+		t.Fatalf("WaitChange with a 200 ms context returned after %v, while the server was paused for %v", d, pause)
+	}
+	// Once the server answers again, the store subscribes by itself.
+	waitSubscribed(t, s)
+}

@@ -114,7 +114,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 }
 
 // New returns a Store on client, which may be a *redis.Client, a
-// *redis.ClusterClient or a failover client; Close leaves it open.
+// *redis.ClusterClient or a failover client; Close leaves it open. A
+// *redis.Ring is refused with an error matching lease.ErrInvalid, whatever
+// the options: it moves keys between shards when one is marked down, which
+// loses leases and token counters.
 //
 // New checks every node it can reach with CONFIG GET and refuses, with an
 // error matching ErrVolatile that names the settings and how to fix them, a
@@ -126,6 +129,15 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: client is nil", lease.ErrInvalid)
+	}
+	if _, ok := client.(*redis.Ring); ok {
+		// A Ring rehashes keys onto the other shards whenever its heartbeat
+		// marks one down, where neither the lease nor the token counter is:
+		// a second holder, and tokens issued again (I1, I3), however durable
+		// each shard. It also sends the persistence check, List's SCAN and
+		// the release subscription to one shard each, not to all.
+		return nil, fmt.Errorf("%w: redisstore: a *redis.Ring is not supported: it moves keys to other shards when one is marked down, "+
+			"losing leases and token counters; use a *redis.Client (one durable master) or a *redis.ClusterClient", lease.ErrInvalid)
 	}
 	s := &Store{rdb: client, ns: DefaultNamespace}
 	for _, o := range opts {
