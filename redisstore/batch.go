@@ -67,7 +67,8 @@ type batcher struct {
 	mu       sync.Mutex
 	units    int // direct calls and flushers on the wire
 	queue    []*call
-	flushers sync.WaitGroup
+	flushers int       // flush goroutines running
+	idle     sync.Cond // on mu: signalled when flushers drops to 0
 }
 
 // run runs script on keys and args, alone or in a pipeline with other
@@ -119,7 +120,7 @@ func (b *batcher) done() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if batch := b.takeLocked(); batch != nil {
-		b.flushers.Add(1)
+		b.flushers++
 		go b.flush(batch)
 		return
 	}
@@ -147,7 +148,6 @@ func (b *batcher) takeLocked() []*call {
 // flush sends batch as one pipeline, then the queue that formed meanwhile,
 // until the queue is empty.
 func (b *batcher) flush(batch []*call) {
-	defer b.flushers.Done()
 	for {
 		b.exec(batch)
 		for range maxYields {
@@ -163,6 +163,9 @@ func (b *batcher) flush(batch []*call) {
 		batch = b.takeLocked()
 		if batch == nil {
 			b.units--
+			if b.flushers--; b.flushers == 0 {
+				b.idle.Broadcast()
+			}
 			b.mu.Unlock()
 			return
 		}
@@ -205,5 +208,19 @@ func (b *batcher) exec(batch []*call) {
 	}
 }
 
-// wait returns when no flusher is running.
-func (b *batcher) wait() { b.flushers.Wait() }
+// wait returns when no flusher is running. Calls finishing meanwhile may
+// start flushers (a sync.WaitGroup forbids such an Add during its Wait):
+// wait returns at a moment when none runs.
+func (b *batcher) wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.flushers > 0 {
+		b.idle.Wait()
+	}
+}
+
+func newBatcher(rdb redis.UniversalClient) *batcher {
+	b := &batcher{rdb: rdb}
+	b.idle.L = &b.mu
+	return b
+}

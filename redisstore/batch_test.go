@@ -266,3 +266,33 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWhileCallsFinish: Close waits for the pipelines in flight while
+// calls on the shared client keep finishing, and each finishing call may
+// start a pipeline for the calls queued behind it. That start must not race
+// Close's wait (a sync.WaitGroup forbids an Add from zero during its Wait;
+// the race detector reports it).
+func TestCloseWhileCallsFinish(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for round := range 30 {
+		s := newTestStore(t, rdb)
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for i := range 20 {
+					l, err := s.Acquire(ctx, fmt.Sprintf("close/%d/%d", w, i), "o", time.Minute)
+					if err == nil {
+						_ = s.Release(ctx, l)
+					}
+				}
+			})
+		}
+		time.Sleep(time.Duration(round%5) * time.Millisecond)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+	}
+}

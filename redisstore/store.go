@@ -156,7 +156,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		}
 	}
 	s.notify = newNotifier(s)
-	s.batch = &batcher{rdb: client}
+	s.batch = newBatcher(client)
 	return s, nil
 }
 
