@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,5 +254,18 @@ func writeBolt(t *testing.T, path string, fn func(*bolt.Tx) error) {
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenFIFO: a FIFO where the file or its log should be fails Open at
+// once; reading the log from one used to block Open forever.
+func TestOpenFIFO(t *testing.T) {
+	t.Parallel()
+	for _, suffix := range []string{"", "-wal"} {
+		path := filepath.Join(t.TempDir(), "lease.db")
+		if err := syscall.Mkfifo(path+suffix, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		wantOpenError(t, path, "a FIFO, not a regular file")
 	}
 }

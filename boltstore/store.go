@@ -145,6 +145,11 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if cfg.boltOptions != nil {
 		cfg.boltOptions(bo)
 	}
+	for _, p := range []string{path, walPath(path)} {
+		if err := regularOrAbsent(p); err != nil {
+			return nil, err
+		}
+	}
 	db, err := openDB(path, bo)
 	if err != nil {
 		return nil, err
@@ -227,6 +232,32 @@ func recoverLog(db *bolt.DB, path string) (*wal, error) {
 // openDB opens the bbolt file, turning bbolt's errors into ones a person
 // starting a server can act on. bbolt may panic on some malformed files
 // rather than return an error; that is reported as corruption too.
+// regularOrAbsent refuses a path that exists but is not a regular file (or
+// a symbolic link to one): reading a FIFO, say, would block Open forever.
+func regularOrAbsent(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return unavailablef(err, "boltstore: cannot open %s", path)
+	case !fi.Mode().IsRegular():
+		kind := "a special file"
+		switch t := fi.Mode().Type(); {
+		case t&os.ModeDir != 0:
+			kind = "a directory"
+		case t&os.ModeNamedPipe != 0:
+			kind = "a FIFO"
+		case t&os.ModeSocket != 0:
+			kind = "a socket"
+		case t&os.ModeDevice != 0:
+			kind = "a device"
+		}
+		return unavailablef(nil, "boltstore: cannot open %s: it is %s, not a regular file", path, kind)
+	}
+	return nil
+}
+
 func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {

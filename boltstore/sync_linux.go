@@ -7,4 +7,13 @@ import (
 
 // fdatasync flushes f's data and what is needed to read it back, not its
 // times: the log overwrites allocated space, so that is one device flush.
-func fdatasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
+// A sync interrupted by a signal (possible on NFS and FUSE) is retried, as
+// os.File.Sync does.
+func fdatasync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
