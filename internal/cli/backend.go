@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -32,21 +33,39 @@ type openedBackend struct {
 
 // openBackend opens what `lease serve` serves: the bbolt store in dataDir
 // when spec is empty, otherwise the engine spec names by its URL scheme.
-func openBackend(ctx context.Context, spec, dataDir string) (*openedBackend, error) {
+// allowVolatile runs a PostgreSQL or Redis backend whose persistence cannot
+// keep tokens rising across a crash, which is otherwise refused.
+func openBackend(ctx context.Context, spec, dataDir string, allowVolatile bool) (*openedBackend, error) {
 	if spec == "" {
+		if allowVolatile {
+			return nil, usageError(errors.New("--allow-volatile applies to a postgres:// or redis:// --backend only: the embedded store is always durable"))
+		}
 		return openBolt(dataDir)
 	}
 	scheme, _, ok := strings.Cut(spec, "://")
 	if !ok {
 		return nil, usageError(fmt.Errorf("--backend %q is not a URL (postgres://…, redis://…, etcd://…)", redact(spec)))
 	}
+	if allowVolatile && scheme == "etcd" {
+		return nil, usageError(errors.New("--allow-volatile applies to a postgres:// or redis:// --backend only: etcd is always durable"))
+	}
+	volatileHint := func(err error) error {
+		if errors.Is(err, pgstore.ErrVolatile) || errors.Is(err, redisstore.ErrVolatile) {
+			return fmt.Errorf("%w (lease serve --allow-volatile runs anyway)", err)
+		}
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	switch scheme {
 	case "postgres", "postgresql":
-		s, err := pgstore.Open(ctx, spec)
+		var opts []pgstore.Option
+		if allowVolatile {
+			opts = append(opts, pgstore.AllowVolatile())
+		}
+		s, err := pgstore.Open(ctx, spec, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), err)
+			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), volatileHint(err))
 		}
 		return &openedBackend{Backend: s, desc: redact(spec), close: func() error { s.Close(); return nil }}, nil
 	case "etcd":
@@ -64,9 +83,13 @@ func openBackend(ctx context.Context, spec, dataDir string) (*openedBackend, err
 		}
 		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
 	case "redis", "rediss":
-		s, err := redisstore.Open(ctx, spec)
+		var opts []redisstore.Option
+		if allowVolatile {
+			opts = append(opts, redisstore.AllowVolatile())
+		}
+		s, err := redisstore.Open(ctx, spec, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), err)
+			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), volatileHint(err))
 		}
 		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
 	default:

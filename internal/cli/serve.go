@@ -37,6 +37,9 @@ By default leases live in a bbolt file under --data-dir, fsynced before any
 token is handed out. --backend serves another engine instead:
   postgres://… or postgresql://…   PostgreSQL
   redis://host:port/db            Redis (must be durable: appendonly yes, appendfsync always)
+PostgreSQL must run with fsync and full_page_writes on; --allow-volatile
+serves a PostgreSQL or Redis that is not durable anyway (tests only: tokens
+can go backwards after a crash).
   etcd://host:port[,host:port…][/prefix]   etcd
 
 Clients authenticate with bearer tokens listed in --auth-tokens-file, one per
@@ -83,6 +86,7 @@ requests finish (up to --shutdown-timeout), the backend is closed.`,
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (PEM), with --tls-key")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file (PEM), with --tls-cert")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --addr without --auth-tokens-file")
+	f.BoolVar(&cfg.AllowVolatile, "allow-volatile", false, "serve a PostgreSQL or Redis --backend whose persistence cannot keep tokens rising across a crash (tests only)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
 	return cmd
 }
@@ -102,6 +106,10 @@ type ServeConfig struct {
 	TLSCert, TLSKey string
 	// Insecure allows a non-loopback Addr without credentials.
 	Insecure bool
+	// AllowVolatile serves a PostgreSQL or Redis Backend whose persistence
+	// settings cannot keep tokens rising across a crash, which is otherwise
+	// refused (pgstore.AllowVolatile, redisstore.AllowVolatile).
+	AllowVolatile bool
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	ShutdownTimeout time.Duration
 	// Logger receives the server's structured logs; required.
@@ -181,7 +189,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.tlsCert = &cert
 	}
 
-	s.backend, err = openBackend(ctx, s.cfg.Backend, s.cfg.DataDir)
+	s.backend, err = openBackend(ctx, s.cfg.Backend, s.cfg.DataDir, s.cfg.AllowVolatile)
 	if err != nil {
 		return err
 	}

@@ -387,6 +387,62 @@ func TestServeRefusesVolatileRedis(t *testing.T) {
 		_ = s.Close()
 		t.Fatalf("Run = %v; want ErrVolatile", err)
 	}
+	if !strings.Contains(err.Error(), "--allow-volatile") {
+		t.Errorf("Run = %v; want the flag that runs anyway named", err)
+	}
+}
+
+// TestServeAllowVolatile: --allow-volatile serves a PostgreSQL or Redis
+// that is not durable, and only those: the embedded store and etcd are
+// always durable, so the flag there is a usage error.
+func TestServeAllowVolatile(t *testing.T) {
+	pg := pgtest.StartOwn(t, "fsync=off")
+	for _, tc := range []struct {
+		name string
+		spec string
+	}{
+		{"postgres", pgURL(t, pg.URL)},
+		{"redis", "redis://" + redistest.Start(t, redistest.Volatile()).Addr + "/0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := serveConfig(t, io.Discard)
+			cfg.DataDir, cfg.Backend = "", tc.spec
+			s, err := NewServer(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "--allow-volatile") {
+				_ = s.Close()
+				t.Fatalf("Run on a volatile server without --allow-volatile = %v; want a refusal naming the flag", err)
+			}
+			cfg.AllowVolatile = true
+			c := httpClient(t, "http://"+startServe(t, cfg).Addr())
+			if _, err := c.Acquire(t.Context(), "job", "o", time.Minute); err != nil {
+				t.Fatalf("Acquire through --allow-volatile: %v", err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*ServeConfig)
+	}{
+		{"embedded", func(*ServeConfig) {}},
+		{"etcd", func(c *ServeConfig) { c.DataDir, c.Backend = "", "etcd://127.0.0.1:1" }},
+	} {
+		cfg := serveConfig(t, io.Discard)
+		tc.edit(&cfg)
+		cfg.AllowVolatile = true
+		s, err := NewServer(cfg)
+		if err == nil {
+			err = s.Run(t.Context())
+			if err == nil {
+				_ = s.Close()
+			}
+		}
+		if exitCode(err) != ExitUsage || !strings.Contains(err.Error(), "--allow-volatile") {
+			t.Errorf("%s with --allow-volatile: %v (exit %d); want a usage error naming the flag", tc.name, err, exitCode(err))
+		}
+	}
 }
 
 // pgURL turns a key/value connection string into the postgres:// form that
