@@ -29,13 +29,8 @@ func TestRunLossStopsTheCommandsChildren(t *testing.T) {
 	waitFile(t, file, "ready", 10*time.Second)
 	g.fail()
 	waitFile(t, file, "term ", 10*time.Second)
-	select {
-	case r := <-done:
-		if r.code != ExitTempFail {
-			t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitTempFail, r.stderr)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("lease run did not end")
+	if r := ended(t, done, "the command was stopped"); r.code != ExitTempFail {
+		t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitTempFail, r.stderr)
 	}
 }
 
@@ -52,16 +47,12 @@ func TestRunLossKillsTheCommandsChildrenAfterGrace(t *testing.T) {
 	g.fail()
 	// The command's output is a pipe the grandchild holds open: lease run
 	// ends only once every process that has it is gone.
-	select {
-	case r := <-done:
-		if r.code != ExitTempFail {
-			t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitTempFail, r.stderr)
-		}
-		if !strings.Contains(r.stderr, "lost") {
-			t.Errorf("stderr %q does not say the lease was lost", r.stderr)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("lease run did not end: the child of the command that ignores SIGTERM was not killed")
+	r := ended(t, done, "the child of the command that ignores SIGTERM was not killed")
+	if r.code != ExitTempFail {
+		t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitTempFail, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "lost") {
+		t.Errorf("stderr %q does not say the lease was lost", r.stderr)
 	}
 }
 

@@ -60,6 +60,19 @@ func (g *renewGate) fail() lease.Lease {
 	return g.last
 }
 
+// ended returns lease run's result from done, failing t (saying why, if it
+// could not end) if it does not come within 20 s.
+func ended(t *testing.T, done <-chan result, why string) result {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatalf("lease run did not end (%s)", why)
+		return result{}
+	}
+}
+
 func runArgs(t *testing.T, flags ...string) []string {
 	return append(append([]string{"run"}, flags...), append([]string{"--"}, childArgv(t)...)...)
 }
@@ -181,12 +194,7 @@ func TestRunLossKillsAfterGrace(t *testing.T) {
 	if err := b.Release(t.Context(), last); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("lease run did not end: the command that ignores SIGTERM was not killed")
-	}
+	r := ended(t, done, "the command that ignores SIGTERM was not killed")
 	if r.code != ExitTempFail {
 		t.Errorf("exit %d, want %d", r.code, ExitTempFail)
 	}
@@ -262,12 +270,7 @@ func TestRunCommandExitingAfterTheDeadlineIsALoss(t *testing.T) {
 	if err := os.WriteFile(file+".go", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("lease run did not end after its command exited")
-	}
+	r := ended(t, done, "its command had exited")
 	if r.code != ExitTempFail {
 		t.Errorf("exit %d, want %d: the command ended after the lease's deadline", r.code, ExitTempFail)
 	}
