@@ -61,7 +61,7 @@ func WithClock(clk Clock) Option {
 // margin would leave less than half of it.
 func WithDriftMargin(fraction float64, min time.Duration) Option {
 	return func(c *Client) error {
-		if fraction < 0 || fraction >= 0.5 || min < 0 {
+		if !(fraction >= 0 && fraction < 0.5) || min < 0 { // NaN fails both
 			return invalidf("drift margin needs 0 <= fraction < 0.5 and min >= 0, got %v and %v", fraction, min)
 		}
 		c.driftFrac, c.driftMin = fraction, min
@@ -140,7 +140,11 @@ func (c *Client) check(key string, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
-	if m := c.margin(ttl); 2*m > ttl {
+	// m > ttl/2 is 2m > ttl without 2m overflowing; and a minimum near
+	// MaxInt64 plus the fraction wraps the margin negative.
+	if m := c.margin(ttl); m < 0 {
+		return invalidf("ttl %v is too short for the drift margin %.0f%% + %v", ttl, 100*c.driftFrac, c.driftMin)
+	} else if m > ttl/2 {
 		return invalidf("ttl %v is too short for the drift margin %v", ttl, m)
 	}
 	return nil
@@ -212,7 +216,13 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 		} else if err := c.sleep(ctx, wait); err != nil {
 			return nil, err
 		}
-		backoff = min(2*backoff, c.maxBackoff)
+		// Doubled without overflow: WithBackoff allows any max >= min, and
+		// the expiry hint keeps each wait short while backoff grows.
+		if backoff <= c.maxBackoff/2 {
+			backoff *= 2
+		} else {
+			backoff = c.maxBackoff
+		}
 	}
 }
 
