@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,9 @@ func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts
 		{"TokensRiseAcrossExpiry", s.tokensRiseAcrossExpiry},
 		{"TokensPerKeyIndependentOfOthers", s.tokensPerKey},
 		{"RenewKeepsToken", s.renewKeepsToken},
+		{"HeldUntilTTL", s.heldUntilTTL},
+		{"RenewCanShorten", s.renewCanShorten},
+		{"FailedAcquireChangesNothing", s.failedAcquireChangesNothing},
 		{"RenewAfterExpiryFails", s.renewAfterExpiryFails},
 		{"SecretIDRequired", s.secretIDRequired},
 		{"ReleaseSupersededFails", s.releaseSupersededFails},
@@ -79,8 +83,11 @@ func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts
 		{"RaceOneKey", s.raceOneKey},
 		{"ExclusionUnderChurn", s.exclusionUnderChurn},
 		{"GetAndList", s.getAndList},
+		{"ListLiteralPrefixByteOrder", s.listLiteralPrefixByteOrder},
+		{"RelatedKeysIndependent", s.relatedKeysIndependent},
 		{"KeysKeptIntact", s.keysKeptIntact},
 		{"BadInput", s.badInput},
+		{"InputLimitsAccepted", s.inputLimitsAccepted},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, newBackend(t)) })
 	}
@@ -126,15 +133,61 @@ func mustAcquire(t *testing.T, b lease.Backend, k, owner string, ttl time.Durati
 	return l
 }
 
+// sentinels are the kinds of error callers tell apart with errors.Is.
+var sentinels = []error{
+	lease.ErrHeld, lease.ErrNotHeld, lease.ErrNotFound, lease.ErrInvalid,
+	lease.ErrUnavailable, lease.ErrLost, lease.ErrReleased, lease.ErrStaleToken,
+}
+
+// errIs reports whether err matches want and no other kind of error in
+// sentinels: a caller that sorts errors by kind (retry on ErrUnavailable,
+// give up on ErrInvalid, wait on ErrHeld) must take one branch only.
+func errIs(err, want error) bool {
+	if !errors.Is(err, want) {
+		return false
+	}
+	for _, other := range sentinels {
+		if other != want && errors.Is(err, other) {
+			return false
+		}
+	}
+	return true
+}
+
+// clockSlack is how far apart the backend's clock and the test's may be.
+// Backends under test run on this machine or its network; Expires is only
+// checked to be plausible (about TTL after the call that set it), which
+// catches an expiry computed from the wrong base or without the TTL.
+const clockSlack = 5 * time.Second
+
+// checkExpires checks that expires is about ttl after a call that ran from
+// before to after on the test's clock. Later by up to the backend's settle
+// time is allowed: a coarse backend may report when it will really expire.
+func (s *suite) checkExpires(t *testing.T, what string, expires time.Time, ttl time.Duration, before, after time.Time) {
+	t.Helper()
+	if lo, hi := before.Add(ttl-clockSlack), after.Add(ttl+s.cfg.settle+clockSlack); expires.Before(lo) || expires.After(hi) {
+		t.Errorf("%s: Expires is %v after the call began, want about its TTL %v", what, expires.Sub(before), ttl)
+	}
+}
+
 // waitExpired waits until the backend no longer reports a lease on k, at
-// least the TTL after it was granted.
+// least the TTL after it was granted, and checks that List agrees.
 func (s *suite) waitExpired(t *testing.T, b lease.Backend, k string, ttl time.Duration) {
 	t.Helper()
 	time.Sleep(ttl)
 	deadline := time.Now().Add(s.cfg.settle)
 	for {
 		_, err := b.Get(ctxFor(t), k)
-		if errors.Is(err, lease.ErrNotFound) {
+		if errIs(err, lease.ErrNotFound) {
+			list, err := b.List(ctxFor(t), k)
+			if err != nil {
+				t.Fatalf("List(%q) after expiry: %v", k, err)
+			}
+			for _, l := range list {
+				if l.Key == k {
+					t.Fatalf("List(%q) returns the lease that Get says has expired: %+v", k, l)
+				}
+			}
 			return
 		}
 		if err != nil {
@@ -149,7 +202,9 @@ func (s *suite) waitExpired(t *testing.T, b lease.Backend, k string, ttl time.Du
 
 func (s *suite) acquireReturnsLease(t *testing.T, b lease.Backend) {
 	k := key(t, "a")
+	before := time.Now()
 	l := mustAcquire(t, b, k, "worker-a", longTTL)
+	s.checkExpires(t, "Acquire", l.Expires, longTTL, before, time.Now())
 	if l.Key != k || l.Owner != "worker-a" || l.TTL != longTTL {
 		t.Errorf("lease = %+v, want key %q, owner worker-a, ttl %v", l, k, longTTL)
 	}
@@ -170,11 +225,12 @@ func (s *suite) acquireReturnsLease(t *testing.T, b lease.Backend) {
 
 func (s *suite) heldByOther(t *testing.T, b lease.Backend) {
 	k := key(t, "held")
+	before := time.Now()
 	l := mustAcquire(t, b, k, "worker-a", longTTL)
 	for _, owner := range []string{"worker-b", "worker-a"} {
 		_, err := b.Acquire(ctxFor(t), k, owner, longTTL)
-		if !errors.Is(err, lease.ErrHeld) {
-			t.Fatalf("second Acquire by %s: err = %v, want ErrHeld", owner, err)
+		if !errIs(err, lease.ErrHeld) {
+			t.Fatalf("second Acquire by %s: err = %v, want ErrHeld (and no other kind)", owner, err)
 		}
 		var he *lease.HeldError
 		if !errors.As(err, &he) {
@@ -183,9 +239,10 @@ func (s *suite) heldByOther(t *testing.T, b lease.Backend) {
 		if he.Owner != "worker-a" || he.Token != l.Token || he.Key != k {
 			t.Errorf("HeldError = %+v, want owner worker-a, token %d, key %q", he, l.Token, k)
 		}
+		s.checkExpires(t, "HeldError", he.Expires, longTTL, before, time.Now())
 	}
-	if got, err := b.Get(ctxFor(t), k); err != nil || got.Token != l.Token {
-		t.Errorf("after failed acquires Get = %+v, %v; want token %d", got, err, l.Token)
+	if got, err := b.Get(ctxFor(t), k); err != nil || got.Token != l.Token || got.Owner != "worker-a" {
+		t.Errorf("after failed acquires Get = %+v, %v; want worker-a's token %d", got, err, l.Token)
 	}
 }
 
@@ -247,10 +304,13 @@ func (s *suite) renewKeepsToken(t *testing.T, b lease.Backend) {
 	k := key(t, "renew")
 	l := mustAcquire(t, b, k, "worker-a", s.cfg.expiryTTL*4)
 	for range 3 {
+		before := time.Now()
 		r, err := b.Renew(ctxFor(t), l, longTTL)
 		if err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
+		// Each renewal counts from now, not from the previous expiry.
+		s.checkExpires(t, "Renew", r.Expires, longTTL, before, time.Now())
 		if r.Token != l.Token || r.ID != l.ID || r.Key != k || r.Owner != "worker-a" {
 			t.Fatalf("Renew changed the lease: %+v, was %+v", r, l)
 		}
@@ -264,9 +324,113 @@ func (s *suite) renewKeepsToken(t *testing.T, b lease.Backend) {
 	}
 	// Renewed to a long TTL, it outlives its first TTL.
 	time.Sleep(s.cfg.expiryTTL * 5)
-	if got, err := b.Get(ctxFor(t), k); err != nil || got.Token != l.Token {
+	got, err := b.Get(ctxFor(t), k)
+	if err != nil || got.Token != l.Token {
 		t.Fatalf("renewed lease gone after its first TTL: %+v, %v", got, err)
 	}
+	if got.TTL != longTTL {
+		t.Errorf("Get after Renew: TTL = %v, want the renewed %v", got.TTL, longTTL)
+	}
+}
+
+// heldUntilTTL checks that a lease is not lost before its TTL has passed,
+// after Acquire and after Renew. On the test's clock, a Get or Acquire that
+// has returned less than the TTL after the granting call began ran before
+// the lease could expire, and must still see it held; a check that returns
+// later proves nothing, and a slow round is tried again.
+func (s *suite) heldUntilTTL(t *testing.T, b lease.Backend) {
+	ttl := max(2*s.cfg.expiryTTL, 200*time.Millisecond)
+	for _, renew := range []bool{false, true} {
+		what := "Acquire"
+		if renew {
+			what = "Renew"
+		}
+		for attempt := 1; !s.heldFor(t, b, what, ttl, renew); attempt++ {
+			if attempt == 10 {
+				t.Skipf("%s: the backend never answered fast enough to check a %v TTL", what, ttl)
+			}
+		}
+	}
+}
+
+// heldFor grants (or grants and renews) a lease with ttl and polls it until
+// 3/4 of ttl; it reports false if its checks were too slow to tell.
+func (s *suite) heldFor(t *testing.T, b lease.Backend, what string, ttl time.Duration, renew bool) bool {
+	k := key(t, "until-ttl")
+	var (
+		start time.Time
+		l     lease.Lease
+	)
+	if renew {
+		l = mustAcquire(t, b, k, "worker-a", longTTL)
+		start = time.Now()
+		r, err := b.Renew(ctxFor(t), l, ttl)
+		if err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		l = r
+	} else {
+		start = time.Now()
+		l = mustAcquire(t, b, k, "worker-a", ttl)
+	}
+	defer func() { _ = b.Release(ctxFor(t), l) }()
+	for {
+		got, gerr := b.Get(ctxFor(t), k)
+		_, aerr := b.Acquire(ctxFor(t), k, "worker-b", longTTL)
+		elapsed := time.Since(start)
+		if elapsed >= ttl {
+			return false
+		}
+		if gerr != nil || got.Token != l.Token {
+			t.Fatalf("after %s with TTL %v the lease is gone within %v: Get = %+v, %v", what, ttl, elapsed, got, gerr)
+		}
+		if !errIs(aerr, lease.ErrHeld) {
+			t.Fatalf("after %s with TTL %v another owner's Acquire within %v: err = %v, want ErrHeld", what, ttl, elapsed, aerr)
+		}
+		if elapsed >= ttl*3/4 {
+			return true
+		}
+		time.Sleep(ttl / 20)
+	}
+}
+
+// renewCanShorten checks that Renew sets the expiry to ttl from now, even
+// when that is earlier than the lease's current expiry.
+func (s *suite) renewCanShorten(t *testing.T, b lease.Backend) {
+	k := key(t, "shorten")
+	ttl := s.cfg.expiryTTL
+	l := mustAcquire(t, b, k, "worker-a", longTTL)
+	r, err := b.Renew(ctxFor(t), l, ttl)
+	if err != nil {
+		t.Fatalf("Renew to a shorter TTL: %v", err)
+	}
+	if r.TTL != ttl || r.Token != l.Token {
+		t.Fatalf("Renew to %v: %+v, want TTL %v and token %d", ttl, r, ttl, l.Token)
+	}
+	s.waitExpired(t, b, k, ttl)
+}
+
+// failedAcquireChangesNothing checks that an Acquire refused with ErrHeld
+// leaves the holder's lease as it was: it still expires at its own TTL.
+func (s *suite) failedAcquireChangesNothing(t *testing.T, b lease.Backend) {
+	k := key(t, "failed-acquire")
+	ttl := 4 * s.cfg.expiryTTL
+	start := time.Now()
+	l := mustAcquire(t, b, k, "worker-a", ttl)
+	for _, owner := range []string{"worker-b", "worker-a"} {
+		_, err := b.Acquire(ctxFor(t), k, owner, longTTL)
+		if err == nil && time.Since(start) >= ttl {
+			t.Skipf("too slow to check: the lease's TTL %v passed before the second Acquire", ttl)
+		}
+		if !errIs(err, lease.ErrHeld) {
+			t.Fatalf("Acquire of a held key by %s: err = %v, want ErrHeld", owner, err)
+		}
+	}
+	got, err := b.Get(ctxFor(t), k)
+	if err == nil && (got.Token != l.Token || got.Owner != "worker-a") || err != nil && time.Since(start) < ttl {
+		t.Fatalf("after refused acquires Get = %+v, %v; want worker-a's token %d", got, err, l.Token)
+	}
+	s.waitExpired(t, b, k, ttl-time.Since(start))
 }
 
 func (s *suite) renewAfterExpiryFails(t *testing.T, b lease.Backend) {
@@ -274,13 +438,13 @@ func (s *suite) renewAfterExpiryFails(t *testing.T, b lease.Backend) {
 	ttl := s.cfg.expiryTTL
 	l := mustAcquire(t, b, k, "worker-a", ttl)
 	s.waitExpired(t, b, k, ttl)
-	if _, err := b.Renew(ctxFor(t), l, longTTL); !errors.Is(err, lease.ErrNotHeld) {
+	if _, err := b.Renew(ctxFor(t), l, longTTL); !errIs(err, lease.ErrNotHeld) {
 		t.Fatalf("Renew after expiry: err = %v, want ErrNotHeld", err)
 	}
-	if _, err := b.Get(ctxFor(t), k); !errors.Is(err, lease.ErrNotFound) {
+	if _, err := b.Get(ctxFor(t), k); !errIs(err, lease.ErrNotFound) {
 		t.Fatalf("failed Renew revived the lease: Get err = %v", err)
 	}
-	if err := b.Release(ctxFor(t), l); !errors.Is(err, lease.ErrNotHeld) {
+	if err := b.Release(ctxFor(t), l); !errIs(err, lease.ErrNotHeld) {
 		t.Fatalf("Release after expiry: err = %v, want ErrNotHeld", err)
 	}
 }
@@ -288,21 +452,39 @@ func (s *suite) renewAfterExpiryFails(t *testing.T, b lease.Backend) {
 func (s *suite) secretIDRequired(t *testing.T, b lease.Backend) {
 	k := key(t, "secret")
 	l := mustAcquire(t, b, k, "worker-a", longTTL)
+	other := mustAcquire(t, b, key(t, "secret-other"), "worker-b", longTTL)
 	forged := l
 	forged.ID = lease.NewID()
-	if _, err := b.Renew(ctxFor(t), forged, longTTL); !errors.Is(err, lease.ErrNotHeld) {
+	if _, err := b.Renew(ctxFor(t), forged, longTTL); !errIs(err, lease.ErrNotHeld) {
 		t.Errorf("Renew with a wrong ID: err = %v, want ErrNotHeld", err)
 	}
-	if err := b.Release(ctxFor(t), forged); !errors.Is(err, lease.ErrNotHeld) {
+	if err := b.Release(ctxFor(t), forged); !errIs(err, lease.ErrNotHeld) {
 		t.Errorf("Release with a wrong ID: err = %v, want ErrNotHeld", err)
 	}
 	wrongToken := l
 	wrongToken.Token = l.Token + 1
-	if err := b.Release(ctxFor(t), wrongToken); !errors.Is(err, lease.ErrNotHeld) {
+	if _, err := b.Renew(ctxFor(t), wrongToken, longTTL); !errIs(err, lease.ErrNotHeld) {
+		t.Errorf("Renew with a wrong token: err = %v, want ErrNotHeld", err)
+	}
+	if err := b.Release(ctxFor(t), wrongToken); !errIs(err, lease.ErrNotHeld) {
 		t.Errorf("Release with a wrong token: err = %v, want ErrNotHeld", err)
+	}
+	// The right ID and token prove nothing about another key, held or free.
+	for _, k2 := range []string{other.Key, key(t, "secret-free")} {
+		wrongKey := l
+		wrongKey.Key = k2
+		if _, err := b.Renew(ctxFor(t), wrongKey, longTTL); !errIs(err, lease.ErrNotHeld) {
+			t.Errorf("Renew naming key %q with the ID and token of %q: err = %v, want ErrNotHeld", k2, k, err)
+		}
+		if err := b.Release(ctxFor(t), wrongKey); !errIs(err, lease.ErrNotHeld) {
+			t.Errorf("Release naming key %q with the ID and token of %q: err = %v, want ErrNotHeld", k2, k, err)
+		}
 	}
 	if got, err := b.Get(ctxFor(t), k); err != nil || got.Token != l.Token {
 		t.Fatalf("forged calls disturbed the lease: Get = %+v, %v", got, err)
+	}
+	if got, err := b.Get(ctxFor(t), other.Key); err != nil || got.Token != other.Token {
+		t.Fatalf("forged calls disturbed another key's lease: Get = %+v, %v", got, err)
 	}
 	if _, err := b.Renew(ctxFor(t), l, longTTL); err != nil {
 		t.Fatalf("Renew with the real ID after forgeries: %v", err)
@@ -321,10 +503,10 @@ func (s *suite) releaseSupersededFails(t *testing.T, b lease.Backend) {
 	if bl.Token <= a.Token {
 		t.Fatalf("successor token %d not above %d", bl.Token, a.Token)
 	}
-	if err := b.Release(ctxFor(t), a); !errors.Is(err, lease.ErrNotHeld) {
+	if err := b.Release(ctxFor(t), a); !errIs(err, lease.ErrNotHeld) {
 		t.Fatalf("Release of the superseded lease: err = %v, want ErrNotHeld", err)
 	}
-	if _, err := b.Renew(ctxFor(t), a, longTTL); !errors.Is(err, lease.ErrNotHeld) {
+	if _, err := b.Renew(ctxFor(t), a, longTTL); !errIs(err, lease.ErrNotHeld) {
 		t.Fatalf("Renew of the superseded lease: err = %v, want ErrNotHeld", err)
 	}
 	got, err := b.Get(ctxFor(t), k)
@@ -342,10 +524,13 @@ func (s *suite) releaseTwiceFails(t *testing.T, b lease.Backend) {
 	if err := b.Release(ctxFor(t), l); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if err := b.Release(ctxFor(t), l); !errors.Is(err, lease.ErrNotHeld) {
+	if err := b.Release(ctxFor(t), l); !errIs(err, lease.ErrNotHeld) {
 		t.Fatalf("second Release: err = %v, want ErrNotHeld", err)
 	}
-	if _, err := b.Get(ctxFor(t), k); !errors.Is(err, lease.ErrNotFound) {
+	if _, err := b.Renew(ctxFor(t), l, longTTL); !errIs(err, lease.ErrNotHeld) {
+		t.Fatalf("Renew after Release: err = %v, want ErrNotHeld", err)
+	}
+	if _, err := b.Get(ctxFor(t), k); !errIs(err, lease.ErrNotFound) {
 		t.Fatalf("Get after Release: err = %v, want ErrNotFound", err)
 	}
 }
@@ -372,7 +557,7 @@ func (s *suite) raceOneKey(t *testing.T, b lease.Backend) {
 					mu.Lock()
 					winners = append(winners, l)
 					mu.Unlock()
-				case !errors.Is(err, lease.ErrHeld):
+				case !errIs(err, lease.ErrHeld):
 					t.Errorf("racer %d: %v", i, err)
 				}
 			}()
@@ -449,6 +634,7 @@ func (s *suite) getAndList(t *testing.T, b lease.Backend) {
 	base := key(t, "list")
 	ka, kb, kc := base+"/a", base+"/b", base+"/c"
 	other := base + "x/a" // shares the string prefix base+"/"? no: a sibling
+	before := time.Now()
 	lb := mustAcquire(t, b, kb, "owner-b", longTTL)
 	la := mustAcquire(t, b, ka, "owner-a", longTTL)
 	lc := mustAcquire(t, b, kc, "owner-c", longTTL)
@@ -461,10 +647,11 @@ func (s *suite) getAndList(t *testing.T, b lease.Backend) {
 	if got.Token != la.Token || got.Owner != "owner-a" || got.Key != ka || got.TTL != longTTL || got.Expires.IsZero() {
 		t.Errorf("Get = %+v, want the lease %+v", got, la)
 	}
+	s.checkExpires(t, "Get", got.Expires, longTTL, before, time.Now())
 	if !got.ID.IsZero() {
 		t.Error("Get returned the secret ID")
 	}
-	if _, err := b.Get(ctxFor(t), base+"/none"); !errors.Is(err, lease.ErrNotFound) {
+	if _, err := b.Get(ctxFor(t), base+"/none"); !errIs(err, lease.ErrNotFound) {
 		t.Errorf("Get of a free key: err = %v, want ErrNotFound", err)
 	}
 	if err := b.Release(ctxFor(t), lc); err != nil {
@@ -490,6 +677,92 @@ func (s *suite) getAndList(t *testing.T, b lease.Backend) {
 	empty, err := b.List(ctxFor(t), base+"/zzz")
 	if err != nil || len(empty) != 0 {
 		t.Errorf("List of an unused prefix = %v, %v; want none", empty, err)
+	}
+}
+
+// listLiteralPrefixByteOrder checks that List's prefix is a string, not a
+// pattern (characters that are wildcards to LIKE, glob or Redis MATCH are
+// themselves), and that List orders keys by their bytes, as Go compares
+// strings, not by a collation.
+func (s *suite) listLiteralPrefixByteOrder(t *testing.T, b lease.Backend) {
+	base := key(t, "literal") + "/"
+	// Each pattern-like name, and a name the pattern would match.
+	pairs := [][2]string{
+		{"a_b", "axb"},
+		{"p%q", "pzzq"},
+		{"s*t", "sxxt"},
+		{"u?v", "uwv"},
+		{"[r]", "r"},
+		{`b\c`, "bc"},
+		{"Z", "z"},
+	}
+	var all []string
+	for _, p := range pairs {
+		for _, name := range p {
+			k := base + name + "/1"
+			mustAcquire(t, b, k, "o", longTTL)
+			all = append(all, k)
+		}
+	}
+	slices.Sort(all)
+	keysOf := func(ls []lease.Lease) []string {
+		var keys []string
+		for _, l := range ls {
+			keys = append(keys, l.Key)
+		}
+		return keys
+	}
+	list, err := b.List(ctxFor(t), base)
+	if err != nil {
+		t.Fatalf("List(%q): %v", base, err)
+	}
+	if got := keysOf(list); !slices.Equal(got, all) {
+		t.Errorf("List(%q) keys = %q, want %q in byte order", base, got, all)
+	}
+	for _, p := range pairs {
+		prefix := base + p[0] + "/"
+		list, err := b.List(ctxFor(t), prefix)
+		if err != nil {
+			t.Fatalf("List(%q): %v", prefix, err)
+		}
+		if got, want := keysOf(list), []string{prefix + "1"}; !slices.Equal(got, want) {
+			t.Errorf("List(%q) keys = %q, want %q only", prefix, got, want)
+		}
+	}
+}
+
+// relatedKeysIndependent checks that keys that are prefixes of one another,
+// or differ only in case or in a trailing space, are distinct keys to
+// Acquire, Get and Release.
+func (s *suite) relatedKeysIndependent(t *testing.T, b lease.Backend) {
+	base := key(t, "related")
+	var others []lease.Lease
+	for _, k := range []string{base + "/child", base + "x", base + "/Case", base + "/space "} {
+		others = append(others, mustAcquire(t, b, k, "owner of "+k, longTTL))
+	}
+	if got, err := b.Get(ctxFor(t), base); !errIs(err, lease.ErrNotFound) {
+		t.Errorf("Get(%q), free, while keys it is a prefix of are held = %+v, %v; want ErrNotFound", base, got, err)
+	}
+	var mine []lease.Lease
+	for _, k := range []string{base, base + "/case", base + "/space"} {
+		l, err := b.Acquire(ctxFor(t), k, "owner of "+k, longTTL)
+		if err != nil {
+			t.Fatalf("Acquire(%q) while only related keys are held: %v", k, err)
+		}
+		if got, err := b.Get(ctxFor(t), k); err != nil || got.Key != k || got.Token != l.Token || got.Owner != "owner of "+k {
+			t.Errorf("Get(%q) = %+v, %v; want the lease %+v", k, got, err, l)
+		}
+		mine = append(mine, l)
+	}
+	for _, l := range mine {
+		if err := b.Release(ctxFor(t), l); err != nil {
+			t.Fatalf("Release(%q): %v", l.Key, err)
+		}
+	}
+	for _, o := range others {
+		if got, err := b.Get(ctxFor(t), o.Key); err != nil || got.Key != o.Key || got.Token != o.Token || got.Owner != o.Owner {
+			t.Errorf("after releasing related keys, Get(%q) = %+v, %v; want the lease %+v", o.Key, got, err, o)
+		}
 	}
 }
 
@@ -545,7 +818,7 @@ func (s *suite) badInput(t *testing.T, b lease.Backend) {
 			}()
 			err = f()
 		}()
-		if !errors.Is(err, lease.ErrInvalid) {
+		if !errIs(err, lease.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", what, err)
 		}
 	}
@@ -558,10 +831,39 @@ func (s *suite) badInput(t *testing.T, b lease.Backend) {
 		check(t, "Release with key "+name, func() error { return b.Release(ctx, bad) })
 		check(t, "Get with key "+name, func() error { _, err := b.Get(ctx, k); return err })
 	}
-	check(t, "Acquire with empty owner", func() error { _, err := b.Acquire(ctx, key(t, "o"), "", longTTL); return err })
+	badOwners := map[string]string{
+		"empty":         "",
+		"too long":      strings.Repeat("o", lease.MaxKeyLen+1),
+		"NUL":           "o\x00o",
+		"newline":       "o\no",
+		"C1 control":    "o\u0085o",
+		"invalid UTF-8": "o\xffo",
+	}
+	for name, owner := range badOwners {
+		check(t, "Acquire with owner "+name, func() error { _, err := b.Acquire(ctx, key(t, "o"), owner, longTTL); return err })
+	}
 	for _, ttl := range badTTLs {
 		check(t, fmt.Sprintf("Acquire with ttl %v", ttl), func() error { _, err := b.Acquire(ctx, key(t, "ttl"), "o", ttl); return err })
 		check(t, fmt.Sprintf("Renew with ttl %v", ttl), func() error { _, err := b.Renew(ctx, valid, ttl); return err })
+	}
+	if wa, ok := b.(lease.WaitAcquirer); ok {
+		// On a held key, so that a backend that queued bad input instead of
+		// refusing it would be seen to wait (bounded, not for ever).
+		wait := func(k, owner string, ttl time.Duration) error {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := wa.AcquireWait(ctx, k, owner, ttl)
+			return err
+		}
+		for name, k := range badKeys {
+			check(t, "AcquireWait with key "+name, func() error { return wait(k, "o", longTTL) })
+		}
+		for name, owner := range badOwners {
+			check(t, "AcquireWait with owner "+name, func() error { return wait(good, owner, longTTL) })
+		}
+		for _, ttl := range badTTLs {
+			check(t, fmt.Sprintf("AcquireWait with ttl %v", ttl), func() error { return wait(good, "o", ttl) })
+		}
 	}
 	zeroToken, zeroID, hugeToken := valid, valid, valid
 	zeroToken.Token = 0
@@ -574,6 +876,35 @@ func (s *suite) badInput(t *testing.T, b lease.Backend) {
 	// None of it disturbed the valid lease.
 	if got, err := b.Get(ctx, good); err != nil || got.Token != valid.Token {
 		t.Fatalf("bad input disturbed a valid lease: %+v, %v", got, err)
+	}
+}
+
+// inputLimitsAccepted checks that the limits themselves are valid: an owner
+// of MaxKeyLen bytes and TTLs of exactly MinTTL and MaxTTL. (A key of
+// MaxKeyLen bytes is in KeysKeptIntact.)
+func (s *suite) inputLimitsAccepted(t *testing.T, b lease.Backend) {
+	owner := strings.Repeat("o", lease.MaxKeyLen)
+	k := key(t, "limits")
+	l, err := b.Acquire(ctxFor(t), k, owner, lease.MaxTTL)
+	if err != nil {
+		t.Fatalf("Acquire with an owner of %d bytes and TTL MaxTTL: %v", len(owner), err)
+	}
+	if l.Owner != owner || l.TTL != lease.MaxTTL {
+		t.Errorf("Acquire = owner of %d bytes, TTL %v; want %d bytes, %v", len(l.Owner), l.TTL, len(owner), lease.MaxTTL)
+	}
+	if l, err = b.Renew(ctxFor(t), l, lease.MaxTTL); err != nil {
+		t.Fatalf("Renew with TTL MaxTTL: %v", err)
+	}
+	if l, err = b.Renew(ctxFor(t), l, lease.MinTTL); err != nil {
+		t.Fatalf("Renew with TTL MinTTL: %v", err)
+	}
+	if l.TTL != lease.MinTTL {
+		t.Errorf("Renew with TTL MinTTL: TTL = %v", l.TTL)
+	}
+	if l, err = b.Acquire(ctxFor(t), key(t, "limits-min"), "o", lease.MinTTL); err != nil {
+		t.Fatalf("Acquire with TTL MinTTL: %v", err)
+	} else if l.TTL != lease.MinTTL {
+		t.Errorf("Acquire with TTL MinTTL: TTL = %v", l.TTL)
 	}
 }
 
@@ -632,9 +963,11 @@ func (s *suite) waitAcquirer(t *testing.T, b lease.Backend) {
 	ttl := s.cfg.expiryTTL
 	short := mustAcquire(t, b, k, "short", ttl)
 	start := time.Now()
-	l, err := wa.AcquireWait(ctxFor(t), k, "after-expiry", longTTL)
+	wctx, wcancel := context.WithTimeout(ctxFor(t), ttl+s.cfg.settle+time.Second)
+	defer wcancel()
+	l, err := wa.AcquireWait(wctx, k, "after-expiry", longTTL)
 	if err != nil {
-		t.Fatalf("AcquireWait across an expiry: %v", err)
+		t.Fatalf("AcquireWait across an expiry of %v, not served within %v: %v", ttl, time.Since(start), err)
 	}
 	if l.Token <= short.Token {
 		t.Fatalf("token %d not above %d", l.Token, short.Token)
@@ -646,8 +979,12 @@ func (s *suite) waitAcquirer(t *testing.T, b lease.Backend) {
 	// A waiter whose context ends gives up its place and holds nothing.
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
-	if _, err := wa.AcquireWait(ctx, k, "impatient", longTTL); err == nil {
+	_, err = wa.AcquireWait(ctx, k, "impatient", longTTL)
+	if err == nil {
 		t.Fatal("AcquireWait with an expiring context acquired a held key")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && !errIs(err, lease.ErrHeld) {
+		t.Errorf("AcquireWait whose context ended: err = %v, want the context's error or ErrHeld", err)
 	}
 	if err := b.Release(ctxFor(t), l); err != nil {
 		t.Fatal(err)
@@ -709,7 +1046,7 @@ func (s *suite) reopen(t *testing.T, b lease.Backend) {
 	if l.Token <= last {
 		t.Fatalf("after reopen: token %d, not above %d issued before (I1)", l.Token, last)
 	}
-	if _, err := b.Acquire(ctxFor(t), held, "thief", longTTL); !errors.Is(err, lease.ErrHeld) {
+	if _, err := b.Acquire(ctxFor(t), held, "thief", longTTL); !errIs(err, lease.ErrHeld) {
 		t.Fatalf("after reopen a held lease was handed out: err = %v", err)
 	}
 	if _, err := b.Renew(ctxFor(t), h, longTTL); err != nil {
