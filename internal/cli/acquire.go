@@ -43,7 +43,7 @@ current holder for up to 5s.
 			if err := lease.ValidateOwner(owner); err != nil {
 				return err
 			}
-			b, err := rf.backend(a)
+			b, err := rf.oneShot(a)
 			if err != nil {
 				return err
 			}

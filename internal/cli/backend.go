@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,12 +105,22 @@ func openBackend(ctx context.Context, spec, dataDir string, allowVolatile bool) 
 func parseEtcdSpec(spec string) (endpoints []string, prefix string, err error) {
 	rest, ok := strings.CutPrefix(spec, "etcd://")
 	if !ok {
-		return nil, "", fmt.Errorf("--backend %q: want etcd://host:port[,host:port…][/prefix]", spec)
+		return nil, "", fmt.Errorf("--backend %q: want etcd://host:port[,host:port…][/prefix]", redact(spec))
 	}
 	hosts, path, hasPath := strings.Cut(rest, "/")
+	if strings.Contains(hosts, "@") {
+		// Never echoed: it would show the password.
+		return nil, "", fmt.Errorf("--backend %q: a user and password in etcd:// are not supported", redact(spec))
+	}
 	for _, h := range strings.Split(hosts, ",") {
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			return nil, "", fmt.Errorf("--backend %q: endpoint %q: %v", spec, h, err)
+		_, port, err := net.SplitHostPort(h)
+		if err == nil {
+			if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+				err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
+			}
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("--backend %q: endpoint %q: %v", redact(spec), h, err)
 		}
 		endpoints = append(endpoints, "http://"+h)
 	}
@@ -130,15 +142,20 @@ func openBolt(dir string) (*openedBackend, error) {
 	return &openedBackend{Backend: s, desc: "bolt:" + path, close: s.Close}, nil
 }
 
-// redact drops the userinfo of a URL-like spec, so that passwords in
-// connection strings stay out of logs and error messages.
+// secretSetting matches a password setting and its value, in a URL's query
+// (postgres://db/x?password=…, sslpassword=…, which pgx reads) or in a
+// keyword/value connection string (password='…').
+var secretSetting = regexp.MustCompile(`(?i)([a-z_]*password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]*)`)
+
+// redact drops the userinfo of a URL-like spec and the value of every
+// password setting in it, so that passwords in connection strings stay out
+// of logs and error messages.
 func redact(spec string) string {
-	scheme, rest, ok := strings.Cut(spec, "://")
-	if !ok {
-		return spec
+	if scheme, rest, ok := strings.Cut(spec, "://"); ok {
+		if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
+			rest = "…@" + rest[at+1:]
+		}
+		spec = scheme + "://" + rest
 	}
-	if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
-		rest = "…@" + rest[at+1:]
-	}
-	return scheme + "://" + rest
+	return secretSetting.ReplaceAllString(spec, "${1}…")
 }

@@ -23,7 +23,7 @@ func newGetCommand(a *app) *cobra.Command {
 			if err := lease.ValidateKey(key); err != nil {
 				return err
 			}
-			b, err := rf.backend(a)
+			b, err := rf.oneShot(a)
 			if err != nil {
 				return err
 			}

@@ -20,7 +20,7 @@ func newListCommand(a *app) *cobra.Command {
 ` + remoteEnvHelp + "\n\n" + exitCodesHelp,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := rf.backend(a)
+			b, err := rf.oneShot(a)
 			if err != nil {
 				return err
 			}

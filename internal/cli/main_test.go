@@ -167,7 +167,7 @@ func cliOnClock(t *testing.T, b lease.Backend, clock lease.Clock, env map[string
 		stdout: &out,
 		stderr: &errb,
 		getenv: func(k string) string { return env[k] },
-		dial: func(url, token string) (lease.Backend, error) {
+		dial: func(url, token string, _ time.Duration) (lease.Backend, error) {
 			r.url, r.token = url, token
 			return b, nil
 		},

@@ -93,6 +93,12 @@ func quoteIfNeeded(s string) string {
 // describeHolder says who holds a key, for the one-line refusals of acquire
 // and run.
 func describeHolder(he *lease.HeldError) string {
+	if he.Owner == "" && he.Token == 0 {
+		// The backend said "held" without saying by whom (a concurrent
+		// acquire won the race, or others queue for the key): an empty
+		// owner and token 0 would read as "held by nobody".
+		return fmt.Sprintf("%q is held by another owner", he.Key)
+	}
 	s := fmt.Sprintf("%q is held by %q (token %d)", he.Key, he.Owner, he.Token)
 	if !he.Expires.IsZero() {
 		s += " until " + he.Expires.UTC().Format(expiresLayout)

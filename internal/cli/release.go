@@ -25,7 +25,7 @@ fails, changing nothing, if that lease is no longer the current one.
 			if err != nil {
 				return err
 			}
-			b, err := rf.backend(a)
+			b, err := rf.oneShot(a)
 			if err != nil {
 				return err
 			}

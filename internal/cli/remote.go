@@ -22,8 +22,9 @@ const (
 )
 
 // dialFunc returns a backend that talks to the server at url with the bearer
-// token (empty: none).
-type dialFunc func(url, token string) (lease.Backend, error)
+// token (empty: none), giving up on each request after timeout (0: the
+// client's own default).
+type dialFunc func(url, token string, timeout time.Duration) (lease.Backend, error)
 
 // remoteFlags are the flags of every command that talks to a server.
 type remoteFlags struct {
@@ -57,8 +58,18 @@ func (r *remoteFlags) check() error {
 	return nil
 }
 
-// backend dials the server the flags and environment name.
-func (r *remoteFlags) backend(a *app) (lease.Backend, error) {
+// backend dials the server the flags and environment name for lease run,
+// whose Client bounds its calls itself; each request keeps the HTTP client's
+// default bound, so that a renewal stuck on a dead connection is tried again
+// within the lease's deadline.
+func (r *remoteFlags) backend(a *app) (lease.Backend, error) { return r.dial(a, 0) }
+
+// oneShot dials the server for a command that makes one call and then exits
+// (acquire, renew, release, get, list): a request may take all of --timeout,
+// as documented, rather than the HTTP client's shorter default.
+func (r *remoteFlags) oneShot(a *app) (lease.Backend, error) { return r.dial(a, r.timeout) }
+
+func (r *remoteFlags) dial(a *app, timeout time.Duration) (lease.Backend, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
@@ -69,7 +80,7 @@ func (r *remoteFlags) backend(a *app) (lease.Backend, error) {
 	if url == "" {
 		url = DefaultServer
 	}
-	b, err := a.dial(url, a.getenv(EnvAuthToken))
+	b, err := a.dial(url, a.getenv(EnvAuthToken), timeout)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", url, err)
 	}

@@ -31,7 +31,7 @@ was released or was superseded.
 			if err := lease.ValidateTTL(ttl); err != nil {
 				return err
 			}
-			b, err := rf.backend(a)
+			b, err := rf.oneShot(a)
 			if err != nil {
 				return err
 			}
