@@ -46,13 +46,18 @@ func TestAcquireJSONIsTheAPILease(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
-	// The printed id must be the lease's secret: it releases the lease.
-	pid, err := lease.ParseID(id)
-	if err != nil {
+	// The printed id must be the lease's secret: it releases the lease,
+	// and release -o json prints what the API answers, {} (DESIGN.md:
+	// -o json on acquire|renew|release|get|list).
+	if _, err := lease.ParseID(id); err != nil {
 		t.Fatalf("id %q: %v", id, err)
 	}
-	if err := b.Release(t.Context(), lease.Lease{Key: cur.Key, Token: cur.Token, ID: pid}); err != nil {
-		t.Errorf("releasing with the printed id: %v", err)
+	r = cli(t, b, nil, nil, "release", "jobs/nightly", "--id", id, "--token", strconv.FormatUint(uint64(cur.Token), 10), "-o", "json")
+	if r.code != ExitOK || r.stdout != "{}\n" {
+		t.Errorf("release -o json with the printed id: exit %d, stdout %q, stderr %q; want 0 and {}", r.code, r.stdout, r.stderr)
+	}
+	if _, err := b.Get(t.Context(), "jobs/nightly"); !errors.Is(err, lease.ErrNotFound) {
+		t.Errorf("after release Get = %v, want ErrNotFound", err)
 	}
 }
 
@@ -100,7 +105,7 @@ func TestAcquireTextThenRenewAndRelease(t *testing.T) {
 		t.Errorf("after release Get = %v, want ErrNotFound", err)
 	}
 
-	r = cli(t, b, nil, nil, "release", "job", "--id", id, "--token", tok)
+	r = cli(t, b, nil, nil, "release", "job", "--id", id, "--token", tok, "-o", "json")
 	if r.code != ExitNotHeld {
 		t.Errorf("second release: exit %d, want %d", r.code, ExitNotHeld)
 	}

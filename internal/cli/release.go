@@ -35,11 +35,14 @@ fails, changing nothing, if that lease is no longer the current one.
 			if err := b.Release(ctx, l); err != nil {
 				return err
 			}
+			if rf.json() {
+				return writeJSON(a.stdout, struct{}{}) // the API's answer: {}
+			}
 			_, err = fmt.Fprintf(a.stdout, "released key=%s token=%d\n", quoteIfNeeded(l.Key), l.Token)
 			return err
 		},
 	}
-	rf.add(cmd, false)
+	rf.add(cmd, true)
 	lf.add(cmd)
 	return cmd
 }
