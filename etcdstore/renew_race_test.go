@@ -76,32 +76,14 @@ func holderLease(t *testing.T, s *Store, cli *clientv3.Client, key string) (clie
 // lease as its generation's again: the other generation's release would
 // then be refused (ErrNotHeld) although it is the current lease.
 func TestRenewRacingReleaseKeepsPoolApart(t *testing.T) {
-	s, cli, g := gatedStore(t)
-	g1, err := s.Acquire(testCtx(t), "k1", "a", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur, _ := holderLease(t, s, cli, "k1")
-
-	g.arm()
-	renewed := make(chan error, 1)
-	go func() {
-		_, err := s.Renew(testCtx(t), g1, 10*time.Second)
-		renewed <- err
-	}()
-	waitEntered(t, g)
+	s, cli, g, g1, cur, renewed := parkedRenew(t, 10*time.Second)
 	if err := s.Release(testCtx(t), g1); err != nil {
 		t.Fatalf("Release(g1): %v", err)
 	}
 	g2 := acquireOnPooled(t, s, cli, cur)
 	close(g.proceed)
-	select {
-	case err := <-renewed:
-		if err != nil && !errors.Is(err, lease.ErrNotHeld) {
-			t.Fatalf("Renew(g1): %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Renew did not return")
+	if err := renewResult(t, renewed); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("Renew(g1): %v", err)
 	}
 	if err := s.Release(testCtx(t), g2); err != nil {
 		t.Fatalf("Release of the current lease on k2 after a racing Renew of k1's old one: %v", err)
@@ -117,32 +99,14 @@ func TestRenewRacingReleaseKeepsPoolApart(t *testing.T) {
 // off meanwhile: the old etcd lease went to the pool and may carry another
 // key's generation, and two generations on one etcd lease end together.
 func TestRenewDoesNotPutGenerationOnReusedLease(t *testing.T) {
-	s, cli, g := gatedStore(t)
-	g1, err := s.Acquire(testCtx(t), "k1", "a", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur, _ := holderLease(t, s, cli, "k1")
-
-	g.arm()
-	renewed := make(chan error, 1)
-	go func() {
-		_, err := s.Renew(testCtx(t), g1, 9500*time.Millisecond) // same etcd TTL, another value
-		renewed <- err
-	}()
-	waitEntered(t, g)
-	if _, err := s.Renew(testCtx(t), g1, 20*time.Second); err != nil { // moves to another etcd lease
+	s, cli, g, g1, cur, renewed := parkedRenew(t, 9500*time.Millisecond) // same etcd TTL, another value
+	if _, err := s.Renew(testCtx(t), g1, 20*time.Second); err != nil {   // moves to another etcd lease
 		t.Fatalf("Renew(g1, 20s): %v", err)
 	}
 	g2 := acquireOnPooled(t, s, cli, cur)
 	close(g.proceed)
-	select {
-	case err := <-renewed:
-		if err != nil {
-			t.Errorf("Renew(g1, 9.5s) of the current lease: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Renew did not return")
+	if err := renewResult(t, renewed); err != nil {
+		t.Errorf("Renew(g1, 9.5s) of the current lease: %v", err)
 	}
 	l1, ok1 := holderLease(t, s, cli, "k1")
 	l2, ok2 := holderLease(t, s, cli, "k2")
@@ -158,6 +122,39 @@ func TestRenewDoesNotPutGenerationOnReusedLease(t *testing.T) {
 	_ = s.Close() // revokes the pooled etcd leases
 	if _, ok := holderLease(t, s, cli, "k1"); !ok {
 		t.Fatal("k1's generation ended with k2's release and the Store's Close")
+	}
+}
+
+// parkedRenew acquires "k1" on a gated Store and starts a Renew of it for
+// ttl, parked by the gate after its check: the generation g1, its etcd
+// lease cur, and where the Renew's error will come.
+func parkedRenew(t *testing.T, ttl time.Duration) (s *Store, cli *clientv3.Client, g *gatedLease, g1 lease.Lease, cur clientv3.LeaseID, renewed <-chan error) {
+	t.Helper()
+	s, cli, g = gatedStore(t)
+	g1, err := s.Acquire(testCtx(t), "k1", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = holderLease(t, s, cli, "k1")
+	g.arm()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Renew(testCtx(t), g1, ttl)
+		done <- err
+	}()
+	waitEntered(t, g)
+	return s, cli, g, g1, cur, done
+}
+
+// renewResult is the parked Renew's error, once the test let it go on.
+func renewResult(t *testing.T, renewed <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-renewed:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Renew did not return")
+		return nil
 	}
 }
 

@@ -67,7 +67,13 @@ func removeBinary() {
 func apiServer(t *testing.T) (*httptest.Server, *renewGate) {
 	t.Helper()
 	g := &renewGate{Backend: memstore.New()}
-	api, err := leasehttp.NewServer(g, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	return apiServerOver(t, g), g
+}
+
+// apiServerOver is an in-process leasehttp server over b.
+func apiServerOver(t *testing.T, b lease.Backend) *httptest.Server {
+	t.Helper()
+	api, err := leasehttp.NewServer(b, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +82,7 @@ func apiServer(t *testing.T) (*httptest.Server, *renewGate) {
 		_ = api.Close()
 		srv.Close()
 	})
-	return srv, g
+	return srv
 }
 
 // process is a started lease binary.

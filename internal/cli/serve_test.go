@@ -508,6 +508,13 @@ func TestRedact(t *testing.T) {
 		"redis://:pw@h:6379/0":                      "redis://…@h:6379/0",
 		"redis://h:6379/0":                          "redis://h:6379/0",
 		"etcd://a:1,b:2/p":                          "etcd://a:1,b:2/p",
+		// Passwords outside the userinfo (TestRedactHidesEveryPassword).
+		"postgres://u@db:5432/x?password=secret&sslmode=disable":   "postgres://…@db:5432/x?password=…&sslmode=disable",
+		"postgresql://db/x?sslmode=verify-full&sslpassword=secret": "postgresql://db/x?sslmode=verify-full&sslpassword=…",
+		"postgres://db/x?PASSWORD=secret":                          "postgres://db/x?PASSWORD=…",
+		"host=db user=u password=secret dbname=x":                  "host=db user=u password=… dbname=x",
+		"host=db password='sec ret' dbname=x":                      "host=db password=… dbname=x",
+		"postgres://db/x?sslmode=disable":                          "postgres://db/x?sslmode=disable",
 	} {
 		if got := redact(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)
