@@ -2,8 +2,10 @@ package etcdstore
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -23,9 +25,36 @@ type info struct {
 // as JSON. Leading with the ID lets a transaction check it with two
 // byte-wise comparisons (idCmps) knowing only the ID, as Renew and Release
 // must (the HTTP API sends only key, token and ID).
+//
+// It is built by hand rather than with json.Marshal, whose reflection cost
+// about 2% of a lone client's acquire+release (measured interleaved with
+// concurrency.Mutex); decodeInfo reads it with json.Unmarshal.
 func holderValue(id lease.ID, owner string, ttl time.Duration, secs int64) string {
-	b, _ := json.Marshal(info{Owner: owner, TTLms: ttl.Milliseconds(), EtcdTTL: secs}) // cannot fail
-	return id.String() + "\x00" + string(b)
+	b := make([]byte, 0, 2*len(id)+len(owner)+64)
+	b = hex.AppendEncode(b, id[:])
+	b = append(b, 0)
+	b = append(b, `{"owner":`...)
+	b = appendJSONString(b, owner)
+	b = append(b, `,"ttl_ms":`...)
+	b = strconv.AppendInt(b, ttl.Milliseconds(), 10)
+	b = append(b, `,"etcd_ttl_s":`...)
+	b = strconv.AppendInt(b, secs, 10)
+	return string(append(b, '}'))
+}
+
+// appendJSONString appends s as a JSON string: between quotes as it is when
+// every byte is printable ASCII other than '"' and '\\' (nothing to
+// escape), else as json.Marshal writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			js, _ := json.Marshal(s) // a string cannot fail
+			return append(b, js...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // idCmps hold when the value of holder key h starts with id and NUL:
