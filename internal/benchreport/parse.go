@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -22,13 +23,27 @@ type Result struct {
 	Slowest float64            // the ns/op of the slowest run, to show the spread
 }
 
-// sample is one benchmark line.
+// sample is one benchmark line, or one implementation's part of an
+// interleaved line.
 type sample struct {
 	group   string
 	clients int
 	impl    string
 	metrics map[string]float64
+	// rank orders the runs of one benchmark, fastest first: the line's
+	// ns/op. The implementations of an interleaved line share it, so that
+	// Aggregate takes all of them from the same round, measured side by
+	// side, rather than each from its own luckiest round.
+	rank float64
+	// units are the metrics' units in the line's order.
+	units []string
+	// row is an interleaved implementation's place in the benchmark's list.
+	row float64
 }
+
+// interleaved is the impl name of a benchmark that measures several
+// implementations in one line (benchutil.Interleave).
+const interleaved = "interleaved"
 
 // Output is what Parse reads from benchmark output.
 type Output struct {
@@ -66,6 +81,14 @@ func Parse(r io.Reader, procs int) (Output, error) {
 		if err != nil {
 			return Output{}, err
 		}
+		if s.impl == interleaved {
+			parts, err := splitInterleaved(s)
+			if err != nil {
+				return Output{}, fmt.Errorf("benchreport: %q: %v", line, err)
+			}
+			out.Samples = append(out.Samples, parts...)
+			continue
+		}
 		out.Samples = append(out.Samples, s)
 	}
 	return out, sc.Err()
@@ -99,16 +122,62 @@ func parseLine(line string, procs int) (sample, error) {
 			return sample{}, fmt.Errorf("benchreport: %q: value %q: %v", f[0], f[i], err)
 		}
 		s.metrics[f[i+1]] = v
+		s.units = append(s.units, f[i+1])
 	}
-	if _, ok := s.metrics["ns/op"]; !ok {
+	ns, ok := s.metrics["ns/op"]
+	if !ok {
 		return sample{}, fmt.Errorf("benchreport: %q has no ns/op", f[0])
 	}
+	s.rank = ns
 	return s, nil
 }
 
+// splitInterleaved makes one sample per implementation of an interleaved
+// line out of its "<impl>:<unit>" metrics, in the order of their
+// "<impl>:row". Each gets its own ns/op, p50 and p99, and the line's rank; the line's allocs/op and B/op cover all the
+// implementations together, so no row gets them.
+func splitInterleaved(line sample) ([]sample, error) {
+	var out []sample
+	index := make(map[string]int)
+	for _, unit := range line.units {
+		v := line.metrics[unit]
+		impl, metric, ok := strings.Cut(unit, ":")
+		if !ok {
+			continue
+		}
+		if impl == "" || metric == "" {
+			return nil, fmt.Errorf("metric %q is not <impl>:<unit>", unit)
+		}
+		i, seen := index[impl]
+		if !seen {
+			i = len(out)
+			index[impl] = i
+			out = append(out, sample{group: line.group, clients: line.clients, impl: impl,
+				metrics: make(map[string]float64), rank: line.rank})
+		}
+		if metric == "row" {
+			out[i].row = v
+			continue
+		}
+		out[i].metrics[metric] = v
+	}
+	if len(out) == 0 {
+		return nil, errors.New("an interleaved benchmark reported no <impl>:<unit> metrics")
+	}
+	for _, s := range out {
+		if _, ok := s.metrics["ns/op"]; !ok {
+			return nil, fmt.Errorf("impl %q has no ns/op", s.impl)
+		}
+	}
+	// go test prints a line's units sorted: put the rows back in the order
+	// the benchmark listed them, which decides the baseline.
+	slices.SortStableFunc(out, func(a, b sample) int { return cmp.Compare(a.row, b.row) })
+	return out, nil
+}
+
 // Aggregate merges the runs of each benchmark into one Result: its fastest
-// run (least ns/op), all of whose metrics are kept so that they agree with
-// each other. On a shared machine other work only ever adds time, so the
+// run (least ns/op; for an interleaved line's implementations, the line's),
+// all of whose metrics are kept so that they agree with each other. On a shared machine other work only ever adds time, so the
 // fastest of a few rounds is the steadiest estimate of the code's own speed.
 // Results are in order of first appearance: that order decides each group's
 // baseline.
@@ -133,7 +202,7 @@ func Aggregate(samples []sample) []Result {
 	}
 	for i, rs := range runs {
 		rs = slices.Clone(rs)
-		slices.SortStableFunc(rs, func(a, b sample) int { return cmp.Compare(a.metrics["ns/op"], b.metrics["ns/op"]) })
+		slices.SortStableFunc(rs, func(a, b sample) int { return cmp.Compare(a.rank, b.rank) })
 		out[i].Runs = len(rs)
 		out[i].Metrics = rs[0].metrics
 		out[i].Slowest = rs[len(rs)-1].metrics["ns/op"]

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -101,9 +102,62 @@ func TestParseRejectsMalformed(t *testing.T) {
 		"BenchmarkCompareX/c=0/a-2 \t 10 \t 5 ns/op",            // no clients
 		"BenchmarkCompareX/a-2 \t 10 \t 5 ns/op",                // no c=
 		"BenchmarkCompareX/c=1/a-2 \t 10 \t 5 allocs/op \t 1 x", // no ns/op
+		// Interleaved lines: no impl metrics, an impl without ns/op, a
+		// metric without impl or unit.
+		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 3 allocs/op",
+		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 2 a:ns/op \t 4 b:p50-µs",
+		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 2 :ns/op",
+		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 2 a:ns/op \t 3 a:",
 	} {
 		if _, err := Parse(strings.NewReader(line+"\n"), 2); err == nil {
 			t.Errorf("Parse(%q) succeeded, want an error", line)
 		}
+	}
+}
+
+// An interleaved line makes one row per implementation, in the line's order,
+// and every implementation's row comes from the same round: the one whose
+// line was fastest, even where another round was luckier for one of them.
+func TestParseInterleaved(t *testing.T) {
+	// As go test prints them: units sorted, so the rows' order is in row.
+	const lines = `BenchmarkCompareEtcd/c=1/interleaved-2 	 1	 4000 ns/op	 1000 etcdstore:ns/op	 950 etcdstore:p50-µs	 2400 etcdstore:p99-µs	 2 etcdstore:row	 1100 mutex:ns/op	 1000 mutex:p50-µs	 2500 mutex:p99-µs	 1 mutex:row	 900 put-pair:ns/op	 850 put-pair:p50-µs	 2000 put-pair:p99-µs	 0 put-pair:row	 800 allocs/op	 60000 B/op
+BenchmarkCompareEtcd/c=1/interleaved-2 	 1	 3900 ns/op	 1200 etcdstore:ns/op	 1100 etcdstore:p50-µs	 2600 etcdstore:p99-µs	 2 etcdstore:row	 900 mutex:ns/op	 870 mutex:p50-µs	 2100 mutex:p99-µs	 1 mutex:row	 880 put-pair:ns/op	 840 put-pair:p50-µs	 1900 put-pair:p99-µs	 0 put-pair:row	 800 allocs/op	 60000 B/op
+BenchmarkCompareEtcd/c=32/etcdstore-2 	 100	 100 ns/op
+`
+	out, err := Parse(strings.NewReader(lines), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Samples) != 7 {
+		t.Fatalf("got %d samples, want 7 (3 impls × 2 rounds + 1)", len(out.Samples))
+	}
+	res := Aggregate(out.Samples)
+	var impls []string
+	for _, r := range res {
+		impls = append(impls, fmt.Sprintf("%d/%s", r.Clients, r.Impl))
+	}
+	if got, want := strings.Join(impls, " "), "1/put-pair 1/mutex 1/etcdstore 32/etcdstore"; got != want {
+		t.Fatalf("rows %q, want %q", got, want)
+	}
+	for i, want := range []map[string]float64{
+		{"ns/op": 880, "p50-µs": 840, "p99-µs": 1900},
+		{"ns/op": 900, "p50-µs": 870, "p99-µs": 2100},
+		{"ns/op": 1200, "p50-µs": 1100, "p99-µs": 2600}, // not its own faster round's 1000
+	} {
+		r := res[i]
+		if r.Runs != 2 || r.Slowest != map[int]float64{0: 900, 1: 1100, 2: 1000}[i] {
+			t.Errorf("%s: runs %d, slowest %v", r.Impl, r.Runs, r.Slowest)
+		}
+		if len(r.Metrics) != len(want) {
+			t.Errorf("%s: metrics %v, want exactly %v (the line's allocs cover every impl)", r.Impl, r.Metrics, want)
+		}
+		for unit, v := range want {
+			if r.Metrics[unit] != v {
+				t.Errorf("%s %s = %v, want %v", r.Impl, unit, r.Metrics[unit], v)
+			}
+		}
+	}
+	if v, ok := res[2].Value("ops/s"); !ok || int(v) != 833333 {
+		t.Errorf("etcdstore's ops/s = %v, %v; want it derived from its own ns/op", v, ok)
 	}
 }

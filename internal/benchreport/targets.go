@@ -178,7 +178,12 @@ var groupNotes = map[string]string{
 	"SQLOneKey":     "32 clients race for one key; one op = one successful acquire+release. writing-xacts/op counts transactions that wrote per success.",
 	"Redis":         "Redis with appendonly yes + appendfsync always, one go-redis client (PoolSize 64) shared by all contenders, distinct keys. ping-pair = two PINGs (the limit for two round trips); set-del-pair = SET PX + DEL, the fewest writes a lease pair can make, each fsynced before its reply (the limit for a durable pair).",
 	"RedisVolatile": "The same on a Redis without persistence (which redisstore refuses unless AllowVolatile: tokens can go backwards after a restart).",
-	"Etcd":          "One embedded etcd node. put-pair = Put + Delete (the limit for a write pair); mutex = concurrency.Mutex Lock+Unlock with a session per client, reused; etcdstore = acquire+release.",
+	"Etcd": "One embedded etcd node, distinct keys per client. put-pair = Put + Delete (the limit for a write pair); mutex = concurrency.Mutex Lock+Unlock with a session per client, reused; etcdstore = acquire+release; " +
+		"bare-txns (c=1) = the two Txns etcdstore sends for a pair, built once and sent straight through clientv3: etcd's share of etcdstore's pair, without the Store's own work. " +
+		"The rows are measured interleaved (benchutil.Interleave), so that a slow spell of the disk falls on all of them alike: at c=1 each round runs one pair of every row, starting from the next row each round, " +
+		"at least 2,000 rounds; at c=32 each round runs a slice of 2,048 pairs of every row in turn, at least 12 rounds, and a row's ops/s is its pairs over its slices' wall time. " +
+		"Measured one after another instead, the rows' ratios moved by up to ±10% (c=1) and ±15% (c=32) between runs. " +
+		"allocs/op and B/op, which would cover a round of all rows together, are not shown.",
 	"EtcdOneKey": "32 clients queue for one key on the same embedded etcd; one op = one acquisition and release, so ops/s is the rate at which the key changes hands " +
 		"(ANCHORS.md: the Mutex's ~316/s). mutex = concurrency.Mutex with a session per client; etcdstore = AcquireWait (FIFO) + Release.",
 	"Bolt":         "bbolt with fsync. bbolt-update-pair = two db.Update calls (the limit for a durable pair); bbolt-batch-default = a naive lease pair with db.Batch defaults (the 10 ms trap); boltstore = acquire+release.",

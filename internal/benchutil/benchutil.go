@@ -9,10 +9,17 @@
 //
 // The first <impl> run in each group and client count is the baseline (the
 // engine's raw round trip); every other row is reported as a ratio to it.
+//
+// An interleaved benchmark (Interleave), named
+// BenchmarkCompare<Group>/c=<clients>/interleaved, measures several
+// implementations in one line; the report makes a row of each.
 package benchutil
 
 import (
+	"cmp"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,4 +76,147 @@ func Run(b *testing.B, clients int, op func(worker, i int) error) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 	b.ReportMetric(float64(all[len(all)/2])/1e3, "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100])/1e3, "p99-µs")
+}
+
+// Impl is one implementation that Interleave measures: Op is one
+// operation, from client worker in [0, clients).
+type Impl struct {
+	Name string
+	Op   func(worker int) error
+}
+
+// MinRounds is the fewest rounds Interleave measures from one client,
+// whatever b.N: a p50 of fewer than a few thousand samples of a
+// millisecond-long operation moves by percents between runs.
+const MinRounds = 2000
+
+// From more than one client, a round runs SliceOps operations per client of
+// each impl, and there are at least MinSliceRounds rounds. Long slices keep
+// small the share of each slice's start and end, when fewer than all
+// clients are busy.
+const (
+	SliceOps       = 64
+	MinSliceRounds = 12
+)
+
+// Interleave measures impls side by side, from exactly clients goroutines:
+// each round runs every impl in turn, starting from the next impl each
+// round, so that every implementation meets the same moments of the machine
+// and the engine (a slow spell of the disk falls on all of them alike) and
+// none always follows the same other. Rows measured one after another, as
+// Run's are, each get a window of their own; on this machine a window's
+// luck moved the ratio between two etcd rows by up to ±10% at one client
+// and ±15% at 32 between runs, interleaved by a few percent.
+//
+// From one client a round is one operation of each impl, and there are
+// max(b.N, MinRounds) rounds. From more, a round is a slice of
+// SliceOps×clients operations of each impl, taken by the clients as they
+// come, and there are max(b.N, MinSliceRounds) rounds; an impl's time is
+// the wall time of its slices.
+//
+// For each impl it reports "<name>:ns/op" (its time per operation),
+// "<name>:ops/s", "<name>:p50-µs", "<name>:p99-µs" and its place in impls as
+// "<name>:row" (go test prints units sorted), beside the benchmark's own
+// ns/op, allocs/op and B/op per round of all impls together.
+// internal/benchreport makes one row of each impl out of them. Name must
+// not contain a colon or white space.
+func Interleave(b *testing.B, clients int, impls []Impl) {
+	b.Helper()
+	if clients < 1 {
+		b.Fatalf("benchutil: %d clients", clients)
+	}
+	if len(impls) == 0 {
+		b.Fatal("benchutil: no impls to interleave")
+	}
+	for _, im := range impls {
+		if im.Name == "" || strings.ContainsAny(im.Name, ": \t\n") {
+			b.Fatalf("benchutil: impl name %q: want a non-empty name without colons or white space", im.Name)
+		}
+	}
+	rounds, per := max(b.N, MinRounds), 1
+	if clients > 1 {
+		rounds, per = max(b.N, MinSliceRounds), SliceOps*clients
+	}
+	lat := make([][]time.Duration, len(impls))
+	for i := range lat {
+		lat[i] = make([]time.Duration, 0, rounds*per)
+	}
+	busy := make([]time.Duration, len(impls))
+	var before, after runtime.MemStats
+	b.ResetTimer()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	for r := range rounds {
+		for k := range impls {
+			i := (r + k) % len(impls)
+			t0 := time.Now()
+			var err error
+			lat[i], err = slice(impls[i].Op, clients, per, lat[i])
+			busy[i] += time.Since(t0)
+			if err != nil {
+				b.Fatalf("benchutil: %s, round %d: %v", impls[i].Name, r, err)
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	b.StopTimer()
+	ops := float64(rounds * per)
+	for i, im := range impls {
+		slices.Sort(lat[i])
+		b.ReportMetric(float64(busy[i].Nanoseconds())/ops, im.Name+":ns/op")
+		b.ReportMetric(ops/busy[i].Seconds(), im.Name+":ops/s")
+		b.ReportMetric(float64(lat[i][len(lat[i])/2])/1e3, im.Name+":p50-µs")
+		b.ReportMetric(float64(lat[i][len(lat[i])*99/100])/1e3, im.Name+":p99-µs")
+		b.ReportMetric(float64(i), im.Name+":row")
+	}
+	// Per round, not per b.N: the two differ when a minimum applies.
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(rounds), "ns/op")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(rounds), "allocs/op")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(rounds), "B/op")
+}
+
+// slice runs n operations of op from clients goroutines (from this one if
+// clients is 1), appending their latencies to lat. It stops at the first
+// error.
+func slice(op func(worker int) error, clients, n int, lat []time.Duration) ([]time.Duration, error) {
+	if clients == 1 {
+		for range n {
+			t0 := time.Now()
+			if err := op(0); err != nil {
+				return lat, err
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		return lat, nil
+	}
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, n/clients+1)
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				if err := op(w); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+					next.Store(int64(n)) // the others stop
+					break
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lat, first
 }
