@@ -64,9 +64,16 @@
 //
 //   - Acquire: one Txn (If key free and no waiters, Then create, Else read
 //     the holder). A Grant first only when the pool has no etcd lease for
-//     the TTL; a KeepAliveOnce first when the pooled one idled for more than
-//     about a second (keep-alives are served by the leader from memory,
-//     without a Raft write): at most one per pooled etcd lease per second.
+//     the TTL. A pooled etcd lease last refreshed more than about a second
+//     ago (and less than its etcd TTL ago) gets a KeepAliveOnce sent beside
+//     the Txn, not before it: keep-alives are served by the leader from
+//     memory, without a Raft write, so the pair costs about the Txn's round
+//     trip. The lease is vouched for only once the keep-alive succeeded; if
+//     etcd expired the etcd lease first, the Txn was refused or its
+//     generation went with it, and Acquire tries once more on a new one; if
+//     the keep-alive fails otherwise, Acquire revokes the etcd lease (ending
+//     the generation) and fails. An older pooled lease gets its keep-alive
+//     first. AcquireWait and Renew keep alive first too.
 //   - Release: one Txn (If the holder key's mod revision is that of this
 //     Store's last write of it — the Store knows each of its generations'
 //     token and that revision, and any later write, a new generation's

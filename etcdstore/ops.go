@@ -53,27 +53,28 @@ func kvOf(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 }
 
 // startAcquire is what Acquire and AcquireWait do first: check the
-// arguments and the store, and take an etcd lease for the TTL.
-func (s *Store) startAcquire(ctx context.Context, key, owner string, ttl time.Duration) (*etcdLease, error) {
+// arguments and the store, and take an etcd lease for the TTL (takeEarly).
+func (s *Store) startAcquire(ctx context.Context, key, owner string, ttl time.Duration, early bool) (*etcdLease, *refresh, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := s.usable(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	el, err := s.take(ctx, ttl)
+	el, ref, err := s.takeEarly(ctx, ttl, early)
 	if err != nil {
-		return nil, fail(ctx, "acquire", key, err)
+		return nil, nil, fail(ctx, "acquire", key, err)
 	}
-	return el, nil
+	return el, ref, nil
 }
 
 // Acquire implements lease.Backend: one Txn in the common case, which
 // creates the generation if the key is free and has no waiters, and
 // otherwise reads the holder — without writing data. A Grant precedes it
-// only when the Store has no idle etcd lease for the TTL.
+// only when the Store has no idle etcd lease for the TTL; a pooled etcd
+// lease that needs a keep-alive gets it alongside the Txn (takeEarly).
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	el, err := s.startAcquire(ctx, key, owner, ttl)
+	el, ref, err := s.startAcquire(ctx, key, owner, ttl, true)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -84,17 +85,23 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		create, hw := s.createOps(key, value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
 			els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
+		kaErr := ref.wait()
+		ref = nil
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
-			// Refused, so not applied: the pooled etcd lease is gone (revoked
-			// by another Store that moved a generation off it). Once more on
-			// a new one.
+			// Refused, so not applied: the pooled etcd lease is gone
+			// (expired before its keep-alive, or revoked by another Store
+			// that moved a generation off it). Once more on a new one.
 			if el, err = s.grant(ctx, ttl); err != nil {
 				return lease.Lease{}, fail(ctx, "acquire", key, err)
 			}
 			continue
 		}
 		if err != nil {
-			s.lost(el, err) // we may have created a generation on it
+			if kaErr != nil {
+				s.revoke(el.id) // not vouched for: not pooled again either way
+			} else {
+				s.lost(el, err) // we may have created a generation on it
+			}
 			return lease.Lease{}, failUnknown(ctx, "acquire", key, err)
 		}
 		if err := s.observe(floor, resp.Header); err != nil {
@@ -102,8 +109,25 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			return lease.Lease{}, err
 		}
 		if !resp.Succeeded {
-			s.give(el)
+			if kaErr == nil {
+				s.give(el)
+			} // else etcd may not keep it for the TTL: not pooled again
 			return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
+		}
+		if kaErr != nil {
+			// The keep-alive sent beside the Txn failed: etcd may expire the
+			// generation just created before its TTL. End it.
+			s.revoke(el.id)
+			if errors.Is(kaErr, errLeaseGone) && !retried {
+				// The etcd lease expired after the Txn but before the
+				// keep-alive arrived, and took the generation with it. Once
+				// more on a new one.
+				if el, err = s.grant(ctx, ttl); err != nil {
+					return lease.Lease{}, fail(ctx, "acquire", key, err)
+				}
+				continue
+			}
+			return lease.Lease{}, fail(ctx, "acquire", key, kaErr)
 		}
 		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
 	}

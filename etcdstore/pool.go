@@ -54,6 +54,19 @@ var errLeaseGone = errors.New("etcdstore: etcd lease expired or revoked")
 // take returns an etcd lease with no keys that etcd keeps at least ttl from
 // now: an idle one from the pool, refreshed if needed, or a new grant.
 func (s *Store) take(ctx context.Context, ttl time.Duration) (*etcdLease, error) {
+	el, _, err := s.takeEarly(ctx, ttl, false)
+	return el, err
+}
+
+// takeEarly is take for a caller that sends its Txn at once. With early
+// set, a pooled etcd lease that etcd keeps for now but not for the whole
+// TTL is returned with its keep-alive under way (ref), sent alongside the
+// caller's Txn rather than before it: a client acquiring every few seconds
+// then waits for one round trip instead of two. The lease is not vouched
+// for until ref.wait says so; if etcd expires it before the keep-alive
+// arrives, the Txn was refused (etcd refuses a Put on an etcd lease it no
+// longer has) or what it created went with it.
+func (s *Store) takeEarly(ctx context.Context, ttl time.Duration, early bool) (el *etcdLease, ref *refresh, err error) {
 	secs := etcdTTL(ttl)
 	for {
 		s.mu.Lock()
@@ -65,18 +78,23 @@ func (s *Store) take(ctx context.Context, ttl time.Duration) (*etcdLease, error)
 		el := list[len(list)-1]
 		s.pool[secs] = list[:len(list)-1]
 		s.mu.Unlock()
-		if !el.safeUntil().Before(time.Now().Add(ttl)) {
-			return el, nil
+		now := time.Now()
+		if !el.safeUntil().Before(now.Add(ttl)) {
+			return el, nil, nil
+		}
+		if early && now.Before(el.safeUntil()) {
+			return el, s.refreshAsync(ctx, el), nil
 		}
 		// Idle too long to vouch for the TTL: one keep-alive (served by the
 		// leader from memory, no Raft write) makes it as good as new.
 		if err := s.keepAlive(ctx, el); err == nil {
-			return el, nil
+			return el, nil, nil
 		} else if !errors.Is(err, errLeaseGone) {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return s.grant(ctx, ttl)
+	el, err = s.grant(ctx, ttl)
+	return el, nil, err
 }
 
 // grant returns a new etcd lease for ttl.
@@ -91,18 +109,66 @@ func (s *Store) grant(ctx context.Context, ttl time.Duration) (*etcdLease, error
 
 // keepAlive refreshes el, returning errLeaseGone if etcd no longer has it.
 func (s *Store) keepAlive(ctx context.Context, el *etcdLease) error {
+	return s.refreshed(el, s.sendKeepAlive(ctx, el.id))
+}
+
+// keptAlive is the outcome of one keep-alive.
+type keptAlive struct {
+	sent, seen time.Time
+	secs       int64
+	err        error // errLeaseGone if etcd no longer has the lease
+}
+
+// sendKeepAlive keeps etcd lease id alive once. It touches no etcdLease, so
+// it may run beside a caller that reads one.
+func (s *Store) sendKeepAlive(ctx context.Context, id clientv3.LeaseID) keptAlive {
+	if s.beforeKeepAlive != nil {
+		if err := s.beforeKeepAlive(id); err != nil {
+			return keptAlive{err: err}
+		}
+	}
 	sent := time.Now()
-	resp, err := s.cli.KeepAliveOnce(ctx, el.id)
+	resp, err := s.cli.KeepAliveOnce(ctx, id)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return errLeaseGone
+		return keptAlive{err: errLeaseGone}
 	}
 	if err != nil {
-		return fmt.Errorf("keeping etcd lease %x alive: %w", int64(el.id), err)
+		return keptAlive{err: fmt.Errorf("keeping etcd lease %x alive: %w", int64(id), err)}
+	}
+	return keptAlive{sent: sent, seen: time.Now(), secs: resp.TTL}
+}
+
+// refreshed records keep-alive k on el, or returns its error.
+func (s *Store) refreshed(el *etcdLease, k keptAlive) error {
+	if k.err != nil {
+		return k.err
 	}
 	s.mu.Lock()
-	el.sent, el.seen, el.secs = sent, time.Now(), resp.TTL
+	el.sent, el.seen, el.secs = k.sent, k.seen, k.secs
 	s.mu.Unlock()
 	return nil
+}
+
+// refresh is a keep-alive of an etcd lease under way (takeEarly).
+type refresh struct {
+	s    *Store
+	el   *etcdLease
+	done chan keptAlive
+}
+
+func (s *Store) refreshAsync(ctx context.Context, el *etcdLease) *refresh {
+	r := &refresh{s: s, el: el, done: make(chan keptAlive, 1)}
+	go func() { r.done <- s.sendKeepAlive(ctx, el.id) }()
+	return r
+}
+
+// wait waits for the keep-alive and records it on the lease, returning its
+// error; a nil refresh has none.
+func (r *refresh) wait() error {
+	if r == nil {
+		return nil
+	}
+	return r.s.refreshed(r.el, <-r.done)
 }
 
 // give puts el, which must have no keys attached, back in the pool.

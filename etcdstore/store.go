@@ -47,6 +47,10 @@ type Store struct {
 	held      map[lease.ID]*etcdLease
 	lastSweep time.Time
 	closed    bool
+
+	// For tests: called before each keep-alive is sent; an error fails the
+	// keep-alive with it instead.
+	beforeKeepAlive func(clientv3.LeaseID) error
 }
 
 var (

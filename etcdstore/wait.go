@@ -33,7 +33,7 @@ const keepAliveLead = 250 * time.Millisecond
 // error matching lease.ErrUnavailable instead of a lease (the bug Jepsen
 // found in etcd 3.4.3's Mutex, fixed in etcd PR #11408).
 func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	el, err := s.startAcquire(ctx, key, owner, ttl)
+	el, _, err := s.startAcquire(ctx, key, owner, ttl, false)
 	if err != nil {
 		return lease.Lease{}, err
 	}
