@@ -115,9 +115,6 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
 		}
 		if kaErr != nil {
-			// The keep-alive sent beside the Txn failed: etcd may expire the
-			// generation just created before its TTL. End it.
-			s.revoke(el.id)
 			if errors.Is(kaErr, errLeaseGone) && !retried {
 				// The etcd lease expired after the Txn but before the
 				// keep-alive arrived, and took the generation with it. Once
@@ -127,7 +124,11 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 				}
 				continue
 			}
-			return lease.Lease{}, fail(ctx, "acquire", key, kaErr)
+			// The keep-alive sent beside the Txn failed: etcd may expire the
+			// generation just created before its TTL. End it (best effort:
+			// if the revoke fails too, it lingers until etcd expires it).
+			s.revoke(el.id)
+			return lease.Lease{}, failUnknown(ctx, "acquire", key, kaErr)
 		}
 		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
 	}
