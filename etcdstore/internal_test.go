@@ -294,25 +294,12 @@ func TestReleaseAfterAnotherStoreRenewed(t *testing.T) {
 // has makes etcd refuse the acquisition's Txn before applying it; Acquire
 // then tries once more on a new etcd lease instead of failing.
 func TestAcquireWithPooledLeaseGone(t *testing.T) {
-	eps := etcdtest.Start(t)
-	cli := etcdtest.NewClient(t, eps)
-	s := newTestStore(t, cli, testPrefix())
-	l, err := s.Acquire(testCtx(t), "k", "o", 10*time.Second)
-	if err != nil {
+	s, cli, el := storeWithOnePooled(t)
+	if _, err := cli.Revoke(testCtx(t), el.id); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(testCtx(t), l); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	pooled := s.pool[etcdTTL(10*time.Second)]
-	s.mu.Unlock()
-	if len(pooled) != 1 {
-		t.Fatalf("%d pooled etcd leases after a release, want 1", len(pooled))
-	}
-	if _, err := cli.Revoke(testCtx(t), pooled[0].id); err != nil {
-		t.Fatal(err)
-	}
+	var l lease.Lease
+	var err error
 	for _, op := range []string{"Acquire", "AcquireWait"} {
 		if op == "AcquireWait" {
 			// Pool a lease again and revoke it.
@@ -320,7 +307,7 @@ func TestAcquireWithPooledLeaseGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.mu.Lock()
-			pooled = s.pool[etcdTTL(10*time.Second)]
+			pooled := s.pool[etcdTTL(10*time.Second)]
 			s.mu.Unlock()
 			if _, err := cli.Revoke(testCtx(t), pooled[len(pooled)-1].id); err != nil {
 				t.Fatal(err)
@@ -333,4 +320,27 @@ func TestAcquireWithPooledLeaseGone(t *testing.T) {
 			t.Fatalf("%s with the pooled etcd lease revoked: %v", op, err)
 		}
 	}
+}
+
+// storeWithOnePooled returns a Store on a fresh etcd, its client, and the
+// one etcd lease for a 10 s TTL that an acquire+release of "k" left in its
+// pool.
+func storeWithOnePooled(t *testing.T) (*Store, *clientv3.Client, *etcdLease) {
+	t.Helper()
+	cli := etcdtest.NewClient(t, etcdtest.Start(t))
+	s := newTestStore(t, cli, testPrefix())
+	l, err := s.Acquire(testCtx(t), "k", "o", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(testCtx(t), l); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pooled := s.pool[etcdTTL(10*time.Second)]
+	if len(pooled) != 1 {
+		t.Fatalf("%d pooled etcd leases after a release, want 1", len(pooled))
+	}
+	return s, cli, pooled[0]
 }

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/etcdtest"
 )
 
 // stalePool returns a Store whose pool holds one etcd lease for a 10 s TTL
@@ -20,24 +19,10 @@ import (
 // the Store sends its next Txn.
 func stalePool(t *testing.T) (s *Store, cli *clientv3.Client, txnSent <-chan struct{}) {
 	t.Helper()
-	eps := etcdtest.Start(t)
-	cli = etcdtest.NewClient(t, eps)
-	s = newTestStore(t, cli, testPrefix())
-	l, err := s.Acquire(testCtx(t), "k", "o", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(testCtx(t), l); err != nil {
-		t.Fatal(err)
-	}
+	s, cli, el := storeWithOnePooled(t)
 	s.mu.Lock()
-	pooled := s.pool[etcdTTL(10*time.Second)]
-	if len(pooled) != 1 {
-		s.mu.Unlock()
-		t.Fatalf("%d pooled etcd leases after a release, want 1", len(pooled))
-	}
-	pooled[0].sent = pooled[0].sent.Add(-5 * time.Second)
-	pooled[0].seen = pooled[0].seen.Add(-5 * time.Second)
+	el.sent = el.sent.Add(-5 * time.Second)
+	el.seen = el.seen.Add(-5 * time.Second)
 	s.mu.Unlock()
 	sent := make(chan struct{})
 	var once sync.Once
