@@ -17,6 +17,7 @@ package benchutil
 
 import (
 	"cmp"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -36,41 +37,13 @@ func Run(b *testing.B, clients int, op func(worker, i int) error) {
 	if clients < 1 {
 		b.Fatalf("benchutil: %d clients", clients)
 	}
-	lat := make([][]time.Duration, clients)
-	var (
-		next   atomic.Int64
-		wg     sync.WaitGroup
-		failed atomic.Bool
-	)
 	b.ResetTimer()
 	start := time.Now()
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mine := make([]time.Duration, 0, b.N/clients+1)
-			for !failed.Load() {
-				i := int(next.Add(1) - 1)
-				if i >= b.N {
-					break
-				}
-				t0 := time.Now()
-				if err := op(w, i); err != nil {
-					failed.Store(true)
-					b.Errorf("benchutil: worker %d op %d: %v", w, i, err)
-					break
-				}
-				mine = append(mine, time.Since(t0))
-			}
-			lat[w] = mine
-		}()
-	}
-	wg.Wait()
+	all, err := runOps(op, clients, b.N, make([]time.Duration, 0, b.N))
 	elapsed := time.Since(start)
 	b.StopTimer()
-	all := slices.Concat(lat...)
-	if len(all) == 0 {
-		return
+	if err != nil {
+		b.Fatalf("benchutil: %v", err)
 	}
 	slices.Sort(all)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
@@ -151,7 +124,7 @@ func Interleave(b *testing.B, clients int, impls []Impl) {
 			i := (r + k) % len(impls)
 			t0 := time.Now()
 			var err error
-			lat[i], err = slice(impls[i].Op, clients, per, lat[i])
+			lat[i], err = runOps(func(w, _ int) error { return impls[i].Op(w) }, clients, per, lat[i])
 			busy[i] += time.Since(t0)
 			if err != nil {
 				b.Fatalf("benchutil: %s, round %d: %v", impls[i].Name, r, err)
@@ -176,15 +149,16 @@ func Interleave(b *testing.B, clients int, impls []Impl) {
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(rounds), "B/op")
 }
 
-// slice runs n operations of op from clients goroutines (from this one if
-// clients is 1), appending their latencies to lat. It stops at the first
-// error.
-func slice(op func(worker int) error, clients, n int, lat []time.Duration) ([]time.Duration, error) {
+// runOps calls op n times in total from exactly clients goroutines (from
+// this one if clients is 1), worker being the goroutine's number in
+// [0, clients) and i the operation's number, and appends the calls'
+// latencies to lat. It stops at the first error.
+func runOps(op func(worker, i int) error, clients, n int, lat []time.Duration) ([]time.Duration, error) {
 	if clients == 1 {
-		for range n {
+		for i := range n {
 			t0 := time.Now()
-			if err := op(0); err != nil {
-				return lat, err
+			if err := op(0, i); err != nil {
+				return lat, fmt.Errorf("worker 0 op %d: %w", i, err)
 			}
 			lat = append(lat, time.Since(t0))
 		}
@@ -201,11 +175,15 @@ func slice(op func(worker int) error, clients, n int, lat []time.Duration) ([]ti
 		go func() {
 			defer wg.Done()
 			mine := make([]time.Duration, 0, n/clients+1)
-			for next.Add(1) <= int64(n) {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					break
+				}
 				t0 := time.Now()
-				if err := op(w); err != nil {
+				if err := op(w, i); err != nil {
 					mu.Lock()
-					first = cmp.Or(first, err)
+					first = cmp.Or(first, fmt.Errorf("worker %d op %d: %w", w, i, err))
 					mu.Unlock()
 					next.Store(int64(n)) // the others stop
 					break
