@@ -35,10 +35,6 @@ type sample struct {
 	// Aggregate takes all of them from the same round, measured side by
 	// side, rather than each from its own luckiest round.
 	rank float64
-	// units are the metrics' units in the line's order.
-	units []string
-	// row is an interleaved implementation's place in the benchmark's list.
-	row float64
 }
 
 // interleaved is the impl name of a benchmark that measures several
@@ -122,7 +118,6 @@ func parseLine(line string, procs int) (sample, error) {
 			return sample{}, fmt.Errorf("benchreport: %q: value %q: %v", f[0], f[i], err)
 		}
 		s.metrics[f[i+1]] = v
-		s.units = append(s.units, f[i+1])
 	}
 	ns, ok := s.metrics["ns/op"]
 	if !ok {
@@ -134,13 +129,14 @@ func parseLine(line string, procs int) (sample, error) {
 
 // splitInterleaved makes one sample per implementation of an interleaved
 // line out of its "<impl>:<unit>" metrics, in the order of their
-// "<impl>:row". Each gets its own ns/op, p50 and p99, and the line's rank; the line's allocs/op and B/op cover all the
-// implementations together, so no row gets them.
+// "<impl>:row" (go test prints a line's units sorted; the order decides the
+// baseline). Each gets its own ns/op, p50 and p99, and the line's rank; the
+// line's allocs/op and B/op cover all the implementations together, so no
+// row gets them.
 func splitInterleaved(line sample) ([]sample, error) {
-	var out []sample
-	index := make(map[string]int)
-	for _, unit := range line.units {
-		v := line.metrics[unit]
+	byImpl := make(map[string]*sample)
+	rows := make(map[string]float64)
+	for unit, v := range line.metrics {
 		impl, metric, ok := strings.Cut(unit, ":")
 		if !ok {
 			continue
@@ -148,37 +144,39 @@ func splitInterleaved(line sample) ([]sample, error) {
 		if impl == "" || metric == "" {
 			return nil, fmt.Errorf("metric %q is not <impl>:<unit>", unit)
 		}
-		i, seen := index[impl]
-		if !seen {
-			i = len(out)
-			index[impl] = i
-			out = append(out, sample{group: line.group, clients: line.clients, impl: impl,
-				metrics: make(map[string]float64), rank: line.rank})
-		}
 		if metric == "row" {
-			out[i].row = v
+			rows[impl] = v
 			continue
 		}
-		out[i].metrics[metric] = v
+		s := byImpl[impl]
+		if s == nil {
+			s = &sample{group: line.group, clients: line.clients, impl: impl, metrics: make(map[string]float64), rank: line.rank}
+			byImpl[impl] = s
+		}
+		s.metrics[metric] = v
 	}
-	if len(out) == 0 {
+	if len(byImpl) == 0 {
 		return nil, errors.New("an interleaved benchmark reported no <impl>:<unit> metrics")
 	}
-	for _, s := range out {
+	out := make([]sample, 0, len(byImpl))
+	for impl, s := range byImpl {
 		if _, ok := s.metrics["ns/op"]; !ok {
-			return nil, fmt.Errorf("impl %q has no ns/op", s.impl)
+			return nil, fmt.Errorf("impl %q has no ns/op", impl)
 		}
+		if _, ok := rows[impl]; !ok {
+			return nil, fmt.Errorf("impl %q has no row", impl)
+		}
+		out = append(out, *s)
 	}
-	// go test prints a line's units sorted: put the rows back in the order
-	// the benchmark listed them, which decides the baseline.
-	slices.SortStableFunc(out, func(a, b sample) int { return cmp.Compare(a.row, b.row) })
+	slices.SortFunc(out, func(a, b sample) int { return cmp.Compare(rows[a.impl], rows[b.impl]) })
 	return out, nil
 }
 
 // Aggregate merges the runs of each benchmark into one Result: its fastest
 // run (least ns/op; for an interleaved line's implementations, the line's),
-// all of whose metrics are kept so that they agree with each other. On a shared machine other work only ever adds time, so the
-// fastest of a few rounds is the steadiest estimate of the code's own speed.
+// all of whose metrics are kept so that they agree with each other. On a
+// shared machine other work only ever adds time, so the fastest of a few
+// rounds is the steadiest estimate of the code's own speed.
 // Results are in order of first appearance: that order decides each group's
 // baseline.
 func Aggregate(samples []sample) []Result {

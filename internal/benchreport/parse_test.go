@@ -108,6 +108,7 @@ func TestParseRejectsMalformed(t *testing.T) {
 		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 2 a:ns/op \t 4 b:p50-µs",
 		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 2 :ns/op",
 		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 2 a:ns/op \t 3 a:",
+		"BenchmarkCompareX/c=1/interleaved-2 \t 1 \t 5 ns/op \t 2 a:ns/op \t 3 a:p50-µs", // no a:row
 	} {
 		if _, err := Parse(strings.NewReader(line+"\n"), 2); err == nil {
 			t.Errorf("Parse(%q) succeeded, want an error", line)
