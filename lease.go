@@ -3,6 +3,8 @@ package lease
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"io"
 	"time"
 	"unicode/utf8"
 )
@@ -32,10 +34,33 @@ func NewID() ID {
 // IsZero reports whether id is the zero ID, which no backend issues.
 func (id ID) IsZero() bool { return id == ID{} }
 
-// String returns id as 32 lowercase hex digits.
-func (id ID) String() string { return hex.EncodeToString(id[:]) }
+// Reveal returns id as 32 lowercase hex digits: the form the HTTP API, the
+// CLI and the engines carry. It is the only way to print the secret; use it
+// where the ID must travel, never in logs or error messages.
+func (id ID) Reveal() string { return hex.EncodeToString(id[:]) }
 
-// ParseID parses the 32 hex digits of ID.String.
+// redactedID is how an ID prints anywhere but through Reveal.
+const redactedID = "[redacted]"
+
+// String returns a placeholder, never the secret: an ID that reaches a log
+// line or an error message through fmt gives nothing away. Reveal returns
+// the digits.
+func (id ID) String() string { return redactedID }
+
+// GoString is String for %#v.
+func (id ID) GoString() string { return "lease.ID" + redactedID }
+
+// Format prints the placeholder for every verb, so %x, %d and %+v (which
+// would otherwise format the bytes) reveal nothing either.
+func (id ID) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		_, _ = io.WriteString(f, id.GoString())
+		return
+	}
+	_, _ = io.WriteString(f, redactedID)
+}
+
+// ParseID parses the 32 hex digits of ID.Reveal.
 func ParseID(s string) (ID, error) {
 	var id ID
 	if len(s) != 2*len(id) {
@@ -67,14 +92,6 @@ type Lease struct {
 	// Expires is when the lease expires, on the backend's clock (I5). Clients
 	// must not compare it with their own clock to decide they still hold it.
 	Expires time.Time
-
-	// Pads Lease from 88 to 96 bytes. Leases are copied by value on every
-	// call, and the compiler copies 88 bytes as five 16-byte moves and a
-	// sixth that overlaps the fifth; the next copy's load of the overlapped
-	// bytes cannot be forwarded from those two stores and stalls. At 96
-	// bytes, a multiple of 16, nothing overlaps: memstore's acquire+release
-	// pair went from 85 to 76 ns.
-	_ [8]byte
 }
 
 // Limits on keys and TTLs, the same for every backend.

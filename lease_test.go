@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,9 +57,9 @@ func TestIDRoundTrip(t *testing.T) {
 			t.Fatalf("NewID returned zero or a repeat: %v", id)
 		}
 		seen[id] = true
-		back, err := lease.ParseID(id.String())
+		back, err := lease.ParseID(id.Reveal())
 		if err != nil || back != id {
-			t.Fatalf("ParseID(%q) = %v, %v", id.String(), back, err)
+			t.Fatalf("ParseID(%q) = %v, %v", id.Reveal(), back, err)
 		}
 	}
 	for _, bad := range []string{"", "00", strings.Repeat("0", 32), strings.Repeat("g", 32), strings.Repeat("a", 33)} {
@@ -102,7 +103,7 @@ func FuzzValidateKey(f *testing.F) {
 }
 
 func FuzzParseID(f *testing.F) {
-	f.Add(lease.NewID().String())
+	f.Add(lease.NewID().Reveal())
 	f.Add("zz")
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := lease.ParseID(s)
@@ -112,8 +113,34 @@ func FuzzParseID(f *testing.F) {
 			}
 			return
 		}
-		if id.IsZero() || !strings.EqualFold(id.String(), s) {
+		if id.IsZero() || !strings.EqualFold(id.Reveal(), s) {
 			t.Fatalf("ParseID(%q) = %v", s, id)
 		}
 	})
+}
+
+// TestIDNeverPrints: no fmt verb shows a lease's secret, on its own or
+// inside a Lease, so an ID that reaches a log line gives nothing away.
+func TestIDNeverPrints(t *testing.T) {
+	id := lease.NewID()
+	l := lease.Lease{Key: "k", Owner: "w", Token: 7, ID: id, TTL: time.Second}
+	secret := id.Reveal()
+	upper := strings.ToUpper(secret)
+	for _, format := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%o", "%b", "%08x"} {
+		for _, arg := range []any{id, &id, l, &l} {
+			out := fmt.Sprintf(format, arg)
+			if strings.Contains(out, secret) || strings.Contains(out, upper) || strings.Contains(out, fmt.Sprint(id[:])) {
+				t.Errorf("Sprintf(%q, %T) = %s: shows the secret", format, arg, out)
+			}
+		}
+	}
+	if !strings.Contains(fmt.Sprintf("%+v", l), "ID:[redacted]") {
+		t.Errorf("%%+v of a lease = %+v, want its ID shown as [redacted]", l)
+	}
+	if strings.Contains(fmt.Sprintf("%+v", l), "_:") {
+		t.Errorf("%%+v of a lease = %+v: shows a padding field", l)
+	}
+	if len(secret) != 32 || strings.Trim(secret, "0123456789abcdef") != "" {
+		t.Errorf("Reveal() = %q, want 32 lowercase hex digits", secret)
+	}
 }

@@ -61,8 +61,8 @@ func appendJSONString(b []byte, s string) []byte {
 // id+"\x00" < value < id+"\x01", byte-wise.
 func idCmps(h string, id lease.ID) []clientv3.Cmp {
 	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(h), ">", id.String()),
-		clientv3.Compare(clientv3.Value(h), "<", id.String()+"\x01"),
+		clientv3.Compare(clientv3.Value(h), ">", id.Reveal()),
+		clientv3.Compare(clientv3.Value(h), "<", id.Reveal()+"\x01"),
 	}
 }
 

@@ -185,7 +185,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 
 // stillOurs reports whether holder key kv is still generation l's.
 func stillOurs(l lease.Lease, kv *mvccpb.KeyValue) bool {
-	return kv != nil && kv.CreateRevision == int64(l.Token) && bytes.HasPrefix(kv.Value, []byte(l.ID.String()+"\x00"))
+	return kv != nil && kv.CreateRevision == int64(l.Token) && bytes.HasPrefix(kv.Value, []byte(l.ID.Reveal()+"\x00"))
 }
 
 // renew is one attempt of Renew; moved reports that the generation was

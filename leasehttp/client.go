@@ -477,7 +477,7 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	body := renewBody{ID: l.ID.String(), Token: l.Token, TTLms: ttlMillis(ttl)}
+	body := renewBody{ID: l.ID.Reveal(), Token: l.Token, TTLms: ttlMillis(ttl)}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/renew"), body, 0)
 	})
@@ -502,7 +502,7 @@ func (c *Client) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return err
 	}
-	body := releaseBody{ID: l.ID.String(), Token: l.Token}
+	body := releaseBody{ID: l.ID.Reveal(), Token: l.Token}
 	resp, err, uncertain := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/release"), body, 0)
 	})

@@ -80,7 +80,7 @@ func serveRequest(h http.Handler, req *http.Request) *httptest.ResponseRecorder 
 
 func TestDecodersRefuseBadBodies(t *testing.T) {
 	h, held := heldLease(t)
-	id := held.ID.String()
+	id := held.ID.Reveal()
 	big := `{"owner":"` + strings.Repeat("a", leasehttp.MaxBodyBytes) + `","ttl_ms":100}`
 	padded := `{"owner":"a","ttl_ms":100}` + strings.Repeat(" ", leasehttp.MaxBodyBytes)
 	cases := []struct {
@@ -194,8 +194,8 @@ func TestKeysInPathChecked(t *testing.T) {
 	h, held := heldLease(t)
 	body := map[string]string{
 		"acquire": `{"owner":"a","ttl_ms":100}`,
-		"renew":   `{"id":"` + held.ID.String() + `","token":1,"ttl_ms":100}`,
-		"release": `{"id":"` + held.ID.String() + `","token":1}`,
+		"renew":   `{"id":"` + held.ID.Reveal() + `","token":1,"ttl_ms":100}`,
+		"release": `{"id":"` + held.ID.Reveal() + `","token":1}`,
 	}
 	keys := map[string]string{
 		"empty":            "",

@@ -45,8 +45,8 @@ func FuzzAcquireBody(f *testing.F) {
 
 func FuzzRenewBody(f *testing.F) {
 	h, held := fuzzServer(f)
-	f.Add([]byte(`{"id":"` + held.ID.String() + `","token":1,"ttl_ms":100}`))
-	f.Add([]byte(`{"id":"` + held.ID.String() + `","token":9007199254740993,"ttl_ms":100}`))
+	f.Add([]byte(`{"id":"` + held.ID.Reveal() + `","token":1,"ttl_ms":100}`))
+	f.Add([]byte(`{"id":"` + held.ID.Reveal() + `","token":9007199254740993,"ttl_ms":100}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := serve(h, "POST", "/v1/leases/held/renew", "application/json", body)
 		checkAnswer(t, "renew", rec)
@@ -56,7 +56,7 @@ func FuzzRenewBody(f *testing.F) {
 func FuzzReleaseBody(f *testing.F) {
 	h, held := fuzzServer(f)
 	f.Add([]byte(`{"id":"` + lease.NewID().String() + `","token":1}`))
-	f.Add([]byte(`{"id":"` + held.ID.String() + `","token":0}`))
+	f.Add([]byte(`{"id":"` + held.ID.Reveal() + `","token":0}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := serve(h, "POST", "/v1/leases/held/release", "application/json", body)
 		checkAnswer(t, "release", rec)

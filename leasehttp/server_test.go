@@ -66,7 +66,7 @@ func TestSecretIDNeverShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := l.ID.String()
+	secret := l.ID.Reveal()
 	status, body := call(t, "POST", hs.URL+"/v1/leases/secret%2Fone/acquire", "", `{"owner":"thief","ttl_ms":1000}`)
 	if status != 409 || !strings.Contains(body, `"owner":"owner"`) {
 		t.Fatalf("acquire of a held key: HTTP %d %s, want 409 naming the holder", status, body)

@@ -37,7 +37,7 @@ func NewLeaseJSON(l lease.Lease, withID bool) LeaseJSON {
 		ExpiresAt: l.Expires.UTC().Format(expiresLayout),
 	}
 	if withID && !l.ID.IsZero() {
-		j.ID = l.ID.String()
+		j.ID = l.ID.Reveal()
 	}
 	return j
 }

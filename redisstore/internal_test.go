@@ -23,7 +23,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	run := func() string {
 		t.Helper()
 		res, err := acquireScript.Run(ctx, s.rdb, []string{s.leaseKey(k), s.counterKey(k)},
-			id.String(), "owner", int64(60000)).Text()
+			id.Reveal(), "owner", int64(60000)).Text()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	first, second := run(), run()
 	v1, err1 := parseValue(first)
 	v2, err2 := parseValue(second)
-	if err1 != nil || err2 != nil || v1.id != id.String() || v2 != v1 {
+	if err1 != nil || err2 != nil || v1.id != id.Reveal() || v2 != v1 {
 		t.Fatalf("first run %q (%v), retry %q (%v): want the same grant, carrying the caller's id, twice", first, err1, second, err2)
 	}
 	if n, err := s.rdb.Get(ctx, s.counterKey(k)).Int64(); err != nil || n != int64(v1.token) {
@@ -302,7 +302,7 @@ func TestExpiryFromServerTime(t *testing.T) {
 
 func TestProof(t *testing.T) {
 	l := lease.Lease{ID: lease.NewID(), Token: lease.MaxToken}
-	if got, want := proof(l), l.ID.String()+strconv.FormatUint(uint64(l.Token), 10)+":"; got != want {
+	if got, want := proof(l), l.ID.Reveal()+strconv.FormatUint(uint64(l.Token), 10)+":"; got != want {
 		t.Fatalf("proof = %q, want %q", got, want)
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = proof(l) }); n > 1 {

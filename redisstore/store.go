@@ -188,7 +188,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lease.Lease{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	id := lease.NewID()
-	ids := id.String()
+	ids := id.Reveal()
 	ms := ttlMillis(ttl)
 	res, err := s.batch.run(ctx, acquireScript, s.keyPair(key), ids, owner, ms).Text()
 	if err != nil {
@@ -223,7 +223,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err != nil {
 		return lease.Lease{}, s.malformed("renew", l.Key, err)
 	}
-	if v.id != l.ID.String() || v.token != l.Token {
+	if v.id != l.ID.Reveal() || v.token != l.Token {
 		return lease.Lease{}, s.malformed("renew", l.Key, fmt.Errorf("renewed lease value %q is not the lease renewed", res))
 	}
 	l.Owner, l.TTL, l.Expires = v.owner, ttl, v.expires

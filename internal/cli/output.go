@@ -70,7 +70,7 @@ func textLine(l lease.Lease) string {
 	field("key", l.Key)
 	field("token", strconv.FormatUint(uint64(l.Token), 10))
 	if !l.ID.IsZero() {
-		field("id", l.ID.String())
+		field("id", l.ID.Reveal())
 	}
 	field("owner", l.Owner)
 	field("ttl", l.TTL.String())
