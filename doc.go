@@ -37,6 +37,6 @@
 // the TTL minus a drift margin, so the client gives up before the backend can
 // hand the lease to someone else.
 //
-// Invariants I1–I7 are stated in DESIGN.md and checked for every backend by
-// package leasetest.
+// Invariants I1–I7 are stated in the repository's docs/DESIGN.md and checked
+// for every backend by package leasetest.
 package lease

@@ -37,7 +37,7 @@ const backendTimeout = 10 * time.Second
 // lease shows the backend answers.
 const probeKey = "_leasehttp/readyz"
 
-// Server serves the HTTP API of DESIGN.md for any lease.Backend. It is an
+// Server serves the HTTP API of docs/DESIGN.md for any lease.Backend. It is an
 // http.Handler; see the package documentation for routes, auth and metrics.
 type Server struct {
 	backend  lease.Backend

@@ -4,7 +4,7 @@
 //		leasetest.TestBackend(t, func(t *testing.T) lease.Backend { return memstore.New() })
 //	}
 //
-// It checks invariants I1–I4 of DESIGN.md, the handling of bad input, the
+// It checks invariants I1–I4 of docs/DESIGN.md, the handling of bad input, the
 // optional WaitAcquirer and Notifier abilities when the backend has them, and
 // I1 across restarts when given Reopen.
 // Expiry is waited for in real time on the backend's clock, so backends with

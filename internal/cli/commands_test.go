@@ -47,7 +47,7 @@ func TestAcquireJSONIsTheAPILease(t *testing.T) {
 		}
 	}
 	// The printed id must be the lease's secret: it releases the lease,
-	// and release -o json prints what the API answers, {} (DESIGN.md:
+	// and release -o json prints what the API answers, {} (docs/DESIGN.md:
 	// -o json on acquire|renew|release|get|list).
 	if _, err := lease.ParseID(id); err != nil {
 		t.Fatalf("id %q: %v", id, err)
