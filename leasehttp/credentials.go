@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -73,7 +74,15 @@ func (c Credential) validate() error {
 // Comments take whole lines. A malformed line, a token given twice or a file without any credential is
 // an error naming the line; the error matches lease.ErrInvalid.
 func ParseCredentials(r io.Reader) ([]Credential, error) {
+	creds, _, err := parseCredentials(r)
+	return creds, err
+}
+
+// parseCredentials is ParseCredentials that also returns the line number of
+// each credential, for warnings that must name a token without quoting it.
+func parseCredentials(r io.Reader) ([]Credential, []int, error) {
 	var creds []Credential
+	var lines []int
 	firstLine := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -86,40 +95,83 @@ func ParseCredentials(r io.Reader) ([]Credential, error) {
 		if i := slices.IndexFunc(fields, func(f string) bool { return strings.HasPrefix(f, "#") }); i > 0 {
 			// Taken as prefixes, the words of a trailing comment would grant
 			// keys nobody meant to grant.
-			return nil, fmt.Errorf("%w: leasehttp: credentials line %d: %q starts a comment after the token; put comments on lines of their own", lease.ErrInvalid, n, fields[i])
+			return nil, nil, fmt.Errorf("%w: leasehttp: credentials line %d: %q starts a comment after the token; put comments on lines of their own", lease.ErrInvalid, n, fields[i])
 		}
 		c := Credential{Token: fields[0], Prefixes: fields[1:]}
 		if err := c.validate(); err != nil {
-			return nil, fmt.Errorf("%w: leasehttp: credentials line %d: %v", lease.ErrInvalid, n, err)
+			return nil, nil, fmt.Errorf("%w: leasehttp: credentials line %d: %v", lease.ErrInvalid, n, err)
 		}
 		if prev, dup := firstLine[c.Token]; dup {
-			return nil, fmt.Errorf("%w: leasehttp: credentials line %d: the token of line %d again", lease.ErrInvalid, n, prev)
+			return nil, nil, fmt.Errorf("%w: leasehttp: credentials line %d: the token of line %d again", lease.ErrInvalid, n, prev)
 		}
 		firstLine[c.Token] = n
 		creds = append(creds, c)
+		lines = append(lines, n)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: leasehttp: reading credentials: %v", lease.ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: leasehttp: reading credentials: %v", lease.ErrInvalid, err)
 	}
 	if len(creds) == 0 {
 		// An empty file must not quietly turn authentication off.
-		return nil, fmt.Errorf("%w: leasehttp: no credentials found", lease.ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: leasehttp: no credentials found", lease.ErrInvalid)
 	}
-	return creds, nil
+	return creds, lines, nil
 }
 
-// LoadCredentials reads the credentials file at path (see ParseCredentials).
-func LoadCredentials(path string) ([]Credential, error) {
+// ShortToken is the length in bytes under which ReadCredentialsFile warns
+// that a token could be guessed. It is a warning, not an error, so that an
+// existing file keeps working while its owner replaces the token.
+const ShortToken = 16
+
+// CredentialsFile is a credentials file as ReadCredentialsFile found it.
+type CredentialsFile struct {
+	// Credentials are the file's credentials, in file order.
+	Credentials []Credential
+	// Warnings say what makes the file weaker than it should be: access
+	// for group or others, tokens shorter than ShortToken (by line
+	// number). They never quote a token, so they can go to a log.
+	Warnings []string
+}
+
+// ReadCredentialsFile reads the credentials file at path (see
+// ParseCredentials) and checks it for what should be fixed but does not stop
+// a server: a mode giving group or others any access (on Unix), and tokens
+// shorter than ShortToken.
+func ReadCredentialsFile(path string) (*CredentialsFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("leasehttp: credentials: %w", err)
 	}
 	defer f.Close()
-	creds, err := ParseCredentials(f)
+	creds, lines, err := parseCredentials(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return creds, nil
+	out := &CredentialsFile{Credentials: creds}
+	// Windows reports no group or other bits worth reading.
+	if fi, err := f.Stat(); err == nil && runtime.GOOS != "windows" {
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			out.Warnings = append(out.Warnings, fmt.Sprintf(
+				"leasehttp: credentials file has mode %#o: group or others may read or change its tokens; chmod 600 it", perm))
+		}
+	}
+	for i, c := range creds {
+		if len(c.Token) < ShortToken {
+			out.Warnings = append(out.Warnings, fmt.Sprintf(
+				"leasehttp: credentials line %d: token shorter than %d bytes could be guessed; use 32 random characters", lines[i], ShortToken))
+		}
+	}
+	return out, nil
+}
+
+// LoadCredentials reads the credentials file at path (see ParseCredentials);
+// ReadCredentialsFile also says what is weak about it.
+func LoadCredentials(path string) ([]Credential, error) {
+	f, err := ReadCredentialsFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Credentials, nil
 }
 
 // credential is a Credential as the server keeps it: the token only as its
@@ -159,6 +211,26 @@ func newCredentials(cs []Credential) ([]credential, error) {
 		out = append(out, sc)
 	}
 	return out, nil
+}
+
+// SetCredentials replaces the credentials of a server made WithCredentials
+// in one atomic swap, for rotating tokens without a restart. A request is
+// checked against the set current when it arrives and keeps that
+// credential to its end, so requests in flight finish as they started. creds
+// are checked as WithCredentials checks them; on an error the server keeps
+// the credentials it has. A server made without credentials authorises
+// every request and cannot be given credentials later: that would change
+// who may reach it, which is decided when it starts.
+func (s *Server) SetCredentials(creds []Credential) error {
+	if s.creds.Load() == nil {
+		return fmt.Errorf("%w: leasehttp: the server was made without WithCredentials and serves every request; it cannot take credentials later", lease.ErrInvalid)
+	}
+	set, err := newCredentials(creds)
+	if err != nil {
+		return err
+	}
+	s.creds.Store(&set)
+	return nil
 }
 
 // authenticate finds the credential of r's bearer token. It compares the

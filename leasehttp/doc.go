@@ -92,6 +92,12 @@
 // server authorises every request, so it must then listen on loopback only
 // (the lease serve command enforces that).
 //
+// SetCredentials swaps in a new set of credentials while the server runs
+// (lease serve does on SIGHUP): a request keeps the credential it was
+// authorised with to its end, later requests see only the new set.
+// ReadCredentialsFile also warns about a file that group or others may
+// access and about tokens shorter than ShortToken.
+//
 // # Metrics
 //
 // Registered with WithRegisterer (default: a registry of the server's own

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -43,7 +44,6 @@ type Server struct {
 	backend  lease.Backend
 	waitAcq  lease.WaitAcquirer // the backend's own FIFO wait, if it has one
 	notifier lease.Notifier     // the backend's change notifications, if any
-	creds    []credential       // nil: every request is authorised
 	log      *slog.Logger
 	maxWait  time.Duration
 	mux      *http.ServeMux
@@ -52,6 +52,10 @@ type Server struct {
 	metrics  *metrics
 	tracker  *tracker
 	queues   *queues
+
+	// creds are what requests are checked against, swapped whole by
+	// SetCredentials; nil: every request is authorised.
+	creds atomic.Pointer[[]credential]
 
 	closing   context.Context // cancelled by Close
 	close     context.CancelFunc
@@ -149,10 +153,11 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	s.waitAcq, _ = b.(lease.WaitAcquirer)
 	s.notifier, _ = b.(lease.Notifier)
 	if cfg.credsSet {
-		var err error
-		if s.creds, err = newCredentials(cfg.creds); err != nil {
+		creds, err := newCredentials(cfg.creds)
+		if err != nil {
 			return nil, err
 		}
+		s.creds.Store(&creds)
 	}
 	switch {
 	case cfg.reg == nil && cfg.gat == nil:
@@ -393,10 +398,11 @@ func (s *Server) writeError(w *responseWriter, err error) {
 // the token is missing or wrong. The credential is nil when the server has
 // none configured.
 func (s *Server) authorize(w *responseWriter, r *http.Request) (*credential, bool) {
-	if s.creds == nil {
+	creds := s.creds.Load()
+	if creds == nil {
 		return nil, true
 	}
-	c, err := authenticate(s.creds, r)
+	c, err := authenticate(*creds, r)
 	if err != nil {
 		s.writeError(w, err)
 		return nil, false

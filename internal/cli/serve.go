@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,10 +46,14 @@ can go backwards after a crash).
 
 Clients authenticate with bearer tokens listed in --auth-tokens-file, one per
 line: TOKEN PREFIX… (* for all keys). Without that file the server refuses any
-address but loopback unless --insecure is given.
+address but loopback unless --insecure is given. A tokens file that group or
+others may access, or a token shorter than 16 bytes, is warned about.
 
 SIGTERM or SIGINT shuts it down gracefully: pending waits end, in-flight
-requests finish (up to --shutdown-timeout), the backend is closed.`,
+requests finish (up to --shutdown-timeout), the backend is closed.
+SIGHUP reloads --auth-tokens-file and the --tls-cert/--tls-key pair, keeping
+leases and connections; if any of them cannot be loaded, the server keeps
+what it had and logs why.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("data-dir") && cfg.Backend != "" {
@@ -59,6 +65,11 @@ requests finish (up to --shutdown-timeout), the backend is closed.`,
 			cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, nil))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			// Caught from the start: SIGHUP's default action would end the
+			// server, and a reload asked for while it starts is done once it runs.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			s, err := NewServer(cfg)
 			if err != nil {
 				return err
@@ -67,13 +78,19 @@ requests finish (up to --shutdown-timeout), the backend is closed.`,
 				return err
 			}
 			var serveErr error
-			select {
-			case <-ctx.Done():
-				// A second signal now ends the process at once, as the
-				// default action would, should the drain take too long.
-				stop()
-				cfg.Logger.Info("shutting down", "reason", "signal")
-			case serveErr = <-s.Err():
+			for running := true; running; {
+				select {
+				case <-hup:
+					_ = s.Reload() // it logs what it did or why it could not
+				case <-ctx.Done():
+					// A second signal now ends the process at once, as the
+					// default action would, should the drain take too long.
+					stop()
+					cfg.Logger.Info("shutting down", "reason", "signal")
+					running = false
+				case serveErr = <-s.Err():
+					running = false
+				}
 			}
 			return errors.Join(serveErr, s.Close())
 		},
@@ -120,8 +137,13 @@ type ServeConfig struct {
 // API handler and the backend it serves. Tests start it on port 0 with Run
 // and stop it with Close.
 type Server struct {
-	cfg     ServeConfig
-	tlsCert *tls.Certificate
+	cfg ServeConfig
+	// tlsCert is the certificate new TLS handshakes get; Reload swaps it,
+	// and connections already open keep theirs. nil without TLS.
+	tlsCert atomic.Pointer[tls.Certificate]
+	// reloading lets one Reload run at a time, so that the credentials and
+	// the certificate in use always come from the same reload.
+	reloading sync.Mutex
 
 	ln      net.Listener
 	http    *http.Server
@@ -164,12 +186,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	log := s.cfg.Logger
 	var creds []leasehttp.Credential
 	if s.cfg.AuthTokensFile != "" {
-		creds, err = leasehttp.LoadCredentials(s.cfg.AuthTokensFile)
-		if err != nil {
-			return fmt.Errorf("serve: --auth-tokens-file: %w", err)
-		}
-		if len(creds) == 0 {
-			return fmt.Errorf("serve: --auth-tokens-file %s lists no credentials", s.cfg.AuthTokensFile)
+		if creds, err = s.loadCredentials(); err != nil {
+			return err
 		}
 	}
 	loopback := isLoopback(s.cfg.Addr)
@@ -182,11 +200,11 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		log.Warn("bearer tokens will cross the network in clear text: consider --tls-cert and --tls-key", "addr", s.cfg.Addr)
 	}
 	if s.cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+		cert, err := s.loadCert()
 		if err != nil {
-			return fmt.Errorf("serve: loading TLS key pair: %w", err)
+			return err
 		}
-		s.tlsCert = &cert
+		s.tlsCert.Store(cert)
 	}
 
 	s.backend, err = openBackend(ctx, s.cfg.Backend, s.cfg.DataDir, s.cfg.AllowVolatile)
@@ -225,8 +243,13 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		_ = s.api.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	if s.tlsCert != nil {
-		s.ln = tls.NewListener(s.ln, &tls.Config{Certificates: []tls.Certificate{*s.tlsCert}, MinVersion: tls.VersionTLS12})
+	if s.tlsCert.Load() != nil {
+		s.ln = tls.NewListener(s.ln, &tls.Config{
+			// Read at each handshake, so that a reload reaches new
+			// connections without closing the open ones.
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.tlsCert.Load(), nil },
+			MinVersion:     tls.VersionTLS12,
+		})
 	}
 	s.http = &http.Server{
 		Handler:           s.api,
@@ -244,8 +267,78 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 		s.errc <- err
 	}()
-	log.Info("listening", "addr", s.ln.Addr().String(), "tls", s.tlsCert != nil, "backend", s.backend.desc, "auth", len(creds) > 0)
+	log.Info("listening", "addr", s.ln.Addr().String(), "tls", s.tlsCert.Load() != nil, "backend", s.backend.desc, "auth", len(creds) > 0)
 	return nil
+}
+
+// Reload reads --auth-tokens-file and the --tls-cert/--tls-key pair again
+// and puts them in use, as SIGHUP does. Leases and open connections are
+// kept: requests in flight finish with the credentials they started with,
+// and open TLS connections keep their certificate while new handshakes get
+// the new one. It changes everything or nothing: if a file is missing,
+// unparsable or empty, or the key pair does not load, the server keeps the
+// credentials and certificate it has, and Reload logs and returns why. With
+// neither a tokens file nor TLS it logs that there is nothing to reload.
+// Call it only after Run has returned nil.
+func (s *Server) Reload() error {
+	s.reloading.Lock()
+	defer s.reloading.Unlock()
+	log := s.cfg.Logger
+	if s.api == nil {
+		return errors.New("serve: reload: the server is not running")
+	}
+	if s.cfg.AuthTokensFile == "" && s.cfg.TLSCert == "" {
+		log.Info("reload: nothing to reload: no --auth-tokens-file, no --tls-cert")
+		return nil
+	}
+	var (
+		creds []leasehttp.Credential
+		cert  *tls.Certificate
+		err   error
+	)
+	if s.cfg.AuthTokensFile != "" {
+		creds, err = s.loadCredentials()
+	}
+	if err == nil && s.cfg.TLSCert != "" {
+		cert, err = s.loadCert()
+	}
+	if err == nil && creds != nil {
+		err = s.api.SetCredentials(creds)
+	}
+	if err != nil {
+		log.Error("reload failed; still serving with the credentials and certificate loaded before", "err", err)
+		return fmt.Errorf("serve: reload: %w", err)
+	}
+	if cert != nil {
+		s.tlsCert.Store(cert)
+	}
+	attrs := []any{"credentials", len(creds), "tls", cert != nil}
+	if cert != nil && cert.Leaf != nil { // LoadX509KeyPair parses the leaf
+		attrs = append(attrs, "cert_not_after", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	log.Info("reloaded", attrs...)
+	return nil
+}
+
+// loadCredentials reads --auth-tokens-file and logs what is weak about it.
+func (s *Server) loadCredentials() ([]leasehttp.Credential, error) {
+	f, err := leasehttp.ReadCredentialsFile(s.cfg.AuthTokensFile)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --auth-tokens-file: %w", err)
+	}
+	for _, w := range f.Warnings {
+		s.cfg.Logger.Warn(w, "file", s.cfg.AuthTokensFile)
+	}
+	return f.Credentials, nil
+}
+
+// loadCert reads the --tls-cert/--tls-key pair.
+func (s *Server) loadCert() (*tls.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("serve: loading TLS key pair: %w", err)
+	}
+	return &cert, nil
 }
 
 // Addr returns the address the server listens on, with the port it got.

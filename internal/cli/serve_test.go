@@ -304,12 +304,22 @@ func TestServeTLS(t *testing.T) {
 // pool that trusts it.
 func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	certFile, keyFile, cert := writeCert(t, dir, 1)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 with serial
+// number serial, and its key, as cert.pem and key.pem in dir.
+func writeCert(t *testing.T, dir string, serial int64) (certFile, keyFile string, cert *x509.Certificate) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
+		SerialNumber: big.NewInt(serial),
 		Subject:      pkix.Name{CommonName: "lease test"},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		NotBefore:    time.Now().Add(-time.Hour),
@@ -332,13 +342,11 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cert, err := x509.ParseCertificate(der)
+	cert, err = x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	return certFile, keyFile, cert
 }
 
 // TestServeBackends serves each engine through --backend and takes a lease
