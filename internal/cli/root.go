@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/leasehq/lease"
@@ -92,6 +93,11 @@ func newRoot(a *app) *cobra.Command {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	// --version prints what `lease version` does. The flag is defined here
+	// rather than by cobra so that it takes no -v, which reads as verbose.
+	root.Version = versionText(debug.ReadBuildInfo())
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().Bool("version", false, "print the version, as lease version does")
 	root.AddCommand(
 		newDemoCommand(),
 		newServeCommand(a),
@@ -101,6 +107,7 @@ func newRoot(a *app) *cobra.Command {
 		newGetCommand(a),
 		newListCommand(a),
 		newRunCommand(a),
+		newVersionCommand(a),
 	)
 	return root
 }
