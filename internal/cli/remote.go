@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -73,18 +74,37 @@ func (r *remoteFlags) dial(a *app, timeout time.Duration) (lease.Backend, error)
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	url := r.server
+	url, from := r.server, "--server"
 	if url == "" {
-		url = a.getenv(EnvServer)
+		url, from = a.getenv(EnvServer), "$"+EnvServer
 	}
 	if url == "" {
 		url = DefaultServer
+	}
+	if err := checkServerURL(url, from); err != nil {
+		return nil, err
 	}
 	b, err := a.dial(url, a.getenv(EnvAuthToken), timeout)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", url, err)
 	}
 	return b, nil
+}
+
+// checkServerURL catches the commonest slip in a server address, a missing
+// scheme (127.0.0.1:7420, which url.Parse rejects with a message about path
+// segments, or localhost:7420, which it reads as scheme "localhost"), with
+// one message whether the address came from --server or $LEASE_SERVER (from
+// says which). The rest is checked by the client that dials it.
+func checkServerURL(url, from string) error {
+	scheme, _, ok := strings.Cut(url, "://")
+	switch {
+	case !ok:
+		return usageError(fmt.Errorf("%s %q has no scheme: want a URL such as http://%s", from, url, url))
+	case !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https"):
+		return usageError(fmt.Errorf("%s %q: scheme %q is not http or https", from, url, scheme))
+	}
+	return nil
 }
 
 func (r *remoteFlags) json() bool { return r.output == "json" }
