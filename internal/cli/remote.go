@@ -38,12 +38,28 @@ const remoteEnvHelp = `The server is --server, else $LEASE_SERVER, else ` + Defa
 The bearer token is $LEASE_AUTH_TOKEN (not a flag: command lines are visible to
 other users through ps).`
 
+// add defines the flags on cmd; a command that queues adds --wait with
+// addWaitFlag afterwards.
 func (r *remoteFlags) add(cmd *cobra.Command, withOutput bool) {
-	cmd.Flags().StringVar(&r.server, "server", "", "server URL (default $"+EnvServer+" or "+DefaultServer+")")
-	cmd.Flags().DurationVar(&r.timeout, "timeout", 30*time.Second, "give up on the server after this long (on top of any --wait)")
+	cmd.Flags().StringVar(&r.server, "server", "", "server `URL` (default $"+EnvServer+" or "+DefaultServer+")")
+	cmd.Flags().DurationVar(&r.timeout, "timeout", 30*time.Second, "give up on the server after this long")
 	if withOutput {
-		cmd.Flags().StringVarP(&r.output, "output", "o", "text", "output format: text or json (the lease as the API returns it)")
+		cmd.Flags().StringVarP(&r.output, "output", "o", "text", "output `FORMAT`: text or json (the lease as the API returns it)")
 	}
+}
+
+// addWaitFlag defines --wait on cmd, and says in --timeout's help that the
+// timeout counts on top of the wait: only where there is a --wait to name.
+func addWaitFlag(cmd *cobra.Command, wait *time.Duration) {
+	cmd.Flags().DurationVar(wait, "wait", 0, "how long to queue while KEY is held (0: try once)")
+	if f := cmd.Flags().Lookup("timeout"); f != nil {
+		f.Usage += " (on top of --wait)"
+	}
+}
+
+// addOwnerFlag defines --owner on cmd.
+func addOwnerFlag(cmd *cobra.Command, owner *string) {
+	cmd.Flags().StringVar(owner, "owner", "", "owner `NAME` shown to others (default HOSTNAME-PID)")
 }
 
 // check validates the flags before anything is sent.

@@ -105,9 +105,9 @@ on a usage error.
 	}
 	rf.add(cmd, false)
 	cmd.Flags().DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; renewed about every ttl/3")
-	cmd.Flags().DurationVar(&o.wait, "wait", 0, "how long to queue while KEY is held (0: try once)")
+	addWaitFlag(cmd, &o.wait)
 	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
-	cmd.Flags().StringVar(&o.owner, "owner", "", "owner name shown to others (default HOSTNAME-PID)")
+	addOwnerFlag(cmd, &o.owner)
 	return cmd
 }
 
