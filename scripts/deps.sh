@@ -10,15 +10,44 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || tr
 [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/pg_ctl" ] || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 
+# running SERVICE: whether the init system says SERVICE runs.
+running() { command -v service >/dev/null 2>&1 && service "$1" status >/dev/null 2>&1; }
+
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "deps: installing ${need[*]} with apt-get"
     export DEBIAN_FRONTEND=noninteractive
+    # Debian starts a packaged service on install; the tests start their
+    # own servers and need none. A policy-rc.d that answers 101 (action
+    # forbidden) keeps the install from starting any, and is removed
+    # afterwards; one already there is the system's and is left as it is.
+    # LEASE_DEPS_POLICY_RC_D points elsewhere for the script's own test.
+    policy=${LEASE_DEPS_POLICY_RC_D:-/usr/sbin/policy-rc.d}
+    own_policy=false
+    if [ ! -e "$policy" ]; then
+      own_policy=true
+      trap 'rm -f "$policy"' EXIT
+      printf '#!/bin/sh\n# written by lease scripts/deps.sh for one apt-get install\nexit 101\n' >"$policy"
+      chmod 755 "$policy"
+    fi
+    # Should a service start anyway (that existing policy allowed it), stop
+    # only what the install started: never a service that already ran, and
+    # never one of a package this script did not install.
+    ran_before=" "
+    for pkg in "${need[@]}"; do
+      if running "$pkg"; then ran_before+="$pkg "; fi
+    done
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-    # Debian starts the packaged services; the tests use their own.
-    for svc in postgresql redis-server; do
-      if command -v service >/dev/null 2>&1; then service "$svc" stop >/dev/null 2>&1 || true; fi
+    if $own_policy; then
+      rm -f "$policy"
+      trap - EXIT
+    fi
+    for pkg in "${need[@]}"; do
+      if [[ $ran_before != *" $pkg "* ]] && running "$pkg"; then
+        echo "deps: stopping $pkg, which the install started"
+        service "$pkg" stop >/dev/null 2>&1 || true
+      fi
     done
   else
     echo "deps: missing ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2

@@ -59,8 +59,8 @@ current holder for up to 5s.
 	}
 	rf.add(cmd, true)
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "time to live, "+lease.MinTTL.String()+" to "+lease.MaxTTL.String())
-	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to queue while KEY is held (0: try once)")
-	cmd.Flags().StringVar(&owner, "owner", "", "owner name shown to others (default HOSTNAME-PID)")
+	addWaitFlag(cmd, &wait)
+	addOwnerFlag(cmd, &owner)
 	return cmd
 }
 

@@ -140,7 +140,9 @@ func childVars(mode, file string, exit int) []string {
 func TestBinaryRunLossPath(t *testing.T) {
 	srv, g := apiServer(t)
 	file := filepath.Join(t.TempDir(), "child")
-	args := append([]string{"run", "nightly", "--ttl", "1500ms", "--grace", "5s", "--"}, childArgv(t)...)
+	// A grace past the TTL: the child, built with -race, sleeps a second
+	// as it exits (GORACE atexit_sleep_ms), and must not be killed for it.
+	args := append([]string{"run", "nightly", "--ttl", "1500ms", "--grace", "5s", "--allow-grace-past-ttl", "--"}, childArgv(t)...)
 	p := startBinary(t, append(childVars("term", file, 0), EnvServer+"="+srv.URL), args...)
 	waitFile(t, file, "ready", 20*time.Second)
 

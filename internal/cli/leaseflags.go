@@ -15,8 +15,8 @@ type leaseFlags struct {
 }
 
 func (f *leaseFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.id, "id", "", "the lease's secret id (32 hex digits, from acquire)")
-	cmd.Flags().Uint64Var(&f.token, "token", 0, "the lease's fencing token (from acquire)")
+	cmd.Flags().StringVar(&f.id, "id", "", "the lease's secret `ID` (32 hex digits, from acquire)")
+	cmd.Flags().Uint64Var(&f.token, "token", 0, "the lease's fencing `TOKEN` (from acquire)")
 }
 
 // lease returns the lease the flags name on key, checked as the server would.

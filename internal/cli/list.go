@@ -35,6 +35,6 @@ func newListCommand(a *app) *cobra.Command {
 		},
 	}
 	rf.add(cmd, true)
-	cmd.Flags().StringVar(&prefix, "prefix", "", "only keys that start with this")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only keys that start with `PREFIX`")
 	return cmd
 }

@@ -178,6 +178,23 @@ func cliOnClock(t *testing.T, b lease.Backend, clock lease.Clock, env map[string
 	return r
 }
 
+// cliHTTP runs the lease command in process as the binary would: dialling
+// the server its flags and env name over HTTP.
+func cliHTTP(t *testing.T, env map[string]string, sigs <-chan os.Signal, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := &app{
+		stdin:   strings.NewReader(""),
+		stdout:  &out,
+		stderr:  &errb,
+		getenv:  func(k string) string { return env[k] },
+		dial:    dialHTTP,
+		signals: sigs,
+	}
+	code := execute(newRoot(a), args, &errb)
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
 // oneErrorLine fails unless stderr is exactly one line mentioning each of
 // wants.
 func oneErrorLine(t *testing.T, r result, wants ...string) {

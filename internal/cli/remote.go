@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -37,12 +38,28 @@ const remoteEnvHelp = `The server is --server, else $LEASE_SERVER, else ` + Defa
 The bearer token is $LEASE_AUTH_TOKEN (not a flag: command lines are visible to
 other users through ps).`
 
+// add defines the flags on cmd; a command that queues adds --wait with
+// addWaitFlag afterwards.
 func (r *remoteFlags) add(cmd *cobra.Command, withOutput bool) {
-	cmd.Flags().StringVar(&r.server, "server", "", "server URL (default $"+EnvServer+" or "+DefaultServer+")")
-	cmd.Flags().DurationVar(&r.timeout, "timeout", 30*time.Second, "give up on the server after this long (on top of any --wait)")
+	cmd.Flags().StringVar(&r.server, "server", "", "server `URL` (default $"+EnvServer+" or "+DefaultServer+")")
+	cmd.Flags().DurationVar(&r.timeout, "timeout", 30*time.Second, "give up on the server after this long")
 	if withOutput {
-		cmd.Flags().StringVarP(&r.output, "output", "o", "text", "output format: text or json (the lease as the API returns it)")
+		cmd.Flags().StringVarP(&r.output, "output", "o", "text", "output `FORMAT`: text or json (the lease as the API returns it)")
 	}
+}
+
+// addWaitFlag defines --wait on cmd, and says in --timeout's help that the
+// timeout counts on top of the wait: only where there is a --wait to name.
+func addWaitFlag(cmd *cobra.Command, wait *time.Duration) {
+	cmd.Flags().DurationVar(wait, "wait", 0, "how long to queue while KEY is held (0: try once)")
+	if f := cmd.Flags().Lookup("timeout"); f != nil {
+		f.Usage += " (on top of --wait)"
+	}
+}
+
+// addOwnerFlag defines --owner on cmd.
+func addOwnerFlag(cmd *cobra.Command, owner *string) {
+	cmd.Flags().StringVar(owner, "owner", "", "owner `NAME` shown to others (default HOSTNAME-PID)")
 }
 
 // check validates the flags before anything is sent.
@@ -73,18 +90,37 @@ func (r *remoteFlags) dial(a *app, timeout time.Duration) (lease.Backend, error)
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	url := r.server
+	url, from := r.server, "--server"
 	if url == "" {
-		url = a.getenv(EnvServer)
+		url, from = a.getenv(EnvServer), "$"+EnvServer
 	}
 	if url == "" {
 		url = DefaultServer
+	}
+	if err := checkServerURL(url, from); err != nil {
+		return nil, err
 	}
 	b, err := a.dial(url, a.getenv(EnvAuthToken), timeout)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", url, err)
 	}
 	return b, nil
+}
+
+// checkServerURL catches the commonest slip in a server address, a missing
+// scheme (127.0.0.1:7420, which url.Parse rejects with a message about path
+// segments, or localhost:7420, which it reads as scheme "localhost"), with
+// one message whether the address came from --server or $LEASE_SERVER (from
+// says which). The rest is checked by the client that dials it.
+func checkServerURL(url, from string) error {
+	scheme, _, ok := strings.Cut(url, "://")
+	switch {
+	case !ok:
+		return usageError(fmt.Errorf("%s %q has no scheme: want a URL such as http://%s", from, url, url))
+	case !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https"):
+		return usageError(fmt.Errorf("%s %q: scheme %q is not http or https", from, url, scheme))
+	}
+	return nil
 }
 
 func (r *remoteFlags) json() bool { return r.output == "json" }

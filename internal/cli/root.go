@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/leasehq/lease"
@@ -19,7 +20,9 @@ const (
 	// ExitOK means the command did what it was asked.
 	ExitOK = 0
 	// ExitFailure means anything not covered below: the server could not be
-	// reached, refused the credentials, or answered with an error.
+	// reached, refused the credentials, or answered with an error. lease run
+	// too exits 1 when the credentials are refused or the server answers as
+	// no lease server does: trying again later (75) would not help.
 	ExitFailure = 1
 	// ExitUsage means the command line or an argument was wrong (unknown
 	// flag, missing key, TTL out of range): ErrInvalid.
@@ -33,8 +36,9 @@ const (
 	// ErrNotFound.
 	ExitNotFound = 5
 	// ExitTempFail is what `lease run` returns when the lease could not be
-	// had or was lost while the command ran (EX_TEMPFAIL from sysexits.h:
-	// try again later).
+	// had for a reason that may pass (held, server unreachable or
+	// unavailable) or was lost while the command ran (EX_TEMPFAIL from
+	// sysexits.h: try again later).
 	ExitTempFail = 75
 	// ExitCannotRun is what `lease run` returns when the command could not
 	// be started (not found, not executable), as shells and env(1) do.
@@ -44,7 +48,8 @@ const (
 const exitCodesHelp = `Exit status: 0 done, 1 error (server unreachable, unauthorized, ...),
 2 usage or invalid argument, 3 key held by someone else, 4 lease no longer
 held, 5 no lease on the key. lease run exits with its command's status, or 75
-if the lease could not be had or was lost, or 127 if the command could not start.`
+if the lease could not be had (held, server unreachable) or was lost, or 127 if
+the command could not start.`
 
 // ExitError carries a specific exit status out of a command.
 type ExitError struct {
@@ -92,6 +97,11 @@ func newRoot(a *app) *cobra.Command {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	// --version prints what `lease version` does. The flag is defined here
+	// rather than by cobra so that it takes no -v, which reads as verbose.
+	root.Version = versionText(debug.ReadBuildInfo())
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().Bool("version", false, "print the version, as lease version does")
 	root.AddCommand(
 		newDemoCommand(),
 		newServeCommand(a),
@@ -101,6 +111,7 @@ func newRoot(a *app) *cobra.Command {
 		newGetCommand(a),
 		newListCommand(a),
 		newRunCommand(a),
+		newVersionCommand(a),
 	)
 	return root
 }

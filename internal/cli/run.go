@@ -40,18 +40,28 @@ func newRunCommand(a *app) *cobra.Command {
 the background while CMD runs. CMD's environment has LEASE_KEY, LEASE_TOKEN (the
 fencing token to pass to the protected resource) and LEASE_OWNER.
 
-If the lease is lost (renewals fail until the safe deadline, which is before the
-server expires it, or the server says it is gone), CMD and the processes it
-started (CMD runs in a process group of its own) get SIGTERM and, any of them
-still running --grace later, SIGKILL. SIGINT, SIGTERM and SIGHUP sent to lease
-run are passed on to CMD. The lease is released when CMD exits.
+If the lease is lost (renewals fail until the safe deadline, 10% of the TTL
+plus 20ms before the server expires it, or the server says it is gone), CMD and
+the processes it started (CMD runs in a process group of its own) get SIGTERM
+and, any of them still running --grace later, SIGKILL; lease run then exits
+within --grace of the loss, even if the server does not answer. SIGINT, SIGTERM
+and SIGHUP sent to lease run are passed on to CMD. The lease is released when
+CMD exits.
+
+--ttl is at least ` + minRunTTL.String() + `: that margin may take at most half of the TTL.
+SIGTERM comes the margin before the lease expires; whatever CMD does after that
+it does without the lease, while another holder may have it, and only the
+fencing token in LEASE_TOKEN keeps its late writes out. So --grace may not
+exceed --ttl unless --allow-grace-past-ttl is given.
 
 With --wait 0 (the default) it tries once and gives up if KEY is held, which is
 what a cron job that must not run twice wants; with --wait 5m it queues.
 
-Exit status: CMD's (128+N if a signal N ended it), 75 if the lease could not be
-had or was lost before CMD's exit was seen, 127 if CMD could not be started, 2
-on a usage error.
+Exit status: CMD's (128+N if a signal N ended it); 75 (try later) if the lease
+could not be had (held, server unreachable or unavailable) or was lost before
+CMD's exit was seen; 1 if the server refused the credentials (unauthorized,
+forbidden) or answered as no lease server does, which retrying will not fix;
+127 if CMD could not be started; 2 on a usage error.
 
 ` + remoteEnvHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -63,16 +73,19 @@ on a usage error.
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.key, o.argv = args[0], args[1:]
+			if !cmd.Flags().Changed("grace") {
+				// The default grace ends where the TTL does, for a short
+				// TTL: the refusal of a longer grace is for one asked for.
+				o.grace = min(o.grace, o.ttl)
+			}
 			if err := o.check(); err != nil {
 				return err
 			}
 			b, err := rf.backend(a)
 			if err != nil {
-				var ee *ExitError
-				if errors.As(err, &ee) {
-					return err // a usage error: exit 2, as the help says
-				}
-				return &ExitError{Code: ExitTempFail, Err: err}
+				// A server URL or token that cannot be used: a retry
+				// will not fix it, so not 75.
+				return err
 			}
 			defer closeBackend(b)
 			c, err := newRunClient(b, o.owner, a.clock)
@@ -86,8 +99,13 @@ on a usage error.
 				defer signal.Stop(ch)
 				sigs = ch
 			}
+			clock := a.clock
+			if clock == nil {
+				clock = lease.SystemClock{}
+			}
 			r := &runner{
 				client:  c,
+				clock:   clock,
 				opts:    o,
 				stdin:   a.stdin,
 				stdout:  a.stdout,
@@ -104,10 +122,11 @@ on a usage error.
 		},
 	}
 	rf.add(cmd, false)
-	cmd.Flags().DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live; renewed about every ttl/3")
-	cmd.Flags().DurationVar(&o.wait, "wait", 0, "how long to queue while KEY is held (0: try once)")
-	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
-	cmd.Flags().StringVar(&o.owner, "owner", "", "owner name shown to others (default HOSTNAME-PID)")
+	cmd.Flags().DurationVar(&o.ttl, "ttl", 30*time.Second, "lease time to live, "+minRunTTL.String()+" to "+lease.MaxTTL.String()+"; renewed about every ttl/3")
+	addWaitFlag(cmd, &o.wait)
+	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost; at most --ttl, which is the default when shorter")
+	cmd.Flags().BoolVar(&o.allowGracePastTTL, "allow-grace-past-ttl", false, "allow a --grace longer than --ttl (CMD may then work long after its lease expired)")
+	addOwnerFlag(cmd, &o.owner)
 	return cmd
 }
 
@@ -120,6 +139,27 @@ const (
 	runDriftFraction = 0.1
 	runDriftMin      = 20 * time.Millisecond
 )
+
+// runMargin is the drift margin lease run's Client gives a lease of ttl: the
+// rule of lease.WithDriftMargin, fraction×TTL + minimum.
+func runMargin(ttl time.Duration) time.Duration {
+	return time.Duration(runDriftFraction*float64(ttl)) + runDriftMin
+}
+
+// minRunTTL is the shortest --ttl lease run accepts, in whole milliseconds:
+// the Client refuses a TTL whose drift margin would take more than half of
+// it (lease.WithDriftMargin), so the minimum follows from lease run's
+// margin — runDriftMin/(0.5−runDriftFraction), 50ms — and is computed here by
+// the Client's own integer test rather than written down, so that it moves
+// with the margin.
+var minRunTTL = func() time.Duration {
+	for ttl := lease.MinTTL; ttl < lease.MaxTTL; ttl += time.Millisecond {
+		if runMargin(ttl) <= ttl/2 {
+			return ttl
+		}
+	}
+	return lease.MaxTTL
+}()
 
 // newRunClient returns the Client lease run holds its lease through.
 func newRunClient(b lease.Backend, owner string, clock lease.Clock) (*lease.Client, error) {
@@ -135,14 +175,22 @@ func newRunClient(b lease.Backend, owner string, clock lease.Clock) (*lease.Clie
 
 // runOptions are lease run's arguments.
 type runOptions struct {
-	key              string
-	ttl, wait, grace time.Duration
-	owner            string
-	argv             []string
+	key               string
+	ttl, wait, grace  time.Duration
+	allowGracePastTTL bool
+	owner             string
+	argv              []string
 }
 
 func (o runOptions) check() error {
-	if err := checkKeyTTL(o.key, o.ttl); err != nil {
+	if err := lease.ValidateKey(o.key); err != nil {
+		return err
+	}
+	if o.ttl < minRunTTL {
+		return usageError(fmt.Errorf("--ttl %v is too short for lease run: the minimum is %v (it gives a lease up %.0f%% of its TTL + %v before it expires, and that margin may take at most half of the TTL)",
+			o.ttl, minRunTTL, 100*runDriftFraction, runDriftMin))
+	}
+	if err := lease.ValidateTTL(o.ttl); err != nil {
 		return err
 	}
 	if o.owner != "" {
@@ -156,6 +204,10 @@ func (o runOptions) check() error {
 	if o.grace < 0 {
 		return usageError(fmt.Errorf("--grace must not be negative, got %v", o.grace))
 	}
+	if o.grace > o.ttl && !o.allowGracePastTTL {
+		return usageError(fmt.Errorf("--grace %v is longer than --ttl %v: after a loss, a CMD that ignores SIGTERM could work on for most of --grace after the lease expired, while another holder has it; shorten --grace, or pass --allow-grace-past-ttl if the resource rejects late writes by their fencing token",
+			o.grace, o.ttl))
+	}
 	if len(o.argv) == 0 || o.argv[0] == "" {
 		return usageError(errors.New("no command given after --"))
 	}
@@ -166,6 +218,7 @@ func (o runOptions) check() error {
 // status and one line per event on stderr.
 type runner struct {
 	client         *lease.Client
+	clock          lease.Clock // the client's
 	opts           runOptions
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -208,7 +261,10 @@ func (r *runner) run(ctx context.Context) int {
 	if h == nil {
 		return code
 	}
-	defer r.release(h)
+	// lostAt is when the loss was acted on (zero: never); the release that
+	// follows a loss must not keep lease run past the grace period.
+	var lostAt time.Time
+	defer func() { r.release(h, lostAt) }()
 
 	cmd := exec.Command(r.opts.argv[0], r.opts.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.stdin, r.stdout, r.stderr
@@ -218,6 +274,7 @@ func (r *runner) run(ctx context.Context) int {
 		EnvOwner+"="+r.client.Owner(),
 	)
 	if h.Err() != nil {
+		lostAt = time.Now()
 		r.logf("lost %q (token %d) before %s could start: %v", h.Key(), h.Token(), r.opts.argv[0], h.Err())
 		return ExitTempFail
 	}
@@ -236,20 +293,19 @@ func (r *runner) run(ctx context.Context) int {
 	}()
 
 	var (
-		lost  bool
 		done  = h.Done()
 		grace <-chan time.Time
 	)
 	for {
 		select {
 		case err := <-exited:
-			if !lost && h.Err() != nil {
+			if lostAt.IsZero() && h.Err() != nil {
 				// The safe deadline passed while CMD ran, and the timer
 				// that ends the Hold has not run yet (this process was
 				// paused, say), or it ran just as CMD exited: either way
 				// CMD did not finish under the lease, so its status is
 				// not the answer, whichever event select picked first.
-				lost = true
+				lostAt = time.Now()
 				r.logf("%v; %s exited meanwhile (status %d, not passed on)", h.Err(), r.opts.argv[0], exitStatus(err))
 				if pg.alive() {
 					pg.signal(syscall.SIGTERM)
@@ -258,14 +314,14 @@ func (r *runner) run(ctx context.Context) int {
 					grace = t.C
 				}
 			}
-			if lost {
+			if !lostAt.IsZero() {
 				r.stopGroup(pg, grace)
 				return ExitTempFail
 			}
 			return exitStatus(err)
 		case <-done:
 			done = nil
-			lost = true
+			lostAt = time.Now()
 			r.logf("%v; sending SIGTERM to %s (SIGKILL in %s)", h.Err(), r.opts.argv[0], formatDuration(r.opts.grace))
 			// To the whole group: whatever CMD started works under the
 			// lease too.
@@ -345,7 +401,7 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int) {
 	<-gone
 	if interrupted != nil {
 		if h != nil {
-			r.release(h)
+			r.release(h, time.Time{})
 		}
 		r.logf("%v while acquiring %q: not running %s", interrupted, key, r.opts.argv[0])
 		return nil, ExitTempFail
@@ -358,14 +414,41 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int) {
 		return nil, ExitUsage
 	}
 	r.logf("not running %s: %s", r.opts.argv[0], oneLine(heldMessage(err)))
-	return nil, ExitTempFail
+	return nil, acquireFailed(err)
+}
+
+// acquireFailed is lease run's exit status when it could not get the lease
+// for a reason other than a usage error. 75 (EX_TEMPFAIL) tells a cron
+// wrapper to try again later, so it is kept for what may pass by itself: the
+// key held, the server unreachable or unable to answer (ErrUnavailable), no
+// answer within --timeout. Anything else — credentials refused (401, 403),
+// an answer no lease server gives (a proxy's 404 page, a server of another
+// kind at that URL) — is a configuration error that a retry will not fix: 1.
+func acquireFailed(err error) int {
+	switch {
+	case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrUnavailable),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return ExitTempFail
+	}
+	return ExitFailure
 }
 
 // release gives the lease back after the command has exited. A failure is
 // reported but does not change the exit status: the work is done, and the
 // lease expires on its own.
-func (r *runner) release(h *lease.Hold) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+//
+// The release is bounded by --timeout and by the lease's remaining TTL: once
+// the lease has expired on the server a release frees nothing. After a loss
+// (lostAt not zero) the lease is gone or about to expire, the release is a
+// courtesy to the next holder, and it is also cut off at the end of the grace
+// period that began at lostAt, so that lease run exits within --grace of the
+// loss even when the server has stopped answering.
+func (r *runner) release(h *lease.Hold, lostAt time.Time) {
+	limit := min(r.timeout, r.untilExpiry(h))
+	if !lostAt.IsZero() {
+		limit = min(limit, time.Until(lostAt.Add(r.opts.grace)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(limit, 0))
 	defer cancel()
 	err := h.Release(ctx)
 	switch {
@@ -374,6 +457,18 @@ func (r *runner) release(h *lease.Hold) {
 	default:
 		r.logf("releasing %q (token %d): %s", h.Key(), h.Token(), oneLine(err))
 	}
+}
+
+// untilExpiry is how long h's lease has left on the server, as far as the
+// client can tell: its safe deadline is the send time of the last successful
+// renewal + TTL − drift margin, so the lease lasts until deadline + margin
+// (judged by the TTL the server granted, as the Hold judges it).
+func (r *runner) untilExpiry(h *lease.Hold) time.Duration {
+	ttl := r.opts.ttl
+	if g := h.Lease().TTL; g > 0 && g < ttl {
+		ttl = g
+	}
+	return h.Deadline().Add(runMargin(ttl)).Sub(r.clock.Now())
 }
 
 // exitStatus turns the command's end into lease run's exit status: its exit

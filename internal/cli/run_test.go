@@ -163,7 +163,11 @@ func TestRunLossStopsCommandBeforeExpiry(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "term", file, 0)
 	done := make(chan result, 1)
-	go func() { done <- cli(t, g, nil, nil, runArgs(t, "job", "--ttl", "1s", "--grace", "5s")...) }()
+	// A grace past the TTL: the child, built with -race, sleeps a second
+	// as it exits (GORACE atexit_sleep_ms), and must not be killed for it.
+	go func() {
+		done <- cli(t, g, nil, nil, runArgs(t, "job", "--ttl", "1s", "--grace", "5s", "--allow-grace-past-ttl")...)
+	}()
 	waitFile(t, file, "ready", 10*time.Second)
 	last := g.fail()
 	line := waitFile(t, file, "term ", 10*time.Second)

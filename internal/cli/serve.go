@@ -96,12 +96,12 @@ what it had and logs why.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Addr, "addr", DefaultAddr, "address to listen on (host:port; port 0 picks a free one)")
-	f.StringVar(&cfg.DataDir, "data-dir", DefaultDataDir, "directory of the embedded store (created 0700)")
-	f.StringVar(&cfg.Backend, "backend", "", "serve another engine: postgres://…, redis://…, etcd://…")
-	f.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "file of bearer tokens: one `TOKEN PREFIX…` per line")
-	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (PEM), with --tls-key")
-	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key file (PEM), with --tls-cert")
+	f.StringVar(&cfg.Addr, "addr", DefaultAddr, "address to listen on, `HOST:PORT` (port 0 picks a free one)")
+	f.StringVar(&cfg.DataDir, "data-dir", DefaultDataDir, "keep the embedded store in `DIR`, relative to the working directory unless absolute (created 0700)")
+	f.StringVar(&cfg.Backend, "backend", "", "serve another engine, by `URL`: postgres://…, redis://…, etcd://…")
+	f.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "`FILE` of bearer tokens, one per line: TOKEN PREFIX…")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate `FILE` (PEM), with --tls-key")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "TLS private key `FILE` (PEM), with --tls-cert")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --addr without --auth-tokens-file")
 	f.BoolVar(&cfg.AllowVolatile, "allow-volatile", false, "serve a PostgreSQL or Redis --backend whose persistence cannot keep tokens rising across a crash (tests only)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
