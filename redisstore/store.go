@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -57,6 +58,7 @@ type Store struct {
 var (
 	_ lease.Backend  = (*Store)(nil)
 	_ lease.Notifier = (*Store)(nil)
+	_ io.Closer      = (*Store)(nil)
 )
 
 // Option configures a Store.
