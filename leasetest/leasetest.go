@@ -28,7 +28,7 @@ import (
 )
 
 // Option adjusts the suite to a backend.
-type Option func(*config)
+type Option func(*config) error
 
 type config struct {
 	expiryTTL time.Duration
@@ -37,18 +37,56 @@ type config struct {
 }
 
 // ExpiryTTL sets the TTL of the leases the suite lets expire (default 50 ms).
-// Backends whose expiry is coarser than that pass their granularity.
-func ExpiryTTL(d time.Duration) Option { return func(c *config) { c.expiryTTL = d } }
+// Backends whose expiry is coarser than that pass their granularity. It must
+// be a valid TTL (lease.ValidateTTL).
+func ExpiryTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if err := lease.ValidateTTL(d); err != nil {
+			return fmt.Errorf("leasetest: ExpiryTTL: %w", err)
+		}
+		c.expiryTTL = d
+		return nil
+	}
+}
 
 // Settle sets how long past a lease's TTL the backend may take to notice its
-// expiry (default 2 s, polled, so it costs only what the backend needs).
-func Settle(d time.Duration) Option { return func(c *config) { c.settle = d } }
+// expiry (default 2 s, polled, so it costs only what the backend needs). It
+// must be positive.
+func Settle(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: leasetest: Settle needs a positive duration, got %v", lease.ErrInvalid, d)
+		}
+		c.settle = d
+		return nil
+	}
+}
 
 // Reopen gives the suite a way to restart the backend on the same durable
 // state (close old, open anew). With it the suite checks I1 and held leases
 // across restarts.
 func Reopen(f func(t *testing.T, old lease.Backend) lease.Backend) Option {
-	return func(c *config) { c.reopen = f }
+	return func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: leasetest: Reopen needs a function, got nil", lease.ErrInvalid)
+		}
+		c.reopen = f
+		return nil
+	}
+}
+
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{expiryTTL: 50 * time.Millisecond, settle: 2 * time.Second}
+	for _, o := range opts {
+		if o == nil {
+			return config{}, fmt.Errorf("%w: leasetest: nil option", lease.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return config{}, err
+		}
+	}
+	return cfg, nil
 }
 
 // longTTL is for leases that must not expire during a test.
@@ -58,9 +96,9 @@ const longTTL = time.Minute
 // subtest; it may return a fresh backend or share one (the subtests use
 // distinct keys).
 func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts ...Option) {
-	cfg := config{expiryTTL: 50 * time.Millisecond, settle: 2 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	s := &suite{cfg: cfg, newBackend: newBackend}
 	for _, tc := range []struct {
