@@ -30,9 +30,22 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client) error
 
+// DefaultOwner returns the owner name of this process when none is given:
+// "HOSTNAME-PID" ("unknown-host-PID" if the host's name cannot be read), so
+// that a lease shows other contenders and logs which process holds it. A
+// Client without WithOwner uses it, and so does the lease command without
+// --owner.
+func DefaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
 // WithOwner sets the owner name the Client gives with every acquisition. It
 // is shown to other contenders and in logs; it proves nothing (I4). The
-// default is "HOSTNAME-PID".
+// default is DefaultOwner().
 func WithOwner(owner string) Option {
 	return func(c *Client) error {
 		if err := ValidateOwner(owner); err != nil {
@@ -100,13 +113,9 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, invalidf("backend is nil")
 	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
 	c := &Client{
 		backend:    b,
-		owner:      host + "-" + strconv.Itoa(os.Getpid()),
+		owner:      DefaultOwner(),
 		clock:      SystemClock{},
 		driftFrac:  0.01,
 		driftMin:   2 * time.Millisecond,

@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,6 +285,37 @@ func TestLongWaitRenewsAtOnce(t *testing.T) {
 			t.Fatalf("lease lost right after the wait: %v", h.Err())
 		}
 	})
+}
+
+// TestDefaultOwner: the owner name of a Client without WithOwner is
+// lease.DefaultOwner(), HOSTNAME-PID, and a valid owner name.
+func TestDefaultOwner(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	want := host + "-" + strconv.Itoa(os.Getpid())
+	got := lease.DefaultOwner()
+	if got != want {
+		t.Errorf("DefaultOwner() = %q, want %q", got, want)
+	}
+	if err := lease.ValidateOwner(got); err != nil {
+		t.Errorf("DefaultOwner() = %q is not a valid owner: %v", got, err)
+	}
+	store := memstore.New()
+	c, err := lease.NewClient(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := c.TryAcquire(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	if l, err := store.Get(ctx, "job"); err != nil || l.Owner != got {
+		t.Errorf("a Client without WithOwner acquired as %q (%v), want DefaultOwner() %q", l.Owner, err, got)
+	}
 }
 
 func TestClientRejectsBadInput(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 )
 
 func TestMain(m *testing.M) { etcdtest.VerifyTestMain(m) }
+
+// A Store is an io.Closer like every store, so that code closing whatever
+// backend it was given closes this one too.
+var _ io.Closer = (*etcdstore.Store)(nil)
 
 // uniquePrefix gives each test its own namespace, so that tests can share
 // one etcd (LEASE_TEST_ETCD_ENDPOINTS).

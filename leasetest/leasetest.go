@@ -4,9 +4,10 @@
 //		leasetest.TestBackend(t, func(t *testing.T) lease.Backend { return memstore.New() })
 //	}
 //
-// It checks invariants I1–I4 of docs/DESIGN.md, the handling of bad input, the
-// optional WaitAcquirer and Notifier abilities when the backend has them, and
-// I1 across restarts when given Reopen.
+// It checks invariants I1–I4 of docs/DESIGN.md, the handling of bad input,
+// the optional WaitAcquirer and Notifier abilities when the backend has them
+// (a Notifier's wake-ups on release and expiry, its context and, for an
+// io.Closer, its Close), and I1 across restarts when given Reopen.
 // Expiry is waited for in real time on the backend's clock, so backends with
 // coarse expiry pass a longer ExpiryTTL.
 package leasetest
@@ -17,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +30,7 @@ import (
 )
 
 // Option adjusts the suite to a backend.
-type Option func(*config)
+type Option func(*config) error
 
 type config struct {
 	expiryTTL time.Duration
@@ -37,18 +39,56 @@ type config struct {
 }
 
 // ExpiryTTL sets the TTL of the leases the suite lets expire (default 50 ms).
-// Backends whose expiry is coarser than that pass their granularity.
-func ExpiryTTL(d time.Duration) Option { return func(c *config) { c.expiryTTL = d } }
+// Backends whose expiry is coarser than that pass their granularity. It must
+// be a valid TTL (lease.ValidateTTL).
+func ExpiryTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if err := lease.ValidateTTL(d); err != nil {
+			return fmt.Errorf("leasetest: ExpiryTTL: %w", err)
+		}
+		c.expiryTTL = d
+		return nil
+	}
+}
 
 // Settle sets how long past a lease's TTL the backend may take to notice its
-// expiry (default 2 s, polled, so it costs only what the backend needs).
-func Settle(d time.Duration) Option { return func(c *config) { c.settle = d } }
+// expiry (default 2 s, polled, so it costs only what the backend needs). It
+// must be positive.
+func Settle(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: leasetest: Settle needs a positive duration, got %v", lease.ErrInvalid, d)
+		}
+		c.settle = d
+		return nil
+	}
+}
 
 // Reopen gives the suite a way to restart the backend on the same durable
 // state (close old, open anew). With it the suite checks I1 and held leases
 // across restarts.
 func Reopen(f func(t *testing.T, old lease.Backend) lease.Backend) Option {
-	return func(c *config) { c.reopen = f }
+	return func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("%w: leasetest: Reopen needs a function, got nil", lease.ErrInvalid)
+		}
+		c.reopen = f
+		return nil
+	}
+}
+
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{expiryTTL: 50 * time.Millisecond, settle: 2 * time.Second}
+	for _, o := range opts {
+		if o == nil {
+			return config{}, fmt.Errorf("%w: leasetest: nil option", lease.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return config{}, err
+		}
+	}
+	return cfg, nil
 }
 
 // longTTL is for leases that must not expire during a test.
@@ -56,11 +96,13 @@ const longTTL = time.Minute
 
 // TestBackend runs the conformance suite. newBackend is called once per
 // subtest; it may return a fresh backend or share one (the subtests use
-// distinct keys).
+// distinct keys) — except for a backend that is both a lease.Notifier and an
+// io.Closer: the suite closes the one it gets for Notifier/CloseEndsWaits,
+// so newBackend must give that subtest one of its own.
 func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts ...Option) {
-	cfg := config{expiryTTL: 50 * time.Millisecond, settle: 2 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	s := &suite{cfg: cfg, newBackend: newBackend}
 	for _, tc := range []struct {
@@ -99,7 +141,7 @@ func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts
 		t.Run("WaitAcquirer", func(t *testing.T) { s.waitAcquirer(t, newBackend(t)) })
 	}
 	if _, ok := probe.(lease.Notifier); ok {
-		t.Run("Notifier", func(t *testing.T) { s.notifier(t, newBackend(t)) })
+		t.Run("Notifier", s.notifier)
 	}
 	if cfg.reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { s.reopen(t, newBackend(t)) })
@@ -994,17 +1036,46 @@ func (s *suite) waitAcquirer(t *testing.T, b lease.Backend) {
 	}
 }
 
-func (s *suite) notifier(t *testing.T, b lease.Backend) {
-	n := b.(lease.Notifier)
-	k := key(t, "notify")
-	l := mustAcquire(t, b, k, "holder", longTTL)
+// notifier checks WaitChange: it returns nil once the key may have become
+// free — released, expired, or free already when called — its context's
+// error when that ends first, an error matching ErrInvalid for a bad key,
+// and, for a backend that is an io.Closer, an error matching ErrUnavailable
+// once the backend is closed. It may return nil early or spuriously, so
+// each check calls it again while the key is still held, as lease.Client
+// does.
+func (s *suite) notifier(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(t *testing.T, b lease.Backend, n lease.Notifier)
+	}{
+		{"WakesOnRelease", s.notifyOnRelease},
+		{"WakesOnExpiry", s.notifyOnExpiry},
+		{"FreeKeyReturns", s.notifyFreeKey},
+		{"ContextEnds", s.notifyContextEnds},
+		{"BadKey", s.notifyBadKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := s.newBackend(t)
+			tc.f(t, b, b.(lease.Notifier))
+		})
+	}
+	if _, ok := s.newBackend(t).(io.Closer); ok {
+		t.Run("CloseEndsWaits", func(t *testing.T) {
+			b := s.newBackend(t)
+			s.notifyClose(t, b, b.(lease.Notifier), b.(io.Closer))
+		})
+	}
+}
+
+// waitFree calls WaitChange on k until it fails or Get finds k free, and
+// sends the outcome (nil: woken and free) on the returned channel.
+func waitFree(b lease.Backend, n lease.Notifier, k string, within time.Duration) <-chan error {
 	woke := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
 		for {
-			err := n.WaitChange(ctx, k)
-			if err != nil {
+			if err := n.WaitChange(ctx, k); err != nil {
 				woke <- err
 				return
 			}
@@ -1012,22 +1083,128 @@ func (s *suite) notifier(t *testing.T, b lease.Backend) {
 				woke <- nil
 				return
 			}
+			if err := ctx.Err(); err != nil { // nil while it ends: no spinning on
+				woke <- fmt.Errorf("WaitChange returned nil after its context ended: %w", err)
+				return
+			}
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	return woke
+}
+
+func (s *suite) notifyOnRelease(t *testing.T, b lease.Backend, n lease.Notifier) {
+	k := key(t, "notify")
+	l := mustAcquire(t, b, k, "holder", longTTL)
+	woke := waitFree(b, n, k, 20*time.Second)
+	time.Sleep(200 * time.Millisecond) // let it wait before the release
 	start := time.Now()
 	if err := b.Release(ctxFor(t), l); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-woke:
-		if err != nil {
-			t.Fatalf("WaitChange: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitChange did not return within 10 s of a release")
+	if err := <-woke; err != nil {
+		t.Fatalf("WaitChange across a release, not woken within 20 s: %v", err)
 	}
 	t.Logf("woken %v after the release", time.Since(start))
+}
+
+// notifyOnExpiry: nobody releases the key; its holder's lease runs out. A
+// waiter must wake by itself, whether the backend announces expiry or times
+// the wait by the holder's expiry.
+func (s *suite) notifyOnExpiry(t *testing.T, b lease.Backend, n lease.Notifier) {
+	k := key(t, "notify-expiry")
+	ttl := s.cfg.expiryTTL
+	granted := time.Now()
+	mustAcquire(t, b, k, "crashed", ttl)
+	within := ttl + s.cfg.settle + 10*time.Second
+	if err := <-waitFree(b, n, k, within); err != nil {
+		t.Fatalf("WaitChange on a lease of TTL %v that expires, not woken within %v: %v", ttl, within, err)
+	}
+	t.Logf("woken %v after the grant of a lease of TTL %v", time.Since(granted), ttl)
+}
+
+// notifyFreeKey: a key released between the caller's failed Acquire and its
+// WaitChange must not leave the caller waiting for a release that has
+// happened already.
+func (s *suite) notifyFreeKey(t *testing.T, b lease.Backend, n lease.Notifier) {
+	released := key(t, "notify-released")
+	l := mustAcquire(t, b, released, "holder", longTTL)
+	if err := b.Release(ctxFor(t), l); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{key(t, "notify-never-held"), released} {
+		ctx, cancel := context.WithTimeout(ctxFor(t), 10*time.Second)
+		err := n.WaitChange(ctx, k)
+		cancel()
+		if err != nil {
+			t.Errorf("WaitChange on the free key %q: %v, want nil within 10 s", k, err)
+		}
+	}
+}
+
+// notifyContextEnds: on a key that stays held, WaitChange returns its
+// context's error when the context ends.
+func (s *suite) notifyContextEnds(t *testing.T, b lease.Backend, n lease.Notifier) {
+	k := key(t, "notify-ctx")
+	mustAcquire(t, b, k, "holder", longTTL)
+	ctx, cancel := context.WithTimeout(ctxFor(t), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		for {
+			err := n.WaitChange(ctx, k)
+			if err == nil && ctx.Err() != nil {
+				// A nil may have raced the end: the next call must say so.
+				err = n.WaitChange(ctx, k)
+				if err == nil {
+					err = errors.New("nil after the context ended")
+				}
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WaitChange whose context ended: err = %v, want the context's DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitChange still waiting 10 s after its context ended")
+	}
+}
+
+func (s *suite) notifyBadKey(t *testing.T, b lease.Backend, n lease.Notifier) {
+	for _, k := range []string{"", "a\x00b", "a\nb", "\xff", strings.Repeat("k", lease.MaxKeyLen+1)} {
+		ctx, cancel := context.WithTimeout(ctxFor(t), 10*time.Second)
+		err := n.WaitChange(ctx, k)
+		cancel()
+		if !errIs(err, lease.ErrInvalid) {
+			t.Errorf("WaitChange(%.40q): err = %v, want ErrInvalid", k, err)
+		}
+	}
+}
+
+// notifyClose: Close ends a pending WaitChange, and later ones fail at once,
+// with an error matching ErrUnavailable (the caller falls back to polling),
+// never with nil (which would have it retry at once, for ever).
+func (s *suite) notifyClose(t *testing.T, b lease.Backend, n lease.Notifier, c io.Closer) {
+	k := key(t, "notify-close")
+	mustAcquire(t, b, k, "holder", longTTL)
+	woke := waitFree(b, n, k, 10*time.Second)
+	time.Sleep(200 * time.Millisecond) // let it wait before the close
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-woke; !errIs(err, lease.ErrUnavailable) {
+		t.Errorf("WaitChange pending across Close: err = %v, want ErrUnavailable", err)
+	}
+	ctx, cancel := context.WithTimeout(ctxFor(t), 10*time.Second)
+	defer cancel()
+	if err := n.WaitChange(ctx, k); !errIs(err, lease.ErrUnavailable) {
+		t.Errorf("WaitChange after Close: err = %v, want ErrUnavailable", err)
+	}
 }
 
 func (s *suite) reopen(t *testing.T, b lease.Backend) {

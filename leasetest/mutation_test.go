@@ -18,12 +18,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,13 +49,17 @@ type hooks struct {
 	list        func(ctx context.Context, prefix string) ([]lease.Lease, error)
 	acquireWait func(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error)
 	waitChange  func(ctx context.Context, key string) error
+	close       func() error
 }
 
-// wrapper is a lease.Backend, WaitAcquirer and Notifier over a memstore
-// that remembers what it granted, so that mutants can misuse it.
+// wrapper is a lease.Backend, WaitAcquirer, Notifier and io.Closer over a
+// memstore that remembers what it granted, so that mutants can misuse it.
 type wrapper struct {
 	s *memstore.Store
 	h hooks
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close
 
 	mu       sync.Mutex
 	last     map[string]lease.Lease // per key, the last generation granted or renewed, until released
@@ -67,11 +73,17 @@ var (
 	_ lease.Backend      = (*wrapper)(nil)
 	_ lease.WaitAcquirer = (*wrapper)(nil)
 	_ lease.Notifier     = (*wrapper)(nil)
+	_ io.Closer          = (*wrapper)(nil)
 )
+
+// errClosed is what WaitChange returns once the wrapper is closed, as a
+// store's does.
+var errClosed = fmt.Errorf("wrapper: %w: closed", lease.ErrUnavailable)
 
 func newWrapper() *wrapper {
 	return &wrapper{
 		s:        memstore.New(),
+		closed:   make(chan struct{}),
 		last:     map[string]lease.Lease{},
 		released: map[lease.ID]bool{},
 		releases: map[string]int{},
@@ -138,16 +150,62 @@ func (w *wrapper) acquireWait(ctx context.Context, key, owner string, ttl time.D
 
 // waitChange polls: allowed, as WaitChange may return early.
 func (w *wrapper) waitChange(ctx context.Context, key string) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
 	for {
+		select {
+		case <-w.closed:
+			return errClosed
+		default:
+		}
 		if _, err := w.s.Get(ctx, key); errors.Is(err, lease.ErrNotFound) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-w.closed:
+			return errClosed
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// waitRelease is WaitChange woken by releases only: by the next release of
+// key after the call, or, if free, at once unless wakeIfFree is false.
+func (w *wrapper) waitRelease(ctx context.Context, key string, wakeIfFree bool) error {
+	if err := lease.ValidateKey(key); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	seen := w.releases[key]
+	w.mu.Unlock()
+	if _, err := w.s.Get(ctx, key); wakeIfFree && errors.Is(err, lease.ErrNotFound) {
+		return nil
+	}
+	for {
+		w.mu.Lock()
+		n := w.releases[key]
+		w.mu.Unlock()
+		if n != seen {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.closed:
+			return errClosed
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// close ends pending WaitChange calls and fails later ones; the memstore
+// underneath stays usable, as a store's caller-owned client does.
+func (w *wrapper) close() error {
+	w.closeOnce.Do(func() { close(w.closed) })
+	return nil
 }
 
 // pollWait is AcquireWait by polling, serving waiters first come first
@@ -252,6 +310,13 @@ func (w *wrapper) WaitChange(ctx context.Context, key string) error {
 		return w.h.waitChange(ctx, key)
 	}
 	return w.waitChange(ctx, key)
+}
+
+func (w *wrapper) Close() error {
+	if w.h.close != nil {
+		return w.h.close()
+	}
+	return w.close()
 }
 
 // retoken shows callers tokens other than memstore's, and translates them
@@ -1232,6 +1297,65 @@ var mutants = []mutant{
 		caughtBy: []string{"Notifier"},
 		install: func(w *wrapper) {
 			w.h.waitChange = func(context.Context, string) error { return errors.New("no notifications") }
+		}},
+	{name: "NotifierIgnoresExpiry", breaks: "WaitChange wakes on releases only, not when the holder's lease expires",
+		caughtBy: []string{"Notifier"},
+		install: func(w *wrapper) {
+			w.h.waitChange = func(ctx context.Context, key string) error { return w.waitRelease(ctx, key, true) }
+		}},
+	{name: "NotifierMissesFreeKey", breaks: "WaitChange on a key released just before it waits for the next release",
+		caughtBy: []string{"Notifier"},
+		install: func(w *wrapper) {
+			w.h.waitChange = func(ctx context.Context, key string) error {
+				// Wakes on expiry, so only the free key's check can catch it.
+				if _, err := w.s.Get(ctx, key); errors.Is(err, lease.ErrNotFound) {
+					return w.waitRelease(ctx, key, false)
+				}
+				return w.waitChange(ctx, key)
+			}
+		}},
+	{name: "NotifierHidesContextEnd", breaks: "WaitChange whose context ended returns an error that is not the context's",
+		caughtBy: []string{"Notifier"},
+		install: func(w *wrapper) {
+			w.h.waitChange = func(ctx context.Context, key string) error {
+				err := w.waitChange(ctx, key)
+				if err != nil && ctx.Err() != nil {
+					err = fmt.Errorf("%w: gave up waiting", lease.ErrUnavailable)
+				}
+				return err
+			}
+		}},
+	{name: "NotifierAcceptsBadKey", breaks: "WaitChange does not check its key",
+		caughtBy: []string{"Notifier"},
+		install: func(w *wrapper) {
+			w.h.waitChange = func(ctx context.Context, key string) error {
+				if lease.ValidateKey(key) != nil {
+					return nil
+				}
+				return w.waitChange(ctx, key)
+			}
+		}},
+	{name: "CloseLeavesWaits", breaks: "Close fails later WaitChange calls but leaves pending ones waiting",
+		caughtBy: []string{"Notifier"},
+		install: func(w *wrapper) {
+			var closed atomic.Bool
+			w.h.close = func() error { closed.Store(true); return nil }
+			w.h.waitChange = func(ctx context.Context, key string) error {
+				if closed.Load() {
+					return errClosed
+				}
+				return w.waitChange(ctx, key)
+			}
+		}},
+	{name: "WaitChangeAfterCloseReturnsNil", breaks: "WaitChange on a closed backend returns nil, a retry for ever",
+		caughtBy: []string{"Notifier"},
+		install: func(w *wrapper) {
+			w.h.waitChange = func(ctx context.Context, key string) error {
+				if err := w.waitChange(ctx, key); !errors.Is(err, errClosed) {
+					return err
+				}
+				return nil
+			}
 		}},
 
 	// Restarts.

@@ -42,7 +42,7 @@ func (db testDB) store(t testing.TB, opts ...Option) *Store {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

@@ -58,7 +58,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { _ = s.Close() })
 	ctx := testCtx(t)
 
 	pair := func(key string) (lease.Lease, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -40,6 +41,7 @@ type Store struct {
 var (
 	_ lease.Backend  = (*Store)(nil)
 	_ lease.Notifier = (*Store)(nil)
+	_ io.Closer      = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -116,7 +118,7 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 	}
 	s.owned = true
 	if err := s.ensureSchema(ctx); err != nil {
-		s.Close()
+		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -151,15 +153,19 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 
 // Close stops the notification listener, ends pending WaitChange calls, and
 // closes the pool if Open made it. Later operations fail with an error
-// matching lease.ErrUnavailable.
-func (s *Store) Close() {
+// matching lease.ErrUnavailable. Close is idempotent. It returns nil: closing
+// a pgx pool cannot fail, and the error is there so that a Store is an
+// io.Closer like the other stores, and code that closes whatever backend it
+// was given closes this one too.
+func (s *Store) Close() error {
 	if s.closed.Swap(true) {
-		return
+		return nil
 	}
 	s.notify.close()
 	if s.owned {
 		s.pool.Close()
 	}
+	return nil
 }
 
 // Pool returns the pool the Store uses.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -25,15 +26,39 @@ func TestConformance(t *testing.T) {
 		// A restart of the application: a new pool and Store on the same
 		// database. Tokens and held leases live in the table.
 		leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
-			old.(*Store).Close()
+			if err := old.(*Store).Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
 			s, err := Open(testCtx(t), db.url)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
-			t.Cleanup(s.Close)
+			t.Cleanup(func() { _ = s.Close() })
 			return s
 		}),
 	)
+}
+
+// TestClosesAsIOCloser: code that is handed a lease.Backend closes it
+// through io.Closer (lease serve, the CLI), as it does every other store. A
+// Store whose Close returns nothing is not an io.Closer, and is silently
+// left open: its listener connection and, from Open, its pool.
+func TestClosesAsIOCloser(t *testing.T) {
+	db := newTestDB(t, 4)
+	var b lease.Backend = db.store(t)
+	c, ok := b.(io.Closer)
+	if !ok {
+		t.Fatalf("%T is not an io.Closer: a caller closing the backend it was given skips it", b)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := b.Get(testCtx(t), "k"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("Get after Close through io.Closer: err = %v, want ErrUnavailable", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
 }
 
 func TestConformanceOddNames(t *testing.T) {
@@ -276,7 +301,7 @@ func (db testDB) withSetting(t *testing.T, name, value string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

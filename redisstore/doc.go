@@ -104,8 +104,8 @@
 // and Release publishes the key only for a marked lease: a release nobody
 // waits for costs no PUBLISH. The mark is set after the waiter listens, and
 // tells it whether the lease is still there, so a release just before the
-// mark is not missed. Expiry publishes nothing; lease.Client bounds each
-// wait by the holder's expiry. When the subscription drops, pending and new
-// WaitChange calls fail (lease.Client then polls) until the store has
-// resubscribed by itself.
+// mark is not missed. Expiry publishes nothing: the mark also reports the
+// lease's remaining PX time, and WaitChange returns when it has passed. When
+// the subscription drops, pending and new WaitChange calls fail (lease.Client
+// then polls) until the store has resubscribed by itself.
 package redisstore

@@ -19,8 +19,8 @@ import (
 // waiting for that key. On Redis Cluster a plain PUBLISH reaches every node,
 // so the subscription may sit on any of them.
 //
-// Expiry publishes nothing: the waiting lease.Client bounds each WaitChange
-// by the holder's expiry time from the HeldError and tries again then.
+// Expiry publishes nothing: WaitChange learns the lease's remaining time
+// when it marks the lease (want.lua) and returns when that has passed.
 
 const (
 	// healthInterval is how long the subscription may stay silent before it
@@ -31,7 +31,7 @@ const (
 	maxResubscribe = 2 * time.Second
 )
 
-var errClosed = errors.New("redisstore: store is closed")
+var errClosed = fmt.Errorf("redisstore: %w: store is closed", lease.ErrUnavailable)
 
 type notifyState int
 
@@ -62,9 +62,11 @@ func newNotifier(s *Store) *notifier {
 }
 
 // WaitChange implements lease.Notifier: it returns nil when a release of key
-// has been published (or when key is free already), ctx's error when ctx
-// ends, and an error matching lease.ErrUnavailable when the subscription has
-// dropped — the lease.Client then polls, and the store resubscribes in the
+// has been published, when the holder's lease expires (timed by the
+// server's remaining TTL for it, so a renewal makes it return early), or
+// when key is free already; ctx's error when ctx ends; and an error matching
+// lease.ErrUnavailable when the subscription has dropped or the store is
+// closed — the lease.Client then polls, and the store resubscribes in the
 // background for later calls.
 //
 // Release publishes only for a lease that a waiter has marked as wanted, so
@@ -84,18 +86,24 @@ func (s *Store) WaitChange(ctx context.Context, key string) error {
 		return err
 	}
 	defer s.notify.unregister(key, ch)
-	n, err := wantScript.Run(ctx, s.rdb, []string{s.leaseKey(key)}).Int64()
+	left, err := wantScript.Run(ctx, s.rdb, []string{s.leaseKey(key)}).Int64()
 	if err != nil {
 		return s.fail(ctx, "wait", key, err)
 	}
-	if n == 0 {
+	if left == 0 {
 		return nil
 	}
+	// The server's PX expiry, counted from the script's reply; a
+	// millisecond more so that the key has gone when the caller looks.
+	expiry := time.NewTimer(time.Duration(left)*time.Millisecond + time.Millisecond)
+	defer expiry.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case err := <-ch:
 		return err
+	case <-expiry.C:
+		return nil
 	}
 }
 

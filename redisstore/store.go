@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 
@@ -43,24 +44,29 @@ const DefaultNamespace = "lease"
 
 // Store is a lease.Backend on Redis. It is safe for concurrent use.
 type Store struct {
-	rdb           redis.UniversalClient
-	ownsClient    bool
-	ns            string
-	channel       string
-	channelArg    any // channel, boxed once for every Release
-	allowVolatile bool
-	assumeDurable bool
-	notify        *notifier
-	batch         *batcher
+	rdb        redis.UniversalClient
+	ownsClient bool
+	ns         string
+	channel    string
+	channelArg any // channel, boxed once for every Release
+	notify     *notifier
+	batch      *batcher
 }
 
 var (
 	_ lease.Backend  = (*Store)(nil)
 	_ lease.Notifier = (*Store)(nil)
+	_ io.Closer      = (*Store)(nil)
 )
 
 // Option configures a Store.
-type Option func(*Store) error
+type Option func(*config) error
+
+type config struct {
+	ns            string
+	allowVolatile bool // AllowVolatile: a volatile server is served
+	assumeDurable bool // AssumeDurable: the persistence check is skipped
+}
 
 // AllowVolatile lets the store run on a server that cannot keep tokens
 // rising across a restart (appendonly no, appendfsync other than always, an
@@ -70,7 +76,7 @@ type Option func(*Store) error
 // has seen the old tokens rejects the new holders' writes — or, worse, a
 // guard that lost its state too accepts a stale writer's.
 func AllowVolatile() Option {
-	return func(s *Store) error { s.allowVolatile = true; return nil }
+	return func(c *config) error { c.allowVolatile = true; return nil }
 }
 
 // AssumeDurable skips the persistence check for servers that hide their
@@ -78,18 +84,18 @@ func AllowVolatile() Option {
 // the caller vouches that the server runs with appendonly yes and appendfsync
 // always, and does not evict keys.
 func AssumeDurable() Option {
-	return func(s *Store) error { s.assumeDurable = true; return nil }
+	return func(c *config) error { c.assumeDurable = true; return nil }
 }
 
 // WithNamespace sets the prefix of the store's key names and release channel
 // (default DefaultNamespace), so that several independent stores can share a
 // server. It must be 1 to 64 bytes without braces or control characters.
 func WithNamespace(ns string) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if err := validateNamespace(ns); err != nil {
 			return fmt.Errorf("%w: redisstore: %v", lease.ErrInvalid, err)
 		}
-		s.ns = ns
+		c.ns = ns
 		return nil
 	}
 }
@@ -139,18 +145,19 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		return nil, fmt.Errorf("%w: redisstore: a *redis.Ring is not supported: it moves keys to other shards when one is marked down, "+
 			"losing leases and token counters; use a *redis.Client (one durable master) or a *redis.ClusterClient", lease.ErrInvalid)
 	}
-	s := &Store{rdb: client, ns: DefaultNamespace}
+	cfg := config{ns: DefaultNamespace}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: redisstore: nil option", lease.ErrInvalid)
 		}
-		if err := o(s); err != nil {
+		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
+	s := &Store{rdb: client, ns: cfg.ns}
 	s.channel = s.ns + channelSuffix
 	s.channelArg = s.channel
-	if !s.allowVolatile && !s.assumeDurable {
+	if !cfg.allowVolatile && !cfg.assumeDurable {
 		if err := checkDurable(ctx, client); err != nil {
 			return nil, err
 		}

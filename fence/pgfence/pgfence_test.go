@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/pgfence"
 	"github.com/leasehq/lease/internal/pgtest"
 )
@@ -50,77 +51,33 @@ func newGuard(t *testing.T, db pgfence.DB, opts ...pgfence.Option) *pgfence.Guar
 	return g
 }
 
-// checkIn runs Check in a transaction of its own and commits it.
-func checkIn(ctx context.Context, pool *pgxpool.Pool, g *pgfence.Guard, resource string, token lease.Token) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return g.Check(ctx, tx, resource, token) })
+// txGuard is a pgfence.Guard as a fence.Guard: each Check is a transaction
+// of its own, running Guard.Check and then the write, committed if the write
+// succeeds and rolled back otherwise.
+type txGuard struct {
+	pool *pgxpool.Pool
+	g    *pgfence.Guard
 }
 
-func TestCheckModes(t *testing.T) {
-	pool := newPool(t)
-	ctx := testCtx(t)
-	for _, tc := range []struct {
-		mode fence.Mode
-		// admitted[i] says whether token seq[i] is admitted after seq[:i].
-		seq      []lease.Token
-		admitted []bool
-	}{
-		{fence.AtLeast, []lease.Token{1, 1, 3, 2, 3, 4}, []bool{true, true, true, false, true, true}},
-		{fence.Strict, []lease.Token{1, 1, 3, 2, 3, 4}, []bool{true, false, true, false, false, true}},
-	} {
-		t.Run(tc.mode.String(), func(t *testing.T) {
-			g := newGuard(t, pool, pgfence.WithMode(tc.mode), pgfence.WithTable("fence_"+strings.ReplaceAll(tc.mode.String(), "-", "_")))
-			var highest lease.Token
-			for i, tok := range tc.seq {
-				err := checkIn(ctx, pool, g, "res", tok)
-				if tc.admitted[i] {
-					if err != nil {
-						t.Fatalf("step %d: token %d after %d: %v, want admitted", i, tok, highest, err)
-					}
-					highest = max(highest, tok)
-				} else {
-					var se *fence.StaleTokenError
-					if !errors.As(err, &se) || !errors.Is(err, lease.ErrStaleToken) {
-						t.Fatalf("step %d: token %d after %d: err = %v, want a StaleTokenError", i, tok, highest, err)
-					}
-					want := fence.StaleTokenError{Resource: "res", Token: tok, Highest: highest, Mode: tc.mode}
-					if *se != want {
-						t.Fatalf("step %d: %+v, want %+v", i, *se, want)
-					}
-				}
-				got, err := g.Highest(ctx, pool, "res")
-				if err != nil || got != highest {
-					t.Fatalf("step %d: Highest = %d, %v; want %d", i, got, err, highest)
-				}
-			}
-		})
-	}
-}
-
-func TestRollbackLeavesHighWaterMark(t *testing.T) {
-	pool := newPool(t)
-	ctx := testCtx(t)
-	g := newGuard(t, pool)
-	if err := checkIn(ctx, pool, g, "res", 5); err != nil {
-		t.Fatal(err)
-	}
-	errRollback := errors.New("rolled back on purpose")
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := g.Check(ctx, tx, "res", 9); err != nil {
+func (a txGuard) Check(ctx context.Context, resource string, token lease.Token, write func() error) error {
+	return pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		if err := a.g.Check(ctx, tx, resource, token); err != nil {
 			return err
 		}
-		return errRollback
+		return write()
 	})
-	if !errors.Is(err, errRollback) {
-		t.Fatal(err)
-	}
-	if got, err := g.Highest(ctx, pool, "res"); err != nil || got != 5 {
-		t.Fatalf("after a rolled-back Check of 9: Highest = %d, %v; want 5", got, err)
-	}
-	// A new resource's first Check rolled back leaves no mark at all.
-	_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _ = g.Check(ctx, tx, "fresh", 3); return errRollback })
-	if got, err := g.Highest(ctx, pool, "fresh"); err != nil || got != 0 {
-		t.Fatalf("after a rolled-back first Check: Highest = %d, %v; want 0", got, err)
-	}
+}
+
+// TestConformance runs the guard suite on PostgreSQL, one table per mode.
+func TestConformance(t *testing.T) {
+	pool := newPool(t)
+	guardtest.TestGuard(t, func(t *testing.T, mode fence.Mode) fence.Guard {
+		g := newGuard(t, pool, pgfence.WithMode(mode), pgfence.WithTable("fence_"+strings.ReplaceAll(mode.String(), "-", "_")))
+		if g.Mode() != mode {
+			t.Fatalf("Mode() = %v, want %v", g.Mode(), mode)
+		}
+		return txGuard{pool, g}
+	})
 }
 
 func TestBadInput(t *testing.T) {
@@ -174,7 +131,7 @@ func TestOddNamesAndResources(t *testing.T) {
 	g := newGuard(t, pool, pgfence.WithSchema(`s"'; --`), pgfence.WithTable(`t"'; DROP TABLE x; --`))
 	for i, res := range []string{`'; DROP TABLE lease_fence; --`, `"\ %_*`, "ünïcødé/日本語/🔒", strings.Repeat("r", lease.MaxKeyLen)} {
 		tok := lease.Token(i + 1)
-		if err := checkIn(ctx, pool, g, res, tok); err != nil {
+		if err := (txGuard{pool, g}).Check(ctx, res, tok, func() error { return nil }); err != nil {
 			t.Fatalf("Check(%q): %v", res, err)
 		}
 		if got, err := g.Highest(ctx, pool, res); err != nil || got != tok {

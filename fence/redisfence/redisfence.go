@@ -59,17 +59,22 @@ type Guard struct {
 }
 
 // Option configures a Guard.
-type Option func(*Guard) error
+type Option func(*config) error
+
+type config struct {
+	prefix string
+	mode   fence.Mode
+}
 
 // WithMode sets the rule tokens are admitted by: fence.AtLeast (the
 // default: one holder may write many times) or fence.Strict (each token
 // writes once).
 func WithMode(m fence.Mode) Option {
-	return func(g *Guard) error {
+	return func(c *config) error {
 		if m != fence.AtLeast && m != fence.Strict {
 			return fmt.Errorf("%w: redisfence: unknown mode %v", lease.ErrInvalid, m)
 		}
-		g.mode = m
+		c.mode = m
 		return nil
 	}
 }
@@ -77,11 +82,11 @@ func WithMode(m fence.Mode) Option {
 // WithPrefix sets the text put before each resource name to make its key
 // name (default DefaultPrefix). It may be empty.
 func WithPrefix(p string) Option {
-	return func(g *Guard) error {
+	return func(c *config) error {
 		if len(p) > 256 {
 			return fmt.Errorf("%w: redisfence: prefix is %d bytes, more than 256", lease.ErrInvalid, len(p))
 		}
-		g.prefix = p
+		c.prefix = p
 		return nil
 	}
 }
@@ -91,16 +96,16 @@ func New(client Client, opts ...Option) (*Guard, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisfence: client is nil", lease.ErrInvalid)
 	}
-	g := &Guard{rdb: client, prefix: DefaultPrefix, mode: fence.AtLeast}
+	cfg := config{prefix: DefaultPrefix, mode: fence.AtLeast}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: redisfence: nil option", lease.ErrInvalid)
 		}
-		if err := o(g); err != nil {
+		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	return g, nil
+	return &Guard{rdb: client, prefix: cfg.prefix, mode: cfg.mode}, nil
 }
 
 // Mode returns the rule the guard admits tokens by.

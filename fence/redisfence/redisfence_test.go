@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/redisfence"
 	"github.com/leasehq/lease/internal/redistest"
 	"github.com/leasehq/lease/redisstore"
@@ -104,44 +104,17 @@ func TestSeedScenario(t *testing.T) {
 	}
 }
 
-func TestModes(t *testing.T) {
+// TestConformance runs the guard suite on Redis: a Guard keeps the guarded
+// value itself, so it runs as a guardtest.ValueGuard.
+func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := ctxFor(t)
-	for _, tc := range []struct {
-		mode       fence.Mode
-		sameTokens bool // a second write with the same token is admitted
-	}{{fence.AtLeast, true}, {fence.Strict, false}} {
-		t.Run(tc.mode.String(), func(t *testing.T) {
-			g := newGuard(t, srv, redisfence.WithMode(tc.mode))
-			if g.Mode() != tc.mode {
-				t.Fatalf("Mode() = %v", g.Mode())
-			}
-			const r = "res"
-			if err := g.Set(ctx, r, 5, "first"); err != nil {
-				t.Fatal(err)
-			}
-			err := g.Set(ctx, r, 5, "again")
-			if tc.sameTokens != (err == nil) {
-				t.Fatalf("second write with the same token: err = %v, admitted want %v", err, tc.sameTokens)
-			}
-			wantValue := "first"
-			if tc.sameTokens {
-				wantValue = "again"
-			}
-			if err := g.Set(ctx, r, 4, "older"); !errors.Is(err, lease.ErrStaleToken) {
-				t.Fatalf("older token: err = %v, want ErrStaleToken", err)
-			}
-			if v, tok, err := g.Get(ctx, r); err != nil || v != wantValue || tok != 5 {
-				t.Fatalf("after the rejected write: %q, %d, %v; want %q, 5 (nothing changed)", v, tok, err, wantValue)
-			}
-			if err := g.Set(ctx, r, 6, "newer"); err != nil {
-				t.Fatalf("newer token: %v", err)
-			}
-			if v, tok, err := g.Get(ctx, r); err != nil || v != "newer" || tok != 6 {
-				t.Fatalf("after the newer write: %q, %d, %v", v, tok, err)
-			}
-		})
-	}
+	guardtest.TestValueGuard(t, func(t *testing.T, mode fence.Mode) guardtest.ValueGuard {
+		g := newGuard(t, srv, redisfence.WithMode(mode))
+		if g.Mode() != mode {
+			t.Fatalf("Mode() = %v, want %v", g.Mode(), mode)
+		}
+		return g
+	})
 }
 
 func TestValuesAndNamesKeptIntact(t *testing.T) {
@@ -186,32 +159,6 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, _, err := g.Get(ctx, "r"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("bad input wrote something: Get err = %v", err)
-	}
-}
-
-// TestConcurrentWriters races writers with different tokens: whatever the
-// order, the resource ends with the highest token and that writer's value,
-// and every rejected writer was older than a token already accepted.
-func TestConcurrentWriters(t *testing.T) {
-	srv := redistest.Start(t)
-	g := newGuard(t, srv, redisfence.WithMode(fence.Strict))
-	ctx := ctxFor(t)
-	const writers = 32
-	var wg sync.WaitGroup
-	for i := 1; i <= writers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := g.Set(ctx, "race", lease.Token(i), fmt.Sprint("by-", i))
-			var stale *fence.StaleTokenError
-			if err != nil && (!errors.As(err, &stale) || stale.Highest < lease.Token(i)) {
-				t.Errorf("writer %d: %v", i, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if v, tok, err := g.Get(ctx, "race"); err != nil || tok != writers || v != fmt.Sprint("by-", writers) {
-		t.Fatalf("after the race: %q, %d, %v; want by-%d, %d", v, tok, err, writers, writers)
 	}
 }
 

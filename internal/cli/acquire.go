@@ -38,7 +38,7 @@ current holder for up to 5s.
 				return usageError(fmt.Errorf("--wait must not be negative, got %v", wait))
 			}
 			if owner == "" {
-				owner = defaultOwner()
+				owner = lease.DefaultOwner()
 			}
 			if err := lease.ValidateOwner(owner); err != nil {
 				return err

@@ -69,7 +69,7 @@ func openBackend(ctx context.Context, spec, dataDir string, allowVolatile bool) 
 		if err != nil {
 			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), volatileHint(err))
 		}
-		return &openedBackend{Backend: s, desc: redact(spec), close: func() error { s.Close(); return nil }}, nil
+		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
 	case "etcd":
 		endpoints, prefix, err := parseEtcdSpec(spec)
 		if err != nil {

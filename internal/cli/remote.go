@@ -3,8 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -124,16 +122,6 @@ func checkServerURL(url, from string) error {
 }
 
 func (r *remoteFlags) json() bool { return r.output == "json" }
-
-// defaultOwner is the owner name used without --owner, the same as
-// lease.NewClient's: HOSTNAME-PID.
-func defaultOwner() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return host + "-" + strconv.Itoa(os.Getpid())
-}
 
 // closeBackend lets go of what a dialled backend holds (idle connections).
 func closeBackend(b lease.Backend) {
