@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/leasehq/lease/internal/wait"
 )
 
 // Client acquires leases from a Backend for an application: Acquire waits,
@@ -190,8 +192,16 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 	if wa, ok := c.backend.(WaitAcquirer); ok {
 		return c.acquireWaiting(ctx, wa, key, ttl)
 	}
-	notifier, _ := c.backend.(Notifier)
-	backoff := c.minBackoff
+	loop := wait.Loop{
+		Pacer:     wait.NewPacer(c.minBackoff, c.maxBackoff, c.rand),
+		Now:       c.clock.Now,
+		AfterFunc: func(d time.Duration, f func()) func() bool { return c.clock.AfterFunc(d, f).Stop },
+		// Notifications wake us early; the bound only covers a lost one.
+		NotifyMax: c.maxBackoff,
+	}
+	if n, ok := c.backend.(Notifier); ok {
+		loop.Notify = func(ctx context.Context) error { return n.WaitChange(ctx, key) }
+	}
 	for {
 		sent := c.clock.Now()
 		l, err := c.backend.Acquire(ctx, key, c.owner, ttl)
@@ -201,36 +211,8 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 		if !errors.Is(err, ErrHeld) {
 			return nil, err
 		}
-		wait := backoff/2 + time.Duration(c.rand()*float64(backoff/2))
-		if notifier != nil {
-			// Notifications wake us early; the timeout only bounds a lost one.
-			wait = c.maxBackoff
-		}
-		var he *HeldError
-		if errors.As(err, &he) && !he.Expires.IsZero() {
-			// A hint only: the backend's clock decides, we just try again then.
-			if until := he.Expires.Sub(c.clock.Now()) + time.Millisecond; until > 0 && until < wait {
-				wait = until
-			}
-		}
-		if notifier != nil {
-			werr := c.waitChange(ctx, notifier, key, wait)
-			if werr == nil {
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-			notifier = nil // notifications broke: poll from now on
-		} else if err := c.sleep(ctx, wait); err != nil {
+		if err := loop.Wait(ctx, HolderExpires(err)); err != nil {
 			return nil, err
-		}
-		// Doubled without overflow: WithBackoff allows any max >= min, and
-		// the expiry hint keeps each wait short while backoff grows.
-		if backoff <= c.maxBackoff/2 {
-			backoff *= 2
-		} else {
-			backoff = c.maxBackoff
 		}
 	}
 }
@@ -263,32 +245,6 @@ func (c *Client) acquireWaiting(ctx context.Context, wa WaitAcquirer, key string
 			c.giveBack(ctx, l, ttl)
 			return nil, fmt.Errorf("lease: renewing %q right after a long wait: %w", key, err)
 		}
-	}
-}
-
-// waitChange waits for a notification for at most d.
-func (c *Client) waitChange(ctx context.Context, n Notifier, key string, d time.Duration) error {
-	wctx, cancel := context.WithCancel(ctx)
-	t := c.clock.AfterFunc(d, cancel)
-	defer t.Stop()
-	defer cancel()
-	err := n.WaitChange(wctx, key)
-	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		return nil // our own timeout: try again
-	}
-	return err
-}
-
-// sleep waits d on the client's clock, or until ctx is done.
-func (c *Client) sleep(ctx context.Context, d time.Duration) error {
-	ch := make(chan struct{})
-	t := c.clock.AfterFunc(d, func() { close(ch) })
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		t.Stop()
-		return context.Cause(ctx)
 	}
 }
 

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -59,6 +60,34 @@ func (e *HeldError) Error() string {
 
 // Unwrap makes a *HeldError match ErrHeld.
 func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// StillHeld is the error for a wait on key that ended without the lease. It
+// is last when that names the holder (a *HeldError); otherwise it asks b who
+// holds key now and names that holder; and when b cannot say (the key came
+// free just now, or b failed), it is an error matching ErrHeld that says
+// the key was held until the wait ended.
+func StillHeld(ctx context.Context, b Backend, key string, last error) error {
+	var he *HeldError
+	if errors.As(last, &he) {
+		return he
+	}
+	if l, err := b.Get(ctx, key); err == nil {
+		return &HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+	}
+	return fmt.Errorf("%w: %q was held until the wait ended; try again", ErrHeld, key)
+}
+
+// HolderExpires returns when the holder that err names expires, on the
+// backend's clock: the Expires of the first *HeldError in err's chain, or
+// the zero time when err names no holder. A waiter takes it as a hint of
+// when to try again, never as a promise: the backend's clock decides.
+func HolderExpires(err error) time.Time {
+	var he *HeldError
+	if errors.As(err, &he) {
+		return he.Expires
+	}
+	return time.Time{}
+}
 
 // invalidf returns an error matching ErrInvalid.
 func invalidf(format string, args ...any) error {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/wait"
 )
 
 // Client is a lease.Backend that talks to a leasehttp Server, so the root
@@ -393,25 +394,24 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 		return lease.Lease{}, err
 	}
 	var held error
-	pace := pollMin
+	// Paces the requests only while the server answers at once.
+	loop := wait.Loop{Pacer: wait.NewPacer(pollMin, pollMax, nil)}
 	for {
-		wait := c.waitChunk
+		chunk := c.waitChunk
 		last := false
 		if dl, ok := ctx.Deadline(); ok {
 			// Leave room for the answer so the server ends the wait, not the
 			// context: the outcome is then known.
-			left := time.Until(dl)
-			margin := min(max(left/10, 10*time.Millisecond), 250*time.Millisecond)
-			if left-margin <= wait {
-				wait, last = left-margin, true
+			if left := beforeAnswer(dl); left <= chunk {
+				chunk, last = left, true
 			}
-			if wait < 10*time.Millisecond && held != nil {
+			if chunk < 10*time.Millisecond && held != nil {
 				return lease.Lease{}, held // too little time left to ask again
 			}
-			wait = max(wait, 0)
+			chunk = max(chunk, 0)
 		}
 		sent := time.Now()
-		l, err := c.acquire(ctx, key, owner, ttl, wait)
+		l, err := c.acquire(ctx, key, owner, ttl, chunk)
 		if err == nil {
 			return l, nil
 		}
@@ -428,38 +428,36 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			return lease.Lease{}, err
 		}
 		held = err
-		if wait <= 0 || time.Since(sent) >= min(wait/2, pollMax) {
+		if chunk <= 0 || time.Since(sent) >= min(chunk/2, pollMax) {
 			// The server waited: ask again at once, or give up at the end.
 			if last {
 				return lease.Lease{}, err
 			}
-			pace = pollMin
+			loop.Pacer.Reset()
 			continue
 		}
 		// The server answered long before the wait asked for: it does not
 		// wait (WithMaxWait(0), or it is closing). Pace the requests, as
-		// lease.Client paces its polls, rather than send them back to back.
-		pause := pace
-		pace = min(2*pace, pollMax)
-		var he *lease.HeldError
-		if errors.As(err, &he) && !he.Expires.IsZero() {
-			// A hint only, on the server's clock.
-			if until := time.Until(he.Expires) + time.Millisecond; until > 0 && until < pause {
-				pause = until
-			}
-		}
+		// lease.Client paces its polls, rather than send them back to back,
+		// and wake in time to leave room for a last answer before ctx's
+		// deadline.
+		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if dl, ok := ctx.Deadline(); ok {
-			left := time.Until(dl)
-			pause = min(pause, max(left-min(max(left/10, 10*time.Millisecond), 250*time.Millisecond), 0))
+			pctx, cancel = context.WithTimeout(ctx, max(beforeAnswer(dl), 0))
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		werr := loop.Wait(pctx, lease.HolderExpires(err))
+		cancel()
+		if werr != nil && ctx.Err() != nil {
 			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
 		}
 	}
+}
+
+// beforeAnswer is the time left until dl less room for an answer to come
+// back: a tenth of it, between 10 and 250 ms.
+func beforeAnswer(dl time.Time) time.Duration {
+	left := time.Until(dl)
+	return left - min(max(left/10, 10*time.Millisecond), 250*time.Millisecond)
 }
 
 type renewBody struct {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/wait"
 )
 
 // Polling bounds for a backend that offers neither lease.WaitAcquirer nor
@@ -95,56 +96,24 @@ func (s *Server) acquireQueued(ctx context.Context, key, owner string, ttl time.
 	case <-ctx.Done():
 		return lease.Lease{}, s.waitEnded(ctx, key, nil)
 	}
-	notifier := s.notifier
-	backoff := pollMin
+	loop := wait.Loop{
+		Pacer:     wait.NewPacer(pollMin, pollMax, nil),
+		NotifyMax: notifyMax,
+		NotifyFailed: func(err error) {
+			s.log.Warn("leasehttp: backend notifications failed; polling instead", "err", err)
+		},
+		Wake: w.poke,
+	}
+	if s.notifier != nil {
+		loop.Notify = func(ctx context.Context) error { return s.notifier.WaitChange(ctx, key) }
+	}
 	for {
 		l, err := s.acquireOnce(ctx, key, owner, ttl)
 		if err == nil || !errors.Is(err, lease.ErrHeld) {
 			return l, err
 		}
 		lastHeld = err
-		if ctx.Err() != nil {
-			return lease.Lease{}, s.waitEnded(ctx, key, lastHeld)
-		}
-		wait := backoff
-		if notifier != nil {
-			wait = notifyMax // notifications wake us; this bounds a lost one
-		}
-		var he *lease.HeldError
-		if errors.As(err, &he) && !he.Expires.IsZero() {
-			// A hint only: the backend's clock decides, we just try then.
-			// An expiry already past on this server's clock means the
-			// clocks disagree; then the backoff, not the hint, paces the
-			// tries, or the head would ask every pollMin for as long as
-			// the skew lasts.
-			switch until := time.Until(he.Expires) + time.Millisecond; {
-			case until <= 0:
-				wait = min(wait, backoff)
-			case until < wait:
-				wait = max(until, pollMin)
-			}
-		}
-		if notifier != nil {
-			wctx, cancel := context.WithTimeout(ctx, wait)
-			werr := notifier.WaitChange(wctx, key)
-			cancel()
-			backoff = min(2*backoff, pollMax)
-			if werr != nil && ctx.Err() == nil && wctx.Err() == nil {
-				s.log.Warn("leasehttp: backend notifications failed; polling instead", "err", werr)
-				notifier = nil
-			}
-		} else {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-				backoff = min(2*backoff, pollMax)
-			case <-w.poke:
-				backoff = pollMin
-			case <-ctx.Done():
-			}
-			t.Stop()
-		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || loop.Wait(ctx, lease.HolderExpires(err)) != nil {
 			return lease.Lease{}, s.waitEnded(ctx, key, lastHeld)
 		}
 	}

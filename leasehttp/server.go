@@ -522,16 +522,9 @@ func (s *Server) waitEnded(ctx context.Context, key string, held error) error {
 	case errors.Is(cause, errShuttingDown):
 		return fmt.Errorf("%w; the wait for %s ended without the lease", errShuttingDown, quoteName(key))
 	case errors.Is(cause, errWaitOver):
-		var he *lease.HeldError
-		if errors.As(held, &he) {
-			return he
-		}
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendTimeout)
 		defer cancel()
-		if l, err := s.backend.Get(gctx, key); err == nil {
-			return &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
-		}
-		return fmt.Errorf("%w: leasehttp: %s was held until the wait ended; try again", lease.ErrHeld, quoteName(key))
+		return lease.StillHeld(gctx, s.backend, key, held)
 	default:
 		return fmt.Errorf("%w while waiting for %s: %w", errClientGone, quoteName(key), cause)
 	}

@@ -81,20 +81,11 @@ func acquireOnce(ctx context.Context, b lease.Backend, key, owner string, ttl, w
 	if err == nil {
 		return l, nil
 	}
-	if wctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrHeld) {
+	if wctx.Err() != nil && ctx.Err() == nil {
 		// Our wait ran out: say who is in the way.
-		err = stillHeld(ctx, b, key, wait)
+		err = lease.StillHeld(ctx, b, key, err)
 	}
 	return lease.Lease{}, heldMessage(err)
-}
-
-// stillHeld names the holder of key after a wait of d ran out.
-func stillHeld(ctx context.Context, b lease.Backend, key string, d time.Duration) error {
-	cur, gerr := b.Get(ctx, key)
-	if gerr != nil {
-		return fmt.Errorf("%w: %q still held after waiting %s", lease.ErrHeld, key, formatDuration(d))
-	}
-	return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Expires: cur.Expires}
 }
 
 // heldMessage rewrites a *lease.HeldError as the CLI's sentence about the

@@ -392,8 +392,8 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int) {
 	} else {
 		wctx, wcancel := context.WithTimeout(actx, r.opts.wait)
 		h, err = r.client.Acquire(wctx, key, ttl)
-		if err != nil && wctx.Err() != nil && actx.Err() == nil && !errors.Is(err, lease.ErrHeld) {
-			err = stillHeld(actx, r.client.Backend(), key, r.opts.wait)
+		if err != nil && wctx.Err() != nil && actx.Err() == nil {
+			err = lease.StillHeld(actx, r.client.Backend(), key, err)
 		}
 		wcancel()
 	}
