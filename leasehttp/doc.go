@@ -49,8 +49,9 @@
 //	unavailable   503  lease.ErrUnavailable (backend failure, or shutting down)
 //
 // Input limits: keys 1–512 bytes of UTF-8 without control characters (also
-// when percent-encoded), owner likewise, ttl_ms 10 to 86 400 000, token 1 to
-// 2^53, id 32 hex digits. Members must be spelled exactly, appear once, have
+// when percent-encoded), owner likewise (invalid UTF-8 or a \u escape of a
+// lone surrogate is refused, not read as U+FFFD), ttl_ms 10 to 86 400 000,
+// wait_ms 0 to 3 600 000 (MaxMaxWait), token 1 to 2^53, id 32 hex digits. Members must be spelled exactly, appear once, have
 // the right JSON type; numbers must be whole, non-negative and written
 // without fraction or exponent; nothing may follow the object. Every such
 // mistake is a 4xx with the error body; no input yields a 5xx. (A request
@@ -60,7 +61,8 @@
 // # Waiting
 //
 // wait_ms > 0 makes acquire wait for a held key, at most the server's max
-// wait (WithMaxWait, DefaultMaxWait = 30 s; larger values are capped), and
+// wait (WithMaxWait, DefaultMaxWait = 30 s; larger values up to MaxMaxWait
+// are capped, larger still refused with 400), and
 // answer 409 held with the holder when the wait runs out. Waiters for one
 // key are served first come, first served, without polling the backend in a
 // loop: a backend that implements lease.WaitAcquirer (memstore, boltstore,
