@@ -199,24 +199,62 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.badPath.ServeHTTP(w, r)
 		return
 	}
-	if rest, ok := strings.CutPrefix(p, "/v1/leases/"); ok {
-		// ServeMux takes a segment that unescapes to "/" for a trailing
-		// slash, so the key "/" (sent as %2F) would match no route. Route it
-		// here to the same handlers.
-		if seg, op, _ := strings.Cut(rest, "/"); strings.EqualFold(seg, "%2F") {
-			pattern := r.Method + " /v1/leases/{key}"
-			if op != "" {
-				pattern += "/" + op
-			}
-			if h, ok := s.routes[pattern]; ok {
-				r.Pattern = pattern
-				r.SetPathValue("key", "/")
-				h.ServeHTTP(w, r)
-				return
-			}
+	if pattern, ok := slashKeyPattern(r.Method, p); ok {
+		if h, ok := s.routes[pattern]; ok {
+			r.Pattern = pattern
+			r.SetPathValue("key", "/")
+			h.ServeHTTP(w, r)
+			return
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// slashKeyPattern returns the pattern that would serve method on the path p
+// if p names the key "/". ServeMux takes a segment that unescapes to "/"
+// for a trailing slash, so the key "/" (sent as %2F) would match no route;
+// ServeHTTP routes it to the same handlers itself (HEAD to GET's, as
+// ServeMux does).
+func slashKeyPattern(method, p string) (string, bool) {
+	rest, ok := strings.CutPrefix(p, "/v1/leases/")
+	if !ok {
+		return "", false
+	}
+	seg, op, _ := strings.Cut(rest, "/")
+	if !strings.EqualFold(seg, "%2F") {
+		return "", false
+	}
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	pattern := method + " /v1/leases/{key}"
+	if op != "" {
+		pattern += "/" + op
+	}
+	return pattern, true
+}
+
+// routeMethods are the methods the routes are registered for; GET routes
+// serve HEAD too.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost}
+
+// allowedMethods returns the methods some route serves on r's path.
+func (s *Server) allowedMethods(r *http.Request) []string {
+	var allow []string
+	for _, m := range routeMethods {
+		if pattern, ok := slashKeyPattern(m, r.URL.EscapedPath()); ok {
+			if _, ok := s.routes[pattern]; ok {
+				allow = append(allow, m)
+			}
+			continue
+		}
+		probe := *r
+		probe.Method = m
+		if _, pattern := s.mux.Handler(&probe); pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // canonicalPath reports whether p has no empty, "." or ".." segment.
@@ -662,7 +700,18 @@ func (s *Server) handleBadPath(w *responseWriter, r *http.Request) {
 		"non-empty path segment, with / written %%2F and a key . or .. written %%2E", quoteName(r.URL.EscapedPath())))
 }
 
+// handleNoRoute answers what no route serves: 405 with Allow when the path
+// has routes for other methods, else 404. ServeMux would answer 405 itself,
+// but in plain text; the catch-all route that gives every answer the error
+// body takes that over, so it is done here.
 func (s *Server) handleNoRoute(w *responseWriter, r *http.Request) {
+	if allow := s.allowedMethods(r); len(allow) > 0 {
+		list := strings.Join(allow, ", ")
+		w.Header().Set("Allow", list)
+		s.writeError(w, &requestError{status: http.StatusMethodNotAllowed,
+			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", quoteName(r.Method), quoteName(r.URL.Path), list)})
+		return
+	}
 	s.writeError(w, &requestError{status: http.StatusNotFound,
 		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.Path))})
 }
