@@ -58,8 +58,14 @@ func heldLease(t *testing.T) (http.Handler, lease.Lease) {
 	return srv, l
 }
 
+// loopbackHost is the Host of the requests made here: the servers have no
+// credentials, so they answer only requests addressed to loopback (rather
+// than httptest's example.com).
+const loopbackHost = "localhost"
+
 func serve(h http.Handler, method, target, contentType string, body []byte) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, bytes.NewReader(body))
+	req.Host = loopbackHost
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -69,6 +75,7 @@ func serve(h http.Handler, method, target, contentType string, body []byte) *htt
 // httptestRequest is an acquire of "gone" under ctx.
 func httptestRequest(ctx context.Context, body string) *http.Request {
 	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/leases/gone/acquire", strings.NewReader(body))
+	req.Host = loopbackHost
 	req.Header.Set("Content-Type", "application/json")
 	return req
 }

@@ -92,7 +92,11 @@
 // rarely carry one, and they reveal no key, owner or token (metrics have no
 // such labels, /readyz hides backend error text). Without credentials the
 // server authorises every request, so it must then listen on loopback only
-// (the lease serve command enforces that).
+// (the lease serve command enforces that); and since a web page can reach
+// loopback through DNS rebinding, under a name of its own, it then answers
+// /v1 only for a Host that is "localhost", a name under ".localhost", an
+// address in 127.0.0.0/8 or ::1 (with or without port), or one allowed with
+// WithAllowedHosts: any other Host is 403 forbidden.
 //
 // # Metrics
 //

@@ -44,6 +44,7 @@ type Server struct {
 	waitAcq  lease.WaitAcquirer // the backend's own FIFO wait, if it has one
 	notifier lease.Notifier     // the backend's change notifications, if any
 	creds    []credential       // nil: every request is authorised
+	hosts    hostSet            // Hosts answered without credentials besides loopback
 	log      *slog.Logger
 	maxWait  time.Duration
 	mux      *http.ServeMux
@@ -68,11 +69,13 @@ type serverConfig struct {
 	reg      prometheus.Registerer
 	gat      prometheus.Gatherer
 	maxWait  time.Duration
+	hosts    hostSet
 }
 
 // WithCredentials makes the server demand a bearer token from creds on every
 // /v1 request and confine each token to its key prefixes. Without it the
-// server authorises every request; then it must listen only on loopback.
+// server authorises every request whose Host is loopback (or allowed with
+// WithAllowedHosts); then it must listen only on loopback.
 func WithCredentials(creds []Credential) ServerOption {
 	return func(c *serverConfig) error {
 		c.creds, c.credsSet = creds, true
@@ -144,7 +147,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, mux: http.NewServeMux(),
+	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, hosts: cfg.hosts, mux: http.NewServeMux(),
 		routes: map[string]http.Handler{}, queues: newQueues()}
 	s.waitAcq, _ = b.(lease.WaitAcquirer)
 	s.notifier, _ = b.(lease.Notifier)
@@ -429,9 +432,13 @@ func (s *Server) writeError(w *responseWriter, err error) {
 
 // authorize checks r's bearer token; it answers 401 and returns false if
 // the token is missing or wrong. The credential is nil when the server has
-// none configured.
+// none configured; r's Host must then be loopback or allowed, else 403.
 func (s *Server) authorize(w *responseWriter, r *http.Request) (*credential, bool) {
 	if s.creds == nil {
+		if err := s.checkHost(r); err != nil {
+			s.writeError(w, err)
+			return nil, false
+		}
 		return nil, true
 	}
 	c, err := authenticate(s.creds, r)
