@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -82,9 +83,17 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error 
 	case errors.As(err, &tooBig):
 		return &requestError{status: http.StatusRequestEntityTooLarge,
 			msg: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// http.Server's ReadTimeout passed: a client too slow, or one
+		// trickling its body to hold the connection.
+		return &requestError{status: http.StatusRequestTimeout,
+			msg: "request body did not arrive within the server's read timeout"}
 	case err != nil:
 		// The connection broke while the body was sent.
 		return badRequest("reading request body: %v", err)
+	}
+	if rw, ok := w.(*responseWriter); ok {
+		rw.bodyUnread = false
 	}
 	if err := decodeObject(body, fields); err != nil {
 		return err

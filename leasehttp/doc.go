@@ -43,9 +43,11 @@
 //	stale_token   409  lease.ErrStaleToken (used by fence's HTTP guard)
 //	not_found     404  lease.ErrNotFound
 //	invalid       400  lease.ErrInvalid (413 for a body over 64 KiB, 415 for a
-//	                   wrong Content-Type, 404 for an unknown route)
+//	                   wrong Content-Type, 408 for a body slower than the
+//	                   http.Server's ReadTimeout, 404 for an unknown route,
+//	                   405 with Allow for a method the path has no route for)
 //	unauthorized  401  ErrUnauthorized
-//	forbidden     403  ErrForbidden
+//	forbidden     403  ErrForbidden (also a Host refused, see Authentication)
 //	unavailable   503  lease.ErrUnavailable (backend failure, or shutting down)
 //
 // Input limits: keys 1–512 bytes of UTF-8 without control characters (also
@@ -75,8 +77,13 @@
 // whose client hangs up leaves the queue, and a lease granted to it at that
 // moment is released at once (such requests are counted and logged with
 // status 499, as nginx does). Close ends every pending wait with 503 so that
-// http.Server.Shutdown can drain quickly; an http.Server in front needs a
-// WriteTimeout longer than the max wait.
+// http.Server.Shutdown can drain quickly. A waiting request has its wait
+// added to the read and write deadlines of the http.Server serving it, so
+// its ReadTimeout and WriteTimeout need not allow for waits.
+//
+// An error answered before the request's body was read (401, 403, 404, 405,
+// 415) closes the connection instead of reading the body, so a client
+// trickling a body cannot hold the connection by it.
 //
 // # Authentication
 //

@@ -123,8 +123,9 @@ func WithGatherer(g prometheus.Gatherer) ServerOption {
 
 // WithMaxWait caps how long one acquire request may wait (wait_ms) for a
 // held key, 0 to MaxMaxWait; 0 turns waiting off (every acquire tries once).
-// The default is DefaultMaxWait. An http.Server in front must allow a write
-// timeout longer than this.
+// The default is DefaultMaxWait. A waiting request's read and write
+// deadlines are extended by its wait, so an http.Server's timeouts need not
+// allow for it.
 func WithMaxWait(d time.Duration) ServerOption {
 	return func(c *serverConfig) error {
 		if d < 0 || d > MaxMaxWait {
@@ -303,6 +304,12 @@ type responseWriter struct {
 	status int
 	err    error  // the error answered, if any
 	cred   string // fingerprint of the credential used
+	// bodyUnread is set while the request has a body not read to its end.
+	// net/http would read (and discard) it before sending the answer so as
+	// to keep the connection; an error answered before the body is read
+	// closes the connection instead, so that a client trickling its body
+	// gets its 401 at once and is cut off rather than read on.
+	bodyUnread bool
 }
 
 func (w *responseWriter) WriteHeader(code int) {
@@ -340,7 +347,7 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 	duration := s.metrics.routeDuration(route, route != "other")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rw := &responseWriter{ResponseWriter: w}
+		rw := &responseWriter{ResponseWriter: w, bodyUnread: r.ContentLength != 0}
 		h(rw, r)
 		if rw.status == 0 {
 			rw.status = http.StatusOK
@@ -421,6 +428,15 @@ func (s *Server) writeError(w *responseWriter, err error) {
 			msg = "leasehttp: the backend could not answer; the outcome is unknown (details in the server log)"
 		}
 	}
+	if w.bodyUnread {
+		w.Header().Set("Connection", "close")
+		// net/http still reads what is left of the body (up to 256 KiB)
+		// after sending the answer, before it closes the connection; a
+		// read deadline in the past ends that at once. (Without a
+		// deadline to set, as under httptest.ResponseRecorder, the
+		// error says so and there is nothing to cut.)
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
 	body := errorJSON{Error: errorDetail{Code: k.code, Message: msg}}
 	var he *lease.HeldError
 	if errors.As(err, &he) {
@@ -488,6 +504,7 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 	if req.Wait <= 0 || s.closing.Err() != nil {
 		l, err = s.acquireOnce(r.Context(), key, req.Owner, req.TTL)
 	} else {
+		extendDeadlines(w, r, req.Wait)
 		l, err = s.acquireWaiting(r.Context(), key, req)
 	}
 	switch {
@@ -517,6 +534,30 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
+}
+
+// extendDeadlines gives a waiting acquire its wait on top of the read and
+// write timeouts of the http.Server serving it, which would otherwise cut
+// the wait: past the write deadline the answer cannot be sent, and past the
+// read deadline the server's watch for a client hanging up fails and
+// cancels the request as if the client had gone. The body is read by now,
+// so the read timeout has done its job; the wait is bounded by the
+// server's max wait.
+func extendDeadlines(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	hs, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if hs == nil {
+		return // not served by net/http's server: no deadlines to extend
+	}
+	rc := http.NewResponseController(w)
+	now := time.Now()
+	// The errors say the connection has no deadlines (ErrNotSupported);
+	// then nothing cuts the wait either.
+	if hs.ReadTimeout > 0 {
+		_ = rc.SetReadDeadline(now.Add(wait + hs.ReadTimeout))
+	}
+	if hs.WriteTimeout > 0 {
+		_ = rc.SetWriteDeadline(now.Add(wait + hs.WriteTimeout))
+	}
 }
 
 // acquireOnce tries once, under a context the request's end does not cut.
