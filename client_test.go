@@ -333,6 +333,7 @@ func TestClientRejectsBadInput(t *testing.T) {
 		"nil jitter":          lease.WithJitter(nil),
 		"owner with newline":  lease.WithOwner("a\nb"),
 		"owner over 512 byte": lease.WithOwner(string(make([]byte, 513))),
+		"owner not UTF-8":     lease.WithOwner("a\xffb"),
 	} {
 		if _, err := lease.NewClient(store, opt); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("NewClient with %s: err = %v, want ErrInvalid", name, err)

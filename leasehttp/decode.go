@@ -9,9 +9,11 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/leasehq/lease"
@@ -51,7 +53,11 @@ type field struct {
 	required bool
 	str      *string
 	num      *uint64
-	seen     bool
+	// text refuses a string that is not Unicode text: invalid UTF-8, or a
+	// \u escape of a lone UTF-16 surrogate. encoding/json turns either
+	// into U+FFFD, so two different owners would read alike.
+	text bool
+	seen bool
 }
 
 // decodeBody reads r's body, at most MaxBodyBytes, as one JSON object with
@@ -77,9 +83,17 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error 
 	case errors.As(err, &tooBig):
 		return &requestError{status: http.StatusRequestEntityTooLarge,
 			msg: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// http.Server's ReadTimeout passed: a client too slow, or one
+		// trickling its body to hold the connection.
+		return &requestError{status: http.StatusRequestTimeout,
+			msg: "request body did not arrive within the server's read timeout"}
 	case err != nil:
 		// The connection broke while the body was sent.
 		return badRequest("reading request body: %v", err)
+	}
+	if rw, ok := w.(*responseWriter); ok {
+		rw.bodyUnread = false
 	}
 	if err := decodeObject(body, fields); err != nil {
 		return err
@@ -177,6 +191,52 @@ func (s *scanner) str() ([]byte, error) {
 	return nil, errTruncated
 }
 
+// checkText reports why the JSON string raw (with its quotes, already read
+// by scanner.str, so its escapes are well formed) is not Unicode text.
+func checkText(raw []byte) error {
+	if !utf8.Valid(raw) {
+		return errors.New("is not valid UTF-8")
+	}
+	for i := 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if raw[i] != 'u' {
+			continue
+		}
+		r := hexRune(raw[i+1 : i+5])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		// A surrogate must be a high one followed by a \u escape of a low one.
+		if i+6 < len(raw)-1 && raw[i+1] == '\\' && raw[i+2] == 'u' &&
+			utf16.DecodeRune(r, hexRune(raw[i+3:i+7])) != utf8.RuneError {
+			i += 6
+			continue
+		}
+		return fmt.Errorf("has a lone UTF-16 surrogate \\u%04x", r)
+	}
+	return nil
+}
+
+// hexRune reads four hex digits.
+func hexRune(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		default:
+			r = r<<4 | rune(c-'A'+10)
+		}
+	}
+	return r
+}
+
 // decodeObject decodes body, one JSON object whose members are among fields,
 // and nothing but whitespace after it.
 func decodeObject(body []byte, fields []*field) error {
@@ -247,9 +307,15 @@ func (f *field) set(s *scanner) error {
 		if c != '"' {
 			return badRequest("field %q must be a string", f.name)
 		}
+		start := s.i
 		v, err := s.str()
 		if err != nil {
 			return err
+		}
+		if f.text {
+			if err := checkText(s.b[start:s.i]); err != nil {
+				return badRequest("field %q %v", f.name, err)
+			}
 		}
 		*f.str = string(v)
 		return nil
@@ -324,12 +390,12 @@ func parseID(s string) (lease.ID, error) {
 }
 
 // decodeAcquire reads {"owner","ttl_ms","wait_ms"}; wait_ms is optional
-// (0 = try once) and capped at maxWait.
+// (0 = try once), at most MaxMaxWait, and capped at maxWait.
 func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration) (acquireRequest, error) {
 	var owner string
 	var ttl, wait uint64
 	err := decodeBody(w, r,
-		&field{name: "owner", required: true, str: &owner},
+		&field{name: "owner", required: true, str: &owner, text: true},
 		&field{name: "ttl_ms", required: true, num: &ttl},
 		&field{name: "wait_ms", num: &wait})
 	if err != nil {
@@ -342,7 +408,13 @@ func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration
 	if req.TTL, err = millisTTL("ttl_ms", ttl); err != nil {
 		return acquireRequest{}, err
 	}
-	// Cap before multiplying: wait_ms may be anything up to 2^64-1.
+	// Like ttl_ms, wait_ms has one range on every server, so that a
+	// mistaken value (seconds for milliseconds, say) is told, not
+	// quietly cut. Within it, each server caps the wait at its own
+	// maximum and the client asks again.
+	if wait > uint64(MaxMaxWait/time.Millisecond) {
+		return acquireRequest{}, badRequest("field \"wait_ms\" is %d; want 0 to %d milliseconds", wait, MaxMaxWait.Milliseconds())
+	}
 	if wait >= uint64(maxWait/time.Millisecond) {
 		req.Wait = maxWait
 	} else {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,8 +58,14 @@ func heldLease(t *testing.T) (http.Handler, lease.Lease) {
 	return srv, l
 }
 
+// loopbackHost is the Host of the requests made here: the servers have no
+// credentials, so they answer only requests addressed to loopback (rather
+// than httptest's example.com).
+const loopbackHost = "localhost"
+
 func serve(h http.Handler, method, target, contentType string, body []byte) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, bytes.NewReader(body))
+	req.Host = loopbackHost
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -68,6 +75,7 @@ func serve(h http.Handler, method, target, contentType string, body []byte) *htt
 // httptestRequest is an acquire of "gone" under ctx.
 func httptestRequest(ctx context.Context, body string) *http.Request {
 	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/leases/gone/acquire", strings.NewReader(body))
+	req.Host = loopbackHost
 	req.Header.Set("Content-Type", "application/json")
 	return req
 }
@@ -126,6 +134,15 @@ func TestDecodersRefuseBadBodies(t *testing.T) {
 		{"wait negative", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":-5}`, 400},
 		{"wait bool", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":true}`, 400},
 		{"wait fraction", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":0.5}`, 400},
+		{"wait above maximum", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":3600001}`, 400},
+		{"wait 2^64-1", "acquire", `{"owner":"a","ttl_ms":100,"wait_ms":18446744073709551615}`, 400},
+		{"owner invalid UTF-8", "acquire", "{\"owner\":\"a\xffb\",\"ttl_ms\":100}", 400},
+		{"owner truncated UTF-8", "acquire", "{\"owner\":\"a\xc3\",\"ttl_ms\":100}", 400},
+		{"owner lone high surrogate", "acquire", `{"owner":"a\ud83db","ttl_ms":100}`, 400},
+		{"owner lone low surrogate", "acquire", `{"owner":"a\ude00","ttl_ms":100}`, 400},
+		{"owner surrogates reversed", "acquire", `{"owner":"\ude00\ud83d","ttl_ms":100}`, 400},
+		{"owner high surrogate twice", "acquire", `{"owner":"\ud83d\ud83d\ude00","ttl_ms":100}`, 400},
+		{"owner surrogate at end", "acquire", `{"owner":"a\ud83d","ttl_ms":100}`, 400},
 		{"body over 64 KiB", "acquire", big, 413},
 		{"padding over 64 KiB", "acquire", padded, 413},
 
@@ -170,6 +187,25 @@ func TestDecodersRefuseBadBodies(t *testing.T) {
 		[]byte(`{"id":"`+id+`","token":`+strings.TrimSpace(jsonNumber(held.Token))+`,"ttl_ms":60000}`))
 	if rec.Code != 200 {
 		t.Fatalf("renewing the held lease after the bad requests: HTTP %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestOwnerKeptExactly: an owner is taken as sent, escaped or not, and one
+// that is not Unicode text is refused (the table above) rather than read
+// with U+FFFD in place of its bad bytes, as encoding/json would.
+func TestOwnerKeptExactly(t *testing.T) {
+	h, _ := heldLease(t)
+	for i, tc := range []struct{ body, want string }{
+		{`{"owner":"\ud83d\ude00 \u00e9\"","ttl_ms":100}`, "\U0001F600 é\""},
+		{`{"owner":"😀 é","ttl_ms":100}`, "😀 é"},
+		{`{"owner":"\\ud800","ttl_ms":100}`, `\ud800`}, // an escaped backslash, not an escape
+		{`{"owner":"\ufffd","ttl_ms":100}`, "\ufffd"},
+	} {
+		rec := serve(h, "POST", "/v1/leases/owner"+strconv.Itoa(i)+"/acquire", "application/json", []byte(tc.body))
+		var got struct{ Owner string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != 200 || err != nil || got.Owner != tc.want {
+			t.Errorf("%s: HTTP %d %s, want 200 with owner %q", tc.body, rec.Code, rec.Body, tc.want)
+		}
 	}
 }
 

@@ -43,14 +43,17 @@
 //	stale_token   409  lease.ErrStaleToken (used by fence's HTTP guard)
 //	not_found     404  lease.ErrNotFound
 //	invalid       400  lease.ErrInvalid (413 for a body over 64 KiB, 415 for a
-//	                   wrong Content-Type, 404 for an unknown route)
+//	                   wrong Content-Type, 408 for a body slower than the
+//	                   http.Server's ReadTimeout, 404 for an unknown route,
+//	                   405 with Allow for a method the path has no route for)
 //	unauthorized  401  ErrUnauthorized
-//	forbidden     403  ErrForbidden
+//	forbidden     403  ErrForbidden (also a Host refused, see Authentication)
 //	unavailable   503  lease.ErrUnavailable (backend failure, or shutting down)
 //
 // Input limits: keys 1–512 bytes of UTF-8 without control characters (also
-// when percent-encoded), owner likewise, ttl_ms 10 to 86 400 000, token 1 to
-// 2^53, id 32 hex digits. Members must be spelled exactly, appear once, have
+// when percent-encoded), owner likewise (invalid UTF-8 or a \u escape of a
+// lone surrogate is refused, not read as U+FFFD), ttl_ms 10 to 86 400 000,
+// wait_ms 0 to 3 600 000 (MaxMaxWait), token 1 to 2^53, id 32 hex digits. Members must be spelled exactly, appear once, have
 // the right JSON type; numbers must be whole, non-negative and written
 // without fraction or exponent; nothing may follow the object. Every such
 // mistake is a 4xx with the error body; no input yields a 5xx. (A request
@@ -60,7 +63,8 @@
 // # Waiting
 //
 // wait_ms > 0 makes acquire wait for a held key, at most the server's max
-// wait (WithMaxWait, DefaultMaxWait = 30 s; larger values are capped), and
+// wait (WithMaxWait, DefaultMaxWait = 30 s; larger values up to MaxMaxWait
+// are capped, larger still refused with 400), and
 // answer 409 held with the holder when the wait runs out. Waiters for one
 // key are served first come, first served, without polling the backend in a
 // loop: a backend that implements lease.WaitAcquirer (memstore, boltstore,
@@ -73,8 +77,13 @@
 // whose client hangs up leaves the queue, and a lease granted to it at that
 // moment is released at once (such requests are counted and logged with
 // status 499, as nginx does). Close ends every pending wait with 503 so that
-// http.Server.Shutdown can drain quickly; an http.Server in front needs a
-// WriteTimeout longer than the max wait.
+// http.Server.Shutdown can drain quickly. A waiting request has its wait
+// added to the read and write deadlines of the http.Server serving it, so
+// its ReadTimeout and WriteTimeout need not allow for waits.
+//
+// An error answered before the request's body was read (401, 403, 404, 405,
+// 415) closes the connection instead of reading the body, so a client
+// trickling a body cannot hold the connection by it.
 //
 // # Authentication
 //
@@ -90,7 +99,11 @@
 // rarely carry one, and they reveal no key, owner or token (metrics have no
 // such labels, /readyz hides backend error text). Without credentials the
 // server authorises every request, so it must then listen on loopback only
-// (the lease serve command enforces that).
+// (the lease serve command enforces that); and since a web page can reach
+// loopback through DNS rebinding, under a name of its own, it then answers
+// /v1 only for a Host that is "localhost", a name under ".localhost", an
+// address in 127.0.0.0/8 or ::1 (with or without port), or one allowed with
+// WithAllowedHosts: any other Host is 403 forbidden.
 //
 // SetCredentials swaps in a new set of credentials while the server runs
 // (lease serve does on SIGHUP): a request keeps the credential it was

@@ -12,7 +12,9 @@ import (
 var ErrUnauthorized = errors.New("leasehttp: unauthorized")
 
 // ErrForbidden means the bearer token is valid but its credential does not
-// cover the key or prefix asked for (HTTP 403, code "forbidden").
+// cover the key or prefix asked for, or that a server without credentials
+// does not answer for the request's Host (see WithAllowedHosts) (HTTP 403,
+// code "forbidden").
 var ErrForbidden = errors.New("leasehttp: forbidden")
 
 // errorKind is one row of the table that maps error codes, HTTP statuses

@@ -44,6 +44,7 @@ type Server struct {
 	backend  lease.Backend
 	waitAcq  lease.WaitAcquirer // the backend's own FIFO wait, if it has one
 	notifier lease.Notifier     // the backend's change notifications, if any
+	hosts    hostSet            // Hosts answered without credentials besides loopback
 	log      *slog.Logger
 	maxWait  time.Duration
 	mux      *http.ServeMux
@@ -72,11 +73,13 @@ type serverConfig struct {
 	reg      prometheus.Registerer
 	gat      prometheus.Gatherer
 	maxWait  time.Duration
+	hosts    hostSet
 }
 
 // WithCredentials makes the server demand a bearer token from creds on every
 // /v1 request and confine each token to its key prefixes. Without it the
-// server authorises every request; then it must listen only on loopback.
+// server authorises every request whose Host is loopback (or allowed with
+// WithAllowedHosts); then it must listen only on loopback.
 func WithCredentials(creds []Credential) ServerOption {
 	return func(c *serverConfig) error {
 		c.creds, c.credsSet = creds, true
@@ -124,8 +127,9 @@ func WithGatherer(g prometheus.Gatherer) ServerOption {
 
 // WithMaxWait caps how long one acquire request may wait (wait_ms) for a
 // held key, 0 to MaxMaxWait; 0 turns waiting off (every acquire tries once).
-// The default is DefaultMaxWait. An http.Server in front must allow a write
-// timeout longer than this.
+// The default is DefaultMaxWait. A waiting request's read and write
+// deadlines are extended by its wait, so an http.Server's timeouts need not
+// allow for it.
 func WithMaxWait(d time.Duration) ServerOption {
 	return func(c *serverConfig) error {
 		if d < 0 || d > MaxMaxWait {
@@ -148,7 +152,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, mux: http.NewServeMux(),
+	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, hosts: cfg.hosts, mux: http.NewServeMux(),
 		routes: map[string]http.Handler{}, queues: newQueues()}
 	s.waitAcq, _ = b.(lease.WaitAcquirer)
 	s.notifier, _ = b.(lease.Notifier)
@@ -204,24 +208,62 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.badPath.ServeHTTP(w, r)
 		return
 	}
-	if rest, ok := strings.CutPrefix(p, "/v1/leases/"); ok {
-		// ServeMux takes a segment that unescapes to "/" for a trailing
-		// slash, so the key "/" (sent as %2F) would match no route. Route it
-		// here to the same handlers.
-		if seg, op, _ := strings.Cut(rest, "/"); strings.EqualFold(seg, "%2F") {
-			pattern := r.Method + " /v1/leases/{key}"
-			if op != "" {
-				pattern += "/" + op
-			}
-			if h, ok := s.routes[pattern]; ok {
-				r.Pattern = pattern
-				r.SetPathValue("key", "/")
-				h.ServeHTTP(w, r)
-				return
-			}
+	if pattern, ok := slashKeyPattern(r.Method, p); ok {
+		if h, ok := s.routes[pattern]; ok {
+			r.Pattern = pattern
+			r.SetPathValue("key", "/")
+			h.ServeHTTP(w, r)
+			return
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// slashKeyPattern returns the pattern that would serve method on the path p
+// if p names the key "/". ServeMux takes a segment that unescapes to "/"
+// for a trailing slash, so the key "/" (sent as %2F) would match no route;
+// ServeHTTP routes it to the same handlers itself (HEAD to GET's, as
+// ServeMux does).
+func slashKeyPattern(method, p string) (string, bool) {
+	rest, ok := strings.CutPrefix(p, "/v1/leases/")
+	if !ok {
+		return "", false
+	}
+	seg, op, _ := strings.Cut(rest, "/")
+	if !strings.EqualFold(seg, "%2F") {
+		return "", false
+	}
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	pattern := method + " /v1/leases/{key}"
+	if op != "" {
+		pattern += "/" + op
+	}
+	return pattern, true
+}
+
+// routeMethods are the methods the routes are registered for; GET routes
+// serve HEAD too.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost}
+
+// allowedMethods returns the methods some route serves on r's path.
+func (s *Server) allowedMethods(r *http.Request) []string {
+	var allow []string
+	for _, m := range routeMethods {
+		if pattern, ok := slashKeyPattern(m, r.URL.EscapedPath()); ok {
+			if _, ok := s.routes[pattern]; ok {
+				allow = append(allow, m)
+			}
+			continue
+		}
+		probe := *r
+		probe.Method = m
+		if _, pattern := s.mux.Handler(&probe); pattern != "/" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // canonicalPath reports whether p has no empty, "." or ".." segment.
@@ -267,6 +309,12 @@ type responseWriter struct {
 	status int
 	err    error  // the error answered, if any
 	cred   string // fingerprint of the credential used
+	// bodyUnread is set while the request has a body not read to its end.
+	// net/http would read (and discard) it before sending the answer so as
+	// to keep the connection; an error answered before the body is read
+	// closes the connection instead, so that a client trickling its body
+	// gets its 401 at once and is cut off rather than read on.
+	bodyUnread bool
 }
 
 func (w *responseWriter) WriteHeader(code int) {
@@ -304,7 +352,7 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 	duration := s.metrics.routeDuration(route, route != "other")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rw := &responseWriter{ResponseWriter: w}
+		rw := &responseWriter{ResponseWriter: w, bodyUnread: r.ContentLength != 0}
 		h(rw, r)
 		if rw.status == 0 {
 			rw.status = http.StatusOK
@@ -385,6 +433,15 @@ func (s *Server) writeError(w *responseWriter, err error) {
 			msg = "leasehttp: the backend could not answer; the outcome is unknown (details in the server log)"
 		}
 	}
+	if w.bodyUnread {
+		w.Header().Set("Connection", "close")
+		// net/http still reads what is left of the body (up to 256 KiB)
+		// after sending the answer, before it closes the connection; a
+		// read deadline in the past ends that at once. (Without a
+		// deadline to set, as under httptest.ResponseRecorder, the
+		// error says so and there is nothing to cut.)
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
 	body := errorJSON{Error: errorDetail{Code: k.code, Message: msg}}
 	var he *lease.HeldError
 	if errors.As(err, &he) {
@@ -396,10 +453,14 @@ func (s *Server) writeError(w *responseWriter, err error) {
 
 // authorize checks r's bearer token; it answers 401 and returns false if
 // the token is missing or wrong. The credential is nil when the server has
-// none configured.
+// none configured; r's Host must then be loopback or allowed, else 403.
 func (s *Server) authorize(w *responseWriter, r *http.Request) (*credential, bool) {
 	creds := s.creds.Load()
 	if creds == nil {
+		if err := s.checkHost(r); err != nil {
+			s.writeError(w, err)
+			return nil, false
+		}
 		return nil, true
 	}
 	c, err := authenticate(*creds, r)
@@ -449,6 +510,7 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 	if req.Wait <= 0 || s.closing.Err() != nil {
 		l, err = s.acquireOnce(r.Context(), key, req.Owner, req.TTL)
 	} else {
+		extendDeadlines(w, r, req.Wait)
 		l, err = s.acquireWaiting(r.Context(), key, req)
 	}
 	switch {
@@ -478,6 +540,30 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
+}
+
+// extendDeadlines gives a waiting acquire its wait on top of the read and
+// write timeouts of the http.Server serving it, which would otherwise cut
+// the wait: past the write deadline the answer cannot be sent, and past the
+// read deadline the server's watch for a client hanging up fails and
+// cancels the request as if the client had gone. The body is read by now,
+// so the read timeout has done its job; the wait is bounded by the
+// server's max wait.
+func extendDeadlines(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	hs, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if hs == nil {
+		return // not served by net/http's server: no deadlines to extend
+	}
+	rc := http.NewResponseController(w)
+	now := time.Now()
+	// The errors say the connection has no deadlines (ErrNotSupported);
+	// then nothing cuts the wait either.
+	if hs.ReadTimeout > 0 {
+		_ = rc.SetReadDeadline(now.Add(wait + hs.ReadTimeout))
+	}
+	if hs.WriteTimeout > 0 {
+		_ = rc.SetWriteDeadline(now.Add(wait + hs.WriteTimeout))
+	}
 }
 
 // acquireOnce tries once, under a context the request's end does not cut.
@@ -661,7 +747,18 @@ func (s *Server) handleBadPath(w *responseWriter, r *http.Request) {
 		"non-empty path segment, with / written %%2F and a key . or .. written %%2E", quoteName(r.URL.EscapedPath())))
 }
 
+// handleNoRoute answers what no route serves: 405 with Allow when the path
+// has routes for other methods, else 404. ServeMux would answer 405 itself,
+// but in plain text; the catch-all route that gives every answer the error
+// body takes that over, so it is done here.
 func (s *Server) handleNoRoute(w *responseWriter, r *http.Request) {
+	if allow := s.allowedMethods(r); len(allow) > 0 {
+		list := strings.Join(allow, ", ")
+		w.Header().Set("Allow", list)
+		s.writeError(w, &requestError{status: http.StatusMethodNotAllowed,
+			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", quoteName(r.Method), quoteName(r.URL.Path), list)})
+		return
+	}
 	s.writeError(w, &requestError{status: http.StatusNotFound,
 		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.Path))})
 }

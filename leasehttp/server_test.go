@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -121,8 +122,10 @@ func TestWaitCappedAtMaxWait(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// A wait beyond any Duration must be capped, not overflow.
-			status, body := call(t, "POST", hs.URL+"/v1/leases/capped/acquire", "", `{"owner":"w","ttl_ms":1000,"wait_ms":18446744073709551615}`)
+			// The longest wait_ms any server accepts (an hour) must be
+			// capped at this server's max wait. (Beyond it, wait_ms is
+			// refused: TestWaitOutOfRange.)
+			status, body := call(t, "POST", hs.URL+"/v1/leases/capped/acquire", "", `{"owner":"w","ttl_ms":1000,"wait_ms":3600000}`)
 			if status != 409 || !strings.Contains(body, `"code":"held"`) || !strings.Contains(body, `"owner":"holder"`) ||
 				!strings.Contains(body, `"token":`+strconv.FormatUint(uint64(held.Token), 10)) {
 				t.Fatalf("HTTP %d %s, want 409 held naming holder and its token", status, body)
@@ -519,6 +522,53 @@ func TestWaiterThatLeavesIsNotCountedAsError(t *testing.T) {
 			})
 			if got := metric(t, hs.URL, `lease_acquisitions_total{result="error"}`); got != 0 {
 				t.Errorf(`lease_acquisitions_total{result="error"} = %v after a client stopped waiting, want 0`, got)
+			}
+		})
+	}
+}
+
+// TestWrongMethodIs405: a method no route serves on a path that has routes
+// is 405 with Allow and the API's error body, not ServeMux's plain text nor
+// a 404 that would say the path does not exist.
+func TestWrongMethodIs405(t *testing.T) {
+	_, hs := startServer(t, newMem())
+	for _, tc := range []struct {
+		method, path, allow string
+	}{
+		{"GET", "/v1/leases/k/acquire", "POST"},
+		{"PUT", "/v1/leases/k/renew", "POST"},
+		{"OPTIONS", "/v1/leases/k/release", "POST"},
+		{"DELETE", "/v1/leases/k", "GET, HEAD"},
+		{"POST", "/v1/leases/k", "GET, HEAD"},
+		{"DELETE", "/v1/leases/%2F", "GET, HEAD"},
+		{"GET", "/v1/leases/%2F/acquire", "POST"},
+		{"POST", "/v1/leases", "GET, HEAD"},
+		{"POST", "/healthz", "GET, HEAD"},
+		{"PATCH", "/metrics", "GET, HEAD"},
+		{"GET", "/nothing", ""},
+		{"GET", "/v1/leases/k/steal", ""},
+		{"HEAD", "/v1/leases/%2F", ""}, // served: 404, no lease on "/"
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(ctxFor(t), tc.method, hs.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			allow := resp.Header.Get("Allow")
+			switch {
+			case tc.allow == "" && (resp.StatusCode != 404 || allow != ""):
+				t.Fatalf("HTTP %d, Allow %q, want 404 without Allow", resp.StatusCode, allow)
+			case tc.allow == "":
+			case resp.StatusCode != 405 || allow != tc.allow:
+				t.Fatalf("HTTP %d, Allow %q %s; want 405, Allow %q", resp.StatusCode, allow, body, tc.allow)
+			case resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(body), `"code":"invalid"`):
+				t.Fatalf("405 answered with %q %s, want the JSON error body with code invalid", resp.Header.Get("Content-Type"), body)
 			}
 		})
 	}

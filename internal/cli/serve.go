@@ -26,6 +26,10 @@ const (
 	DefaultAddr            = "127.0.0.1:7420"
 	DefaultDataDir         = "./lease-data"
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultReadTimeout     = 10 * time.Second
+	DefaultWriteTimeout    = 30 * time.Second
+	DefaultIdleTimeout     = 2 * time.Minute
+	DefaultMaxConnections  = 4096
 )
 
 func newServeCommand(a *app) *cobra.Command {
@@ -46,8 +50,13 @@ can go backwards after a crash).
 
 Clients authenticate with bearer tokens listed in --auth-tokens-file, one per
 line: TOKEN PREFIX… (* for all keys). Without that file the server refuses any
-address but loopback unless --insecure is given. A tokens file that group or
-others may access, or a token shorter than 16 bytes, is warned about.
+address but loopback unless --insecure is given, and answers only requests
+addressed (Host) to loopback, the --addr host or --allowed-hosts. A tokens
+file that group or others may access, or a token shorter than 16 bytes, is
+warned about.
+
+Slow and idle clients are cut off by --read-timeout, --write-timeout and
+--idle-timeout; --max-connections bounds the connections open at once.
 
 SIGTERM or SIGINT shuts it down gracefully: pending waits end, in-flight
 requests finish (up to --shutdown-timeout), the backend is closed.
@@ -105,6 +114,11 @@ what it had and logs why.`,
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --addr without --auth-tokens-file")
 	f.BoolVar(&cfg.AllowVolatile, "allow-volatile", false, "serve a PostgreSQL or Redis --backend whose persistence cannot keep tokens rising across a crash (tests only)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", DefaultReadTimeout, "how long a client may take to send a request's headers and body")
+	f.DurationVar(&cfg.WriteTimeout, "write-timeout", DefaultWriteTimeout, "how long answering a request may take, from its headers on (a waiting acquire gets its wait on top)")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
+	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "connections open at once, in total (0: no limit); at the limit the longest idle is closed")
+	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, Host names or addresses answered besides loopback (comma list)")
 	return cmd
 }
 
@@ -129,6 +143,14 @@ type ServeConfig struct {
 	AllowVolatile bool
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	ShutdownTimeout time.Duration
+	// ReadTimeout, WriteTimeout and IdleTimeout are the http.Server's
+	// (ReadTimeout also bounds the headers); all must be positive.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConnections bounds the connections open at once; 0 means no limit.
+	MaxConnections int
+	// AllowedHosts are Host names or addresses, besides loopback and the
+	// host of Addr, that a server without credentials answers.
+	AllowedHosts []string
 	// Logger receives the server's structured logs; required.
 	Logger *slog.Logger
 }
@@ -172,8 +194,22 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, usageError(errors.New("--tls-cert and --tls-key go together"))
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		return nil, usageError(fmt.Errorf("--shutdown-timeout must be positive, got %v", cfg.ShutdownTimeout))
+	for _, d := range []struct {
+		flag string
+		d    time.Duration
+	}{{"shutdown-timeout", cfg.ShutdownTimeout}, {"read-timeout", cfg.ReadTimeout}, {"write-timeout", cfg.WriteTimeout}, {"idle-timeout", cfg.IdleTimeout}} {
+		if d.d <= 0 {
+			return nil, usageError(fmt.Errorf("--%s must be positive, got %v", d.flag, d.d))
+		}
+	}
+	if cfg.MaxConnections < 0 {
+		return nil, usageError(fmt.Errorf("--max-connections must be 0 (no limit) or more, got %d", cfg.MaxConnections))
+	}
+	if len(cfg.AllowedHosts) > 0 && cfg.AuthTokensFile != "" {
+		return nil, usageError(errors.New("--allowed-hosts applies only without --auth-tokens-file: a bearer token already keeps web pages out"))
+	}
+	if err := leasehttp.ValidateAllowedHosts(cfg.AllowedHosts); err != nil {
+		return nil, usageError(fmt.Errorf("--allowed-hosts: %w", err))
 	}
 	return &Server{cfg: cfg, errc: make(chan error, 1)}, nil
 }
@@ -231,6 +267,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}
 	if len(creds) > 0 {
 		apiOpts = append(apiOpts, leasehttp.WithCredentials(creds))
+	} else {
+		apiOpts = append(apiOpts, leasehttp.WithAllowedHosts(append(addrHost(s.cfg.Addr), s.cfg.AllowedHosts...)))
 	}
 	s.api, err = leasehttp.NewServer(s.backend.Backend, apiOpts...)
 	if err != nil {
@@ -243,6 +281,11 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		_ = s.api.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
+	var limit *limitListener
+	if s.cfg.MaxConnections > 0 {
+		limit = newLimitListener(s.ln, s.cfg.MaxConnections)
+		s.ln = limit
+	}
 	if s.tlsCert.Load() != nil {
 		s.ln = tls.NewListener(s.ln, &tls.Config{
 			// Read at each handshake, so that a reload reaches new
@@ -252,10 +295,14 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		})
 	}
 	s.http = &http.Server{
-		Handler:           s.api,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:      s.api,
+		ReadTimeout:  s.cfg.ReadTimeout, // also the headers' (ReadHeaderTimeout 0)
+		WriteTimeout: s.cfg.WriteTimeout,
+		IdleTimeout:  s.cfg.IdleTimeout,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if limit != nil {
+		s.http.ConnState = limit.connState
 	}
 	// Shutdown waits for in-flight requests; long-polls would keep it waiting
 	// for up to their wait_ms, so it ends them first.
@@ -367,6 +414,20 @@ func (s *Server) Close() error {
 		s.cfg.Logger.Info("stopped")
 	})
 	return s.closeErr
+}
+
+// addrHost is the host of addr as a one-element list, or none when addr
+// listens on every interface: clients that dial it by that name or address
+// are not misdirected.
+func addrHost(addr string) []string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return nil
+	}
+	return []string{host}
 }
 
 // isLoopback reports whether addr's host can only be reached from this

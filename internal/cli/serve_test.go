@@ -57,6 +57,10 @@ func serveConfig(t *testing.T, logs io.Writer) ServeConfig {
 		Addr:            "127.0.0.1:0",
 		DataDir:         filepath.Join(t.TempDir(), "data"),
 		ShutdownTimeout: 10 * time.Second,
+		ReadTimeout:     DefaultReadTimeout,
+		WriteTimeout:    DefaultWriteTimeout,
+		IdleTimeout:     DefaultIdleTimeout,
+		MaxConnections:  DefaultMaxConnections,
 		Logger:          slog.New(slog.NewTextHandler(logs, nil)),
 	}
 }
@@ -221,6 +225,12 @@ func TestServeRefusals(t *testing.T) {
 		{"not a URL", func(c *ServeConfig) { c.DataDir, c.Backend = "", "localhost:6379" }, ExitUsage, "not a URL"},
 		{"bad etcd endpoint", func(c *ServeConfig) { c.DataDir, c.Backend = "", "etcd://h1:2379,h2" }, ExitUsage, `"h2"`},
 		{"bad shutdown timeout", func(c *ServeConfig) { c.ShutdownTimeout = 0 }, ExitUsage, "--shutdown-timeout"},
+		{"zero read timeout", func(c *ServeConfig) { c.ReadTimeout = 0 }, ExitUsage, "--read-timeout"},
+		{"negative write timeout", func(c *ServeConfig) { c.WriteTimeout = -time.Second }, ExitUsage, "--write-timeout"},
+		{"zero idle timeout", func(c *ServeConfig) { c.IdleTimeout = 0 }, ExitUsage, "--idle-timeout"},
+		{"negative max connections", func(c *ServeConfig) { c.MaxConnections = -1 }, ExitUsage, "--max-connections"},
+		{"allowed host with port", func(c *ServeConfig) { c.AllowedHosts = []string{"lease.internal:7420"} }, ExitUsage, "--allowed-hosts"},
+		{"allowed hosts with credentials", func(c *ServeConfig) { c.AuthTokensFile, c.AllowedHosts = empty, []string{"lease.internal"} }, ExitUsage, "--allowed-hosts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := serveConfig(t, io.Discard)
