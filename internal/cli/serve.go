@@ -117,8 +117,8 @@ what it had and logs why.`,
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", DefaultReadTimeout, "how long a client may take to send a request's headers and body")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", DefaultWriteTimeout, "how long answering a request may take, from its headers on (a waiting acquire gets its wait on top)")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
-	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "connections open at once, in total (0: no limit); at the limit the longest idle is closed")
-	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, Host names or addresses answered besides loopback (comma list)")
+	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "at most `N` connections open at once, in total (0: no limit); at the limit the longest idle is closed")
+	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, the `HOSTS` (names or addresses, comma-separated) answered besides loopback")
 	return cmd
 }
 
