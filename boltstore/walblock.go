@@ -176,7 +176,7 @@ func classify(data []byte, end int, epoch, next uint64) *logDamage {
 		h, ok := parseBlock(blk)
 		switch {
 		case !ok:
-			return damage(b, "a block fails its checksum")
+			return damage(b, "the 512-byte block there fails its checksum")
 		case h.epoch != epoch:
 			// Of an earlier checkpoint's records. (A later epoch than the
 			// file's means a log beside a file that replaced the one it

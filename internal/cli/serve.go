@@ -88,6 +88,8 @@ requests finish (up to --shutdown-timeout), the backend is closed.`,
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --addr without --auth-tokens-file")
 	f.BoolVar(&cfg.AllowVolatile, "allow-volatile", false, "serve a PostgreSQL or Redis --backend whose persistence cannot keep tokens rising across a crash (tests only)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
+	f.BoolVar(&cfg.AcceptLogLoss, "accept-log-loss", false, "start on a damaged log of the embedded store: drop what cannot be read and raise every key's next token above any it could have issued (see docs/SERVE.md)")
+	f.BoolVar(&cfg.AllowSharedDataDir, "allow-shared-data-dir", false, "use a --data-dir that other users may write to, which is otherwise refused")
 	return cmd
 }
 
@@ -112,6 +114,12 @@ type ServeConfig struct {
 	AllowVolatile bool
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	ShutdownTimeout time.Duration
+	// AcceptLogLoss starts the embedded store on a damaged log, which is
+	// otherwise refused (boltstore.AcceptLogLoss); the loss is logged.
+	AcceptLogLoss bool
+	// AllowSharedDataDir accepts a DataDir that other users may write to
+	// (boltstore.AllowSharedDir).
+	AllowSharedDataDir bool
 	// Logger receives the server's structured logs; required.
 	Logger *slog.Logger
 }
@@ -189,7 +197,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.tlsCert = &cert
 	}
 
-	s.backend, err = openBackend(ctx, s.cfg.Backend, s.cfg.DataDir, s.cfg.AllowVolatile)
+	s.backend, err = openBackend(ctx, s.cfg)
 	if err != nil {
 		return err
 	}
