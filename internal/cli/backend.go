@@ -148,8 +148,10 @@ func openBolt(cfg ServeConfig) (*openedBackend, error) {
 	}
 	path := filepath.Join(dir, BoltFile)
 	var opts []boltstore.Option
+	accepted := false
 	if cfg.AcceptLogLoss {
 		opts = append(opts, boltstore.AcceptLogLoss(func(loss *boltstore.CorruptError) {
+			accepted = true
 			// Loud, and once: the next start must not need the flag, and
 			// whoever reads the log must learn what was given up.
 			cfg.Logger.Error("--accept-log-loss: the damaged part of the log is dropped; leases it granted are forgotten, and every key's next token is raised above any it could have issued",
@@ -163,6 +165,9 @@ func openBolt(cfg ServeConfig) (*openedBackend, error) {
 	s, err := boltstore.Open(path, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if cfg.AcceptLogLoss && !accepted {
+		cfg.Logger.Warn("--accept-log-loss: the log is not damaged, nothing was dropped; remove the flag, or a damaged log will be accepted without anyone deciding to", "log", path+"-wal")
 	}
 	return &openedBackend{Backend: s, desc: "bolt:" + path, close: s.Close}, nil
 }

@@ -107,6 +107,17 @@ func TestServeDamagedLog(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
+			// The log is whole now: the flag changes nothing, and says so.
+			s = startServe(t, cfg)
+			if got := takeTokens(t, "http://"+s.Addr(), "k", 1); got <= lease.Token(floor) {
+				t.Errorf("after a restart k got token %d, below the floor %d", got, floor)
+			}
+			if !strings.Contains(logs.String(), `level=WARN msg="--accept-log-loss: the log is not damaged`) {
+				t.Errorf("no warning that --accept-log-loss had nothing to accept in %q", logs.String())
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
 			cfg.AcceptLogLoss = false
 			s = startServe(t, cfg)
 			if got := takeTokens(t, "http://"+s.Addr(), "k", 1); got <= lease.Token(floor) {
