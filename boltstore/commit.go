@@ -442,7 +442,8 @@ func (s *Store) handOver(t *txn, key string, now time.Time) error {
 }
 
 // grant issues a new generation on key: the next token above the key's
-// high-water mark, a fresh secret ID, expiry ttl after now.
+// high-water mark and the store's floor, a fresh secret ID, expiry ttl
+// after now.
 func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Time) (lease.Lease, error) {
 	k := []byte(key)
 	var last uint64
@@ -452,6 +453,9 @@ func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Tim
 			return lease.Lease{}, err
 		}
 	}
+	// Above the floor too: it stands for tokens the store issued but lost
+	// the record of (AcceptLogLoss).
+	last = max(last, s.floor)
 	if last >= uint64(lease.MaxToken) {
 		return lease.Lease{}, unavailablef(nil, "boltstore: tokens of key %q are exhausted at %d", key, last)
 	}

@@ -20,7 +20,19 @@
 // or replaced file is never replayed into it), and checkpoints; it refuses
 // a file that has had a log when the log is missing, as the log may hold
 // acknowledged writes (the two files are one store: copy them together).
-// wal.go has the format and the rules. (bbolt commits are durable too, but
+// wal.go and walblock.go have the format and the rules.
+//
+// # A damaged log
+//
+// The log is written in checksummed 512-byte blocks, each naming its
+// record, so Open tells what a crash leaves (the last record cut short,
+// its blocks each new or as they were) from damage: a block that fails its
+// checksum, anywhere, or a record missing before one written after it.
+// Dropping such a record silently could issue its tokens again, so Open
+// refuses the store with a *CorruptError (ErrCorrupt) that names the log,
+// the offset and the way out: AcceptLogLoss drops the records from the
+// damage on and raises a floor, kept in the file, above every token they
+// could have issued, for every key, known or not (recover.go). (bbolt commits are durable too, but
 // cost two fdatasyncs and a write of every touched page; the log's one
 // fdatasync made lease serve's throughput at 32 clients about 1.2 times
 // what it was.)
@@ -70,6 +82,16 @@
 // A released lease's record is deleted; an expired one stays until its key
 // is next written. The high-water marks make the file grow with the number of
 // distinct keys ever used, a few dozen bytes each.
+//
+// # Its files
+//
+// Open refuses a bbolt file or log that is a symbolic link, has another
+// name (a hard link), belongs to another user or is not a regular file,
+// before it writes to, zeroes or chmods it, and a directory that other
+// users may write to (AllowSharedDir allows it), as they could remove the
+// files and with them every token issued. An Open that fails, on a full
+// disk say, removes the files it created: a bbolt file cut short would not
+// open again.
 //
 // # One process per file
 //

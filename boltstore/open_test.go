@@ -202,6 +202,7 @@ func TestOpenBadArguments(t *testing.T) {
 		"nil clock":        {path, []boltstore.Option{boltstore.WithClock(nil)}},
 		"zero timeout":     {path, []boltstore.Option{boltstore.WithLockTimeout(0)}},
 		"negative timeout": {path, []boltstore.Option{boltstore.WithLockTimeout(-time.Second)}},
+		"nil loss report":  {path, []boltstore.Option{boltstore.AcceptLogLoss(nil)}},
 	} {
 		s, err := boltstore.Open(tc.path, tc.opts...)
 		if !errors.Is(err, lease.ErrInvalid) {

@@ -8,11 +8,13 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// Bucket and key names of schema version 2. A file holds three top-level
+// Bucket and key names of schema version 3. A file holds three top-level
 // buckets and nothing else:
 //
 //	meta    "version" → uint64 big-endian schema version
 //	        "wal-epoch" → uint64 big-endian: the log's epoch (see wal.go)
+//	        "token-floor" → uint64 big-endian, if set: every token issued
+//	        from then on is above it (AcceptLogLoss, recover.go)
 //	tokens  key → uint64 big-endian: the highest token ever issued for key,
 //	        never deleted, so tokens rise across release, expiry and restart (I1)
 //	leases  key → the current lease record (see record), deleted on release
@@ -27,8 +29,11 @@ var (
 // version are refused rather than misread. Version 2 added the log: a
 // build that knows only version 1 would ignore the log, and with it the
 // batches since the last checkpoint of a store that crashed, so it must
-// refuse such a file. Version 1 files (no log yet) are upgraded on Open.
-const schemaVersion = 2
+// refuse such a file. Version 3 writes the log in blocks (walblock.go) and
+// may hold a token floor, both of which a build of version 2 would misread
+// as an empty log and ignore. Files of versions 1 and 2 are upgraded on
+// Open, after the log of a version 2 file is replayed in its own format.
+const schemaVersion = 3
 
 // record is a lease as stored: expiry is absolute time on the store's clock
 // (Unix nanoseconds), so it means the same thing after a restart.

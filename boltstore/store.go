@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,7 @@ type Store struct {
 	path  string
 	clock lease.Clock // nil: the real clock, read through base
 	base  time.Time   // the real clock at Open, with its monotonic reading
+	floor uint64      // every token issued is above it (AcceptLogLoss; see recover.go)
 
 	// ops carries write operations to the commit loop. It is unbuffered, so
 	// an operation is either taken by the loop, which then always answers
@@ -87,6 +90,8 @@ type Option func(*config) error
 type config struct {
 	clock            lease.Clock
 	lockTimeout      time.Duration
+	acceptLogLoss    func(*CorruptError) // nil: a damaged log is refused
+	allowSharedDir   bool
 	boltOptions      func(*bolt.Options) // tests only: e.g. a MaxSize to make commits fail
 	checkpointAlways bool                // tests only
 }
@@ -121,14 +126,53 @@ func WithLockTimeout(d time.Duration) Option {
 	}
 }
 
+// AcceptLogLoss makes Open serve a store whose log is damaged instead of
+// refusing it with a *CorruptError (see ErrCorrupt). The records from the
+// damage on are dropped, and with them what they did: the leases they
+// granted or renewed are forgotten, and their holders, who still believe
+// they hold them, are fenced off by what follows. Every key's next token,
+// whether the store knows the key or not, is raised above the highest
+// token the store knows plus the most tokens the dropped records can have
+// issued (each grant takes some bytes of the log), for good: the floor is
+// kept in the file. Once that is durable Open calls report with the loss,
+// Floor set, before it returns; a damaged log that is never found calls
+// nothing. Meant for one start after a refusal, by a person who has
+// read the refusal and kept a copy of the files.
+func AcceptLogLoss(report func(loss *CorruptError)) Option {
+	return func(c *config) error {
+		if report == nil {
+			return fmt.Errorf("%w: boltstore: AcceptLogLoss needs a report function: the loss must be heard of", lease.ErrInvalid)
+		}
+		c.acceptLogLoss = report
+		return nil
+	}
+}
+
+// AllowSharedDir makes Open accept a directory that users other than this
+// process's may write to (group- or world-writable and not sticky), or that
+// belongs to another user, which it otherwise refuses: they could remove
+// or replace the store's files, and with them every token it issued.
+func AllowSharedDir() Option {
+	return func(c *config) error {
+		c.allowSharedDir = true
+		return nil
+	}
+}
+
 // Open opens the store in the bbolt file at path, creating it (mode 0600) if
-// it does not exist; its directory must exist. The file and the log beside
-// it, path with "-wal" after it, are set to mode 0600 whatever their mode
-// was, as they hold every lease's secret ID. It fails fast, with an error matching
+// it does not exist; its directory must exist, and be writable by this
+// process's user alone (see AllowSharedDir). The file and the log beside
+// it, path with "-wal" after it, must each be a regular file of this
+// process's user, with one name, or be missing: Open refuses a symbolic
+// link, another user's file or a hard-linked one, before it writes to it,
+// and sets both to mode 0600 whatever their mode was, as they hold every
+// lease's secret ID. It fails fast, with an error matching
 // lease.ErrUnavailable that names path, if another process holds the file, if
 // the file is not a consistent bbolt database, or if it was written by a newer
-// schema. Close releases the file.
-func Open(path string, opts ...Option) (*Store, error) {
+// schema, and with one matching ErrCorrupt too if the log is damaged (see
+// AcceptLogLoss). An Open that fails removes the files it created. Close
+// releases the file.
+func Open(path string, opts ...Option) (s *Store, err error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore: empty path", lease.ErrInvalid)
 	}
@@ -141,38 +185,85 @@ func Open(path string, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	bo := &bolt.Options{Timeout: cfg.lockTimeout}
-	if cfg.boltOptions != nil {
-		cfg.boltOptions(bo)
+	if err := checkDir(path, cfg.allowSharedDir); err != nil {
+		return nil, err
 	}
+	// Refused before anything is opened: opening a FIFO or a device may
+	// block, or act.
 	for _, p := range []string{path, walPath(path)} {
-		if err := regularOrAbsent(p); err != nil {
+		fi, err := os.Lstat(p)
+		switch {
+		case err == nil:
+			err = checkOwnInfo(p, fi)
+		case errors.Is(err, fs.ErrNotExist):
+			err = nil
+		default:
+			err = unavailablef(err, "boltstore: cannot open %s", p)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
-	db, err := openDB(path, bo)
+	var (
+		bf      boltFile
+		db      *bolt.DB
+		w       *wal
+		created []string
+	)
+	defer func() {
+		if err == nil {
+			bf.release()
+			return
+		}
+		// A failed start leaves nothing half made: a bbolt file cut short
+		// by a full disk would not open again. What it created goes, while
+		// it holds the lock.
+		for _, p := range created {
+			_ = os.Remove(p)
+		}
+		if len(created) > 0 {
+			_ = syncDir(filepath.Dir(path))
+		}
+		if w != nil {
+			_ = w.close()
+		}
+		if db != nil {
+			_ = db.Close()
+		}
+		bf.release()
+	}()
+	bo := &bolt.Options{Timeout: cfg.lockTimeout, OpenFile: bf.open}
+	if cfg.boltOptions != nil {
+		cfg.boltOptions(bo)
+	}
+	db, err = openDB(path, bo)
+	if bf.created {
+		created = append(created, path)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFile(db, path); err != nil {
-		_ = db.Close()
+	if err := bf.stillAt(path); err != nil {
 		return nil, err
 	}
-	// The file holds every lease's secret ID, as its log does (openWAL):
-	// bbolt's mode applies only to a new file; one copied or restored may
-	// be readable by others.
-	if err := os.Chmod(path, 0o600); err != nil {
-		_ = db.Close()
-		return nil, unavailablef(err, "boltstore: cannot make %s private (mode 0600)", path)
-	}
-	w, err := recoverLog(db, path)
+	version, err := checkFile(db, path)
 	if err != nil {
-		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{
+	if err := makePrivate(bf.f, path); err != nil {
+		return nil, err
+	}
+	w, floor, logCreated, err := recoverLog(db, path, version, cfg.acceptLogLoss)
+	if logCreated {
+		created = append(created, walPath(path))
+	}
+	if err != nil {
+		return nil, err
+	}
+	s = &Store{
 		db:      db,
 		path:    path,
+		floor:   floor,
 		clock:   cfg.clock,
 		base:    time.Now(),
 		ops:     make(chan *op),
@@ -187,77 +278,15 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	s.durCond = sync.NewCond(&s.durMu)
 	if s.live, err = s.begin(); err != nil {
-		_ = w.close()
-		_ = db.Close()
 		return nil, err
 	}
 	go s.run()
 	return s, nil
 }
 
-// recoverLog replays the log of the store's last run into the bbolt file
-// (a run that ended in a crash left the batches since its last checkpoint
-// there, and only there) and commits that as a checkpoint of its own,
-// raising the epoch, so that the log starts over empty.
-func recoverLog(db *bolt.DB, path string) (*wal, error) {
-	var epoch uint64
-	if err := db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketMeta).Get(keyWALEpoch)
-		if v == nil {
-			return nil
-		}
-		var err error
-		epoch, err = decodeUint64("log epoch in "+path, v)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	w, entries, err := openWAL(path, epoch)
-	if err != nil {
-		return nil, err
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		if err := applyEntries(tx, entries); err != nil {
-			return unavailablef(err, "boltstore: replaying the log %s into %s", w.path, path)
-		}
-		return tx.Bucket(bucketMeta).Put(keyWALEpoch, encodeUint64(epoch+1))
-	}); err != nil {
-		_ = w.close()
-		return nil, unavailablef(err, "boltstore: recovering %s from its log", path)
-	}
-	w.restart(epoch + 1)
-	return w, nil
-}
-
 // openDB opens the bbolt file, turning bbolt's errors into ones a person
 // starting a server can act on. bbolt may panic on some malformed files
 // rather than return an error; that is reported as corruption too.
-// regularOrAbsent refuses a path that exists but is not a regular file (or
-// a symbolic link to one): reading a FIFO, say, would block Open forever.
-func regularOrAbsent(path string) error {
-	fi, err := os.Stat(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return unavailablef(err, "boltstore: cannot open %s", path)
-	case !fi.Mode().IsRegular():
-		kind := "a special file"
-		switch t := fi.Mode().Type(); {
-		case t&os.ModeDir != 0:
-			kind = "a directory"
-		case t&os.ModeNamedPipe != 0:
-			kind = "a FIFO"
-		case t&os.ModeSocket != 0:
-			kind = "a socket"
-		case t&os.ModeDevice != 0:
-			kind = "a device"
-		}
-		return unavailablef(nil, "boltstore: cannot open %s: it is %s, not a regular file", path, kind)
-	}
-	return nil
-}
-
 func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -267,9 +296,12 @@ func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 	// NoSync stays false: every commit is fsynced before its callers are
 	// answered (I1 across crashes).
 	db, err = bolt.Open(path, 0o600, bo)
+	var own *storeError
 	switch {
 	case err == nil:
 		return db, nil
+	case errors.As(err, &own):
+		return nil, err // boltFile.open's: it says what is wrong
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, &storeError{
 			msg:  fmt.Sprintf("boltstore: %s is locked by another process (is another lease serve running?)", path),
@@ -287,8 +319,10 @@ func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 
 // checkFile creates the schema in a new file, refuses a file of another or
 // newer schema, and walks every page once so that corruption is reported now,
-// as an error, instead of later as a panic inside a request.
-func checkFile(db *bolt.DB, path string) (err error) {
+// as an error, instead of later as a panic inside a request. It returns the
+// file's schema version: schemaVersion, or 2 for a file whose log is of
+// that version, which recoverLog reads and upgrades.
+func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = unavailablef(fmt.Errorf("%v", r), "boltstore: %s is corrupt", path)
@@ -301,12 +335,12 @@ func checkFile(db *bolt.DB, path string) (err error) {
 		}
 		return nil
 	}); err != nil {
-		return unavailablef(err, "boltstore: cannot read %s", path)
+		return 0, unavailablef(err, "boltstore: cannot read %s", path)
 	}
 	if len(checkErrs) > 0 {
-		return unavailablef(errors.Join(checkErrs...), "boltstore: %s is corrupt (bbolt consistency check failed)", path)
+		return 0, unavailablef(errors.Join(checkErrs...), "boltstore: %s is corrupt (bbolt consistency check failed)", path)
 	}
-	return db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if meta == nil {
 			empty := true
@@ -326,7 +360,7 @@ func checkFile(db *bolt.DB, path string) (err error) {
 		if err != nil {
 			return err
 		}
-		if v == 1 { // schema 1 is schema 2 without a log
+		if v == 1 { // schema 1 had no log: it is schema 3 without one
 			if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
 				return unavailablef(err, "boltstore: cannot upgrade %s to schema version %d", path, schemaVersion)
 			}
@@ -335,9 +369,10 @@ func checkFile(db *bolt.DB, path string) (err error) {
 		switch {
 		case v > schemaVersion:
 			return unavailablef(nil, "boltstore: %s has schema version %d, newer than version %d that this build reads; upgrade lease", path, v, schemaVersion)
-		case v < schemaVersion:
+		case v < 2:
 			return unavailablef(nil, "boltstore: %s has unknown schema version %d", path, v)
 		}
+		version = v
 		for _, name := range [][]byte{bucketTokens, bucketLeases} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return unavailablef(err, "boltstore: cannot initialise bucket %q in %s", name, path)
@@ -345,6 +380,49 @@ func checkFile(db *bolt.DB, path string) (err error) {
 		}
 		return nil
 	})
+	return version, err
+}
+
+// boltFile opens the bbolt file for bbolt (bolt.Options.OpenFile) as
+// openOwnFile does, and keeps what Open needs of it.
+type boltFile struct {
+	f       *os.File
+	created bool   // by this Open
+	unlock  func() // holds the file's lock past a failed bolt.Open (see holdLock)
+}
+
+func (bf *boltFile) open(path string, _ int, _ os.FileMode) (*os.File, error) {
+	f, created, err := openOwnFile(path)
+	if err != nil {
+		return nil, err
+	}
+	bf.f, bf.created = f, created
+	if created {
+		bf.unlock = holdLock(f)
+	}
+	return f, nil
+}
+
+func (bf *boltFile) release() {
+	if bf.unlock != nil {
+		bf.unlock()
+		bf.unlock = nil
+	}
+}
+
+// stillAt checks, once bbolt holds the file's lock, that the file is still
+// the one at path: another Open that created it and then failed removes it
+// (see Open), and a file without a name would keep nothing.
+func (bf *boltFile) stillAt(path string) error {
+	open, err := bf.f.Stat()
+	if err != nil {
+		return unavailablef(err, "boltstore: cannot stat %s", path)
+	}
+	now, err := os.Lstat(path)
+	if err != nil || !os.SameFile(open, now) {
+		return unavailablef(err, "boltstore: %s was removed or replaced while it was being opened (did another lease serve fail to start?); try again", path)
+	}
+	return nil
 }
 
 // now reads the store's clock. The real clock is read as the wall time at

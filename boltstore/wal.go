@@ -23,34 +23,36 @@ import (
 // it, fsynced as before, now and then (every checkpointEvery, or when the
 // log passes checkpointBytes, and at Close), and starts the log over.
 //
-// Record: len u32 | crc u32 | epoch u64 | seq u64 | entries, integers
-// big-endian; crc is CRC-32C of epoch, seq and entries; len counts the
-// entries. An entry is bucket u8 ('t' tokens, 'l' leases) | op u8 ('p' put,
-// 'd' delete) | key length u32 | key | value length u32 | value.
+// A record is one batch's writes, in whole 512-byte blocks (walblock.go has
+// their format). Its entries: bucket u8 ('t' tokens, 'l' leases) | op u8
+// ('p' put, 'd' delete) | key length u32 | key | value length u32 | value,
+// integers big-endian.
 //
 // The epoch names the checkpoint the log follows. It is kept in the bbolt
 // file (meta "wal-epoch") and raised by each checkpoint's commit, after
-// which the log is overwritten from its start: records of older epochs left
+// which the log is overwritten from its start: blocks of older epochs left
 // further on are never replayed. Open replays, in order, the records of the
-// file's epoch numbered 1, 2, 3, …, and stops at the first that is missing,
-// torn (a crash inside its write), or of another epoch. Each record is one
+// file's epoch numbered 1, 2, 3, …, up to the first that is missing, torn
+// (a crash inside its write), or of another epoch, and refuses the store if
+// what follows is not what a crash leaves (walblock.go). Each record is one
 // batch's writes entire, so a batch is durable whole or not at all. Replay
 // puts the recorded values, so it leaves each key as the last batch wrote
-// it, whatever of the log's batches the file already had. Open then zeroes
-// the rest of the log before it raises the epoch, so the log never holds a
+// it, whatever of the log's batches the file already had. Open zeroes the
+// rest of the log before it raises the epoch, so the log never holds a
 // record of a later epoch than the file's: a log left beside a new or
 // replaced bbolt file, whose epochs start over, cannot feed it records of
-// another life.
+// another life. Once the epoch is raised it zeroes the records it replayed
+// too, so each run starts on a log of zeros.
 
 const (
-	walHeader       = 4 + 4 + 8 + 8
 	walChunk        = 1 << 20 // the log file grows by this much, zeroed, when a record needs room
 	checkpointBytes = 4 << 20 // a log past this size is checkpointed after the batch
 )
 
 var (
-	walCRC      = crc32.MakeTable(crc32.Castagnoli)
-	keyWALEpoch = []byte("wal-epoch")
+	walCRC        = crc32.MakeTable(crc32.Castagnoli)
+	keyWALEpoch   = []byte("wal-epoch")
+	keyTokenFloor = []byte("token-floor")
 )
 
 // wal is the log file. Only the commit loop writes it (Open and Close
@@ -59,10 +61,11 @@ type wal struct {
 	f     *os.File
 	path  string
 	size  int64  // bytes allocated (written once, zeros or records)
-	off   int64  // where the next record goes
+	off   int64  // where the next record goes, at a block boundary
 	epoch uint64 // of the records being written
 	seq   uint64 // of the last record written
-	buf   []byte // the record being built
+	buf   []byte // the entries of the record being built
+	out   []byte // the record's blocks
 }
 
 // walEntry is one write of a batch, in a record.
@@ -76,105 +79,72 @@ type walEntry struct {
 // walPath is the log's file: the bbolt file's name with "-wal" after it.
 func walPath(dbPath string) string { return dbPath + "-wal" }
 
-// openWAL opens (or creates) the log of the store at dbPath and returns it
-// with the entries of the records that follow the checkpoint of epoch, in
-// order. The caller applies them and checkpoints before writing.
-func openWAL(dbPath string, epoch uint64) (*wal, []walEntry, error) {
+// openWAL opens the log of the store at dbPath, whose bbolt file is at
+// epoch, creating it if the store never had one, reports whether it did,
+// and returns what the file holds.
+func openWAL(dbPath string, epoch uint64) (w *wal, data []byte, created bool, err error) {
 	path := walPath(dbPath)
 	if _, err := os.Lstat(path); epoch > 0 && errors.Is(err, os.ErrNotExist) {
 		// The file has had a log, which may hold batches acknowledged
 		// since its last checkpoint: opening without it could issue their
 		// tokens again.
-		return nil, nil, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If the store was closed cleanly, nothing is lost: create it empty to open it (install -m 600 /dev/null %s)", dbPath, path, path)
+		return nil, nil, false, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If the store was closed cleanly, nothing is lost: create it empty to open it (install -m 600 /dev/null %s)", dbPath, path, path)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, created, err := openOwnFile(path)
 	if err != nil {
-		return nil, nil, unavailablef(err, "boltstore: cannot open the log %s", path)
+		return nil, nil, false, err
 	}
-	// The log holds every lease's secret ID. The mode above applies only
-	// to a new file; one made by hand or copied may be readable by others.
-	if err := f.Chmod(0o600); err != nil {
+	w = &wal{f: f, path: path, epoch: epoch}
+	if err := makePrivate(f, path); err != nil {
 		_ = f.Close()
-		return nil, nil, unavailablef(err, "boltstore: cannot make the log %s private (mode 0600)", path)
+		return nil, nil, created, err
 	}
-	w := &wal{f: f, path: path, epoch: epoch}
-	data, err := io.ReadAll(f)
+	data, err = io.ReadAll(f)
 	if err != nil {
 		_ = f.Close()
-		return nil, nil, unavailablef(err, "boltstore: cannot read the log %s", path)
+		return nil, nil, created, unavailablef(err, "boltstore: cannot read the log %s", path)
 	}
 	w.size = int64(len(data))
-	entries, end, err := replay(data, epoch)
-	if err != nil {
-		_ = f.Close()
-		return nil, nil, unavailablef(err, "boltstore: the log %s is corrupt", path)
-	}
-	if tail := data[end:]; len(tail) > 0 {
-		// Past the records of epoch there may be records of any epoch: of
-		// earlier checkpoints, or of another bbolt file's life if this one
-		// is new or was replaced, whose epochs start over. Once the caller
-		// raises the epoch, some could be taken for its own; zeros can't.
-		// Done before that: a crash in between leaves the records of
-		// epoch, which the next Open replays again.
-		clear(tail)
-		if _, err := f.WriteAt(tail, int64(end)); err != nil {
-			_ = f.Close()
-			return nil, nil, unavailablef(err, "boltstore: clearing the log %s", path)
-		}
-		if err := fdatasync(f); err != nil {
-			_ = f.Close()
-			return nil, nil, unavailablef(err, "boltstore: syncing the log %s", path)
-		}
-	}
+	return w, data, created, nil
+}
+
+// prepare makes the log ready for records once the file holds what it
+// replayed: its first chunk allocated if it is new or empty, and its name
+// durable.
+func (w *wal) prepare() error {
 	if w.size == 0 {
-		// A new or empty log: make its first chunk durable, so that
-		// records overwrite allocated space from the start.
+		// Records overwrite allocated space from the start.
 		if err := w.grow(walChunk); err != nil {
-			_ = f.Close()
-			return nil, nil, err
+			return err
 		}
 	}
 	// Its name too, on every Open: a log created by hand or moved into
 	// place, or one whose creator crashed before this sync, may have a
 	// name that a power cut would undo, and with it the records to come.
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		_ = f.Close()
-		return nil, nil, unavailablef(err, "boltstore: cannot sync the directory of %s", path)
+	if err := syncDir(filepath.Dir(w.path)); err != nil {
+		return unavailablef(err, "boltstore: cannot sync the directory of %s", w.path)
 	}
-	return w, entries, nil
+	return nil
 }
 
-// replay returns the entries of the records of epoch in data, numbered from
-// 1 on, up to the first that is missing, torn or of another epoch, and the
-// offset where that one begins.
-func replay(data []byte, epoch uint64) ([]walEntry, int, error) {
-	var out []walEntry
-	off := 0
-	for seq := uint64(1); off+walHeader <= len(data); seq++ {
-		n := int(binary.BigEndian.Uint32(data[off:]))
-		end := off + walHeader + n
-		if end > len(data) || end < off {
-			break
-		}
-		body := data[off+8 : end]
-		if crc32.Checksum(body, walCRC) != binary.BigEndian.Uint32(data[off+4:]) {
-			break // torn, or zeros
-		}
-		if binary.BigEndian.Uint64(body) != epoch || binary.BigEndian.Uint64(body[8:]) != seq {
-			break // left over from before the last checkpoint
-		}
-		es, err := decodeEntries(body[16:])
-		if err != nil {
-			// The checksum matched: this is what was written, so a bug
-			// or a foreign file, not a crash.
-			return nil, 0, fmt.Errorf("record %d at offset %d: %w", seq, off, err)
-		}
-		out = append(out, es...)
-		off = end
+// zero overwrites the log from from to to with zeros, durably.
+func (w *wal) zero(from, to int64) error {
+	if from >= to {
+		return nil
 	}
-	return out, off, nil
+	zeros := make([]byte, min(to-from, walChunk))
+	for off := from; off < to; off += int64(len(zeros)) {
+		if _, err := w.f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off); err != nil {
+			return unavailablef(err, "boltstore: clearing the log %s", w.path)
+		}
+	}
+	if err := fdatasync(w.f); err != nil {
+		return unavailablef(err, "boltstore: syncing the log %s", w.path)
+	}
+	return nil
 }
 
+// decodeEntries splits a record's entries.
 func decodeEntries(b []byte) ([]walEntry, error) {
 	var out []walEntry
 	for len(b) > 0 {
@@ -232,9 +202,6 @@ func applyEntries(tx *bolt.Tx, es []walEntry) error {
 
 // add appends an entry to the record being built.
 func (w *wal) add(bucket, op byte, key, value []byte) {
-	if len(w.buf) == 0 {
-		w.buf = append(w.buf, make([]byte, walHeader)...)
-	}
 	w.buf = append(w.buf, bucket, op)
 	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(len(key)))
 	w.buf = append(w.buf, key...)
@@ -248,12 +215,9 @@ func (w *wal) pending() bool { return len(w.buf) > 0 }
 // write makes the record being built durable: one write and one
 // fdatasync, plus, when the log needs room, a zeroed chunk first.
 func (w *wal) write() error {
-	rec := w.buf
+	rec := appendRecord(w.out[:0], w.epoch, w.seq+1, w.buf)
+	w.out = rec
 	w.buf = w.buf[:0]
-	binary.BigEndian.PutUint32(rec, uint32(len(rec)-walHeader))
-	binary.BigEndian.PutUint64(rec[8:], w.epoch)
-	binary.BigEndian.PutUint64(rec[16:], w.seq+1)
-	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(rec[8:], walCRC))
 	if need := w.off + int64(len(rec)); need > w.size {
 		if err := w.grow(max(walChunk, need-w.size)); err != nil {
 			return err

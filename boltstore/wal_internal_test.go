@@ -2,10 +2,13 @@ package boltstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,17 +24,18 @@ import (
 func logOf(t *testing.T, epoch uint64, batches ...[]string) ([]byte, []int64) {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "x.db")
-	if err := os.WriteFile(walPath(db), nil, 0o600); err != nil { // a log of epoch, empty
-		t.Fatal(err)
-	}
-	w, entries, err := openWAL(db, epoch)
+	w, data, _, err := openWAL(db, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.close()
-	if len(entries) != 0 {
-		t.Fatalf("a new log has entries: %v", entries)
+	if len(data) != 0 {
+		t.Fatalf("a new log holds %d bytes", len(data))
 	}
+	if err := w.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	w.restart(epoch)
 	var ends []int64
 	for _, keys := range batches {
 		for _, k := range keys {
@@ -42,7 +46,7 @@ func logOf(t *testing.T, epoch uint64, batches ...[]string) ([]byte, []int64) {
 		}
 		ends = append(ends, w.off)
 	}
-	data, err := os.ReadFile(w.path)
+	data, err = os.ReadFile(w.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,54 +61,146 @@ func keysOf(es []walEntry) []string {
 	return out
 }
 
+// long is a key that makes its record span blocks.
+var long = strings.Repeat("L", 2*walPayload)
+
 func TestReplay(t *testing.T) {
-	data, ends := logOf(t, 7, []string{"a", "b"}, []string{"c"}, []string{"d", "e"})
-	all := fmt.Sprint([]string{"a", "b", "c", "d", "e"})
+	data, ends := logOf(t, 7, []string{"a", "b"}, []string{"c"}, []string{"d", long})
+	all := fmt.Sprint([]string{"a", "b", "c", "d", long})
+	with := func(edit func(d []byte) []byte) func() []byte {
+		return func() []byte { return edit(append([]byte(nil), data...)) }
+	}
 	for _, tc := range []struct {
-		name  string
-		data  func() []byte
-		epoch uint64
-		want  string
-		end   int64 // where the replayed records end
+		name     string
+		data     func() []byte
+		epoch    uint64
+		want     string
+		end      int64 // where the replayed records end
+		damageAt int64 // -1: none
 	}{
-		{"whole", func() []byte { return data }, 7, all, ends[2]},
-		{"other epoch", func() []byte { return data }, 8, "[]", 0},
-		{"tail lost", func() []byte { return data[:ends[1]] }, 7, "[a b c]", ends[1]},
-		{"last record torn", func() []byte { return data[:ends[2]-1] }, 7, "[a b c]", ends[1]},
-		{"middle record corrupt", func() []byte {
-			d := append([]byte(nil), data...)
-			d[ends[0]+walHeader+3] ^= 1 // inside record 2's entries
+		{"whole", with(func(d []byte) []byte { return d }), 7, all, ends[2], -1},
+		{"other epoch", with(func(d []byte) []byte { return d }), 8, "[]", 0, -1},
+		{"tail lost", with(func(d []byte) []byte { return d[:ends[1]] }), 7, "[a b c]", ends[1], -1},
+		{"last record cut short", with(func(d []byte) []byte { return d[:ends[2]-1] }), 7, "[a b c]", ends[1], -1},
+		{"last record cut in a header", with(func(d []byte) []byte { return d[:ends[1]+walBlockHeader-1] }), 7, "[a b c]", ends[1], -1},
+		{"last record torn: first block not written", with(func(d []byte) []byte {
+			clear(d[ends[1] : ends[1]+walBlock])
 			return d
-		}, 7, "[a b]", ends[0]},
-		{"header only", func() []byte { return data[:walHeader-1] }, 7, "[]", 0},
+		}), 7, "[a b c]", ends[1], -1},
+		{"last record torn: middle block not written", with(func(d []byte) []byte {
+			clear(d[ends[1]+walBlock : ends[1]+2*walBlock])
+			return d
+		}), 7, "[a b c]", ends[1], -1},
+		{"middle record damaged", with(func(d []byte) []byte {
+			d[ends[0]+walBlockHeader+3] ^= 1 // inside record 2's entries
+			return d
+		}), 7, "[a b]", ends[0], ends[0]},
+		{"middle record missing", with(func(d []byte) []byte {
+			clear(d[ends[0]:ends[1]])
+			return d
+		}), 7, "[a b]", ends[0], ends[0]},
+		{"last record damaged", with(func(d []byte) []byte {
+			d[ends[2]-walBlock+walBlockHeader] ^= 0x80
+			return d
+		}), 7, "[a b c]", ends[1], ends[2] - walBlock},
+		{"first header damaged", with(func(d []byte) []byte {
+			copy(d, "\xde\xad\xbe\xef")
+			return d
+		}), 7, "[]", 0, 0},
+		{"zeros past the records damaged", with(func(d []byte) []byte {
+			d[ends[2]+1000] = 1
+			return d
+		}), 7, all, ends[2], ends[2] + 1000/walBlock*walBlock},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			es, end, err := replay(tc.data(), tc.epoch)
-			if err != nil {
-				t.Fatal(err)
-			}
+			es, end, dmg := replay(tc.data(), tc.epoch)
 			if got := fmt.Sprint(keysOf(es)); got != tc.want {
-				t.Fatalf("replayed %s, want %s", got, tc.want)
+				t.Errorf("replayed %.60s, want %.60s", got, tc.want)
 			}
 			if int64(end) != tc.end {
-				t.Fatalf("replayed records end at %d, want %d", end, tc.end)
+				t.Errorf("replayed records end at %d, want %d", end, tc.end)
+			}
+			switch {
+			case tc.damageAt < 0 && dmg != nil:
+				t.Errorf("damage at %d (%s), want none", dmg.at, dmg.reason)
+			case tc.damageAt >= 0 && dmg == nil:
+				t.Errorf("no damage found, want damage at %d", tc.damageAt)
+			case dmg != nil && (dmg.at != tc.damageAt || dmg.from != tc.end):
+				t.Errorf("damage at %d from %d (%s), want at %d from %d", dmg.at, dmg.from, dmg.reason, tc.damageAt, tc.end)
 			}
 		})
 	}
 	// A log restarted after a checkpoint: epoch 8's record 1 overwrites
-	// epoch 7's record 1, of the same length, and epoch 7's record 2, intact
-	// and numbered 2, follows: it must not be replayed.
+	// epoch 7's record 1, and epoch 7's record 2, intact and numbered 2,
+	// follows: it must not be replayed, and is no damage.
 	older, oends := logOf(t, 7, []string{"y"}, []string{"c"})
 	newer, nends := logOf(t, 8, []string{"x"})
 	if nends[0] != oends[0] {
 		t.Fatalf("records of %d and %d bytes", nends[0], oends[0])
 	}
 	mixed := append(append([]byte(nil), newer[:nends[0]]...), older[oends[0]:]...)
-	if es, _, err := replay(mixed, 8); err != nil || fmt.Sprint(keysOf(es)) != "[x]" {
-		t.Fatalf("replay after a restart = %v, %v; want [x] alone", keysOf(es), err)
+	if es, _, dmg := replay(mixed, 8); dmg != nil || fmt.Sprint(keysOf(es)) != "[x]" {
+		t.Fatalf("replay after a restart = %v, %v; want [x] alone", keysOf(es), dmg)
 	}
-	if es, _, err := replay(older, 7); err != nil || fmt.Sprint(keysOf(es)) != "[y c]" {
-		t.Fatalf("replay of the older log = %v, %v; want [y c]", keysOf(es), err)
+	if es, _, dmg := replay(older, 7); dmg != nil || fmt.Sprint(keysOf(es)) != "[y c]" {
+		t.Fatalf("replay of the older log = %v, %v; want [y c]", keysOf(es), dmg)
+	}
+}
+
+// TestReplayDamageAnywhere: four bytes overwritten anywhere in a log's
+// records, or in the zeros after them, are found, never taken for the
+// end of the log.
+func TestReplayDamageAnywhere(t *testing.T) {
+	data, ends := logOf(t, 3, []string{"a", "b"}, []string{"c"}, []string{long}, []string{"e"})
+	last := ends[len(ends)-1]
+	data = data[:last+4*walBlock] // the log's first chunk is mostly zeros
+	for off := int64(0); off < last+2*walBlock; off++ {
+		d := append([]byte(nil), data...)
+		for i := range int64(4) {
+			d[off+i] ^= 0xa5
+		}
+		es, end, dmg := replay(d, 3)
+		if dmg == nil {
+			t.Fatalf("4 bytes damaged at %d: replayed %d entries to %d and found no damage", off, len(es), end)
+		}
+		if dmg.from != int64(end) || dmg.at > off || dmg.at < int64(end) {
+			t.Fatalf("4 bytes damaged at %d: damage reported at %d from %d, replayed to %d", off, dmg.at, dmg.from, end)
+		}
+	}
+}
+
+// TestReplayTornWrite: a write of the last record that did not finish
+// leaves each of its blocks new or as it was (zeros, or blocks of an
+// earlier epoch's records); every such mix but the whole record replays
+// the records before it, and is no damage.
+func TestReplayTornWrite(t *testing.T) {
+	batches := [][]string{{"a"}, {"b"}, {"c", long, long}}
+	data, ends := logOf(t, 9, batches...)
+	stale, _ := logOf(t, 8, []string{long, long, long}, []string{long, long})
+	from, to := ends[1], ends[2]
+	data = data[:to+2*walBlock] // the log's first chunk is mostly zeros
+	blocks := int((to - from) / walBlock)
+	if blocks < 3 {
+		t.Fatalf("the last record has %d blocks; the test needs at least 3", blocks)
+	}
+	for _, under := range []struct {
+		name string
+		data []byte
+	}{{"zeros", make([]byte, len(data))}, {"older records", stale}} {
+		for mask := range 1<<blocks - 1 { // the last mask, every block new, is the whole record
+			d := append([]byte(nil), data...)
+			for i := range blocks {
+				if mask&(1<<i) == 0 {
+					b := from + int64(i)*walBlock
+					copy(d[b:b+walBlock], under.data[b:b+walBlock])
+				}
+			}
+			es, end, dmg := replay(d, 9)
+			if dmg != nil || int64(end) != from || fmt.Sprint(keysOf(es)) != "[a b]" {
+				t.Fatalf("under %s, blocks %b of the last record written: replayed %v to %d, damage %+v; want [a b] to %d, no damage",
+					under.name, mask, keysOf(es), end, dmg, from)
+			}
+		}
 	}
 }
 
@@ -431,4 +527,67 @@ func closedStore(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestUpgradeSchema2: a file of schema version 2 beside a log of that
+// version's format, left by a crash, opens with the log's records
+// replayed, and is then of version 3 with a log of zeros, which an older
+// build would refuse rather than misread.
+func TestUpgradeSchema2(t *testing.T) {
+	path := closedStore(t)
+	var epoch uint64
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		epoch, _ = decodeUint64("epoch", meta.Get(keyWALEpoch))
+		return meta.Put(keyVersion, encodeUint64(2))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Two records of the file's epoch: token 7 of "k", then token 8 of
+	// "k" and token 3 of "j"; then a record of another epoch, ignored.
+	v2 := func(epoch, seq uint64, tokens ...any) []byte {
+		var w wal
+		for i := 0; i < len(tokens); i += 2 {
+			w.add('t', 'p', []byte(tokens[i].(string)), encodeUint64(uint64(tokens[i+1].(int))))
+		}
+		body := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, epoch), seq)
+		body = append(body, w.buf...)
+		rec := binary.BigEndian.AppendUint32(nil, uint32(len(w.buf)))
+		rec = binary.BigEndian.AppendUint32(rec, crc32.Checksum(body, walCRC))
+		return append(rec, body...)
+	}
+	log := slices.Concat(v2(epoch, 1, "k", 7), v2(epoch, 2, "k", 8, "j", 3), v2(epoch+5, 3, "k", 1), make([]byte, 1000))
+	if err := os.WriteFile(walPath(path), log, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("open schema 2 with its log: %v", err)
+	}
+	for key, want := range map[string]lease.Token{"k": 9, "j": 4} {
+		if l, err := s.Acquire(context.Background(), key, "o", time.Hour); err != nil || l.Token != want {
+			t.Errorf("Acquire(%s) after the upgrade = %d, %v; want %d", key, l.Token, err, want)
+		}
+	}
+	crash(t, s)
+	if s, err = Open(path); err != nil {
+		t.Fatalf("reopen after the upgrade and a crash: %v", err)
+	}
+	defer s.Close()
+	if l, err := s.Acquire(context.Background(), "k", "o", time.Hour); !errors.Is(err, lease.ErrHeld) {
+		t.Errorf("Acquire(k) after a crash = %v, %v; want it held", l, err)
+	}
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		if v, _ := decodeUint64("version", tx.Bucket(bucketMeta).Get(keyVersion)); v != schemaVersion {
+			t.Errorf("version after the upgrade = %d, want %d", v, schemaVersion)
+		}
+		return nil
+	})
 }

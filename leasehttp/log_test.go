@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -77,3 +78,32 @@ func TestRequestLog(t *testing.T) {
 }
 
 func jsonString(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestRequestLogSaysAFailureOnce: a backend that fails every request the
+// same way (a store on a full disk) gets one ERROR line, at the first, not
+// one per request, and no line carries a long key whole.
+func TestRequestLogSaysAFailureOnce(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	_, hs := startServer(t, brokenBackend{backendOnly{memstore.New()}}, leasehttp.WithLogger(log))
+	key := strings.Repeat("k", 63) + "é" + strings.Repeat("k", 447) // 512 bytes, a character across byte 64
+	for range 10 {
+		if status, _ := call(t, "GET", hs.URL+"/v1/leases/"+url.PathEscape(key), "", ""); status != 503 {
+			t.Fatalf("GET over a failing backend: HTTP %d, want 503", status)
+		}
+	}
+	lines := buf.lines(t)
+	errorLines := 0
+	for _, l := range lines {
+		if l["level"] == "ERROR" {
+			errorLines++
+		}
+		k, _ := l["key"].(string)
+		if !strings.HasPrefix(key, strings.TrimSuffix(k, "…")) || len(k) > 64+len("…") {
+			t.Errorf("log line shows key %q (%d bytes), want at most its first 64 bytes", k, len(k))
+		}
+	}
+	if len(lines) != 10 || errorLines != 1 {
+		t.Fatalf("%d log lines, %d at ERROR; want 10, one at ERROR: %v", len(lines), errorLines, lines)
+	}
+}

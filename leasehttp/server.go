@@ -53,6 +53,7 @@ type Server struct {
 	metrics  *metrics
 	tracker  *tracker
 	queues   *queues
+	failures failureLog // the last failure logged at ERROR
 
 	// creds are what requests are checked against, swapped whole by
 	// SetCredentials; nil: every request is authorised.
@@ -88,8 +89,10 @@ func WithCredentials(creds []Credential) ServerOption {
 }
 
 // WithLogger sets the logger: one line per request at debug level, refused
-// credentials at warn, backend failures at error. The default is
-// slog.Default().
+// credentials at warn, backend failures at error (a failure that repeats
+// the last one logged at error within a minute at debug: a stopped backend
+// fails every request alike). Lines show at most a key's first 64 bytes.
+// The default is slog.Default().
 func WithLogger(l *slog.Logger) ServerOption {
 	return func(c *serverConfig) error {
 		if l == nil {
@@ -365,6 +368,9 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 			// The client hung up; nothing went wrong here.
 		case rw.status >= 500:
 			level = slog.LevelError
+			if s.failures.repeated(rw.err, start) {
+				level = slog.LevelDebug // said once already, at its first request
+			}
 		case rw.status == http.StatusUnauthorized || rw.status == http.StatusForbidden:
 			level = slog.LevelWarn
 		}
@@ -377,7 +383,7 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 			slog.String("remote", r.RemoteAddr),
 		}
 		if k := r.PathValue("key"); k != "" {
-			attrs = append(attrs, slog.String("key", k))
+			attrs = append(attrs, slog.String("key", logKey(k)))
 		}
 		if rw.cred != "" {
 			attrs = append(attrs, slog.String("credential", rw.cred))

@@ -33,16 +33,27 @@ type openedBackend struct {
 	close func() error
 }
 
-// openBackend opens what `lease serve` serves: the bbolt store in dataDir
-// when spec is empty, otherwise the engine spec names by its URL scheme.
-// allowVolatile runs a PostgreSQL or Redis backend whose persistence cannot
-// keep tokens rising across a crash, which is otherwise refused.
-func openBackend(ctx context.Context, spec, dataDir string, allowVolatile bool) (*openedBackend, error) {
+// openBackend opens what `lease serve` serves: the bbolt store in
+// cfg.DataDir when cfg.Backend is empty, otherwise the engine cfg.Backend
+// names by its URL scheme. cfg.AllowVolatile runs a PostgreSQL or Redis
+// backend whose persistence cannot keep tokens rising across a crash, which
+// is otherwise refused; cfg.AcceptLogLoss and cfg.AllowSharedDataDir are
+// the embedded store's.
+func openBackend(ctx context.Context, cfg ServeConfig) (*openedBackend, error) {
+	spec, allowVolatile := cfg.Backend, cfg.AllowVolatile
 	if spec == "" {
 		if allowVolatile {
 			return nil, usageError(errors.New("--allow-volatile applies to a postgres:// or redis:// --backend only: the embedded store is always durable"))
 		}
-		return openBolt(dataDir)
+		return openBolt(cfg)
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"--accept-log-loss", cfg.AcceptLogLoss}, {"--allow-shared-data-dir", cfg.AllowSharedDataDir}} {
+		if f.set {
+			return nil, usageError(fmt.Errorf("%s applies to the embedded store only, not to --backend", f.name))
+		}
 	}
 	scheme, _, ok := strings.Cut(spec, "://")
 	if !ok {
@@ -130,14 +141,33 @@ func parseEtcdSpec(spec string) (endpoints []string, prefix string, err error) {
 	return endpoints, prefix, nil
 }
 
-func openBolt(dir string) (*openedBackend, error) {
+func openBolt(cfg ServeConfig) (*openedBackend, error) {
+	dir := cfg.DataDir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("serve: --data-dir: %w", err)
 	}
 	path := filepath.Join(dir, BoltFile)
-	s, err := boltstore.Open(path)
+	var opts []boltstore.Option
+	accepted := false
+	if cfg.AcceptLogLoss {
+		opts = append(opts, boltstore.AcceptLogLoss(func(loss *boltstore.CorruptError) {
+			accepted = true
+			// Loud, and once: the next start must not need the flag, and
+			// whoever reads the log must learn what was given up.
+			cfg.Logger.Error("--accept-log-loss: the damaged part of the log is dropped; leases it granted are forgotten, and every key's next token is raised above any it could have issued",
+				"log", loss.Log, "offset", loss.Offset, "damage", loss.Reason,
+				"tokens_lost_per_key_at_most", loss.Lost, "token_floor", uint64(loss.Floor))
+		}))
+	}
+	if cfg.AllowSharedDataDir {
+		opts = append(opts, boltstore.AllowSharedDir())
+	}
+	s, err := boltstore.Open(path, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if cfg.AcceptLogLoss && !accepted {
+		cfg.Logger.Warn("--accept-log-loss: the log is not damaged, nothing was dropped; remove the flag, or a damaged log will be accepted without anyone deciding to", "log", path+"-wal")
 	}
 	return &openedBackend{Backend: s, desc: "bolt:" + path, close: s.Close}, nil
 }

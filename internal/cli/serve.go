@@ -119,6 +119,8 @@ what it had and logs why.`,
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
 	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "at most `N` connections open at once, in total (0: no limit); at the limit the longest idle is closed")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, the `HOSTS` (names or addresses, comma-separated) answered besides loopback")
+	f.BoolVar(&cfg.AcceptLogLoss, "accept-log-loss", false, "start on a damaged log of the embedded store: drop what cannot be read and raise every key's next token above any it could have issued (see docs/SERVE.md)")
+	f.BoolVar(&cfg.AllowSharedDataDir, "allow-shared-data-dir", false, "use a --data-dir that other users may write to, which is otherwise refused")
 	return cmd
 }
 
@@ -151,6 +153,12 @@ type ServeConfig struct {
 	// AllowedHosts are Host names or addresses, besides loopback and the
 	// host of Addr, that a server without credentials answers.
 	AllowedHosts []string
+	// AcceptLogLoss starts the embedded store on a damaged log, which is
+	// otherwise refused (boltstore.AcceptLogLoss); the loss is logged.
+	AcceptLogLoss bool
+	// AllowSharedDataDir accepts a DataDir that other users may write to
+	// (boltstore.AllowSharedDir).
+	AllowSharedDataDir bool
 	// Logger receives the server's structured logs; required.
 	Logger *slog.Logger
 }
@@ -243,7 +251,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.tlsCert.Store(cert)
 	}
 
-	s.backend, err = openBackend(ctx, s.cfg.Backend, s.cfg.DataDir, s.cfg.AllowVolatile)
+	s.backend, err = openBackend(ctx, s.cfg)
 	if err != nil {
 		return err
 	}

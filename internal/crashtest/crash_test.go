@@ -274,9 +274,9 @@ type server struct {
 
 var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
-func startServer(t *testing.T, bin, dataDir string) *server {
+func startServer(t *testing.T, bin, dataDir string, flags ...string) *server {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, flags...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
