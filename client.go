@@ -17,20 +17,26 @@ import (
 // TryAcquire tries once, and the returned Hold renews itself in the
 // background. A Client is safe for concurrent use.
 type Client struct {
-	backend    Backend
+	backend Backend
+	clientConfig
+
+	jitterMu sync.Mutex // guards clientConfig.jitter
+}
+
+// clientConfig is what Options set, before the Client exists: an Option
+// cannot reach a Client in use.
+type clientConfig struct {
 	owner      string
 	clock      Clock
 	driftFrac  float64
 	driftMin   time.Duration
 	minBackoff time.Duration
 	maxBackoff time.Duration
-
-	jitterMu sync.Mutex
-	jitter   func() float64 // in [0, 1)
+	jitter     func() float64 // in [0, 1)
 }
 
-// Option configures a Client.
-type Option func(*Client) error
+// Option configures a Client in NewClient.
+type Option func(*clientConfig) error
 
 // DefaultOwner returns the owner name of this process when none is given:
 // "HOSTNAME-PID" ("unknown-host-PID" if the host's name cannot be read), so
@@ -49,7 +55,7 @@ func DefaultOwner() string {
 // is shown to other contenders and in logs; it proves nothing (I4). The
 // default is DefaultOwner().
 func WithOwner(owner string) Option {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if err := ValidateOwner(owner); err != nil {
 			return err
 		}
@@ -60,7 +66,7 @@ func WithOwner(owner string) Option {
 
 // WithClock replaces the real clock, for tests and simulation.
 func WithClock(clk Clock) Option {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if clk == nil {
 			return invalidf("clock is nil")
 		}
@@ -75,7 +81,7 @@ func WithClock(clk Clock) Option {
 // (I5). The default is 1% of the TTL plus 2 ms. Acquire rejects a TTL whose
 // margin would leave less than half of it.
 func WithDriftMargin(fraction float64, min time.Duration) Option {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if !(fraction >= 0 && fraction < 0.5) || min < 0 { // NaN fails both
 			return invalidf("drift margin needs 0 <= fraction < 0.5 and min >= 0, got %v and %v", fraction, min)
 		}
@@ -88,7 +94,7 @@ func WithDriftMargin(fraction float64, min time.Duration) Option {
 // uses while it polls a backend that offers neither WaitAcquirer nor
 // Notifier. The defaults are 5 ms and 500 ms.
 func WithBackoff(min, max time.Duration) Option {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if min <= 0 || max < min {
 			return invalidf("backoff needs 0 < min <= max, got %v and %v", min, max)
 		}
@@ -101,7 +107,7 @@ func WithBackoff(min, max time.Duration) Option {
 // jitter; f must return values in [0, 1). Simulations pass a seeded source
 // to make runs reproducible.
 func WithJitter(f func() float64) Option {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if f == nil {
 			return invalidf("jitter source is nil")
 		}
@@ -115,8 +121,7 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, invalidf("backend is nil")
 	}
-	c := &Client{
-		backend:    b,
+	c := &Client{backend: b, clientConfig: clientConfig{
 		owner:      DefaultOwner(),
 		clock:      SystemClock{},
 		driftFrac:  0.01,
@@ -124,9 +129,9 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 		minBackoff: 5 * time.Millisecond,
 		maxBackoff: 500 * time.Millisecond,
 		jitter:     rand.Float64,
-	}
+	}}
 	for _, opt := range opts {
-		if err := opt(c); err != nil {
+		if err := opt(&c.clientConfig); err != nil {
 			return nil, err
 		}
 	}

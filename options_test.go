@@ -40,9 +40,7 @@ func TestOptionsShareOneShape(t *testing.T) {
 		"redisstore.Option":      redisstore.Option(nil),
 	}
 	outliers := map[string]string{
-		"lease.Option":           "func(*Client) error: the Client is configured in place",
-		"leasehttp.ClientOption": "func(*Client) error: the Client is configured in place",
-		"memstore.Option":        "func(*Store), no error: memstore.New returns no error to report one with",
+		"memstore.Option": "func(*Store), no error: memstore.New returns no error to report one with",
 	}
 	errorType := reflect.TypeFor[error]()
 	for name, opt := range options {

@@ -29,14 +29,19 @@ import (
 // first attempt of unknown outcome says so in its message; Acquire only if
 // the request provably never left (the connection could not be made).
 type Client struct {
-	base      string // scheme://host[:port][/path], no trailing slash
+	base string // scheme://host[:port][/path], no trailing slash
+	clientConfig
+	attempts int
+	backoff  time.Duration
+}
+
+// clientConfig is what ClientOptions set, before the Client exists.
+type clientConfig struct {
 	hc        *http.Client
 	ownHC     bool
 	auth      string // "Bearer …" or ""
 	timeout   time.Duration
 	waitChunk time.Duration
-	attempts  int
-	backoff   time.Duration
 }
 
 var (
@@ -44,13 +49,13 @@ var (
 	_ lease.WaitAcquirer = (*Client)(nil)
 )
 
-// ClientOption configures a Client.
-type ClientOption func(*Client) error
+// ClientOption configures a Client in NewClient.
+type ClientOption func(*clientConfig) error
 
 // WithAuthToken sends token as "Authorization: Bearer token" with every
 // request.
 func WithAuthToken(token string) ClientOption {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if err := (Credential{Token: token, Prefixes: []string{AllKeys}}).validate(); err != nil {
 			return fmt.Errorf("%w: leasehttp: auth token: %v", lease.ErrInvalid, err)
 		}
@@ -64,7 +69,7 @@ func WithAuthToken(token string) ClientOption {
 // asked for; the Client bounds each request itself (WithTimeout). The
 // default is a client of its own whose idle connections Close closes.
 func WithHTTPClient(hc *http.Client) ClientOption {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if hc == nil {
 			return fmt.Errorf("%w: leasehttp: http client is nil", lease.ErrInvalid)
 		}
@@ -76,7 +81,7 @@ func WithHTTPClient(hc *http.Client) ClientOption {
 // WithTimeout bounds each request, not counting the time a long poll is
 // asked to wait. The default is 10 s.
 func WithTimeout(d time.Duration) ClientOption {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: leasehttp: timeout %v is not positive", lease.ErrInvalid, d)
 		}
@@ -91,7 +96,7 @@ func WithTimeout(d time.Duration) ClientOption {
 // the back of the queue, so chunks shorter than the server's maximum cost
 // fairness. The default is DefaultMaxWait.
 func WithWaitChunk(d time.Duration) ClientOption {
-	return func(c *Client) error {
+	return func(c *clientConfig) error {
 		if d < 10*time.Millisecond || d > MaxMaxWait {
 			return fmt.Errorf("%w: leasehttp: wait chunk %v is outside [10ms, %v]", lease.ErrInvalid, d, MaxMaxWait)
 		}
@@ -121,16 +126,18 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 	// header to every request.
 	tr.DisableCompression = true
 	c := &Client{
-		base:      strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
-		hc:        &http.Client{Transport: tr},
-		ownHC:     true,
-		timeout:   10 * time.Second,
-		waitChunk: DefaultMaxWait,
-		attempts:  3,
-		backoff:   25 * time.Millisecond,
+		base: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
+		clientConfig: clientConfig{
+			hc:        &http.Client{Transport: tr},
+			ownHC:     true,
+			timeout:   10 * time.Second,
+			waitChunk: DefaultMaxWait,
+		},
+		attempts: 3,
+		backoff:  25 * time.Millisecond,
 	}
 	for _, o := range opts {
-		if err := o(c); err != nil {
+		if err := o(&c.clientConfig); err != nil {
 			return nil, err
 		}
 	}
