@@ -1,0 +1,88 @@
+package lease
+
+import (
+	"context"
+	"iter"
+)
+
+// Watcher is implemented by backends that can stream the changes to the
+// leases under a key prefix. It is optional, like WaitAcquirer and
+// Notifier; leasetest checks it for every backend that offers it.
+type Watcher interface {
+	// Watch streams the leases whose keys start with prefix: first the
+	// current state, one Held event per unexpired lease (in key order),
+	// then one Synced event, then every change as it happens (Acquired,
+	// Renewed, Released, Expired), in the order the backend made them for
+	// any one key. Leases in events carry a zero ID (I4).
+	//
+	// The stream ends when ctx ends (without an error) or when it breaks:
+	// the backend failed, or the caller read so slowly that the backend
+	// could not keep its changes. A break yields one error matching
+	// ErrUnavailable and ends the stream; nothing after the last event
+	// delivered is known, so the caller resumes by calling Watch again,
+	// which starts again from the current state. A bad prefix (see
+	// ValidatePrefix) yields one error matching ErrInvalid.
+	//
+	// Expired is reported once the backend's clock has passed the lease's
+	// expiry with no renewal, within a delay each backend states.
+	Watch(ctx context.Context, prefix string) iter.Seq2[Event, error]
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// The kinds of Event, in the order a watch can first meet them.
+const (
+	// Held is a lease that was held when the watch started.
+	Held EventKind = iota + 1
+	// Synced ends the current state: the events after it are changes. Its
+	// Lease is zero.
+	Synced
+	// Acquired is a new lease: a new token on its key.
+	Acquired
+	// Renewed is a lease extended by its holder, with the same token (I2)
+	// and a later expiry.
+	Renewed
+	// Released is a lease its holder ended.
+	Released
+	// Expired is a lease whose TTL ran out on the backend's clock.
+	Expired
+)
+
+var eventKindNames = [...]string{Held: "held", Synced: "synced", Acquired: "acquired",
+	Renewed: "renewed", Released: "released", Expired: "expired"}
+
+// String returns the kind's name as the HTTP API spells it ("acquired").
+func (k EventKind) String() string {
+	if int(k) < len(eventKindNames) && eventKindNames[k] != "" {
+		return eventKindNames[k]
+	}
+	return "unknown"
+}
+
+// ParseEventKind is the inverse of EventKind.String. The error matches
+// ErrInvalid.
+func ParseEventKind(s string) (EventKind, error) {
+	for k, name := range eventKindNames {
+		if name != "" && name == s {
+			return EventKind(k), nil
+		}
+	}
+	return 0, invalidf("unknown event kind %q", s)
+}
+
+// Event is one entry of a watch: a lease as it was when the event happened,
+// without its ID.
+type Event struct {
+	Kind  EventKind
+	Lease Lease
+}
+
+// ValidatePrefix reports whether prefix may be watched or listed: empty
+// (every key), or the start of a valid key. The error matches ErrInvalid.
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return validateName("prefix", prefix)
+}
