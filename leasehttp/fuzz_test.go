@@ -55,7 +55,7 @@ func FuzzRenewBody(f *testing.F) {
 
 func FuzzReleaseBody(f *testing.F) {
 	h, held := fuzzServer(f)
-	f.Add([]byte(`{"id":"` + lease.NewID().String() + `","token":1}`))
+	f.Add([]byte(`{"id":"` + lease.NewID().Reveal() + `","token":1}`))
 	f.Add([]byte(`{"id":"` + held.ID.Reveal() + `","token":0}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := serve(h, "POST", "/v1/leases/held/release", "application/json", body)
