@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,35 +12,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/internal/disktest"
 )
-
-// smallDisk mounts a tmpfs of size bytes on a new directory, for as long as
-// the test runs, and returns the directory and how to resize it. It skips
-// the test in -short mode and where mounting is not allowed.
-func smallDisk(t *testing.T, size int) (dir string, resize func(int)) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("mounts a small tmpfs; skipped in -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir = t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir, func(size int) {
-		t.Helper()
-		if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", size), dir).CombinedOutput(); err != nil {
-			t.Fatalf("resizing the tmpfs: %v: %s", err, out)
-		}
-	}
-}
 
 func entries(t *testing.T, dir string) []string {
 	t.Helper()
@@ -63,7 +35,7 @@ func entries(t *testing.T, dir string) []string {
 // acknowledged.
 func TestFullDisk(t *testing.T) {
 	t.Parallel()
-	dir, resize := smallDisk(t, 8<<10)
+	dir, resize := disktest.SmallDisk(t, 8<<10)
 	path := filepath.Join(dir, "lease.db")
 	// 8 KiB: bbolt cannot write its first pages; 64 KiB: the log cannot
 	// allocate its first chunk.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/disktest"
 )
 
 // takeTokens acquires and releases key n times through the server at base
@@ -69,16 +70,7 @@ func TestServeDamagedLog(t *testing.T) {
 				t.Fatal(err)
 			}
 			wal := filepath.Join(cfg.DataDir, BoltFile+"-wal")
-			f, err := os.OpenFile(wal, os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, off); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
+			disktest.Overwrite(t, wal, off)
 
 			r := cli(t, nil, nil, nil, "serve", "--addr", "127.0.0.1:0", "--data-dir", cfg.DataDir)
 			if r.code != ExitFailure {

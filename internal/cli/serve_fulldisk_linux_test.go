@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -12,30 +11,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/disktest"
 )
-
-// smallDisk mounts a tmpfs of size bytes, mode 0700, on a new directory for
-// as long as the test runs. It skips the test in -short mode and where
-// mounting is not allowed.
-func smallDisk(t *testing.T, size int) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("mounts a small tmpfs; skipped in -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // TestServeFullDisk: when the embedded store's disk fills up, the server
 // answers 503 and logs the failure once at ERROR, not once per request
@@ -44,7 +21,7 @@ func smallDisk(t *testing.T, size int) string {
 func TestServeFullDisk(t *testing.T) {
 	var logs syncBuffer
 	cfg := serveConfig(t, &logs)
-	cfg.DataDir = smallDisk(t, 4<<20)
+	cfg.DataDir, _ = disktest.SmallDisk(t, 4<<20)
 	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)

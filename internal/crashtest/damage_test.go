@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehq/lease/internal/disktest"
 )
 
 // TestDamagedLog is issue 22's report, on the binary: 31 tokens on a key,
@@ -45,21 +46,15 @@ func TestDamagedLog(t *testing.T) {
 			tr.CloseIdleConnections()
 
 			wal := filepath.Join(dataDir, "lease.db-wal")
-			f, err := os.OpenFile(wal, os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, off); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
+			disktest.Overwrite(t, wal, off)
 
 			// The restart: it exits, or it serves.
 			cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir)
 			done := make(chan struct{})
-			var out []byte
+			var (
+				out []byte
+				err error
+			)
 			go func() { out, err = cmd.CombinedOutput(); close(done) }()
 			select {
 			case <-done:
