@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/fakeclock"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
 // TestAcquireValidatesOwnerOnFreshEntry: an entry another Acquire has just
