@@ -428,6 +428,33 @@ func TestMiddlewareBuffersHandlerResponse(t *testing.T) {
 	}
 }
 
+// TestMiddlewareInvalidStatusRecordsNothing: a handler that answers with a
+// status net/http refuses (below 100 or above 999) panics, as it would
+// without the middleware — and the panic must come before the guard records
+// the token, not after, when the write counts as accepted but the client
+// gets a broken connection instead of an answer.
+func TestMiddlewareInvalidStatusRecordsNothing(t *testing.T) {
+	for _, status := range []int{0, 42, 99, 1000} {
+		g := fence.NewMemory(fence.AtLeast)
+		mw, err := fence.Middleware(g, func(*http.Request) (string, error) { return "job", nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+		}))
+		req := httptest.NewRequest(http.MethodPut, "/job", strings.NewReader("x"))
+		req.Header.Set(fence.TokenHeader, "5")
+		func() {
+			defer func() { _ = recover() }()
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}()
+		if got := g.Highest("job"); got != 0 {
+			t.Errorf("WriteHeader(%d): guard recorded token %d for a handler that never answered", status, got)
+		}
+	}
+}
+
 func TestMiddlewareValidatesArguments(t *testing.T) {
 	g := fence.NewMemory(fence.AtLeast)
 	res := func(*http.Request) (string, error) { return "r", nil }
