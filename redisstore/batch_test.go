@@ -48,7 +48,7 @@ func newTestStore(t *testing.T, c redis.UniversalClient) *Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := New(ctx, c, WithNamespace("t-"+lease.NewID().String()))
+	s, err := New(ctx, c, WithNamespace("t-"+lease.NewID().Reveal()))
 	if err != nil {
 		t.Fatal(err)
 	}

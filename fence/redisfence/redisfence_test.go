@@ -29,7 +29,7 @@ func ctxFor(t *testing.T) context.Context {
 // fresh returns a name prefix of its own for a test, so that tests never see
 // each other's keys, nor those of an earlier run on a server named by
 // LEASE_TEST_REDIS_ADDR.
-func fresh() string { return "t-" + lease.NewID().String()[:12] }
+func fresh() string { return "t-" + lease.NewID().Reveal()[:12] }
 
 // newGuard returns a guard on srv under a fresh prefix (unless opts set one).
 func newGuard(t *testing.T, srv *redistest.Server, opts ...redisfence.Option) *redisfence.Guard {

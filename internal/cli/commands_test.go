@@ -235,7 +235,7 @@ func TestServerAndTokenFromEnvironment(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	id := lease.NewID().String()
+	id := lease.NewID().Reveal()
 	for _, args := range [][]string{
 		{"acquire"},
 		{"acquire", "a", "b"},
