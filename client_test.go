@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -68,105 +69,6 @@ func TestTryAcquireFailsAtOnceWhenHeld(t *testing.T) {
 		if waited := time.Since(start); waited != 0 {
 			t.Errorf("TryAcquire waited %v", waited)
 		}
-	})
-}
-
-func TestHoldRenewsInTheBackground(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
-		c := newClient(t, store, "worker-a")
-		ctx := context.Background()
-		h, err := c.Acquire(ctx, "job", time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(30 * time.Second) // 30 TTLs
-		if err := h.Err(); err != nil {
-			t.Fatalf("lease lost while renewing normally: %v", err)
-		}
-		got, err := store.Get(ctx, "job")
-		if err != nil || got.Token != h.Token() {
-			t.Fatalf("backend lease = %+v, %v; want token %d", got, err, h.Token())
-		}
-		if !h.Deadline().After(time.Now()) {
-			t.Errorf("deadline %v not in the future", h.Deadline())
-		}
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if cause := context.Cause(h.Context()); !errors.Is(cause, lease.ErrReleased) {
-			t.Errorf("cause after Release = %v, want ErrReleased", cause)
-		}
-		if _, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
-			t.Errorf("key still held after Release: %v", err)
-		}
-		if err := h.Release(ctx); err != nil {
-			t.Errorf("second Release = %v, want nil", err)
-		}
-	})
-}
-
-// TestLostAtSafeDeadline: renewals fail without an answer; the context must
-// be cancelled at send time + TTL − margin, before the backend's expiry (I5).
-func TestLostAtSafeDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
-		f := &faulty{Backend: store}
-		c := newClient(t, f, "worker-a", lease.WithDriftMargin(0.01, 2*time.Millisecond))
-		ctx := context.Background()
-		ttl := time.Second
-		sent := time.Now()
-		h, err := c.TryAcquire(ctx, "job", ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.failRenewals(errors.Join(lease.ErrUnavailable, errors.New("connection reset")))
-		<-h.Done()
-		lostAt := time.Now()
-		if want := sent.Add(ttl - 12*time.Millisecond); !lostAt.Equal(want) {
-			t.Errorf("lost at %v after acquire, want exactly %v", lostAt.Sub(sent), want.Sub(sent))
-		}
-		if !errors.Is(h.Err(), lease.ErrLost) {
-			t.Errorf("Err = %v, want ErrLost", h.Err())
-		}
-		// The backend still holds it: the client gave up first.
-		if got, err := store.Get(ctx, "job"); err != nil || got.Token != h.Token() {
-			t.Errorf("backend lease at the client's deadline = %+v, %v; want still held", got, err)
-		}
-		if n := f.renews.Load(); n < 3 {
-			t.Errorf("%d renewal attempts before giving up, want retries", n)
-		}
-		if err := h.Release(ctx); !errors.Is(err, lease.ErrLost) {
-			t.Errorf("Release after loss = %v, want ErrLost", err)
-		}
-		// Release still frees the key for the next holder.
-		if _, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
-			t.Errorf("Release after loss left the key held: %v", err)
-		}
-	})
-}
-
-func TestLostWhenBackendSaysGone(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
-		f := &faulty{Backend: store}
-		c := newClient(t, f, "worker-a")
-		ctx := context.Background()
-		h, err := c.TryAcquire(ctx, "job", time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acquired := time.Now()
-		f.failRenewals(lease.ErrNotHeld)
-		<-h.Done()
-		if !errors.Is(h.Err(), lease.ErrLost) {
-			t.Fatalf("Err = %v, want ErrLost", h.Err())
-		}
-		// Lost at the first renewal attempt (about TTL/3), not at the deadline.
-		if d := time.Since(acquired); d > 400*time.Millisecond {
-			t.Errorf("lost %v after acquire; want at the first renewal", d)
-		}
-		_ = h.Release(ctx)
 	})
 }
 
@@ -259,6 +161,48 @@ func TestAcquireHonoursContext(t *testing.T) {
 	})
 }
 
+// heldForever answers every Acquire with a holder whose lease expires 10 ms
+// from now — a holder that keeps renewing — and counts the calls. It hides
+// the backend's optional interfaces, so Client.Acquire polls. After limit
+// calls it fails with errRunaway, so that a hot loop ends the test instead
+// of spinning in the bubble forever.
+type heldForever struct {
+	lease.Backend
+	calls atomic.Int64
+	limit int64
+}
+
+var errRunaway = errors.New("test: too many Acquire calls")
+
+func (b *heldForever) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	if b.calls.Add(1) > b.limit {
+		return lease.Lease{}, errRunaway
+	}
+	return lease.Lease{}, &lease.HeldError{Key: key, Owner: "holder", Token: 1, Expires: time.Now().Add(10 * time.Millisecond)}
+}
+
+// TestPollingBackoffWithAHugeMaximum: WithBackoff accepts any max >= min,
+// "no cap to speak of" included. The backoff doubles on every poll even while
+// the HeldError's expiry hint keeps each wait short, so with such a maximum it
+// must not overflow into a negative or zero backoff: that turns the poll into
+// a hot loop hammering the backend.
+func TestPollingBackoffWithAHugeMaximum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &heldForever{Backend: memstore.New(), limit: 100_000}
+		c := newClient(t, b, "waiter", lease.WithBackoff(time.Millisecond, time.Duration(math.MaxInt64)))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := c.Acquire(ctx, "job", time.Second)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Acquire = %v, want DeadlineExceeded after 10s of polling", err)
+		}
+		// Each poll waits about the 11 ms the hint allows: ~910 in 10 s.
+		if n := b.calls.Load(); n > 2000 {
+			t.Errorf("%d Acquire calls in 10s against a holder expiring every 10ms: the poll is a hot loop", n)
+		}
+	})
+}
+
 // A lease granted after a long FIFO wait is renewed at once, so its deadline
 // counts from a recent send time rather than from the start of the wait.
 func TestLongWaitRenewsAtOnce(t *testing.T) {
@@ -283,6 +227,73 @@ func TestLongWaitRenewsAtOnce(t *testing.T) {
 		}
 		if h.Err() != nil {
 			t.Fatalf("lease lost right after the wait: %v", h.Err())
+		}
+	})
+}
+
+// TestLongWaitRenewalWithAnotherTokenFails: after a long queue wait the
+// Client renews at once; answered with another token, Acquire fails (the
+// backend is not to be trusted) and releases what it was granted.
+func TestLongWaitRenewalWithAnotherTokenFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		ctx := context.Background()
+		if _, err := store.Acquire(ctx, "job", "worker-a", 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		c := newClient(t, retokenRenew{store}, "worker-b")
+		h, err := c.Acquire(ctx, "job", 3*time.Second) // queues for 3 s, a whole TTL
+		if err == nil {
+			h.Release(ctx)
+			t.Fatal("Acquire succeeded although the renewal right after the wait came back with another token")
+		}
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("err = %v, want ErrUnavailable", err)
+		}
+		if l, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("after the failed Acquire the key is %+v, %v; want it released", l, err)
+		}
+	})
+}
+
+// slowAcquire answers every acquisition after delay: a backend, or a
+// network, slower than the lease's safe window.
+type slowAcquire struct {
+	lease.Backend
+	delay time.Duration
+}
+
+func (b slowAcquire) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	l, err := b.Backend.Acquire(ctx, key, owner, ttl)
+	time.Sleep(b.delay)
+	return l, err
+}
+
+// TestAcquireAnsweredPastTheDeadlineFails: an acquisition whose answer came
+// after the safe deadline (the lease may already have expired and gone to
+// someone else) yields no Hold, lost from birth, but an error; and the
+// lease, still held by the backend, is released for the next contender.
+func TestAcquireAnsweredPastTheDeadlineFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		const ttl = 10 * time.Second
+		c := newClient(t, slowAcquire{store, ttl - 100*time.Millisecond}, "worker-a")
+		ctx := context.Background()
+		for name, acquire := range map[string]func(context.Context, string, time.Duration) (*lease.Hold, error){
+			"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
+		} {
+			h, err := acquire(ctx, "job", ttl)
+			if err == nil {
+				err := h.Err()
+				h.Release(ctx)
+				t.Fatalf("%s returned a Hold (Err %v) for a lease answered after its safe deadline", name, err)
+			}
+			if !errors.Is(err, lease.ErrUnavailable) {
+				t.Errorf("%s: err = %v, want ErrUnavailable", name, err)
+			}
+			if l, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("%s: the lease is %+v, %v; want it released", name, l, err)
+			}
 		}
 	})
 }
@@ -349,6 +360,46 @@ func TestClientRejectsBadInput(t *testing.T) {
 	} {
 		if err := call(); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestDriftMarginThatCannotFit: a drift margin larger than any TTL, or a NaN
+// fraction, must be refused as invalid, not accepted and then turned into
+// acquisitions that are granted, given back at once and reported as a late
+// answer (ErrUnavailable). 2×margin overflowed in check, so a huge minimum
+// passed it.
+func TestDriftMarginThatCannotFit(t *testing.T) {
+	store := memstore.New()
+	if _, err := lease.NewClient(store, lease.WithDriftMargin(math.NaN(), 0)); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("NewClient with a NaN drift fraction: err = %v, want ErrInvalid", err)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		fraction float64
+		min      time.Duration
+	}{
+		{"min 2^62", 0, 1 << 62},
+		{"min MaxInt64", 0, math.MaxInt64},
+		{"fraction and min MaxInt64", 0.01, math.MaxInt64},
+		{"min 3h", 0, 3 * time.Hour},
+	} {
+		c := newClient(t, store, "w", lease.WithDriftMargin(tc.fraction, tc.min))
+		for _, acquire := range []func() (*lease.Hold, error){
+			func() (*lease.Hold, error) { return c.TryAcquire(ctx, "k", time.Hour) },
+			func() (*lease.Hold, error) { return c.Acquire(ctx, "k", time.Hour) },
+		} {
+			h, err := acquire()
+			if h != nil {
+				_ = h.Release(ctx)
+			}
+			if !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("%s: acquiring a 1h lease: err = %v, want ErrInvalid", tc.name, err)
+			}
+		}
+		if got, err := store.Get(ctx, "k"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("%s: key held after refused acquisitions: %+v, %v", tc.name, got, err)
 		}
 	}
 }

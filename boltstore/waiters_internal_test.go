@@ -12,7 +12,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/fakeclock"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
 var epoch = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
-	"github.com/leasehq/lease/internal/fakeclock"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
 )
@@ -425,6 +425,33 @@ func TestMiddlewareBuffersHandlerResponse(t *testing.T) {
 				t.Errorf("got %d %q, want %d %q", rec.Code, rec.Body.String(), tc.wantStatus, tc.wantBody)
 			}
 		})
+	}
+}
+
+// TestMiddlewareInvalidStatusRecordsNothing: a handler that answers with a
+// status net/http refuses (below 100 or above 999) panics, as it would
+// without the middleware — and the panic must come before the guard records
+// the token, not after, when the write counts as accepted but the client
+// gets a broken connection instead of an answer.
+func TestMiddlewareInvalidStatusRecordsNothing(t *testing.T) {
+	for _, status := range []int{0, 42, 99, 1000} {
+		g := fence.NewMemory(fence.AtLeast)
+		mw, err := fence.Middleware(g, func(*http.Request) (string, error) { return "job", nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+		}))
+		req := httptest.NewRequest(http.MethodPut, "/job", strings.NewReader("x"))
+		req.Header.Set(fence.TokenHeader, "5")
+		func() {
+			defer func() { _ = recover() }()
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}()
+		if got := g.Highest("job"); got != 0 {
+			t.Errorf("WriteHeader(%d): guard recorded token %d for a handler that never answered", status, got)
+		}
 	}
 }
 

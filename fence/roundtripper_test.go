@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
-	"github.com/leasehq/lease/internal/fakeclock"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -45,6 +46,25 @@ type renewalsFail struct{ lease.Backend }
 
 func (renewalsFail) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease, error) {
 	return lease.Lease{}, fmt.Errorf("%w: renewals cut off by the test", lease.ErrUnavailable)
+}
+
+// holdTTL is the TTL of holdRenewalsFail's lease.
+const holdTTL = 100 * time.Millisecond
+
+// holdRenewalsFail returns a hold on "job" on a fake clock whose renewals
+// all fail, so that advancing the clock by holdTTL loses it.
+func holdRenewalsFail(t *testing.T) (*fakeclock.Clock, *lease.Hold) {
+	t.Helper()
+	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c, err := lease.NewClient(renewalsFail{memstore.New()}, lease.WithOwner("worker"), lease.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.TryAcquire(context.Background(), "job", holdTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clock, h
 }
 
 func TestTransportStampsToken(t *testing.T) {
@@ -136,16 +156,7 @@ func TestHoldTransportRefusesAfterRelease(t *testing.T) {
 func TestHoldTransportRefusesAfterLoss(t *testing.T) {
 	ctx := context.Background()
 	srv, n := echoServer(t)
-	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	const ttl = 100 * time.Millisecond
-	c, err := lease.NewClient(renewalsFail{memstore.New()}, lease.WithOwner("worker"), lease.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := c.TryAcquire(ctx, "job", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock, h := holdRenewalsFail(t)
 	defer func() { _ = h.Release(ctx) }() // ends the renewal goroutine; the loss is already known
 	tr, err := fence.NewHoldTransport(h, srv.Client().Transport)
 	if err != nil {
@@ -158,7 +169,7 @@ func TestHoldTransportRefusesAfterLoss(t *testing.T) {
 
 	// Renewals fail, so the client gives the lease up at its safe deadline;
 	// the deadline timer fires inside Advance.
-	clock.Advance(ttl)
+	clock.Advance(holdTTL)
 	if h.Err() == nil {
 		t.Fatal("hold still held after its safe deadline passed without renewal")
 	}
@@ -180,4 +191,164 @@ func TestHoldTransportRefusesAfterLoss(t *testing.T) {
 	if n.Load() != 1 {
 		t.Errorf("server got %d requests, want only the one before the loss", n.Load())
 	}
+}
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestHoldTransportAbandonsRequestsOnLoss: a request handed to the
+// Transport while the lease was held, but still waiting in the base
+// transport (for a pooled connection, a dial, a TLS handshake, or a retry on
+// a fresh connection) when the lease is lost, must not go out afterwards:
+// its context must end with the Hold's.
+func TestHoldTransportAbandonsRequestsOnLoss(t *testing.T) {
+	ctx := context.Background()
+	clock, h := holdRenewalsFail(t)
+	defer func() { _ = h.Release(ctx) }()
+
+	entered, lost := make(chan struct{}), make(chan struct{})
+	var sent atomic.Int32
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		close(entered)
+		<-lost // waiting for a connection meanwhile, which comes later
+		select {
+		case <-r.Context().Done():
+			return nil, r.Context().Err() // as http.Transport does: the request is not sent
+		case <-time.After(5 * time.Second):
+		}
+		sent.Add(1)
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+	})
+	tr, err := fence.NewHoldTransport(h, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		req := httptest.NewRequest(http.MethodPut, "http://resource.example/job", strings.NewReader("x"))
+		req.RequestURI = ""
+		resp, err := tr.RoundTrip(req)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-entered
+	clock.Advance(holdTTL) // renewals fail: lost at the safe deadline
+	if h.Err() == nil {
+		t.Fatal("hold not lost")
+	}
+	close(lost)
+	if err := <-errc; !errors.Is(err, lease.ErrLost) {
+		t.Errorf("RoundTrip of a request still unsent at the loss = %v, want an error matching ErrLost", err)
+	}
+	if n := sent.Load(); n != 0 {
+		t.Errorf("%d requests sent after the lease was lost", n)
+	}
+}
+
+// TestHoldTransportResponseReadableAfterLoss: a response received while the
+// lease was held stays readable after a later loss.
+func TestHoldTransportResponseReadableAfterLoss(t *testing.T) {
+	ctx := context.Background()
+	clock, h := holdRenewalsFail(t)
+	defer func() { _ = h.Release(ctx) }()
+	srv, _ := echoServer(t)
+	tr, err := fence.NewHoldTransport(h, srv.Client().Transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tr.RoundTrip(mustRequest(t, http.MethodPut, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(holdTTL)
+	if h.Err() == nil {
+		t.Fatal("hold not lost")
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(b) != `["1"]` {
+		t.Errorf("body of a response received before the loss = %q, %v", b, err)
+	}
+}
+
+// TestTransportStampsRequestWithoutHeader: a request built by hand may have
+// a nil Header (http.Client fills one in, a RoundTripper called directly or
+// by another RoundTripper gets it as is). Stamping the token on the clone
+// must not panic with "assignment to entry in nil map".
+func TestTransportStampsRequestWithoutHeader(t *testing.T) {
+	ctx := context.Background()
+	srv, _ := echoServer(t)
+	_, h := holdRenewalsFail(t)
+	defer func() { _ = h.Release(ctx) }()
+	hold, err := fence.NewHoldTransport(h, srv.Client().Transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := &fence.Transport{Base: srv.Client().Transport, Token: func() (lease.Token, error) { return h.Token(), nil }}
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tr := range map[string]http.RoundTripper{"Transport": plain, "NewHoldTransport": hold} {
+		t.Run(name, func(t *testing.T) {
+			req := (&http.Request{Method: http.MethodPut, URL: u, Host: u.Host}).WithContext(ctx)
+			var resp *http.Response
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Fatalf("RoundTrip of a request with a nil Header panicked: %v", p)
+					}
+				}()
+				resp, err = tr.RoundTrip(req)
+			}()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := readBody(t, resp)
+			if want := `["` + fence.FormatToken(h.Token()) + `"]`; got != want {
+				t.Errorf("server saw Fencing-Token %s, want %s", got, want)
+			}
+			if req.Header != nil {
+				t.Errorf("caller's request changed: Header = %v", req.Header)
+			}
+		})
+	}
+}
+
+// TestTransportReplacesNonCanonicalHeader: a Fencing-Token the caller put
+// in the header map under a non-canonical key ("fencing-token") is still
+// the caller's Fencing-Token: it goes on the wire beside the stamped one,
+// and a server that reads the first value uses the caller's (possibly
+// stale) token. It must be replaced like a canonical one.
+func TestTransportReplacesNonCanonicalHeader(t *testing.T) {
+	srv, _ := echoServer(t)
+	tr := &fence.Transport{Base: srv.Client().Transport, Token: func() (lease.Token, error) { return 42, nil }}
+	req := mustRequest(t, http.MethodPut, srv.URL)
+	req.Header["fencing-token"] = []string{"7"}
+	req.Header["FENCING-TOKEN"] = []string{"8"}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBody(t, resp); got != `["42"]` {
+		t.Errorf("server saw Fencing-Token %s, want [\"42\"]", got)
+	}
+	//lint:ignore SA1008 the non-canonical keys are what is tested
+	if len(req.Header) != 2 || req.Header["fencing-token"][0] != "7" || req.Header["FENCING-TOKEN"][0] != "8" {
+		t.Errorf("caller's request headers changed to %v", req.Header)
+	}
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

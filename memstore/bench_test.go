@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -32,9 +33,9 @@ import (
 // Impls:
 //
 //   - memstore: the real clock, read on every call as in production.
-//   - memstore-callerclock: a clock whose Now returns a time the caller set,
-//     the seed's conditions (its acquire takes `now` as an argument and reads
-//     no clock).
+//   - memstore-callerclock: a clock whose Now returns a time the caller set
+//     (leasetest/fakeclock, whose Now is one atomic load), the seed's
+//     conditions (its acquire takes `now` as an argument and reads no clock).
 //   - map-mutex: a naive reference point, the seed's logic in Go: one map,
 //     one mutex, time.Now, a 128-bit ID from crypto/rand per lease.
 //   - clock-cas-floor (Memstore only): the least a real-clock store must
@@ -62,7 +63,7 @@ var benchImpls = []struct {
 }{
 	{name: "memstore", new: func() pairFunc { return storePair(memstore.New()) }},
 	{name: "memstore-callerclock", new: func() pairFunc {
-		return storePair(memstore.New(memstore.WithClock(&callerClock{now: time.Unix(1e9, 0)})))
+		return storePair(memstore.New(memstore.WithClock(fakeclock.New(time.Unix(1e9, 0)))))
 	}},
 	{name: "map-mutex", new: func() pairFunc { return newNaiveStore().pair }},
 	{name: "clock-cas-floor", new: func() pairFunc { return newClockCASFloor().pair }, distinctOnly: true},
@@ -174,16 +175,6 @@ func benchPairs(b *testing.B, pair pairFunc, clients int, oneKey bool) {
 	if oneKey {
 		b.ReportMetric(float64(held.Load())/float64(b.N), "held/op")
 	}
-}
-
-// callerClock is a lease.Clock whose time is set by its user, like the
-// seed's `now` argument.
-type callerClock struct{ now time.Time }
-
-func (c *callerClock) Now() time.Time { return c.now }
-
-func (c *callerClock) AfterFunc(d time.Duration, f func()) lease.Timer {
-	return time.AfterFunc(d, f)
 }
 
 // naiveStore is the seed's LeaseStore written plainly in Go, plus a random

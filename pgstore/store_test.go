@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -61,6 +60,26 @@ func TestClosesAsIOCloser(t *testing.T) {
 	}
 }
 
+func TestOpenBadConnStringIsInvalid(t *testing.T) {
+	// A connection string that cannot be parsed is the caller's mistake,
+	// not an unreachable server: retrying cannot help.
+	for _, cs := range []string{
+		"postgres://app@db:notaport/app",
+		"postgres://app@db/app?pool_max_conns=lots",
+		"host=db port=x",
+	} {
+		s, err := Open(testCtx(t), cs)
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded", cs)
+			continue
+		}
+		if !errors.Is(err, lease.ErrInvalid) || errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("Open(%q): err = %v, want ErrInvalid", cs, err)
+		}
+	}
+}
+
 func TestConformanceOddNames(t *testing.T) {
 	db := newTestDB(t, 40)
 	schema, prefix := `we"ird 'schema'; --`, `p"'; DROP TABLE x; --ünï_`
@@ -78,94 +97,6 @@ func TestConformanceOddNames(t *testing.T) {
 	}
 	if want := []string{prefix + "leases", prefix + "meta"}; strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("tables in schema %q = %q, want %q", schema, got, want)
-	}
-}
-
-func TestBadNames(t *testing.T) {
-	db := newTestDB(t, 4)
-	for name, opt := range map[string]Option{
-		"empty schema":     WithSchema(""),
-		"NUL in schema":    WithSchema("a\x00b"),
-		"long schema":      WithSchema(strings.Repeat("s", 64)),
-		"bad UTF-8 schema": WithSchema("a\xffb"),
-		"NUL in prefix":    WithTablePrefix("a\x00"),
-		"long prefix":      WithTablePrefix(strings.Repeat("p", 58)),
-		"nil option":       nil,
-	} {
-		if _, err := New(db.pool, opt); !errors.Is(err, lease.ErrInvalid) {
-			t.Errorf("New with %s: err = %v, want ErrInvalid", name, err)
-		}
-	}
-	if _, err := New(nil); !errors.Is(err, lease.ErrInvalid) {
-		t.Errorf("New(nil): err = %v, want ErrInvalid", err)
-	}
-	// The longest prefix that fits is fine.
-	s := db.store(t, WithTablePrefix(strings.Repeat("p", 57)))
-	if _, err := s.Acquire(testCtx(t), "k", "o", time.Minute); err != nil {
-		t.Fatalf("Acquire with a 57-byte prefix: %v", err)
-	}
-}
-
-func TestDefaultTables(t *testing.T) {
-	db := newTestDB(t, 4)
-	s := db.store(t)
-	if _, err := s.Acquire(testCtx(t), "k", "o", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	var version int
-	if err := db.pool.QueryRow(testCtx(t), `SELECT version FROM public.lease_meta`).Scan(&version); err != nil {
-		t.Fatalf("reading public.lease_meta: %v", err)
-	}
-	if version != SchemaVersion {
-		t.Fatalf("schema version %d, want %d", version, SchemaVersion)
-	}
-	var n int
-	if err := db.pool.QueryRow(testCtx(t), `SELECT count(*) FROM public.lease_leases WHERE key = 'k'`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("public.lease_leases rows for k: %d, %v", n, err)
-	}
-}
-
-func TestNewerSchemaRefused(t *testing.T) {
-	db := newTestDB(t, 4)
-	if _, err := db.store(t).Get(testCtx(t), "k"); !errors.Is(err, lease.ErrNotFound) {
-		t.Fatalf("Get on fresh tables: %v", err)
-	}
-	if _, err := db.pool.Exec(testCtx(t), `UPDATE public.lease_meta SET version = $1`, SchemaVersion+1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.store(t).Acquire(testCtx(t), "k", "o", time.Minute); !errors.Is(err, ErrSchemaVersion) {
-		t.Fatalf("Acquire on newer tables: err = %v, want ErrSchemaVersion", err)
-	}
-	if _, err := Open(testCtx(t), db.url); !errors.Is(err, ErrSchemaVersion) {
-		t.Fatalf("Open on newer tables: err = %v, want ErrSchemaVersion", err)
-	}
-}
-
-func TestConcurrentFirstUse(t *testing.T) {
-	// Stores racing to create the same tables (as processes starting
-	// together do) all succeed, and their tokens share one sequence.
-	db := newTestDB(t, 20)
-	const n = 8
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		s := db.store(t, WithSchema("fresh"))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, err := s.Acquire(testCtx(t), fmt.Sprintf("k%d", i), "o", time.Minute)
-			if err == nil && l.Token != 1 {
-				err = fmt.Errorf("first token of a fresh key is %d", l.Token)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
 	}
 }
 

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,6 +137,38 @@ func TestAcquireHeldNamesHolder(t *testing.T) {
 		t.Fatalf("with --wait: exit %d, want %d (stderr %q)", r.code, ExitHeld, r.stderr)
 	}
 	oneErrorLine(t, r, `"worker-7"`)
+}
+
+// bareHeld answers a held key with the bare sentinel, as pgstore does when a
+// concurrent acquire wins the race and etcdstore does while waiters queue:
+// the holder is not known.
+type bareHeld struct{ lease.Backend }
+
+func (b bareHeld) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	l, err := b.Backend.Acquire(ctx, key, owner, ttl)
+	if errors.Is(err, lease.ErrHeld) {
+		return lease.Lease{}, fmt.Errorf("store: %q was just taken by a concurrent acquire: %w", key, lease.ErrHeld)
+	}
+	return l, err
+}
+
+// TestAcquireHeldWithoutHolder: a server that says "held" without naming
+// the holder must not make acquire print an empty owner and token 0, which
+// reads as "held by nobody, token none".
+func TestAcquireHeldWithoutHolder(t *testing.T) {
+	store := memstore.New()
+	if _, err := store.Acquire(t.Context(), "job", "worker-7", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	srv := apiServerOver(t, bareHeld{store})
+	r := cli(t, httpClient(t, srv.URL), nil, nil, "acquire", "job", "--owner", "me")
+	if r.code != ExitHeld || r.stdout != "" {
+		t.Fatalf("exit %d stdout %q, want %d and nothing", r.code, r.stdout, ExitHeld)
+	}
+	oneErrorLine(t, r, `"job"`, "held")
+	if strings.Contains(r.stderr, `""`) || strings.Contains(r.stderr, "token 0") {
+		t.Errorf("stderr %q names an empty holder", r.stderr)
+	}
 }
 
 func TestAcquireWaitGetsExpiredLease(t *testing.T) {

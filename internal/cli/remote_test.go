@@ -1,9 +1,15 @@
 package cli
 
 import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -48,5 +54,57 @@ func TestServerURLWithoutScheme(t *testing.T) {
 	r = cli(t, memstore.New(), nil, nil, "get", "job", "--server", "HTTP://h:1")
 	if r.url != "HTTP://h:1" {
 		t.Errorf("HTTP://h:1: exit %d, dialled %q (stderr %q)", r.code, r.url, r.stderr)
+	}
+}
+
+// TestTimeoutFlagBoundsTheWait: --timeout is how long the command waits for
+// the server (SERVE.md: "--timeout (default 30 s) bounds the wait for the
+// server"), so a server answering after 11 s (behind a slow link or proxy)
+// is waited for under the default, and given up on at --timeout when that
+// is shorter.
+func TestTimeoutFlagBoundsTheWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: waits 11s for a slow server")
+	}
+	t.Parallel()
+	const delay = 11 * time.Second
+	api, err := leasehttp.NewServer(memstore.New(), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		_ = api.Close()
+		srv.Close()
+	})
+	run := func(args ...string) result {
+		var out, errb bytes.Buffer
+		a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, dial: dialHTTP,
+			getenv: func(k string) string {
+				if k == EnvServer {
+					return srv.URL
+				}
+				return ""
+			}}
+		code := execute(newRoot(a), args, &errb)
+		return result{code: code, stdout: out.String(), stderr: errb.String()}
+	}
+
+	start := time.Now()
+	r := run("acquire", "short", "--timeout", "1s")
+	if r.code == ExitOK || time.Since(start) > 5*time.Second {
+		t.Errorf("--timeout 1s: exit %d after %v (stderr %q); want a failure after about 1s", r.code, time.Since(start), r.stderr)
+	}
+
+	r = run("acquire", "slow", "--ttl", "1m", "-o", "json")
+	if r.code != ExitOK {
+		t.Fatalf("default --timeout 30s, server answering after %v: exit %d, stderr %q", delay, r.code, r.stderr)
 	}
 }

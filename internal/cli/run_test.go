@@ -8,12 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -248,15 +248,6 @@ func TestExitStatusOfSignalledCommand(t *testing.T) {
 	}
 }
 
-// jumpClock reads the real time plus an offset the test sets, while its
-// timers run on the real clock: a jump forward is this process waking from
-// a pause (SIGSTOP, a suspended VM) before its timers have been run.
-type jumpClock struct{ offset atomic.Int64 }
-
-func (c *jumpClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
-
-func (c *jumpClock) AfterFunc(d time.Duration, f func()) lease.Timer { return time.AfterFunc(d, f) }
-
 // TestRunCommandExitingAfterTheDeadlineIsALoss: CMD exits, with status 0,
 // after the lease's safe deadline has passed but before the timer that
 // ends the Hold has run. CMD did not finish under the lease, so lease run
@@ -264,13 +255,13 @@ func (c *jumpClock) AfterFunc(d time.Duration, f func()) lease.Timer { return ti
 // first.
 func TestRunCommandExitingAfterTheDeadlineIsALoss(t *testing.T) {
 	b := memstore.New()
-	clk := &jumpClock{}
+	clk := fakeclock.New(time.Now())
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "wait-go", file, 0)
 	done := make(chan result, 1)
 	go func() { done <- cliOnClock(t, b, clk, nil, nil, runArgs(t, "job", "--ttl", "1m")...) }()
 	waitFile(t, file, "ready", 10*time.Second)
-	clk.offset.Store(int64(time.Hour))
+	clk.Jump(time.Hour) // the process wakes from a pause, before its timers have run
 	if err := os.WriteFile(file+".go", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

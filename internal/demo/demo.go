@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
-	"github.com/leasehq/lease/internal/fakeclock"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
 

@@ -7,7 +7,9 @@ import (
 )
 
 // driftClock is a client's clock running at rate × the backend's (rate < 1:
-// slow). Inside the bubble the backend's clock is time.Now.
+// slow). Inside the bubble the backend's clock is time.Now. It is not a fake
+// clock but a skew of one: the testing/synctest bubble the simulation runs
+// in already makes time virtual, so leasetest/fakeclock has no part here.
 type driftClock struct {
 	base time.Time
 	rate float64

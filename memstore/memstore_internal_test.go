@@ -6,10 +6,49 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/fakeclock"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 )
+
+// TestEntrySize: entries fill their size class exactly, so none shares a
+// cache line with another.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 256 {
+		t.Errorf("entry is %d bytes, want 256", n)
+	}
+}
+
+// TestFastPathStillValidates checks that skipping validation for known keys
+// and owners lets nothing malformed through.
+func TestFastPathStillValidates(t *testing.T) {
+	ctx := context.Background()
+	s := New()
+	l, err := s.Acquire(ctx, "job", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"bad owner on a known key", func() error { _, err := s.Acquire(ctx, "job", "bad\x00owner", time.Minute); return err }()},
+		{"empty owner on a known key", func() error { _, err := s.Acquire(ctx, "job", "", time.Minute); return err }()},
+		{"bad ttl on a known key", func() error { _, err := s.Acquire(ctx, "job", "w", time.Millisecond); return err }()},
+		{"release with zero token", s.Release(ctx, lease.Lease{Key: "job", ID: l.ID})},
+		{"release with zero id", s.Release(ctx, lease.Lease{Key: "job", Token: l.Token})},
+		{"release with bad key", s.Release(ctx, lease.Lease{Key: "bad\x7fkey", Token: 1, ID: l.ID})},
+		{"renew with zero id", func() error { _, err := s.Renew(ctx, lease.Lease{Key: "job", Token: l.Token}, time.Minute); return err }()},
+	} {
+		if !errors.Is(tc.err, lease.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, tc.err)
+		}
+	}
+}
 
 // TestAcquireValidatesOwnerOnFreshEntry: an entry another Acquire has just
 // inserted (or made afresh after a sweep dropped the one it found) has no

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/leasehq/lease"
 )
@@ -115,63 +114,6 @@ func TestSweepKeepsTokensRising(t *testing.T) {
 	}
 	if again.Token <= first.Token {
 		t.Errorf("token after churn %d, not above the first %d", again.Token, first.Token)
-	}
-}
-
-// TestEntrySize: entries fill their size class exactly, so none shares a
-// cache line with another.
-func TestEntrySize(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n != 256 {
-		t.Errorf("entry is %d bytes, want 256", n)
-	}
-}
-
-// TestFastPathStillValidates checks that skipping validation for known keys
-// and owners lets nothing malformed through.
-func TestFastPathStillValidates(t *testing.T) {
-	ctx := context.Background()
-	s := New()
-	l, err := s.Acquire(ctx, "job", "w", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name string
-		err  error
-	}{
-		{"bad owner on a known key", func() error { _, err := s.Acquire(ctx, "job", "bad\x00owner", time.Minute); return err }()},
-		{"empty owner on a known key", func() error { _, err := s.Acquire(ctx, "job", "", time.Minute); return err }()},
-		{"bad ttl on a known key", func() error { _, err := s.Acquire(ctx, "job", "w", time.Millisecond); return err }()},
-		{"release with zero token", s.Release(ctx, lease.Lease{Key: "job", ID: l.ID})},
-		{"release with zero id", s.Release(ctx, lease.Lease{Key: "job", Token: l.Token})},
-		{"release with bad key", s.Release(ctx, lease.Lease{Key: "bad\x7fkey", Token: 1, ID: l.ID})},
-		{"renew with zero id", func() error { _, err := s.Renew(ctx, lease.Lease{Key: "job", Token: l.Token}, time.Minute); return err }()},
-	} {
-		if !errors.Is(tc.err, lease.ErrInvalid) {
-			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, tc.err)
-		}
-	}
-}
-
-// TestIDsDistinct draws several batches of IDs: none is zero or repeated.
-func TestIDsDistinct(t *testing.T) {
-	var g idSource
-	g.init()
-	seen := make(map[lease.ID]bool)
-	for range 5 * idBatch {
-		id := g.next()
-		if id.IsZero() || seen[id] {
-			t.Fatalf("id %v is zero or repeated", id)
-		}
-		seen[id] = true
-	}
-	var h idSource
-	h.init()
-	if seen[h.next()] {
-		t.Error("two sources made the same id: not seeded independently")
 	}
 }
 

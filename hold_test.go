@@ -1,0 +1,428 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasetest/fakeclock"
+	"github.com/leasehq/lease/memstore"
+)
+
+func TestHoldRenewsInTheBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		c := newClient(t, store, "worker-a")
+		ctx := context.Background()
+		h, err := c.Acquire(ctx, "job", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Second) // 30 TTLs
+		if err := h.Err(); err != nil {
+			t.Fatalf("lease lost while renewing normally: %v", err)
+		}
+		got, err := store.Get(ctx, "job")
+		if err != nil || got.Token != h.Token() {
+			t.Fatalf("backend lease = %+v, %v; want token %d", got, err, h.Token())
+		}
+		if !h.Deadline().After(time.Now()) {
+			t.Errorf("deadline %v not in the future", h.Deadline())
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cause := context.Cause(h.Context()); !errors.Is(cause, lease.ErrReleased) {
+			t.Errorf("cause after Release = %v, want ErrReleased", cause)
+		}
+		if _, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("key still held after Release: %v", err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Errorf("second Release = %v, want nil", err)
+		}
+	})
+}
+
+// TestLostAtSafeDeadline: renewals fail without an answer; the context must
+// be cancelled at send time + TTL − margin, before the backend's expiry (I5).
+func TestLostAtSafeDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		f := &faulty{Backend: store}
+		c := newClient(t, f, "worker-a", lease.WithDriftMargin(0.01, 2*time.Millisecond))
+		ctx := context.Background()
+		ttl := time.Second
+		sent := time.Now()
+		h, err := c.TryAcquire(ctx, "job", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.failRenewals(errors.Join(lease.ErrUnavailable, errors.New("connection reset")))
+		<-h.Done()
+		lostAt := time.Now()
+		if want := sent.Add(ttl - 12*time.Millisecond); !lostAt.Equal(want) {
+			t.Errorf("lost at %v after acquire, want exactly %v", lostAt.Sub(sent), want.Sub(sent))
+		}
+		if !errors.Is(h.Err(), lease.ErrLost) {
+			t.Errorf("Err = %v, want ErrLost", h.Err())
+		}
+		// The backend still holds it: the client gave up first.
+		if got, err := store.Get(ctx, "job"); err != nil || got.Token != h.Token() {
+			t.Errorf("backend lease at the client's deadline = %+v, %v; want still held", got, err)
+		}
+		if n := f.renews.Load(); n < 3 {
+			t.Errorf("%d renewal attempts before giving up, want retries", n)
+		}
+		if err := h.Release(ctx); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("Release after loss = %v, want ErrLost", err)
+		}
+		// Release still frees the key for the next holder.
+		if _, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("Release after loss left the key held: %v", err)
+		}
+	})
+}
+
+func TestLostWhenBackendSaysGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		f := &faulty{Backend: store}
+		c := newClient(t, f, "worker-a")
+		ctx := context.Background()
+		h, err := c.TryAcquire(ctx, "job", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquired := time.Now()
+		f.failRenewals(lease.ErrNotHeld)
+		<-h.Done()
+		if !errors.Is(h.Err(), lease.ErrLost) {
+			t.Fatalf("Err = %v, want ErrLost", h.Err())
+		}
+		// Lost at the first renewal attempt (about TTL/3), not at the deadline.
+		if d := time.Since(acquired); d > 400*time.Millisecond {
+			t.Errorf("lost %v after acquire; want at the first renewal", d)
+		}
+		_ = h.Release(ctx)
+	})
+}
+
+// seamClock is the fake clock with two seams for races between a timer's
+// goroutine and the Hold's own code, which a clock whose timers fire inside
+// Advance cannot stage by itself: onStop, when set, runs inside every
+// Timer.Stop (once the timer is stopped), to interleave the test with the
+// code that stops a timer; and every function given to AfterFunc is kept by
+// deadline, so that a test can run one late, as the goroutine of a timer
+// that had already fired when it was stopped.
+type seamClock struct {
+	*fakeclock.Clock
+	mu     sync.Mutex
+	onStop func()
+	funcs  map[time.Time][]func()
+}
+
+type seamTimer struct {
+	lease.Timer
+	c *seamClock
+}
+
+func newSeamClock() *seamClock {
+	return &seamClock{Clock: fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), funcs: map[time.Time][]func(){}}
+}
+
+func (c *seamClock) AfterFunc(d time.Duration, f func()) lease.Timer {
+	c.mu.Lock()
+	at := c.Now().Add(d)
+	c.funcs[at] = append(c.funcs[at], f)
+	c.mu.Unlock()
+	return seamTimer{Timer: c.Clock.AfterFunc(d, f), c: c}
+}
+
+func (t seamTimer) Stop() bool {
+	stopped := t.Timer.Stop()
+	t.c.mu.Lock()
+	hook := t.c.onStop
+	t.c.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return stopped
+}
+
+// setOnStop makes f run inside every later Timer.Stop.
+func (c *seamClock) setOnStop(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onStop = f
+}
+
+// funcsAt returns the functions of the timers set to fire at at.
+func (c *seamClock) funcsAt(at time.Time) []func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.funcs[at]
+}
+
+// waitPending waits until n timers are pending and returns their deadlines,
+// earliest first: the renewal goroutine sets its timer on its own schedule.
+func waitPending(t *testing.T, clk *fakeclock.Clock, n int) []time.Time {
+	t.Helper()
+	for i := 0; ; i++ {
+		if p := clk.Pending(); len(p) >= n {
+			return p
+		} else if i > 5000 {
+			t.Fatalf("%d timers pending, want %d", len(p), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// blockingRenew parks each Renew until the test answers it on reply.
+type blockingRenew struct {
+	lease.Backend
+	calls chan struct{}
+	reply chan error
+}
+
+func (b *blockingRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	select {
+	case b.calls <- struct{}{}:
+	case <-ctx.Done():
+		return lease.Lease{}, ctx.Err()
+	}
+	select {
+	case err := <-b.reply:
+		if err != nil {
+			return lease.Lease{}, err
+		}
+	case <-ctx.Done():
+		return lease.Lease{}, ctx.Err()
+	}
+	return b.Backend.Renew(context.WithoutCancel(ctx), l, ttl)
+}
+
+// holdWithBlockedRenewals returns worker-a's one-second hold on "job" on a
+// fake clock, its renewals held by the returned backend until answered.
+func holdWithBlockedRenewals(t *testing.T) (*seamClock, *blockingRenew, *lease.Hold) {
+	t.Helper()
+	b := &blockingRenew{Backend: memstore.New(), calls: make(chan struct{}), reply: make(chan error)}
+	clk, h := holdOnFakeClock(t, b)
+	return clk, b, h
+}
+
+// holdOnFakeClock returns worker-a's one-second hold on "job" through b, on a
+// fake clock.
+func holdOnFakeClock(t *testing.T, b lease.Backend) (*seamClock, *lease.Hold) {
+	t.Helper()
+	clk := newSeamClock()
+	c := newClient(t, b, "worker-a", lease.WithClock(clk))
+	h, err := c.TryAcquire(context.Background(), "job", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clk, h
+}
+
+// TestErrReportsLossOnceTheDeadlinePassed: after a pause past the safe
+// deadline, the deadline timer's goroutine and the application's race to run.
+// Err must not report the lease as held once the client's clock has passed
+// the deadline (I5), whether or not the timer has run yet: the application
+// checks Err (directly or through fence.Transport) right before it writes.
+func TestErrReportsLossOnceTheDeadlinePassed(t *testing.T) {
+	ctx := context.Background()
+	clk, h := holdOnFakeClock(t, memstore.New())
+	defer h.Release(ctx)
+	if err := h.Err(); err != nil {
+		t.Fatalf("Err right after acquire = %v", err)
+	}
+	clk.JumpTo(h.Deadline().Add(-time.Nanosecond))
+	if err := h.Err(); err != nil {
+		t.Fatalf("Err just before the deadline = %v, want nil", err)
+	}
+	// The process was paused: the clock is past the deadline, no timer ran.
+	clk.JumpTo(h.Deadline().Add(time.Millisecond))
+	if err := h.Err(); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("Err after the safe deadline passed (timer not yet run) = %v, want ErrLost", err)
+	}
+	select {
+	case <-h.Done():
+	default:
+		t.Error("Err reported the loss but Done is not closed")
+	}
+	if cause := context.Cause(h.Context()); !errors.Is(cause, lease.ErrLost) {
+		t.Errorf("cause = %v, want ErrLost", cause)
+	}
+}
+
+// clampRenew grants renewals at most max, whatever was asked: a backend (or
+// a server in front of one) whose policy shortened the lease after it was
+// granted. The lease it returns says so in its TTL.
+type clampRenew struct {
+	lease.Backend
+	max time.Duration
+}
+
+func (b clampRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	return b.Backend.Renew(ctx, l, min(ttl, b.max))
+}
+
+// TestRenewalFollowsTheGrantedTTL: a renewal that comes back with a shorter
+// TTL moves the deadline by that TTL; the next renewal must then come before
+// that deadline, not at a third of the TTL first asked for.
+func TestRenewalFollowsTheGrantedTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		c := newClient(t, clampRenew{Backend: store, max: 3 * time.Second}, "worker-a")
+		ctx := context.Background()
+		h, err := c.TryAcquire(ctx, "job", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(ctx)
+		time.Sleep(2 * time.Minute)
+		if err := h.Err(); err != nil {
+			t.Fatalf("lease lost although every renewal succeeded: %v", err)
+		}
+		if got, err := store.Get(ctx, "job"); err != nil || got.Token != h.Token() {
+			t.Fatalf("backend lease = %+v, %v; want token %d still held", got, err, h.Token())
+		}
+		if left := time.Until(h.Deadline()); left > 3*time.Second {
+			t.Errorf("deadline %v away, beyond the 3s TTL the backend granted", left)
+		}
+	})
+}
+
+// TestReleaseReportsALossThatRacedIt: the renewal loop learns the lease is
+// gone while Release is running. Whatever the order, Release must agree with
+// the Hold's context: if its cause is ErrLost, Release returns ErrLost, never
+// nil as if the work under the lease had been safe to the end.
+func TestReleaseReportsALossThatRacedIt(t *testing.T) {
+	ctx := context.Background()
+	clk, b, h := holdWithBlockedRenewals(t)
+	// Run the renewal timer (the earliest pending one) so that a renewal is
+	// in flight.
+	clk.Set(waitPending(t, clk.Clock, 2)[0])
+	<-b.calls
+	// Release stops the deadline timer; at that moment the backend answers
+	// the renewal in flight: the lease is gone.
+	var once sync.Once
+	clk.setOnStop(func() {
+		once.Do(func() {
+			b.reply <- fmt.Errorf("%w: superseded", lease.ErrNotHeld)
+			<-h.Done()
+		})
+	})
+	err := h.Release(ctx)
+	cause := context.Cause(h.Context())
+	if errors.Is(cause, lease.ErrLost) && !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("Release = %v while the Hold's cause is %v; want Release to report the loss", err, cause)
+	}
+	if !errors.Is(cause, lease.ErrLost) && !errors.Is(cause, lease.ErrReleased) {
+		t.Fatalf("cause = %v", cause)
+	}
+}
+
+// TestNoTimerOutlivesRelease: a deadline timer that fires after a renewal
+// moved the deadline (it was already running when the renewal stopped it)
+// re-arms for the rest; that must not leave a second live timer behind that
+// Release cannot stop.
+func TestNoTimerOutlivesRelease(t *testing.T) {
+	ctx := context.Background()
+	clk, h := holdOnFakeClock(t, memstore.New())
+	// The first deadline timer, as the hold set it.
+	pending := waitPending(t, clk.Clock, 2)
+	n := 0
+	for _, at := range pending {
+		if at.Equal(h.Deadline()) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d timers at the deadline, want 1", n)
+	}
+	stale := clk.funcsAt(h.Deadline())[0] // the callback, as its goroutine would run it
+	// A renewal succeeds and moves the deadline.
+	old := h.Deadline()
+	clk.Set(pending[0]) // the renewal timer
+	for i := 0; h.Deadline().Equal(old); i++ {
+		if i > 1000 {
+			t.Fatal("no renewal")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The old deadline timer's goroutine, already started before the renewal
+	// stopped it, now runs.
+	stale()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range clk.Pending() {
+		t.Errorf("timer for %v still pending after Release", at.Sub(clk.Now()))
+	}
+}
+
+// TestRenewalReplyAfterTheDeadlineLoses: a renewal sent in time whose reply
+// arrives after the safe deadline must not extend the lease, and the Hold
+// is lost at once — not only when the deadline timer gets to run.
+func TestRenewalReplyAfterTheDeadlineLoses(t *testing.T) {
+	ctx := context.Background()
+	clk, b, h := holdWithBlockedRenewals(t)
+	defer h.Release(ctx)
+	deadline := h.Deadline()
+	clk.Set(waitPending(t, clk.Clock, 2)[0]) // the renewal timer
+	<-b.calls
+	clk.JumpTo(deadline.Add(time.Millisecond)) // no timer runs
+	b.reply <- nil                             // the backend renewed it, but we hear of it too late
+	select {
+	case <-h.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("renewal reply after the deadline: Hold not lost")
+	}
+	if cause := context.Cause(h.Context()); !errors.Is(cause, lease.ErrLost) {
+		t.Errorf("cause = %v, want ErrLost", cause)
+	}
+	if !h.Deadline().Equal(deadline) {
+		t.Errorf("a late renewal moved the deadline from %v to %v", deadline, h.Deadline())
+	}
+}
+
+// retokenRenew answers every renewal with the lease it renewed under another
+// token: a broken backend, or a proxy mixing up answers.
+type retokenRenew struct{ *memstore.Store }
+
+func (b retokenRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	r, err := b.Store.Renew(ctx, l, ttl)
+	r.Token++
+	return r, err
+}
+
+// TestRenewalWithAnotherTokenLoses: a lease keeps its token for life (I2).
+// A renewal answered with another one cannot be vouched for — the writes
+// are fenced with the old token — so the Hold is lost at that renewal, not
+// kept alive on the backend's word.
+func TestRenewalWithAnotherTokenLoses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, retokenRenew{memstore.New()}, "worker-a")
+		ctx := context.Background()
+		h, err := c.TryAcquire(ctx, "job", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Release(ctx)
+		tok := h.Token()
+		time.Sleep(11 * time.Second) // past the first renewal, at about 10 s
+		synctest.Wait()
+		if err := h.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("Err = %v after a renewal answered with another token; want ErrLost", err)
+		}
+		if h.Token() != tok {
+			t.Errorf("token changed from %d to %d", tok, h.Token())
+		}
+	})
+}
