@@ -52,3 +52,20 @@ func TestConformance(t *testing.T) {
 		}),
 	)
 }
+
+// TestConformanceWithoutLog runs the suite on the log-less variant that
+// BenchmarkCompareBoltLog measures the log against: a variant that broke
+// the contract would prove nothing by being fast.
+func TestConformanceWithoutLog(t *testing.T) {
+	t.Parallel()
+	leasetest.TestBackend(t,
+		func(t *testing.T) lease.Backend { s, _ := open(t, boltstore.WithoutLogForBench()); return s },
+		leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
+			s := old.(*boltstore.Store)
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			return openAt(t, s.Path(), boltstore.WithoutLogForBench())
+		}),
+	)
+}

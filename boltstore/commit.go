@@ -305,7 +305,11 @@ func (s *Store) finish(t *txn, batch []*op) error {
 	if s.syncHook != nil {
 		s.syncHook()
 	}
-	if err := t.wal.write(); err != nil {
+	write := t.wal.write
+	if s.noLog {
+		write = s.commitLive
+	}
+	if err := write(); err != nil {
 		// After a failed write or fdatasync the log's state on disk is
 		// unknown (the kernel may have dropped pages it could not write),
 		// and the open transaction holds writes that may never be
@@ -321,6 +325,22 @@ func (s *Store) finish(t *txn, batch []*op) error {
 	s.durCond.Broadcast()
 	s.durMu.Unlock()
 	return nil
+}
+
+// commitLive makes the batch durable without the log (noLog): it commits
+// the open transaction, bbolt's two fdatasyncs, and begins the next.
+// Readers wait meanwhile, as they do for a checkpoint.
+func (s *Store) commitLive() error {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	s.wal.buf = s.wal.buf[:0] // the batch's entries, which no log will hold
+	err := s.live.tx.Commit()
+	s.live = nil
+	if err != nil {
+		return err
+	}
+	s.live, err = s.begin()
+	return err
 }
 
 // fail makes every later operation fail with err, wakes readers waiting

@@ -24,6 +24,10 @@ import (
 // leases on PATH until killed, printing "KEY TOKEN" after each Acquire returns.
 const childEnv = "BOLTSTORE_TEST_CHILD"
 
+// childNoLogEnv, set to 1, makes the child open its store without the log
+// (WithoutLogForBench).
+const childNoLogEnv = "BOLTSTORE_TEST_CHILD_NOLOG"
+
 const crashKeys = 8
 
 // crashChild runs the child side of a test when childEnv asks for it, and
@@ -33,7 +37,11 @@ func crashChild() bool {
 	if !ok {
 		return false
 	}
-	s, err := boltstore.Open(path)
+	var opts []boltstore.Option
+	if os.Getenv(childNoLogEnv) == "1" {
+		opts = append(opts, boltstore.WithoutLogForBench())
+	}
+	s, err := boltstore.Open(path, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
@@ -84,6 +92,21 @@ func crashChild() bool {
 // be below the next token issued for its key (I1 across crashes).
 func TestCrash(t *testing.T) {
 	t.Parallel()
+	testCrash(t, false)
+}
+
+// TestCrashWithoutLog is TestCrash on the log-less variant that
+// BenchmarkCompareBoltLog measures the log against: it must be as durable.
+func TestCrashWithoutLog(t *testing.T) {
+	t.Parallel()
+	testCrash(t, true)
+}
+
+func testCrash(t *testing.T, noLog bool) {
+	var opts []boltstore.Option
+	if noLog {
+		opts = append(opts, boltstore.WithoutLogForBench())
+	}
 	rounds := 6
 	if testing.Short() {
 		rounds = 2
@@ -91,7 +114,7 @@ func TestCrash(t *testing.T) {
 	path := t.TempDir() + "/lease.db"
 	reported := map[string]lease.Token{} // highest token the child was given, per key
 	for round := range rounds {
-		lines := crashRound(t, path, round)
+		lines := crashRound(t, path, round, noLog)
 		for _, line := range lines {
 			key, tok, ok := strings.Cut(line, " ")
 			n, err := strconv.ParseUint(tok, 10, 64)
@@ -104,7 +127,7 @@ func TestCrash(t *testing.T) {
 			reported[key] = lease.Token(n)
 		}
 
-		s, err := boltstore.Open(path)
+		s, err := boltstore.Open(path, opts...)
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
 		}
@@ -135,10 +158,13 @@ func TestCrash(t *testing.T) {
 // crashRound runs the child until it has reported a random number of
 // acquisitions (none, in the first round: killed while opening or starting),
 // kills it with SIGKILL and returns the whole lines it printed.
-func crashRound(t *testing.T, path string, round int) []string {
+func crashRound(t *testing.T, path string, round int, noLog bool) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=crash:"+path)
+	if noLog {
+		cmd.Env = append(cmd.Env, childNoLogEnv+"=1")
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,12 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
+	if s.noLog && s.committing() {
+		// The commit loop is committing the transaction the read would
+		// wait for: go to the loop, which decides afresh, so as to be in
+		// its next batch, as a caller of the logged store would be.
+		return s.acquireInLoop(ctx, key, owner, ttl)
+	}
 	var held error
 	pending, err := s.read(ctx, func(leases *bolt.Bucket) error {
 		rec, ok, err := getLease(leases, key)
@@ -43,11 +49,25 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		}
 		return lease.Lease{}, held
 	}
+	return s.acquireInLoop(ctx, key, owner, ttl)
+}
+
+func (s *Store) acquireInLoop(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	o := &op{kind: opAcquire, key: key, owner: owner, ttl: ttl}
 	if err := s.submit(ctx, o); err != nil {
 		return lease.Lease{}, err
 	}
 	return o.res, o.err
+}
+
+// committing reports whether someone holds txMu (noLog: the commit loop
+// committing). A hint only.
+func (s *Store) committing() bool {
+	if s.txMu.TryLock() {
+		s.txMu.Unlock()
+		return false
+	}
+	return true
 }
 
 // AcquireWait implements lease.WaitAcquirer: waiters queue in this process in

@@ -64,7 +64,12 @@ type Store struct {
 
 	syncHook func() // tests only: runs before each batch's log write
 
-	commits     atomic.Uint64         // batches made durable (log records written); tests read it
+	// noLog (benchmarks only, see export_test.go) makes each batch durable
+	// by committing the bbolt transaction, bbolt's own fsyncs, instead of
+	// by a log record: the log's measured alternative.
+	noLog bool
+
+	commits     atomic.Uint64         // batches made durable (log records written, or noLog commits); tests read it
 	checkpoints atomic.Uint64         // checkpoints committed since Open; tests read it
 	failed      atomic.Pointer[error] // set by a failed log write or checkpoint: the store stops
 
@@ -94,6 +99,7 @@ type config struct {
 	allowSharedDir   bool
 	boltOptions      func(*bolt.Options) // tests only: e.g. a MaxSize to make commits fail
 	checkpointAlways bool                // tests only
+	noLog            bool                // benchmarks only (export_test.go)
 }
 
 // DefaultCheckpointEvery is how often, at most, the open transaction is
@@ -275,6 +281,7 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 		checkpointEvery:  DefaultCheckpointEvery,
 		checkpointAlways: cfg.checkpointAlways,
 		lastCheckpoint:   time.Now(),
+		noLog:            cfg.noLog,
 	}
 	s.durCond = sync.NewCond(&s.durMu)
 	if s.live, err = s.begin(); err != nil {

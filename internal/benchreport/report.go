@@ -79,7 +79,17 @@ func targetText(t Target) string {
 	if t.Versus == "" {
 		return fmt.Sprintf("%s %s %s", t.Metric, t.Cmp, num(t.Ratio))
 	}
-	return fmt.Sprintf("%s %s %.1f× %s", t.Metric, t.Cmp, t.Ratio, t.Versus)
+	return fmt.Sprintf("%s %s %s× %s", t.Metric, t.Cmp, ratioText(t.Ratio), t.Versus)
+}
+
+// ratioText prints a target's ratio exactly as written, with at least one
+// decimal: 1.15 is not rounded to 1.1, and 2 reads 2.0.
+func ratioText(r float64) string {
+	s := strconv.FormatFloat(r, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
 }
 
 func measuredText(o Outcome) string {

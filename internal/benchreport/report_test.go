@@ -60,6 +60,16 @@ func TestNum(t *testing.T) {
 	}
 }
 
+// TestTargetText: a ratio is printed as written, not rounded to one
+// decimal (issue 23's 1.15 read as 1.1, a target it was not).
+func TestTargetText(t *testing.T) {
+	for ratio, want := range map[float64]string{1.15: "ops/s >= 1.15× base", 1.8: "ops/s >= 1.8× base", 2: "ops/s >= 2.0× base"} {
+		if got := targetText(Target{Impl: "x", Versus: "base", Cmp: ">=", Ratio: ratio, Metric: "ops/s"}); got != want {
+			t.Errorf("ratio %v: %q, want %q", ratio, got, want)
+		}
+	}
+}
+
 func TestShellJoin(t *testing.T) {
 	got := shellJoin([]string{"go", "test", "-run", "^$", "-bench", "it's", "./x"})
 	if want := `go test -run '^$' -bench 'it'\''s' ./x`; got != want {

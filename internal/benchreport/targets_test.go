@@ -100,3 +100,37 @@ func TestEvaluateFloor(t *testing.T) {
 		t.Errorf("met target with a slow floor: %+v", got)
 	}
 }
+
+// TestBoltLogTargetsJudged: issue 23's targets name the rows that
+// BenchmarkCompareBoltLogServe reports, so that `make bench` judges whether
+// boltstore's log still earns its keep rather than calling it unmeasured.
+func TestBoltLogTargetsJudged(t *testing.T) {
+	out := "BenchmarkCompareBoltLogServe/c=1/interleaved-2 \t 1 \t 1400000 ns/op \t" +
+		" 830000 serve-bolt-nolog:ns/op \t 1200 serve-bolt-nolog:ops/s \t 0 serve-bolt-nolog:row \t" +
+		" 600000 serve-bolt:ns/op \t 1660 serve-bolt:ops/s \t 1 serve-bolt:row\n" +
+		"BenchmarkCompareBoltLogServe/c=32/interleaved-2 \t 1 \t 900000000 ns/op \t" +
+		" 220000 serve-bolt-nolog:ns/op \t 4500 serve-bolt-nolog:ops/s \t 0 serve-bolt-nolog:row \t" +
+		" 190000 serve-bolt:ns/op \t 5300 serve-bolt:ops/s \t 1 serve-bolt:row\n"
+	parsed, err := Parse(strings.NewReader(out), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var judged int
+	for _, o := range Evaluate(Targets, Aggregate(parsed.Samples), 2) {
+		if o.Group != "BoltLogServe" {
+			continue
+		}
+		judged++
+		if o.Status != "met" && o.Status != "NOT met" {
+			t.Errorf("c=%d %s vs %s: %s", o.Clients, o.Impl, o.Versus, o.Status)
+		}
+	}
+	if judged != 2 {
+		t.Errorf("%d BoltLogServe targets, want 2 (c=32 throughput, c=1 time)", judged)
+	}
+	for _, g := range []string{"BoltLog", "BoltLogServe"} {
+		if groupNotes[g] == "" {
+			t.Errorf("group %s has no note", g)
+		}
+	}
+}

@@ -1,0 +1,16 @@
+package boltstore
+
+// WithoutLogForBench makes Open's store write nothing to its log: each
+// batch is made durable by committing the bbolt transaction (bbolt's own
+// fsyncs), with the same commit loop and group commit. It exists to
+// measure what the log gains (BenchmarkCompareBoltLog) and is no choice a
+// user has.
+func WithoutLogForBench() Option {
+	return func(c *config) error {
+		c.noLog = true
+		return nil
+	}
+}
+
+// Commits returns how many batches s has made durable since Open.
+func Commits(s *Store) uint64 { return s.commits.Load() }
