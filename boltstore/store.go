@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -87,6 +88,7 @@ type Store struct {
 var (
 	_ lease.Backend      = (*Store)(nil)
 	_ lease.WaitAcquirer = (*Store)(nil)
+	_ io.Closer          = (*Store)(nil)
 )
 
 // Option configures Open.
