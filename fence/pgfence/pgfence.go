@@ -34,14 +34,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/leasehq/lease/internal/pgident"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/internal/sqlguard"
+	"github.com/leasehq/lease/internal/sqlident"
 )
+
+// dialect is PostgreSQL as pgx speaks it, for the code pgfence shares with
+// sqlfence.
+var dialect = sqlguard.Dialect{
+	Pkg:          "pgfence",
+	Ident:        sqlident.PostgreSQL,
+	Quote:        func(name string) string { return pgx.Identifier{name}.Sanitize() },
+	Param:        func(n int) string { return "$" + strconv.Itoa(n) },
+	Numbered:     true,
+	CompareToken: func(p string) string { return p + "::bigint" },
+	NoRows:       pgx.ErrNoRows,
+}
 
 // Querier is what the package runs statements through: *pgxpool.Pool,
 // *pgx.Conn and pgx.Tx all qualify.
@@ -75,8 +89,8 @@ type config struct {
 // or fence.Strict.
 func WithMode(m fence.Mode) Option {
 	return func(c *config) error {
-		if m != fence.AtLeast && m != fence.Strict {
-			return invalidf("unknown mode %v", m)
+		if err := dialect.CheckMode(m); err != nil {
+			return err
 		}
 		c.mode = m
 		return nil
@@ -86,7 +100,7 @@ func WithMode(m fence.Mode) Option {
 // WithSchema puts the guard's table in schema name, created if missing.
 func WithSchema(name string) Option {
 	return func(c *config) error {
-		if err := checkIdent("schema", name); err != nil {
+		if err := dialect.CheckIdent("schema", name); err != nil {
 			return err
 		}
 		c.schema = name
@@ -97,7 +111,7 @@ func WithSchema(name string) Option {
 // WithTable names the guard's table.
 func WithTable(name string) Option {
 	return func(c *config) error {
-		if err := checkIdent("table", name); err != nil {
+		if err := dialect.CheckIdent("table", name); err != nil {
 			return err
 		}
 		c.table = name
@@ -129,11 +143,7 @@ func New(ctx context.Context, db DB, opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	table := pgx.Identifier{cfg.schema, cfg.table}.Sanitize()
-	cmp := "<="
-	if cfg.mode == fence.Strict {
-		cmp = "<"
-	}
+	table := dialect.Name(cfg.schema, cfg.table)
 	g := &Guard{
 		mode:  cfg.mode,
 		table: table,
@@ -141,10 +151,7 @@ func New(ctx context.Context, db DB, opts ...Option) (*Guard, error) {
 		// the WHERE, so even a rejected Check holds the row until the
 		// transaction ends; an admitted one records the token, to be
 		// committed or rolled back with the caller's write.
-		check: `INSERT INTO ` + table + ` AS f (resource, token) VALUES ($1, $2)
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
-WHERE f.token ` + cmp + ` EXCLUDED.token
-RETURNING token`,
+		check:   dialect.Upsert(table, cfg.mode),
 		highest: `SELECT token FROM ` + table + ` WHERE resource = $1`,
 	}
 	if err := g.create(ctx, db, cfg.schema); err != nil {
@@ -204,7 +211,7 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lea
 	if tx == nil {
 		return invalidf("tx is nil: Check must run in the writer's transaction")
 	}
-	if err := validate(resource, token); err != nil {
+	if err := dialect.Validate(resource, token); err != nil {
 		return err
 	}
 	var recorded int64
@@ -229,8 +236,8 @@ func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.
 	if q == nil {
 		return 0, invalidf("querier is nil")
 	}
-	if err := lease.ValidateKey(resource); err != nil {
-		return 0, fmt.Errorf("pgfence: resource: %w", err)
+	if err := dialect.ValidateResource(resource); err != nil {
+		return 0, err
 	}
 	var highest int64
 	err := q.QueryRow(ctx, g.highest, resource).Scan(&highest)
@@ -243,24 +250,5 @@ func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.
 	return lease.Token(highest), nil
 }
 
-func validate(resource string, token lease.Token) error {
-	if err := lease.ValidateKey(resource); err != nil {
-		return fmt.Errorf("pgfence: resource: %w", err)
-	}
-	if err := fence.ValidateToken(token); err != nil {
-		return fmt.Errorf("pgfence: %w", err)
-	}
-	return nil
-}
-
-func checkIdent(what, name string) error {
-	if err := pgident.Check(what, name); err != nil {
-		return invalidf("%v", err)
-	}
-	return nil
-}
-
 // invalidf returns an error matching lease.ErrInvalid.
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("pgfence: %w: "+format, append([]any{lease.ErrInvalid}, args...)...)
-}
+func invalidf(format string, args ...any) error { return dialect.Invalidf(format, args...) }
