@@ -2,7 +2,6 @@ package pgfence
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,12 +66,8 @@ func UpdateRow(ctx context.Context, q Querier, u Update) error {
 			tag, err := q.Exec(ctx, sql, args...)
 			return tag.RowsAffected(), err
 		},
-		func(ctx context.Context, sql string, id any) (int64, bool, error) {
-			var tok int64
-			err := q.QueryRow(ctx, sql, id).Scan(&tok)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return 0, false, nil
-			}
-			return tok, err == nil, err
+		func(ctx context.Context, sql string, id any) (tok int64, err error) {
+			err = q.QueryRow(ctx, sql, id).Scan(&tok)
+			return tok, err
 		})
 }

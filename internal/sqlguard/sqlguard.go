@@ -9,6 +9,7 @@ package sqlguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -224,9 +225,9 @@ func (d Dialect) UpdateSQL(u Update) (string, []any, error) {
 // Exec runs an UPDATE and returns how many rows its WHERE matched.
 type Exec func(ctx context.Context, sql string, args []any) (matched int64, err error)
 
-// ReadToken runs a query for one row's token; found is false if there is
-// no such row.
-type ReadToken func(ctx context.Context, sql string, id any) (token int64, found bool, err error)
+// ReadToken runs a query for one row's token; an error matching
+// Dialect.NoRows says there is no such row.
+type ReadToken func(ctx context.Context, sql string, id any) (token int64, err error)
 
 // UpdateRow runs u through exec. It returns nil if the row was updated; a
 // *fence.StaleTokenError if the row's token is newer than u.Token allows;
@@ -255,12 +256,12 @@ func (d Dialect) UpdateRow(ctx context.Context, u Update, exec Exec, read ReadTo
 		case n > 1:
 			return d.Invalidf("updating %s changed %d rows: %q is not unique", u.Resource(), n, u.IDColumn)
 		}
-		highest, found, err := read(ctx, readSQL, u.ID)
+		highest, err := read(ctx, readSQL, u.ID)
 		switch {
+		case errors.Is(err, d.NoRows):
+			return fmt.Errorf("%s: no row %s: %w", d.Pkg, u.Resource(), d.NoRows)
 		case err != nil:
 			return fmt.Errorf("%s: reading the token of %s: %w", d.Pkg, u.Resource(), err)
-		case !found:
-			return fmt.Errorf("%s: no row %s: %w", d.Pkg, u.Resource(), d.NoRows)
 		case !u.Mode.Admits(u.Token, lease.Token(highest)):
 			return &fence.StaleTokenError{Resource: u.Resource(), Token: u.Token, Highest: lease.Token(highest), Mode: u.Mode}
 		}
