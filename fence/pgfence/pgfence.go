@@ -32,7 +32,6 @@ package pgfence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -122,10 +121,8 @@ func WithTable(name string) Option {
 // Guard admits writes by fencing token inside PostgreSQL transactions. It
 // holds no connection and is safe for concurrent use.
 type Guard struct {
-	mode    fence.Mode
-	table   string // quoted, schema-qualified
-	check   string
-	highest string
+	mode  fence.Mode
+	marks sqlguard.Marks
 }
 
 // New returns a Guard, creating its table (and schema) in db if they do not
@@ -143,17 +140,11 @@ func New(ctx context.Context, db DB, opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	table := dialect.Name(cfg.schema, cfg.table)
-	g := &Guard{
-		mode:  cfg.mode,
-		table: table,
-		// ON CONFLICT DO UPDATE locks the existing row before it evaluates
-		// the WHERE, so even a rejected Check holds the row until the
-		// transaction ends; an admitted one records the token, to be
-		// committed or rolled back with the caller's write.
-		check:   dialect.Upsert(table, cfg.mode),
-		highest: `SELECT token FROM ` + table + ` WHERE resource = $1`,
-	}
+	// ON CONFLICT DO UPDATE locks the existing row before it evaluates the
+	// WHERE, so even a rejected Check holds the row until the transaction
+	// ends; an admitted one records the token, to be committed or rolled
+	// back with the caller's write.
+	g := &Guard{mode: cfg.mode, marks: dialect.Marks(cfg.mode, cfg.schema, cfg.table)}
 	if err := g.create(ctx, db, cfg.schema); err != nil {
 		return nil, err
 	}
@@ -163,20 +154,20 @@ func New(ctx context.Context, db DB, opts ...Option) (*Guard, error) {
 func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+		return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "pgfence "+g.table); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "pgfence "+g.marks.Table); err != nil {
 		return fmt.Errorf("pgfence: locking for table creation: %w", err)
 	}
 	var exists, hasSchema bool
 	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT FROM pg_namespace WHERE nspname = $2)`,
-		g.table, schema).Scan(&exists, &hasSchema); err != nil {
-		return fmt.Errorf("pgfence: looking for %s: %w", g.table, err)
+		g.marks.Table, schema).Scan(&exists, &hasSchema); err != nil {
+		return fmt.Errorf("pgfence: looking for %s: %w", g.marks.Table, err)
 	}
 	if !exists {
 		// Only when missing: an existing table needs no CREATE privilege.
@@ -185,15 +176,15 @@ func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 				return fmt.Errorf("pgfence: creating schema: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+g.table+` (
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+g.marks.Table+` (
 			resource text COLLATE "C" PRIMARY KEY,
 			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
 		)`); err != nil {
-			return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+			return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+		return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 	}
 	return nil
 }
@@ -211,23 +202,7 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lea
 	if tx == nil {
 		return invalidf("tx is nil: Check must run in the writer's transaction")
 	}
-	if err := dialect.Validate(resource, token); err != nil {
-		return err
-	}
-	var recorded int64
-	err := tx.QueryRow(ctx, g.check, resource, int64(token)).Scan(&recorded)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("pgfence: checking %q token %d: %w", resource, token, err)
-	}
-	// Rejected; the row is ours until tx ends, so this reads what rejected us.
-	highest, err := g.Highest(ctx, tx, resource)
-	if err != nil {
-		return err
-	}
-	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest, Mode: g.mode}
+	return g.marks.Check(ctx, query(tx), resource, token)
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
@@ -236,18 +211,15 @@ func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.
 	if q == nil {
 		return 0, invalidf("querier is nil")
 	}
-	if err := dialect.ValidateResource(resource); err != nil {
-		return 0, err
+	return g.marks.Highest(ctx, query(q), resource)
+}
+
+// query is q's QueryRow for the shared code.
+func query(q Querier) sqlguard.Query {
+	return func(ctx context.Context, sql string, args ...any) (n int64, err error) {
+		err = q.QueryRow(ctx, sql, args...).Scan(&n)
+		return n, err
 	}
-	var highest int64
-	err := q.QueryRow(ctx, g.highest, resource).Scan(&highest)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("pgfence: reading highest token of %q: %w", resource, err)
-	}
-	return lease.Token(highest), nil
 }
 
 // invalidf returns an error matching lease.ErrInvalid.

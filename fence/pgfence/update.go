@@ -66,8 +66,5 @@ func UpdateRow(ctx context.Context, q Querier, u Update) error {
 			tag, err := q.Exec(ctx, sql, args...)
 			return tag.RowsAffected(), err
 		},
-		func(ctx context.Context, sql string, id any) (tok int64, err error) {
-			err = q.QueryRow(ctx, sql, id).Scan(&tok)
-			return tok, err
-		})
+		query(q))
 }

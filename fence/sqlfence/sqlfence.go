@@ -65,7 +65,6 @@ package sqlfence
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -150,9 +149,7 @@ type Guard struct {
 	dialect Dialect
 	d       *sqlguard.Dialect
 	mode    fence.Mode
-	table   string // quoted
-	check   string
-	highest string
+	marks   sqlguard.Marks
 }
 
 // New returns a Guard for the engine d speaks, creating its table in db if
@@ -179,12 +176,9 @@ func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, er
 	if err := sp.CheckIdent("table", cfg.table); err != nil {
 		return nil, err
 	}
-	g := &Guard{dialect: d, d: sp, mode: cfg.mode, table: sp.Name(cfg.table)}
-	g.highest = `SELECT token FROM ` + g.table + ` WHERE resource = ` + sp.Param(1)
+	g := &Guard{dialect: d, d: sp, mode: cfg.mode, marks: sp.Marks(cfg.mode, cfg.table)}
 	if d == MySQL {
-		g.check = mysqlCheck(g.table, cfg.mode)
-	} else {
-		g.check = sp.Upsert(g.table, cfg.mode)
+		g.marks.Upsert = mysqlCheck(g.marks.Table, cfg.mode)
 	}
 	if err := g.create(ctx, db, cfg.table); err != nil {
 		return nil, err
@@ -200,15 +194,15 @@ func (g *Guard) create(ctx context.Context, db Querier, name string) error {
 		var n int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.TABLES
 			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, name).Scan(&n); err != nil {
-			return fmt.Errorf("sqlfence: looking for %s: %w", g.table, err)
+			return fmt.Errorf("sqlfence: looking for %s: %w", g.marks.Table, err)
 		}
 		if n > 0 {
 			return nil
 		}
 		ddl = mysqlTable
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+g.table+ddl); err != nil {
-		return fmt.Errorf("sqlfence: creating %s: %w", g.table, err)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+g.marks.Table+ddl); err != nil {
+		return fmt.Errorf("sqlfence: creating %s: %w", g.marks.Table, err)
 	}
 	return nil
 }
@@ -229,27 +223,10 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, resource string, token le
 	if tx == nil {
 		return g.d.Invalidf("tx is nil: Check must run in the writer's transaction")
 	}
-	if err := g.d.Validate(resource, token); err != nil {
-		return err
-	}
 	if g.dialect == MySQL {
 		return g.checkMySQL(ctx, tx, resource, token)
 	}
-	var recorded int64
-	err := tx.QueryRowContext(ctx, g.check, resource, int64(token)).Scan(&recorded)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("sqlfence: checking %q token %d: %w", resource, token, err)
-	}
-	// Rejected; the database is ours until tx ends, so this reads what
-	// rejected us.
-	highest, err := g.Highest(ctx, tx, resource)
-	if err != nil {
-		return err
-	}
-	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest, Mode: g.mode}
+	return g.marks.Check(ctx, query(tx), resource, token)
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
@@ -258,25 +235,25 @@ func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.
 	if q == nil {
 		return 0, g.d.Invalidf("querier is nil")
 	}
-	if err := g.d.ValidateResource(resource); err != nil {
-		return 0, err
+	return g.marks.Highest(ctx, query(q), resource)
+}
+
+// query is q's QueryRowContext for the shared code.
+func query(q Querier) sqlguard.Query {
+	return func(ctx context.Context, sql string, args ...any) (n int64, err error) {
+		err = q.QueryRowContext(ctx, sql, args...).Scan(&n)
+		return n, err
 	}
-	var highest int64
-	err := q.QueryRowContext(ctx, g.highest, resource).Scan(&highest)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("sqlfence: reading highest token of %q: %w", resource, err)
-	}
-	return lease.Token(highest), nil
 }
 
 // checkMySQL runs mysqlCheck: the insert ID of its answer is the token the
 // row held before (0 if there was no row), which decides.
 func (g *Guard) checkMySQL(ctx context.Context, tx *sql.Tx, resource string, token lease.Token) error {
+	if err := g.d.Validate(resource, token); err != nil {
+		return err
+	}
 	t := int64(token)
-	res, err := tx.ExecContext(ctx, g.check, resource, t, t, t)
+	res, err := tx.ExecContext(ctx, g.marks.Upsert, resource, t, t, t)
 	if err != nil {
 		return fmt.Errorf("sqlfence: checking %q token %d: %w", resource, token, err)
 	}
@@ -287,5 +264,5 @@ func (g *Guard) checkMySQL(ctx context.Context, tx *sql.Tx, resource string, tok
 	if before == 0 || g.mode.Admits(token, lease.Token(before)) {
 		return nil
 	}
-	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: lease.Token(before), Mode: g.mode}
+	return g.marks.Stale(resource, token, lease.Token(before))
 }

@@ -89,8 +89,5 @@ func UpdateRow(ctx context.Context, q Querier, d Dialect, u Update) error {
 			}
 			return n, err
 		},
-		func(ctx context.Context, query string, id any) (tok int64, err error) {
-			err = q.QueryRowContext(ctx, query, id).Scan(&tok)
-			return tok, err
-		})
+		query(q))
 }

@@ -1,10 +1,10 @@
 // Package sqlguard is what the SQL guards, pgfence (PostgreSQL through pgx)
 // and sqlfence (MySQL, MariaDB and SQLite through database/sql), have in
 // common: the comparison a mode admits tokens by, the checks of their input,
-// the conditional upsert both PostgreSQL and SQLite run for Check, and the
-// fenced single-row UPDATE with the loop that tells a stale token from a
-// missing row. A Dialect says how one engine spells them; the guards bring
-// their drivers' calls.
+// the guard's table of marks with the conditional upsert that PostgreSQL and
+// SQLite run for Check, and the fenced single-row UPDATE with the loop that
+// tells a stale token from a missing row. A Dialect says how one engine
+// spells them; the guards bring their drivers' calls.
 package sqlguard
 
 import (
@@ -103,17 +103,83 @@ func (d Dialect) Name(parts ...string) string {
 	return strings.Join(quoted, ".")
 }
 
-// Upsert is the statement of Check on engines with INSERT … ON CONFLICT and
-// RETURNING (PostgreSQL, SQLite), for a guard table of columns resource and
-// token: it records its second argument as resource's token if m admits it
-// and returns it, and returns no row otherwise. Either way it leaves the
-// resource's row (PostgreSQL) or the database (SQLite) locked until the
-// transaction ends, so the guard's answer stays true until then.
-func (d Dialect) Upsert(table string, m fence.Mode) string {
-	return `INSERT INTO ` + table + ` AS f (resource, token) VALUES (` + d.Param(1) + `, ` + d.Param(2) + `)
+// Query runs a statement that returns one integer column and takes that
+// from its first row; an error matching Dialect.NoRows says it returned no
+// row. The guards make one of their driver's QueryRow.
+type Query func(ctx context.Context, sql string, args ...any) (int64, error)
+
+// Marks is a guard's table of high-water marks (columns resource and
+// token), with its statements in one engine's spelling.
+type Marks struct {
+	d    *Dialect
+	mode fence.Mode
+	// Table is the table's quoted name.
+	Table string
+	// Upsert is Check's statement: on engines with INSERT … ON CONFLICT and
+	// RETURNING (PostgreSQL, SQLite), it records its second argument as
+	// the resource's token if the mode admits it and returns it, and
+	// returns no row otherwise. Either way it leaves the resource's row
+	// (PostgreSQL) or the database (SQLite) locked until the transaction
+	// ends, so the guard's answer stays true until then. A guard on
+	// another engine sets its own.
+	Upsert string
+	// Select reads a resource's token.
+	Select string
+}
+
+// Marks returns the statements of the table named by parts (a name, or a
+// schema and a name) for a guard admitting tokens by mode.
+func (d *Dialect) Marks(mode fence.Mode, parts ...string) Marks {
+	table := d.Name(parts...)
+	return Marks{d: d, mode: mode, Table: table,
+		Upsert: `INSERT INTO ` + table + ` AS f (resource, token) VALUES (` + d.Param(1) + `, ` + d.Param(2) + `)
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
-WHERE f.token ` + Cmp(m) + ` EXCLUDED.token
-RETURNING token`
+WHERE f.token ` + Cmp(mode) + ` EXCLUDED.token
+RETURNING token`,
+		Select: `SELECT token FROM ` + table + ` WHERE resource = ` + d.Param(1),
+	}
+}
+
+// Check runs Upsert through q, which must run in the writer's
+// transaction. A rejection reads the token that rejected it, while the
+// upsert's lock still holds, and returns a *fence.StaleTokenError.
+func (m Marks) Check(ctx context.Context, q Query, resource string, token lease.Token) error {
+	if err := m.d.Validate(resource, token); err != nil {
+		return err
+	}
+	_, err := q(ctx, m.Upsert, resource, int64(token))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, m.d.NoRows) {
+		return fmt.Errorf("%s: checking %q token %d: %w", m.d.Pkg, resource, token, err)
+	}
+	highest, err := m.Highest(ctx, q, resource)
+	if err != nil {
+		return err
+	}
+	return m.Stale(resource, token, highest)
+}
+
+// Stale is the rejection of token for resource by a mark of highest.
+func (m Marks) Stale(resource string, token, highest lease.Token) error {
+	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest, Mode: m.mode}
+}
+
+// Highest returns the highest token accepted for resource, as q sees it; 0
+// if none.
+func (m Marks) Highest(ctx context.Context, q Query, resource string) (lease.Token, error) {
+	if err := m.d.ValidateResource(resource); err != nil {
+		return 0, err
+	}
+	highest, err := q(ctx, m.Select, resource)
+	switch {
+	case errors.Is(err, m.d.NoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("%s: reading highest token of %q: %w", m.d.Pkg, resource, err)
+	}
+	return lease.Token(highest), nil
 }
 
 // Update is a fenced single-row UPDATE (pgfence.Update and sqlfence.Update
@@ -225,16 +291,12 @@ func (d Dialect) UpdateSQL(u Update) (string, []any, error) {
 // Exec runs an UPDATE and returns how many rows its WHERE matched.
 type Exec func(ctx context.Context, sql string, args []any) (matched int64, err error)
 
-// ReadToken runs a query for one row's token; an error matching
-// Dialect.NoRows says there is no such row.
-type ReadToken func(ctx context.Context, sql string, id any) (token int64, err error)
-
 // UpdateRow runs u through exec. It returns nil if the row was updated; a
 // *fence.StaleTokenError if the row's token is newer than u.Token allows;
 // and an error matching d.NoRows if no row has u.ID. Only a rejected update
 // costs a second statement, through read: the row's token, to tell stale
 // from missing.
-func (d Dialect) UpdateRow(ctx context.Context, u Update, exec Exec, read ReadToken) error {
+func (d Dialect) UpdateRow(ctx context.Context, u Update, exec Exec, read Query) error {
 	sql, args, err := d.UpdateSQL(u)
 	if err != nil {
 		return err
