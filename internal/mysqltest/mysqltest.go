@@ -30,22 +30,20 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/leasehq/lease/internal/serverproc"
 )
 
 // EnvDSN names the environment variable that points tests at an existing
@@ -65,23 +63,20 @@ var binDirs = []string{"/usr/sbin", "/usr/bin"}
 // testUser is the account tests connect as on the throwaway server.
 const testUser = "lease"
 
-var (
-	mu      sync.Mutex
-	shared  *server // nil until the first Start
-	initErr error   // a failed start is not retried: every test would repeat it
-	skipErr bool    // initErr is a missing binary
-)
+// shared is this test binary's throwaway server.
+var shared = &serverproc.Shared[*server]{Name: "mysqltest", Start: startServer}
 
-// server is the throwaway MariaDB of this test binary.
+// server is a throwaway MariaDB.
 type server struct {
 	dir      string // temporary directory, removed by stop
 	port     int
-	admin    string        // DSN of root over the unix socket
+	admin    *mysql.Config // root over the unix socket
 	password string        // testUser's
-	exited   chan struct{} // closed when mariadbd has exited
-	proc     *os.Process
-	err      error // mariadbd's exit, valid after exited is closed
+	proc     *serverproc.Process
 }
+
+func (s *server) Process() *serverproc.Process { return s.proc }
+func (s *server) LogPath() string              { return filepath.Join(s.dir, "mariadb.log") }
 
 // Start returns the DSN of a database nobody else uses, on the shared
 // throwaway server (started on first use) or on the server named by
@@ -99,29 +94,9 @@ func Start(t testing.TB) string {
 		cfg.DBName = name
 		return cfg.FormatDSN()
 	}
-	mu.Lock()
-	if shared == nil && initErr == nil {
-		shared, initErr = startServer()
-	}
-	srv, err, missing := shared, initErr, skipErr
-	mu.Unlock()
-	if err != nil {
-		if missing && testing.Short() {
-			t.Skipf("mysqltest: %v", err)
-		}
-		t.Fatalf("mysqltest: %v", err)
-	}
-	select {
-	case <-srv.exited:
-		t.Fatalf("mysqltest: the throwaway MariaDB has exited: %v (log: %s)", srv.err, filepath.Join(srv.dir, "mariadb.log"))
-	default:
-	}
-	admin, err := mysql.ParseDSN(srv.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := shared.Get(t)
 	// The server goes away as a whole, so its databases need no dropping.
-	name := createDatabase(t, admin, testUser+"@127.0.0.1")
+	name := createDatabase(t, srv.admin, testUser+"@127.0.0.1")
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Passwd = testUser, srv.password
 	cfg.Net, cfg.Addr = "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(srv.port))
@@ -130,21 +105,9 @@ func Start(t testing.TB) string {
 }
 
 // M wraps m so that Run stops the throwaway server after the tests, for use
-// with wrappers such as goleak.VerifyTestMain(mysqltest.M(m)).
-func M(m interface{ Run() int }) interface{ Run() int } { return runner{m} }
-
-type runner struct{ m interface{ Run() int } }
-
-func (r runner) Run() int {
-	code := r.m.Run()
-	if err := Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
-}
+// with wrappers such as goleak.VerifyTestMain(mysqltest.M(m)), or around
+// another harness's: mysqltest.M(pgtest.M(m)).
+func M(m interface{ Run() int }) interface{ Run() int } { return serverproc.M(m, Stop) }
 
 // Main runs the tests, stops the throwaway server and exits.
 func Main(m *testing.M) { os.Exit(M(m).Run()) }
@@ -152,27 +115,11 @@ func Main(m *testing.M) { os.Exit(M(m).Run()) }
 // Stop shuts the throwaway server down and removes its directory. Main
 // calls it; calling it again, or without a server, does nothing. A later
 // Start starts a new server.
-func Stop() error {
-	mu.Lock()
-	srv := shared
-	shared, initErr, skipErr = nil, nil, false
-	mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	return srv.stop()
-}
+func Stop() error { return shared.Stop() }
 
-func (s *server) stop() error {
-	_ = s.proc.Signal(syscall.SIGTERM) // normal shutdown
-	var err error
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		_ = s.proc.Kill()
-		<-s.exited
-		err = errors.New("mysqltest: MariaDB took more than 30 s to shut down")
-	}
+// Stop shuts the server down and removes its directory.
+func (s *server) Stop() error {
+	err := s.proc.Stop(syscall.SIGTERM, 30*time.Second, syscall.SIGKILL) // normal shutdown, else kill
 	if rmErr := os.RemoveAll(s.dir); rmErr != nil && err == nil {
 		err = fmt.Errorf("mysqltest: removing %s: %w", s.dir, rmErr)
 	}
@@ -180,20 +127,18 @@ func (s *server) stop() error {
 }
 
 // errMissing marks a start failure caused by missing binaries.
-var errMissing = errors.New("MariaDB server binaries not found")
+var errMissing = fmt.Errorf("MariaDB %w", serverproc.ErrMissing)
 
 func startServer() (*server, error) {
 	installDB, err := findBin("mariadb-install-db")
 	if err != nil {
-		skipErr = true
 		return nil, err
 	}
 	mariadbd, err := findBin("mariadbd")
 	if err != nil {
-		skipErr = true
 		return nil, err
 	}
-	cred, err := runAs()
+	cred, err := serverproc.RunAs("mysql", installHint)
 	if err != nil {
 		return nil, err
 	}
@@ -221,24 +166,6 @@ func findBin(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: no %s on PATH or in %s: %s", errMissing, name, strings.Join(binDirs, ", "), installHint)
-}
-
-// runAs returns the credentials to run the server with: the mysql user when
-// we are root, since mariadbd refuses to run as root; nil otherwise.
-func runAs() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("mysql")
-	if err != nil {
-		return nil, fmt.Errorf("mysqltest: running as root needs a mysql user to run the server as: %v; %s", err, installHint)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("mysqltest: mysql user has uid %q gid %q", u.Uid, u.Gid)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
 // serverArgs are mariadbd's settings besides the paths and the port, also
@@ -274,13 +201,13 @@ func startIn(dir, installDB, mariadbd string, cred *syscall.Credential) (*server
 	install.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 	install.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := install.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mysqltest: mariadb-install-db: %v\n%s", err, lastBytes(out))
+		return nil, fmt.Errorf("mysqltest: mariadb-install-db: %v\n%s", err, serverproc.Tail(out))
 	}
 	// A port that was free a moment ago may be taken by the time the server
 	// binds it (other test binaries start servers too): try a few.
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := serverproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -291,15 +218,6 @@ func startIn(dir, installDB, mariadbd string, cred *syscall.Credential) (*server
 		lastErr = err
 	}
 	return nil, lastErr
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("mysqltest: finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // launch starts mariadbd as our child, waits until it answers and makes
@@ -315,69 +233,37 @@ func launch(dir, mariadbd, data string, port int, cred *syscall.Credential) (*se
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 	// SIGKILL if this test binary dies without Stop: the data is throwaway.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-
+	proc, err := serverproc.Start(cmd, cred, syscall.SIGKILL)
+	if err != nil {
+		return nil, fmt.Errorf("mysqltest: %w", err)
+	}
 	admin := mysql.NewConfig()
 	admin.User, admin.Net, admin.Addr = "root", "unix", sock
-	srv := &server{dir: dir, port: port, exited: make(chan struct{}), admin: admin.FormatDSN()}
-	started := make(chan error, 1)
-	// The parent-death signal fires when the OS thread that forked the child
-	// exits, not the process: fork from a locked thread that lives as long as
-	// the server does.
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("mysqltest: starting mariadbd: %w", err)
-			runtime.UnlockOSThread()
-			return
-		}
-		srv.proc = cmd.Process
-		started <- nil
-		srv.err = cmd.Wait()
-		close(srv.exited)
-		// Returning while locked ends this thread, which is what we want.
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	err := srv.waitReady(60 * time.Second)
+	srv := &server{dir: dir, port: port, proc: proc, admin: admin}
+	err = proc.WaitReady(60*time.Second, srv.ping)
 	if err == nil {
 		err = srv.createUser()
 	}
 	if err != nil {
-		_ = srv.proc.Kill()
-		<-srv.exited
+		_ = proc.Signal(syscall.SIGKILL)
+		<-proc.Exited()
 		log, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("%w\n%s", err, lastBytes(log))
+		return nil, fmt.Errorf("mysqltest: %w\n%s", err, serverproc.Tail(log))
 	}
 	return srv, nil
 }
 
-// waitReady polls until the server answers a ping, or it exits.
-func (s *server) waitReady(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	db, err := sql.Open("mysql", s.admin)
+// ping connects as root through the socket and pings.
+func (s *server) ping() error {
+	connector, err := mysql.NewConnector(s.admin)
 	if err != nil {
-		return fmt.Errorf("mysqltest: %w", err)
+		return err
 	}
+	db := sql.OpenDB(connector)
 	defer db.Close()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("mysqltest: mariadbd exited during startup: %v", s.err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("mysqltest: mariadbd not ready after %v: %w", limit, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
 }
 
 // createUser makes the account tests connect as, over TCP from loopback,
@@ -387,26 +273,13 @@ func (s *server) createUser() error {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	s.password = hex.EncodeToString(b[:])
-	db, err := sql.Open("mysql", s.admin)
-	if err != nil {
-		return fmt.Errorf("mysqltest: %w", err)
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, stmt := range []string{
-		"CREATE USER '" + testUser + "'@'127.0.0.1' IDENTIFIED BY '" + s.password + "'",
-		"GRANT PROCESS ON *.* TO '" + testUser + "'@'127.0.0.1'",
-	} {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("mysqltest: %s: %w", stmt, err)
-		}
+	if err := asAdmin(s.admin,
+		"CREATE USER '"+testUser+"'@'127.0.0.1' IDENTIFIED BY '"+s.password+"'",
+		"GRANT PROCESS ON *.* TO '"+testUser+"'@'127.0.0.1'"); err != nil {
+		return fmt.Errorf("mysqltest: creating the test user: %w", err)
 	}
 	return nil
 }
-
-// lastBytes is the end of a log, enough to say why a start failed.
-func lastBytes(log []byte) []byte { return log[max(0, len(log)-2000):] }
 
 // createDatabase creates a database with a random name, utf8mb4 with the
 // binary collation, through the server cfg names, and returns its name.
@@ -416,41 +289,39 @@ func createDatabase(t testing.TB, cfg *mysql.Config, grantee string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	name := "mysqltest_" + hex.EncodeToString(b[:])
-	admin := cfg.Clone()
-	admin.DBName = ""
-	db := open(t, admin)
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
-		t.Fatalf("mysqltest: creating database %s: %v", name, err)
-	}
+	stmts := []string{"CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"}
 	if grantee != "" {
 		account, host, _ := strings.Cut(grantee, "@")
-		if _, err := db.ExecContext(ctx, "GRANT ALL PRIVILEGES ON `"+name+"`.* TO '"+account+"'@'"+host+"'"); err != nil {
-			t.Fatalf("mysqltest: granting %s to %s: %v", name, grantee, err)
-		}
+		stmts = append(stmts, "GRANT ALL PRIVILEGES ON `"+name+"`.* TO '"+account+"'@'"+host+"'")
+	}
+	if err := asAdmin(cfg, stmts...); err != nil {
+		t.Fatalf("mysqltest: creating database %s: %v", name, err)
 	}
 	return name
 }
 
 func dropDatabase(t testing.TB, cfg *mysql.Config, name string) {
-	admin := cfg.Clone()
-	admin.DBName = ""
-	db := open(t, admin)
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+	if err := asAdmin(cfg, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
 		t.Errorf("mysqltest: dropping database %s: %v", name, err)
 	}
 }
 
-func open(t testing.TB, cfg *mysql.Config) *sql.DB {
-	t.Helper()
-	connector, err := mysql.NewConnector(cfg)
+// asAdmin runs stmts, in order, on the server cfg names, in no database.
+func asAdmin(cfg *mysql.Config, stmts ...string) error {
+	admin := cfg.Clone()
+	admin.DBName = ""
+	connector, err := mysql.NewConnector(admin)
 	if err != nil {
-		t.Fatalf("mysqltest: %v", err)
+		return err
 	}
-	return sql.OpenDB(connector)
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, stmt := range stmts {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
