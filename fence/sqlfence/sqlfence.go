@@ -47,7 +47,9 @@
 // UpdateRow, the token when the row matched. Rows affected would not do:
 // MySQL counts a row whose values did not change as unaffected, unless the
 // connection asked for found rows (clientFoundRows=true), and the guard
-// cannot know which the caller's connections did.
+// cannot know which the caller's connections did. So both leave the
+// session's LAST_INSERT_ID() set to a token: take an insert's ID from its
+// own Result, not from a later SELECT LAST_INSERT_ID().
 //
 // # SQLite
 //
