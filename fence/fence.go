@@ -5,7 +5,8 @@
 // atomic step (I6).
 //
 // Guards for data kept elsewhere live beside this package: pgfence (inside a
-// PostgreSQL transaction) and redisfence (a Lua compare-and-set).
+// PostgreSQL transaction), sqlfence (inside a MySQL, MariaDB or SQLite
+// transaction, through database/sql) and redisfence (a Lua compare-and-set).
 package fence
 
 import (
@@ -44,6 +45,15 @@ func (m Mode) Admits(token, highest lease.Token) bool {
 		return token > highest
 	}
 	return token >= highest
+}
+
+// ValidateMode checks that m is AtLeast or Strict, the rules a guard can
+// admit tokens by. The error matches lease.ErrInvalid.
+func ValidateMode(m Mode) error {
+	if m != AtLeast && m != Strict {
+		return fmt.Errorf("%w: fence: unknown mode %v", lease.ErrInvalid, m)
+	}
+	return nil
 }
 
 // Guard admits writes to resources by fencing token.

@@ -29,6 +29,19 @@ func TestModeAdmits(t *testing.T) {
 	}
 }
 
+func TestValidateMode(t *testing.T) {
+	for _, m := range []fence.Mode{fence.AtLeast, fence.Strict} {
+		if err := fence.ValidateMode(m); err != nil {
+			t.Errorf("ValidateMode(%v) = %v", m, err)
+		}
+	}
+	for _, m := range []fence.Mode{-1, 2, 7} {
+		if err := fence.ValidateMode(m); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("ValidateMode(%v) = %v, want ErrInvalid", m, err)
+		}
+	}
+}
+
 // TestResourceUpdateFailureChangesNothing: the value f returns with its
 // error is dropped (guardtest checks that the token is not recorded).
 func TestResourceUpdateFailureChangesNothing(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehq/lease/internal/pgident"
+	"github.com/leasehq/lease/internal/sqlident"
 )
 
 // SchemaVersion is the version of the tables this release reads and writes.
@@ -56,7 +56,7 @@ func newNames(schema, prefix string) (names, error) {
 }
 
 func checkIdent(what, name string) error {
-	if err := pgident.Check(what, name); err != nil {
+	if err := sqlident.PostgreSQL.Check(what, name); err != nil {
 		return invalidf("%v", err)
 	}
 	return nil

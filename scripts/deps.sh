@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and is missing: PostgreSQL and Redis
-# server binaries from Debian's packages (as root, via apt-get), and
+# Installs what the test suite needs and is missing: PostgreSQL, Redis and
+# MariaDB server binaries from Debian's packages (as root, via apt-get), and
 # staticcheck through `go install`. Tests start their own throwaway servers;
 # this script only makes the binaries available.
 set -euo pipefail
@@ -9,7 +9,12 @@ need=()
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
 [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/pg_ctl" ] || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# mariadbd lives in /usr/sbin, which a non-root PATH may lack.
+command -v mariadb-install-db >/dev/null 2>&1 && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } ||
+  need+=(mariadb-server)
 
+# service_of PACKAGE: the name of the service PACKAGE installs.
+service_of() { if [ "$1" = mariadb-server ]; then echo mariadb; else echo "$1"; fi; }
 # running SERVICE: whether the init system says SERVICE runs.
 running() { command -v service >/dev/null 2>&1 && service "$1" status >/dev/null 2>&1; }
 
@@ -35,7 +40,8 @@ if [ ${#need[@]} -gt 0 ]; then
     # never one of a package this script did not install.
     ran_before=" "
     for pkg in "${need[@]}"; do
-      if running "$pkg"; then ran_before+="$pkg "; fi
+      svc=$(service_of "$pkg")
+      if running "$svc"; then ran_before+="$svc "; fi
     done
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
@@ -44,9 +50,10 @@ if [ ${#need[@]} -gt 0 ]; then
       trap - EXIT
     fi
     for pkg in "${need[@]}"; do
-      if [[ $ran_before != *" $pkg "* ]] && running "$pkg"; then
-        echo "deps: stopping $pkg, which the install started"
-        service "$pkg" stop >/dev/null 2>&1 || true
+      svc=$(service_of "$pkg")
+      if [[ $ran_before != *" $svc "* ]] && running "$svc"; then
+        echo "deps: stopping $svc, which the install started"
+        service "$svc" stop >/dev/null 2>&1 || true
       fi
     done
   else

@@ -12,8 +12,8 @@ import (
 // Stubs for what deps.sh runs. The service stub keeps each service's state
 // as a file NAME.running in $STATE; the apt-get stub plays a Debian package
 // install: each package's maintainer script starts the package's service
-// unless the policy-rc.d at $POLICY forbids it (exit 101), as invoke-rc.d
-// does. Both log what they do to $STATE/log.
+// (mariadb-server's is mariadb) unless the policy-rc.d at $POLICY forbids it
+// (exit 101), as invoke-rc.d does. Both log what they do to $STATE/log.
 var stubs = map[string]string{
 	"id": "#!/bin/sh\necho 0\n",
 	"ls": "#!/bin/sh\nexit 2\n", // no /usr/lib/postgresql/*/bin
@@ -31,9 +31,11 @@ shift
 for pkg; do
 	case "$pkg" in -*) continue ;; esac
 	echo "install $pkg" >>"$STATE/log"
+	svc=$pkg
+	[ "$pkg" = mariadb-server ] && svc=mariadb
 	rc=0
-	if [ -x "$POLICY" ]; then "$POLICY" "$pkg" start; rc=$?; fi
-	[ "$rc" = 101 ] || service "$pkg" start
+	if [ -x "$POLICY" ]; then "$POLICY" "$svc" start; rc=$?; fi
+	[ "$rc" = 101 ] || service "$svc" start
 done
 `,
 	"go": "#!/bin/sh\n[ \"$1 $2\" = \"env GOPATH\" ] && echo \"$GOPATH_STUB\"\n",
@@ -55,7 +57,8 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 	const allowAll = "#!/bin/sh\nexit 0\n"
 	for _, tc := range []struct {
 		name        string
-		haveRedis   bool   // redis-server is installed: only postgresql is needed
+		haveRedis   bool   // redis-server is installed
+		haveMariaDB bool   // mariadb-install-db and mariadbd are installed
 		running     string // services running before
 		policy      string // the system's policy-rc.d; empty: none
 		wantRunning string // services running after
@@ -63,20 +66,33 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 	}{
 		{
 			name:      "redis running, postgresql missing",
-			haveRedis: true, running: "redis-server",
+			haveRedis: true, haveMariaDB: true, running: "redis-server",
 			wantRunning: "redis-server",
 			wantLog:     "install postgresql\n",
 		},
 		{
-			name:    "nothing running, no policy-rc.d",
-			wantLog: "install postgresql\ninstall redis-server\n",
+			name:        "nothing running, no policy-rc.d",
+			haveMariaDB: true,
+			wantLog:     "install postgresql\ninstall redis-server\n",
 		},
 		{
 			name:    "postgresql running, policy-rc.d allowing starts",
-			running: "postgresql", policy: allowAll,
+			running: "postgresql", policy: allowAll, haveMariaDB: true,
 			wantRunning: "postgresql",
 			// A package's start of its running service changes nothing.
 			wantLog: "install postgresql\nstart postgresql\ninstall redis-server\nstart redis-server\nstop redis-server\n",
+		},
+		{
+			// mariadb-server's service is called mariadb.
+			name:      "mariadb running, mariadb-server missing, policy-rc.d allowing starts",
+			haveRedis: true, running: "mariadb", policy: allowAll,
+			wantRunning: "mariadb",
+			wantLog:     "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\n",
+		},
+		{
+			name:      "mariadb-server missing, nothing running, policy-rc.d allowing starts",
+			haveRedis: true, policy: allowAll,
+			wantLog: "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\nstop mariadb\n",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,6 +110,10 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			}
 			if tc.haveRedis {
 				files[filepath.Join(bin, "redis-server")] = "#!/bin/sh\nexit 0\n"
+			}
+			if tc.haveMariaDB {
+				files[filepath.Join(bin, "mariadb-install-db")] = "#!/bin/sh\nexit 0\n"
+				files[filepath.Join(bin, "mariadbd")] = "#!/bin/sh\nexit 0\n"
 			}
 			if tc.policy != "" {
 				files[policy] = tc.policy

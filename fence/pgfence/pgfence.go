@@ -32,16 +32,29 @@ package pgfence
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/leasehq/lease/internal/pgident"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/internal/sqlguard"
+	"github.com/leasehq/lease/internal/sqlident"
 )
+
+// dialect is PostgreSQL as pgx speaks it, for the code pgfence shares with
+// sqlfence.
+var dialect = sqlguard.Dialect{
+	Pkg:          "pgfence",
+	Ident:        sqlident.PostgreSQL,
+	Quote:        func(name string) string { return pgx.Identifier{name}.Sanitize() },
+	Param:        func(n int) string { return "$" + strconv.Itoa(n) },
+	Numbered:     true,
+	CompareToken: func(p string) string { return p + "::bigint" },
+	NoRows:       pgx.ErrNoRows,
+}
 
 // Querier is what the package runs statements through: *pgxpool.Pool,
 // *pgx.Conn and pgx.Tx all qualify.
@@ -75,8 +88,8 @@ type config struct {
 // or fence.Strict.
 func WithMode(m fence.Mode) Option {
 	return func(c *config) error {
-		if m != fence.AtLeast && m != fence.Strict {
-			return invalidf("unknown mode %v", m)
+		if err := dialect.CheckMode(m); err != nil {
+			return err
 		}
 		c.mode = m
 		return nil
@@ -86,7 +99,7 @@ func WithMode(m fence.Mode) Option {
 // WithSchema puts the guard's table in schema name, created if missing.
 func WithSchema(name string) Option {
 	return func(c *config) error {
-		if err := checkIdent("schema", name); err != nil {
+		if err := dialect.CheckIdent("schema", name); err != nil {
 			return err
 		}
 		c.schema = name
@@ -97,7 +110,7 @@ func WithSchema(name string) Option {
 // WithTable names the guard's table.
 func WithTable(name string) Option {
 	return func(c *config) error {
-		if err := checkIdent("table", name); err != nil {
+		if err := dialect.CheckIdent("table", name); err != nil {
 			return err
 		}
 		c.table = name
@@ -108,10 +121,8 @@ func WithTable(name string) Option {
 // Guard admits writes by fencing token inside PostgreSQL transactions. It
 // holds no connection and is safe for concurrent use.
 type Guard struct {
-	mode    fence.Mode
-	table   string // quoted, schema-qualified
-	check   string
-	highest string
+	mode  fence.Mode
+	marks sqlguard.Marks
 }
 
 // New returns a Guard, creating its table (and schema) in db if they do not
@@ -129,24 +140,11 @@ func New(ctx context.Context, db DB, opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	table := pgx.Identifier{cfg.schema, cfg.table}.Sanitize()
-	cmp := "<="
-	if cfg.mode == fence.Strict {
-		cmp = "<"
-	}
-	g := &Guard{
-		mode:  cfg.mode,
-		table: table,
-		// ON CONFLICT DO UPDATE locks the existing row before it evaluates
-		// the WHERE, so even a rejected Check holds the row until the
-		// transaction ends; an admitted one records the token, to be
-		// committed or rolled back with the caller's write.
-		check: `INSERT INTO ` + table + ` AS f (resource, token) VALUES ($1, $2)
-ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
-WHERE f.token ` + cmp + ` EXCLUDED.token
-RETURNING token`,
-		highest: `SELECT token FROM ` + table + ` WHERE resource = $1`,
-	}
+	// ON CONFLICT DO UPDATE locks the existing row before it evaluates the
+	// WHERE, so even a rejected Check holds the row until the transaction
+	// ends; an admitted one records the token, to be committed or rolled
+	// back with the caller's write.
+	g := &Guard{mode: cfg.mode, marks: dialect.Marks(cfg.mode, cfg.schema, cfg.table)}
 	if err := g.create(ctx, db, cfg.schema); err != nil {
 		return nil, err
 	}
@@ -156,20 +154,20 @@ RETURNING token`,
 func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+		return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "pgfence "+g.table); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "pgfence "+g.marks.Table); err != nil {
 		return fmt.Errorf("pgfence: locking for table creation: %w", err)
 	}
 	var exists, hasSchema bool
 	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT FROM pg_namespace WHERE nspname = $2)`,
-		g.table, schema).Scan(&exists, &hasSchema); err != nil {
-		return fmt.Errorf("pgfence: looking for %s: %w", g.table, err)
+		g.marks.Table, schema).Scan(&exists, &hasSchema); err != nil {
+		return fmt.Errorf("pgfence: looking for %s: %w", g.marks.Table, err)
 	}
 	if !exists {
 		// Only when missing: an existing table needs no CREATE privilege.
@@ -178,15 +176,15 @@ func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 				return fmt.Errorf("pgfence: creating schema: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+g.table+` (
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+g.marks.Table+` (
 			resource text COLLATE "C" PRIMARY KEY,
 			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
 		)`); err != nil {
-			return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+			return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgfence: creating %s: %w", g.table, err)
+		return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 	}
 	return nil
 }
@@ -204,23 +202,7 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lea
 	if tx == nil {
 		return invalidf("tx is nil: Check must run in the writer's transaction")
 	}
-	if err := validate(resource, token); err != nil {
-		return err
-	}
-	var recorded int64
-	err := tx.QueryRow(ctx, g.check, resource, int64(token)).Scan(&recorded)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("pgfence: checking %q token %d: %w", resource, token, err)
-	}
-	// Rejected; the row is ours until tx ends, so this reads what rejected us.
-	highest, err := g.Highest(ctx, tx, resource)
-	if err != nil {
-		return err
-	}
-	return &fence.StaleTokenError{Resource: resource, Token: token, Highest: highest, Mode: g.mode}
+	return g.marks.Check(ctx, query(tx), resource, token)
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
@@ -229,38 +211,16 @@ func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.
 	if q == nil {
 		return 0, invalidf("querier is nil")
 	}
-	if err := lease.ValidateKey(resource); err != nil {
-		return 0, fmt.Errorf("pgfence: resource: %w", err)
-	}
-	var highest int64
-	err := q.QueryRow(ctx, g.highest, resource).Scan(&highest)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("pgfence: reading highest token of %q: %w", resource, err)
-	}
-	return lease.Token(highest), nil
+	return g.marks.Highest(ctx, query(q), resource)
 }
 
-func validate(resource string, token lease.Token) error {
-	if err := lease.ValidateKey(resource); err != nil {
-		return fmt.Errorf("pgfence: resource: %w", err)
+// query is q's QueryRow for the shared code.
+func query(q Querier) sqlguard.Query {
+	return func(ctx context.Context, sql string, args ...any) (n int64, err error) {
+		err = q.QueryRow(ctx, sql, args...).Scan(&n)
+		return n, err
 	}
-	if err := fence.ValidateToken(token); err != nil {
-		return fmt.Errorf("pgfence: %w", err)
-	}
-	return nil
-}
-
-func checkIdent(what, name string) error {
-	if err := pgident.Check(what, name); err != nil {
-		return invalidf("%v", err)
-	}
-	return nil
 }
 
 // invalidf returns an error matching lease.ErrInvalid.
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("pgfence: %w: "+format, append([]any{lease.ErrInvalid}, args...)...)
-}
+func invalidf(format string, args ...any) error { return dialect.Invalidf(format, args...) }

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/pgfence"
 	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/sqlguardtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -100,21 +101,7 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("New(nil): %v", err)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		for name, c := range map[string]struct {
-			res string
-			tok lease.Token
-		}{
-			"zero token":    {"r", 0},
-			"huge token":    {"r", lease.MaxToken + 1},
-			"empty":         {"", 1},
-			"NUL":           {"a\x00", 1},
-			"invalid UTF-8": {"a\xff", 1},
-			"too long":      {strings.Repeat("r", lease.MaxKeyLen+1), 1},
-		} {
-			if err := g.Check(ctx, tx, c.res, c.tok); !errors.Is(err, lease.ErrInvalid) {
-				t.Errorf("Check with %s: err = %v, want ErrInvalid", name, err)
-			}
-		}
+		sqlguardtest.BadInput(t, func(res string, tok lease.Token) error { return g.Check(ctx, tx, res, tok) })
 		return nil
 	})
 	if err != nil {

@@ -71,8 +71,8 @@ type config struct {
 // writes once).
 func WithMode(m fence.Mode) Option {
 	return func(c *config) error {
-		if m != fence.AtLeast && m != fence.Strict {
-			return fmt.Errorf("%w: redisfence: unknown mode %v", lease.ErrInvalid, m)
+		if err := fence.ValidateMode(m); err != nil {
+			return fmt.Errorf("redisfence: %w", err)
 		}
 		c.mode = m
 		return nil

@@ -40,7 +40,7 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 func TestChaosBoltHTTP(t *testing.T) {
 	ttl := 200 * time.Millisecond
 	b := startBoltHTTP(t)
-	e := withGuard(b.engine(ttl), "pgfence", pgGuard(t))
+	e := withGuard(b.engine(ttl), "sqlfence-mariadb", mariadbGuard(t))
 	runChaos(t, plan(chaos.Config{Engine: e, Seed: 1, TTL: ttl, Kinds: chaos.AllFaults}))
 }
 

@@ -2,10 +2,12 @@ package chaos_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -13,13 +15,16 @@ import (
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
 	"github.com/leasehq/lease/fence/redisfence"
+	"github.com/leasehq/lease/fence/sqlfence"
 	"github.com/leasehq/lease/internal/chaos"
+	"github.com/leasehq/lease/internal/mysqltest"
 	"github.com/leasehq/lease/internal/pgtest"
 	"github.com/leasehq/lease/internal/redistest"
 )
 
 // The real guards as the chaos runs' protected resources. Each is on a
-// server of its own (pgtest's shared cluster, a redis-server of the test's)
+// server of its own (pgtest's shared cluster, mysqltest's shared MariaDB, a
+// redis-server of the test's)
 // that the faults do not touch, as the resource a lease protects is usually
 // another system than the lease service: the run then checks that the
 // guard, given the tokens the engine issued through every fault, never
@@ -77,6 +82,47 @@ func (r pgRegister) Read(ctx context.Context) (string, lease.Token, error) {
 		tok int64
 	)
 	err := r.pool.QueryRow(ctx, `SELECT value, coalesce(fencing_token, 0) FROM registers WHERE id = $1`, r.key).Scan(&v, &tok)
+	return v, lease.Token(tok), err
+}
+
+// mariadbGuard: each register is a row of one InnoDB table on MariaDB,
+// written with sqlfence.UpdateRow (UPDATE … WHERE fencing_token <= ?) and
+// read back with its token.
+func mariadbGuard(t *testing.T) guardFunc {
+	ctx := guardCtx(t)
+	db, err := sql.Open("mysql", mysqltest.Start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if _, err := db.ExecContext(ctx, `CREATE TABLE registers (id VARCHAR(64) PRIMARY KEY, value VARCHAR(64) NOT NULL DEFAULT '', fencing_token BIGINT) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	return func(t testing.TB, key string, mode fence.Mode) chaos.Register {
+		if _, err := db.ExecContext(guardCtx(t), `INSERT INTO registers (id) VALUES (?)`, key); err != nil {
+			t.Fatal(err)
+		}
+		return mariadbRegister{db: db, key: key, mode: mode}
+	}
+}
+
+type mariadbRegister struct {
+	db   *sql.DB
+	key  string
+	mode fence.Mode
+}
+
+func (r mariadbRegister) Write(ctx context.Context, token lease.Token, value string) error {
+	return sqlfence.UpdateRow(ctx, r.db, sqlfence.MySQL, sqlfence.Update{Table: []string{"registers"}, IDColumn: "id", ID: r.key,
+		TokenColumn: "fencing_token", Token: token, Set: map[string]any{"value": value}, Mode: r.mode})
+}
+
+func (r mariadbRegister) Read(ctx context.Context) (string, lease.Token, error) {
+	var (
+		v   string
+		tok int64
+	)
+	err := r.db.QueryRowContext(ctx, `SELECT value, coalesce(fencing_token, 0) FROM registers WHERE id = ?`, r.key).Scan(&v, &tok)
 	return v, lease.Token(tok), err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehq/lease/internal/mysqltest"
 	"github.com/leasehq/lease/internal/pgtest"
 )
 
@@ -27,12 +28,13 @@ var thirdPartyLeaks = []goleak.Option{
 	goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).StorageVersion"),
 }
 
-// TestMain stops pgtest's cluster and fails the binary if goroutines outlive
-// the tests. Toxiproxy's links, the engines' connections and an embedded etcd
-// member's peer transports end a moment after they are closed, so the check
-// waits for them a while before it calls anything a leak.
+// TestMain stops pgtest's cluster and mysqltest's server, and fails the
+// binary if goroutines outlive the tests. Toxiproxy's links, the engines'
+// connections and an embedded etcd member's peer transports end a moment
+// after they are closed, so the check waits for them a while before it calls
+// anything a leak.
 func TestMain(m *testing.M) {
-	code := pgtest.M(m).Run() // stops the throwaway PostgreSQL
+	code := mysqltest.M(pgtest.M(m)).Run() // stops the throwaway PostgreSQL and MariaDB
 	if code == 0 {
 		deadline := time.Now().Add(15 * time.Second)
 		for {

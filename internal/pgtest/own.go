@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/leasehq/lease/internal/serverproc"
 )
 
 // Own is a throwaway PostgreSQL cluster of one test's own, for tests that
@@ -37,7 +39,7 @@ func StartOwn(t testing.TB, settings ...string) *Own {
 		}
 		t.Fatalf("pgtest: %v", err)
 	}
-	cred, err := runAs()
+	cred, err := serverproc.RunAs("postgres", installHint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ func StartOwn(t testing.TB, settings ...string) *Own {
 	o := &Own{bin: bin, cred: cred, dir: dir, settings: settings}
 	t.Cleanup(func() {
 		if o.srv != nil {
-			if err := o.srv.stop(); err != nil { // removes dir
+			if err := o.srv.Stop(); err != nil { // removes dir
 				t.Error(err)
 			}
 			return
@@ -73,7 +75,7 @@ func (o *Own) Crash(t testing.TB) {
 		t.Fatal("pgtest: Crash of a server that is not running")
 	}
 	_ = o.srv.proc.Signal(syscall.SIGQUIT)
-	<-o.srv.exited
+	<-o.srv.proc.Exited()
 	o.srv = nil
 }
 

@@ -24,24 +24,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehq/lease/internal/serverproc"
 )
 
 // EnvURL names the environment variable that points the tests at an existing
@@ -57,22 +54,19 @@ const binGlob = "/usr/lib/postgresql/*/bin"
 // installHint is how to get the binaries on the machines this project runs on.
 const installHint = "apt-get install postgresql (or set " + EnvURL + " to a server's URL)"
 
-var (
-	mu      sync.Mutex
-	cluster *server // nil until the first Start
-	initErr error   // a failed start is not retried: every test would repeat it
-	skipErr bool    // initErr is a missing binary
-)
+// cluster is this test binary's throwaway cluster.
+var cluster = &serverproc.Shared[*server]{Name: "pgtest", Start: startCluster}
 
-// server is the throwaway cluster of this test binary.
+// server is a throwaway cluster.
 type server struct {
-	dir    string // temporary directory, removed by stop
-	port   int
-	admin  string        // connection string of the postgres database
-	exited chan struct{} // closed when the postmaster has exited
-	proc   *os.Process
-	err    error // the postmaster's exit, valid after exited is closed
+	dir   string // temporary directory, removed by Stop
+	port  int
+	admin string // connection string of the postgres database
+	proc  *serverproc.Process
 }
+
+func (s *server) Process() *serverproc.Process { return s.proc }
+func (s *server) LogPath() string              { return filepath.Join(s.dir, "postgres.log") }
 
 // Start returns the connection string of a database nobody else uses, on the
 // shared throwaway cluster (started on first use) or on the server named by
@@ -83,43 +77,14 @@ func Start(t testing.TB) string {
 	if url := os.Getenv(EnvURL); url != "" {
 		return createDatabase(t, url, true)
 	}
-	mu.Lock()
-	if cluster == nil && initErr == nil {
-		cluster, initErr = startCluster()
-	}
-	srv, err, missing := cluster, initErr, skipErr
-	mu.Unlock()
-	if err != nil {
-		if missing && testing.Short() {
-			t.Skipf("pgtest: %v", err)
-		}
-		t.Fatalf("pgtest: %v", err)
-	}
-	select {
-	case <-srv.exited:
-		t.Fatalf("pgtest: the throwaway PostgreSQL has exited: %v (log: %s)", srv.err, filepath.Join(srv.dir, "postgres.log"))
-	default:
-	}
+	srv := cluster.Get(t)
 	// The cluster goes away as a whole, so its databases need no dropping.
 	return createDatabase(t, srv.admin, false)
 }
 
 // M wraps m so that Run stops the throwaway cluster after the tests, for use
 // with wrappers such as goleak.VerifyTestMain(pgtest.M(m)).
-func M(m *testing.M) interface{ Run() int } { return runner{m} }
-
-type runner struct{ m *testing.M }
-
-func (r runner) Run() int {
-	code := r.m.Run()
-	if err := Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
-}
+func M(m *testing.M) interface{ Run() int } { return serverproc.M(m, Stop) }
 
 // Main runs the tests, stops the throwaway cluster and exits.
 func Main(m *testing.M) { os.Exit(M(m).Run()) }
@@ -127,27 +92,12 @@ func Main(m *testing.M) { os.Exit(M(m).Run()) }
 // Stop shuts the throwaway cluster down (fast shutdown) and removes its
 // directory. Main calls it; calling it again, or without a cluster, does
 // nothing. A later Start starts a new cluster.
-func Stop() error {
-	mu.Lock()
-	srv := cluster
-	cluster, initErr, skipErr = nil, nil, false
-	mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	return srv.stop()
-}
+func Stop() error { return cluster.Stop() }
 
-func (s *server) stop() error {
-	_ = s.proc.Signal(syscall.SIGINT) // fast shutdown: disconnect clients, checkpoint, exit
-	var err error
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		_ = s.proc.Signal(syscall.SIGQUIT) // immediate shutdown
-		<-s.exited
-		err = fmt.Errorf("pgtest: PostgreSQL took more than 30 s to shut down")
-	}
+// Stop shuts the cluster down and removes its directory.
+func (s *server) Stop() error {
+	// Fast shutdown (disconnect clients, checkpoint, exit), else immediate.
+	err := s.proc.Stop(syscall.SIGINT, 30*time.Second, syscall.SIGQUIT)
 	if rmErr := os.RemoveAll(s.dir); rmErr != nil && err == nil {
 		err = fmt.Errorf("pgtest: removing %s: %w", s.dir, rmErr)
 	}
@@ -155,15 +105,14 @@ func (s *server) stop() error {
 }
 
 // errMissing marks a start failure caused by missing binaries.
-var errMissing = errors.New("PostgreSQL server binaries not found")
+var errMissing = fmt.Errorf("PostgreSQL %w", serverproc.ErrMissing)
 
 func startCluster() (*server, error) {
 	bin, err := findBin()
 	if err != nil {
-		skipErr = true
 		return nil, err
 	}
-	cred, err := runAs()
+	cred, err := serverproc.RunAs("postgres", installHint)
 	if err != nil {
 		return nil, err
 	}
@@ -206,24 +155,6 @@ func executable(path string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// runAs returns the credentials to run initdb and postgres with: the postgres
-// user when we are root, since both refuse to run as root; nil otherwise.
-func runAs() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgtest: running as root needs a postgres user to run the server as: %v; %s", err, installHint)
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("pgtest: postgres user has uid %q gid %q", u.Uid, u.Gid)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
-}
-
 func startIn(dir, bin string, cred *syscall.Credential, settings ...string) (*server, error) {
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
@@ -244,7 +175,7 @@ func startIn(dir, bin string, cred *syscall.Credential, settings ...string) (*se
 	// binds it (other test binaries start clusters too): try a few.
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := serverproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -255,15 +186,6 @@ func startIn(dir, bin string, cred *syscall.Credential, settings ...string) (*se
 		lastErr = err
 	}
 	return nil, lastErr
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgtest: finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // launch starts the postmaster in the foreground as our child and waits until
@@ -299,70 +221,31 @@ func launch(dir, bin, data string, port int, cred *syscall.Credential, settings 
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// SIGQUIT (immediate shutdown) if this test binary dies without Stop.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
-
-	srv := &server{dir: dir, port: port, exited: make(chan struct{}),
-		admin: fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", port)}
-	started := make(chan error, 1)
-	// The parent-death signal fires when the OS thread that forked the child
-	// exits, not the process: fork from a locked thread that lives as long as
-	// the server does.
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("pgtest: starting postgres: %w", err)
-			runtime.UnlockOSThread()
-			return
-		}
-		srv.proc = cmd.Process
-		started <- nil
-		srv.err = cmd.Wait()
-		close(srv.exited)
-		// Returning while locked ends this thread, which is what we want.
-	}()
-	if err := <-started; err != nil {
-		return nil, err
+	proc, err := serverproc.Start(cmd, cred, syscall.SIGQUIT)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	if err := srv.waitReady(60 * time.Second); err != nil {
-		_ = srv.proc.Signal(syscall.SIGQUIT)
-		<-srv.exited
+	srv := &server{dir: dir, port: port, proc: proc,
+		admin: fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", port)}
+	if err := proc.WaitReady(60*time.Second, srv.ping); err != nil {
+		_ = proc.Signal(syscall.SIGQUIT)
+		<-proc.Exited()
 		log, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("%w\n%s", err, tail(string(log), 2000))
+		return nil, fmt.Errorf("pgtest: %w\n%s", err, serverproc.Tail(log))
 	}
 	return srv, nil
 }
 
-// waitReady polls until the server answers a query, or it exits.
-func (s *server) waitReady(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn, err := pgx.Connect(ctx, s.admin)
-		if err == nil {
-			err = conn.Ping(ctx)
-			_ = conn.Close(ctx)
-		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("pgtest: postgres exited during startup: %v", s.err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pgtest: postgres not ready after %v: %w", limit, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+// ping connects and answers a ping.
+func (s *server) ping() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.admin)
+	if err != nil {
+		return err
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
 }
 
 // createDatabase creates a database with a random name through the server at

@@ -1,0 +1,369 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
+	_ "modernc.org/sqlite"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/fence/guardtest"
+	"github.com/leasehq/lease/fence/sqlfence"
+	"github.com/leasehq/lease/internal/mysqltest"
+	"github.com/leasehq/lease/internal/sqlguardtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(mysqltest.M(m)) }
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openMySQL returns a pool on a fresh MariaDB database.
+func openMySQL(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", mysqltest.Start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(16)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// openSQLite returns a pool on a fresh SQLite file in journal mode journal
+// (WAL or DELETE, SQLite's default), whose connections wait up to 10 s for
+// each other's locks.
+func openSQLite(t testing.TB, journal string) *sql.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fence.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode("+journal+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(16)
+	t.Cleanup(func() { _ = db.Close() })
+	var mode string
+	if err := db.QueryRowContext(testCtx(t), "PRAGMA journal_mode").Scan(&mode); err != nil || !strings.EqualFold(mode, journal) {
+		t.Fatalf("journal_mode = %q, %v; want %s", mode, err, journal)
+	}
+	return db
+}
+
+// engine is one database a test runs on.
+type engine struct {
+	name string
+	d    sqlfence.Dialect
+	db   *sql.DB
+}
+
+// engines returns a fresh MariaDB database and a fresh SQLite file (WAL).
+func engines(t *testing.T) []engine {
+	return []engine{{"mariadb", sqlfence.MySQL, openMySQL(t)}, {"sqlite", sqlfence.SQLite, openSQLite(t, "WAL")}}
+}
+
+// forEach runs f for each engine in a subtest of its name.
+func forEach(t *testing.T, f func(t *testing.T, e engine)) {
+	for _, e := range engines(t) {
+		t.Run(e.name, func(t *testing.T) { f(t, e) })
+	}
+}
+
+func newGuard(t testing.TB, e engine, opts ...sqlfence.Option) *sqlfence.Guard {
+	t.Helper()
+	g, err := sqlfence.New(testCtx(t), e.db, e.d, opts...)
+	if err != nil {
+		t.Fatalf("sqlfence.New: %v", err)
+	}
+	return g
+}
+
+// txGuard is a sqlfence.Guard as a fence.Guard: each Check is a transaction
+// of its own, running Guard.Check and then the write, committed if the write
+// succeeds and rolled back otherwise.
+type txGuard struct {
+	db   *sql.DB
+	g    *sqlfence.Guard
+	opts *sql.TxOptions
+}
+
+func (a txGuard) Check(ctx context.Context, resource string, token lease.Token, write func() error) error {
+	tx, err := a.db.BeginTx(ctx, a.opts)
+	if err != nil {
+		return err
+	}
+	if err := a.g.Check(ctx, tx, resource, token); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := write(); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// TestConformance runs the guard suite on each engine, one table per mode;
+// on MariaDB in its default isolation (REPEATABLE READ) and in READ
+// COMMITTED.
+func TestConformance(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		levels := []sql.IsolationLevel{sql.LevelDefault}
+		if e.d == sqlfence.MySQL {
+			levels = append(levels, sql.LevelReadCommitted)
+		}
+		for _, level := range levels {
+			t.Run(strings.ReplaceAll(level.String(), " ", "-"), func(t *testing.T) {
+				guardtest.TestGuard(t, func(t *testing.T, mode fence.Mode) fence.Guard {
+					table := fmt.Sprintf("fence_%d_%s", level, strings.ReplaceAll(mode.String(), "-", "_"))
+					g := newGuard(t, e, sqlfence.WithMode(mode), sqlfence.WithTable(table))
+					if g.Mode() != mode || g.Dialect() != e.d {
+						t.Fatalf("Mode() = %v, Dialect() = %v; want %v, %v", g.Mode(), g.Dialect(), mode, e.d)
+					}
+					return txGuard{e.db, g, &sql.TxOptions{Isolation: level}}
+				})
+			})
+		}
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		g := newGuard(t, e)
+		for name, opt := range map[string]sqlfence.Option{
+			"mode":        sqlfence.WithMode(fence.Mode(7)),
+			"empty table": sqlfence.WithTable(""),
+			"NUL table":   sqlfence.WithTable("a\x00"),
+			"nil option":  nil,
+		} {
+			if _, err := sqlfence.New(ctx, e.db, e.d, opt); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("New with bad %s: err = %v, want ErrInvalid", name, err)
+			}
+		}
+		if _, err := sqlfence.New(ctx, nil, e.d); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("New(nil): %v", err)
+		}
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		sqlguardtest.BadInput(t, func(res string, tok lease.Token) error { return g.Check(ctx, tx, res, tok) })
+		if err := g.Check(ctx, nil, "r", 1); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("Check without a transaction: %v", err)
+		}
+		if _, err := g.Highest(ctx, nil, "r"); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("Highest without a querier: %v", err)
+		}
+	})
+	// Each engine's own limits on names.
+	my, lite := engine{"mariadb", sqlfence.MySQL, openMySQL(t)}, engine{"sqlite", sqlfence.SQLite, openSQLite(t, "WAL")}
+	for _, c := range []struct {
+		e     engine
+		table string
+	}{{my, strings.Repeat("t", 65)}, {my, "trailing "}, {my, "🔒"}} {
+		if _, err := sqlfence.New(testCtx(t), c.e.db, c.e.d, sqlfence.WithTable(c.table)); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("%s: New with table %q: err = %v, want ErrInvalid", c.e.name, c.table, err)
+		}
+	}
+	newGuard(t, lite, sqlfence.WithTable(strings.Repeat("t", 65)+" 🔒 "))
+	for _, d := range []sqlfence.Dialect{0, 3} {
+		if _, err := sqlfence.New(testCtx(t), lite.db, d); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("New with dialect %v: %v, want ErrInvalid", d, err)
+		}
+		u := sqlfence.Update{Table: []string{"t"}, IDColumn: "id", ID: 1, TokenColumn: "tok", Token: 1}
+		if err := sqlfence.UpdateRow(testCtx(t), lite.db, d, u); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("UpdateRow with dialect %v: %v, want ErrInvalid", d, err)
+		}
+		if _, _, err := u.SQL(d); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("SQL with dialect %v: %v, want ErrInvalid", d, err)
+		}
+	}
+}
+
+// TestOddNamesAndResources: names are quoted and resources are parameters,
+// whatever they hold; resources compare byte-wise (a trailing space makes
+// another resource, which MySQL's PAD SPACE collations would not).
+func TestOddNamesAndResources(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		table := "t\"'`; DROP TABLE x; --"
+		g := newGuard(t, e, sqlfence.WithTable(table))
+		resources := []string{`'; DROP TABLE lease_fence; --`, "`\"\\ %_*", "ünïcødé/日本語/🔒", "job", "job ", "JOB", strings.Repeat("r", lease.MaxKeyLen)}
+		for i, res := range resources {
+			tok := lease.Token(100 - i) // highest first: one shared mark would reject the later ones
+			if err := (txGuard{e.db, g, nil}).Check(ctx, res, tok, func() error { return nil }); err != nil {
+				t.Fatalf("Check(%q): %v", res, err)
+			}
+		}
+		for i, res := range resources {
+			if got, err := g.Highest(ctx, e.db, res); err != nil || got != lease.Token(100-i) {
+				t.Fatalf("Highest(%q) = %d, %v; want %d", res, got, err, 100-i)
+			}
+		}
+		// New on an existing table is fine, and sees the same marks.
+		again := newGuard(t, e, sqlfence.WithTable(table))
+		if got, err := again.Highest(ctx, e.db, "ünïcødé/日本語/🔒"); err != nil || got != 98 {
+			t.Fatalf("second Guard reads %d, %v; want 98", got, err)
+		}
+	})
+}
+
+// TestRejectedCheckLeavesTxUsable: after a stale token the caller's
+// transaction still runs statements (and would commit nothing of the
+// guard's).
+func TestRejectedCheckLeavesTxUsable(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		g := newGuard(t, e)
+		if err := (txGuard{e.db, g, nil}).Check(ctx, "r", 5, func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		err = g.Check(ctx, tx, "r", 4)
+		var se *fence.StaleTokenError
+		if !errors.As(err, &se) || se.Highest != 5 {
+			t.Fatalf("stale Check: %v, want StaleTokenError with highest 5", err)
+		}
+		var one int
+		if err := tx.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+			t.Fatalf("the transaction after a rejected Check: %d, %v", one, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := g.Highest(ctx, e.db, "r"); err != nil || got != 5 {
+			t.Fatalf("after committing a rejected Check: highest %d, %v; want 5", got, err)
+		}
+	})
+}
+
+// jobsTable is each engine's table of rows that carry their own token.
+var jobsTable = map[sqlfence.Dialect]string{
+	sqlfence.MySQL:  `CREATE TABLE jobs (id INT PRIMARY KEY, value VARCHAR(64), note VARCHAR(64), fencing_token BIGINT) ENGINE=InnoDB`,
+	sqlfence.SQLite: `CREATE TABLE jobs (id INTEGER PRIMARY KEY, value TEXT, note TEXT, fencing_token INTEGER)`,
+}
+
+func TestUpdateRow(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		for _, stmt := range []string{jobsTable[e.d], `INSERT INTO jobs (id, value) VALUES (1, 'initial'), (2, 'initial')`} {
+			if _, err := e.db.ExecContext(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		upd := func(id int, tok lease.Token, value string, mode fence.Mode) error {
+			return sqlfence.UpdateRow(ctx, e.db, e.d, sqlfence.Update{
+				Table: []string{"jobs"}, IDColumn: "id", ID: id, TokenColumn: "fencing_token", Token: tok,
+				Set: map[string]any{"value": value, "note": "by " + value}, Mode: mode,
+			})
+		}
+		read := func(id int) (value string, tok int64) {
+			t.Helper()
+			if err := e.db.QueryRowContext(ctx, `SELECT value, coalesce(fencing_token, 0) FROM jobs WHERE id = ?`, id).Scan(&value, &tok); err != nil {
+				t.Fatal(err)
+			}
+			return value, tok
+		}
+		if err := upd(1, 2, "two", fence.AtLeast); err != nil { // NULL token counts as 0
+			t.Fatal(err)
+		}
+		if err := upd(1, 2, "two-again", fence.AtLeast); err != nil {
+			t.Fatalf("AtLeast with the same token: %v", err)
+		}
+		// The same write again changes no value: MySQL counts the row as
+		// unaffected, yet it matched and the write is admitted.
+		if err := upd(1, 2, "two-again", fence.AtLeast); err != nil {
+			t.Fatalf("AtLeast with the same token and the same values: %v", err)
+		}
+		err := upd(1, 1, "one", fence.AtLeast)
+		var se *fence.StaleTokenError
+		if !errors.As(err, &se) || se.Token != 1 || se.Highest != 2 || se.Resource != "jobs/1" || se.Mode != fence.AtLeast {
+			t.Fatalf("stale update: err = %v, want StaleTokenError token 1 highest 2 on jobs/1", err)
+		}
+		for _, value := range []string{"two-again", "strict-same"} {
+			if err := upd(1, 2, value, fence.Strict); !errors.Is(err, lease.ErrStaleToken) {
+				t.Fatalf("Strict with the same token (value %q): err = %v, want ErrStaleToken", value, err)
+			}
+		}
+		if v, tok := read(1); v != "two-again" || tok != 2 {
+			t.Fatalf("row 1 = %q token %d, want two-again token 2", v, tok)
+		}
+		if err := upd(1, 3, "three", fence.Strict); err != nil {
+			t.Fatalf("Strict with a newer token: %v", err)
+		}
+		if err := upd(99, 5, "x", fence.AtLeast); !errors.Is(err, sql.ErrNoRows) || errors.Is(err, lease.ErrStaleToken) {
+			t.Fatalf("update of a missing row: err = %v, want sql.ErrNoRows", err)
+		}
+		if v, tok := read(2); v != "initial" || tok != 0 {
+			t.Fatalf("row 2 touched: %q token %d", v, tok)
+		}
+		// In the caller's transaction, rolled back: nothing stays.
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sqlfence.UpdateRow(ctx, tx, e.d, sqlfence.Update{Table: []string{"jobs"}, IDColumn: "id", ID: 2,
+			TokenColumn: "fencing_token", Token: 9, Set: map[string]any{"value": "rolled back"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if v, tok := read(2); v != "initial" || tok != 0 {
+			t.Fatalf("row 2 after a rolled-back update: %q token %d", v, tok)
+		}
+
+		for name, u := range map[string]sqlfence.Update{
+			"no table":        {IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1},
+			"id is token":     {Table: []string{"x"}, IDColumn: "t", ID: 1, TokenColumn: "t", Token: 1},
+			"sets token":      {Table: []string{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1, Set: map[string]any{"t": 5}},
+			"nil id":          {Table: []string{"x"}, IDColumn: "id", TokenColumn: "t", Token: 1},
+			"zero token":      {Table: []string{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t"},
+			"bad mode":        {Table: []string{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1, Mode: 9},
+			"NUL in a column": {Table: []string{"x"}, IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1, Set: map[string]any{"a\x00": 1}},
+		} {
+			if err := sqlfence.UpdateRow(ctx, e.db, e.d, u); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("UpdateRow with %s: err = %v, want ErrInvalid", name, err)
+			}
+		}
+		if err := sqlfence.UpdateRow(ctx, nil, e.d, sqlfence.Update{Table: []string{"jobs"}, IDColumn: "id", ID: 1, TokenColumn: "t", Token: 1}); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("UpdateRow without a querier: %v", err)
+		}
+	})
+}
+
+// TestUpdateSQL: each dialect's statement, quoted its way; MySQL's ?
+// placeholders take the token twice, SQLite's ?3 names it twice.
+func TestUpdateSQL(t *testing.T) {
+	u := sqlfence.Update{Table: []string{"app", "jo`b\"s"}, IDColumn: "id", ID: 7,
+		TokenColumn: "fencing_token", Token: 3, Set: map[string]any{"b": 2, "a": 1}}
+	for _, c := range []struct {
+		d        sqlfence.Dialect
+		sql, arg string
+	}{
+		{sqlfence.MySQL, "UPDATE `app`.`jo``b\"s` SET `a` = ?, `b` = ?, `fencing_token` = LAST_INSERT_ID(?) WHERE `id` = ? AND coalesce(`fencing_token`, 0) <= ?", "[1 2 3 7 3]"},
+		{sqlfence.SQLite, `UPDATE "app"."jo` + "`" + `b""s" SET "a" = ?1, "b" = ?2, "fencing_token" = ?3 WHERE "id" = ?4 AND coalesce("fencing_token", 0) <= ?3`, "[1 2 3 7]"},
+	} {
+		sql, args, err := u.SQL(c.d)
+		if err != nil || sql != c.sql || fmt.Sprint(args) != c.arg {
+			t.Errorf("%v: SQL() = %s %v, %v\nwant %s %s", c.d, sql, args, err, c.sql, c.arg)
+		}
+	}
+}
