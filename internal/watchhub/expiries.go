@@ -68,6 +68,14 @@ func (x *Expiries) Take(key string, tok lease.Token) bool {
 	return true
 }
 
+// Forget forgets key's lease, whatever its token: nobody waits for its
+// end.
+func (x *Expiries) Forget(key string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.leases, key)
+}
+
 // Len returns how many leases are tracked.
 func (x *Expiries) Len() int {
 	x.mu.Lock()
