@@ -276,6 +276,11 @@ func (s *Store) Release(_ context.Context, l lease.Lease) error {
 	s.publishLocked(e, lease.Released)
 	if len(e.waiters) > 0 {
 		s.grantNextLocked(e, now)
+	} else if e.timer != nil {
+		// A watched lease's expiry check: nothing is left to check, and
+		// the entry may be swept before the released lease would expire.
+		e.timer.Stop()
+		e.timer = nil
 	}
 	return nil
 }

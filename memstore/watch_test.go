@@ -144,3 +144,29 @@ func TestWatchExpiredTimedWhileNobodyTouchesTheKey(t *testing.T) {
 		t.Fatalf("Expired %v after the Acquire of a 20ms lease", since)
 	}
 }
+
+// TestWatchReleaseStopsTimer: a watched lease's expiry is timed, and its
+// release stops the timer, so a store watched through many short-lived
+// keys keeps no timer (nor entry) for each until its TTL would have run.
+func TestWatchReleaseStopsTimer(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(time.Unix(1_000_000, 0))
+	s := memstore.New(memstore.WithClock(clk))
+	ch := events(t, s, "w/")
+	next(t, ch, lease.Synced, "")
+	l, err := s.Acquire(ctx, "w/k", "o", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, lease.Acquired, "w/k")
+	if at, ok := clk.NextDeadline(); !ok || !at.Equal(l.Expires) {
+		t.Fatalf("timer pending at %v (%v), want one at the expiry %v", at, ok, l.Expires)
+	}
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, lease.Released, "w/k")
+	if at, ok := clk.NextDeadline(); ok {
+		t.Fatalf("a timer is still pending at %v after the release", at)
+	}
+}
