@@ -47,11 +47,13 @@ func NewExpiries(clock lease.Clock, due func(keys []string)) *Expiries {
 func (x *Expiries) Track(l lease.Lease) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.stopped {
+	tr := tracked{token: l.Token, expires: l.Expires}
+	if x.stopped || x.leases[l.Key] == tr {
 		return
 	}
-	x.leases[l.Key] = tracked{token: l.Token, expires: l.Expires}
+	x.leases[l.Key] = tr
 	heap.Push(&x.byTime, expiryAt{key: l.Key, at: l.Expires})
+	x.compactLocked()
 	x.armLocked()
 }
 
@@ -65,6 +67,7 @@ func (x *Expiries) Take(key string, tok lease.Token) bool {
 		return false
 	}
 	delete(x.leases, key)
+	x.compactLocked()
 	return true
 }
 
@@ -74,6 +77,7 @@ func (x *Expiries) Forget(key string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	delete(x.leases, key)
+	x.compactLocked()
 }
 
 // Len returns how many leases are tracked.
@@ -94,6 +98,24 @@ func (x *Expiries) Stop() {
 		x.timer = nil
 	}
 	x.leases, x.byTime = nil, nil
+}
+
+// compactLocked drops the heap's stale entries once they outnumber the
+// live ones, so that leases released or renewed many times before their
+// expiry do not keep an entry each until then.
+func (x *Expiries) compactLocked() {
+	if len(x.byTime) <= 2*len(x.leases)+64 {
+		return
+	}
+	h := x.byTime[:0]
+	for _, e := range x.byTime {
+		if tr, ok := x.leases[e.key]; ok && tr.expires.Equal(e.at) {
+			h = append(h, e)
+		}
+	}
+	clear(x.byTime[len(h):])
+	x.byTime = h
+	heap.Init(&x.byTime)
 }
 
 // armLocked makes sure the timer fires no later than the earliest expiry.

@@ -236,3 +236,26 @@ func TestExpiriesDueOnceClockReachesExpiry(t *testing.T) {
 		t.Fatalf("due %v, want [[a] [c] [b]]", due)
 	}
 }
+
+// TestExpiriesForgetStaleEntries: leases released or renewed long before
+// their expiry leave no heap entry each behind until then.
+func TestExpiriesForgetStaleEntries(t *testing.T) {
+	clk := fakeclock.New(time.Unix(1000, 0))
+	x := NewExpiries(clk, func([]string) {})
+	defer x.Stop()
+	for i := range 10_000 {
+		l := lease.Lease{Key: "k", Token: lease.Token(i + 1), Expires: clk.Now().Add(time.Hour + time.Duration(i))}
+		x.Track(l)
+		if i%2 == 0 {
+			x.Take(l.Key, l.Token)
+		}
+	}
+	x.Track(lease.Lease{Key: "k", Token: 1, Expires: clk.Now().Add(time.Hour)})
+	x.Track(lease.Lease{Key: "k", Token: 1, Expires: clk.Now().Add(time.Hour)}) // the same again
+	x.mu.Lock()
+	n := len(x.byTime)
+	x.mu.Unlock()
+	if n > 2*x.Len()+64 {
+		t.Fatalf("%d heap entries for %d leases tracked", n, x.Len())
+	}
+}
