@@ -453,11 +453,10 @@ func (s *Store) Path() string { return s.path }
 // Close stops the commit loop after its current commit, checkpoints the
 // log into the bbolt file, fails pending waiters with an error matching
 // lease.ErrUnavailable, cuts watchers off the same way, and closes the
-// file. Operations after Close fail
-// the same way. If the store has failed (a log write, or a checkpoint,
-// Close's own included, failed), Close returns that error: the bbolt file
-// then lacks writes that only the log holds, and the next Open recovers
-// them. Close is idempotent.
+// file. Operations after Close fail the same way. If the store has
+// failed (a log write, or a checkpoint, Close's own included, failed),
+// Close returns that error: the bbolt file then lacks writes that only the
+// log holds, and the next Open recovers them. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.quit)
