@@ -234,7 +234,7 @@ var watchMutants = []mutant{
 	{name: "WatchExpiredEarly", breaks: "Expired is told before the lease's TTL has passed",
 		caughtBy: []string{"Watch/Expiry"},
 		install: func(w *wrapper) {
-			// Leases really expire at half their TTL; everything else,
+			// Leases really expire after lease.MinTTL; everything else,
 			// events included, shows the TTL asked for.
 			var rep reported
 			show := func(real lease.Lease, ttl time.Duration) lease.Lease {
@@ -244,14 +244,14 @@ var watchMutants = []mutant{
 				return shown
 			}
 			w.h.acquire = func(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-				l, err := w.acquire(ctx, key, owner, shorter(ttl))
+				l, err := w.acquire(ctx, key, owner, lease.MinTTL)
 				if err != nil {
 					return l, err
 				}
 				return show(l, ttl), nil
 			}
 			w.h.renew = func(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
-				r, err := w.renew(ctx, l, shorter(ttl))
+				r, err := w.renew(ctx, l, lease.MinTTL)
 				if err != nil {
 					return r, err
 				}
