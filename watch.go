@@ -13,15 +13,22 @@ type Watcher interface {
 	// current state, one Held event per unexpired lease (in key order),
 	// then one Synced event, then every change as it happens (Acquired,
 	// Renewed, Released, Expired), in the order the backend made them for
-	// any one key. Leases in events carry a zero ID (I4).
+	// any one key; there is no order across keys. For each key, nothing
+	// is missed or told twice between its state and its changes; a
+	// backend that locks per key may take each key's state at its own
+	// instant. Leases in events carry a zero ID (I4). The watch begins
+	// when the caller ranges over the sequence, and each range is a watch
+	// of its own.
 	//
-	// The stream ends when ctx ends (without an error) or when it breaks:
-	// the backend failed, or the caller read so slowly that the backend
-	// could not keep its changes. A break yields one error matching
-	// ErrUnavailable and ends the stream; nothing after the last event
-	// delivered is known, so the caller resumes by calling Watch again,
-	// which starts again from the current state. A bad prefix (see
-	// ValidatePrefix) yields one error matching ErrInvalid.
+	// The stream ends when ctx ends or the caller leaves the loop
+	// (without an error), or when it breaks: the backend failed or was
+	// closed, or the caller read so slowly that the backend could not
+	// keep its changes. A break yields the events already buffered, then
+	// one error matching ErrUnavailable, and ends the stream; nothing
+	// after the last event delivered is known, so the caller resumes by
+	// calling Watch again, which starts again from the current state. A
+	// bad prefix (see ValidatePrefix) yields one error matching
+	// ErrInvalid.
 	//
 	// Expired is reported once the backend's clock has passed the lease's
 	// expiry with no renewal, within a delay each backend states.
@@ -43,9 +50,10 @@ const (
 	// Renewed is a lease extended by its holder, with the same token (I2)
 	// and a later expiry.
 	Renewed
-	// Released is a lease its holder ended.
+	// Released is a lease its holder ended, as it was before.
 	Released
-	// Expired is a lease whose TTL ran out on the backend's clock.
+	// Expired is a lease whose TTL ran out on the backend's clock, as it
+	// was before.
 	Expired
 )
 

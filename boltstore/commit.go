@@ -23,7 +23,9 @@ const (
 	opAcquireWait
 	opRenew
 	opRelease
-	opExpire // a waiter's timer: hand an expired key to its first waiter
+	opExpire      // a waiter's timer: hand an expired key to its first waiter
+	opWatch       // a watch's subscription and snapshot (watch.go)
+	opWatchExpire // a watched lease's timer: report its expiry (watch.go)
 )
 
 // op is one write operation and, once done is closed, its outcome.
@@ -36,6 +38,7 @@ type op struct {
 	l     lease.Lease // opRenew, opRelease
 	w     *waiter     // opAcquireWait
 	timer uint64      // opExpire: the arming it answers
+	watch *watchOp    // opWatch, opWatchExpire
 
 	res    lease.Lease
 	err    error
@@ -225,6 +228,7 @@ func (s *Store) commit(batch []*op) {
 		}
 		s.txMu.Unlock()
 		err = s.finish(t, batch)
+		s.publishWatch(batch, err)
 	}
 	if err != nil {
 		// Nothing of the batch is durable, and outcomes decided inside the
@@ -348,6 +352,7 @@ func (s *Store) commitLive() error {
 // grant will come to them before the store is reopened.
 func (s *Store) fail(err error) {
 	s.failed.CompareAndSwap(nil, &err)
+	s.watch.close(s.failure())
 	s.durMu.Lock()
 	s.durCond.Broadcast()
 	s.durMu.Unlock()
@@ -390,6 +395,7 @@ func (s *Store) apply(t *txn, o *op) {
 			rec.expires = now.Add(o.ttl)
 			if o.err = s.putLease(t, o.l.Key, rec); o.err == nil {
 				o.res = rec.lease(o.l.Key)
+				s.noteWatch(lease.Renewed, o.res)
 				s.rearm(o.l.Key, rec.expires, now)
 			}
 		}
@@ -405,6 +411,7 @@ func (s *Store) apply(t *txn, o *op) {
 				o.err = unavailablef(err, "boltstore: delete lease %q", o.l.Key)
 				return
 			}
+			s.noteWatch(lease.Released, rec.lease(o.l.Key))
 			// A failed hand-over is the waiter's to hear about (its grant
 			// carries the error); the release itself stands.
 			_ = s.handOver(t, o.l.Key, now)
@@ -422,6 +429,8 @@ func (s *Store) apply(t *txn, o *op) {
 		case held:
 			s.rearm(o.key, rec.expires, now) // renewed since it was armed, or handed over
 		}
+	case opWatch, opWatchExpire:
+		s.applyWatch(t, o, now)
 	}
 }
 
@@ -436,6 +445,9 @@ func (s *Store) current(t *txn, key string, now time.Time) (record, bool, error)
 	}
 	if ok && rec.live(now) {
 		return rec, true, nil
+	}
+	if ok {
+		s.noteExpired(key, rec)
 	}
 	if len(s.queueOf(key)) == 0 {
 		return record{}, false, nil
@@ -486,7 +498,9 @@ func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Tim
 	if err := s.putLease(t, key, rec); err != nil {
 		return lease.Lease{}, err
 	}
-	return rec.lease(key), nil
+	l := rec.lease(key)
+	s.noteWatch(lease.Acquired, l)
+	return l, nil
 }
 
 func (s *Store) putLease(t *txn, key string, rec record) error {

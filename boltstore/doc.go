@@ -75,6 +75,20 @@
 // by one fsync per operation. A batch in which every operation failed
 // writes no record and costs no fsync.
 //
+// # Watching
+//
+// Store is a lease.Watcher. The commit loop tells watchers of a batch's
+// changes once its log record is durable, never of one a crash could undo,
+// and takes a new watch's snapshot between two batches, so the state and
+// the changes after it fit exactly. An expiry writes nothing: a timer on
+// the store's clock sends a watched lease's key to the commit loop, which
+// tells watchers of its expiry unless it was renewed. They hear of it
+// within the timer's delay plus two batches (each at most one fdatasync)
+// of the expiry. Watchers, like waiters, live in memory: Close, or a
+// failure that stops the store, cuts them off with an error matching
+// lease.ErrUnavailable, and a watch of the reopened store starts from its
+// state. See Store.Watch.
+//
 // # What survives a restart
 //
 // The highest token ever issued per key (kept for good, never deleted on

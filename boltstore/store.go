@@ -83,11 +83,14 @@ type Store struct {
 	waiters  map[string]*queue
 	timerGen uint64
 	closed   bool
+
+	watch watchState // watch.go
 }
 
 var (
 	_ lease.Backend      = (*Store)(nil)
 	_ lease.WaitAcquirer = (*Store)(nil)
+	_ lease.Watcher      = (*Store)(nil)
 	_ io.Closer          = (*Store)(nil)
 )
 
@@ -286,6 +289,7 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 		noLog:            cfg.noLog,
 	}
 	s.durCond = sync.NewCond(&s.durMu)
+	s.watch.init(s)
 	if s.live, err = s.begin(); err != nil {
 		return nil, err
 	}
@@ -457,15 +461,16 @@ func (s *Store) Path() string { return s.path }
 
 // Close stops the commit loop after its current commit, checkpoints the
 // log into the bbolt file, fails pending waiters with an error matching
-// lease.ErrUnavailable, and closes the file. Operations after Close fail
-// the same way. If the store has failed (a log write, or a checkpoint,
-// Close's own included, failed), Close returns that error: the bbolt file
-// then lacks writes that only the log holds, and the next Open recovers
-// them. Close is idempotent.
+// lease.ErrUnavailable, cuts watchers off the same way, and closes the
+// file. Operations after Close fail the same way. If the store has
+// failed (a log write, or a checkpoint, Close's own included, failed),
+// Close returns that error: the bbolt file then lacks writes that only the
+// log holds, and the next Open recovers them. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.quit)
 		<-s.stopped
+		s.watch.close(errClosed)
 		s.wmu.Lock()
 		s.closed = true
 		s.failWaiters(errClosed)

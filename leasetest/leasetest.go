@@ -5,9 +5,11 @@
 //	}
 //
 // It checks invariants I1–I4 of docs/DESIGN.md, the handling of bad input,
-// the optional WaitAcquirer and Notifier abilities when the backend has them
-// (a Notifier's wake-ups on release and expiry, its context and, for an
-// io.Closer, its Close), and I1 across restarts when given Reopen.
+// the optional WaitAcquirer, Notifier and Watcher abilities when the backend
+// has them (a Notifier's wake-ups on release and expiry, its context and,
+// for an io.Closer, its Close; a Watcher's current state, changes, prefix,
+// IDs, slow readers and expiry bound: watch.go), and I1 across restarts
+// when given Reopen.
 // Expiry is waited for in real time on the backend's clock, so backends with
 // coarse expiry pass a longer ExpiryTTL.
 package leasetest
@@ -33,9 +35,11 @@ import (
 type Option func(*config) error
 
 type config struct {
-	expiryTTL time.Duration
-	settle    time.Duration
-	reopen    func(t *testing.T, old lease.Backend) lease.Backend
+	expiryTTL        time.Duration
+	settle           time.Duration
+	reopen           func(t *testing.T, old lease.Backend) lease.Backend
+	watchBuffer      int
+	watchExpiryBound time.Duration
 }
 
 // ExpiryTTL sets the TTL of the leases the suite lets expire (default 50 ms).
@@ -79,7 +83,8 @@ func Reopen(f func(t *testing.T, old lease.Backend) lease.Backend) Option {
 
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) (config, error) {
-	cfg := config{expiryTTL: 50 * time.Millisecond, settle: 2 * time.Second}
+	cfg := config{expiryTTL: 50 * time.Millisecond, settle: 2 * time.Second,
+		watchBuffer: 1024, watchExpiryBound: time.Second}
 	for _, o := range opts {
 		if o == nil {
 			return config{}, fmt.Errorf("%w: leasetest: nil option", lease.ErrInvalid)
@@ -142,6 +147,9 @@ func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts
 	}
 	if _, ok := probe.(lease.Notifier); ok {
 		t.Run("Notifier", s.notifier)
+	}
+	if _, ok := probe.(lease.Watcher); ok {
+		t.Run("Watch", s.watch)
 	}
 	if cfg.reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { s.reopen(t, newBackend(t)) })

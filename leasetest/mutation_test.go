@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"regexp"
@@ -49,11 +50,13 @@ type hooks struct {
 	list        func(ctx context.Context, prefix string) ([]lease.Lease, error)
 	acquireWait func(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error)
 	waitChange  func(ctx context.Context, key string) error
+	watch       func(ctx context.Context, prefix string) iter.Seq2[lease.Event, error]
 	close       func() error
 }
 
-// wrapper is a lease.Backend, WaitAcquirer, Notifier and io.Closer over a
-// memstore that remembers what it granted, so that mutants can misuse it.
+// wrapper is a lease.Backend, WaitAcquirer, Notifier, Watcher and io.Closer
+// over a memstore that remembers what it granted, so that mutants can
+// misuse it.
 type wrapper struct {
 	s *memstore.Store
 	h hooks
@@ -73,6 +76,7 @@ var (
 	_ lease.Backend      = (*wrapper)(nil)
 	_ lease.WaitAcquirer = (*wrapper)(nil)
 	_ lease.Notifier     = (*wrapper)(nil)
+	_ lease.Watcher      = (*wrapper)(nil)
 	_ io.Closer          = (*wrapper)(nil)
 )
 
@@ -312,6 +316,13 @@ func (w *wrapper) WaitChange(ctx context.Context, key string) error {
 	return w.waitChange(ctx, key)
 }
 
+func (w *wrapper) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	if w.h.watch != nil {
+		return w.h.watch(ctx, prefix)
+	}
+	return w.s.Watch(ctx, prefix)
+}
+
 func (w *wrapper) Close() error {
 	if w.h.close != nil {
 		return w.h.close()
@@ -482,9 +493,12 @@ func globPrefix(prefix string) *regexp.Regexp {
 }
 
 type mutant struct {
-	name     string
-	breaks   string
-	caughtBy []string // the suite's subtests of which at least one must fail
+	name   string
+	breaks string
+	// caughtBy names the suite's subtests of which at least one must fail:
+	// top-level ones ("HeldByOther"), or, all under one, subtests of it
+	// ("Watch/SlowReader").
+	caughtBy []string
 	install  func(w *wrapper)
 	// reopen, if set, replaces the harmless restart (the same store).
 	reopen func(old lease.Backend) lease.Backend
@@ -1399,16 +1413,47 @@ type childRun struct {
 	err     error
 	out     string
 	elapsed time.Duration
-	failed  []string // the suite's subtests that failed
+	failed  []string // the suite's subtests that failed, as paths ("Watch/SlowReader")
 }
 
 var failLine = regexp.MustCompile(`--- FAIL: TestMutantsCaught/(\S+)`)
 
-func runChild(name string, subtests []string) childRun {
+// runPattern is the -test.run pattern that runs the suite's subtests
+// named, as caughtBy names them.
+func runPattern(subtests []string) string {
 	pattern := "^TestMutantsCaught$"
-	if len(subtests) > 0 {
-		pattern += "/^(" + strings.Join(subtests, "|") + ")$"
+	if len(subtests) == 0 {
+		return pattern
 	}
+	var tops, subs []string
+	for _, s := range subtests {
+		top, sub, _ := strings.Cut(s, "/")
+		if !slices.Contains(tops, top) {
+			tops = append(tops, top)
+		}
+		subs = append(subs, sub)
+	}
+	pattern += "/^(" + strings.Join(tops, "|") + ")$"
+	if len(tops) == 1 && !slices.Contains(subs, "") {
+		pattern += "/^(" + strings.Join(subs, "|") + ")$"
+	}
+	return pattern
+}
+
+// caught reports whether a failed path is one of subtests or under one.
+func caught(failed, subtests []string) bool {
+	for _, f := range failed {
+		for _, s := range subtests {
+			if f == s || strings.HasPrefix(f, s+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func runChild(name string, subtests []string) childRun {
+	pattern := runPattern(subtests)
 	start := time.Now()
 	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.count=1", "-test.timeout=120s")
 	cmd.Env = append(os.Environ(), envMutant+"="+name)
@@ -1417,8 +1462,8 @@ func runChild(name string, subtests []string) childRun {
 	err := cmd.Run()
 	r := childRun{err: err, out: out.String(), elapsed: time.Since(start)}
 	for _, m := range failLine.FindAllStringSubmatch(r.out, -1) {
-		if top, _, _ := strings.Cut(m[1], "/"); !slices.Contains(r.failed, top) {
-			r.failed = append(r.failed, top)
+		if !slices.Contains(r.failed, m[1]) {
+			r.failed = append(r.failed, m[1])
 		}
 	}
 	return r
@@ -1481,11 +1526,7 @@ func TestMutantsCaught(t *testing.T) {
 			if r.err == nil {
 				t.Fatalf("the suite's %v pass a backend where %s", m.caughtBy, m.breaks)
 			}
-			caught := false
-			for _, s := range m.caughtBy {
-				caught = caught || slices.Contains(r.failed, s)
-			}
-			if !caught {
+			if !caught(r.failed, m.caughtBy) {
 				t.Fatalf("the child failed (%v), but not in %v:\n%s", r.err, m.caughtBy, r.out)
 			}
 		})

@@ -21,13 +21,15 @@ func TestOptionsRefuseNonsense(t *testing.T) {
 		"zero Settle":        Settle(0),
 		"negative Settle":    Settle(-time.Second),
 		"nil Reopen":         Reopen(nil),
+		"zero WatchBuffer":   WatchBuffer(0),
+		"zero expiry bound":  WatchExpiryBound(0),
 	} {
 		if _, err := newConfig([]Option{opt}); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
-	cfg, err := newConfig([]Option{ExpiryTTL(time.Second), Settle(3 * time.Second)})
-	if err != nil || cfg.expiryTTL != time.Second || cfg.settle != 3*time.Second {
+	cfg, err := newConfig([]Option{ExpiryTTL(time.Second), Settle(3 * time.Second), WatchBuffer(7), WatchExpiryBound(time.Minute)})
+	if err != nil || cfg.expiryTTL != time.Second || cfg.settle != 3*time.Second || cfg.watchBuffer != 7 || cfg.watchExpiryBound != time.Minute {
 		t.Errorf("valid options: %+v, %v", cfg, err)
 	}
 }

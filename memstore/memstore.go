@@ -3,9 +3,10 @@
 // waiters, found through an index that lookups read without locking, so
 // goroutines working on different keys share no written memory and the
 // store scales with cores; waiters are handed the lease in arrival order on
-// release or expiry. Nothing survives the process, so use it for tests,
-// simulations and single-process programs; boltstore is the durable
-// embedded backend.
+// release or expiry, and watchers (Watch) are told of every change, each
+// expiry as the store's clock reaches it. Nothing survives the process, so
+// use it for tests, simulations and single-process programs; boltstore is
+// the durable embedded backend.
 //
 // An acquire+release pair costs two hashes and index probes, two lock round
 // trips on the key's entry, two clock reads, and one ID from a per-processor
@@ -23,6 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/watchhub"
 )
 
 // Store is an in-memory lease.Backend. The zero value is not usable; call New.
@@ -33,11 +35,13 @@ type Store struct {
 	seed     maphash.Seed
 	idx      index
 	ids      sync.Pool // *idSource, one per processor in use
+	watch    *watchhub.Hub
 }
 
 var (
 	_ lease.Backend      = (*Store)(nil)
 	_ lease.WaitAcquirer = (*Store)(nil)
+	_ lease.Watcher      = (*Store)(nil)
 )
 
 // entry is one key's state, padded to 256 bytes: that size class's objects
@@ -57,6 +61,7 @@ type entryState struct {
 	mu      sync.Mutex
 	dead    bool // dropped from the index by a sweep: look the key up again
 	held    bool
+	watched bool // a watcher was told of the lease held: time its expiry
 	hash    uint64
 	key     string
 	l       lease.Lease   // l.Key always; the rest is the current generation while held is true
@@ -99,6 +104,7 @@ func New(opts ...Option) *Store {
 	}
 	s.baseWall = s.base.UnixNano()
 	s.idx.init()
+	s.watch = watchhub.New("memstore", watchhub.DefaultBuffer)
 	s.ids.New = func() any {
 		g := new(idSource)
 		g.init()
@@ -251,6 +257,7 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 	e.exp = now + ttl
 	e.l.TTL = ttl
 	e.l.Expires = s.base.Add(e.exp)
+	s.publishLocked(e, lease.Renewed)
 	// A shorter TTL moves the expiry earlier than a pending check: waiters
 	// must be served at the new expiry.
 	s.armLocked(e, now)
@@ -266,8 +273,14 @@ func (s *Store) Release(_ context.Context, l lease.Lease) error {
 	}
 	defer e.mu.Unlock()
 	e.held = false
+	s.publishLocked(e, lease.Released)
 	if len(e.waiters) > 0 {
 		s.grantNextLocked(e, now)
+	} else if e.timer != nil {
+		// A watched lease's expiry check: nothing is left to check, and
+		// the entry may be swept before the released lease would expire.
+		e.timer.Stop()
+		e.timer = nil
 	}
 	return nil
 }
@@ -332,6 +345,7 @@ func (s *Store) current(l lease.Lease, now time.Duration) (*entry, error) {
 func (s *Store) expireLocked(e *entry, now time.Duration) {
 	if e.held && e.exp <= now {
 		e.held = false
+		s.publishLocked(e, lease.Expired)
 		if len(e.waiters) > 0 {
 			s.grantNextLocked(e, now)
 		}
@@ -351,6 +365,9 @@ func (s *Store) grantLocked(e *entry, owner string, ttl, now time.Duration) {
 	e.l.ID = s.newID()
 	e.l.TTL = ttl
 	e.l.Expires = s.base.Add(e.exp)
+	if s.publishLocked(e, lease.Acquired); e.watched {
+		s.armLocked(e, now)
+	}
 }
 
 // grantNextLocked hands the free key to the first waiter.
@@ -364,10 +381,10 @@ func (s *Store) grantNextLocked(e *entry, now time.Duration) {
 }
 
 // armLocked makes sure an expiry check is pending, no later than the
-// current expiry, while anyone waits on a held key, so waiters are served at
-// expiry without polling.
+// current expiry, while anyone waits on a held key or watches it, so waiters
+// are served and watchers told at expiry without polling.
 func (s *Store) armLocked(e *entry, now time.Duration) {
-	if len(e.waiters) == 0 || !e.held || (e.timer != nil && e.timerAt <= e.exp) {
+	if !e.held || (len(e.waiters) == 0 && !e.watched) || (e.timer != nil && e.timerAt <= e.exp) {
 		return
 	}
 	if e.timer != nil {
@@ -381,6 +398,9 @@ func (s *Store) armLocked(e *entry, now time.Duration) {
 			return // replaced by an earlier check
 		}
 		e.timer = nil
+		if !s.watch.Active() {
+			e.watched = false // nobody to tell: no more checks for them
+		}
 		s.expireLocked(e, s.now())
 		s.armLocked(e, s.now())
 	})
