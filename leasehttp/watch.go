@@ -137,11 +137,13 @@ type watchItem struct {
 // as Server-Sent Events; see the package documentation. The prefix is
 // narrowed as a list's is, one backend watch per prefix.
 func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
+	// Loaded before authorize reads the set: a swap in between then shows
+	// as a change, and c is checked against the new set.
+	credsAt := s.creds.Load()
 	c, ok := s.authorize(w, r)
 	if !ok {
 		return
 	}
-	credsAt := s.creds.Load()
 	prefix, err := listPrefix(r)
 	if err != nil {
 		s.writeError(w, err)

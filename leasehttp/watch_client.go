@@ -40,7 +40,9 @@ var _ lease.Watcher = (*Client)(nil)
 // prefix), ErrUnauthorized, ErrForbidden, ErrTooManyWatchers (the
 // credential's streams are at the server's bound) or errors.ErrUnsupported
 // (the server's backend cannot watch). Opening the stream is retried like
-// Get and bounded by WithTimeout; the stream itself is not.
+// Get and bounded by WithTimeout; the stream itself is not, so an
+// http.Client given with WithHTTPClient must have no Timeout, which would
+// cut every stream.
 func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
 	return func(yield func(lease.Event, error) bool) {
 		if err := lease.ValidatePrefix(prefix); err != nil {
