@@ -21,7 +21,8 @@ import (
 // Client is a lease.Backend that talks to a leasehttp Server, so the root
 // lease.Client (waiting, renewal, loss) works across the network. It also
 // implements lease.WaitAcquirer through wait_ms, so waiting is the server's
-// FIFO wait rather than polling. A Client is safe for concurrent use.
+// FIFO wait rather than polling, and lease.Watcher through GET /v1/watch
+// (watch_client.go). A Client is safe for concurrent use.
 //
 // Retries (see the package documentation): Get and List are retried after
 // any failure to get an answer; Renew too, since renewing twice with the

@@ -1,7 +1,8 @@
 // Package leasehttp serves any lease.Backend over HTTP (Server) and talks to
 // such a server as a lease.Backend itself (Client), so the root lease.Client
 // — waiting, background renewal, loss signalled by context — works across
-// the network unchanged.
+// the network unchanged. A backend's lease.Watcher is served as a stream of
+// Server-Sent Events, and the Client is a lease.Watcher over it.
 //
 // # API (v1)
 //
@@ -14,6 +15,7 @@
 //	POST /v1/leases/{key}/release      {"id","token"}                200 {}                       409 not_held
 //	GET  /v1/leases/{key}              –                             200 lease (no id)            404 not_found
 //	GET  /v1/leases?prefix=P           –                             200 {"leases":[…]} (no ids)  403 forbidden
+//	GET  /v1/watch?prefix=P            –                             200 text/event-stream        403 forbidden, 429 too_many_watchers, 501 unsupported
 //	GET  /healthz                      –                             200 {"status":"ok"}
 //	GET  /readyz                       –                             200 {"status":"ready"}       503 unavailable
 //	GET  /metrics                      –                             Prometheus text format
@@ -48,6 +50,10 @@
 //	                   405 with Allow for a method the path has no route for)
 //	unauthorized  401  ErrUnauthorized
 //	forbidden     403  ErrForbidden (also a Host refused, see Authentication)
+//	too_many_watchers
+//	              429  ErrTooManyWatchers (see Watching)
+//	unsupported   501  errors.ErrUnsupported (a watch on a backend that
+//	                   cannot; asking again will not help)
 //	unavailable   503  lease.ErrUnavailable (backend failure, or shutting down)
 //
 // Input limits: keys 1–512 bytes of UTF-8 without control characters (also
@@ -81,6 +87,64 @@
 // added to the read and write deadlines of the http.Server serving it, so
 // its ReadTimeout and WriteTimeout need not allow for waits.
 //
+// # Watching
+//
+// GET /v1/watch?prefix=P streams the backend's lease.Watcher as Server-Sent
+// Events (the HTML standard's text/event-stream): first the current state,
+// one held event per lease in key order, then one synced event, then every
+// change. One message per event:
+//
+//	id: 7
+//	event: acquired
+//	data: {"key":"jobs/nightly","owner":"host-42","token":8,"ttl_ms":30000,"expires_at":"2026-12-02T10:00:00.000Z"}
+//
+// event is the lease.EventKind (held, synced, acquired, renewed, released,
+// expired), data the lease as GET answers it, without its id (for released
+// and expired, the lease that ended; for synced, {}). The stream starts
+// with "retry: 1000" and sends a comment line ": ping" whenever it has been
+// silent for the heartbeat (WithHeartbeat, DefaultHeartbeat = 15 s), so
+// proxies keep it open and a client that stopped reading is found: each
+// write must be taken within the heartbeat plus the http.Server's
+// WriteTimeout (the heartbeat again without one) or the stream ends. The
+// http.Server's read and write timeouts are moved forward as the stream
+// goes, so they do not cut it.
+//
+// The prefix is scoped like a list's: narrowed to the credential's
+// prefixes inside it (the snapshots of several then come as one, in key
+// order, with one synced), 403 when it shares no key with them. One
+// credential may have WithMaxWatchers streams open (DefaultMaxWatchers =
+// 64; without credentials, all clients together); one more is 429
+// too_many_watchers until one of them ends. A backend that is not a
+// lease.Watcher answers 501 unsupported: list the prefix instead.
+//
+// A stream ends with an error event, whose data is the error body of an
+// HTTP answer and which has no id:
+//
+//	event: error
+//	data: {"error":{"code":"unavailable","message":"…"}}
+//
+// when the backend's watch breaks (the backend failed, or the stream fell
+// so far behind that the backend would not keep its changes), when the
+// server closes (Close ends every stream at once), and when SetCredentials
+// removes or changes the credential the stream was opened with. In each
+// case the client watches again and gets the current state; after an error
+// event or a dropped connection an EventSource does so by itself after a
+// second.
+//
+// No history is kept, so a stream cannot resume where another left off:
+// event ids count the events of one stream from 1, and a request with
+// Last-Event-ID gets a new stream that begins with the current state
+// (with a comment saying so). The event with id 1 always begins a new
+// picture: a client keeping the state of the prefix drops what it had and
+// rebuilds it from the held events, and knows it is complete at synced.
+// Nothing missed while away is replayed, but nothing is missing from the
+// state after synced either.
+//
+// The Client's Watch reads the stream as it arrives, buffering up to
+// WatchBuffer events after synced for a caller that has not taken them, and
+// cuts off a caller further behind with an error matching
+// lease.ErrUnavailable, as backends do. It does not reconnect by itself.
+//
 // An error answered before the request's body was read (401, 403, 404, 405,
 // 415) closes the connection instead of reading the body, so a client
 // trickling a body cannot hold the connection by it.
@@ -107,7 +171,10 @@
 //
 // SetCredentials swaps in a new set of credentials while the server runs
 // (lease serve does on SIGHUP): a request keeps the credential it was
-// authorised with to its end, later requests see only the new set.
+// authorised with to its end, later requests see only the new set. Watch
+// streams, which may last for days, are the exception: one whose
+// credential the new set drops or gives other prefixes ends at its next
+// event or heartbeat.
 // ReadCredentialsFile also warns about a file that group or others may
 // access and about tokens shorter than ShortToken.
 //
@@ -122,6 +189,7 @@
 //	lease_expirations_total        leases that expired without a release
 //	lease_active_leases            leases granted or renewed here, not yet released or expired
 //	lease_waiters                  acquire requests now waiting
+//	lease_watchers                 watch streams now open
 //	lease_http_request_duration_seconds{route,code}
 //
 // Requests refused before reaching the backend (400, 401, 403) show only in
@@ -134,7 +202,8 @@
 // leases that pass through it, and a holder renewing through another
 // server looks expired to the first. lease_active_leases follows the same
 // tracking. Route labels are patterns and codes are HTTP statuses: no key
-// ever becomes a label value.
+// ever becomes a label value. A watch stream is observed in the duration
+// histogram once, when it ends, with its whole length.
 //
 // # Client retries
 //
@@ -161,4 +230,6 @@
 // says the outcome is unknown, since the answer may have been on its way).
 // A server that answers held at once is asked again after a backoff of 5 ms
 // doubling to 500 ms. TTLs are sent in whole milliseconds, rounded up.
+// Watch retries opening its stream as Get does; a stream that breaks is
+// not reopened (see Watching).
 package leasehttp

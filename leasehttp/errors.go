@@ -17,6 +17,12 @@ var ErrUnauthorized = errors.New("leasehttp: unauthorized")
 // code "forbidden").
 var ErrForbidden = errors.New("leasehttp: forbidden")
 
+// ErrTooManyWatchers means the credential (or, on a server without
+// credentials, all clients together) already has as many watch streams
+// open as the server allows (WithMaxWatchers) (HTTP 429, code
+// "too_many_watchers"). A slot frees when one of those streams ends.
+var ErrTooManyWatchers = errors.New("leasehttp: too many watchers")
+
 // errorKind is one row of the table that maps error codes, HTTP statuses
 // and sentinel errors both ways: the server turns an error into a code and
 // a status, the client turns a code back into an error matching the same
@@ -38,6 +44,10 @@ var errorTable = []errorKind{
 	{"invalid", http.StatusBadRequest, lease.ErrInvalid},
 	{"unauthorized", http.StatusUnauthorized, ErrUnauthorized},
 	{"forbidden", http.StatusForbidden, ErrForbidden},
+	{"too_many_watchers", http.StatusTooManyRequests, ErrTooManyWatchers},
+	// The backend cannot do what was asked (watch): asking again will not
+	// help, unlike unavailable.
+	{"unsupported", http.StatusNotImplemented, errors.ErrUnsupported},
 	{"unavailable", http.StatusServiceUnavailable, lease.ErrUnavailable},
 }
 
@@ -76,6 +86,9 @@ func kindByStatus(status int) (errorKind, bool) {
 		// Without a code a 404 is a missing route (a proxy, a wrong path
 		// prefix), not the server saying no lease exists: ErrNotFound
 		// would tell the caller the key is free.
+		return errorKind{}, false
+	case status == http.StatusTooManyRequests:
+		// A proxy's rate limit, not this server's bound on watchers.
 		return errorKind{}, false
 	case status >= 500:
 		return kindUnavailable, true

@@ -29,6 +29,7 @@ type metrics struct {
 	expirations  prometheus.Counter
 	active       prometheus.Gauge
 	waiters      prometheus.Gauge
+	watchers     prometheus.Gauge
 	duration     *prometheus.HistogramVec
 }
 
@@ -98,14 +99,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "lease", Name: "waiters",
 			Help: "Acquire requests now waiting (wait_ms) for a held key.",
 		}),
+		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "lease", Name: "watchers",
+			Help: "Watch streams (GET /v1/watch) now open.",
+		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "lease", Name: "http_request_duration_seconds",
-			Help: "Time to answer HTTP requests, by route pattern and status code; long polls count their wait.",
+			Help: "Time to answer HTTP requests, by route pattern and status code; long polls count their wait, watch streams their whole length.",
 			// 0.5 ms to 30 s: a loopback round trip up to the longest default wait.
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 13),
 		}, []string{"route", "code"}),
 	}
-	for _, c := range []prometheus.Collector{acquisitions, renewals, releases, m.expirations, m.active, m.waiters, m.duration} {
+	for _, c := range []prometheus.Collector{acquisitions, renewals, releases, m.expirations, m.active, m.waiters, m.watchers, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

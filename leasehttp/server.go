@@ -53,6 +53,7 @@ type Server struct {
 	metrics  *metrics
 	tracker  *tracker
 	queues   *queues
+	watches  *watches
 	failures failureLog // the last failure logged at ERROR
 
 	// creds are what requests are checked against, swapped whole by
@@ -75,6 +76,7 @@ type serverConfig struct {
 	gat      prometheus.Gatherer
 	maxWait  time.Duration
 	hosts    hostSet
+	watch    watchConfig
 }
 
 // WithCredentials makes the server demand a bearer token from creds on every
@@ -185,6 +187,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 		return nil, fmt.Errorf("leasehttp: registering metrics: %w", err)
 	}
 	s.tracker = newTracker(s.metrics)
+	s.watches = newWatches(b, cfg.watch)
 	s.closing, s.close = context.WithCancel(context.Background())
 
 	s.handle("POST /v1/leases/{key}/acquire", s.handleAcquire)
@@ -192,6 +195,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	s.handle("POST /v1/leases/{key}/release", s.handleRelease)
 	s.handle("GET /v1/leases/{key}", s.handleGet)
 	s.handle("GET /v1/leases", s.handleList)
+	s.handle("GET /v1/watch", s.handleWatch)
 	s.handle("GET /healthz", s.handleHealthz)
 	s.handle("GET /readyz", s.handleReadyz)
 	metricsHandler := promhttp.HandlerFor(cfg.gat, promhttp.HandlerOpts{})
@@ -280,8 +284,9 @@ func canonicalPath(p string) bool {
 }
 
 // Close ends every pending wait at once, answering it 503 "unavailable",
-// makes later acquires try once instead of waiting, turns /readyz to 503
-// and stops the expiry tracking. Other requests are still served, so call
+// ends every watch stream with an error event (and answers later watches
+// 503), makes later acquires try once instead of waiting, turns /readyz to
+// 503 and stops the expiry tracking. Other requests are still served, so call
 // http.Server.Shutdown after Close to drain them. Close always returns nil.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {

@@ -30,6 +30,8 @@ const (
 	DefaultWriteTimeout    = 30 * time.Second
 	DefaultIdleTimeout     = 2 * time.Minute
 	DefaultMaxConnections  = 4096
+	DefaultWatchHeartbeat  = leasehttp.DefaultHeartbeat
+	DefaultMaxWatchers     = leasehttp.DefaultMaxWatchers
 )
 
 func newServeCommand(a *app) *cobra.Command {
@@ -57,6 +59,9 @@ warned about.
 
 Slow and idle clients are cut off by --read-timeout, --write-timeout and
 --idle-timeout; --max-connections bounds the connections open at once.
+Watch streams (GET /v1/watch) send a heartbeat after --watch-heartbeat of
+silence, which also moves those timeouts on; --max-watchers bounds the
+streams of one token.
 
 SIGTERM or SIGINT shuts it down gracefully: pending waits end, in-flight
 requests finish (up to --shutdown-timeout), the backend is closed.
@@ -118,6 +123,8 @@ what it had and logs why.`,
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", DefaultWriteTimeout, "how long answering a request may take, from its headers on (a waiting acquire gets its wait on top)")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
 	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "at most `N` connections open at once, in total (0: no limit); at the limit the longest idle is closed")
+	f.DurationVar(&cfg.WatchHeartbeat, "watch-heartbeat", DefaultWatchHeartbeat, "how long a watch stream may stay silent before a heartbeat comment is sent")
+	f.IntVar(&cfg.MaxWatchers, "max-watchers", DefaultMaxWatchers, "at most `N` watch streams open at once per token (without --auth-tokens-file, in total)")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, the `HOSTS` (names or addresses, comma-separated) answered besides loopback")
 	f.BoolVar(&cfg.AcceptLogLoss, "accept-log-loss", false, "start on a damaged log of the embedded store: drop what cannot be read and raise every key's next token above any it could have issued (see docs/SERVE.md)")
 	f.BoolVar(&cfg.AllowSharedDataDir, "allow-shared-data-dir", false, "use a --data-dir that other users may write to, which is otherwise refused")
@@ -150,6 +157,11 @@ type ServeConfig struct {
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// MaxConnections bounds the connections open at once; 0 means no limit.
 	MaxConnections int
+	// WatchHeartbeat is leasehttp.WithHeartbeat's, within
+	// [leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat].
+	WatchHeartbeat time.Duration
+	// MaxWatchers is leasehttp.WithMaxWatchers's; at least 1.
+	MaxWatchers int
 	// AllowedHosts are Host names or addresses, besides loopback and the
 	// host of Addr, that a server without credentials answers.
 	AllowedHosts []string
@@ -213,6 +225,12 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	if cfg.MaxConnections < 0 {
 		return nil, usageError(fmt.Errorf("--max-connections must be 0 (no limit) or more, got %d", cfg.MaxConnections))
 	}
+	if cfg.WatchHeartbeat < leasehttp.MinHeartbeat || cfg.WatchHeartbeat > leasehttp.MaxHeartbeat {
+		return nil, usageError(fmt.Errorf("--watch-heartbeat must be within [%v, %v], got %v", leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat, cfg.WatchHeartbeat))
+	}
+	if cfg.MaxWatchers < 1 {
+		return nil, usageError(fmt.Errorf("--max-watchers must be at least 1, got %d", cfg.MaxWatchers))
+	}
 	if len(cfg.AllowedHosts) > 0 && cfg.AuthTokensFile != "" {
 		return nil, usageError(errors.New("--allowed-hosts applies only without --auth-tokens-file: a bearer token already keeps web pages out"))
 	}
@@ -272,6 +290,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		leasehttp.WithLogger(log),
 		leasehttp.WithRegisterer(reg),
 		leasehttp.WithGatherer(reg),
+		leasehttp.WithHeartbeat(s.cfg.WatchHeartbeat),
+		leasehttp.WithMaxWatchers(s.cfg.MaxWatchers),
 	}
 	if len(creds) > 0 {
 		apiOpts = append(apiOpts, leasehttp.WithCredentials(creds))
@@ -313,7 +333,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.http.ConnState = limit.connState
 	}
 	// Shutdown waits for in-flight requests; long-polls would keep it waiting
-	// for up to their wait_ms, so it ends them first.
+	// for up to their wait_ms, and watch streams for good, so it ends them
+	// first.
 	s.http.RegisterOnShutdown(func() { _ = s.api.Close() })
 	go func() {
 		err := s.http.Serve(s.ln)

@@ -61,6 +61,8 @@ func serveConfig(t *testing.T, logs io.Writer) ServeConfig {
 		WriteTimeout:    DefaultWriteTimeout,
 		IdleTimeout:     DefaultIdleTimeout,
 		MaxConnections:  DefaultMaxConnections,
+		WatchHeartbeat:  DefaultWatchHeartbeat,
+		MaxWatchers:     DefaultMaxWatchers,
 		Logger:          slog.New(slog.NewTextHandler(logs, nil)),
 	}
 }
@@ -229,6 +231,8 @@ func TestServeRefusals(t *testing.T) {
 		{"negative write timeout", func(c *ServeConfig) { c.WriteTimeout = -time.Second }, ExitUsage, "--write-timeout"},
 		{"zero idle timeout", func(c *ServeConfig) { c.IdleTimeout = 0 }, ExitUsage, "--idle-timeout"},
 		{"negative max connections", func(c *ServeConfig) { c.MaxConnections = -1 }, ExitUsage, "--max-connections"},
+		{"zero watch heartbeat", func(c *ServeConfig) { c.WatchHeartbeat = 0 }, ExitUsage, "--watch-heartbeat"},
+		{"zero max watchers", func(c *ServeConfig) { c.MaxWatchers = 0 }, ExitUsage, "--max-watchers"},
 		{"allowed host with port", func(c *ServeConfig) { c.AllowedHosts = []string{"lease.internal:7420"} }, ExitUsage, "--allowed-hosts"},
 		{"allowed hosts with credentials", func(c *ServeConfig) { c.AuthTokensFile, c.AllowedHosts = empty, []string{"lease.internal"} }, ExitUsage, "--allowed-hosts"},
 	} {

@@ -1,0 +1,262 @@
+package leasehttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+// WatchBuffer is how many events a Client's watch holds for a caller that
+// has not taken them yet. The Client reads its stream as it arrives, so
+// that a slow caller does not hold up the server; a caller that falls
+// further behind is cut off, as a backend's watcher is.
+const WatchBuffer = 1024
+
+var _ lease.Watcher = (*Client)(nil)
+
+// Watch implements lease.Watcher through GET /v1/watch: the current state
+// (Held events, then Synced) and then each change, as the server's backend
+// reports them. With a credential scoped to key prefixes the server watches
+// only the keys it covers, as List does.
+//
+// The stream ends without an error when ctx ends or the caller stops. A
+// break — the connection lost, the server shutting down or its backend's
+// watch cut off, or the caller more than WatchBuffer events behind — yields
+// one error matching lease.ErrUnavailable after the events received before
+// it; Watch does not reconnect by itself, since what happened meanwhile is
+// unknown: call it again for the current state. A refused watch yields one
+// error that calling again will not cure: matching lease.ErrInvalid (a bad
+// prefix), ErrUnauthorized, ErrForbidden, ErrTooManyWatchers (the
+// credential's streams are at the server's bound) or errors.ErrUnsupported
+// (the server's backend cannot watch). Opening the stream is retried like
+// Get and bounded by WithTimeout; the stream itself is not, so an
+// http.Client given with WithHTTPClient must have no Timeout, which would
+// cut every stream.
+func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		if err := lease.ValidatePrefix(prefix); err != nil {
+			yield(lease.Event{}, err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		body, err := c.openWatch(sctx, prefix)
+		if err != nil {
+			if ctx.Err() == nil {
+				yield(lease.Event{}, err)
+			}
+			return
+		}
+		items := make(chan watchItem, WatchBuffer)
+		var brk error // set before items is closed
+		go func() {
+			defer close(items)
+			defer body.Close()
+			brk = readWatch(sctx, body, prefix, items)
+		}()
+		defer func() {
+			cancel()
+			for range items { // the reader ends once its request is cancelled
+			}
+		}()
+		for it := range items {
+			if ctx.Err() != nil || !yield(it.ev, nil) {
+				return
+			}
+		}
+		if brk != nil && ctx.Err() == nil {
+			yield(lease.Event{}, brk)
+		}
+	}
+}
+
+// errWatchHeaders cuts a watch whose answer did not begin within the
+// Client's timeout.
+var errWatchHeaders = errors.New("no answer within the client's timeout")
+
+// openWatch asks for the stream, retrying as Get does, and returns its body.
+func (c *Client) openWatch(ctx context.Context, prefix string) (io.ReadCloser, error) {
+	path := "/v1/watch"
+	if prefix != "" {
+		path += "?prefix=" + url.QueryEscape(prefix)
+	}
+	backoff := c.backoff
+	for attempt := 1; ; attempt++ {
+		body, resp, err := c.openWatchOnce(ctx, path)
+		if body != nil {
+			return body, nil
+		}
+		again := errors.Is(err, errNotSent) || (err == nil && resp.status == http.StatusServiceUnavailable)
+		if !again || attempt >= c.attempts || ctx.Err() != nil {
+			if err != nil {
+				return nil, transportError("watch", prefix, err, "")
+			}
+			return nil, answerError("watch", prefix, resp)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, transportError("watch", prefix, context.Cause(ctx), "")
+		}
+		backoff *= 4
+	}
+}
+
+// openWatchOnce sends one watch request: it returns the stream's body, or
+// the error answer, or the failure to get either.
+func (c *Client) openWatchOnce(ctx context.Context, path string) (io.ReadCloser, *response, error) {
+	// The request's context lives as long as the stream; until the answer
+	// begins it is also bounded by the Client's timeout.
+	rctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(c.timeout, func() { cancel(errWatchHeaders) })
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		timer.Stop()
+		cancel(nil)
+		return nil, nil, fmt.Errorf("%w: leasehttp: %v", lease.ErrInvalid, err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	resp, err := c.hc.Do(req)
+	inTime := timer.Stop()
+	switch {
+	case err != nil:
+		cancel(nil)
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, nil, fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		if !inTime {
+			return nil, nil, errWatchHeaders
+		}
+		return nil, nil, err
+	case !inTime:
+		resp.Body.Close()
+		cancel(nil)
+		return nil, nil, errWatchHeaders
+	case resp.StatusCode != http.StatusOK:
+		defer cancel(nil)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the answer: %w", err)
+		}
+		return nil, &response{status: resp.StatusCode, body: b}, nil
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		resp.Body.Close()
+		cancel(nil)
+		return nil, nil, fmt.Errorf("the answer is %q, not an event stream", resp.Header.Get("Content-Type"))
+	}
+	return cancelBody{resp.Body, func() { cancel(nil) }}, nil, nil
+}
+
+// cancelBody ends the request's context when the body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel func()
+}
+
+func (b cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// readWatch reads the stream into items until it ends, and returns the
+// break to yield after them (nil when ctx ended). Until Synced it waits for
+// the caller to take each event, as the snapshot may be larger than the
+// buffer; after it, a full buffer is a caller too far behind.
+func readWatch(ctx context.Context, body io.Reader, prefix string, items chan<- watchItem) error {
+	sr := newSSEReader(body)
+	synced := false
+	for {
+		msg, err := sr.next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the server ended the stream without saying why")
+			}
+			return fmt.Errorf("leasehttp: watch %s: %w: %w", quoteName(prefix), lease.ErrUnavailable, err)
+		}
+		ev, err := decodeWatchEvent(prefix, msg)
+		if err != nil {
+			return err
+		}
+		if !synced {
+			select {
+			case items <- watchItem{ev: ev}:
+			case <-ctx.Done():
+				return nil
+			}
+			synced = ev.Kind == lease.Synced
+			continue
+		}
+		select {
+		case items <- watchItem{ev: ev}:
+		default:
+			return fmt.Errorf("leasehttp: watch %s: %w: the caller fell more than %d events behind; watch again", quoteName(prefix), lease.ErrUnavailable, WatchBuffer)
+		}
+	}
+}
+
+// decodeWatchEvent turns one message of the stream into an event, or into
+// the error that ends the watch: the server's error event, or a message
+// this client cannot read (which would leave its picture incomplete).
+func decodeWatchEvent(prefix string, msg sseMessage) (lease.Event, error) {
+	malformed := func(format string, args ...any) error {
+		return fmt.Errorf("leasehttp: watch %s: %w: malformed stream: %s", quoteName(prefix), lease.ErrUnavailable, fmt.Sprintf(format, args...))
+	}
+	if msg.event == "error" {
+		var body errorJSON
+		_ = json.Unmarshal([]byte(msg.data), &body)
+		k, ok := kindByCode(body.Error.Code)
+		if !ok {
+			k = kindUnavailable
+		}
+		return lease.Event{}, fmt.Errorf("leasehttp: watch %s: the server ended the stream (%s): %s: %w",
+			quoteName(prefix), k.code, body.Error.Message, k.err)
+	}
+	kind, err := lease.ParseEventKind(msg.event)
+	if err != nil {
+		return lease.Event{}, malformed("event %q is not one this client knows", msg.event)
+	}
+	if kind == lease.Synced {
+		return lease.Event{Kind: lease.Synced}, nil
+	}
+	var j LeaseJSON
+	if !scanLeaseJSON([]byte(msg.data), &j) {
+		if err := json.Unmarshal([]byte(msg.data), &j); err != nil {
+			return lease.Event{}, malformed("%s event: %v", kind, err)
+		}
+	}
+	l, err := j.Lease()
+	if err != nil {
+		return lease.Event{}, malformed("%s event: %v", kind, err)
+	}
+	if !strings.HasPrefix(l.Key, prefix) {
+		return lease.Event{}, malformed("%s event of %s, outside the prefix", kind, quoteName(l.Key))
+	}
+	l.ID = lease.ID{} // never expected, never passed on (I4)
+	return lease.Event{Kind: kind, Lease: l}, nil
+}

@@ -1,0 +1,122 @@
+package leasehttp_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+)
+
+// streamServer answers every request with the event stream body, written
+// in the pieces given, a flush after each, then ends the answer.
+func streamServer(t *testing.T, contentType string, pieces ...string) string {
+	t.Helper()
+	hs := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		for _, p := range pieces {
+			if p == "<pause>" {
+				select {
+				case <-time.After(300 * time.Millisecond):
+				case <-r.Context().Done():
+					return
+				}
+				continue
+			}
+			_, _ = w.Write([]byte(p))
+			http.NewResponseController(w).Flush()
+		}
+	}))
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+const (
+	leaseA = `{"key":"jobs/a","owner":"o","token":3,"ttl_ms":1000,"expires_at":"2026-01-01T00:00:00.000Z"}`
+	leaseB = `{"key":"jobs/b","owner":"p","token":4,"ttl_ms":2000,"expires_at":"2026-01-01T00:00:01.000Z"}`
+)
+
+// TestClientWatchReadsAnyWellFormedStream: the client reads the stream as
+// the HTML standard says, not only as this package's server writes it:
+// CRLF and CR line ends, a BOM, comments, data split over several lines,
+// fields it does not use. The server's error event ends the watch with the
+// error of its code.
+func TestClientWatchReadsAnyWellFormedStream(t *testing.T) {
+	split := strings.Index(leaseA, `"owner"`) // the data's line break falls between members
+	url := streamServer(t, "text/event-stream; charset=utf-8",
+		"\ufeff: hello\r\nretry: 5\r\n\r\n",
+		"id: 1\r\nevent: held\r\ndata: "+leaseA[:split]+"\r\ndata: "+leaseA[split:]+"\r\n\r\n",
+		"id: 2\revent: synced\rdata: {}\r\r",
+		": ping\n\n",
+		"id:3\nevent:acquired\nfoo: bar\ndata:"+leaseB+"\n\n",
+		"event: error\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"going away\"}}\n\n")
+	ch, _ := goWatch(t, newClient(t, url), "jobs/")
+	var got []string
+	for {
+		it, ok := nextItem(t, ch, "the stream's events")
+		if !ok {
+			t.Fatalf("the watch ended without an error after %q", got)
+		}
+		if it.err != nil {
+			if !errors.Is(it.err, lease.ErrUnavailable) || !strings.Contains(it.err.Error(), "going away") {
+				t.Errorf("error %v, want the server's: ErrUnavailable, going away", it.err)
+			}
+			break
+		}
+		l := it.ev.Lease
+		got = append(got, it.ev.Kind.String()+" "+l.Key)
+		if it.ev.Kind == lease.Held && (l.Owner != "o" || l.Token != 3 || l.TTL != time.Second || !l.Expires.Equal(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))) {
+			t.Errorf("held lease %+v, want the one sent", l)
+		}
+	}
+	if want := []string{"held jobs/a", "synced ", "acquired jobs/b"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// TestClientWatchBreaksOnWhatItCannotRead: a stream the client cannot
+// follow ends the watch with an error matching ErrUnavailable rather than
+// leaving the caller with a picture it believes complete.
+func TestClientWatchBreaksOnWhatItCannotRead(t *testing.T) {
+	for _, tc := range []struct {
+		name, contentType, body, want string
+	}{
+		{"unknown event", "text/event-stream", "event: synced\ndata: {}\n\nevent: moved\ndata: {}\n\n", "not one this client knows"},
+		{"bad lease", "text/event-stream", "event: synced\ndata: {}\n\nevent: acquired\ndata: {\"key\":\"jobs/a\"}\n\n", "malformed"},
+		{"outside the prefix", "text/event-stream", "event: synced\ndata: {}\n\nevent: acquired\ndata: " + strings.Replace(leaseA, "jobs/a", "other/a", 1) + "\n\n", "outside the prefix"},
+		{"end without error", "text/event-stream", "event: synced\ndata: {}\n\n", "without saying why"},
+		{"not a stream", "application/json", `{"leases":[]}`, "not an event stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch, _ := goWatch(t, newClient(t, streamServer(t, tc.contentType, tc.body)), "jobs/")
+			if err := watchErr(t, ch, "the break"); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want ErrUnavailable saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestClientWatchTimeoutBoundsOnlyTheStart: WithTimeout bounds the wait for
+// the stream's answer, not the stream: events that come later than the
+// timeout after the start are delivered.
+func TestClientWatchTimeoutBoundsOnlyTheStart(t *testing.T) {
+	url := streamServer(t, "text/event-stream",
+		"event: synced\ndata: {}\n\n", "<pause>", "<pause>",
+		"event: acquired\ndata: "+leaseA+"\n\n", "<pause>")
+	ch, _ := goWatch(t, newClient(t, url, leasehttp.WithTimeout(100*time.Millisecond)), "jobs/")
+	syncedKeys(t, ch)
+	if it, ok := nextItem(t, ch, "the late event"); !ok || it.err != nil || it.ev.Kind != lease.Acquired {
+		t.Fatalf("%+v (open %v), want the Acquired sent 600 ms after the start", it, ok)
+	}
+
+	// A server that never begins its answer is given up after the timeout.
+	hang := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	t.Cleanup(hang.Close)
+	ch, _ = goWatch(t, newClient(t, hang.URL, leasehttp.WithTimeout(100*time.Millisecond)), "jobs/")
+	if err := watchErr(t, ch, "the timeout"); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("a server that does not answer: %v, want ErrUnavailable", err)
+	}
+}
