@@ -23,7 +23,9 @@ staticcheck:
 	$(GOBIN)/staticcheck $(PKGS)
 
 # The full suite: real PostgreSQL, Redis and etcd started by the tests. The
-# simulator runs a smaller share of its schedules under the race detector...
+# simulator runs a smaller share of its schedules under the race detector
+# (LEASE_SIM_SCHEDULES lock schedules, and a quarter as many of each of the
+# election and semaphore workloads)...
 unit:
 	LEASE_SIM_SCHEDULES=2000 $(GO) test -race -count=1 -timeout 12m $(PKGS)
 
@@ -32,11 +34,12 @@ unit:
 alloc-check:
 	$(GO) test -count=1 -run 'DoesNotAllocate' ./memstore
 
-# ...and its CI budget of 20,000 schedules without it (about 20 s here).
+# ...and its CI budget without it: 20,000 lock schedules and 5,000 each of
+# election and semaphore (about 35 s here).
 sim-ci:
 	LEASE_SIM_SCHEDULES=20000 $(GO) test -count=1 -run 'TestSimulation' ./internal/sim
 
-# More schedules: make sim N=1000000
+# More schedules: make sim N=1000000 (N lock, N/4 election, N/4 semaphore)
 sim:
 	LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./internal/sim
 

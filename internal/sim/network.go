@@ -11,8 +11,9 @@ import (
 )
 
 // A message is one request in flight from a client to the backend or to
-// the resource, or its reply on the way back. The driver decides when (and
-// whether) each is delivered.
+// the resource, or its reply on the way back, or one event of a watch on
+// its way to the client. The driver decides when (and whether) each is
+// delivered.
 type message struct {
 	id     msgID
 	desc   string
@@ -20,6 +21,8 @@ type message struct {
 	reply  chan result         // the caller waits here
 	result result              // for a reply: what to hand back
 	to     target
+	st     *stream // for a watch event: its stream, and which of its pending events
+	event  int
 }
 
 type target int
@@ -29,15 +32,31 @@ const (
 	toResource
 )
 
+// A lane is one of a client's independent senders. Each numbers its
+// messages itself, so that two of a client's goroutines woken at the same
+// instant (a worker's renewal and its observer's read, say) cannot swap
+// sequence numbers from one replay to the next.
+type lane int
+
+const (
+	workerLane   lane = iota // the worker and the leases it holds
+	observerLane             // an election's observer
+	lanes
+)
+
 type msgID struct {
 	client int
+	lane   lane
 	seq    int
-	leg    int // 0 request, 1 reply
+	leg    int // 0 request, 1 reply, 2+k the k-th pending event of a watch
 }
 
 func (id msgID) less(o msgID) bool {
 	if id.client != o.client {
 		return id.client < o.client
+	}
+	if id.lane != o.lane {
+		return id.lane < o.lane
 	}
 	if id.seq != o.seq {
 		return id.seq < o.seq
@@ -57,15 +76,15 @@ var errCrashed = fmt.Errorf("%w: sim: process crashed", lease.ErrUnavailable)
 var errTimeout = fmt.Errorf("%w: sim: no reply (message lost)", lease.ErrUnavailable)
 
 // send puts a request on the wire and waits for its reply, or for ctx.
-func (s *Sim) send(ctx context.Context, c *simClient, to target, desc string, apply func() (any, error)) (any, error) {
+func (s *Sim) send(ctx context.Context, c *simClient, ln lane, to target, desc string, apply func() (any, error)) (any, error) {
 	s.mu.Lock()
 	if c.crashed {
 		// A dead process sends nothing more; what it sent before may still arrive.
 		s.mu.Unlock()
 		return nil, errCrashed
 	}
-	c.seq++
-	m := &message{id: msgID{c.idx, c.seq, 0}, desc: desc, apply: apply, reply: make(chan result, 1), to: to}
+	c.seq[ln]++
+	m := &message{id: msgID{c.idx, ln, c.seq[ln], 0}, desc: desc, apply: apply, reply: make(chan result, 1), to: to}
 	s.pending = append(s.pending, m)
 	s.mu.Unlock()
 	select {
@@ -77,15 +96,33 @@ func (s *Sim) send(ctx context.Context, c *simClient, to target, desc string, ap
 }
 
 // deliverable returns the messages that may be delivered now, in a
-// deterministic order: paused and crashed clients' traffic waits.
+// deterministic order: paused and crashed clients' traffic waits. A watch
+// offers its oldest pending event only (its events travel in order, as on
+// one connection), or any of them with Config.UnorderedWatch.
 func (s *Sim) deliverableLocked(now time.Time) []*message {
 	var out []*message
+	waits := func(i int) bool {
+		c := s.clients[i]
+		return c.crashed || now.Before(c.pausedUntil)
+	}
 	for _, m := range s.pending {
-		c := s.clients[m.id.client]
-		if c.crashed || now.Before(c.pausedUntil) {
+		if !waits(m.id.client) {
+			out = append(out, m)
+		}
+	}
+	for _, st := range s.streams {
+		if st.broken || waits(st.id.client) {
 			continue
 		}
-		out = append(out, m)
+		n := min(len(st.out), 1)
+		if s.cfg.UnorderedWatch {
+			n = len(st.out)
+		}
+		for k := range n {
+			id := st.id
+			id.leg = 2 + k
+			out = append(out, &message{id: id, desc: st.desc, st: st, event: k})
+		}
 	}
 	slices.SortFunc(out, func(a, b *message) int {
 		if a.id.less(b.id) {
@@ -102,8 +139,13 @@ func (s *Sim) removeLocked(m *message) {
 
 // deliver hands m to its far end. A request runs there (unless the backend
 // is down) and its reply is queued as a new message; a reply reaches its
-// caller. Lost messages time out at the caller instead.
+// caller. Lost messages time out at the caller instead; a lost watch event
+// breaks its watch.
 func (s *Sim) deliver(m *message, lose bool) {
+	if m.st != nil {
+		s.deliverEvent(m.st, m.event, lose)
+		return
+	}
 	s.mu.Lock()
 	s.removeLocked(m)
 	s.mu.Unlock()
@@ -122,14 +164,19 @@ func (s *Sim) deliver(m *message, lose bool) {
 		return
 	}
 	var r result
-	if s.backendDown && m.to == toBackend {
+	s.mu.Lock()
+	down := s.backendDownLocked()
+	s.mu.Unlock()
+	if down && m.to == toBackend {
 		r = result{err: fmt.Errorf("%w: sim: backend restarting", lease.ErrUnavailable)}
 	} else {
 		r.v, r.err = m.apply()
 	}
 	s.tracef("%s -> %s", m.desc, describe(r))
 	s.mu.Lock()
-	s.pending = append(s.pending, &message{id: msgID{m.id.client, m.id.seq, 1}, desc: m.desc, reply: m.reply, result: r, to: m.to})
+	id := m.id
+	id.leg = 1
+	s.pending = append(s.pending, &message{id: id, desc: m.desc, reply: m.reply, result: r, to: m.to})
 	s.mu.Unlock()
 }
 
@@ -144,6 +191,8 @@ func describe(r result) string {
 	switch v := r.v.(type) {
 	case lease.Lease:
 		return fmt.Sprintf("token %d", v.Token)
+	case []lease.Lease:
+		return fmt.Sprintf("%d leases", len(v))
 	case nil:
 		return "ok"
 	default:

@@ -1,0 +1,114 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/semaphore"
+)
+
+// semName is the Semaphore workload's semaphore; its slots are the leases
+// under slotsPrefix, each with a register of the same name.
+const (
+	semName     = "pool"
+	slotsPrefix = semName + "/slots/"
+)
+
+// semaphoreWorker is the Semaphore workload's application: take a slot,
+// and for a few steps, while the slot holds, write to the slot's register
+// with its token; then release it.
+//
+// Checked: AtMostN at every grant under the slots (S1); HeldIsCurrent each
+// time the worker finds its slot's Err nil (S2); TokenOrder per slot key at
+// the backend and GuardOrder at each slot's register (S3).
+func (s *Sim) semaphoreWorker(c *simClient) {
+	defer close(c.done)
+	sem, err := semaphore.New(s.backend(c, workerLane), semName, s.cfg.Slots, s.cfg.TTL,
+		append([]lease.Option{lease.WithOwner(c.name())}, c.opts...)...)
+	if err != nil {
+		panic(err) // valid by construction, as for the Client
+	}
+	who := c.name()
+	for {
+		if !s.waitStep(c) {
+			return
+		}
+		var h *lease.Hold
+		switch {
+		case s.cfg.CountingSemaphore:
+			h, err = s.countingAcquire(c)
+		case c.rng.IntN(3) == 0:
+			var slot *semaphore.Slot
+			if slot, err = sem.TryAcquire(c.ctx); err == nil {
+				h = slot.Hold
+			}
+		default:
+			var slot *semaphore.Slot
+			if slot, err = sem.Acquire(c.ctx); err == nil {
+				h = slot.Hold
+			}
+		}
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		s.stats.Slots++
+		s.asideLocked(c.idx, workerLane, "%s holds %s, token %d", who, h.Key(), h.Token())
+		s.mu.Unlock()
+		for range 1 + c.rng.IntN(3) {
+			if !s.waitStep(c) {
+				break
+			}
+			if h.Err() != nil {
+				break
+			}
+			s.checkCurrent(who+" as a holder", h)
+			s.writeAs(c, h.Key(), who, h.Token())
+		}
+		_ = h.Release(context.WithoutCancel(c.ctx))
+	}
+}
+
+// countingAcquire is the CountingSemaphore negative control: it admits c
+// when a list of the slots finds fewer than N held, by acquiring a key of
+// c's own. Between the list and the acquisition, others may be admitted by
+// the same count.
+func (s *Sim) countingAcquire(c *simClient) (*lease.Hold, error) {
+	held, err := c.client.Backend().List(c.ctx, slotsPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if len(held) >= s.cfg.Slots {
+		return nil, fmt.Errorf("%w: sim: %d of %d slots held", lease.ErrHeld, len(held), s.cfg.Slots)
+	}
+	c.seats++
+	return c.client.TryAcquire(c.ctx, fmt.Sprintf("%s%s-%d", slotsPrefix, c.name(), c.seats), s.cfg.TTL)
+}
+
+// countSlotHoldersLocked checks AtMostN right after a grant under the
+// slots: the count rises only at grants, so checking there checks every
+// instant. A generation counts from its grant until its expiry (as granted
+// or last renewed) or its release, whichever came first.
+func (s *Sim) countSlotHoldersLocked() {
+	now := time.Now()
+	n := 0
+	var keys []string
+	for g, st := range s.grants {
+		if strings.HasPrefix(g.key, slotsPrefix) && !st.released && now.Before(st.expires) {
+			n++
+			keys = append(keys, fmt.Sprintf("%s token %d", g.key, g.token))
+		}
+	}
+	if n == s.cfg.Slots {
+		s.stats.Full++
+	}
+	if n > s.cfg.Slots {
+		slices.Sort(keys)
+		s.violateLocked(AtMostN, "%d slot leases unexpired at once on the backend's clock, more than %d: %s",
+			n, s.cfg.Slots, strings.Join(keys, ", "))
+	}
+}

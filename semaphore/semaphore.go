@@ -1,0 +1,161 @@
+// Package semaphore lets at most N holders run at once under one name, on
+// any lease.Backend, and gives every slot its own fencing token.
+//
+// A semaphore of N slots is N leases, on the keys NAME/slots/0 to
+// NAME/slots/N-1: at most one holder per key (I3) makes at most N holders,
+// each slot's tokens rise by themselves (I1 per slot), and a holder that
+// dies frees its slot when its lease expires, so no slot leaks. A slot is a
+// lease.Hold, renewed in the background and lost as a Hold is (I5); guard
+// what a slot's holder writes per slot, with the slot's token.
+//
+// Acquire waits in line: waiters first take the lease NAME/queue, which
+// the backend hands out first come, first served where it can
+// (lease.WaitAcquirer), and only the one at the head of the line looks for
+// a free slot, woken by the backend's watch (lease.Watcher) or, without
+// one, at the slots' expiries and a backoff from 5 to 500 ms. TryAcquire
+// does not wait in line: it takes any free slot at once, or fails.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/wait"
+)
+
+// MaxSlots is the most slots a semaphore may have.
+const MaxSlots = 1024
+
+// Semaphore is N slots under one name on a backend.
+type Semaphore struct {
+	client *lease.Client
+	name   string
+	n      int
+	ttl    time.Duration
+}
+
+// New returns the semaphore name of n slots (1 to MaxSlots) on b, whose
+// slots are held for ttl between renewals. opts configure the lease.Client
+// that takes the slots.
+func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...lease.Option) (*Semaphore, error) {
+	if n < 1 || n > MaxSlots {
+		return nil, fmt.Errorf("%w: semaphore: %d slots, want 1 to %d", lease.ErrInvalid, n, MaxSlots)
+	}
+	s := &Semaphore{name: name, n: n, ttl: ttl}
+	// The longest key it uses must be a valid key.
+	if err := lease.ValidateKey(s.slotKey(n - 1)); err != nil {
+		return nil, fmt.Errorf("semaphore: name %q: %w", name, err)
+	}
+	if err := lease.ValidateTTL(ttl); err != nil {
+		return nil, err
+	}
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.client = c
+	return s, nil
+}
+
+func (s *Semaphore) slotKey(i int) string { return s.name + "/slots/" + strconv.Itoa(i) }
+func (s *Semaphore) queueKey() string     { return s.name + "/queue" }
+func (s *Semaphore) slotsPrefix() string  { return s.name + "/slots/" }
+
+// Slot is one of the semaphore's slots, held.
+type Slot struct {
+	*lease.Hold
+	n int
+}
+
+// Number returns the slot's number, 0 to N-1.
+func (s *Slot) Number() int { return s.n }
+
+// TryAcquire takes a free slot at once, or fails with an error matching
+// lease.ErrHeld when all are held. It tries the slots from a random one on,
+// so that many callers do not all contend for slot 0.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Slot, error) {
+	slot, _, err := s.tryAll(ctx)
+	return slot, err
+}
+
+// tryAll tries every slot once. When all are held it also returns the
+// earliest expiry among their holders, on the backend's clock.
+func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
+	var soonest time.Time
+	start := rand.IntN(s.n)
+	for j := range s.n {
+		i := (start + j) % s.n
+		h, err := s.client.TryAcquire(ctx, s.slotKey(i), s.ttl)
+		if err == nil {
+			return &Slot{Hold: h, n: i}, time.Time{}, nil
+		}
+		if !errors.Is(err, lease.ErrHeld) {
+			return nil, time.Time{}, err
+		}
+		if at := lease.HolderExpires(err); !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
+			soonest = at
+		}
+	}
+	return nil, soonest, fmt.Errorf("%w: semaphore %q: all %d slots are held", lease.ErrHeld, s.name, s.n)
+}
+
+// Acquire waits in line for a slot until it has one or ctx ends.
+func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
+	turn, err := s.client.Acquire(ctx, s.queueKey(), s.ttl)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = turn.Release(context.WithoutCancel(ctx)) }()
+	// Looking for a slot ends when ctx does, or when the turn is lost (the
+	// next in line may have it by then).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(turn.Context(), func() { cancel(context.Cause(turn.Context())) })
+	defer stop()
+	if w, ok := s.client.Backend().(lease.Watcher); ok {
+		return s.awaitWatched(ctx, w)
+	}
+	return s.awaitPolled(ctx)
+}
+
+// awaitWatched tries the slots whenever the watch says one may have freed.
+func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, error) {
+	for ev, err := range w.Watch(ctx, s.slotsPrefix()) {
+		if err != nil {
+			return nil, err
+		}
+		if ev.Kind != lease.Synced && ev.Kind != lease.Released && ev.Kind != lease.Expired {
+			continue
+		}
+		slot, _, err := s.tryAll(ctx)
+		if err == nil || !errors.Is(err, lease.ErrHeld) {
+			return slot, err
+		}
+	}
+	return nil, fmt.Errorf("semaphore %q: %w", s.name, context.Cause(ctx))
+}
+
+// awaitPolled tries the slots at the earliest holder's expiry, or at the
+// backoff if sooner.
+func (s *Semaphore) awaitPolled(ctx context.Context) (*Slot, error) {
+	loop := wait.Loop{Pacer: wait.NewPacer(5*time.Millisecond, 500*time.Millisecond, rand.Float64)}
+	for {
+		slot, soonest, err := s.tryAll(ctx)
+		if err == nil || !errors.Is(err, lease.ErrHeld) {
+			return slot, err
+		}
+		if err := loop.Wait(ctx, soonest); err != nil {
+			return nil, fmt.Errorf("semaphore %q: %w", s.name, err)
+		}
+	}
+}
+
+// Holders returns the slots held now, with zero IDs, in key order.
+func (s *Semaphore) Holders(ctx context.Context) ([]lease.Lease, error) {
+	return s.client.Backend().List(ctx, s.slotsPrefix())
+}

@@ -1,0 +1,259 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/semaphore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// backendOnly hides memstore's FIFO wait and watch, so waiting polls.
+type backendOnly struct{ lease.Backend }
+
+var backends = []struct {
+	name string
+	new  func() lease.Backend
+}{
+	{"watch", func() lease.Backend { return memstore.New() }},
+	{"poll", func() lease.Backend { return backendOnly{memstore.New()} }},
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newSem(t *testing.T, b lease.Backend, n int, ttl time.Duration, opts ...lease.Option) *semaphore.Semaphore {
+	t.Helper()
+	s, err := semaphore.New(b, "jobs", n, ttl, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestTryAcquireTakesEverySlotOnce(t *testing.T) {
+	ctx := ctxFor(t)
+	s := newSem(t, memstore.New(), 3, time.Minute)
+	seen := map[int]*semaphore.Slot{}
+	for range 3 {
+		slot, err := s.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[slot.Number()] != nil || slot.Number() < 0 || slot.Number() > 2 {
+			t.Fatalf("slot %d given twice or out of range", slot.Number())
+		}
+		seen[slot.Number()] = slot
+		defer slot.Release(ctx)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("a fourth TryAcquire of 3 slots: %v, want ErrHeld", err)
+	}
+	if hs, err := s.Holders(ctx); err != nil || len(hs) != 3 {
+		t.Fatalf("Holders = %d leases, %v; want 3", len(hs), err)
+	}
+	old := seen[1]
+	if err := old.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Release(ctx)
+	if again.Number() != 1 || again.Token() <= old.Token() {
+		t.Errorf("the freed slot came back as slot %d token %d; want slot 1 with a token above %d", again.Number(), again.Token(), old.Token())
+	}
+}
+
+// TestAcquireInLine: waiters get slots in the order they came.
+func TestAcquireInLine(t *testing.T) {
+	ctx := ctxFor(t)
+	store := memstore.New() // queues the line FIFO (lease.WaitAcquirer)
+	holder := newSem(t, store, 1, time.Minute)
+	first, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 2)
+	var slots sync.Map
+	for _, name := range []string{"w1", "w2"} {
+		s := newSem(t, store, 1, time.Minute, lease.WithOwner(name))
+		go func() {
+			slot, err := s.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				got <- ""
+				return
+			}
+			slots.Store(name, slot)
+			got <- name
+		}()
+		// w1 is in line (at its head, holding the queue) before w2 comes.
+		waitFor(t, func() bool {
+			l, err := store.Get(ctx, "jobs/queue")
+			return err == nil && l.Owner == "w1"
+		})
+	}
+	time.Sleep(20 * time.Millisecond) // let w2 reach the line behind w1
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if name := <-got; name != "w1" {
+		t.Fatalf("%q got the slot first, want w1", name)
+	}
+	w1, _ := slots.Load("w1")
+	if err := w1.(*semaphore.Slot).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if name := <-got; name != "w2" {
+		t.Fatalf("%q got the slot second, want w2", name)
+	}
+	w2, _ := slots.Load("w2")
+	_ = w2.(*semaphore.Slot).Release(ctx)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNeverMoreThanN: many workers taking and giving back slots never
+// hold more than N at once, as they count it and as the backend lists it.
+func TestNeverMoreThanN(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			const n, workers, rounds = 3, 8, 10
+			b := be.new()
+			var inside, most atomic.Int32
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					s := newSem(t, b, n, time.Minute)
+					for range rounds {
+						slot, err := s.Acquire(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						now := inside.Add(1)
+						for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+						}
+						if hs, err := s.Holders(ctx); err != nil || len(hs) > n {
+							t.Errorf("the backend lists %d holders (%v), more than %d", len(hs), err, n)
+						}
+						time.Sleep(time.Millisecond)
+						inside.Add(-1)
+						if err := slot.Release(ctx); err != nil {
+							t.Error(err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if m := most.Load(); m > n || m < 2 {
+				t.Errorf("at most %d held at once; want between 2 and %d", m, n)
+			}
+		})
+	}
+}
+
+// failRenew makes renewals fail, as for a holder cut off from the backend.
+type failRenew struct{ lease.Backend }
+
+func (failRenew) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease, error) {
+	return lease.Lease{}, lease.ErrUnavailable
+}
+
+// TestDeadHolderFreesItsSlot: a holder that stops renewing loses its slot,
+// and the backend frees it at its TTL for the next in line.
+func TestDeadHolderFreesItsSlot(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			b := be.new()
+			const ttl = 200 * time.Millisecond
+			dead, err := newSem(t, failRenew{b}, 1, ttl).TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			slot, err := newSem(t, b, 1, ttl).Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer slot.Release(ctx)
+			if time.Since(start) < ttl/2 {
+				t.Errorf("the slot came free after %v, before the dead holder's lease could expire", time.Since(start))
+			}
+			if !errors.Is(dead.Err(), lease.ErrLost) {
+				t.Errorf("the dead holder's slot: %v, want ErrLost", dead.Err())
+			}
+			if slot.Token() <= dead.Token() {
+				t.Errorf("the slot's next token %d is not above %d", slot.Token(), dead.Token())
+			}
+		})
+	}
+}
+
+func TestAcquireEndsWithItsContext(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			b := be.new()
+			s := newSem(t, b, 1, time.Minute)
+			slot, err := s.TryAcquire(ctxFor(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer slot.Release(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if _, err := s.Acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire while the only slot is held: %v, want DeadlineExceeded", err)
+			}
+			// The line is free again for the next waiter.
+			if _, err := b.Get(context.Background(), "jobs/queue"); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("the queue lease after Acquire gave up: %v, want it released", err)
+			}
+		})
+	}
+}
+
+func TestNewRefusesNonsense(t *testing.T) {
+	b := memstore.New()
+	for _, tc := range []struct {
+		name string
+		n    int
+		ttl  time.Duration
+	}{
+		{"jobs", 0, time.Second},
+		{"jobs", semaphore.MaxSlots + 1, time.Second},
+		{"jobs", 1, time.Nanosecond},
+		{"bad\x00name", 1, time.Second},
+		{strings.Repeat("k", lease.MaxKeyLen), 1, time.Second},
+	} {
+		if _, err := semaphore.New(b, tc.name, tc.n, tc.ttl); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("New(%.20q, %d, %v): %v, want ErrInvalid", tc.name, tc.n, tc.ttl, err)
+		}
+	}
+}
