@@ -26,6 +26,21 @@ function jittered(ms: number): number {
   return ms * (0.9 + 0.2 * Math.random());
 }
 
+/**
+ * quietly makes an error without capturing a stack: the reason of a
+ * released hold's signal is made on every release, and a stack (which would
+ * only show release's caller) costs more than the rest of release's own work.
+ */
+function quietly<E>(make: () => E): E {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    return make();
+  } finally {
+    Error.stackTraceLimit = limit;
+  }
+}
+
 /** holdKey keeps Hold's constructor to this package. */
 export const holdKey: unique symbol = Symbol("lease.Hold");
 
@@ -121,14 +136,20 @@ export class Hold implements AsyncDisposable {
     this.#judge();
     this.#clearTimers();
     const lost: unknown = this.signal.aborted ? this.signal.reason : undefined;
-    if (lost === undefined) this.#ctl.abort(new LeaseReleasedError(this.key, this.token));
+    if (lost === undefined) this.#ctl.abort(quietly(() => new LeaseReleasedError(this.key, this.token)));
     await this.#renewing;
     let failure: unknown;
+    const ctl = new AbortController();
+    const timer = setTimeout(
+      () => ctl.abort(new UnavailableError(`lease: release unanswered within ${RELEASE_TIMEOUT_MS} ms; the lease expires at its TTL`)),
+      RELEASE_TIMEOUT_MS,
+    );
     try {
-      const timeout = AbortSignal.timeout(RELEASE_TIMEOUT_MS);
-      await retried(() => this.#api.release(this.#lease, timeout), timeout);
+      await retried(() => this.#api.release(this.#lease, ctl.signal), ctl.signal);
     } catch (err) {
       failure = err;
+    } finally {
+      clearTimeout(timer);
     }
     if (lost !== undefined) throw lost;
     if (failure !== undefined) throw failure;
