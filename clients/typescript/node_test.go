@@ -69,7 +69,7 @@ var (
 )
 
 // build compiles the tests and the servers, or fails t with how to get what is missing.
-func build(t *testing.T) *built {
+func build(t testing.TB) *built {
 	t.Helper()
 	buildOnce.Do(func() { buildOut, buildErr, buildSkip = doBuild() })
 	if buildErr != nil {
