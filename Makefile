@@ -2,12 +2,15 @@
 GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
+TS        := clients/typescript
+# redocly: no update check or telemetry from the test run.
+REDOCLY_ENV := REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
 
-.PHONY: test deps fmt-check vet staticcheck unit alloc-check sim-ci sim chaos short bench
+.PHONY: test deps fmt-check vet staticcheck unit alloc-check sim-ci sim chaos short bench ts-deps ts-check openapi-lint
 
 N ?= 100000
 
-test: deps fmt-check vet staticcheck unit alloc-check sim-ci
+test: deps fmt-check vet staticcheck ts-deps ts-check openapi-lint unit alloc-check sim-ci
 
 deps:
 	@scripts/deps.sh
@@ -18,6 +21,24 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+
+# The TypeScript client's dependencies, exactly as the lockfile has them
+# (development tools only: the package itself depends on nothing). Its
+# tests run in `unit`, as the Go test clients/typescript (node --test).
+ts-deps:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || \
+		{ echo "ts-deps: node and npm not found: install Node.js 20 or later (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+
+# tsc --noEmit in strict mode over the package, its tests and its benchmark,
+# and the wire types (src/openapi.ts) still what leasehttp/openapi.json gives.
+ts-check:
+	cd $(TS) && npx --no-install tsc -p tsconfig.json --noEmit
+	cd $(TS) && node scripts/openapi-types.mjs --check
+
+# The OpenAPI document passes redocly's recommended rules, each an error.
+openapi-lint:
+	cd $(TS) && $(REDOCLY_ENV) npx --no-install redocly lint ../../leasehttp/openapi.json --config redocly.yaml --format stylish
 
 staticcheck:
 	$(GOBIN)/staticcheck $(PKGS)

@@ -23,11 +23,7 @@ import (
 // safe deadline has passed.
 func TestRootClientOverHTTP(t *testing.T) {
 	store := memstore.New()
-	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, store)
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 	hc := newClient(t, hs.URL)
@@ -114,10 +110,7 @@ func (l *lossy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func lossyServer(t *testing.T, suffix string, drop int32) (*lossy, lease.Backend, *leasehttp.Client) {
 	t.Helper()
 	store := memstore.New()
-	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, store)
 	l := &lossy{real: srv, suffix: suffix}
 	l.drop.Store(drop)
 	hs := httptest.NewServer(l)
@@ -293,11 +286,7 @@ func TestNewClientValidates(t *testing.T) {
 // TestClientUnderPathPrefix serves the API under /lease/ behind a proxy-like
 // StripPrefix and reaches it with a base URL that has the path.
 func TestClientUnderPathPrefix(t *testing.T) {
-	srv, err := leasehttp.NewServer(newMem(), leasehttp.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := newServer(t, newMem())
 	mux := http.NewServeMux()
 	mux.Handle("/lease/", http.StripPrefix("/lease", srv))
 	hs := httptest.NewServer(mux)
@@ -330,10 +319,7 @@ func TestTTLRoundedUpToMillis(t *testing.T) {
 // most requests would dial anew, and a body not read to EOF would cost its
 // connection too.
 func TestClientReusesConnections(t *testing.T) {
-	srv, err := leasehttp.NewServer(newMem(), leasehttp.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, newMem())
 	var dialed atomic.Int64
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -383,10 +369,7 @@ func TestClientReusesConnections(t *testing.T) {
 // at once. It counts the acquire requests.
 func noWaitServer(t *testing.T, store lease.Backend) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
-	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet), leasehttp.WithMaxWait(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, store, leasehttp.WithMaxWait(0))
 	acquires := new(atomic.Int64)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/acquire") {
@@ -468,10 +451,7 @@ func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
 // unknown, as Acquire's does, not only that the context was cancelled.
 func TestAcquireWaitCancelledInFlightSaysOutcomeUnknown(t *testing.T) {
 	store := memstore.New()
-	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, store)
 	granted := make(chan struct{})
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/acquire") {
@@ -495,7 +475,7 @@ func TestAcquireWaitCancelledInFlightSaysOutcomeUnknown(t *testing.T) {
 		<-granted
 		cancel()
 	}()
-	_, err = c.AcquireWait(ctx, "inflight", "w", time.Minute)
+	_, err := c.AcquireWait(ctx, "inflight", "w", time.Minute)
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "outcome unknown") {
 		t.Fatalf("AcquireWait cancelled with the request in flight: err = %v, want context.Canceled and ErrUnavailable saying the outcome is unknown", err)
 	}

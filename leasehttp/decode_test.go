@@ -46,11 +46,7 @@ func checkAnswer(t *testing.T, what string, rec *httptest.ResponseRecorder) {
 func heldLease(t *testing.T) (http.Handler, lease.Lease) {
 	t.Helper()
 	store := memstore.New()
-	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet), leasehttp.WithMaxWait(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := newServer(t, store, leasehttp.WithMaxWait(0))
 	l, err := store.Acquire(ctxFor(t), "k", "holder", lease.MaxTTL)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,11 @@
 //	GET  /healthz                      –                             200 {"status":"ok"}
 //	GET  /readyz                       –                             200 {"status":"ready"}       503 unavailable
 //	GET  /metrics                      –                             Prometheus text format
+//	GET  /v1/openapi.json              –                             200 this API as OpenAPI 3.1
 //
+// openapi.json (OpenAPI returns it) describes every route, body, status
+// and error code above; the package's tests check every request they make
+// and every answer they get against it, so it cannot drift from the Server.
 // {key} is one percent-encoded path segment: a '/' inside a key travels as
 // %2F (ServeMux matches the escaped segment and unescapes it), and a key
 // that is "." or ".." as %2E or %2E%2E, since ServeMux would clean a literal
@@ -151,21 +155,22 @@
 //
 // # Authentication
 //
-// WithCredentials (usually from LoadCredentials) makes every /v1 request
-// need "Authorization: Bearer TOKEN". Tokens are compared as SHA-256 hashes
+// WithCredentials (usually from LoadCredentials) makes every /v1/leases
+// request need "Authorization: Bearer TOKEN". Tokens are compared as SHA-256 hashes
 // with crypto/subtle against every credential, without stopping at a match.
 // A missing or unknown token is 401 unauthorized; a key outside the
 // credential's prefixes is 403 forbidden. A list whose prefix is within one
 // of the credential's prefixes is served as asked; a wider prefix is
 // narrowed to the credential's prefixes inside it (so "list everything"
 // shows what the credential may see); a prefix sharing no key with them is
-// 403. /healthz, /readyz and /metrics need no token: probes and scrapers
-// rarely carry one, and they reveal no key, owner or token (metrics have no
-// such labels, /readyz hides backend error text). Without credentials the
+// 403. /healthz, /readyz, /metrics and /v1/openapi.json need no token:
+// probes and scrapers rarely carry one, and they reveal no key, owner or
+// token (metrics have no such labels, /readyz hides backend error text, the
+// document is the same public text for everyone). Without credentials the
 // server authorises every request, so it must then listen on loopback only
 // (the lease serve command enforces that); and since a web page can reach
 // loopback through DNS rebinding, under a name of its own, it then answers
-// /v1 only for a Host that is "localhost", a name under ".localhost", an
+// /v1/leases only for a Host that is "localhost", a name under ".localhost", an
 // address in 127.0.0.0/8 or ::1 (with or without port), or one allowed with
 // WithAllowedHosts: any other Host is 403 forbidden.
 //

@@ -13,8 +13,9 @@ import (
 
 // The fuzz targets feed arbitrary bodies and keys to the whole handler over
 // memstore (waiting off, so no input can make a target sleep) and fail on
-// any 5xx, any panic, and any error answer that is not the API's JSON error
-// body. Seed corpora are in testdata/fuzz.
+// any 5xx, any panic, any error answer that is not the API's JSON error
+// body, and any exchange openapi.json does not allow (checkAPI). Seed
+// corpora are in testdata/fuzz.
 
 func fuzzServer(f *testing.F) (http.Handler, lease.Lease) {
 	store := memstore.New()
@@ -36,6 +37,7 @@ func FuzzAcquireBody(f *testing.F) {
 	f.Add([]byte(`{"owner":"a","ttl_ms":100,"wait_ms":5}`))
 	f.Add([]byte(`{"owner":"a","ttl_ms":1e2}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
+		h := checkAPI(t, h)
 		for _, key := range []string{"free", "held"} {
 			rec := serve(h, "POST", "/v1/leases/"+key+"/acquire", "application/json", body)
 			checkAnswer(t, "acquire", rec)
@@ -48,7 +50,7 @@ func FuzzRenewBody(f *testing.F) {
 	f.Add([]byte(`{"id":"` + held.ID.Reveal() + `","token":1,"ttl_ms":100}`))
 	f.Add([]byte(`{"id":"` + held.ID.Reveal() + `","token":9007199254740993,"ttl_ms":100}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rec := serve(h, "POST", "/v1/leases/held/renew", "application/json", body)
+		rec := serve(checkAPI(t, h), "POST", "/v1/leases/held/renew", "application/json", body)
 		checkAnswer(t, "renew", rec)
 	})
 }
@@ -58,7 +60,7 @@ func FuzzReleaseBody(f *testing.F) {
 	f.Add([]byte(`{"id":"` + lease.NewID().Reveal() + `","token":1}`))
 	f.Add([]byte(`{"id":"` + held.ID.Reveal() + `","token":0}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rec := serve(h, "POST", "/v1/leases/held/release", "application/json", body)
+		rec := serve(checkAPI(t, h), "POST", "/v1/leases/held/release", "application/json", body)
 		checkAnswer(t, "release", rec)
 	})
 }
@@ -72,6 +74,7 @@ func FuzzKeyPath(f *testing.F) {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
+		h := checkAPI(t, h)
 		for _, seg := range []string{url.PathEscape(key), key} {
 			for _, route := range []string{"/acquire", "/renew", "/release", ""} {
 				method, body := "POST", `{"owner":"fuzz","ttl_ms":100}`

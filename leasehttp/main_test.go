@@ -26,13 +26,11 @@ type backendOnly struct{ lease.Backend }
 // quiet is a logger for tests that do not look at logs.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// startServer serves b over a loopback httptest server until the test ends.
-func startServer(t *testing.T, b lease.Backend, opts ...leasehttp.ServerOption) (*leasehttp.Server, *httptest.Server) {
+// startServer serves b over a loopback httptest server until the test ends,
+// checked against openapi.json (newServer).
+func startServer(t *testing.T, b lease.Backend, opts ...leasehttp.ServerOption) (*checkedServer, *httptest.Server) {
 	t.Helper()
-	srv, err := leasehttp.NewServer(b, append([]leasehttp.ServerOption{leasehttp.WithLogger(quiet)}, opts...)...)
-	if err != nil {
-		t.Fatalf("NewServer: %v", err)
-	}
+	srv := newServer(t, b, opts...)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		srv.Close()

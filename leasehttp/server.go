@@ -196,6 +196,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	s.handle("GET /v1/leases/{key}", s.handleGet)
 	s.handle("GET /v1/leases", s.handleList)
 	s.handle("GET /v1/watch", s.handleWatch)
+	s.handle("GET /v1/openapi.json", s.handleOpenAPI)
 	s.handle("GET /healthz", s.handleHealthz)
 	s.handle("GET /readyz", s.handleReadyz)
 	metricsHandler := promhttp.HandlerFor(cfg.gat, promhttp.HandlerOpts{})

@@ -411,11 +411,7 @@ func TestGrantToGoneClientReleased(t *testing.T) {
 		for _, wait := range []string{"0", "5000"} {
 			t.Run(be.name+"/wait_ms="+wait, func(t *testing.T) {
 				b := be.new()
-				srv, err := leasehttp.NewServer(b, leasehttp.WithLogger(quiet))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer srv.Close()
+				srv := newServer(t, b)
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
 				req := httptestRequest(ctx, `{"owner":"gone","ttl_ms":60000,"wait_ms":`+wait+`}`)

@@ -1,0 +1,214 @@
+import { hostname } from "node:os";
+
+import {
+  Api,
+  checkInt,
+  checkKey,
+  checkName,
+  type Granted,
+  type LeaseInfo,
+  MAX_TTL_MS,
+  MAX_WAIT_MS,
+  MIN_TTL_MS,
+  retried,
+  sleep,
+} from "./api.js";
+import { HeldError, InvalidError, NotFoundError, NotHeldError, UnavailableError } from "./errors.js";
+import { DEFAULT_DRIFT_MARGIN, type DriftMargin, Hold, holdKey, marginOf } from "./hold.js";
+
+/** What a LeaseClient talks to, and as whom. */
+export interface LeaseClientOptions {
+  /** The server's URL, e.g. http://127.0.0.1:7420 (a path prefix is kept). */
+  readonly server: string | URL;
+  /** The bearer token the server's --auth-tokens-file lists, if it has one. */
+  readonly token?: string;
+  /** The owner name shown to other contenders; default HOSTNAME-PID. It proves nothing. */
+  readonly owner?: string;
+  /** How much earlier than the server the client gives a lease up; default 1% + 2 ms. */
+  readonly driftMargin?: DriftMargin;
+  /** The fetch to send requests with; default globalThis.fetch. */
+  readonly fetch?: typeof globalThis.fetch;
+}
+
+/** How to acquire. */
+export interface AcquireOptions {
+  /** The lease's time to live, 10 ms to 24 h. */
+  readonly ttlMs: number;
+  /**
+   * How long to wait for a held key, first come first served; then a
+   * HeldError naming the holder. Default: until `signal` aborts. 0 tries once.
+   */
+  readonly waitMs?: number;
+  /** Ends the wait; the error thrown is its reason. */
+  readonly signal?: AbortSignal;
+}
+
+/** How to try once. */
+export interface TryAcquireOptions {
+  readonly ttlMs: number;
+  readonly signal?: AbortSignal;
+}
+
+/** WAIT_CHUNK_MS is the longest wait_ms one request asks for: a server waits at most 30 s anyway. */
+const WAIT_CHUNK_MS = 30_000;
+
+/** defaultOwner is HOSTNAME-PID, as the Go client's lease.DefaultOwner. */
+function defaultOwner(): string {
+  let host = "";
+  try {
+    host = hostname();
+  } catch {
+    // no host name: say so
+  }
+  return `${host === "" ? "unknown-host" : host}-${process.pid}`;
+}
+
+/**
+ * LeaseClient acquires leases from a lease server (`lease serve`) and reads
+ * them. It holds no connection of its own (fetch pools them) and may be
+ * shared.
+ */
+export class LeaseClient {
+  /** The owner name acquisitions are made under. */
+  readonly owner: string;
+  readonly #api: Api;
+  readonly #margin: DriftMargin;
+
+  constructor(options: LeaseClientOptions) {
+    if (typeof options !== "object" || options === null) throw new InvalidError("lease: LeaseClient needs options with a server URL");
+    this.#api = new Api(options.server, options.token, options.fetch);
+    this.owner = options.owner ?? defaultOwner();
+    checkName("owner", this.owner);
+    const m = options.driftMargin ?? DEFAULT_DRIFT_MARGIN;
+    if (!(m.fraction >= 0 && m.fraction < 0.5) || !(m.minMs >= 0 && Number.isFinite(m.minMs))) {
+      throw new InvalidError(`lease: drift margin needs 0 <= fraction < 0.5 and minMs >= 0, got ${m.fraction} and ${m.minMs}`);
+    }
+    this.#margin = { fraction: m.fraction, minMs: m.minMs };
+  }
+
+  /** The server's base URL. */
+  get server(): URL {
+    return this.#api.base;
+  }
+
+  #check(key: string, ttlMs: number): void {
+    checkKey(key);
+    checkInt("ttlMs", ttlMs, MIN_TTL_MS, MAX_TTL_MS);
+    const m = marginOf(this.#margin, ttlMs);
+    if (m > ttlMs / 2) {
+      throw new InvalidError(`lease: ttlMs ${ttlMs} is too short for the drift margin of ${m} ms (at most half of it)`);
+    }
+  }
+
+  /**
+   * acquire waits until it holds key for ttlMs, up to waitMs (default: until
+   * signal aborts), and returns the Hold, which renews itself. A key still
+   * held when the wait runs out is a HeldError naming the holder; any other
+   * error ends the wait at once.
+   */
+  async acquire(key: string, options: AcquireOptions): Promise<Hold> {
+    const { ttlMs, waitMs, signal } = options;
+    this.#check(key, ttlMs);
+    if (waitMs !== undefined) checkInt("waitMs", waitMs, 0, Number.MAX_SAFE_INTEGER);
+    const until = waitMs === undefined ? Infinity : performance.now() + waitMs;
+    let backoff = 5;
+    for (;;) {
+      signal?.throwIfAborted();
+      const left = until - performance.now();
+      const chunk = Math.max(0, Math.ceil(Math.min(left, WAIT_CHUNK_MS, MAX_WAIT_MS)));
+      const sent = performance.now();
+      let g: Granted;
+      try {
+        g = await this.#api.acquire(key, this.owner, ttlMs, chunk, signal);
+      } catch (err) {
+        if (!(err instanceof HeldError) || performance.now() >= until) throw err;
+        if (performance.now() - sent + 5 < chunk) {
+          // The server answered before the wait asked for: it does not
+          // wait, or not that long. Pace the asking.
+          await sleep(Math.min(jittered(backoff), Math.max(0, until - performance.now())), signal);
+          backoff = Math.min(backoff * 2, 500);
+        } else {
+          backoff = 5;
+        }
+        continue;
+      }
+      const h = await this.#hold(g, sent, ttlMs);
+      if (h !== undefined) return h;
+      // It expired before we could use it: queue again.
+    }
+  }
+
+  /**
+   * tryAcquire tries once: a held key is a HeldError at once, naming the
+   * holder when the server knows.
+   */
+  async tryAcquire(key: string, options: TryAcquireOptions): Promise<Hold> {
+    const { ttlMs, signal } = options;
+    this.#check(key, ttlMs);
+    const sent = performance.now();
+    const g = await this.#api.acquire(key, this.owner, ttlMs, 0, signal);
+    const h = await this.#hold(g, sent, ttlMs);
+    if (h === undefined) {
+      throw new UnavailableError(`lease: ${JSON.stringify(key)} was granted (token ${g.token}) but expired before its answer could be used`);
+    }
+    return h;
+  }
+
+  /**
+   * #hold makes a Hold of g, granted to a request sent at sent. A grant
+   * that came long after its request (a wait) is renewed at once, so that
+   * its deadline, counted from the send time, is worth having; undefined
+   * means it was gone by then. A grant whose safe deadline had passed when it
+   * arrived is released, and is an UnavailableError: a lease the client
+   * cannot vouch for is no lease.
+   */
+  async #hold(g: Granted, sent: number, ttlMs: number): Promise<Hold | undefined> {
+    if (performance.now() - sent >= ttlMs / 3) {
+      const again = performance.now();
+      try {
+        const r = await this.#api.renew(g, ttlMs, AbortSignal.timeout(ttlMs));
+        if (r.token !== g.token || r.key !== g.key) throw new UnavailableError("lease: renewal answered with another lease");
+        g = r;
+        sent = again;
+      } catch (err) {
+        if (err instanceof NotHeldError) return undefined;
+        await this.#giveBack(g);
+        throw err;
+      }
+    }
+    const h = new Hold(holdKey, this.#api, g, sent, ttlMs, this.#margin);
+    if (h.signal.aborted) {
+      await this.#giveBack(g);
+      throw new UnavailableError(
+        `lease: ${JSON.stringify(g.key)} was granted (token ${g.token}), but the answer came ` +
+          `${Math.round(performance.now() - sent)} ms after the request, past the safe deadline of a ${ttlMs} ms lease; released it`,
+      );
+    }
+    return h;
+  }
+
+  async #giveBack(g: Granted): Promise<void> {
+    await this.#api.release(g, AbortSignal.timeout(Math.max(1, g.ttlMs))).catch(() => undefined);
+  }
+
+  /** get returns the unexpired lease on key, or undefined if there is none. */
+  async get(key: string, options?: { signal?: AbortSignal }): Promise<LeaseInfo | undefined> {
+    checkKey(key);
+    try {
+      return await retried(() => this.#api.get(key, options?.signal), options?.signal);
+    } catch (err) {
+      if (err instanceof NotFoundError) return undefined;
+      throw err;
+    }
+  }
+
+  /** list returns the unexpired leases whose keys start with prefix (default: all), in key order. */
+  async list(prefix = "", options?: { signal?: AbortSignal }): Promise<LeaseInfo[]> {
+    if (prefix !== "") checkName("prefix", prefix);
+    return retried(() => this.#api.list(prefix, options?.signal), options?.signal);
+  }
+}
+
+function jittered(ms: number): number {
+  return ms * (0.9 + 0.2 * Math.random());
+}

@@ -1,0 +1,245 @@
+// Errors as classes, one per code of the server's error table
+// (leasehttp/errors.go), plus the client's own: the loss and the release of
+// a hold. Every class has a `code`; match with instanceof or on the code.
+
+import type { ErrorCode } from "./openapi.js";
+
+/** Who holds a key, as a `held` answer names them. */
+export interface Holder {
+  readonly key: string;
+  readonly owner: string;
+  readonly token: number;
+  /** When the holder's lease expires, on the server's clock. */
+  readonly expiresAt: Date;
+}
+
+/** The codes of LeaseError: the server's, and the client's own. */
+export type LeaseErrorCode = ErrorCode | "lost" | "released" | "unexpected";
+
+/** The base of every error this package throws. */
+export class LeaseError extends Error {
+  /** What went wrong, as the server's error table names it. */
+  readonly code: LeaseErrorCode;
+  /** The HTTP status of the answer, when the error is one. */
+  readonly status: number | undefined;
+
+  constructor(code: LeaseErrorCode, message: string, options?: { status?: number | undefined; cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.status = options?.status;
+  }
+}
+
+/** The key is held by someone else (409 `held`); `holder` names them when the server knows. */
+export class HeldError extends LeaseError {
+  readonly holder: Holder | undefined;
+
+  constructor(message: string, holder?: Holder, options?: { status?: number; cause?: unknown }) {
+    super("held", message, options);
+    this.holder = holder;
+  }
+}
+
+/** The lease is no longer held: it expired, was released or was superseded (409 `not_held`). */
+export class NotHeldError extends LeaseError {
+  constructor(message: string, options?: { status?: number; cause?: unknown }) {
+    super("not_held", message, options);
+  }
+}
+
+/** The rule a guard admits tokens by. */
+export type FenceMode = "at-least" | "strict";
+
+/**
+ * A guard rejected a write: its token is older than the newest the resource
+ * accepted (409 `stale_token` from a fenced service). A rejected write
+ * changed nothing.
+ */
+export class StaleTokenError extends LeaseError {
+  /** The resource written to, when known. */
+  readonly resource: string | undefined;
+  /** The token the writer gave. */
+  readonly token: number | undefined;
+  /** The highest token the resource had accepted, when known. */
+  readonly highest: number | undefined;
+  /** The rule that rejected it, when known. */
+  readonly mode: FenceMode | undefined;
+
+  constructor(
+    message: string,
+    detail: { resource?: string; token?: number; highest?: number; mode?: FenceMode } = {},
+    options?: { status?: number; cause?: unknown },
+  ) {
+    super("stale_token", message, options);
+    this.resource = detail.resource;
+    this.token = detail.token;
+    this.highest = detail.highest;
+    this.mode = detail.mode;
+  }
+}
+
+/** No unexpired lease on the key (404 `not_found`). */
+export class NotFoundError extends LeaseError {
+  constructor(message: string, options?: { status?: number; cause?: unknown }) {
+    super("not_found", message, options);
+  }
+}
+
+/** A malformed request or argument (400 `invalid`, also 405, 408, 413, 415): retrying will not help. */
+export class InvalidError extends LeaseError {
+  constructor(message: string, options?: { status?: number; cause?: unknown }) {
+    super("invalid", message, options);
+  }
+}
+
+/** No bearer token, or one the server does not know (401 `unauthorized`). */
+export class UnauthorizedError extends LeaseError {
+  constructor(message: string, options?: { status?: number; cause?: unknown }) {
+    super("unauthorized", message, options);
+  }
+}
+
+/** The credential does not cover the key, or the server refuses this Host (403 `forbidden`). */
+export class ForbiddenError extends LeaseError {
+  constructor(message: string, options?: { status?: number; cause?: unknown }) {
+    super("forbidden", message, options);
+  }
+}
+
+/**
+ * The server or its backend could not answer (503 `unavailable`, any 5xx, or
+ * the network): the outcome of a request that changes state is unknown.
+ */
+export class UnavailableError extends LeaseError {
+  constructor(message: string, options?: { status?: number | undefined; cause?: unknown }) {
+    super("unavailable", message, options);
+  }
+}
+
+/**
+ * The client can no longer be sure it holds the lease: the safe deadline
+ * (send time of the last successful acquire or renew + TTL − drift margin)
+ * passed without a renewal, or the server said the lease is gone. It is the
+ * reason of a lost Hold's signal.
+ */
+export class LeaseLostError extends LeaseError {
+  readonly key: string;
+  readonly token: number;
+
+  constructor(key: string, token: number, message: string, options?: { cause?: unknown }) {
+    super("lost", message, options);
+    this.key = key;
+    this.token = token;
+  }
+}
+
+/** The Hold was released: the reason of its signal after release(). */
+export class LeaseReleasedError extends LeaseError {
+  constructor(key: string, token: number) {
+    super("released", `lease: ${JSON.stringify(key)} (token ${token}) was released`);
+  }
+}
+
+/** An answer no lease server gives: a proxy's error page, another service at that URL. */
+export class UnexpectedAnswerError extends LeaseError {
+  constructor(message: string, options?: { status?: number | undefined; cause?: unknown }) {
+    super("unexpected", message, options);
+  }
+}
+
+type Options = { status?: number; cause?: unknown };
+
+// byCode makes the error of each code the server may send. Its type makes
+// tsc fail when the OpenAPI document gains a code this table lacks.
+const byCode: { [C in ErrorCode]: (message: string, body: Record<string, unknown>, o: Options) => LeaseError } = {
+  held: (m, b, o) => new HeldError(m, parseHolder(b["holder"]), o),
+  not_held: (m, _b, o) => new NotHeldError(m, o),
+  stale_token: (m, b, o) =>
+    new StaleTokenError(
+      m,
+      {
+        ...(typeof b["resource"] === "string" ? { resource: b["resource"] } : {}),
+        ...(isToken(b["token"]) ? { token: b["token"] } : {}),
+        ...(typeof b["highest"] === "number" && Number.isSafeInteger(b["highest"]) ? { highest: b["highest"] } : {}),
+      },
+      o,
+    ),
+  not_found: (m, _b, o) => new NotFoundError(m, o),
+  invalid: (m, _b, o) => new InvalidError(m, o),
+  unauthorized: (m, _b, o) => new UnauthorizedError(m, o),
+  forbidden: (m, _b, o) => new ForbiddenError(m, o),
+  unavailable: (m, _b, o) => new UnavailableError(m, o),
+};
+
+/** The largest token a server issues: 2^53, exact as a JSON number. */
+export const MAX_TOKEN = 2 ** 53;
+
+/** isToken reports whether v is a token a server can have issued: a whole number in [1, 2^53]. */
+export function isToken(v: unknown): v is number {
+  return typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= MAX_TOKEN;
+}
+
+function parseHolder(v: unknown): Holder | undefined {
+  if (typeof v !== "object" || v === null) return undefined;
+  const h = v as Record<string, unknown>;
+  const expiresAt = typeof h["expires_at"] === "string" ? new Date(h["expires_at"]) : undefined;
+  if (typeof h["key"] !== "string" || typeof h["owner"] !== "string" || !isToken(h["token"]) ||
+    expiresAt === undefined || Number.isNaN(expiresAt.getTime())) {
+    return undefined;
+  }
+  return { key: h["key"], owner: h["owner"], token: h["token"], expiresAt };
+}
+
+/**
+ * errorFromBody turns an error answer into its class: by the API error body
+ * `{"error":{"code","message",…}}` when there is one, else by the status
+ * alone — and then never NotFoundError or a 409 class, which a proxy's page
+ * could not mean.
+ */
+export function errorFromBody(status: number, body: unknown, text: string): LeaseError {
+  const e = typeof body === "object" && body !== null ? (body as Record<string, unknown>)["error"] : undefined;
+  if (typeof e === "object" && e !== null) {
+    const detail = e as Record<string, unknown>;
+    const code = detail["code"];
+    const message = typeof detail["message"] === "string" && detail["message"] !== ""
+      ? detail["message"]
+      : `lease: HTTP ${status} ${String(code)}`;
+    if (typeof code === "string" && Object.hasOwn(byCode, code)) {
+      return byCode[code as ErrorCode](message, detail, { status });
+    }
+    if (status >= 500) return new UnavailableError(message, { status });
+    return new UnexpectedAnswerError(`lease: HTTP ${status} with unknown error code ${JSON.stringify(code)}: ${message}`, { status });
+  }
+  const snippet = text.length > 200 ? `${text.slice(0, 200)}…` : text;
+  const what = `lease: HTTP ${status} without the API's error body: ${JSON.stringify(snippet)}`;
+  if (status >= 500) return new UnavailableError(what, { status });
+  switch (status) {
+    case 400:
+    case 405:
+    case 408:
+    case 413:
+    case 415:
+      return new InvalidError(what, { status });
+    case 401:
+      return new UnauthorizedError(what, { status });
+    case 403:
+      return new ForbiddenError(what, { status });
+  }
+  return new UnexpectedAnswerError(what, { status });
+}
+
+/**
+ * readError reads an error answer — from the lease server, or from a service
+ * guarded by fencing tokens (a 409 `stale_token`) — as its class.
+ */
+export async function readError(res: Response): Promise<LeaseError> {
+  const text = await res.text().catch(() => "");
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  return errorFromBody(res.status, body, text);
+}

@@ -1,0 +1,76 @@
+import { checkName } from "./api.js";
+import { type FenceMode, InvalidError, isToken, MAX_TOKEN, StaleTokenError } from "./errors.js";
+
+/** How a FencedResource is made. */
+export interface FencedResourceOptions {
+  /** Names the resource in errors; default "resource". */
+  readonly name?: string;
+  /**
+   * "at-least" (the default) admits token >= highest accepted, so one holder
+   * may write many times; "strict" admits only token > highest accepted,
+   * each token once (the seed's rule).
+   */
+  readonly mode?: FenceMode;
+}
+
+/**
+ * FencedResource is a value guarded by fencing tokens, in this process: a
+ * write is accepted only if its token is admitted by the mode, and then
+ * recorded as the highest accepted; a rejected write throws a
+ * StaleTokenError and changes nothing. Checking, writing and recording
+ * happen in one synchronous step, which JavaScript runs without
+ * interleaving.
+ */
+export class FencedResource<T> {
+  /** The resource's name, as errors give it. */
+  readonly name: string;
+  /** The rule tokens are admitted by. */
+  readonly mode: FenceMode;
+  #value: T;
+  #highest = 0;
+
+  constructor(initial: T, options: FencedResourceOptions = {}) {
+    this.name = options.name ?? "resource";
+    checkName("resource name", this.name);
+    const mode = options.mode ?? "at-least";
+    if (mode !== "at-least" && mode !== "strict") {
+      throw new InvalidError(`lease: unknown fence mode ${JSON.stringify(mode)}; want "at-least" or "strict"`);
+    }
+    this.mode = mode;
+    this.#value = initial;
+  }
+
+  /** write stores value if token is admitted, and records token as the highest accepted. */
+  write(token: number, value: T): void {
+    this.update(token, () => value);
+  }
+
+  /**
+   * update replaces the value with f(old) if token is admitted, atomically
+   * with the check. If f throws, nothing changes. f must not be async: the
+   * check would not hold across an await.
+   */
+  update(token: number, f: (old: T) => T): void {
+    if (!isToken(token)) {
+      throw new InvalidError(`lease: fencing token ${String(token)} is outside [1, ${MAX_TOKEN}]`);
+    }
+    const admitted = this.mode === "strict" ? token > this.#highest : token >= this.#highest;
+    if (!admitted) {
+      throw new StaleTokenError(
+        `lease: stale token ${token} for ${JSON.stringify(this.name)}: highest accepted is ${this.#highest} (mode ${this.mode})`,
+        { resource: this.name, token, highest: this.#highest, mode: this.mode },
+      );
+    }
+    const next = f(this.#value);
+    if (next instanceof Promise) {
+      throw new InvalidError("lease: FencedResource.update needs a synchronous function");
+    }
+    this.#value = next;
+    this.#highest = token;
+  }
+
+  /** read returns the value and the highest token accepted so far (0: none). */
+  read(): { value: T; lastToken: number } {
+    return { value: this.#value, lastToken: this.#highest };
+  }
+}

@@ -1,0 +1,32 @@
+// @leasehq/lease: a client for the lease server (`lease serve`) — leases
+// that issue fencing tokens — and the guards that make a resource reject the
+// late write of a holder whose lease has passed to someone else. The
+// PostgreSQL guard is @leasehq/lease/pg.
+
+export { LeaseClient, type AcquireOptions, type LeaseClientOptions, type TryAcquireOptions } from "./client.js";
+export { DEFAULT_DRIFT_MARGIN, Hold, type DriftMargin } from "./hold.js";
+export type { LeaseInfo } from "./api.js";
+export { MAX_NAME_BYTES, MAX_TTL_MS, MAX_WAIT_MS, MIN_TTL_MS } from "./api.js";
+export {
+  errorFromBody,
+  ForbiddenError,
+  HeldError,
+  InvalidError,
+  isToken,
+  LeaseError,
+  LeaseLostError,
+  LeaseReleasedError,
+  MAX_TOKEN,
+  NotFoundError,
+  NotHeldError,
+  readError,
+  StaleTokenError,
+  UnauthorizedError,
+  UnavailableError,
+  UnexpectedAnswerError,
+  type FenceMode,
+  type Holder,
+  type LeaseErrorCode,
+} from "./errors.js";
+export { FencedResource, type FencedResourceOptions } from "./fenced.js";
+export { fencedFetch, TOKEN_HEADER } from "./fetch.js";

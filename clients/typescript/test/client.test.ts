@@ -1,0 +1,180 @@
+// LeaseClient and Hold against a real `lease serve`.
+
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+
+import {
+  ForbiddenError,
+  HeldError,
+  InvalidError,
+  LeaseClient,
+  LeaseLostError,
+  LeaseReleasedError,
+  NotHeldError,
+  UnauthorizedError,
+} from "../src/index.js";
+import { startLease, unique, waitFor } from "./harness.js";
+
+const server = await startLease({ after });
+
+function client(owner: string, extra: Partial<{ token: string; server: string }> = {}): LeaseClient {
+  return new LeaseClient({ server: extra.server ?? server.url, owner, ...(extra.token ? { token: extra.token } : {}) });
+}
+
+test("a hold renews itself past several TTLs, and release frees the key", async () => {
+  const a = client("worker-a");
+  const key = unique("renew");
+  const hold = await a.tryAcquire(key, { ttlMs: 300 });
+  const first = await a.get(key);
+  assert.ok(first);
+  assert.equal(first.token, hold.token);
+  await new Promise((r) => setTimeout(r, 1000)); // only renewals keep it
+  assert.equal(hold.held, true, `lost while the server was up: ${String(hold.signal.reason)}`);
+  const later = await a.get(key);
+  assert.ok(later);
+  assert.equal(later.token, hold.token, "renewal changed the token");
+  assert.ok(later.expiresAt > first.expiresAt, "renewal did not move the expiry");
+  assert.equal(later.owner, "worker-a");
+
+  await hold.release();
+  assert.ok(hold.signal.reason instanceof LeaseReleasedError);
+  assert.equal(await a.get(key), undefined);
+  await hold.release(); // again: nothing
+});
+
+test("tryAcquire of a held key is a HeldError naming the holder", async () => {
+  const key = unique("held");
+  const hold = await client("worker-a").tryAcquire(key, { ttlMs: 60_000 });
+  try {
+    await assert.rejects(client("worker-b").tryAcquire(key, { ttlMs: 1000 }), (err: unknown) => {
+      assert.ok(err instanceof HeldError, String(err));
+      assert.equal(err.code, "held");
+      assert.equal(err.status, 409);
+      assert.equal(err.holder?.owner, "worker-a");
+      assert.equal(err.holder?.token, hold.token);
+      assert.ok(err.holder.expiresAt.getTime() > Date.now());
+      return true;
+    });
+  } finally {
+    await hold.release();
+  }
+});
+
+test("acquire waits for the holder, first come first served, and tokens rise", async () => {
+  const key = unique("wait");
+  const first = await client("worker-a").tryAcquire(key, { ttlMs: 60_000 });
+  const waiting = client("worker-b").acquire(key, { ttlMs: 60_000, waitMs: 10_000 });
+  await new Promise((r) => setTimeout(r, 200));
+  await first.release();
+  const second = await waiting;
+  assert.ok(second.token > first.token, `token ${second.token} after ${first.token}`);
+  assert.equal(second.owner, "worker-b");
+  await second.release();
+});
+
+test("acquire gives up after waitMs with a HeldError", async () => {
+  const key = unique("giveup");
+  const hold = await client("worker-a").tryAcquire(key, { ttlMs: 60_000 });
+  const t0 = performance.now();
+  await assert.rejects(client("worker-b").acquire(key, { ttlMs: 1000, waitMs: 300 }), HeldError);
+  assert.ok(performance.now() - t0 >= 290, "gave up before its wait ran out");
+  await hold.release();
+});
+
+test("acquire ends when its signal aborts, with the signal's reason", async () => {
+  const key = unique("abort");
+  const hold = await client("worker-a").tryAcquire(key, { ttlMs: 60_000 });
+  const why = new Error("caller gave up");
+  const signal = AbortSignal.timeout(100);
+  const ctl = new AbortController();
+  signal.addEventListener("abort", () => ctl.abort(why));
+  await assert.rejects(client("worker-b").acquire(key, { ttlMs: 1000, signal: ctl.signal }), (err) => err === why);
+  await hold.release();
+});
+
+test("keys travel as one path segment: slashes, dots and non-ASCII", async () => {
+  const c = client("worker-a");
+  const base = unique("seg");
+  for (const key of [`${base}/a/b`, "/", `${base}/./..`, `${base}/ü/日本`, `${base}/%2F?#`]) {
+    const hold = await c.tryAcquire(key, { ttlMs: 60_000 });
+    const got = await c.get(key);
+    assert.equal(got?.key, key);
+    await hold.release();
+  }
+});
+
+test("list shows the leases under a prefix, in key order, without ids", async () => {
+  const c = client("worker-a");
+  const prefix = unique("list") + "/";
+  const holds = [await c.tryAcquire(prefix + "b", { ttlMs: 60_000 }), await c.tryAcquire(prefix + "a", { ttlMs: 60_000 })];
+  const other = await c.tryAcquire(unique("elsewhere"), { ttlMs: 60_000 });
+  const listed = await c.list(prefix);
+  assert.deepEqual(listed.map((l) => l.key), [prefix + "a", prefix + "b"]);
+  for (const l of listed) assert.equal("id" in l, false);
+  for (const h of [...holds, other]) await h.release();
+  assert.deepEqual(await c.list(prefix), []);
+});
+
+test("await using releases the lease at the end of the scope", async () => {
+  const c = client("worker-a");
+  const key = unique("using");
+  let signal: AbortSignal;
+  {
+    await using hold = await c.tryAcquire(key, { ttlMs: 60_000 });
+    signal = hold.signal;
+    assert.ok(await c.get(key));
+  }
+  assert.ok(signal.reason instanceof LeaseReleasedError);
+  assert.equal(await c.get(key), undefined);
+});
+
+test("arguments the server would refuse are refused before anything is sent", async () => {
+  const c = client("worker-a");
+  for (const ttlMs of [5, 86_400_001, 1.5, Number.NaN]) {
+    await assert.rejects(c.tryAcquire("k", { ttlMs }), InvalidError, `ttlMs ${ttlMs}`);
+  }
+  // "." and ".." are keys the server takes, but fetch's URLs resolve them away.
+  for (const key of ["", "a\u0001b", "a\u0085", "x".repeat(513), "ü".repeat(257), "\uD800", ".", ".."]) {
+    await assert.rejects(c.tryAcquire(key, { ttlMs: 1000 }), InvalidError, `key ${JSON.stringify(key)}`);
+  }
+  await assert.rejects(c.acquire("k", { ttlMs: 1000, waitMs: -1 }), InvalidError);
+  assert.throws(() => new LeaseClient({ server: server.url, driftMargin: { fraction: 0.5, minMs: 0 } }), InvalidError);
+  assert.throws(() => new LeaseClient({ server: "127.0.0.1:7420" }), InvalidError);
+  assert.throws(() => new LeaseClient({ server: server.url, owner: "" }), InvalidError);
+  // 10 ms with a margin of 20 ms + 0%: more than half the TTL.
+  const wide = new LeaseClient({ server: server.url, driftMargin: { fraction: 0, minMs: 20 } });
+  await assert.rejects(wide.tryAcquire("k", { ttlMs: 10 }), InvalidError);
+});
+
+test("a server that no longer has the lease makes the hold lost at once, not at its deadline", async (t) => {
+  const own = await startLease(t);
+  const c = new LeaseClient({ server: own.url, owner: "worker-a" });
+  const ttlMs = 3000;
+  const t0 = performance.now();
+  const hold = await c.tryAcquire(unique("forgotten"), { ttlMs });
+  // The server restarts on the same address with an empty store: it never
+  // heard of the lease, so the next renewal is answered not_held.
+  await own.stop();
+  await startLease(t, { port: own.port });
+  await waitFor("the hold is lost", () => hold.signal.aborted, 10_000);
+  const lostAt = performance.now();
+  const reason: unknown = hold.signal.reason;
+  assert.ok(reason instanceof LeaseLostError, String(reason));
+  assert.ok(reason.cause instanceof NotHeldError, `cause: ${String(reason.cause)}`);
+  assert.ok(lostAt < t0 + ttlMs * 0.95, `lost ${Math.round(lostAt - t0)} ms after acquiring: only at the deadline`);
+  await assert.rejects(hold.release(), LeaseLostError);
+});
+
+test("credentials: no token is 401, a key outside the token's prefixes 403", async (t) => {
+  const all = "tok-all-0123456789abcdef";
+  const reports = "tok-reports-0123456789ab";
+  const own = await startLease(t, { tokens: [`${all} *`, `${reports} reports/`] });
+  await assert.rejects(client("w", { server: own.url }).tryAcquire("k", { ttlMs: 1000 }), UnauthorizedError);
+  await assert.rejects(client("w", { server: own.url, token: "tok-unknown-0123456789" }).get("k"), UnauthorizedError);
+  const r = client("w", { server: own.url, token: reports });
+  await assert.rejects(r.tryAcquire("jobs/x", { ttlMs: 1000 }), ForbiddenError);
+  const hold = await r.tryAcquire("reports/x", { ttlMs: 1000 });
+  const seen = await client("w", { server: own.url, token: all }).list();
+  assert.deepEqual(seen.map((l) => l.key), ["reports/x"]);
+  await hold.release();
+});

@@ -1,0 +1,66 @@
+// Error answers become the class of their code; answers without the API's
+// error body never become "not found" or a 409 class.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  errorFromBody,
+  ForbiddenError,
+  HeldError,
+  InvalidError,
+  LeaseError,
+  NotFoundError,
+  NotHeldError,
+  StaleTokenError,
+  UnauthorizedError,
+  UnavailableError,
+  UnexpectedAnswerError,
+} from "../src/index.js";
+import { ErrorCodeValues } from "../src/openapi.js";
+
+const classes = {
+  held: HeldError,
+  not_held: NotHeldError,
+  stale_token: StaleTokenError,
+  not_found: NotFoundError,
+  invalid: InvalidError,
+  unauthorized: UnauthorizedError,
+  forbidden: ForbiddenError,
+  unavailable: UnavailableError,
+} as const;
+
+test("every code of the document has its class", () => {
+  for (const code of ErrorCodeValues) {
+    const err = errorFromBody(409, { error: { code, message: `lease: ${code}` } }, "");
+    assert.ok(err instanceof classes[code], `${code}: ${err.name}`);
+    assert.ok(err instanceof LeaseError);
+    assert.equal(err.code, code);
+    assert.equal(err.message, `lease: ${code}`);
+    assert.equal(err.status, 409);
+  }
+});
+
+test("held carries the holder; stale_token the guard's detail", () => {
+  const held = errorFromBody(409, {
+    error: { code: "held", message: "m", holder: { key: "k", owner: "o", token: 7, expires_at: "2026-12-02T10:00:00.000Z" } },
+  }, "");
+  assert.ok(held instanceof HeldError);
+  assert.deepEqual(held.holder, { key: "k", owner: "o", token: 7, expiresAt: new Date("2026-12-02T10:00:00.000Z") });
+  const stale = errorFromBody(409, { error: { code: "stale_token", message: "m", resource: "r", token: 1, highest: 2 } }, "");
+  assert.ok(stale instanceof StaleTokenError);
+  assert.equal(stale.resource, "r");
+  assert.equal(stale.token, 1);
+  assert.equal(stale.highest, 2);
+});
+
+test("answers without the API's error body go by their status, never to not_found or 409", () => {
+  const page = "<html>bad gateway</html>";
+  assert.ok(errorFromBody(502, undefined, page) instanceof UnavailableError);
+  assert.ok(errorFromBody(404, undefined, "404 page not found") instanceof UnexpectedAnswerError);
+  assert.ok(errorFromBody(409, undefined, "conflict") instanceof UnexpectedAnswerError);
+  assert.ok(errorFromBody(401, undefined, "") instanceof UnauthorizedError);
+  assert.ok(errorFromBody(413, undefined, "") instanceof InvalidError);
+  assert.ok(errorFromBody(400, { error: { code: "from_a_newer_server", message: "m" } }, "") instanceof UnexpectedAnswerError);
+  assert.ok(errorFromBody(503, { error: { code: "from_a_newer_server", message: "m" } }, "") instanceof UnavailableError);
+});

@@ -1,0 +1,159 @@
+// Real servers for the tests: `lease serve` and examples/fenced-service,
+// built from this repository with `go build` (or taken from
+// LEASE_TEST_BINARY and LEASE_TEST_FENCED_SERVICE, which the Go test that
+// runs these tests sets), each started on a free loopback port in a
+// temporary directory and stopped when the test ends.
+
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** repoRoot finds the module root above this file (dist/test or .build-*\/test). */
+function repoRoot(): string {
+  for (let d = here; d !== dirname(d); d = dirname(d)) {
+    if (existsSync(join(d, "go.mod"))) return d;
+  }
+  throw new Error("harness: no go.mod above " + here);
+}
+
+const built = new Map<string, string>();
+
+/** binary returns the path of a Go program of this repository, built once per process. */
+function binary(env: string, pkg: string, name: string): string {
+  const given = process.env[env];
+  if (given) return given;
+  const have = built.get(pkg);
+  if (have) return have;
+  const dir = mkdtempSync(join(tmpdir(), "lease-ts-bin-"));
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const out = join(dir, name);
+  execFileSync("go", ["build", "-o", out, pkg], { cwd: repoRoot(), stdio: ["ignore", "inherit", "inherit"] });
+  built.set(pkg, out);
+  return out;
+}
+
+/** A running server process. */
+export interface Running {
+  /** http://127.0.0.1:PORT */
+  readonly url: string;
+  readonly port: number;
+  readonly proc: ChildProcess;
+  /** The server's log so far. */
+  log(): string;
+  /** stop ends the process (SIGCONT first, in case it is paused) and waits for it. */
+  stop(): Promise<void>;
+}
+
+/** T is the part of node:test's context the harness needs. */
+interface T {
+  after(fn: () => unknown): void;
+}
+
+async function start(t: T, bin: string, args: string[], listening: RegExp, what: string): Promise<Running> {
+  const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  const exited = new Promise<void>((res) => proc.once("exit", () => res()));
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill("SIGCONT");
+      proc.kill("SIGTERM");
+      const killer = setTimeout(() => proc.kill("SIGKILL"), 15_000);
+      await exited;
+      clearTimeout(killer);
+    }
+  };
+  // Registered before anything can fail, so that no process outlives the test.
+  t.after(stop);
+  const url = await new Promise<string>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`harness: ${what} did not say where it listens within 30 s:\n${log}`)), 30_000);
+    const onData = (b: Buffer) => {
+      log += b.toString();
+      const m = listening.exec(log);
+      if (m?.[1]) {
+        clearTimeout(timer);
+        res(m[1].startsWith("http") ? m[1] : `http://${m[1]}`);
+      }
+    };
+    proc.stderr?.on("data", onData);
+    proc.stdout?.on("data", onData);
+    proc.once("exit", (code, sig) => {
+      clearTimeout(timer);
+      rej(new Error(`harness: ${what} exited (${code ?? sig}) before listening:\n${log}`));
+    });
+  });
+  const running: Running = {
+    url,
+    port: Number(new URL(url).port),
+    proc,
+    log: () => log,
+    stop,
+  };
+  return running;
+}
+
+/** Options of startLease. */
+export interface LeaseServeOptions {
+  /** Bearer tokens: lines of the --auth-tokens-file ("TOKEN PREFIX…"). */
+  readonly tokens?: string[];
+  /** Listen on this port instead of a free one (a restart on the same address). */
+  readonly port?: number;
+  /** The data directory; default a fresh one. */
+  readonly dataDir?: string;
+}
+
+/** startLease starts `lease serve` on the embedded store until the test ends. */
+export async function startLease(t: T, opts: LeaseServeOptions = {}): Promise<Running & { dataDir: string }> {
+  const dir = mkdtempSync(join(tmpdir(), "lease-ts-serve-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const dataDir = opts.dataDir ?? join(dir, "data");
+  const args = ["serve", "--addr", `127.0.0.1:${opts.port ?? 0}`, "--data-dir", dataDir, "--shutdown-timeout", "2s"];
+  if (opts.tokens) {
+    const file = join(dir, "tokens");
+    writeFileSync(file, opts.tokens.join("\n") + "\n", { mode: 0o600 });
+    args.push("--auth-tokens-file", file);
+  }
+  const r = await start(t, binary("LEASE_TEST_BINARY", "./cmd/lease", "lease"), args, /msg=listening addr=(\S+)/, "lease serve");
+  return { ...r, dataDir };
+}
+
+/** startFencedService starts examples/fenced-service (fence.Middleware over fence.Memory) until the test ends. */
+export async function startFencedService(t: T, strict = false): Promise<Running> {
+  const args = ["--addr", "127.0.0.1:0", ...(strict ? ["--strict"] : [])];
+  return start(
+    t,
+    binary("LEASE_TEST_FENCED_SERVICE", "./examples/fenced-service", "fenced-service"),
+    args,
+    /fenced-service listening"? url=(\S+)/,
+    "fenced-service",
+  );
+}
+
+/** postgresURL is the database the Go test started (internal/pgtest), or fails with how to get one. */
+export function postgresURL(): string {
+  const u = process.env["LEASE_TEST_POSTGRES_URL"];
+  if (!u) {
+    throw new Error(
+      "harness: LEASE_TEST_POSTGRES_URL is not set: run these tests with `go test ./clients/typescript` " +
+        "(which starts a throwaway PostgreSQL), or point it at a database",
+    );
+  }
+  return u;
+}
+
+/** unique returns a name no other test run uses. */
+export function unique(prefix: string): string {
+  return `${prefix}-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+}
+
+/** waitFor polls cond every 5 ms until it holds, failing after ms. */
+export async function waitFor(what: string, cond: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
+  const until = performance.now() + ms;
+  while (!(await cond())) {
+    if (performance.now() > until) throw new Error(`harness: ${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}

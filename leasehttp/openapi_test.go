@@ -1,0 +1,391 @@
+package leasehttp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+)
+
+// Every server the tests of this package start is made by newServer, whose
+// handler checks each request it serves and each answer it gives against
+// openapi.json (the spec below): the document cannot drift from the server
+// without some test failing.
+//
+// A request the document refuses must be answered 4xx. A request on a
+// documented path is checked with openapi3filter, its answer must be one of
+// the operation's documented responses (status, required headers, body
+// schema); a path the document lacks must be answered 404 or 400, a method
+// it lacks 405 with an Allow header naming exactly the documented methods,
+// each with the error body. The document may be looser than the server
+// (it cannot say "512 bytes" or "no repeated member"), never stricter.
+
+// spec is openapi.json, loaded and validated once.
+var spec = sync.OnceValues(func() (*openapi3.T, error) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(leasehttp.OpenAPI())
+	if err != nil {
+		return nil, fmt.Errorf("loading openapi.json: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("openapi.json is not a valid OpenAPI document: %w", err)
+	}
+	return doc, nil
+})
+
+func mustSpec(t testing.TB) *openapi3.T {
+	t.Helper()
+	doc, err := spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// checkedServer is a Server whose ServeHTTP checks requests and answers
+// against the document; the rest of the Server's methods are its own.
+type checkedServer struct {
+	*leasehttp.Server
+	handler http.Handler
+}
+
+func (s *checkedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// newServer is leasehttp.NewServer for the tests: quiet unless opts give a
+// logger, closed when the test ends, and checked against the document.
+func newServer(t testing.TB, b lease.Backend, opts ...leasehttp.ServerOption) *checkedServer {
+	t.Helper()
+	srv, err := leasehttp.NewServer(b, append([]leasehttp.ServerOption{leasehttp.WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return &checkedServer{Server: srv, handler: checkAPI(t, srv)}
+}
+
+// checkAPI wraps h so that every request it serves and every answer it
+// gives is checked against the document; a mismatch fails t.
+func checkAPI(t testing.TB, h http.Handler) http.Handler {
+	doc := mustSpec(t)
+	return &apiChecker{doc: doc, next: h, report: func(err error) { t.Errorf("openapi.json: %v", err) }}
+}
+
+type apiChecker struct {
+	doc    *openapi3.T
+	next   http.Handler
+	report func(error)
+}
+
+func (c *apiChecker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body := &teeBody{}
+	if r.Body != nil && r.Body != http.NoBody {
+		body.ReadCloser = r.Body
+		r.Body = body
+	} else {
+		body.eof = true
+	}
+	rec := &recordingWriter{ResponseWriter: w}
+	c.next.ServeHTTP(rec, r)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	if rec.status == 499 && r.Context().Err() != nil {
+		return // the client hung up: nothing was answered
+	}
+	if err := c.check(r, body, rec); err != nil {
+		c.report(fmt.Errorf("%s %s → %d %s: %w", r.Method, r.URL.RequestURI(), rec.status, truncate(rec.body.String()), err))
+	}
+}
+
+func truncate(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
+
+// check judges one exchange.
+func (c *apiChecker) check(r *http.Request, body *teeBody, rec *recordingWriter) error {
+	ctx := context.Background()
+	path, item, params, ok := c.findPath(r.URL.EscapedPath())
+	if !ok {
+		if rec.status != http.StatusNotFound && rec.status != http.StatusBadRequest {
+			return errors.New("the document has no such path, so the server must answer 404 or 400")
+		}
+		return c.checkErrorBody(rec, "invalid")
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet // every GET route answers HEAD, without the body
+	}
+	op := item.GetOperation(method)
+	if op == nil {
+		if rec.status != http.StatusMethodNotAllowed {
+			return fmt.Errorf("the document has no %s on %s, so the server must answer 405", r.Method, path)
+		}
+		var want []string
+		for m := range item.Operations() {
+			want = append(want, m)
+			if m == http.MethodGet {
+				want = append(want, http.MethodHead)
+			}
+		}
+		got := strings.Split(rec.header.Get("Allow"), ", ")
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("Allow: %q, but the document has methods %q", rec.header.Get("Allow"), want)
+		}
+		return c.checkErrorBody(rec, "invalid")
+	}
+
+	req := r.Clone(ctx)
+	req.Method = method
+	opts := &openapi3filter.Options{
+		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
+		IncludeResponseStatus: true,
+		MultiError:            true,
+		// The server reads the body only after the route, the credentials
+		// and the Content-Type pass; a body it did not read to its end
+		// (answered 401, 413, 408, …) is not checked.
+		ExcludeRequestBody:  !body.eof,
+		ExcludeResponseBody: r.Method == http.MethodHead,
+	}
+	opts.WithCustomSchemaErrorFunc(func(e *openapi3.SchemaError) string {
+		return fmt.Sprintf("at /%s: %s", strings.Join(e.JSONPointer(), "/"), e.Reason)
+	})
+	req.Body = io.NopCloser(bytes.NewReader(body.buf.Bytes()))
+	in := &openapi3filter.RequestValidationInput{
+		Request:    req,
+		PathParams: params,
+		Route:      &routers.Route{Spec: c.doc, Path: path, PathItem: item, Method: method, Operation: op},
+		Options:    opts,
+	}
+	if reqErr := openapi3filter.ValidateRequest(ctx, in); reqErr != nil && (rec.status < 400 || rec.status >= 500) {
+		return fmt.Errorf("the document refuses the request (%v), but the server answered %d", reqErr, rec.status)
+	}
+	err := openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in,
+		Status:                 rec.status,
+		Header:                 rec.header,
+		Body:                   io.NopCloser(bytes.NewReader(rec.body.Bytes())),
+		Options:                opts,
+	})
+	if err != nil {
+		return fmt.Errorf("the answer is not one the document gives: %w", err)
+	}
+	return nil
+}
+
+// findPath matches the escaped request path against the document's path
+// templates segment by segment, as the server's router does: a template
+// parameter is exactly one segment, percent-decoded (so a key "a/b" sent as
+// a%2Fb is one segment).
+func (c *apiChecker) findPath(escaped string) (string, *openapi3.PathItem, map[string]string, bool) {
+	segs := strings.Split(escaped, "/")
+	for path, item := range c.doc.Paths.Map() {
+		tmpl := strings.Split(path, "/")
+		if len(tmpl) != len(segs) {
+			continue
+		}
+		params := map[string]string{}
+		match := true
+		for i, ts := range tmpl {
+			if strings.HasPrefix(ts, "{") && strings.HasSuffix(ts, "}") {
+				v, err := url.PathUnescape(segs[i])
+				if err != nil {
+					match = false
+					break
+				}
+				params[ts[1:len(ts)-1]] = v
+				continue
+			}
+			if ts != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return path, item, params, true
+		}
+	}
+	return "", nil, nil, false
+}
+
+// checkErrorBody checks an answer no operation documents (no route, wrong
+// method) against the error schema, with the given code.
+func (c *apiChecker) checkErrorBody(rec *recordingWriter, code string) error {
+	if ct := rec.header.Get("Content-Type"); ct != "application/json" {
+		return fmt.Errorf("error answer with Content-Type %q, want application/json", ct)
+	}
+	var v any
+	if err := json.Unmarshal(rec.body.Bytes(), &v); err != nil {
+		return fmt.Errorf("error answer is not JSON: %w", err)
+	}
+	schema := c.doc.Components.Schemas["Error"].Value
+	if err := schema.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		return fmt.Errorf("error answer does not match the Error schema: %w", err)
+	}
+	if got := v.(map[string]any)["error"].(map[string]any)["code"]; got != code {
+		return fmt.Errorf("error code %q, want %q", got, code)
+	}
+	return nil
+}
+
+// teeBody keeps what the server reads of a request body, and whether it
+// read it to the end.
+type teeBody struct {
+	io.ReadCloser
+	buf bytes.Buffer
+	eof bool
+}
+
+func (b *teeBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.buf.Write(p[:n])
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// recordingWriter passes an answer on and keeps a copy of it.
+type recordingWriter struct {
+	http.ResponseWriter
+	status int
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (w *recordingWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+		w.header = w.ResponseWriter.Header().Clone()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recordingWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.body.Write(p)
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection (the server sets
+// deadlines through it).
+func (w *recordingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// TestOpenAPIDocument: the document is a valid OpenAPI 3.1 document and
+// lists every route the server has; the server serves it, byte for byte,
+// to any Host and without credentials.
+func TestOpenAPIDocument(t *testing.T) {
+	doc := mustSpec(t)
+	if doc.OpenAPI != "3.1.0" {
+		t.Errorf("openapi: %q, want 3.1.0", doc.OpenAPI)
+	}
+	srv := newServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{{Token: "a-token-long-enough-for-tests", Prefixes: []string{"*"}}}))
+	open := newServer(t, newMem())
+	for _, s := range []*checkedServer{srv, open} {
+		for _, host := range []string{"127.0.0.1", "lease.example"} {
+			req, err := http.NewRequest("GET", "http://"+host+"/v1/openapi.json", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := serveRequest(s, req)
+			if rec.Code != http.StatusOK || !bytes.Equal(rec.Body.Bytes(), leasehttp.OpenAPI()) {
+				t.Errorf("GET /v1/openapi.json with Host %s: HTTP %d, %d bytes; want 200 and the document", host, rec.Code, rec.Body.Len())
+			}
+		}
+	}
+	// Every documented operation has a route: a request for it is not
+	// answered as a path or method the server does not know.
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			target := strings.ReplaceAll(path, "{key}", "k")
+			req, err := http.NewRequest(method, "http://"+loopbackHost+target, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer a-token-long-enough-for-tests")
+			rec := serveRequest(srv, req)
+			var body struct{ Error struct{ Message string } }
+			_ = json.Unmarshal(rec.Body.Bytes(), &body)
+			if rec.Code == http.StatusMethodNotAllowed || rec.Code == http.StatusNotFound && strings.Contains(body.Error.Message, "no route") {
+				t.Errorf("documented %s %s: HTTP %d %s", method, path, rec.Code, rec.Body)
+			}
+		}
+	}
+}
+
+// TestOpenAPICheckCatchesDrift is the check's negative control: answers and
+// requests that the document does not allow are reported.
+func TestOpenAPICheckCatchesDrift(t *testing.T) {
+	doc := mustSpec(t)
+	leaseBody := `{"key":"k","owner":"o","token":1,"ttl_ms":1000,"expires_at":"2026-12-02T10:00:00.000Z"}`
+	cases := []struct {
+		name, method, target, reqBody string
+		status                        int
+		answer                        string
+	}{
+		{"get answers an id", "GET", "/v1/leases/k", "", 200,
+			`{"key":"k","owner":"o","token":1,"id":"0123456789abcdef0123456789abcdef","ttl_ms":1000,"expires_at":"2026-12-02T10:00:00.000Z"}`},
+		{"token as a string", "GET", "/v1/leases/k", "", 200, strings.Replace(leaseBody, `"token":1`, `"token":"1"`, 1)},
+		{"expiry without milliseconds", "GET", "/v1/leases/k", "", 200, strings.Replace(leaseBody, ".000Z", "Z", 1)},
+		{"undocumented status", "GET", "/v1/leases/k", "", 409, `{"error":{"code":"held","message":"leasehttp: held"}}`},
+		{"wrong code for the status", "GET", "/v1/leases/k", "", 404, `{"error":{"code":"invalid","message":"leasehttp: x"}}`},
+		{"held without a message", "POST", "/v1/leases/k/acquire", `{"owner":"o","ttl_ms":1000}`, 409, `{"error":{"code":"held"}}`},
+		{"refused request granted", "POST", "/v1/leases/k/acquire", `{"owner":"o","ttl_ms":5}`, 200,
+			`{"key":"k","owner":"o","token":1,"id":"0123456789abcdef0123456789abcdef","ttl_ms":5,"expires_at":"2026-12-02T10:00:00.000Z"}`},
+		{"unknown path answered 200", "GET", "/v1/nothing", "", 200, `{}`},
+		{"405 without the error body", "DELETE", "/v1/leases/k", "", 405, `method not allowed`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var reported []error
+			h := &apiChecker{doc: doc, report: func(err error) { reported = append(reported, err) },
+				next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.ReadAll(r.Body)
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Cache-Control", "no-store")
+					w.Header().Set("Allow", "GET, HEAD")
+					w.WriteHeader(tc.status)
+					_, _ = io.WriteString(w, tc.answer)
+				})}
+			serve(h, tc.method, tc.target, "application/json", []byte(tc.reqBody))
+			if len(reported) == 0 {
+				t.Errorf("%s %s answered %d %s: no mismatch reported", tc.method, tc.target, tc.status, tc.answer)
+			}
+		})
+	}
+	// The same exchanges done right pass.
+	var reported []error
+	h := &apiChecker{doc: doc, report: func(err error) { reported = append(reported, err) },
+		next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			_, _ = io.WriteString(w, leaseBody)
+		})}
+	serve(h, "GET", "/v1/leases/k", "", nil)
+	if len(reported) > 0 {
+		t.Errorf("a documented answer was reported: %v", reported)
+	}
+}
