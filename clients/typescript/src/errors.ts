@@ -107,6 +107,20 @@ export class ForbiddenError extends LeaseError {
   }
 }
 
+/** The credential has as many watch streams open as the server allows (429 `too_many_watchers`). */
+export class TooManyWatchersError extends LeaseError {
+  constructor(message: string, options?: { status?: number; cause?: unknown }) {
+    super("too_many_watchers", message, options);
+  }
+}
+
+/** The server's backend cannot do what was asked, such as watch (501 `unsupported`); asking again will not help. */
+export class UnsupportedError extends LeaseError {
+  constructor(message: string, options?: { status?: number; cause?: unknown }) {
+    super("unsupported", message, options);
+  }
+}
+
 /**
  * The server or its backend could not answer (503 `unavailable`, any 5xx, or
  * the network): the outcome of a request that changes state is unknown.
@@ -169,6 +183,8 @@ const byCode: { [C in ErrorCode]: (message: string, body: Record<string, unknown
   invalid: (m, _b, o) => new InvalidError(m, o),
   unauthorized: (m, _b, o) => new UnauthorizedError(m, o),
   forbidden: (m, _b, o) => new ForbiddenError(m, o),
+  too_many_watchers: (m, _b, o) => new TooManyWatchersError(m, o),
+  unsupported: (m, _b, o) => new UnsupportedError(m, o),
   unavailable: (m, _b, o) => new UnavailableError(m, o),
 };
 

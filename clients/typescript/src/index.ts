@@ -10,6 +10,8 @@ export { MAX_NAME_BYTES, MAX_TTL_MS, MAX_WAIT_MS, MIN_TTL_MS } from "./api.js";
 export {
   errorFromBody,
   ForbiddenError,
+  TooManyWatchersError,
+  UnsupportedError,
   HeldError,
   InvalidError,
   isToken,

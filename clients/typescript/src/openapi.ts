@@ -99,9 +99,9 @@ export type Holder = {
 };
 
 /**
- * What went wrong; one table maps codes, statuses and the Go sentinel errors both ways: `held` 409, `not_held` 409, `stale_token` 409 (answered by fenced services, not by the lease server), `not_found` 404, `invalid` 400 (also 404 for a path with no route, 405, 408, 413, 415), `unauthorized` 401, `forbidden` 403, `unavailable` 503.
+ * What went wrong; one table maps codes, statuses and the Go sentinel errors both ways: `held` 409, `not_held` 409, `stale_token` 409 (answered by fenced services, not by the lease server), `not_found` 404, `invalid` 400 (also 404 for a path with no route, 405, 408, 413, 415), `unauthorized` 401, `forbidden` 403, `too_many_watchers` 429, `unsupported` 501, `unavailable` 503.
  */
-export const ErrorCodeValues = ["held", "not_held", "stale_token", "not_found", "invalid", "unauthorized", "forbidden", "unavailable"] as const;
+export const ErrorCodeValues = ["held", "not_held", "stale_token", "not_found", "invalid", "unauthorized", "forbidden", "unavailable", "too_many_watchers", "unsupported"] as const;
 export type ErrorCode = (typeof ErrorCodeValues)[number];
 
 /**
@@ -169,6 +169,20 @@ export type UnavailableError = Error & {
   };
 };
 
+export type TooManyWatchersError = Error & {
+  error?: {
+    code?: "too_many_watchers";
+    holder?: never;
+  };
+};
+
+export type UnsupportedError = Error & {
+  error?: {
+    code?: "unsupported";
+    holder?: never;
+  };
+};
+
 /** The API's operations by operationId: method, path template and parameters. */
 export const operations = {
   acquire: { method: "POST", path: "/v1/leases/{key}/acquire", pathParams: ["key"], query: [] },
@@ -180,6 +194,7 @@ export const operations = {
   healthz: { method: "GET", path: "/healthz", pathParams: [], query: [] },
   readyz: { method: "GET", path: "/readyz", pathParams: [], query: [] },
   metrics: { method: "GET", path: "/metrics", pathParams: [], query: [] },
+  watchLeases: { method: "GET", path: "/v1/watch", pathParams: [], query: ["prefix"] },
 } as const;
 
 /** Each operation's request body and answers by status. */
@@ -274,6 +289,18 @@ export interface Operations {
     request: undefined;
     responses: {
       200: string;
+    };
+  };
+  watchLeases: {
+    request: undefined;
+    responses: {
+      200: string;
+      400: InvalidError;
+      401: UnauthorizedError;
+      403: ForbiddenError;
+      429: TooManyWatchersError;
+      501: UnsupportedError;
+      503: UnavailableError;
     };
   };
 }

@@ -13,9 +13,11 @@ import {
   NotFoundError,
   NotHeldError,
   StaleTokenError,
+  TooManyWatchersError,
   UnauthorizedError,
   UnavailableError,
   UnexpectedAnswerError,
+  UnsupportedError,
 } from "../src/index.js";
 import { ErrorCodeValues } from "../src/openapi.js";
 
@@ -27,6 +29,8 @@ const classes = {
   invalid: InvalidError,
   unauthorized: UnauthorizedError,
   forbidden: ForbiddenError,
+  too_many_watchers: TooManyWatchersError,
+  unsupported: UnsupportedError,
   unavailable: UnavailableError,
 } as const;
 
