@@ -85,7 +85,8 @@ func setup(tb testing.TB) (*worker, []row) {
 	serve := func(dataDir, backend string) string {
 		cfg := cli.ServeConfig{Addr: "127.0.0.1:0", DataDir: dataDir, Backend: backend, ShutdownTimeout: 10 * time.Second,
 			ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
-			MaxConnections: cli.DefaultMaxConnections, Logger: slog.New(slog.DiscardHandler)}
+			MaxConnections: cli.DefaultMaxConnections, WatchHeartbeat: cli.DefaultWatchHeartbeat, MaxWatchers: cli.DefaultMaxWatchers,
+			Logger: slog.New(slog.DiscardHandler)}
 		s, err := cli.NewServer(cfg)
 		if err != nil {
 			tb.Fatal(err)
