@@ -92,8 +92,11 @@ func TestOpenRefusesLinks(t *testing.T) {
 // is refused, and left as it was. Needs root, to give a file away.
 func TestOpenRefusesOthersFiles(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("gives a file to another user; skipped in -short")
+	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown a file to another user")
+		t.Fatal("needs root to give a file to another user: run the full suite as root (as make test does in CI), or with -short")
 	}
 	for _, file := range []string{"lease.db", "lease.db-wal"} {
 		t.Run(file, func(t *testing.T) {
@@ -165,8 +168,11 @@ func TestOpenSharedDir(t *testing.T) {
 // remove the store's files whatever its mode, is refused. Needs root.
 func TestOpenOthersDir(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("gives a directory to another user; skipped in -short")
+	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown a directory to another user")
+		t.Fatal("needs root to give a directory to another user: run the full suite as root (as make test does in CI), or with -short")
 	}
 	dir := t.TempDir()
 	if err := os.Chown(dir, 4242, 4242); err != nil {

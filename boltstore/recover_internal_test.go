@@ -136,7 +136,7 @@ func TestDamagedLog(t *testing.T) {
 			log := slices.Clone(run.after)
 			copy(log[off:], "\xde\xad\xbe\xef")
 			if string(log[off:off+4]) == string(run.after[off:off+4]) {
-				t.Skip("the bytes are there already")
+				return // the bytes are there already: nothing is damaged
 			}
 			p := run.place(t, log)
 			s, err := Open(p)
