@@ -76,9 +76,10 @@ func tool(t *testing.T, name, hint string) string {
 
 // server is a running `lease serve`, its log lines readable as they come.
 type server struct {
-	cmd     *exec.Cmd
-	changed chan struct{} // a line came, or the log ended
-	done    chan struct{} // the process exited
+	cmd       *exec.Cmd
+	listening string        // the log line saying where it listens
+	changed   chan struct{} // a line came, or the log ended
+	done      chan struct{} // the process exited
 
 	mu    sync.Mutex
 	lines []string
@@ -118,10 +119,10 @@ func startServe(t *testing.T, args ...string) (*server, string) {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	})
-	line := s.waitLine(t, "msg=listening", 30*time.Second)
-	m := regexp.MustCompile(`addr=(\S+)`).FindStringSubmatch(line)
+	s.listening = s.waitLine(t, "msg=listening", 30*time.Second)
+	m := regexp.MustCompile(`addr=(\S+)`).FindStringSubmatch(s.listening)
 	if m == nil {
-		t.Fatalf("no addr= in %q", line)
+		t.Fatalf("no addr= in %q", s.listening)
 	}
 	return s, m[1]
 }
