@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/fencemetrics"
@@ -166,6 +167,20 @@ func scrapeKit(t *testing.T) exported {
 	get("/v1/leases/job")
 	get("/v1/leases?prefix=")
 	get("/readyz")
+
+	// A holder that stops renewing: the server counts its lease expired,
+	// which is what LeaseHolderStoppedRenewing alerts on, and its late
+	// renewal is refused.
+	stale := post("/v1/leases/stale/acquire", map[string]any{"owner": "c", "ttl_ms": 10}, http.StatusOK)
+	expired := regexp.MustCompile(`(?m)^lease_expirations_total 1$`)
+	deadline := time.Now().Add(10 * time.Second)
+	for !expired.MatchString(get("/metrics")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lease_expirations_total not 1 within 10 s of a lease left to expire:\n%s", get("/metrics"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	post("/v1/leases/stale/renew", map[string]any{"id": stale["id"], "token": stale["token"], "ttl_ms": 60000}, http.StatusConflict)
 
 	e := exported{}
 	e.addScrape(t, get("/metrics"))
