@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: PostgreSQL, Redis and
-# MariaDB server binaries from Debian's packages (as root, via apt-get), and
+# MariaDB server binaries and Prometheus's promtool (which checks deploy/'s
+# alert rules) from Debian's packages (as root, via apt-get), and
 # staticcheck through `go install`. Tests start their own throwaway servers;
 # this script only makes the binaries available.
 set -euo pipefail
@@ -12,6 +13,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # mariadbd lives in /usr/sbin, which a non-root PATH may lack.
 command -v mariadb-install-db >/dev/null 2>&1 && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } ||
   need+=(mariadb-server)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 
 # service_of PACKAGE: the name of the service PACKAGE installs.
 service_of() { if [ "$1" = mariadb-server ]; then echo mariadb; else echo "$1"; fi; }

@@ -59,6 +59,7 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 		name        string
 		haveRedis   bool   // redis-server is installed
 		haveMariaDB bool   // mariadb-install-db and mariadbd are installed
+		noPromtool  bool   // promtool is missing
 		running     string // services running before
 		policy      string // the system's policy-rc.d; empty: none
 		wantRunning string // services running after
@@ -94,6 +95,13 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			haveRedis: true, policy: allowAll,
 			wantLog: "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\nstop mariadb\n",
 		},
+		{
+			// promtool comes in Debian's prometheus package, whose service
+			// the install must not leave running.
+			name:      "promtool missing, policy-rc.d allowing starts",
+			haveRedis: true, haveMariaDB: true, noPromtool: true, policy: allowAll,
+			wantLog: "install postgresql\nstart postgresql\ninstall prometheus\nstart prometheus\nstop postgresql\nstop prometheus\n",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -104,7 +112,12 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			files := map[string]string{filepath.Join(gopath, "bin", "staticcheck"): "#!/bin/sh\necho 'staticcheck 2025.1.1 (0.8.2)'\n"}
+			files := map[string]string{
+				filepath.Join(gopath, "bin", "staticcheck"): "#!/bin/sh\necho 'staticcheck 2025.1.1 (0.8.2)'\n",
+			}
+			if !tc.noPromtool {
+				files[filepath.Join(bin, "promtool")] = "#!/bin/sh\nexit 0\n"
+			}
 			for name, body := range stubs {
 				files[filepath.Join(bin, name)] = body
 			}

@@ -22,6 +22,9 @@ func TestDemoGolden(t *testing.T) {
 		{"demo.golden", []string{"demo"}},
 		{"demo-unfenced.golden", []string{"demo", "--unfenced"}},
 		{"demo-strict.golden", []string{"demo", "--strict"}},
+		{"demo.svg", []string{"demo", "--svg", "-"}},
+		{"demo-unfenced.svg", []string{"demo", "--unfenced", "--svg", "-"}},
+		{"demo-strict.svg", []string{"demo", "--strict", "--svg", "-"}},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
