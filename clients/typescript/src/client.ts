@@ -18,8 +18,15 @@ import { DEFAULT_DRIFT_MARGIN, type DriftMargin, Hold, holdKey, marginOf } from 
 
 /** What a LeaseClient talks to, and as whom. */
 export interface LeaseClientOptions {
-  /** The server's URL, e.g. http://127.0.0.1:7420 (a path prefix is kept). */
-  readonly server: string | URL;
+  /**
+   * The server's URL, e.g. http://127.0.0.1:7420 (a path prefix is kept), or
+   * several servers in front of one backend, tried in turn: a request that
+   * cannot connect to one, or that one answers 503 (or another 5xx), goes to
+   * the next, and the client keeps to the one that answered. An acquire is
+   * sent to the next only if it never reached the one before: one whose
+   * answer was lost, or that was answered 503, has an unknown outcome.
+   */
+  readonly server: string | URL | readonly (string | URL)[];
   /** The bearer token the server's --auth-tokens-file lists, if it has one. */
   readonly token?: string;
   /** The owner name shown to other contenders; default HOSTNAME-PID. It proves nothing. */
@@ -86,9 +93,14 @@ export class LeaseClient {
     this.#margin = { fraction: m.fraction, minMs: m.minMs };
   }
 
-  /** The server's base URL. */
+  /** The server's base URL; of several, the one requests go to first (the one that last answered). */
   get server(): URL {
     return this.#api.base;
+  }
+
+  /** The base URLs of every server, in the order given. */
+  get servers(): URL[] {
+    return this.#api.bases;
   }
 
   #check(key: string, ttlMs: number): void {
