@@ -296,6 +296,30 @@ export class Api {
     return parsed as OK<O>;
   }
 
+  /**
+   * stream opens op's event stream: it returns the 200 answer, its body
+   * unread, and the endpoint it came from. An error answer throws its
+   * class, an answer that is not an event stream UnexpectedAnswerError.
+   */
+  async stream(op: Op, query: Record<string, string>, signal: AbortSignal): Promise<{ body: ReadableStream<Uint8Array>; at: number }> {
+    const { res, text, at } = await this.#exchange(op, undefined, this.#init(op, "text/event-stream", signal), signal, query, true);
+    if (res.status !== 200) {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = undefined;
+      }
+      throw errorFromBody(res.status, parsed, text);
+    }
+    const type = res.headers.get("Content-Type") ?? "";
+    if (res.body === null || type.split(";")[0]?.trim().toLowerCase() !== "text/event-stream") {
+      await res.body?.cancel().catch(() => undefined);
+      throw new UnexpectedAnswerError(`lease: ${op}: HTTP 200 of type ${JSON.stringify(type)}, not an event stream`, { status: 200 });
+    }
+    return { body: res.body, at };
+  }
+
   #init(op: Op, accept: string, signal: AbortSignal | undefined): RequestInit {
     const headers: Record<string, string> = { Accept: accept };
     if (this.#auth !== undefined) headers["Authorization"] = this.#auth;
@@ -338,7 +362,7 @@ function tried(failed: string[]): string {
 }
 
 /** errText says what a failed fetch says, with its cause. */
-function errText(err: unknown): string {
+export function errText(err: unknown): string {
   if (err instanceof Error) {
     const cause = err.cause instanceof Error ? `: ${err.cause.message}` : "";
     return `${err.message}${cause}`;
@@ -347,7 +371,7 @@ function errText(err: unknown): string {
 }
 
 /** info checks a lease the server sent, as the document describes it; key, if given, is the key it must be on. */
-function info(v: wire.Lease | wire.GrantedLease, key: string | undefined): LeaseInfo {
+export function info(v: wire.Lease | wire.GrantedLease, key: string | undefined): LeaseInfo {
   const bad = (why: string) =>
     new UnexpectedAnswerError(`lease: the server answered a lease that ${why}: ${JSON.stringify(v).slice(0, 200)}`);
   if (typeof v !== "object" || v === null) throw bad("is not an object");

@@ -15,6 +15,7 @@ import {
 } from "./api.js";
 import { HeldError, InvalidError, NotFoundError, NotHeldError, UnavailableError } from "./errors.js";
 import { DEFAULT_DRIFT_MARGIN, type DriftMargin, Hold, holdKey, marginOf } from "./hold.js";
+import { Watch, watchKey, type WatchOptions } from "./watch.js";
 
 /** What a LeaseClient talks to, and as whom. */
 export interface LeaseClientOptions {
@@ -218,6 +219,21 @@ export class LeaseClient {
   async list(prefix = "", options?: { signal?: AbortSignal }): Promise<LeaseInfo[]> {
     if (prefix !== "") checkName("prefix", prefix);
     return retried(() => this.#api.list(prefix, options?.signal), options?.signal);
+  }
+
+  /**
+   * watch watches the leases whose keys start with prefix (default: all):
+   * `for await (const ev of client.watch("jobs/"))` yields a `held` event
+   * per lease, then `synced`, then each change. The stream opens at the
+   * first step, trying the servers as a get does; a refusal throws its
+   * class (TooManyWatchersError, UnsupportedError, UnauthorizedError,
+   * ForbiddenError). `break`, `await using` or the signal close it without
+   * an error; a break of the stream throws an UnavailableError, and a new
+   * watch starts again from the current state. See Watch.
+   */
+  watch(prefix = "", options?: WatchOptions): Watch {
+    if (prefix !== "") checkName("prefix", prefix);
+    return new Watch(watchKey, this.#api, prefix, options?.signal);
   }
 }
 

@@ -119,6 +119,10 @@ test("servers that cannot be reached are passed over, and the client keeps to th
   await new Promise((r) => setTimeout(r, 1500)); // renewals, past two TTLs
   assert.equal(hold.held, true, String(hold.signal.reason));
   await hold.release();
+  {
+    await using w = c.watch(key);
+    assert.deepEqual((await w.next()).value, { kind: "synced" });
+  }
   // Every request since the first went straight to the server that answered.
   assert.ok(rec.sent.length >= 5, rec.sent.join("\n"));
   for (const s of rec.sent) assert.ok(s.includes(live.url), s);
