@@ -83,27 +83,91 @@ export function escapeKey(key: string): string {
   return encodeURIComponent(key);
 }
 
-/** Api sends the operations of the v1 API to one server. */
+/** baseURL checks one server URL and makes it a base for the API's paths. */
+function baseURL(server: unknown): URL {
+  let base: URL;
+  try {
+    if (typeof server !== "string" && !(server instanceof URL)) throw new TypeError("not a string");
+    base = new URL(server);
+  } catch {
+    throw new InvalidError(`lease: server ${JSON.stringify(String(server))} is not a URL; want http://host:port or https://host:port`);
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new InvalidError(`lease: server ${JSON.stringify(String(server))} must be an http:// or https:// URL`);
+  }
+  if (base.search !== "" || base.hash !== "" || base.username !== "" || base.password !== "") {
+    throw new InvalidError("lease: server URL must have no query, fragment or credentials (pass the bearer token as token)");
+  }
+  if (!base.pathname.endsWith("/")) base.pathname += "/";
+  return base;
+}
+
+/**
+ * NOT_SENT are the codes of a failure to connect: the name did not resolve,
+ * or the connection was refused or could not be made. The server saw
+ * nothing of the request.
+ */
+const NOT_SENT = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EAI_NONAME",
+  "EAI_FAIL",
+  "EHOSTUNREACH",
+  "EHOSTDOWN",
+  "ENETUNREACH",
+  "ENETDOWN",
+  "EADDRNOTAVAIL",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
+
+/**
+ * notSent reports whether a failed fetch provably never reached a server:
+ * fetch's cause (or every cause, when several addresses were tried) is a
+ * failure to resolve or to connect.
+ */
+export function notSent(err: unknown): boolean {
+  const cause = err instanceof Error ? err.cause : undefined;
+  const one = (e: unknown): boolean => {
+    if (typeof e !== "object" || e === null) return false;
+    const { code, syscall } = e as { code?: unknown; syscall?: unknown };
+    return (typeof code === "string" && NOT_SENT.has(code)) || syscall === "connect" || syscall === "getaddrinfo";
+  };
+  if (cause instanceof AggregateError && cause.errors.length > 0) return cause.errors.every(one);
+  return one(cause);
+}
+
+/** An answer: its status and, unless it is an open event stream, its body's text. */
+interface Answer {
+  readonly res: Response;
+  readonly text: string;
+  /** The endpoint that answered, an index of the Api's servers. */
+  readonly at: number;
+}
+
+/**
+ * Api sends the operations of the v1 API to one server, or to the first of
+ * several that answers. Requests go to one endpoint until it fails them —
+ * no connection, a lost answer, a 5xx — and then to the next, in the order
+ * given and round again. A request that could not connect moves on to the
+ * next endpoint at once, and so does one that may be sent twice (every one
+ * but acquire) after a lost answer or a 5xx; an acquire whose outcome is
+ * unknown is not sent again.
+ */
 export class Api {
-  readonly #base: URL;
+  readonly #bases: readonly URL[];
   readonly #auth: string | undefined;
   readonly #fetch: typeof globalThis.fetch;
+  #preferred = 0;
 
-  constructor(server: string | URL, bearer: string | undefined, fetchImpl: typeof globalThis.fetch | undefined) {
-    let base: URL;
-    try {
-      base = new URL(server);
-    } catch {
-      throw new InvalidError(`lease: server ${JSON.stringify(String(server))} is not a URL; want http://host:port or https://host:port`);
+  constructor(server: string | URL | readonly (string | URL)[], bearer: string | undefined, fetchImpl: typeof globalThis.fetch | undefined) {
+    const list: readonly unknown[] = Array.isArray(server) ? server : [server];
+    if (list.length === 0) throw new InvalidError("lease: server is an empty list; name at least one URL");
+    const bases = list.map(baseURL);
+    for (const [i, b] of bases.entries()) {
+      if (bases.findIndex((o) => o.href === b.href) !== i) throw new InvalidError(`lease: server ${b.href} is listed twice`);
     }
-    if (base.protocol !== "http:" && base.protocol !== "https:") {
-      throw new InvalidError(`lease: server ${JSON.stringify(String(server))} must be an http:// or https:// URL`);
-    }
-    if (base.search !== "" || base.hash !== "" || base.username !== "" || base.password !== "") {
-      throw new InvalidError("lease: server URL must have no query, fragment or credentials (pass the bearer token as token)");
-    }
-    if (!base.pathname.endsWith("/")) base.pathname += "/";
-    this.#base = base;
+    this.#bases = bases;
     if (bearer !== undefined) {
       if (typeof bearer !== "string" || bearer === "" || !/^[\x21-\x7e]+$/.test(bearer)) {
         throw new InvalidError("lease: token must be printable ASCII without spaces");
@@ -113,17 +177,84 @@ export class Api {
     this.#fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
   }
 
-  /** The server's base URL. */
+  /** The base URL of the endpoint requests go to first: the first given until it fails a request, then the next, and so on. */
   get base(): URL {
-    return new URL(this.#base);
+    return new URL(this.#bases[this.#preferred] ?? "");
   }
 
-  /** url returns the URL of op, with key and query filled in. */
-  url(op: Op, key?: string, query?: Record<string, string>): URL {
+  /** The base URLs of every endpoint, in the order given. */
+  get bases(): URL[] {
+    return this.#bases.map((b) => new URL(b));
+  }
+
+  /** url returns the URL of op on endpoint at, with key and query filled in. */
+  url(op: Op, key?: string, query?: Record<string, string>, at = this.#preferred): URL {
     const path = operations[op].path.replace("{key}", () => escapeKey(key ?? ""));
-    const u = new URL(path.slice(1), this.#base);
+    const u = new URL(path.slice(1), this.#bases[at]);
     for (const [k, v] of Object.entries(query ?? {})) u.searchParams.set(k, v);
     return u;
+  }
+
+  /** moveOn makes the endpoint after at the first to try, if at still is. */
+  moveOn(at: number): void {
+    if (this.#preferred === at) this.#preferred = (at + 1) % this.#bases.length;
+  }
+
+  /**
+   * exchange sends op to the endpoints in turn, from the preferred one, until
+   * one answers with something other than a 5xx (for an acquire: until one
+   * can be connected to); each that fails makes the next preferred. A
+   * stream's 200 answer is returned with its body unread. A failure to get
+   * an answer is an UnavailableError (the signal's reason, if it was
+   * aborted).
+   */
+  async #exchange(op: Op, key: string | undefined, init: RequestInit, signal: AbortSignal | undefined,
+    query: Record<string, string> | undefined, stream: boolean): Promise<Answer> {
+    const what = key === undefined ? op : `${op} ${JSON.stringify(key)}`;
+    const resend = op !== "acquire"; // every other operation may be sent twice
+    const n = this.#bases.length;
+    const first = this.#preferred;
+    const failed: string[] = [];
+    let lost = false; // an attempt may have reached its server
+    let cause: unknown;
+    for (let i = 0; i < n; i++) {
+      const at = (first + i) % n;
+      const origin = this.#bases[at]?.origin ?? "";
+      let res: Response | undefined;
+      let text = "";
+      try {
+        res = await this.#fetch(this.url(op, key, query, at), init);
+        if (!stream || res.status !== 200) text = await res.text();
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        this.moveOn(at);
+        const never = res === undefined && notSent(err);
+        if (!never && !resend) {
+          throw new UnavailableError(
+            `lease: ${what}: no answer from ${origin}; the outcome is unknown: ${errText(err)}${tried(failed)}`,
+            { cause: err },
+          );
+        }
+        failed.push(`${origin}: ${errText(err)}`);
+        lost ||= !never;
+        cause = err;
+        continue;
+      }
+      // A 5xx says this server could not do it (a 501, that no server
+      // can): a request that may be sent twice tries the next. An
+      // acquire's outcome is then unknown; it is not sent again.
+      if (res.status >= 500 && res.status !== 501) {
+        this.moveOn(at);
+        if (resend && i + 1 < n) {
+          failed.push(`${origin}: HTTP ${res.status}`);
+          continue;
+        }
+      }
+      return { res, text, at };
+    }
+    const outcome = operations[op].method !== "POST" ? "" : lost ? "; the outcome is unknown" : " (not sent: no server could be reached)";
+    const from = n > 1 ? `any of ${n} servers` : (this.#bases[0]?.origin ?? "");
+    throw new UnavailableError(`lease: ${what}: no answer from ${from}${outcome}: ${failed.join("; ")}`, { cause });
   }
 
   /**
@@ -138,36 +269,63 @@ export class Api {
     signal: AbortSignal | undefined,
     query?: Record<string, string>,
   ): Promise<OK<O>> {
-    const headers: Record<string, string> = { Accept: "application/json" };
-    if (this.#auth !== undefined) headers["Authorization"] = this.#auth;
-    const init: RequestInit = { method: operations[op].method, headers };
-    if (signal !== undefined) init.signal = signal;
+    const init = this.#init(op, "application/json", signal);
     if (body !== undefined) {
-      headers["Content-Type"] = "application/json";
+      (init.headers as Record<string, string>)["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
     const what = key === undefined ? op : `${op} ${JSON.stringify(key)}`;
-    let res: Response;
-    let text: string;
-    try {
-      res = await this.#fetch(this.url(op, key, query), init);
-      text = await res.text();
-    } catch (err) {
-      if (signal?.aborted) throw signal.reason;
-      const unknown = operations[op].method === "POST" ? "; the outcome is unknown" : "";
-      throw new UnavailableError(`lease: ${what}: no answer from ${this.#base.origin}${unknown}: ${errText(err)}`, { cause: err });
-    }
+    const { res, text, at } = await this.#exchange(op, key, init, signal, query, false);
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
     } catch {
       parsed = undefined;
     }
-    if (res.status !== 200) throw errorFromBody(res.status, parsed, text);
+    if (res.status !== 200) {
+      const err = errorFromBody(res.status, parsed, text);
+      if (op === "acquire" && err instanceof UnavailableError) {
+        throw new UnavailableError(`lease: ${what}: ${this.#bases[at]?.origin} answered HTTP ${res.status}; the outcome is unknown: ${err.message}`,
+          { status: res.status, cause: err });
+      }
+      throw err;
+    }
     if (parsed === undefined) {
       throw new UnexpectedAnswerError(`lease: ${what}: HTTP 200 whose body is not JSON`, { status: 200 });
     }
     return parsed as OK<O>;
+  }
+
+  /**
+   * stream opens op's event stream: it returns the 200 answer, its body
+   * unread, and the endpoint it came from. An error answer throws its
+   * class, an answer that is not an event stream UnexpectedAnswerError.
+   */
+  async stream(op: Op, query: Record<string, string>, signal: AbortSignal): Promise<{ body: ReadableStream<Uint8Array>; at: number }> {
+    const { res, text, at } = await this.#exchange(op, undefined, this.#init(op, "text/event-stream", signal), signal, query, true);
+    if (res.status !== 200) {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = undefined;
+      }
+      throw errorFromBody(res.status, parsed, text);
+    }
+    const type = res.headers.get("Content-Type") ?? "";
+    if (res.body === null || type.split(";")[0]?.trim().toLowerCase() !== "text/event-stream") {
+      await res.body?.cancel().catch(() => undefined);
+      throw new UnexpectedAnswerError(`lease: ${op}: HTTP 200 of type ${JSON.stringify(type)}, not an event stream`, { status: 200 });
+    }
+    return { body: res.body, at };
+  }
+
+  #init(op: Op, accept: string, signal: AbortSignal | undefined): RequestInit {
+    const headers: Record<string, string> = { Accept: accept };
+    if (this.#auth !== undefined) headers["Authorization"] = this.#auth;
+    const init: RequestInit = { method: operations[op].method, headers };
+    if (signal !== undefined) init.signal = signal;
+    return init;
   }
 
   async acquire(key: string, owner: string, ttlMs: number, waitMs: number, signal?: AbortSignal): Promise<Granted> {
@@ -198,7 +356,13 @@ export class Api {
   }
 }
 
-function errText(err: unknown): string {
+/** tried names the endpoints tried before, if any. */
+function tried(failed: string[]): string {
+  return failed.length === 0 ? "" : ` (tried before: ${failed.join("; ")})`;
+}
+
+/** errText says what a failed fetch says, with its cause. */
+export function errText(err: unknown): string {
   if (err instanceof Error) {
     const cause = err.cause instanceof Error ? `: ${err.cause.message}` : "";
     return `${err.message}${cause}`;
@@ -206,8 +370,8 @@ function errText(err: unknown): string {
   return String(err);
 }
 
-/** info checks a lease the server sent, as the document describes it. */
-function info(v: wire.Lease | wire.GrantedLease, key: string | undefined): LeaseInfo {
+/** info checks a lease the server sent, as the document describes it; key, if given, is the key it must be on. */
+export function info(v: wire.Lease | wire.GrantedLease, key: string | undefined): LeaseInfo {
   const bad = (why: string) =>
     new UnexpectedAnswerError(`lease: the server answered a lease that ${why}: ${JSON.stringify(v).slice(0, 200)}`);
   if (typeof v !== "object" || v === null) throw bad("is not an object");

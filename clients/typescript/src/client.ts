@@ -15,11 +15,19 @@ import {
 } from "./api.js";
 import { HeldError, InvalidError, NotFoundError, NotHeldError, UnavailableError } from "./errors.js";
 import { DEFAULT_DRIFT_MARGIN, type DriftMargin, Hold, holdKey, marginOf } from "./hold.js";
+import { Watch, watchKey, type WatchOptions } from "./watch.js";
 
 /** What a LeaseClient talks to, and as whom. */
 export interface LeaseClientOptions {
-  /** The server's URL, e.g. http://127.0.0.1:7420 (a path prefix is kept). */
-  readonly server: string | URL;
+  /**
+   * The server's URL, e.g. http://127.0.0.1:7420 (a path prefix is kept), or
+   * several servers in front of one backend, tried in turn: a request that
+   * cannot connect to one, or that one answers 503 (or another 5xx), goes to
+   * the next, and the client keeps to the one that answered. An acquire is
+   * sent to the next only if it never reached the one before: one whose
+   * answer was lost, or that was answered 503, has an unknown outcome.
+   */
+  readonly server: string | URL | readonly (string | URL)[];
   /** The bearer token the server's --auth-tokens-file lists, if it has one. */
   readonly token?: string;
   /** The owner name shown to other contenders; default HOSTNAME-PID. It proves nothing. */
@@ -86,9 +94,14 @@ export class LeaseClient {
     this.#margin = { fraction: m.fraction, minMs: m.minMs };
   }
 
-  /** The server's base URL. */
+  /** The server's base URL; of several, the one requests go to first (the one that last answered). */
   get server(): URL {
     return this.#api.base;
+  }
+
+  /** The base URLs of every server, in the order given. */
+  get servers(): URL[] {
+    return this.#api.bases;
   }
 
   #check(key: string, ttlMs: number): void {
@@ -206,6 +219,21 @@ export class LeaseClient {
   async list(prefix = "", options?: { signal?: AbortSignal }): Promise<LeaseInfo[]> {
     if (prefix !== "") checkName("prefix", prefix);
     return retried(() => this.#api.list(prefix, options?.signal), options?.signal);
+  }
+
+  /**
+   * watch watches the leases whose keys start with prefix (default: all):
+   * `for await (const ev of client.watch("jobs/"))` yields a `held` event
+   * per lease, then `synced`, then each change. The stream opens at the
+   * first step, trying the servers as a get does; a refusal throws its
+   * class (TooManyWatchersError, UnsupportedError, UnauthorizedError,
+   * ForbiddenError). `break`, `await using` or the signal close it without
+   * an error; a break of the stream throws an UnavailableError, and a new
+   * watch starts again from the current state. See Watch.
+   */
+  watch(prefix = "", options?: WatchOptions): Watch {
+    if (prefix !== "") checkName("prefix", prefix);
+    return new Watch(watchKey, this.#api, prefix, options?.signal);
   }
 }
 

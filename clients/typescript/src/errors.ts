@@ -246,6 +246,27 @@ export function errorFromBody(status: number, body: unknown, text: string): Leas
 }
 
 /**
+ * errorFromEvent turns the `error` event that ends a watch stream — its data
+ * an error body — into its class: by its code, else (no body, or a code this
+ * client does not know) an UnavailableError, since the stream broke.
+ */
+export function errorFromEvent(what: string, data: string): LeaseError {
+  let body: unknown;
+  try {
+    body = JSON.parse(data);
+  } catch {
+    body = undefined;
+  }
+  const e = typeof body === "object" && body !== null ? (body as Record<string, unknown>)["error"] : undefined;
+  const detail = typeof e === "object" && e !== null ? (e as Record<string, unknown>) : {};
+  const code = detail["code"];
+  const said = typeof detail["message"] === "string" && detail["message"] !== "" ? detail["message"] : JSON.stringify(data.slice(0, 200));
+  const message = `lease: ${what}: the server ended the stream (${typeof code === "string" ? code : "no code"}): ${said}`;
+  if (typeof code === "string" && Object.hasOwn(byCode, code)) return byCode[code as ErrorCode](message, detail, {});
+  return new UnavailableError(message);
+}
+
+/**
  * readError reads an error answer — from the lease server, or from a service
  * guarded by fencing tokens (a 409 `stale_token`) — as its class.
  */

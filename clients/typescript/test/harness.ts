@@ -103,6 +103,10 @@ export interface LeaseServeOptions {
   readonly port?: number;
   /** The data directory; default a fresh one. */
   readonly dataDir?: string;
+  /** Serve this --backend (a postgres:// URL, say) instead of the embedded store. */
+  readonly backend?: string;
+  /** More flags, such as --max-watchers 1. */
+  readonly args?: string[];
 }
 
 /** startLease starts `lease serve` on the embedded store until the test ends. */
@@ -110,7 +114,8 @@ export async function startLease(t: T, opts: LeaseServeOptions = {}): Promise<Ru
   const dir = mkdtempSync(join(tmpdir(), "lease-ts-serve-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const dataDir = opts.dataDir ?? join(dir, "data");
-  const args = ["serve", "--addr", `127.0.0.1:${opts.port ?? 0}`, "--data-dir", dataDir, "--shutdown-timeout", "2s"];
+  const store = opts.backend === undefined ? ["--data-dir", dataDir] : ["--backend", opts.backend];
+  const args = ["serve", "--addr", `127.0.0.1:${opts.port ?? 0}`, ...store, "--shutdown-timeout", "2s", ...(opts.args ?? [])];
   if (opts.tokens) {
     const file = join(dir, "tokens");
     writeFileSync(file, opts.tokens.join("\n") + "\n", { mode: 0o600 });
@@ -142,6 +147,13 @@ export function postgresURL(): string {
     );
   }
   return u;
+}
+
+/** metric reads a metric without labels from a server's /metrics, NaN if it is not there. */
+export async function metric(server: { url: string }, name: string): Promise<number> {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const m = new RegExp(`^${name} (\\S+)$`, "m").exec(text);
+  return m?.[1] === undefined ? NaN : Number(m[1]);
 }
 
 /** unique returns a name no other test run uses. */

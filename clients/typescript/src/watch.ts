@@ -1,0 +1,163 @@
+// client.watch: GET /v1/watch read as an async iterator of typed events.
+
+import { type Api, errText, info, type LeaseInfo } from "./api.js";
+import { errorFromEvent, UnavailableError, UnexpectedAnswerError } from "./errors.js";
+import { type EventStreamMessage, EventStreamParser } from "./sse.js";
+
+/** The kinds of a lease event, as the stream names them. */
+export type LeaseEventKind = "held" | "acquired" | "renewed" | "released" | "expired";
+
+/**
+ * One event of a watch: first a `held` event per lease under the prefix, in
+ * key order, then one `synced`, then each change as the server's backend
+ * makes it — in order for any one key, with no order across keys. A lease
+ * event carries the lease as it was then, without its secret id.
+ */
+export type WatchEvent =
+  | { readonly kind: "synced" }
+  | { readonly kind: LeaseEventKind; readonly lease: LeaseInfo };
+
+/** Every kind a watch event may have. */
+export type WatchEventKind = WatchEvent["kind"];
+
+/** How to watch. */
+export interface WatchOptions {
+  /** Ends the watch: the iteration then ends without an error. */
+  readonly signal?: AbortSignal;
+}
+
+const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEventKind>(["held", "acquired", "renewed", "released", "expired"]);
+
+/**
+ * decodeWatchEvent turns one message of a watch stream into its event, or
+ * throws: the server's `error` event as its class (an UnavailableError when
+ * the stream broke), and a message no lease server sends as an
+ * UnexpectedAnswerError, since skipping it would leave the picture
+ * incomplete.
+ */
+export function decodeWatchEvent(prefix: string, msg: EventStreamMessage): WatchEvent {
+  const what = `watch ${JSON.stringify(prefix)}`;
+  if (msg.event === "error") throw errorFromEvent(what, msg.data);
+  if (msg.event === "synced") return { kind: "synced" };
+  if (!LEASE_EVENTS.has(msg.event)) {
+    throw new UnexpectedAnswerError(`lease: ${what}: the stream sent an event ${JSON.stringify(msg.event.slice(0, 100))}, not one of a lease server`);
+  }
+  let v: unknown;
+  try {
+    v = JSON.parse(msg.data);
+  } catch {
+    throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event whose data is not JSON: ${JSON.stringify(msg.data.slice(0, 200))}`);
+  }
+  const lease = info(v as Parameters<typeof info>[0], undefined);
+  if (!lease.key.startsWith(prefix)) {
+    throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event of key ${JSON.stringify(lease.key)}, outside the prefix`);
+  }
+  return { kind: msg.event as LeaseEventKind, lease };
+}
+
+/** watchKey keeps Watch's constructor to this package. */
+export const watchKey: unique symbol = Symbol("lease.Watch");
+
+/**
+ * Watch is one watch of the leases under a prefix (LeaseClient.watch): an
+ * async iterator of WatchEvents, read from the server's event stream as it
+ * is asked for. The stream opens at the first next() — a refusal then
+ * throws its class — and is closed by return() (a `break` out of
+ * `for await`), by `await using`'s end of scope, or by the signal, which all
+ * end the iteration without an error. A stream that breaks (the connection
+ * lost, the server closing, its backend's watch cut off) throws an
+ * UnavailableError after the events that came before it; the watch does
+ * not reopen by itself, since what happened meanwhile is unknown: watch
+ * again for the current state.
+ */
+export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undefined>, AsyncDisposable {
+  /** The prefix watched. */
+  readonly prefix: string;
+
+  readonly #stop = new AbortController();
+  readonly #run: AsyncGenerator<WatchEvent, undefined, undefined>;
+
+  /** Made by LeaseClient.watch, not by applications. */
+  constructor(key: typeof watchKey, api: Api, prefix: string, signal: AbortSignal | undefined) {
+    if (key !== watchKey) throw new TypeError("lease: a Watch comes from LeaseClient.watch");
+    this.prefix = prefix;
+    const stop = signal === undefined ? this.#stop.signal : AbortSignal.any([signal, this.#stop.signal]);
+    this.#run = run(api, prefix, stop);
+  }
+
+  /** next returns the next event; see the class for how a watch ends. */
+  next(): Promise<IteratorResult<WatchEvent, undefined>> {
+    return this.#run.next();
+  }
+
+  /** return closes the stream and ends the iteration; `break` calls it. */
+  async return(): Promise<IteratorResult<WatchEvent, undefined>> {
+    this.#stop.abort();
+    return this.#run.return(undefined);
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  /** Closes the stream at the end of an `await using` scope. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.return();
+  }
+}
+
+/** run reads the watch's stream until stop aborts or it breaks. */
+async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator<WatchEvent, undefined, undefined> {
+  if (stop.aborted) return undefined;
+  const what = `watch ${JSON.stringify(prefix)}`;
+  let opened: { body: ReadableStream<Uint8Array>; at: number };
+  try {
+    opened = await api.stream("watchLeases", prefix === "" ? {} : { prefix }, stop);
+  } catch (err) {
+    if (stop.aborted) return undefined;
+    throw err;
+  }
+  const reader = opened.body.getReader();
+  const parser = new EventStreamParser();
+  const broke = (why: string, cause?: unknown): UnavailableError => {
+    api.moveOn(opened.at);
+    return new UnavailableError(`lease: ${what}: the stream broke: ${why}; watch again for the current state`,
+      cause === undefined ? undefined : { cause });
+  };
+  try {
+    for (;;) {
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        if (stop.aborted) return undefined;
+        throw broke(errText(err), err);
+      }
+      if (chunk.done) {
+        parser.end();
+        if (stop.aborted) return undefined;
+        throw broke("the server ended it without saying why");
+      }
+      let messages: EventStreamMessage[];
+      try {
+        messages = parser.push(chunk.value);
+      } catch (err) {
+        throw new UnexpectedAnswerError(`lease: ${what}: ${errText(err)}`, { cause: err });
+      }
+      for (const msg of messages) {
+        let ev: WatchEvent;
+        try {
+          ev = decodeWatchEvent(prefix, msg);
+        } catch (err) {
+          if (err instanceof UnavailableError) api.moveOn(opened.at);
+          throw err;
+        }
+        if (stop.aborted) return undefined;
+        yield ev;
+      }
+    }
+  } finally {
+    // Closes the connection, so the server counts the watcher gone.
+    await reader.cancel().catch(() => undefined);
+  }
+}
