@@ -123,6 +123,9 @@ func (s *Store) run() {
 		select {
 		case o := <-s.ops:
 			batch = append(batch[:0], o)
+		case req := <-s.snapshots:
+			s.takeSnapshot(req)
+			continue
 		case <-tick.C:
 			if s.checkpointDue() {
 				s.checkpoint()
