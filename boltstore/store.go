@@ -92,6 +92,7 @@ type Store struct {
 var (
 	_ lease.Backend      = (*Store)(nil)
 	_ lease.WaitAcquirer = (*Store)(nil)
+	_ lease.BatchRenewer = (*Store)(nil)
 	_ lease.Watcher      = (*Store)(nil)
 	_ io.Closer          = (*Store)(nil)
 )
