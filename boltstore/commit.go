@@ -23,6 +23,7 @@ const (
 	opAcquireWait
 	opRenew
 	opRelease
+	opRenewBatch  // renewals, each an opRenew, in one op (RenewBatch)
 	opExpire      // a waiter's timer: hand an expired key to its first waiter
 	opWatch       // a watch's subscription and snapshot (watch.go)
 	opWatchExpire // a watched lease's timer: report its expiry (watch.go)
@@ -39,6 +40,7 @@ type op struct {
 	w     *waiter     // opAcquireWait
 	timer uint64      // opExpire: the arming it answers
 	watch *watchOp    // opWatch, opWatchExpire
+	batch []op        // opRenewBatch: its renewals, each answered in its own res and err
 
 	res    lease.Lease
 	err    error
@@ -123,6 +125,9 @@ func (s *Store) run() {
 		select {
 		case o := <-s.ops:
 			batch = append(batch[:0], o)
+		case req := <-s.snapshots:
+			s.takeSnapshot(req)
+			continue
 		case <-tick.C:
 			if s.checkpointDue() {
 				s.checkpoint()
@@ -398,6 +403,10 @@ func (s *Store) apply(t *txn, o *op) {
 				s.noteWatch(lease.Renewed, o.res)
 				s.rearm(o.l.Key, rec.expires, now)
 			}
+		}
+	case opRenewBatch:
+		for i := range o.batch {
+			s.apply(t, &o.batch[i])
 		}
 	case opRelease:
 		rec, held, err := s.current(t, o.l.Key, now)

@@ -117,6 +117,15 @@
 // disk say, removes the files it created: a bbolt file cut short would not
 // open again.
 //
+// # Backups
+//
+// Store.Backup copies the store while it serves, as of one instant between
+// two batches (right after a checkpoint, so the copy needs no log).
+// Restore makes a store of such a copy whose tokens, for every key, start
+// above the copy's highest plus a bump (DefaultBump, 2^40), and which holds
+// no leases: a copy served as it was would issue again the tokens issued
+// after it was taken, so Open refuses one (its log is missing). backup.go.
+//
 // # One process per file
 //
 // bbolt locks the file (flock) for the process that opened it; the log is

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -116,6 +117,33 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		return lease.Lease{}, err
 	}
 	return o.res, o.err
+}
+
+// RenewBatch implements lease.BatchRenewer: the renewals are applied one
+// by one, in order, in one batch of the commit loop, and made durable by
+// one log record and one fdatasync, however many there are.
+func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	o := &op{kind: opRenewBatch, batch: make([]op, len(renewals))}
+	for i, r := range renewals {
+		o.batch[i] = op{kind: opRenew, l: r.Lease, ttl: r.TTL}
+	}
+	if err := s.submit(ctx, o); err != nil {
+		return nil, err
+	}
+	if o.err != nil {
+		return nil, o.err // the batch failed as a whole
+	}
+	out := make([]lease.RenewResult, len(o.batch))
+	for i, r := range o.batch {
+		if r.err != nil && !errors.Is(r.err, lease.ErrNotHeld) {
+			return nil, r.err // the store failed while applying it
+		}
+		out[i] = lease.RenewResult{Lease: r.res, Err: r.err}
+	}
+	return out, nil
 }
 
 // Release implements lease.Backend. The key's token high-water mark stays.

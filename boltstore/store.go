@@ -40,9 +40,11 @@ type Store struct {
 	// ops carries write operations to the commit loop. It is unbuffered, so
 	// an operation is either taken by the loop, which then always answers
 	// it, or never sent (quit closed first).
-	ops     chan *op
-	quit    chan struct{}
-	stopped chan struct{}
+	ops  chan *op
+	quit chan struct{}
+	// snapshots carries Backup's requests to the commit loop (backup.go).
+	snapshots chan chan<- snapshot
+	stopped   chan struct{}
 
 	// The open write transaction (see wal.go) and the log. txMu serialises
 	// the use of live: the commit loop holds it while it applies a batch
@@ -90,6 +92,7 @@ type Store struct {
 var (
 	_ lease.Backend      = (*Store)(nil)
 	_ lease.WaitAcquirer = (*Store)(nil)
+	_ lease.BatchRenewer = (*Store)(nil)
 	_ lease.Watcher      = (*Store)(nil)
 	_ io.Closer          = (*Store)(nil)
 )
@@ -272,16 +275,17 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 		return nil, err
 	}
 	s = &Store{
-		db:      db,
-		path:    path,
-		floor:   floor,
-		clock:   cfg.clock,
-		base:    time.Now(),
-		ops:     make(chan *op),
-		quit:    make(chan struct{}),
-		stopped: make(chan struct{}),
-		waiters: make(map[string]*queue),
-		wal:     w,
+		db:        db,
+		path:      path,
+		floor:     floor,
+		clock:     cfg.clock,
+		base:      time.Now(),
+		snapshots: make(chan chan<- snapshot),
+		ops:       make(chan *op),
+		quit:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+		waiters:   make(map[string]*queue),
+		wal:       w,
 
 		checkpointEvery:  DefaultCheckpointEvery,
 		checkpointAlways: cfg.checkpointAlways,

@@ -48,6 +48,7 @@ type clientConfig struct {
 var (
 	_ lease.Backend      = (*Client)(nil)
 	_ lease.WaitAcquirer = (*Client)(nil)
+	_ lease.BatchRenewer = (*Client)(nil)
 )
 
 // ClientOption configures a Client in NewClient.
@@ -494,6 +495,67 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 		return lease.Lease{}, answerError("renew", l.Key, resp)
 	}
 	return decodeLease("renew", l.Key, resp)
+}
+
+type renewBatchBody struct {
+	Renewals []renewItem `json:"renewals"`
+}
+
+type renewItem struct {
+	Key   string      `json:"key"`
+	ID    string      `json:"id"`
+	Token lease.Token `json:"token"`
+	TTLms int64       `json:"ttl_ms"`
+}
+
+// RenewBatch implements lease.BatchRenewer with one request (POST
+// /v1/renew), which a server over a backend with RenewBatch of its own
+// makes in one commit. It is retried after a lost answer, as Renew is.
+func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	body := renewBatchBody{Renewals: make([]renewItem, len(renewals))}
+	for i, r := range renewals {
+		body.Renewals[i] = renewItem{Key: r.Lease.Key, ID: r.Lease.ID.Reveal(), Token: r.Lease.Token, TTLms: ttlMillis(r.TTL)}
+	}
+	what := fmt.Sprintf("a batch of %d, the first", len(renewals))
+	first := renewals[0].Lease.Key
+	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
+		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, 0)
+	})
+	if err != nil {
+		return nil, transportError("renew "+what, first, err, "")
+	}
+	if resp.status != http.StatusOK {
+		return nil, answerError("renew "+what, first, resp)
+	}
+	var answer renewBatchJSON
+	if err := json.Unmarshal(resp.body, &answer); err != nil || len(answer.Results) != len(renewals) {
+		return nil, fmt.Errorf("leasehttp: renew %s %s: %w: malformed answer (%d results for %d renewals): %v",
+			what, quoteName(first), lease.ErrUnavailable, len(answer.Results), len(renewals), err)
+	}
+	out := make([]lease.RenewResult, len(renewals))
+	for i, res := range answer.Results {
+		key := renewals[i].Lease.Key
+		switch {
+		case res.Error != nil:
+			k, ok := kindByCode(res.Error.Code)
+			if !ok || k.code != "not_held" {
+				return nil, fmt.Errorf("leasehttp: renew %s: %w: unexpected answer %q: %s", quoteName(key), lease.ErrUnavailable, res.Error.Code, res.Error.Message)
+			}
+			out[i].Err = fmt.Errorf("leasehttp: renew %s: %w", quoteName(key), lease.ErrNotHeld)
+		case res.Lease != nil:
+			l, err := res.Lease.Lease()
+			if err != nil || l.Key != key {
+				return nil, fmt.Errorf("leasehttp: renew %s: %w: malformed answer: %v", quoteName(key), lease.ErrUnavailable, err)
+			}
+			out[i].Lease = l
+		default:
+			return nil, fmt.Errorf("leasehttp: renew %s: %w: malformed answer: neither lease nor error", quoteName(key), lease.ErrUnavailable)
+		}
+	}
+	return out, nil
 }
 
 type releaseBody struct {

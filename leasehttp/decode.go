@@ -57,6 +57,10 @@ type field struct {
 	// \u escape of a lone UTF-16 surrogate. encoding/json turns either
 	// into U+FFFD, so two different owners would read alike.
 	text bool
+	// elem, set instead of str and num, makes the value an array of
+	// objects: elem is called for each element, with its index, and gives
+	// the element's fields and a check to run once they are read.
+	elem func(i int) ([]*field, func() error, error)
 	seen bool
 }
 
@@ -243,32 +247,79 @@ func decodeObject(body []byte, fields []*field) error {
 	s := &scanner{b: body}
 	switch c := s.next(); {
 	case c == '{':
-		s.i++
 	case s.i == len(s.b):
 		return badRequest("request body is empty; want a JSON object")
 	default:
 		return badRequest("request body must be a JSON object")
 	}
-	if s.next() == '}' {
-		s.i++
-	} else {
-		for done := false; !done; s.i++ {
-			if err := s.member(fields); err != nil {
-				return err
-			}
-			switch s.next() {
-			case ',':
-			case '}':
-				done = true
-			default:
-				return s.unexpected("',' or '}'")
-			}
-		}
+	if err := s.object(fields); err != nil {
+		return err
 	}
 	if s.next(); s.i < len(s.b) {
 		return badRequest("request body has data after the JSON object")
 	}
 	return nil
+}
+
+// object reads the object whose '{' is at s.i into fields.
+func (s *scanner) object(fields []*field) error {
+	s.i++
+	if s.next() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		if err := s.member(fields); err != nil {
+			return err
+		}
+		switch s.next() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.unexpected("',' or '}'")
+		}
+	}
+}
+
+// array reads f's array of objects, whose '[' is at s.i.
+func (f *field) array(s *scanner) error {
+	s.i++
+	if s.next() == ']' {
+		s.i++
+		return nil
+	}
+	for i := 0; ; i++ {
+		fields, check, err := f.elem(i)
+		if err != nil {
+			return err
+		}
+		if s.next() != '{' {
+			return badRequest("field %q must be an array of objects", f.name)
+		}
+		if err := s.object(fields); err != nil {
+			return err
+		}
+		for _, e := range fields {
+			if e.required && !e.seen {
+				return badRequest("field %q of element %d of %q is required", e.name, i, f.name)
+			}
+		}
+		if err := check(); err != nil {
+			return badRequest("element %d of %q: %v", i, f.name, strings.TrimPrefix(err.Error(), "leasehttp: "))
+		}
+		switch s.next() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.unexpected("',' or ']'")
+		}
+	}
 }
 
 // member reads one "name":value member at s into its field.
@@ -303,6 +354,12 @@ func (s *scanner) member(fields []*field) error {
 // set reads f's value at s.
 func (f *field) set(s *scanner) error {
 	c := s.next()
+	if f.elem != nil {
+		if c != '[' {
+			return badRequest("field %q must be an array", f.name)
+		}
+		return f.array(s)
+	}
 	if f.str != nil {
 		if c != '"' {
 			return badRequest("field %q must be a string", f.name)
@@ -445,6 +502,54 @@ func decodeRenew(w http.ResponseWriter, r *http.Request) (renewRequest, error) {
 		return renewRequest{}, err
 	}
 	return req, nil
+}
+
+// decodeRenewBatch reads {"renewals":[{"key","id","token","ttl_ms"},…]}: 1
+// to lease.MaxRenewBatch renewals, each checked as a renew's body is.
+func decodeRenewBatch(w http.ResponseWriter, r *http.Request) ([]lease.Renewal, error) {
+	var (
+		out        []lease.Renewal
+		key, id    string
+		token, ttl uint64
+	)
+	err := decodeBody(w, r, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
+		if i == lease.MaxRenewBatch {
+			return nil, nil, badRequest("field \"renewals\" holds more than %d renewals", lease.MaxRenewBatch)
+		}
+		key, id, token, ttl = "", "", 0, 0
+		fields := []*field{
+			{name: "key", required: true, str: &key, text: true},
+			{name: "id", required: true, str: &id},
+			{name: "token", required: true, num: &token},
+			{name: "ttl_ms", required: true, num: &ttl},
+		}
+		return fields, func() error {
+			var rn lease.Renewal
+			if err := lease.ValidateKey(key); err != nil {
+				return badRequest("field \"key\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
+			}
+			rn.Lease.Key = key
+			var err error
+			if rn.Lease.ID, err = parseID(id); err != nil {
+				return err
+			}
+			if rn.Lease.Token, err = checkToken(token); err != nil {
+				return err
+			}
+			if rn.TTL, err = millisTTL("ttl_ms", ttl); err != nil {
+				return err
+			}
+			out = append(out, rn)
+			return nil
+		}, nil
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, badRequest("field \"renewals\" is empty; want 1 to %d renewals", lease.MaxRenewBatch)
+	}
+	return out, nil
 }
 
 // decodeRelease reads {"id","token"}, both required.

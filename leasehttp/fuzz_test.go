@@ -55,6 +55,17 @@ func FuzzRenewBody(f *testing.F) {
 	})
 }
 
+func FuzzRenewBatchBody(f *testing.F) {
+	h, held := fuzzServer(f)
+	f.Add([]byte(`{"renewals":[{"key":"held","id":"` + held.ID.Reveal() + `","token":1,"ttl_ms":100}]}`))
+	f.Add([]byte(`{"renewals":[{"key":"held","id":"` + held.ID.Reveal() + `","token":1,"ttl_ms":100},{"key":"free","id":"` + held.ID.Reveal() + `","token":2,"ttl_ms":100}]}`))
+	f.Add([]byte(`{"renewals":[[],{"key":1}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := serve(checkAPI(t, h), "POST", "/v1/renew", "application/json", body)
+		checkAnswer(t, "renew batch", rec)
+	})
+}
+
 func FuzzReleaseBody(f *testing.F) {
 	h, held := fuzzServer(f)
 	f.Add([]byte(`{"id":"` + lease.NewID().Reveal() + `","token":1}`))

@@ -193,6 +193,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	s.handle("POST /v1/leases/{key}/acquire", s.handleAcquire)
 	s.handle("POST /v1/leases/{key}/renew", s.handleRenew)
 	s.handle("POST /v1/leases/{key}/release", s.handleRelease)
+	s.handle("POST /v1/renew", s.handleRenewBatch)
 	s.handle("GET /v1/leases/{key}", s.handleGet)
 	s.handle("GET /v1/leases", s.handleList)
 	s.handle("GET /v1/watch", s.handleWatch)
@@ -654,6 +655,52 @@ func (s *Server) handleRenew(w *responseWriter, r *http.Request) {
 		s.metrics.renewals.failed.Inc()
 	}
 	s.writeError(w, err)
+}
+
+// handleRenewBatch renews many leases in one request, through the
+// backend's RenewBatch where it has one (one commit for all), else one
+// Renew each (lease.RenewAll). The credential must cover every key; a
+// malformed or uncovered renewal refuses the whole batch, before any is
+// made. A renewal no longer held is answered not_held on its own.
+func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
+	c, ok := s.authorize(w, r)
+	if !ok {
+		return
+	}
+	renewals, err := decodeRenewBatch(w, r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	for _, rn := range renewals {
+		if !c.covers(rn.Lease.Key) {
+			s.writeError(w, fmt.Errorf("%w: this credential does not cover key %s", ErrForbidden, quoteName(rn.Lease.Key)))
+			return
+		}
+	}
+	ctx, cancel := opContext(r)
+	defer cancel()
+	results, err := lease.RenewAll(ctx, s.backend, renewals)
+	if err != nil {
+		s.metrics.renewals.failed.Add(float64(len(renewals)))
+		s.writeError(w, err)
+		return
+	}
+	out := renewBatchJSON{Results: make([]renewResultJSON, len(results))}
+	for i, res := range results {
+		if res.Err != nil {
+			s.metrics.renewals.refused.Inc()
+			s.tracker.notHeld(renewals[i].Lease.Key, renewals[i].Lease.Token, renewals[i].Lease.ID)
+			k := kindOf(res.Err)
+			out.Results[i].Error = &errorDetail{Code: k.code, Message: res.Err.Error()}
+			continue
+		}
+		s.metrics.renewals.done.Inc()
+		s.tracker.renewed(res.Lease)
+		j := NewLeaseJSON(res.Lease, true)
+		out.Results[i].Lease = &j
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) handleRelease(w *responseWriter, r *http.Request) {

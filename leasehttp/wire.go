@@ -73,6 +73,17 @@ type listJSON struct {
 	Leases []LeaseJSON `json:"leases"`
 }
 
+// renewBatchJSON is the answer to POST /v1/renew: one result per renewal,
+// in their order, each the renewed lease or the error that refused it.
+type renewBatchJSON struct {
+	Results []renewResultJSON `json:"results"`
+}
+
+type renewResultJSON struct {
+	Lease *LeaseJSON   `json:"lease,omitempty"`
+	Error *errorDetail `json:"error,omitempty"`
+}
+
 // errorJSON is the body of every error answer:
 //
 //	{"error":{"code":"held","message":"…","holder":{"key":…,"owner":…,"token":…,"expires_at":…}}}

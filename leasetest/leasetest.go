@@ -151,6 +151,9 @@ func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts
 	if _, ok := probe.(lease.Watcher); ok {
 		t.Run("Watch", s.watch)
 	}
+	if _, ok := probe.(lease.BatchRenewer); ok {
+		t.Run("RenewBatch", s.renewBatch)
+	}
 	if cfg.reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { s.reopen(t, newBackend(t)) })
 	}

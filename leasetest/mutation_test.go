@@ -51,6 +51,7 @@ type hooks struct {
 	acquireWait func(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error)
 	waitChange  func(ctx context.Context, key string) error
 	watch       func(ctx context.Context, prefix string) iter.Seq2[lease.Event, error]
+	renewBatch  func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error)
 	close       func() error
 }
 

@@ -96,7 +96,6 @@ func (x *index) insert(h uint64, key string, now time.Duration) *entry {
 		t = x.rebuild(now, sweep)
 	}
 	e := &entry{entryState: entryState{hash: h, key: key, counter: x.floor}}
-	e.l.Key = key
 	put(t, e)
 	x.n++
 	return e
@@ -143,7 +142,7 @@ func (x *index) rebuild(now time.Duration, sweep bool) *table {
 		x.sweepAt = max(minSweep, 2*len(keep))
 	}
 	size := minSlots
-	for size < 4*(len(keep)+1) {
+	for size < 3*(len(keep)+1) {
 		size *= 2
 	}
 	t := newTable(size)

@@ -25,7 +25,7 @@ func TestHashCollision(t *testing.T) {
 	}
 	s.grantLocked(a, "owner-a", time.Minute, s.now())
 	s.grantLocked(b, "owner-b", 10*time.Millisecond, s.now())
-	la, lb := a.l, b.l
+	la, lb := s.lease(a), s.lease(b)
 	for _, e := range []*entry{a, b} {
 		e.mu.Unlock()
 	}

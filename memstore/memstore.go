@@ -44,13 +44,15 @@ var (
 	_ lease.Watcher      = (*Store)(nil)
 )
 
-// entry is one key's state, padded to 256 bytes: that size class's objects
-// are 256-byte aligned, so two entries never share a cache line, and
-// goroutines on different keys do not slow each other down by false
-// sharing.
+// entry is one key's state, padded to 128 bytes: that size class's objects
+// are 128-byte aligned, two whole cache lines, so two entries never share
+// a cache line, and goroutines on different keys do not slow each other
+// down by false sharing. It is kept that small because a store may hold
+// millions of idle leases (the Scale benchmarks measure bytes per lease):
+// what only waiting or watching needs lives in pending.
 type entry struct {
 	entryState
-	_ [256 - unsafe.Sizeof(entryState{})%256]byte
+	_ [128 - unsafe.Sizeof(entryState{})%128]byte
 }
 
 // entryState: key and hash never change; the rest is guarded by mu. Tokens
@@ -64,18 +66,65 @@ type entryState struct {
 	watched bool // a watcher was told of the lease held: time its expiry
 	hash    uint64
 	key     string
-	l       lease.Lease   // l.Key always; the rest is the current generation while held is true
+	// The last generation granted, current while held is true: its token
+	// is counter, and its expiry exp (lease returns it whole).
+	owner   string
+	id      lease.ID
+	ttl     time.Duration
 	exp     time.Duration // expiry on the store's clock, as an offset from base
 	counter lease.Token   // the last token issued on this key
+	p       *pending      // nil while nobody waits and no expiry check is pending
+}
+
+// pending is what an entry needs only while someone waits for its key or
+// its expiry must be checked: made when first needed, dropped when empty.
+type pending struct {
 	waiters []*waiter     // FIFO
-	timer   lease.Timer   // pending expiry check while waiters wait
+	timer   lease.Timer   // pending expiry check while waiters wait or watchers watch
 	timerAt time.Duration // when timer fires
+}
+
+// waiting returns how many wait for e's key.
+func (e *entry) waiting() int {
+	if e.p == nil {
+		return 0
+	}
+	return len(e.p.waiters)
+}
+
+// timer returns e's pending expiry check, or nil.
+func (e *entry) timer() lease.Timer {
+	if e.p == nil {
+		return nil
+	}
+	return e.p.timer
+}
+
+// pend returns e's pending state, made if e has none.
+func (e *entry) pend() *pending {
+	if e.p == nil {
+		e.p = new(pending)
+	}
+	return e.p
+}
+
+// settle drops e's pending state once nobody waits and no check is pending.
+func (e *entry) settle() {
+	if e.p != nil && len(e.p.waiters) == 0 && e.p.timer == nil {
+		e.p = nil
+	}
 }
 
 // idle reports whether e holds nothing at now and nobody waits for it, so
 // that dropping it loses nothing but its counter (kept in index.floor).
 func (e *entry) idle(now time.Duration) bool {
-	return !(e.held && e.exp > now) && len(e.waiters) == 0 && e.timer == nil
+	return !(e.held && e.exp > now) && e.p == nil
+}
+
+// lease returns e's last generation, ID included: the current one while
+// e.held.
+func (s *Store) lease(e *entry) lease.Lease {
+	return lease.Lease{Key: e.key, Owner: e.owner, Token: e.counter, ID: e.id, TTL: e.ttl, Expires: s.base.Add(e.exp)}
 }
 
 type waiter struct {
@@ -176,7 +225,7 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 	e := s.idx.lookup(h, key)
 	// Only valid keys and owners are ever stored: a key found in the index,
 	// asked for again by the owner of its last lease, needs no checking. A
-	// new key is checked before it is inserted; e.l.Owner is read once e
+	// new key is checked before it is inserted; e.owner is read once e
 	// is locked. An entry that has never been granted (just inserted by
 	// another call, or made afresh after a sweep dropped the one found)
 	// stores the empty owner, which is not valid: owner == "" is checked.
@@ -188,7 +237,7 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 	}
 	e = s.lock(h, key, e, true)
 	defer e.mu.Unlock()
-	if !validated && (owner != e.l.Owner || owner == "") {
+	if !validated && (owner != e.owner || owner == "") {
 		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 			return lease.Lease{}, err
 		}
@@ -198,7 +247,7 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 		return lease.Lease{}, s.heldError(e)
 	}
 	s.grantLocked(e, owner, ttl, now)
-	return e.l, nil
+	return s.lease(e), nil
 }
 
 // AcquireWait implements lease.WaitAcquirer: waiters are served in arrival
@@ -212,7 +261,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	s.expireLocked(e, now)
 	if !e.held {
 		s.grantLocked(e, owner, ttl, now)
-		l := e.l
+		l := s.lease(e)
 		e.mu.Unlock()
 		return l, nil
 	}
@@ -222,7 +271,8 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 		return lease.Lease{}, err
 	}
 	w := &waiter{owner: owner, ttl: ttl, ch: make(chan lease.Lease, 1)}
-	e.waiters = append(e.waiters, w)
+	p := e.pend()
+	p.waiters = append(p.waiters, w)
 	s.armLocked(e, now)
 	e.mu.Unlock()
 
@@ -232,10 +282,13 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	case <-ctx.Done():
 	}
 	e.mu.Lock()
-	if i := slices.Index(e.waiters, w); i >= 0 {
-		e.waiters = slices.Delete(e.waiters, i, i+1)
-		e.mu.Unlock()
-		return lease.Lease{}, context.Cause(ctx)
+	if e.p != nil { // it stays while w is in it
+		if i := slices.Index(e.p.waiters, w); i >= 0 {
+			e.p.waiters = slices.Delete(e.p.waiters, i, i+1)
+			e.settle()
+			e.mu.Unlock()
+			return lease.Lease{}, context.Cause(ctx)
+		}
 	}
 	e.mu.Unlock()
 	// Granted as ctx ended: give it back so the next waiter gets it.
@@ -255,13 +308,12 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 	}
 	defer e.mu.Unlock()
 	e.exp = now + ttl
-	e.l.TTL = ttl
-	e.l.Expires = s.base.Add(e.exp)
+	e.ttl = ttl
 	s.publishLocked(e, lease.Renewed)
 	// A shorter TTL moves the expiry earlier than a pending check: waiters
 	// must be served at the new expiry.
 	s.armLocked(e, now)
-	return e.l, nil
+	return s.lease(e), nil
 }
 
 // Release implements lease.Backend.
@@ -274,13 +326,14 @@ func (s *Store) Release(_ context.Context, l lease.Lease) error {
 	defer e.mu.Unlock()
 	e.held = false
 	s.publishLocked(e, lease.Released)
-	if len(e.waiters) > 0 {
+	if e.waiting() > 0 {
 		s.grantNextLocked(e, now)
-	} else if e.timer != nil {
+	} else if t := e.timer(); t != nil {
 		// A watched lease's expiry check: nothing is left to check, and
 		// the entry may be swept before the released lease would expire.
-		e.timer.Stop()
-		e.timer = nil
+		t.Stop()
+		e.p.timer = nil
+		e.settle()
 	}
 	return nil
 }
@@ -298,7 +351,7 @@ func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
 	if !e.held || e.exp <= s.now() {
 		return lease.Lease{}, lease.ErrNotFound
 	}
-	l := e.l
+	l := s.lease(e)
 	l.ID = lease.ID{}
 	return l, nil
 }
@@ -312,7 +365,7 @@ func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
 		}
 		e.mu.Lock()
 		if !e.dead && e.held && e.exp > s.now() {
-			l := e.l
+			l := s.lease(e)
 			l.ID = lease.ID{}
 			out = append(out, l)
 		}
@@ -329,7 +382,7 @@ func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
 func (s *Store) current(l lease.Lease, now time.Duration) (*entry, error) {
 	if e := s.locked(s.hash(l.Key), l.Key, false); e != nil {
 		s.expireLocked(e, now)
-		if e.held && e.l.Token == l.Token && e.l.ID == l.ID {
+		if e.held && e.counter == l.Token && e.id == l.ID {
 			return e, nil // a lease the store issued, so well formed
 		}
 		e.mu.Unlock()
@@ -346,25 +399,20 @@ func (s *Store) expireLocked(e *entry, now time.Duration) {
 	if e.held && e.exp <= now {
 		e.held = false
 		s.publishLocked(e, lease.Expired)
-		if len(e.waiters) > 0 {
+		if e.waiting() > 0 {
 			s.grantNextLocked(e, now)
 		}
 	}
 }
 
-// grantLocked makes e.l a new generation held by owner.
+// grantLocked makes e's next generation, held by owner.
 func (s *Store) grantLocked(e *entry, owner string, ttl, now time.Duration) {
 	e.counter++
 	e.held = true
 	e.exp = now + ttl
-	// Field by field: a composite literal is built on the stack and copied
-	// over e.l whole, which costs more than the rest of the grant. e.l.Key
-	// is always e.key.
-	e.l.Owner = owner
-	e.l.Token = e.counter
-	e.l.ID = s.newID()
-	e.l.TTL = ttl
-	e.l.Expires = s.base.Add(e.exp)
+	e.owner = owner
+	e.id = s.newID()
+	e.ttl = ttl
 	if s.publishLocked(e, lease.Acquired); e.watched {
 		s.armLocked(e, now)
 	}
@@ -372,41 +420,45 @@ func (s *Store) grantLocked(e *entry, owner string, ttl, now time.Duration) {
 
 // grantNextLocked hands the free key to the first waiter.
 func (s *Store) grantNextLocked(e *entry, now time.Duration) {
-	w := e.waiters[0]
-	e.waiters[0] = nil
-	e.waiters = e.waiters[1:]
+	p := e.p
+	w := p.waiters[0]
+	p.waiters[0] = nil
+	p.waiters = p.waiters[1:]
 	s.grantLocked(e, w.owner, w.ttl, now)
-	w.ch <- e.l
+	w.ch <- s.lease(e)
 	s.armLocked(e, now)
+	e.settle()
 }
 
 // armLocked makes sure an expiry check is pending, no later than the
 // current expiry, while anyone waits on a held key or watches it, so waiters
 // are served and watchers told at expiry without polling.
 func (s *Store) armLocked(e *entry, now time.Duration) {
-	if !e.held || (len(e.waiters) == 0 && !e.watched) || (e.timer != nil && e.timerAt <= e.exp) {
+	if !e.held || (e.waiting() == 0 && !e.watched) || (e.timer() != nil && e.p.timerAt <= e.exp) {
 		return
 	}
-	if e.timer != nil {
-		e.timer.Stop()
+	if old := e.timer(); old != nil {
+		old.Stop()
 	}
 	var t lease.Timer
 	t = s.afterFunc(e.exp-now, func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if e.timer != t {
+		if e.timer() != t {
 			return // replaced by an earlier check
 		}
-		e.timer = nil
+		e.p.timer = nil
 		if !s.watch.Active() {
 			e.watched = false // nobody to tell: no more checks for them
 		}
 		s.expireLocked(e, s.now())
 		s.armLocked(e, s.now())
+		e.settle()
 	})
-	e.timer, e.timerAt = t, e.exp
+	p := e.pend()
+	p.timer, p.timerAt = t, e.exp
 }
 
 func (s *Store) heldError(e *entry) error {
-	return &lease.HeldError{Key: e.l.Key, Owner: e.l.Owner, Token: e.l.Token, Expires: e.l.Expires}
+	return &lease.HeldError{Key: e.key, Owner: e.owner, Token: e.counter, Expires: s.base.Add(e.exp)}
 }

@@ -60,14 +60,14 @@ func (s *Store) subscribe(_ context.Context, prefix string) (*watchhub.Sub, erro
 			sub.Free(e.key)
 			return
 		}
-		sub.Held(e.l)
+		sub.Held(s.lease(e))
 		e.watched = true
 		s.armLocked(e, now)
 	})
 	return sub, nil
 }
 
-// publishLocked tells the watchers of e's key of kind and of e.l as it is
+// publishLocked tells the watchers of e's key of kind and of its lease as it is
 // now, and notes whether any watches the lease still held, for armLocked.
 // With nobody watching it costs one atomic load.
 func (s *Store) publishLocked(e *entry, kind lease.EventKind) {
@@ -75,5 +75,5 @@ func (s *Store) publishLocked(e *entry, kind lease.EventKind) {
 		e.watched = false
 		return
 	}
-	e.watched = s.watch.Publish(kind, e.l) && e.held
+	e.watched = s.watch.Publish(kind, s.lease(e)) && e.held
 }

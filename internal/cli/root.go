@@ -111,6 +111,8 @@ func newRoot(a *app) *cobra.Command {
 		newGetCommand(a),
 		newListCommand(a),
 		newRunCommand(a),
+		newBackupCommand(a),
+		newRestoreCommand(a),
 		newVersionCommand(a),
 	)
 	return root

@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -191,6 +193,7 @@ type Server struct {
 	http    *http.Server
 	api     *leasehttp.Server
 	backend *openedBackend
+	backups *backupSocket // the embedded store's backup socket; nil otherwise
 	errc    chan error
 
 	closeOnce sync.Once
@@ -278,6 +281,22 @@ func (s *Server) Run(ctx context.Context) (err error) {
 			_ = s.backend.close()
 		}
 	}()
+	if store, ok := s.backend.Backend.(*boltstore.Store); ok {
+		s.backups, err = serveBackups(store, s.cfg.DataDir, log)
+		switch {
+		case errors.Is(err, errSocketPath):
+			log.Warn("lease backup can copy this store only while it is not served", "why", err, "socket", filepath.Join(s.cfg.DataDir, BackupSocket))
+			err = nil
+		case err != nil:
+			return err
+		default:
+			defer func() {
+				if err != nil {
+					_ = s.backups.Close()
+				}
+			}()
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	if err := errors.Join(
@@ -438,6 +457,9 @@ func (s *Server) Close() error {
 		if err != nil {
 			s.cfg.Logger.Warn("in-flight requests did not finish in time; closing them", "timeout", s.cfg.ShutdownTimeout)
 			err = errors.Join(err, s.http.Close())
+		}
+		if s.backups != nil {
+			err = errors.Join(err, s.backups.Close())
 		}
 		s.closeErr = errors.Join(err, s.backend.close())
 		s.cfg.Logger.Info("stopped")

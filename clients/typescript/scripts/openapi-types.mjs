@@ -45,7 +45,7 @@ function type(s, at, indent) {
   if (typeof s !== "object" || s === null) fail(`${at}: not a schema`);
   for (const k of Object.keys(s)) {
     if (!annotations.has(k) && !["$ref", "type", "enum", "properties", "required", "additionalProperties",
-      "maxProperties", "items", "allOf"].includes(k)) {
+      "maxProperties", "items", "minItems", "maxItems", "allOf", "oneOf"].includes(k)) {
       fail(`${at}: unsupported keyword ${k}`);
     }
   }
@@ -59,6 +59,10 @@ function type(s, at, indent) {
     const parts = s.allOf.map((p, i) => type(p, `${at}/allOf/${i}`, indent));
     if (Object.keys(rest).some((k) => !annotations.has(k))) parts.push(type(rest, at, indent));
     return parts.join(" & ");
+  }
+  if (s.oneOf !== undefined) {
+    if (Object.keys(s).some((k) => k !== "oneOf" && !annotations.has(k))) fail(`${at}: keywords beside oneOf`);
+    return s.oneOf.map((p, i) => `(${type(p, `${at}/oneOf/${i}`, indent)})`).join(" | ");
   }
   if (s.enum !== undefined) {
     if (!Array.isArray(s.enum) || s.enum.some((v) => typeof v !== "string")) fail(`${at}: only string enums`);

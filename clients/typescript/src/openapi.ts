@@ -44,6 +44,15 @@ export type RenewRequest = {
   ttl_ms: TTL;
 };
 
+export type RenewBatchRequest = {
+  renewals: Array<{
+    key: Name;
+    id: ID;
+    token: Token;
+    ttl_ms: TTL;
+  }>;
+};
+
 export type ReleaseRequest = {
   id: ID;
   token: Token;
@@ -62,6 +71,20 @@ export type GrantedLease = {
   id: string;
   ttl_ms: TTL;
   expires_at: ExpiresAt;
+};
+
+export type RenewBatchResults = {
+  results: Array<({
+    lease: GrantedLease;
+  }) | ({
+    /**
+     * Why this renewal was refused: the lease is no longer the current one on its key.
+     */
+    error: {
+      code: "not_held";
+      message: string;
+    };
+  })>;
 };
 
 /**
@@ -188,6 +211,7 @@ export const operations = {
   acquire: { method: "POST", path: "/v1/leases/{key}/acquire", pathParams: ["key"], query: [] },
   renew: { method: "POST", path: "/v1/leases/{key}/renew", pathParams: ["key"], query: [] },
   release: { method: "POST", path: "/v1/leases/{key}/release", pathParams: ["key"], query: [] },
+  renewBatch: { method: "POST", path: "/v1/renew", pathParams: [], query: [] },
   getLease: { method: "GET", path: "/v1/leases/{key}", pathParams: ["key"], query: [] },
   listLeases: { method: "GET", path: "/v1/leases", pathParams: [], query: ["prefix"] },
   getOpenAPI: { method: "GET", path: "/v1/openapi.json", pathParams: [], query: [] },
@@ -236,6 +260,19 @@ export interface Operations {
       403: ForbiddenError;
       408: InvalidError;
       409: NotHeldError;
+      413: InvalidError;
+      415: InvalidError;
+      503: UnavailableError;
+    };
+  };
+  renewBatch: {
+    request: RenewBatchRequest;
+    responses: {
+      200: RenewBatchResults;
+      400: InvalidError;
+      401: UnauthorizedError;
+      403: ForbiddenError;
+      408: InvalidError;
       413: InvalidError;
       415: InvalidError;
       503: UnavailableError;

@@ -1,0 +1,249 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasehq/lease"
+)
+
+// Backups.
+//
+// A backup is a copy of the bbolt file as of one instant between two
+// batches of the commit loop, taken right after a checkpoint, so it holds
+// every write answered before it and needs no log. It is not a store
+// yet: it names a log epoch, so Open refuses it as a file whose log is
+// missing, and a store served from it as it is would issue again every
+// token issued after the backup. Restore makes one: it raises the file's
+// token floor by a bump above the highest token the backup knows, so that
+// every key, known or not, issues above any token it could have been given
+// after the backup (unless some key was granted more than the bump times
+// since), and releases every lease the backup holds.
+
+// DefaultBump is how far above the highest token in a backup Restore
+// raises the floor unless told otherwise: 2^40, about 1.1 × 10^12 grants
+// of one key after the backup was taken (127 days of one key granted
+// 100,000 times a second, far more than one fsync per grant allows),
+// while 8,192 restores still fit under lease.MaxToken.
+const DefaultBump uint64 = 1 << 40
+
+// Backup writes a consistent copy of the store to w and returns its size.
+// It checkpoints, so the bbolt file holds every answered write, and copies
+// that state in a read transaction while the store goes on serving: writes
+// continue during the copy, unless the bbolt file must grow (a remap waits
+// for the copy to finish). The copy can become a store only through
+// Restore (see DefaultBump).
+func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := s.failure(); err != nil {
+		return 0, err
+	}
+	req := make(chan snapshot, 1)
+	select {
+	case s.snapshots <- req:
+	case <-s.quit:
+		return 0, errClosed
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	snap := <-req
+	if snap.err != nil {
+		return 0, snap.err
+	}
+	defer func() { _ = snap.tx.Rollback() }()
+	// WriteTo does not watch ctx: a writer that stalls holds the read
+	// transaction until it fails. Closing what w writes to ends it.
+	n, err := snap.tx.WriteTo(w)
+	if err != nil {
+		return n, fmt.Errorf("boltstore: backup of %s: %w", s.path, err)
+	}
+	return n, nil
+}
+
+// snapshot is the commit loop's answer to a backup: a read transaction
+// begun right after a checkpoint, or why there is none.
+type snapshot struct {
+	tx  *bolt.Tx
+	err error
+}
+
+// takeSnapshot runs in the commit loop, between batches: it checkpoints
+// and begins a read transaction on what the checkpoint committed. The
+// write transaction the checkpoint opened has written nothing yet, and
+// cannot before the loop goes on, so the reader sees exactly the state of
+// every batch answered so far.
+func (s *Store) takeSnapshot(req chan<- snapshot) {
+	s.checkpoint()
+	if err := s.failure(); err != nil {
+		req <- snapshot{err: err}
+		return
+	}
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		req <- snapshot{err: unavailablef(err, "boltstore: backup of %s: read transaction", s.path)}
+		return
+	}
+	req <- snapshot{tx: tx}
+}
+
+// RestoreReport says what Restore made of a backup.
+type RestoreReport struct {
+	Keys   int         // keys the backup knows a token for
+	Top    lease.Token // the highest token the backup knows (its floor included)
+	Floor  lease.Token // every token the restored store issues is above it
+	Leases int         // leases the backup held, all released by the restore
+}
+
+// RestoreOption configures Restore.
+type RestoreOption func(*restoreConfig) error
+
+type restoreConfig struct {
+	bump uint64
+}
+
+// Bump sets how far above the highest token in the backup the restored
+// store's floor goes (DefaultBump unless set): the number of grants of any
+// one key after the backup that the restore still stays above. It must be
+// at least 1.
+func Bump(n uint64) RestoreOption {
+	return func(c *restoreConfig) error {
+		if n == 0 {
+			return fmt.Errorf("%w: boltstore: Bump needs at least 1", lease.ErrInvalid)
+		}
+		c.bump = n
+		return nil
+	}
+}
+
+// Restore makes the store file path (which must not exist, nor its log)
+// from the backup file at backup, written by Backup: the same high-water
+// marks, no leases, and a floor Bump above the highest token the backup
+// knows, so every key issues tokens above that floor from then on. The
+// file is written beside path and renamed into place once complete and
+// synced: a restore that fails leaves nothing at path. The backup is
+// checked page by page first, and one of a newer schema is refused.
+func Restore(backup, path string, opts ...RestoreOption) (RestoreReport, error) {
+	cfg := restoreConfig{bump: DefaultBump}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return RestoreReport{}, err
+		}
+	}
+	for _, p := range []string{path, walPath(path)} {
+		if _, err := os.Lstat(p); err == nil {
+			return RestoreReport{}, fmt.Errorf("%w: boltstore: restore: %s exists; restore into a new data dir, never over a store", lease.ErrInvalid, p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return RestoreReport{}, fmt.Errorf("boltstore: restore: %w", err)
+		}
+	}
+	src, err := os.Open(backup)
+	if err != nil {
+		return RestoreReport{}, fmt.Errorf("boltstore: restore: %w", err)
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".restore-*")
+	if err != nil {
+		return RestoreReport{}, fmt.Errorf("boltstore: restore: %w", err)
+	}
+	tmpPath := tmp.Name()
+	done := false
+	defer func() {
+		if !done {
+			_ = os.Remove(tmpPath)
+		}
+	}()
+	_, err = io.Copy(tmp, src)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return RestoreReport{}, fmt.Errorf("boltstore: restore: copying %s: %w", backup, err)
+	}
+	rep, err := rewriteBackup(tmpPath, backup, cfg.bump)
+	if err != nil {
+		return RestoreReport{}, err
+	}
+	if err := os.Rename(tmpPath, path); err != nil {
+		return RestoreReport{}, fmt.Errorf("boltstore: restore: %w", err)
+	}
+	done = true
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return RestoreReport{}, fmt.Errorf("boltstore: restore: %w", err)
+	}
+	return rep, nil
+}
+
+// rewriteBackup turns the copy at tmp of the backup named name into a
+// store of this build's schema: leases dropped, no log epoch (the store
+// starts a new log), and the floor raised by bump above every token.
+func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error) {
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
+	if err != nil {
+		return rep, fmt.Errorf("%w: boltstore: restore: %s is not a backup: %v", lease.ErrInvalid, name, err)
+	}
+	defer func() {
+		if cerr := db.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("boltstore: restore: %w", cerr)
+		}
+	}()
+	err = db.Update(func(tx *bolt.Tx) error {
+		for cerr := range tx.Check() {
+			return fmt.Errorf("%w: boltstore: restore: %s is damaged: %v", lease.ErrInvalid, name, cerr)
+		}
+		meta, tokens, leases := tx.Bucket(bucketMeta), tx.Bucket(bucketTokens), tx.Bucket(bucketLeases)
+		if meta == nil || tokens == nil || leases == nil {
+			return fmt.Errorf("%w: boltstore: restore: %s is not a backup of a lease store", lease.ErrInvalid, name)
+		}
+		version, err := decodeUint64("version in "+name, meta.Get(keyVersion))
+		if err != nil {
+			return err
+		}
+		if version != schemaVersion {
+			// Backup writes files of this build's schema after a
+			// checkpoint, which upgrades older ones on Open.
+			return fmt.Errorf("%w: boltstore: restore: %s has schema version %d; this build restores version %d", lease.ErrInvalid, name, version, schemaVersion)
+		}
+		var top uint64
+		if v := meta.Get(keyTokenFloor); v != nil {
+			if top, err = decodeUint64("token floor in "+name, v); err != nil {
+				return err
+			}
+		}
+		if err := tokens.ForEach(func(k, v []byte) error {
+			t, err := decodeUint64("token of "+string(k)+" in "+name, v)
+			top = max(top, t)
+			rep.Keys++
+			return err
+		}); err != nil {
+			return err
+		}
+		rep.Leases = leases.Stats().KeyN
+		floor := top + bump
+		if floor < top || floor >= uint64(lease.MaxToken) {
+			return fmt.Errorf("%w: boltstore: restore: the floor %d + bump %d reaches past the largest token, %d: use a smaller bump", lease.ErrInvalid, top, bump, lease.MaxToken)
+		}
+		rep.Top, rep.Floor = lease.Token(top), lease.Token(floor)
+		if err := tx.DeleteBucket(bucketLeases); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket(bucketLeases); err != nil {
+			return err
+		}
+		if err := meta.Delete(keyWALEpoch); err != nil {
+			return err
+		}
+		return meta.Put(keyTokenFloor, encodeUint64(floor))
+	})
+	return rep, err
+}

@@ -1,0 +1,256 @@
+package boltstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/boltstore"
+)
+
+// backupTo writes a backup of s to a new file and returns its path.
+func backupTo(t *testing.T, s *boltstore.Store) string {
+	t.Helper()
+	var buf bytes.Buffer
+	n, err := s.Backup(context.Background(), &buf)
+	if err != nil {
+		t.Fatalf("Backup: %v", err)
+	}
+	if n != int64(buf.Len()) {
+		t.Fatalf("Backup reported %d bytes, wrote %d", n, buf.Len())
+	}
+	path := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func acquireRelease(t *testing.T, s lease.Backend, key string) lease.Token {
+	t.Helper()
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, key, "w", time.Minute)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatalf("Release(%q): %v", key, err)
+	}
+	return l.Token
+}
+
+// The issue's case: acquire, back up, acquire and release several more
+// times, restore, serve: the next token is above all of them, for the key
+// the backup knew and for one it never saw.
+func TestRestoreNeverTurnsTokensBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []boltstore.RestoreOption
+		bump uint64
+	}{
+		{"default bump", nil, boltstore.DefaultBump},
+		{"bump 10", []boltstore.RestoreOption{boltstore.Bump(10)}, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, path := open(t)
+			ctx := context.Background()
+			acquireRelease(t, s, "jobs/a")
+			held, err := s.Acquire(ctx, "jobs/held", "w", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			backup := backupTo(t, s)
+			var highest lease.Token
+			for range 9 { // fewer grants than the smallest bump
+				highest = max(highest, acquireRelease(t, s, "jobs/a"), acquireRelease(t, s, "jobs/new"))
+			}
+			if highest < 10 {
+				t.Fatalf("setup: highest token %d after the backup, want at least 10", highest)
+			}
+
+			restored := filepath.Join(t.TempDir(), "lease.db")
+			rep, err := boltstore.Restore(backup, restored, tc.opts...)
+			if err != nil {
+				t.Fatalf("Restore: %v", err)
+			}
+			if rep.Keys != 2 || rep.Leases != 1 || rep.Top != held.Token || uint64(rep.Floor) != uint64(rep.Top)+tc.bump {
+				t.Fatalf("Restore reported %+v; want 2 keys, 1 lease, top %d, floor top+%d", rep, held.Token, tc.bump)
+			}
+			r := openAt(t, restored)
+			for _, key := range []string{"jobs/a", "jobs/new", "jobs/never"} {
+				if tok := acquireRelease(t, r, key); tok <= highest || tok <= rep.Floor {
+					t.Errorf("restored store issued %s token %d; the original issued up to %d after the backup (floor %d)", key, tok, highest, rep.Floor)
+				}
+			}
+			// The backup's lease is released: its holder learns on renewal,
+			// and the key is free at once, with a token above the floor.
+			if _, err := r.Renew(ctx, held, time.Minute); !errors.Is(err, lease.ErrNotHeld) {
+				t.Errorf("Renew of the backup's lease on the restored store: %v, want ErrNotHeld", err)
+			}
+			if tok := acquireRelease(t, r, "jobs/held"); tok <= rep.Floor {
+				t.Errorf("jobs/held token %d, want above the floor %d", tok, rep.Floor)
+			}
+			_ = path
+		})
+	}
+}
+
+// Every write answered before Backup is called is in the backup, while
+// writers keep going during it.
+func TestBackupIsConsistentUnderLoad(t *testing.T) {
+	s, _ := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		answered = map[string]lease.Token{}
+		wg       sync.WaitGroup
+		started  sync.WaitGroup // each writer has had a token answered
+	)
+	started.Add(4)
+	for w := range 4 {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%d", w)
+			first := true
+			defer func() {
+				if first {
+					started.Done()
+				}
+			}()
+			for ctx.Err() == nil {
+				l, err := s.Acquire(ctx, key, "w", time.Minute)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("Acquire: %v", err)
+					}
+					return
+				}
+				mu.Lock()
+				answered[key] = l.Token
+				mu.Unlock()
+				if first {
+					first = false
+					started.Done()
+				}
+				if err := s.Release(context.Background(), l); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	started.Wait()
+	for round := range 5 {
+		mu.Lock()
+		before := make(map[string]lease.Token, len(answered))
+		for k, v := range answered {
+			before[k] = v
+		}
+		mu.Unlock()
+		backup := backupTo(t, s)
+		// Bump(1): the floor is the backup's highest token plus one, so
+		// the tokens it holds show through the restored store's grants.
+		restored := filepath.Join(t.TempDir(), "lease.db")
+		rep, err := boltstore.Restore(backup, restored, boltstore.Bump(1))
+		if err != nil {
+			t.Fatalf("round %d: Restore: %v", round, err)
+		}
+		var top lease.Token
+		for _, v := range before {
+			top = max(top, v)
+		}
+		if rep.Top < top || rep.Keys != 4 {
+			t.Fatalf("round %d: backup knows %d keys up to token %d; %d was answered before Backup was called (%v)", round, rep.Keys, rep.Top, top, before)
+		}
+	}
+	cancel()
+	wg.Wait()
+}
+
+// A backup used as a store without Restore would issue again every token
+// issued after it: Open refuses it, as a file whose log is missing.
+func TestOpenRefusesABackup(t *testing.T) {
+	s, _ := open(t)
+	acquireRelease(t, s, "k")
+	backup := backupTo(t, s)
+	dir := t.TempDir()
+	raw, err := os.ReadFile(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "lease.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := boltstore.Open(path); err == nil {
+		_ = r.Close()
+		t.Fatal("Open served a backup without Restore")
+	}
+}
+
+func TestRestoreRefuses(t *testing.T) {
+	s, _ := open(t)
+	acquireRelease(t, s, "k")
+	backup := backupTo(t, s)
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	if err := os.WriteFile(garbage, bytes.Repeat([]byte("lease"), 2000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	existing := filepath.Join(t.TempDir(), "lease.db")
+	if err := os.WriteFile(existing, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	existingLog := filepath.Join(t.TempDir(), "lease.db")
+	if err := os.WriteFile(existingLog+"-wal", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name         string
+		backup, path string
+		opts         []boltstore.RestoreOption
+	}{
+		{"over a store", backup, existing, nil},
+		{"over a log", backup, existingLog, nil},
+		{"not a backup", garbage, filepath.Join(t.TempDir(), "lease.db"), nil},
+		{"zero bump", backup, filepath.Join(t.TempDir(), "lease.db"), []boltstore.RestoreOption{boltstore.Bump(0)}},
+		{"bump past MaxToken", backup, filepath.Join(t.TempDir(), "lease.db"), []boltstore.RestoreOption{boltstore.Bump(uint64(lease.MaxToken))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := os.ReadFile(tc.path)
+			if _, err := boltstore.Restore(tc.backup, tc.path, tc.opts...); !errors.Is(err, lease.ErrInvalid) {
+				t.Fatalf("Restore: %v, want ErrInvalid", err)
+			}
+			after, _ := os.ReadFile(tc.path)
+			if !bytes.Equal(before, after) {
+				t.Fatalf("a refused restore changed %s", tc.path)
+			}
+			entries, _ := os.ReadDir(filepath.Dir(tc.path))
+			for _, e := range entries {
+				if e.Name() != "lease.db" && e.Name() != "lease.db-wal" {
+					t.Errorf("a refused restore left %s behind", e.Name())
+				}
+			}
+		})
+	}
+}
+
+func TestBackupOfClosedStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Backup(context.Background(), &bytes.Buffer{}); !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("Backup of a closed store: %v, want ErrUnavailable", err)
+	}
+}

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/leasehq/lease"
+)
+
+// TestBackupRestore is the case through lease serve and the lease
+// binary: acquire, back up the running server, acquire and release several
+// more times, restore into a new data dir, serve it: the next token is above
+// all of them, for the keys the backup knew and for new ones.
+func TestBackupRestore(t *testing.T) {
+	var logs syncBuffer
+	cfg := serveConfig(t, &logs)
+	srv := startServe(t, cfg)
+	base := "http://" + srv.Addr()
+	takeTokens(t, base, "jobs/a", 3)
+	backup := filepath.Join(t.TempDir(), "lease.backup")
+
+	r := runBinary(t, nil, "backup", "--data-dir", cfg.DataDir, backup)
+	if r.code != 0 || !strings.Contains(r.stdout, "from the running server") {
+		t.Fatalf("lease backup of a running server: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	var highest lease.Token
+	for _, key := range []string{"jobs/a", "jobs/b"} {
+		highest = max(highest, takeTokens(t, base, key, 5))
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(cfg.DataDir, BackupSocket)); !os.IsNotExist(err) {
+		t.Errorf("the backup socket is still there after the server closed: %v", err)
+	}
+
+	restored := filepath.Join(t.TempDir(), "restored")
+	r = runBinary(t, nil, "restore", backup, "--data-dir", restored, "--bump", "100")
+	if r.code != 0 || !strings.Contains(r.stdout, "highest token 3; every token from now on is above 103") {
+		t.Fatalf("lease restore: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	cfg2 := serveConfig(t, &logs)
+	cfg2.DataDir = restored
+	srv2 := startServe(t, cfg2)
+	for _, key := range []string{"jobs/a", "jobs/b", "jobs/new"} {
+		if tok := takeTokens(t, "http://"+srv2.Addr(), key, 1); tok <= highest {
+			t.Errorf("restored server issued %s token %d; the old one issued up to %d after the backup", key, tok, highest)
+		}
+	}
+
+	// A second restore into a data dir that holds a store is refused, and
+	// leaves the store as it was.
+	before, _ := os.ReadFile(filepath.Join(restored, BoltFile))
+	r = runBinary(t, nil, "restore", backup, "--data-dir", restored)
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "exists") {
+		t.Errorf("restore over a store: exit %d, stderr %q; want %d and a word that it exists", r.code, r.stderr, ExitUsage)
+	}
+	if after, _ := os.ReadFile(filepath.Join(restored, BoltFile)); string(before) != string(after) {
+		t.Error("a refused restore changed the store")
+	}
+}
+
+// TestBackupNotServed: with no server on the data dir, lease backup opens
+// the store itself, past a dead server's socket; and lease serve replaces
+// that socket when it starts.
+func TestBackupNotServed(t *testing.T) {
+	var logs syncBuffer
+	cfg := serveConfig(t, &logs)
+	srv := startServe(t, cfg)
+	want := takeTokens(t, "http://"+srv.Addr(), "k", 2)
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What a server killed with SIGKILL leaves: a socket file no one
+	// listens on.
+	sock := filepath.Join(cfg.DataDir, BackupSocket)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	_ = ln.Close()
+
+	backup := filepath.Join(t.TempDir(), "b")
+	r := runBinary(t, nil, "backup", "--data-dir", cfg.DataDir, backup)
+	if r.code != 0 || !strings.Contains(r.stdout, "not served") {
+		t.Fatalf("lease backup of a store not served: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	srv = startServe(t, cfg) // replaces the dead socket
+	r = runBinary(t, nil, "backup", "--data-dir", cfg.DataDir, backup)
+	if r.code != 0 || !strings.Contains(r.stdout, "from the running server") {
+		t.Fatalf("lease backup after a restart: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	restored := filepath.Join(t.TempDir(), "d")
+	r = runBinary(t, nil, "restore", backup, "--data-dir", restored, "--bump", "1")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("highest token %d;", want)) {
+		t.Fatalf("lease restore: exit %d, stdout %q, stderr %q; want highest token %d", r.code, r.stdout, r.stderr, want)
+	}
+	_ = srv
+}
+
+func TestBackupRefusals(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"backup", "--data-dir", filepath.Join(dir, "none"), filepath.Join(dir, "b")}, ExitFailure, "no such file"},
+		{[]string{"restore", filepath.Join(dir, "none"), "--data-dir", filepath.Join(dir, "d")}, ExitFailure, "no such file"},
+		{[]string{"restore", filepath.Join(dir, "none"), "--data-dir", filepath.Join(dir, "d"), "--bump", "0"}, ExitUsage, "--bump must be at least 1"},
+		{[]string{"backup"}, ExitUsage, "accepts 1 arg"},
+	} {
+		r := cliHTTP(t, nil, nil, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("lease %v: exit %d, stderr %q; want %d and %q", tc.args, r.code, r.stderr, tc.code, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("refused commands left %d files behind", len(entries))
+	}
+}

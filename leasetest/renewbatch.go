@@ -1,0 +1,92 @@
+package leasetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+// renewBatch checks lease.BatchRenewer: each renewal as Renew would make
+// it, answered in order, one that is no longer held refused alone, and a
+// malformed batch refused whole with nothing renewed.
+func (s *suite) renewBatch(t *testing.T) {
+	t.Run("EachAsRenew", func(t *testing.T) {
+		b := s.newBackend(t)
+		br := b.(lease.BatchRenewer)
+		ttl := s.cfg.expiryTTL * 4
+		var held []lease.Lease
+		for _, name := range []string{"a", "b", "c"} {
+			held = append(held, mustAcquire(t, b, key(t, name), "worker-"+name, ttl))
+		}
+		gone := mustAcquire(t, b, key(t, "released"), "worker-r", ttl)
+		if err := b.Release(ctxFor(t), gone); err != nil {
+			t.Fatal(err)
+		}
+		renewals := []lease.Renewal{
+			{Lease: held[2], TTL: longTTL},
+			{Lease: gone, TTL: longTTL},
+			{Lease: held[0], TTL: longTTL},
+			{Lease: held[1], TTL: longTTL},
+		}
+		before := time.Now()
+		res, err := br.RenewBatch(ctxFor(t), renewals)
+		after := time.Now()
+		if err != nil {
+			t.Fatalf("RenewBatch: %v", err)
+		}
+		if len(res) != len(renewals) {
+			t.Fatalf("RenewBatch answered %d renewals of %d", len(res), len(renewals))
+		}
+		for i, r := range renewals {
+			got := res[i]
+			if r.Lease.ID == gone.ID {
+				if !errIs(got.Err, lease.ErrNotHeld) {
+					t.Errorf("renewal %d, of a released lease: %+v, %v; want ErrNotHeld", i, got.Lease, got.Err)
+				}
+				continue
+			}
+			if got.Err != nil {
+				t.Errorf("renewal %d, of %s: %v", i, r.Lease.Key, got.Err)
+				continue
+			}
+			l := got.Lease
+			if l.Key != r.Lease.Key || l.Token != r.Lease.Token || l.ID != r.Lease.ID || l.Owner != r.Lease.Owner || l.TTL != longTTL {
+				t.Errorf("renewal %d answered %+v for %+v renewed to %v (out of order, or not as Renew, I2)", i, l, r.Lease, longTTL)
+			}
+			s.checkExpires(t, "RenewBatch", l.Expires, longTTL, before, after)
+			if g, err := b.Get(ctxFor(t), l.Key); err != nil || g.TTL != longTTL || g.Token != l.Token {
+				t.Errorf("Get(%s) after RenewBatch: %+v, %v; want the renewal, TTL %v", l.Key, g, err, longTTL)
+			}
+		}
+		if _, err := b.Get(ctxFor(t), gone.Key); !errIs(err, lease.ErrNotFound) {
+			t.Errorf("RenewBatch revived a released lease: Get err = %v", err)
+		}
+	})
+	t.Run("MalformedRefusedWhole", func(t *testing.T) {
+		b := s.newBackend(t)
+		br := b.(lease.BatchRenewer)
+		ttl := s.cfg.expiryTTL * 4
+		l := mustAcquire(t, b, key(t, "k"), "worker", ttl)
+		bad := l
+		bad.ID = lease.ID{}
+		tooMany := make([]lease.Renewal, lease.MaxRenewBatch+1)
+		for i := range tooMany {
+			tooMany[i] = lease.Renewal{Lease: l, TTL: longTTL}
+		}
+		for name, batch := range map[string][]lease.Renewal{
+			"empty":    nil,
+			"too many": tooMany,
+			"zero ID":  {{Lease: l, TTL: longTTL}, {Lease: bad, TTL: longTTL}},
+			"bad TTL":  {{Lease: l, TTL: longTTL}, {Lease: l, TTL: time.Nanosecond}},
+			"bad key":  {{Lease: l, TTL: longTTL}, {Lease: lease.Lease{Key: "", Token: l.Token, ID: l.ID}, TTL: longTTL}},
+		} {
+			if res, err := br.RenewBatch(ctxFor(t), batch); !errIs(err, lease.ErrInvalid) || res != nil {
+				t.Errorf("RenewBatch of a batch with %s: %v, %v; want nothing and ErrInvalid", name, res, err)
+			}
+		}
+		if g, err := b.Get(ctxFor(t), l.Key); err != nil || g.TTL != ttl {
+			t.Errorf("a refused batch renewed its well-formed lease: Get = %+v, %v; want TTL %v", g, err, ttl)
+		}
+	})
+}

@@ -1,0 +1,82 @@
+package leasetest_test
+
+import (
+	"context"
+	"slices"
+
+	"github.com/leasehq/lease"
+)
+
+var _ lease.BatchRenewer = (*wrapper)(nil)
+
+// RenewBatch is honest unless a mutant's hook replaces it: the batch is
+// checked whole, then each renewal made as Renew makes it.
+func (w *wrapper) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if w.h.renewBatch != nil {
+		return w.h.renewBatch(ctx, renewals)
+	}
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	return w.renewEach(ctx, renewals), nil
+}
+
+func (w *wrapper) renewEach(ctx context.Context, renewals []lease.Renewal) []lease.RenewResult {
+	out := make([]lease.RenewResult, len(renewals))
+	for i, r := range renewals {
+		l, err := w.renew(ctx, r.Lease, r.TTL)
+		out[i] = lease.RenewResult{Lease: l, Err: err}
+	}
+	return out
+}
+
+func init() { mutants = append(mutants, renewBatchMutants...) }
+
+var renewBatchMutants = []mutant{
+	{name: "BatchRenewsReleased", breaks: "a batch answers a released lease as renewed",
+		caughtBy: []string{"RenewBatch/EachAsRenew"},
+		install: func(w *wrapper) {
+			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+				if err := lease.ValidateRenewals(renewals); err != nil {
+					return nil, err
+				}
+				out := w.renewEach(ctx, renewals)
+				for i := range out {
+					if out[i].Err != nil {
+						out[i] = lease.RenewResult{Lease: renewals[i].Lease}
+					}
+				}
+				return out, nil
+			}
+		}},
+	{name: "BatchOutOfOrder", breaks: "a batch's answers are not in the order of its renewals",
+		caughtBy: []string{"RenewBatch/EachAsRenew"},
+		install: func(w *wrapper) {
+			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+				if err := lease.ValidateRenewals(renewals); err != nil {
+					return nil, err
+				}
+				out := w.renewEach(ctx, renewals)
+				slices.Reverse(out)
+				return out, nil
+			}
+		}},
+	{name: "BatchPartlyRenewsMalformed", breaks: "a malformed batch renews the renewals before the malformed one",
+		caughtBy: []string{"RenewBatch/MalformedRefusedWhole"},
+		install: func(w *wrapper) {
+			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+				for i, r := range renewals {
+					if err := lease.ValidateRenewals([]lease.Renewal{r}); err != nil {
+						return nil, err
+					}
+					if i == lease.MaxRenewBatch {
+						return nil, lease.ValidateRenewals(renewals)
+					}
+					if _, err := w.renew(ctx, r.Lease, r.TTL); err != nil {
+						return nil, err
+					}
+				}
+				return lease.RenewAll(ctx, w.s, renewals)
+			}
+		}},
+}

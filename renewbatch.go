@@ -1,0 +1,84 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+)
+
+// MaxRenewBatch is the most renewals one RenewBatch call takes.
+const MaxRenewBatch = 256
+
+// Renewal asks for Lease to be renewed for TTL, as Backend.Renew does.
+type Renewal struct {
+	Lease Lease
+	TTL   time.Duration
+}
+
+// RenewResult is one renewal's outcome: the renewed lease, or Err, which
+// matches ErrNotHeld when the lease is no longer current.
+type RenewResult struct {
+	Lease Lease
+	Err   error
+}
+
+// BatchRenewer is implemented by backends that renew many leases in one
+// step (one commit, one request), so that a client holding thousands of
+// leases keeps them alive at a fraction of the cost of one Renew each.
+// RenewAll uses it where a backend has it.
+type BatchRenewer interface {
+	// RenewBatch renews each of renewals as Renew would, and answers them
+	// in their order. Each renewal stands alone: one that is no longer
+	// held fails with ErrNotHeld and the others are renewed. The error is
+	// the batch's as a whole, and then nothing is answered: ErrInvalid for
+	// a batch that ValidateRenewals refuses, in which case nothing is
+	// renewed; or ctx's end or ErrUnavailable, after which any of the
+	// renewals may or may not have been made (renewing again is harmless).
+	RenewBatch(ctx context.Context, renewals []Renewal) ([]RenewResult, error)
+}
+
+// ValidateRenewals reports whether renewals is a batch RenewBatch takes:
+// 1 to MaxRenewBatch renewals, each a well-formed lease (ValidateLease) and
+// a valid TTL. The error matches ErrInvalid.
+func ValidateRenewals(renewals []Renewal) error {
+	if len(renewals) == 0 || len(renewals) > MaxRenewBatch {
+		return invalidf("a batch holds 1 to %d renewals, got %d", MaxRenewBatch, len(renewals))
+	}
+	for i, r := range renewals {
+		if err := ValidateLease(r.Lease); err != nil {
+			return invalidf("renewal %d: %v", i, trimInvalid(err))
+		}
+		if err := ValidateTTL(r.TTL); err != nil {
+			return invalidf("renewal %d: %v", i, trimInvalid(err))
+		}
+	}
+	return nil
+}
+
+// RenewAll renews renewals on b: in one RenewBatch call where b is a
+// BatchRenewer, else by one Renew each, in order. Its answer is
+// RenewBatch's.
+func RenewAll(ctx context.Context, b Backend, renewals []Renewal) ([]RenewResult, error) {
+	if br, ok := b.(BatchRenewer); ok {
+		return br.RenewBatch(ctx, renewals)
+	}
+	if err := ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	out := make([]RenewResult, len(renewals))
+	for i, r := range renewals {
+		l, err := b.Renew(ctx, r.Lease, r.TTL)
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			return nil, err
+		}
+		out[i] = RenewResult{Lease: l, Err: err}
+	}
+	return out, nil
+}
+
+// trimInvalid is err's message without the ErrInvalid prefix, to be wrapped
+// again.
+func trimInvalid(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+}
