@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: PostgreSQL, Redis and
-# MariaDB server binaries from Debian's packages (as root, via apt-get), and
-# staticcheck through `go install`. Tests start their own throwaway servers;
+# MariaDB server binaries and Chromium from Debian's packages (as root, via
+# apt-get), and staticcheck through `go install`. Tests start their own throwaway servers;
 # this script only makes the binaries available.
 set -euo pipefail
 
@@ -12,6 +12,12 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # mariadbd lives in /usr/sbin, which a non-root PATH may lack.
 command -v mariadb-install-db >/dev/null 2>&1 && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } ||
   need+=(mariadb-server)
+# The dashboard's browser tests (leasehttp/ui) drive headless Chromium, found
+# as $LEASE_CHROMIUM or on PATH as the tests look for it.
+if [ -z "${LEASE_CHROMIUM:-}" ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+    command -v google-chrome >/dev/null 2>&1 || command -v google-chrome-stable >/dev/null 2>&1 || need+=(chromium)
+fi
 
 # service_of PACKAGE: the name of the service PACKAGE installs.
 service_of() { if [ "$1" = mariadb-server ]; then echo mariadb; else echo "$1"; fi; }

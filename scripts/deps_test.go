@@ -59,6 +59,7 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 		name        string
 		haveRedis   bool   // redis-server is installed
 		haveMariaDB bool   // mariadb-install-db and mariadbd are installed
+		noChromium  bool   // chromium is not installed
 		running     string // services running before
 		policy      string // the system's policy-rc.d; empty: none
 		wantRunning string // services running after
@@ -90,6 +91,11 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			wantLog:     "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\n",
 		},
 		{
+			name:      "chromium missing",
+			haveRedis: true, haveMariaDB: true, noChromium: true,
+			wantLog: "install postgresql\ninstall chromium\n",
+		},
+		{
 			name:      "mariadb-server missing, nothing running, policy-rc.d allowing starts",
 			haveRedis: true, policy: allowAll,
 			wantLog: "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\nstop mariadb\n",
@@ -110,6 +116,9 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			}
 			if tc.haveRedis {
 				files[filepath.Join(bin, "redis-server")] = "#!/bin/sh\nexit 0\n"
+			}
+			if !tc.noChromium {
+				files[filepath.Join(bin, "chromium")] = "#!/bin/sh\nexit 0\n"
 			}
 			if tc.haveMariaDB {
 				files[filepath.Join(bin, "mariadb-install-db")] = "#!/bin/sh\nexit 0\n"
