@@ -85,7 +85,7 @@ func startServe(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if left1 <= 0 || left1 > 120000 {
 			t.Errorf("demo/alpha has %d ms left, want within its 2 min", left1)
 		}
-		waitFor(t, tab, "the countdown to move", fmt.Sprintf(`Number(document.querySelector(%q).dataset.left) < %d - 250`, rowSel("demo/alpha"), left1))
+		waitFor(t, tab, "the countdown to move", fmt.Sprintf(`Number(document.querySelector(%q)?.dataset.left) < %d - 250`, rowSel("demo/alpha"), left1))
 		width := eval[string](t, tab, fmt.Sprintf(`document.querySelector(%q + ' .fill').style.width`, rowSel("demo/alpha")))
 		if width == "" || width == "100%" || width == "0%" {
 			t.Errorf("demo/alpha's bar is %q wide, want part of its TTL", width)
@@ -363,7 +363,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		c2 := acquire(t, admin, "demo/gamma", "worker-4", time.Minute)
-		waitFor(t, tab, "demo/gamma's new holder", fmt.Sprintf(`document.querySelector(%q + ' .c-owner').textContent === 'worker-4'`, rowSel("demo/gamma")))
+		waitFor(t, tab, "demo/gamma's new holder", fmt.Sprintf(`document.querySelector(%q + ' .c-owner')?.textContent === 'worker-4'`, rowSel("demo/gamma")))
 		run(t, tab, chromedp.Click(chromedp.CSS(rowSel("demo/gamma"))))
 		waitFor(t, tab, "demo/gamma's history", `document.querySelectorAll('#history li').length >= 3`)
 		hist := eval[[]string](t, tab, `Array.from(document.querySelectorAll('#history li')).map(li => li.dataset.kind + ' ' + li.dataset.token)`)
@@ -480,7 +480,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			stopWaiting()
 			<-waited
 		}()
-		waitFor(t, tab, "svc/leader's waiter", fmt.Sprintf(`document.querySelector(%q + ' .c-wait').textContent === '1'`, rowSel("svc/leader")))
+		waitFor(t, tab, "svc/leader's waiter", fmt.Sprintf(`document.querySelector(%q + ' .c-wait')?.textContent === '1'`, rowSel("svc/leader")))
 
 		l := held["svc/leader"]
 		if _, err := admin.Renew(t.Context(), l, 15*time.Second); err != nil {
@@ -494,7 +494,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitFor(t, tab, "the canary's expiry", `!!document.querySelector('#events li[data-kind="expired"][data-key="svc/deploy/canary"]')`)
 		run(t, tab, chromedp.Click(chromedp.CSS(rowSel("svc/mail/outbox"))))
 		waitFor(t, tab, "svc/mail/outbox's history", `document.querySelectorAll('#history li').length === 3`)
-		waitFor(t, tab, "the figures", `document.getElementById('stat-rate').dataset.value !== undefined`)
+		waitFor(t, tab, "acquisitions/s", `Number(document.getElementById('stat-rate').dataset.value) > 0`)
 		screenshot(t, tab, "dashboard-overview.png")
 	})
 

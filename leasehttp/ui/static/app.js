@@ -14,6 +14,7 @@
   const MAX_HISTORY = 20; // entries kept per key
   const STATS_EVERY = 1000; // ms
   const TICK = 100; // ms between countdown redraws
+  const RATE_WINDOW = 10000; // ms of figures that acquisitions/s averages
 
   const $ = (id) => document.getElementById(id);
   const el = {
@@ -45,7 +46,7 @@
     selected: null,
     skew: 0, // the server's clock minus ours, ms
     waiting: new Map(), // key -> acquire requests waiting at the server
-    lastStats: null,
+    samples: [], // {server, acquisitions} of the recent figures
   };
 
   // ---- helpers ----
@@ -472,12 +473,15 @@
           const s = await resp.json();
           const server = Date.parse(s.now);
           if (!Number.isNaN(server)) S.skew = server - (sent + got) / 2;
-          const prev = S.lastStats;
-          if (prev && server > prev.server) {
-            const rate = (s.acquisitions - prev.acquisitions) / ((server - prev.server) / 1000);
+          // The rate over the samples of the last RATE_WINDOW ms.
+          const samples = S.samples;
+          samples.push({ server, acquisitions: s.acquisitions });
+          while (samples.length > 2 && server - samples[1].server >= RATE_WINDOW) samples.shift();
+          const first = samples[0];
+          if (server > first.server) {
+            const rate = (s.acquisitions - first.acquisitions) / ((server - first.server) / 1000);
             count(el.stat.rate, Math.round(rate * 10) / 10);
           }
-          S.lastStats = { server, acquisitions: s.acquisitions };
           count(el.stat.renewFailures, s.renew_failures);
           count(el.stat.active, s.active_leases);
           count(el.stat.watchers, s.watchers);
@@ -507,7 +511,7 @@
     S.token = '';
     sessionStorage.removeItem(TOKEN_KEY);
     replaceAll(new Map());
-    S.events = []; S.history = new Map(); S.selected = null; S.waiting = new Map(); S.lastStats = null;
+    S.events = []; S.history = new Map(); S.selected = null; S.waiting = new Map(); S.samples = [];
     el.rows.replaceChildren(); pool.length = 0;
     el.events.replaceChildren(); el.history.replaceChildren();
     el.main.hidden = true;
@@ -550,7 +554,7 @@
       setConn('error', 'refused');
       return;
     }
-    S.lastStats = null;
+    S.samples = [];
     const run = (loop) => loop(gen, ctl.signal).catch((e) => {
       if (e instanceof Refused && gen === S.gen) showAuth('The server refused this token: ' + e.message);
     });
