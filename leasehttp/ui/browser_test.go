@@ -66,21 +66,33 @@ func buildLease(t *testing.T, dir string) string {
 	return bin
 }
 
+// serveOptions are startServe's choices.
+type serveOptions struct {
+	bin    string // the lease binary; built when empty
+	noAuth bool   // serve without --auth-tokens-file
+}
+
 var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // startServe runs `lease serve` on a loopback free port over a fresh data
 // directory with the test's credentials, until the test ends, and returns
 // its base URL.
-func startServe(t *testing.T) string {
+func startServe(t *testing.T, opts serveOptions) (base, bin string) {
 	t.Helper()
 	dir := t.TempDir()
-	bin := buildLease(t, dir)
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte(adminToken+" *\n"+jobsToken+" jobs/\n"), 0o600); err != nil {
-		t.Fatal(err)
+	bin = opts.bin
+	if bin == "" {
+		bin = buildLease(t, dir)
 	}
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"),
-		"--auth-tokens-file", tokens, "--max-watchers", "16")
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--max-watchers", "16"}
+	if !opts.noAuth {
+		tokens := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(tokens, []byte(adminToken+" *\n"+jobsToken+" jobs/\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--auth-tokens-file", tokens)
+	}
+	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -121,13 +133,13 @@ func startServe(t *testing.T) string {
 	})
 	select {
 	case a := <-addr:
-		return "http://" + a
+		return "http://" + a, bin
 	case <-done:
 		t.Fatalf("lease serve ended before listening:\n%s", log.String())
 	case <-time.After(30 * time.Second):
 		t.Fatal("lease serve did not say where it listens within 30 s")
 	}
-	return ""
+	return "", ""
 }
 
 // newBrowser starts headless Chromium for the test, with a user data
@@ -214,7 +226,11 @@ func rowSel(key string) string { return fmt.Sprintf(`#rows .row[data-key=%q]`, k
 
 func newClient(t *testing.T, base, token string) *leasehttp.Client {
 	t.Helper()
-	c, err := leasehttp.NewClient(base, leasehttp.WithAuthToken(token))
+	var opts []leasehttp.ClientOption
+	if token != "" {
+		opts = append(opts, leasehttp.WithAuthToken(token))
+	}
+	c, err := leasehttp.NewClient(base, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +278,7 @@ func screenshot(t *testing.T, tab context.Context, name string) {
 
 func TestDashboardInBrowser(t *testing.T) {
 	browserPath := chromium(t)
-	base := startServe(t)
+	base, bin := startServe(t, serveOptions{})
 	browser := newBrowser(t, browserPath)
 	admin := newClient(t, base, adminToken)
 
@@ -291,6 +307,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		stored := eval[string](t, tab, `String(sessionStorage.length) + (document.getElementById('token').value)`)
 		if stored != "0" {
 			t.Errorf("after a refused token: sessionStorage length + input = %q, want 0 and an empty input", stored)
+		}
+	})
+
+	// Without credentials (loopback only) there is nothing to ask for.
+	t.Run("NoCredentialsNoPrompt", func(t *testing.T) {
+		open, _ := startServe(t, serveOptions{bin: bin, noAuth: true})
+		c := newClient(t, open, "")
+		l := acquire(t, c, "open/job", "anyone", time.Minute)
+		tab := newTab(t, browser)
+		run(t, tab, chromedp.Navigate(open+"/ui/"))
+		waitFor(t, tab, "the dashboard", `document.getElementById('main').checkVisibility() && `+
+			`!document.getElementById('auth').checkVisibility() && document.getElementById('conn').dataset.state === 'live'`)
+		waitFor(t, tab, "open/job", fmt.Sprintf(`document.querySelector(%q + ' .c-token')?.textContent === '%d'`, rowSel("open/job"), l.Token))
+		if eval[bool](t, tab, `document.getElementById('signout').checkVisibility()`) {
+			t.Error("a page without a token offers to forget one")
 		}
 	})
 
@@ -503,13 +534,16 @@ func TestDashboardInBrowser(t *testing.T) {
 		start := time.Now()
 		var wg sync.WaitGroup
 		errs := make(chan error, 16)
+		bulk := make([]lease.Lease, n)
 		for w := range 16 {
 			wg.Go(func() {
 				for i := w; i < n; i += 16 {
-					if _, err := admin.Acquire(t.Context(), fmt.Sprintf("bulk/%05d", i), fmt.Sprintf("owner-%d", i%97), 10*time.Minute); err != nil {
+					l, err := admin.Acquire(t.Context(), fmt.Sprintf("bulk/%05d", i), fmt.Sprintf("owner-%d", i%97), 10*time.Minute)
+					if err != nil {
 						errs <- err
 						return
 					}
+					bulk[i] = l
 				}
 			})
 		}
@@ -562,5 +596,22 @@ func TestDashboardInBrowser(t *testing.T) {
 			}
 		}
 		screenshot(t, tab, "dashboard-10000.png")
+
+		// 250 releases: the table follows, and the timeline keeps the
+		// latest 200, newest first.
+		for _, l := range bulk[:250] {
+			if err := admin.Release(t.Context(), l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, tab, "the releases", fmt.Sprintf(`document.getElementById('count').dataset.n === '%d'`, n-250))
+		events := eval[[]string](t, tab, `Array.from(document.querySelectorAll('#events li')).map(li => li.dataset.kind + ' ' + li.dataset.key)`)
+		if len(events) != 200 || events[0] != "released bulk/00249" || events[199] != "released bulk/00050" {
+			first, last := "", ""
+			if len(events) > 0 {
+				first, last = events[0], events[len(events)-1]
+			}
+			t.Errorf("timeline: %d entries from %q to %q; want 200 from released bulk/00249 to released bulk/00050", len(events), first, last)
+		}
 	})
 }

@@ -41,7 +41,7 @@
     viewDirty: true,
     history: new Map(), // key -> entries, newest first
     events: [], // newest first
-    eventsDirty: false,
+    newEvents: 0, // events not yet drawn, the first of S.events
     historyDirty: false,
     selected: null,
     skew: 0, // the server's clock minus ours, ms
@@ -147,7 +147,7 @@
     const at = Date.now();
     S.events.unshift({ kind, key: l.key, owner: l.owner, token: l.token, at });
     if (S.events.length > MAX_EVENTS) S.events.length = MAX_EVENTS;
-    S.eventsDirty = true;
+    S.newEvents = Math.min(S.newEvents + 1, MAX_EVENTS);
     remember(kind, l, at);
   }
 
@@ -193,7 +193,7 @@
       S.viewDirty = false;
     }
     drawRows();
-    if (S.eventsDirty) drawEvents();
+    if (S.newEvents) drawEvents();
     if (S.historyDirty) drawHistory();
   }
 
@@ -277,9 +277,12 @@
     return li;
   }
 
+  // drawEvents adds the events not yet drawn at the top of the timeline
+  // and drops the oldest beyond MAX_EVENTS.
   function drawEvents() {
-    S.eventsDirty = false;
-    el.events.replaceChildren(...S.events.map((e) => eventItem(e, true)));
+    el.events.prepend(...S.events.slice(0, S.newEvents).map((e) => eventItem(e, true)));
+    S.newEvents = 0;
+    while (el.events.childElementCount > MAX_EVENTS) el.events.lastElementChild.remove();
   }
 
   function drawHistory() {
@@ -511,7 +514,7 @@
     S.token = '';
     sessionStorage.removeItem(TOKEN_KEY);
     replaceAll(new Map());
-    S.events = []; S.history = new Map(); S.selected = null; S.waiting = new Map(); S.samples = [];
+    S.events = []; S.newEvents = 0; S.history = new Map(); S.selected = null; S.waiting = new Map(); S.samples = [];
     el.rows.replaceChildren(); pool.length = 0;
     el.events.replaceChildren(); el.history.replaceChildren();
     el.main.hidden = true;
