@@ -36,7 +36,7 @@ const Prefix = "/ui/"
 // ContentSecurityPolicy is sent with every file: the page may load only its
 // own script and style sheet and talk only to its own origin.
 const ContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
-	"img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 //go:embed static
 var static embed.FS
