@@ -16,6 +16,7 @@
 //	GET  /v1/leases/{key}              –                             200 lease (no id)            404 not_found
 //	GET  /v1/leases?prefix=P           –                             200 {"leases":[…]} (no ids)  403 forbidden
 //	GET  /v1/watch?prefix=P            –                             200 text/event-stream        403 forbidden, 429 too_many_watchers, 501 unsupported
+//	GET  /v1/stats?prefix=P            –                             200 the server's figures
 //	GET  /healthz                      –                             200 {"status":"ok"}
 //	GET  /readyz                       –                             200 {"status":"ready"}       503 unavailable
 //	GET  /metrics                      –                             Prometheus text format

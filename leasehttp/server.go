@@ -54,7 +54,8 @@ type Server struct {
 	tracker  *tracker
 	queues   *queues
 	watches  *watches
-	failures failureLog // the last failure logged at ERROR
+	waiting  waitingKeys // acquire requests waiting here, per key (GET /v1/stats)
+	failures failureLog  // the last failure logged at ERROR
 
 	// creds are what requests are checked against, swapped whole by
 	// SetCredentials; nil: every request is authorised.
@@ -197,6 +198,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	s.handle("GET /v1/leases/{key}", s.handleGet)
 	s.handle("GET /v1/leases", s.handleList)
 	s.handle("GET /v1/watch", s.handleWatch)
+	s.handle("GET /v1/stats", s.handleStats)
 	s.handle("GET /v1/openapi.json", s.handleOpenAPI)
 	s.handle("GET /healthz", s.handleHealthz)
 	s.handle("GET /readyz", s.handleReadyz)
@@ -598,6 +600,8 @@ func (s *Server) acquireWaiting(rctx context.Context, key string, req acquireReq
 
 	s.metrics.waiters.Inc()
 	defer s.metrics.waiters.Dec()
+	s.waiting.add(key, 1)
+	defer s.waiting.add(key, -1)
 	if s.waitAcq == nil {
 		return s.acquireQueued(ctx, key, req.Owner, req.TTL)
 	}

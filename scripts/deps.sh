@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: PostgreSQL, Redis and
-# MariaDB server binaries and Prometheus's promtool (which checks deploy/'s
-# alert rules) from Debian's packages (as root, via apt-get), and
-# staticcheck through `go install`. Tests start their own throwaway servers;
+# MariaDB server binaries, Prometheus's promtool (which checks deploy/'s
+# alert rules) and Chromium (the dashboard's browser tests) from Debian's
+# packages (as root, via apt-get), and staticcheck through `go install`.
+# Tests start their own throwaway servers;
 # this script only makes the binaries available.
 set -euo pipefail
 
@@ -14,6 +15,12 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v mariadb-install-db >/dev/null 2>&1 && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } ||
   need+=(mariadb-server)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# The dashboard's browser tests (leasehttp/ui) drive headless Chromium, found
+# as $LEASE_CHROMIUM or on PATH as the tests look for it.
+if [ -z "${LEASE_CHROMIUM:-}" ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+    command -v google-chrome >/dev/null 2>&1 || command -v google-chrome-stable >/dev/null 2>&1 || need+=(chromium)
+fi
 
 # service_of PACKAGE: the name of the service PACKAGE installs.
 service_of() { if [ "$1" = mariadb-server ]; then echo mariadb; else echo "$1"; fi; }

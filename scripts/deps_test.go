@@ -60,6 +60,7 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 		haveRedis   bool   // redis-server is installed
 		haveMariaDB bool   // mariadb-install-db and mariadbd are installed
 		noPromtool  bool   // promtool is missing
+		noChromium  bool   // chromium is not installed
 		running     string // services running before
 		policy      string // the system's policy-rc.d; empty: none
 		wantRunning string // services running after
@@ -89,6 +90,11 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			haveRedis: true, running: "mariadb", policy: allowAll,
 			wantRunning: "mariadb",
 			wantLog:     "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\n",
+		},
+		{
+			name:      "chromium missing",
+			haveRedis: true, haveMariaDB: true, noChromium: true,
+			wantLog: "install postgresql\ninstall chromium\n",
 		},
 		{
 			name:      "mariadb-server missing, nothing running, policy-rc.d allowing starts",
@@ -123,6 +129,9 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			}
 			if tc.haveRedis {
 				files[filepath.Join(bin, "redis-server")] = "#!/bin/sh\nexit 0\n"
+			}
+			if !tc.noChromium {
+				files[filepath.Join(bin, "chromium")] = "#!/bin/sh\nexit 0\n"
 			}
 			if tc.haveMariaDB {
 				files[filepath.Join(bin, "mariadb-install-db")] = "#!/bin/sh\nexit 0\n"

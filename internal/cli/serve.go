@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/leasehttp/ui"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -342,7 +344,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		})
 	}
 	s.http = &http.Server{
-		Handler:      s.api,
+		Handler:      withDashboard(s.api),
 		ReadTimeout:  s.cfg.ReadTimeout, // also the headers' (ReadHeaderTimeout 0)
 		WriteTimeout: s.cfg.WriteTimeout,
 		IdleTimeout:  s.cfg.IdleTimeout,
@@ -493,4 +495,18 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// withDashboard serves the dashboard (package ui) under /ui and everything
+// else by api. It routes on the path's prefix alone: a ServeMux in front
+// would clean and redirect paths that api answers itself (an empty key).
+func withDashboard(api http.Handler) http.Handler {
+	dash := ui.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == "/ui" || strings.HasPrefix(p, ui.Prefix) {
+			dash.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }

@@ -206,6 +206,60 @@ export type UnsupportedError = Error & {
   };
 };
 
+export type Stats = {
+  /**
+   * The server's clock when it answered, RFC 3339 in UTC with milliseconds: a page compares its own clock with it to count down expiries.
+   */
+  now: string;
+  /**
+   * Acquire requests that got the lease.
+   */
+  acquisitions: number;
+  /**
+   * Acquire requests answered `held` (also waits that ended without the lease).
+   */
+  acquire_refusals: number;
+  /**
+   * Acquire requests the backend failed.
+   */
+  acquire_errors: number;
+  /**
+   * Renew requests that renewed.
+   */
+  renewals: number;
+  /**
+   * Renew requests answered `not_held` or failed by the backend.
+   */
+  renew_failures: number;
+  /**
+   * Release requests that released.
+   */
+  releases: number;
+  /**
+   * Leases granted or renewed through this server that expired without a release.
+   */
+  expirations: number;
+  /**
+   * Leases granted or renewed through this server and neither released nor expired (judged on this server's clock).
+   */
+  active_leases: number;
+  /**
+   * Acquire requests now waiting (`wait_ms`) for a held key.
+   */
+  waiters: number;
+  /**
+   * Watch streams now open.
+   */
+  watchers: number;
+  /**
+   * Keys under `prefix` that the credential covers, in key order, each with the number of acquire requests waiting for it at this server.
+   */
+  waiting: Array<{
+    key: Name;
+    waiters: number;
+  }>;
+};
+
 /** The API's operations by operationId: method, path template and parameters. */
 export const operations = {
   acquire: { method: "POST", path: "/v1/leases/{key}/acquire", pathParams: ["key"], query: [] },
@@ -219,6 +273,7 @@ export const operations = {
   readyz: { method: "GET", path: "/readyz", pathParams: [], query: [] },
   metrics: { method: "GET", path: "/metrics", pathParams: [], query: [] },
   watchLeases: { method: "GET", path: "/v1/watch", pathParams: [], query: ["prefix"] },
+  getStats: { method: "GET", path: "/v1/stats", pathParams: [], query: ["prefix"] },
 } as const;
 
 /** Each operation's request body and answers by status. */
@@ -338,6 +393,15 @@ export interface Operations {
       429: TooManyWatchersError;
       501: UnsupportedError;
       503: UnavailableError;
+    };
+  };
+  getStats: {
+    request: undefined;
+    responses: {
+      200: Stats;
+      400: InvalidError;
+      401: UnauthorizedError;
+      403: ForbiddenError;
     };
   };
 }
