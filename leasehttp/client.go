@@ -239,11 +239,12 @@ var errNotSent = errors.New("leasehttp: request not sent")
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
 // A failure to get an answer, and a 503, move later requests on to the next
-// endpoint.
+// endpoint; the caller's own context ending says nothing about the
+// endpoint, and does not.
 func (c *Client) roundTrip(ctx context.Context, method, path string, body any, wait time.Duration) (*response, error) {
 	i, base := c.endpoint()
 	resp, err := c.roundTripTo(ctx, base, method, path, body, wait)
-	if err != nil || resp.status == http.StatusServiceUnavailable {
+	if (err != nil && ctx.Err() == nil) || (err == nil && resp.status == http.StatusServiceUnavailable) {
 		c.failedAt(i)
 	}
 	return resp, err

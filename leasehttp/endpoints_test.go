@@ -1,6 +1,7 @@
 package leasehttp_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -297,5 +298,29 @@ func TestWatchStartsOnTheNextEndpoint(t *testing.T) {
 	}
 	if got := calls(rs2...); !slices.Equal(got, []int32{1, 1}) {
 		t.Fatalf("replica calls %v, want [1 1]", got)
+	}
+}
+
+// TestCancelledCallDoesNotMoveOn: a caller ending its own request says
+// nothing about the endpoint, so the next request goes to the same one.
+func TestCancelledCallDoesNotMoveOn(t *testing.T) {
+	rs, store := replicas(t, 2)
+	if _, err := store.Acquire(ctxFor(t), "multi/held", "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, rs[0].url+","+rs[1].url)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// No deadline: the request waits on the server until the caller
+	// cancels it.
+	time.AfterFunc(100*time.Millisecond, cancel)
+	if _, err := c.AcquireWait(ctx, "multi/held", "w", time.Minute); err == nil {
+		t.Fatal("AcquireWait of a held key succeeded")
+	}
+	if _, err := c.Get(ctxFor(t), "multi/held"); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(rs...); got[1] != 0 {
+		t.Fatalf("replica calls %v: a cancelled wait moved the client on to the second replica", got)
 	}
 }

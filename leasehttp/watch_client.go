@@ -119,7 +119,7 @@ func (c *Client) openWatch(ctx context.Context, prefix string) (io.ReadCloser, e
 func (c *Client) openWatchOnce(ctx context.Context, path string) (io.ReadCloser, *response, error) {
 	i, base := c.endpoint()
 	body, resp, err := c.openWatchAt(ctx, base, path)
-	if err != nil || (resp != nil && resp.status == http.StatusServiceUnavailable) {
+	if (err != nil && ctx.Err() == nil) || (resp != nil && resp.status == http.StatusServiceUnavailable) {
 		c.failedAt(i)
 	}
 	return body, resp, err
