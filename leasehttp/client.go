@@ -29,7 +29,8 @@ import (
 // A Client may be given several endpoints, replicas of one service (lease
 // serve processes over one etcd cluster): it sends every request to the
 // endpoint that last worked, and moves on to the next one in the list when
-// a request fails there in a way the retry rules allow to repeat.
+// a request there gets no answer or a 503. The request itself is sent
+// again, to the next endpoint, only where the retry rules allow.
 //
 // Retries (see the package documentation): Get and List are retried after
 // any failure to get an answer; Renew too, since renewing twice with the
@@ -244,12 +245,15 @@ var errNotSent = errors.New("leasehttp: request not sent")
 func (c *Client) roundTrip(ctx context.Context, method, path string, body any, wait time.Duration) (*response, error) {
 	i, base := c.endpoint()
 	resp, err := c.roundTripTo(ctx, base, method, path, body, wait)
-	if (err != nil && ctx.Err() == nil) || (err == nil && resp.status == http.StatusServiceUnavailable) {
+	switch {
+	case err == nil && resp.status == http.StatusServiceUnavailable,
+		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
 		c.failedAt(i)
 	}
 	return resp, err
 }
 
+// roundTripTo is roundTrip to the endpoint base.
 func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body any, wait time.Duration) (*response, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
 	defer cancel()

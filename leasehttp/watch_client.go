@@ -119,11 +119,15 @@ func (c *Client) openWatch(ctx context.Context, prefix string) (io.ReadCloser, e
 func (c *Client) openWatchOnce(ctx context.Context, path string) (io.ReadCloser, *response, error) {
 	i, base := c.endpoint()
 	body, resp, err := c.openWatchAt(ctx, base, path)
-	if (err != nil && ctx.Err() == nil) || (resp != nil && resp.status == http.StatusServiceUnavailable) {
+	switch {
+	case resp != nil && resp.status == http.StatusServiceUnavailable,
+		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
 		c.failedAt(i)
 	}
 	return body, resp, err
 }
+
+// openWatchAt is openWatchOnce to the endpoint base.
 
 func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadCloser, *response, error) {
 	// The request's context lives as long as the stream; until the answer
