@@ -11,7 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -24,13 +26,22 @@ import (
 // FIFO wait rather than polling, and lease.Watcher through GET /v1/watch
 // (watch_client.go). A Client is safe for concurrent use.
 //
+// A Client may be given several endpoints, replicas of one service (lease
+// serve processes over one etcd cluster): it sends every request to the
+// endpoint that last worked, and moves on to the next one in the list when
+// a request there gets no answer or a 503. The request itself is sent
+// again, to the next endpoint, only where the retry rules allow.
+//
 // Retries (see the package documentation): Get and List are retried after
 // any failure to get an answer; Renew too, since renewing twice with the
 // same token and ID is harmless; Release too, but a not_held answer after a
 // first attempt of unknown outcome says so in its message; Acquire only if
 // the request provably never left (the connection could not be made).
 type Client struct {
-	base string // scheme://host[:port][/path], no trailing slash
+	// endpoints are scheme://host[:port][/path], no trailing slash, in the
+	// order given; cur is the index of the one requests go to (sticky).
+	endpoints []string
+	cur       atomic.Uint32
 	clientConfig
 	attempts int
 	backoff  time.Duration
@@ -108,17 +119,25 @@ func WithWaitChunk(d time.Duration) ClientOption {
 }
 
 // NewClient returns a Client for the server at baseURL ("http://host:port",
-// optionally with a path prefix the server is mounted under).
+// optionally with a path prefix the server is mounted under), or for
+// several servers of one service, their URLs separated by commas
+// ("http://a:7420, http://b:7420"; spaces around a URL are ignored, a comma
+// inside a path is written %2C).
+// Requests go to the first until it fails, then to the next (see Client).
 func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: leasehttp: server URL: %v", lease.ErrInvalid, err)
+	var endpoints []string
+	for raw := range strings.SplitSeq(baseURL, ",") {
+		ep, err := parseEndpoint(raw)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(endpoints, ep) {
+			return nil, fmt.Errorf("%w: leasehttp: server URL %q is listed twice", lease.ErrInvalid, raw)
+		}
+		endpoints = append(endpoints, ep)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%w: leasehttp: server URL %q: scheme must be http or https", lease.ErrInvalid, baseURL)
-	}
-	if u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%w: leasehttp: server URL %q: want scheme://host[:port][/path] without user, query or fragment", lease.ErrInvalid, baseURL)
+	if len(endpoints) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: leasehttp: %d server URLs", lease.ErrInvalid, len(endpoints))
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Many goroutines share one Client; the default of 2 idle connections
@@ -128,7 +147,7 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 	// header to every request.
 	tr.DisableCompression = true
 	c := &Client{
-		base: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
+		endpoints: endpoints,
 		clientConfig: clientConfig{
 			hc:        &http.Client{Transport: tr},
 			ownHC:     true,
@@ -144,6 +163,44 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// parseEndpoint checks one server URL and returns it without a trailing
+// slash.
+func parseEndpoint(raw string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", fmt.Errorf("%w: leasehttp: server URL is empty (two commas in a row, or one at an end?)", lease.ErrInvalid)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: leasehttp: server URL: %v", lease.ErrInvalid, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%w: leasehttp: server URL %q: scheme must be http or https", lease.ErrInvalid, raw)
+	}
+	if u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%w: leasehttp: server URL %q: want scheme://host[:port][/path] without user, query or fragment", lease.ErrInvalid, raw)
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"), nil
+}
+
+// Endpoints returns the servers the Client was given, in order.
+func (c *Client) Endpoints() []string { return slices.Clone(c.endpoints) }
+
+// endpoint returns the endpoint requests go to now, and its index.
+func (c *Client) endpoint() (int, string) {
+	i := int(c.cur.Load())
+	return i, c.endpoints[i]
+}
+
+// failedAt moves requests on from endpoint i to the next one, unless
+// another request already did: several requests failing on one endpoint
+// at once move on by one, not by as many.
+func (c *Client) failedAt(i int) {
+	if len(c.endpoints) > 1 {
+		c.cur.CompareAndSwap(uint32(i), uint32((i+1)%len(c.endpoints)))
+	}
 }
 
 // Close closes the idle connections of the Client's own HTTP client (not
@@ -183,7 +240,22 @@ var errNotSent = errors.New("leasehttp: request not sent")
 // roundTrip sends one request. wait is added to the timeout for a long poll.
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
+// A failure to get an answer, and a 503, move later requests on to the next
+// endpoint; the caller's own context ending says nothing about the
+// endpoint, and does not.
 func (c *Client) roundTrip(ctx context.Context, method, path string, body any, wait time.Duration) (*response, error) {
+	i, base := c.endpoint()
+	resp, err := c.roundTripTo(ctx, base, method, path, body, wait)
+	switch {
+	case err == nil && resp.status == http.StatusServiceUnavailable,
+		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
+		c.failedAt(i)
+	}
+	return resp, err
+}
+
+// roundTripTo is roundTrip to the endpoint base.
+func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body any, wait time.Duration) (*response, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
 	defer cancel()
 	var rd io.Reader
@@ -194,7 +266,7 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body any, w
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("%w: leasehttp: %v", lease.ErrInvalid, err)
 	}
@@ -224,10 +296,13 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body any, w
 	return &response{status: resp.StatusCode, body: b}, nil
 }
 
-// retry sends a request up to c.attempts times. A request that provably
-// never left is always tried again; one whose outcome is unknown (the answer
-// was lost, or the server answered 503) only if retryUnknown. It reports
-// whether an attempt before the last had an unknown outcome.
+// retry sends a request up to c.attempts times to each endpoint. A request
+// that provably never left is always tried again; one whose outcome is
+// unknown (the answer was lost, or the server answered 503) only if
+// retryUnknown. Each attempt goes to the endpoint roundTrip picks, which a
+// failure moves on: the next attempt goes to the next endpoint at once, and
+// only after every endpoint has failed once more does retry back off. It
+// reports whether an attempt before the last had an unknown outcome.
 func (c *Client) retry(ctx context.Context, retryUnknown bool, send func() (*response, error)) (resp *response, err error, uncertain bool) {
 	backoff := c.backoff
 	for attempt := 1; ; attempt++ {
@@ -241,20 +316,33 @@ func (c *Client) retry(ctx context.Context, retryUnknown bool, send func() (*res
 		default:
 			again = retryUnknown
 		}
-		if !again || attempt >= c.attempts || ctx.Err() != nil {
+		if !again || attempt >= c.attempts*len(c.endpoints) || ctx.Err() != nil {
 			return resp, err, uncertain
 		}
 		if !errors.Is(err, errNotSent) {
 			uncertain = true
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !c.pause(ctx, attempt, &backoff) {
 			return resp, err, uncertain
 		}
-		backoff *= 4
+	}
+}
+
+// pause waits before attempt+1: not at all while some endpoint has not yet
+// been tried in this round, else *backoff, which it then quadruples. It
+// returns false if ctx ended first.
+func (c *Client) pause(ctx context.Context, attempt int, backoff *time.Duration) bool {
+	if attempt%len(c.endpoints) != 0 {
+		return true
+	}
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		*backoff *= 4
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -228,6 +228,19 @@
 //     matching lease.ErrUnavailable saying the outcome is unknown: the lease
 //     may have been granted, and if so expires after its TTL.
 //
+// A Client given several endpoints (NewClient with comma-separated URLs:
+// replicas of one service, such as lease serve processes over one etcd
+// cluster) sends every request to the endpoint that last worked. A request
+// that could not connect there, got no answer, or was answered 503, moves
+// later requests on to the next endpoint in the list (wrapping around); the
+// request itself is tried again there at once, under the rules above, and
+// the backoff applies only after every endpoint has failed in turn (so up
+// to 3 attempts per endpoint). An Acquire whose outcome is unknown is thus
+// never sent to another replica either. Watch opens its stream the same
+// way; a stream that breaks is not reopened, and the next Watch starts on
+// the next endpoint if this one cannot be reached. The rules, and why they
+// are safe, are in docs/DESIGN.md (Multi-endpoint clients).
+//
 // Every transport failure matches lease.ErrUnavailable. AcquireWait asks
 // for up to WithWaitChunk (30 s) per request, or until just before its
 // context's deadline, and asks again while the key is held; a cancelled

@@ -101,31 +101,40 @@ func (c *Client) openWatch(ctx context.Context, prefix string) (io.ReadCloser, e
 			return body, nil
 		}
 		again := errors.Is(err, errNotSent) || (err == nil && resp.status == http.StatusServiceUnavailable)
-		if !again || attempt >= c.attempts || ctx.Err() != nil {
+		if !again || attempt >= c.attempts*len(c.endpoints) || ctx.Err() != nil {
 			if err != nil {
 				return nil, transportError("watch", prefix, err, "")
 			}
 			return nil, answerError("watch", prefix, resp)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !c.pause(ctx, attempt, &backoff) {
 			return nil, transportError("watch", prefix, context.Cause(ctx), "")
 		}
-		backoff *= 4
 	}
 }
 
 // openWatchOnce sends one watch request: it returns the stream's body, or
-// the error answer, or the failure to get either.
+// the error answer, or the failure to get either. A failure to get an
+// answer, and a 503, move later requests on to the next endpoint.
 func (c *Client) openWatchOnce(ctx context.Context, path string) (io.ReadCloser, *response, error) {
+	i, base := c.endpoint()
+	body, resp, err := c.openWatchAt(ctx, base, path)
+	switch {
+	case resp != nil && resp.status == http.StatusServiceUnavailable,
+		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
+		c.failedAt(i)
+	}
+	return body, resp, err
+}
+
+// openWatchAt is openWatchOnce to the endpoint base.
+
+func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadCloser, *response, error) {
 	// The request's context lives as long as the stream; until the answer
 	// begins it is also bounded by the Client's timeout.
 	rctx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(c.timeout, func() { cancel(errWatchHeaders) })
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, c.base+path, nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, base+path, nil)
 	if err != nil {
 		timer.Stop()
 		cancel(nil)

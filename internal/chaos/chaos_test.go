@@ -14,7 +14,8 @@ import (
 // histories linearizable, progress after each fault (inside Run), every
 // fault kind injected, and at least one late write that the guard had to
 // reject — or the run never produced the danger it is meant to survive.
-func runChaos(t *testing.T, cfg chaos.Config) {
+// It returns the run's result for more checks.
+func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 	t.Helper()
 	res := chaos.Run(t, cfg)
 	s := res.Stats
@@ -35,6 +36,7 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 	if s.Rejected == 0 {
 		t.Errorf("no late write was rejected: the pauses never let a stale writer reach the register, so the run proved nothing")
 	}
+	return res
 }
 
 func TestChaosBoltHTTP(t *testing.T) {

@@ -13,6 +13,15 @@
 // engine keeps the lease — then removes it and waits until some worker makes
 // progress (an accepted write that started after the fault ended).
 //
+// An engine may bring crashes of its own (Engine.Crashes): the replicated
+// engine of replicated_test.go — three `lease serve` replicas over a
+// three-member etcd cluster, reached through multi-endpoint leasehttp
+// clients — kills a replica (kill -9) or the etcd leader. For those the
+// driver waits for progress with the fault still in place, then heals it
+// (restarts what it killed) and waits again, and records both times
+// (Stats.Recoveries: from the fault, or the heal, to the answer of the
+// first accepted write invoked after it).
+//
 // Two histories are checked with porcupine (Check):
 //
 //   - the register history (writes with their token and whether the guard

@@ -129,6 +129,23 @@ func (r *Recorder) ProgressAfter(t int64) bool {
 	return r.acceptedCall > t
 }
 
+// FirstAcceptedAfter returns the earliest answer time of an accepted write
+// invoked after t, and whether there is one: when the workers made progress
+// after a fault that began at t.
+func (r *Recorder) FirstAcceptedAfter(t int64) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first int64
+	found := false
+	for _, op := range r.register {
+		in, out := op.Input.(RegisterInput), op.Output.(RegisterOutput)
+		if in.Kind == OpWrite && out.Accepted && op.Call > t && (!found || op.Return < first) {
+			first, found = op.Return, true
+		}
+	}
+	return first, found
+}
+
 // describeEvents formats events in start order for a failure message.
 func describeEvents(events []Event, last int) string {
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Start < events[j].Start })

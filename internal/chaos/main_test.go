@@ -35,6 +35,7 @@ var thirdPartyLeaks = []goleak.Option{
 // anything a leak.
 func TestMain(m *testing.M) {
 	code := mysqltest.M(pgtest.M(m)).Run() // stops the throwaway PostgreSQL and MariaDB
+	removeLeaseBinary()
 	if code == 0 {
 		deadline := time.Now().Add(15 * time.Second)
 		for {

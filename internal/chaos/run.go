@@ -42,6 +42,23 @@ type Engine struct {
 	Guard func(t testing.TB, key string, mode fence.Mode) Register
 	// GuardName names the guard in logs (default "memory").
 	GuardName string
+	// Crashes are faults the engine injects itself beyond Restart — killing
+	// one of several server processes, say — chosen by their Kind in
+	// Config.Kinds.
+	Crashes []Crash
+}
+
+// Crash is a fault an Engine injects itself. The driver measures progress
+// from the moment Inject is called, with the fault still in place (a
+// replicated service must go on without the process it lost), then lets
+// the fault last its chosen time, heals it, and waits for progress again.
+type Crash struct {
+	// Kind names the crash in Config.Kinds, the stats and the log.
+	Kind Fault
+	// Inject applies the fault on the test goroutine (it may fail t) and
+	// returns what it did and a function that ends it (restarts what it
+	// killed).
+	Inject func(t testing.TB, rng *rand.Rand) (what string, heal func(t testing.TB))
 }
 
 // Fault is a kind of fault the driver injects.
@@ -100,6 +117,18 @@ type Stats struct {
 	Pauses                                                         int           // worker pauses, the driver's and random ones
 	Faults                                                         map[Fault]int // faults injected by the driver
 	Duration                                                       time.Duration // from the first worker's start to the last one's end
+	// Recoveries are, for each Crash injected and each heal, the time from
+	// it to the end of the first accepted write invoked after it.
+	Recoveries []Recovery
+}
+
+// Recovery is how long the workers took to make progress after a crash.
+type Recovery struct {
+	Fault Fault
+	// Healed is false for the time from the injection (the fault still in
+	// place), true for the time from the heal.
+	Healed bool
+	After  time.Duration
 }
 
 // Result is what a run found.
@@ -266,6 +295,9 @@ func withDefaults(cfg Config) Config {
 				cfg.Kinds = append(cfg.Kinds, f)
 			}
 		}
+		for _, c := range cfg.Engine.Crashes {
+			cfg.Kinds = append(cfg.Kinds, c.Kind)
+		}
 	}
 	if cfg.ProgressTimeout == 0 {
 		cfg.ProgressTimeout = 10*time.Second + 10*(cfg.TTL+cfg.Engine.Linger)
@@ -423,6 +455,11 @@ func (r *run) drive(t *testing.T, proxies *Proxies) {
 			kind = r.cfg.Kinds[rng.IntN(len(r.cfg.Kinds))]
 		}
 		d := ttl/2 + time.Duration(rng.Int64N(int64(3*ttl/2)))
+		if c, ok := r.crash(kind); ok {
+			r.crashAndHeal(t, c, i+1, d, rng)
+			time.Sleep(ttl + time.Duration(rng.Int64N(int64(ttl))))
+			continue
+		}
 		start := r.rec.Now()
 		var what string
 		switch kind {
@@ -447,6 +484,55 @@ func (r *run) drive(t *testing.T, proxies *Proxies) {
 		// Some ordinary work between faults.
 		time.Sleep(ttl + time.Duration(rng.Int64N(int64(ttl))))
 	}
+}
+
+// crash returns the engine's Crash of kind, if it has one.
+func (r *run) crash(kind Fault) (Crash, bool) {
+	for _, c := range r.cfg.Engine.Crashes {
+		if c.Kind == kind {
+			return c, true
+		}
+	}
+	return Crash{}, false
+}
+
+// crashAndHeal injects c as fault number n, waits for progress with the
+// fault in place, keeps it d in all, heals it and waits for progress again,
+// recording both recoveries.
+func (r *run) crashAndHeal(t *testing.T, c Crash, n int, d time.Duration, rng *rand.Rand) {
+	began := time.Now()
+	start := r.rec.Now()
+	what, heal := c.Inject(t, rng)
+	if t.Failed() {
+		if heal != nil {
+			heal(t)
+		}
+		return
+	}
+	r.awaitProgress(t, fmt.Sprintf("fault %d (%s: %s), while it lasted", n, c.Kind, what), start)
+	r.recovered(c.Kind, false, start)
+	if left := d - time.Since(began); left > 0 {
+		time.Sleep(left)
+	}
+	healed := r.rec.Now()
+	heal(t)
+	end := r.rec.Now()
+	r.rec.Event(-1, start, end, string(c.Kind), "%s, healed after %v", what, time.Duration(healed-start).Round(time.Millisecond))
+	r.count(func(s *Stats) { s.Faults[c.Kind]++ })
+	r.awaitProgress(t, fmt.Sprintf("healing fault %d (%s: %s)", n, c.Kind, what), healed)
+	r.recovered(c.Kind, true, healed)
+}
+
+// recovered records how long after since the first write invoked after it
+// was accepted (awaitProgress has seen one, unless it failed).
+func (r *run) recovered(kind Fault, healed bool, since int64) {
+	ret, ok := r.rec.FirstAcceptedAfter(since)
+	if !ok {
+		return
+	}
+	r.count(func(s *Stats) {
+		s.Recoveries = append(s.Recoveries, Recovery{Fault: kind, Healed: healed, After: time.Duration(ret - since)})
+	})
 }
 
 // requestPause asks a worker that holds a lease (or any, if none does right

@@ -7,7 +7,8 @@ import (
 	"github.com/leasehq/lease/leasehttp"
 )
 
-// dialHTTP returns a leasehttp client for the server at url.
+// dialHTTP returns a leasehttp client for the server at url, or for the
+// replicas at a comma-separated list of URLs.
 func dialHTTP(url, token string, timeout time.Duration) (lease.Backend, error) {
 	var opts []leasehttp.ClientOption
 	if timeout > 0 {

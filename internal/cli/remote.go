@@ -33,13 +33,16 @@ type remoteFlags struct {
 }
 
 const remoteEnvHelp = `The server is --server, else $LEASE_SERVER, else ` + DefaultServer + `.
+Several replicas of one service are given comma-separated
+(http://a:7420,http://b:7420): requests go to the one that last answered and
+move on to the next when it cannot be reached or answers 503.
 The bearer token is $LEASE_AUTH_TOKEN (not a flag: command lines are visible to
 other users through ps).`
 
 // add defines the flags on cmd; a command that queues adds --wait with
 // addWaitFlag afterwards.
 func (r *remoteFlags) add(cmd *cobra.Command, withOutput bool) {
-	cmd.Flags().StringVar(&r.server, "server", "", "server `URL` (default $"+EnvServer+" or "+DefaultServer+")")
+	cmd.Flags().StringVar(&r.server, "server", "", "server `URL`, or several replicas' comma-separated (default $"+EnvServer+" or "+DefaultServer+")")
 	cmd.Flags().DurationVar(&r.timeout, "timeout", 30*time.Second, "give up on the server after this long")
 	if withOutput {
 		cmd.Flags().StringVarP(&r.output, "output", "o", "text", "output `FORMAT`: text or json (the lease as the API returns it)")
@@ -105,18 +108,24 @@ func (r *remoteFlags) dial(a *app, timeout time.Duration) (lease.Backend, error)
 	return b, nil
 }
 
-// checkServerURL catches the commonest slip in a server address, a missing
+// checkServerURL catches the commonest slips in a server address, a missing
 // scheme (127.0.0.1:7420, which url.Parse rejects with a message about path
-// segments, or localhost:7420, which it reads as scheme "localhost"), with
-// one message whether the address came from --server or $LEASE_SERVER (from
-// says which). The rest is checked by the client that dials it.
-func checkServerURL(url, from string) error {
-	scheme, _, ok := strings.Cut(url, "://")
-	switch {
-	case !ok:
-		return usageError(fmt.Errorf("%s %q has no scheme: want a URL such as http://%s", from, url, url))
-	case !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https"):
-		return usageError(fmt.Errorf("%s %q: scheme %q is not http or https", from, url, scheme))
+// segments, or localhost:7420, which it reads as scheme "localhost") and an
+// empty entry in a comma-separated list, with one message whether the
+// address came from --server or $LEASE_SERVER (from says which). The rest is
+// checked by the client that dials it.
+func checkServerURL(urls, from string) error {
+	for url := range strings.SplitSeq(urls, ",") {
+		if url = strings.TrimSpace(url); url == "" {
+			return usageError(fmt.Errorf("%s %q has an empty entry: want URLs separated by single commas, such as http://a:7420,http://b:7420", from, urls))
+		}
+		scheme, _, ok := strings.Cut(url, "://")
+		switch {
+		case !ok:
+			return usageError(fmt.Errorf("%s %q has no scheme: want a URL such as http://%s", from, url, url))
+		case !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https"):
+			return usageError(fmt.Errorf("%s %q: scheme %q is not http or https", from, url, scheme))
+		}
 	}
 	return nil
 }

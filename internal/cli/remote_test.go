@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,5 +107,53 @@ func TestTimeoutFlagBoundsTheWait(t *testing.T) {
 	r = run("acquire", "slow", "--ttl", "1m", "-o", "json")
 	if r.code != ExitOK {
 		t.Fatalf("default --timeout 30s, server answering after %v: exit %d, stderr %q", delay, r.code, r.stderr)
+	}
+}
+
+// TestServerListFailsOver: --server and $LEASE_SERVER take several replicas'
+// URLs, comma-separated; with the first one down, every client command
+// reaches the next. The list reaches the client whole (not just its first
+// URL), and a slip in any entry is a usage error naming it.
+func TestServerListFailsOver(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	live, _ := apiServer(t)
+	servers := dead + "," + live.URL
+	for _, via := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"--server", nil, []string{"--server", servers}},
+		{"$" + EnvServer, map[string]string{EnvServer: servers}, nil},
+	} {
+		r := cliHTTP(t, via.env, nil, append([]string{"acquire", "multi/" + via.name[1:], "--ttl", "1m", "-o", "json"}, via.args...)...)
+		if r.code != ExitOK {
+			t.Fatalf("acquire with %s %q: exit %d, stderr %q", via.name, servers, r.code, r.stderr)
+		}
+		r = cliHTTP(t, via.env, nil, append([]string{"get", "multi/" + via.name[1:]}, via.args...)...)
+		if r.code != ExitOK {
+			t.Fatalf("get with %s %q: exit %d, stderr %q", via.name, servers, r.code, r.stderr)
+		}
+	}
+	r := cli(t, memstore.New(), nil, nil, "get", "job", "--server", "http://a:1, http://b:2")
+	if r.url != "http://a:1, http://b:2" {
+		t.Errorf("a list: dialled %q (stderr %q); want the whole list passed on", r.url, r.stderr)
+	}
+	for _, bad := range []struct{ list, want string }{
+		{"http://a:1,b:2", "http://b:2"},
+		{"http://a:1,,http://b:2", "empty entry"},
+		{"http://a:1,", "empty entry"},
+		{"http://a:1,ftp://b", `"ftp"`},
+	} {
+		r := cli(t, memstore.New(), map[string]string{EnvServer: bad.list}, nil, "get", "job")
+		if r.code != ExitUsage || r.url != "" {
+			t.Errorf("$%s=%q: exit %d, dialled %q; want a usage error", EnvServer, bad.list, r.code, r.url)
+		}
+		oneErrorLine(t, r, "$"+EnvServer, bad.want)
 	}
 }

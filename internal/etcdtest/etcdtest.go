@@ -47,6 +47,14 @@ import (
 // existing etcd (comma-separated client URLs) instead of an embedded one.
 const EnvEndpoints = "LEASE_TEST_ETCD_ENDPOINTS"
 
+// ClusterHeartbeat and ClusterElection are the Raft heartbeat interval and
+// election timeout of StartCluster's members: a new leader is elected
+// within about two election timeouts of the old one's loss.
+const (
+	ClusterHeartbeat = 25 * time.Millisecond
+	ClusterElection  = 250 * time.Millisecond
+)
+
 // startTimeout bounds how long a server or cluster may take to become ready.
 const startTimeout = 30 * time.Second
 
@@ -135,7 +143,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if n < 1 {
 		t.Fatalf("etcdtest: cluster of %d members", n)
 	}
-	return startCluster(t, n, 25, 250)
+	return startCluster(t, n, uint(ClusterHeartbeat/time.Millisecond), uint(ClusterElection/time.Millisecond))
 }
 
 func startCluster(t testing.TB, n int, tickMs, elecMs uint) *Cluster {
