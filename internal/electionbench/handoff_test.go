@@ -41,6 +41,9 @@ type handoff struct {
 //   - delete-watch-floor: the leader's key deleted, and the deletion
 //     reaching a watcher that was waiting for it (synced): the least any
 //     election on etcd must do, one committed write and one event;
+//   - delete-watch-claim: the same, and the watcher then claims with a
+//     Txn that creates the key if absent: the least an election must do
+//     whose next term's token is made at the hand-off, as etcdstore's is;
 //   - etcd-election: concurrency.Election, leader and candidate each on a
 //     session and client of its own: Resign is a Delete; the candidate,
 //     queued by its key's create revision, wakes on the deletion and reads
@@ -73,35 +76,62 @@ func BenchmarkCompareElection(b *testing.B) {
 		}
 		return nil
 	}
-	rows := []handoff{
-		{"delete-watch-floor", func(ctx context.Context, r int) (time.Duration, error) {
-			k := fmt.Sprintf("%sfloor/%d", pfx, r)
-			if _, err := floorCli.Put(ctx, k, "L"); err != nil {
-				return 0, err
-			}
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			wch := watchCli.Watch(wctx, k, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-			if wr := <-wch; !wr.Created {
-				return 0, fmt.Errorf("watch of %q not created: %v", k, wr.Err())
-			}
-			got := make(chan time.Time, 1)
-			go func() {
-				for wr := range wch {
-					for _, ev := range wr.Events {
-						if ev.Type == mvccpb.DELETE {
-							got <- time.Now()
-							return
+	// deleteWatch deletes a leader's key, after a term, that a synced
+	// watcher waits for; on the deletion the watcher calls then (if any),
+	// and the time from the deletion's request to then's return is the
+	// hand-off.
+	deleteWatch := func(ctx context.Context, k string, then func(context.Context) error) (time.Duration, error) {
+		if _, err := floorCli.Put(ctx, k, "L"); err != nil {
+			return 0, err
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		wch := watchCli.Watch(wctx, k, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		if wr := <-wch; !wr.Created {
+			return 0, fmt.Errorf("watch of %q not created: %v", k, wr.Err())
+		}
+		got := make(chan won, 1)
+		go func() {
+			for wr := range wch {
+				for _, ev := range wr.Events {
+					if ev.Type == mvccpb.DELETE {
+						var err error
+						if then != nil {
+							err = then(ctx)
 						}
+						got <- won{time.Now(), err}
+						return
 					}
 				}
-			}()
-			time.Sleep(handoffTerm)
-			t0 := time.Now()
-			if _, err := floorCli.Delete(ctx, k); err != nil {
+			}
+		}()
+		time.Sleep(handoffTerm)
+		t0 := time.Now()
+		if _, err := floorCli.Delete(ctx, k); err != nil {
+			return 0, err
+		}
+		w := <-got
+		return w.at.Sub(t0), w.err
+	}
+	rows := []handoff{
+		{"delete-watch-floor", func(ctx context.Context, r int) (time.Duration, error) {
+			return deleteWatch(ctx, fmt.Sprintf("%sfloor/%d", pfx, r), nil)
+		}},
+		{"delete-watch-claim", func(ctx context.Context, r int) (time.Duration, error) {
+			k := fmt.Sprintf("%sclaim/%d", pfx, r)
+			d, err := deleteWatch(ctx, k, func(ctx context.Context) error {
+				resp, err := watchCli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+					Then(clientv3.OpPut(k, "F")).Commit()
+				if err == nil && !resp.Succeeded {
+					err = fmt.Errorf("claim of %q refused", k)
+				}
+				return err
+			})
+			if err != nil {
 				return 0, err
 			}
-			return (<-got).Sub(t0), nil
+			_, err = floorCli.Delete(ctx, k)
+			return d, err
 		}},
 		{"etcd-election", func(ctx context.Context, r int) (time.Duration, error) {
 			key := fmt.Sprintf("%selection/%d/", pfx, r)
