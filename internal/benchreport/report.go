@@ -108,6 +108,9 @@ func statusText(o Outcome) string {
 	case "met":
 		return "met"
 	case "NOT met":
+		if o.Unreachable && o.Versus == "" {
+			return fmt.Sprintf("**NOT met**: unreachable here, %s alone measures %s", o.Floor, num(o.FloorMeasured))
+		}
 		if o.Unreachable {
 			return fmt.Sprintf("**NOT met**: unreachable here, %s alone measures %.2f×", o.Floor, o.FloorMeasured)
 		}

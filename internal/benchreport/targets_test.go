@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -129,6 +130,63 @@ func TestBoltLogTargetsJudged(t *testing.T) {
 		t.Errorf("%d BoltLogServe targets, want 2 (c=32 throughput, c=1 time)", judged)
 	}
 	for _, g := range []string{"BoltLog", "BoltLogServe"} {
+		if groupNotes[g] == "" {
+			t.Errorf("group %s has no note", g)
+		}
+	}
+}
+
+// A floor of a target on a metric itself (no Versus) is judged and printed
+// as that metric, not as a ratio.
+func TestEvaluateFloorOfAbsoluteTarget(t *testing.T) {
+	results := []Result{
+		result("W", 1000, "impl", map[string]float64{"ns/op": 1, "p50-µs": 12981}),
+		result("W", 1000, "floor", map[string]float64{"ns/op": 1, "p50-µs": 9695}),
+	}
+	tg := Target{Group: "W", Clients: 1000, Impl: "impl", Cmp: "<=", Ratio: 2000, Metric: "p50-µs", Floor: "floor"}
+	got := Evaluate([]Target{tg}, results, 2)[0]
+	if got.Status != "NOT met" || !got.Unreachable || got.FloorMeasured != 9695 {
+		t.Fatalf("got %+v, want NOT met, unreachable, floor 9695", got)
+	}
+	if text, want := statusText(got), "**NOT met**: unreachable here, floor alone measures 9695"; text != want {
+		t.Errorf("status text %q, want %q", text, want)
+	}
+}
+
+// TestSpeedTargetsJudged: issue 17's targets name the rows that
+// internal/electionbench and internal/watchbench report.
+func TestSpeedTargetsJudged(t *testing.T) {
+	out := "BenchmarkCompareElection/c=1/interleaved-2 \t 1 \t 400000000 ns/op \t" +
+		" 1500000 delete-watch-floor:ns/op \t 1400 delete-watch-floor:p50-µs \t 0 delete-watch-floor:row \t" +
+		" 2600000 etcd-election:ns/op \t 2500 etcd-election:p50-µs \t 1 etcd-election:row \t" +
+		" 3000000 election-etcdstore:ns/op \t 2900 election-etcdstore:p50-µs \t 2 election-etcdstore:row\n" +
+		"BenchmarkCompareElectionCrash/c=1/interleaved-2 \t 1 \t 3000000000 ns/op \t" +
+		" 800000 put-rtt:ns/op \t 470 put-rtt:p50-µs \t 0 put-rtt:row \t" +
+		" 1270000000 expiry-floor:ns/op \t 580 expiry-floor:over-ttl-rtt \t 1 expiry-floor:row \t" +
+		" 2250000000 election-etcdstore:ns/op \t 2700 election-etcdstore:over-ttl-rtt \t 2 election-etcdstore:row\n"
+	for _, c := range []string{"1", "1000"} {
+		out += "BenchmarkCompareWatch/c=" + c + "/interleaved-2 \t 1 \t 700000 ns/op \t" +
+			" 25000 sse-floor:ns/op \t 22 sse-floor:p50-µs \t 0 sse-floor:row \t" +
+			" 70000 leasehttp-bolt:ns/op \t 53 leasehttp-bolt:p50-µs \t 1 leasehttp-bolt:row\n"
+	}
+	parsed, err := Parse(strings.NewReader(out), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	judged := map[string]int{}
+	for _, o := range Evaluate(Targets, Aggregate(parsed.Samples), 2) {
+		switch o.Group {
+		case "Election", "ElectionCrash", "Watch":
+			judged[o.Group]++
+			if o.Status != "met" && o.Status != "NOT met" {
+				t.Errorf("%s c=%d %s: %s", o.Group, o.Clients, o.Impl, o.Status)
+			}
+		}
+	}
+	if want := map[string]int{"Election": 1, "ElectionCrash": 1, "Watch": 2}; !maps.Equal(judged, want) {
+		t.Errorf("targets judged %v, want %v", judged, want)
+	}
+	for _, g := range []string{"Election", "ElectionCrash", "Watch"} {
 		if groupNotes[g] == "" {
 			t.Errorf("group %s has no note", g)
 		}

@@ -198,3 +198,66 @@ func runOps(op func(worker, i int) error, clients, n int, lat []time.Duration) (
 	wg.Wait()
 	return lat, first
 }
+
+// Row is one implementation's latencies, measured side by side with other
+// rows' by a benchmark that interleaves them itself: one whose operation
+// times only part of what it does (a hand-off after a term of waiting), or
+// yields several latencies (an event reaching each of many watchers), which
+// Interleave's operations cannot.
+type Row struct {
+	Name      string
+	Latencies []time.Duration // at least one
+	// Extra are further metrics of the row by unit, e.g. "over-ttl-rtt";
+	// units must not contain a colon or white space.
+	Extra map[string]float64
+}
+
+// ReportRows reports rows in Interleave's format, so that
+// internal/benchreport makes a row of each: for each, "<name>:ns/op" (the
+// mean latency), "<name>:ops/s" (its inverse), "<name>:p50-µs",
+// "<name>:p99-µs", its extra metrics and its place as "<name>:row". The
+// benchmark's own ns/op is perRound, the wall time of one round of all
+// rows (its allocs/op and B/op, under -benchmem, cover all rows together).
+func ReportRows(b *testing.B, perRound time.Duration, rows []Row) {
+	b.Helper()
+	if len(rows) == 0 {
+		b.Fatal("benchutil: no rows to report")
+	}
+	for i, r := range rows {
+		if r.Name == "" || strings.ContainsAny(r.Name, ": \t\n") {
+			b.Fatalf("benchutil: row name %q: want a non-empty name without colons or white space", r.Name)
+		}
+		if len(r.Latencies) == 0 {
+			b.Fatalf("benchutil: row %s has no latencies", r.Name)
+		}
+		lat := slices.Clone(r.Latencies)
+		slices.Sort(lat)
+		var sum time.Duration
+		for _, d := range lat {
+			sum += d
+		}
+		mean := float64(sum.Nanoseconds()) / float64(len(lat))
+		b.ReportMetric(mean, r.Name+":ns/op")
+		if mean > 0 {
+			b.ReportMetric(1e9/mean, r.Name+":ops/s")
+		}
+		b.ReportMetric(float64(lat[len(lat)/2])/1e3, r.Name+":p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100])/1e3, r.Name+":p99-µs")
+		for unit, v := range r.Extra {
+			if unit == "" || strings.ContainsAny(unit, ": \t\n") {
+				b.Fatalf("benchutil: row %s: unit %q: want a non-empty unit without colons or white space", r.Name, unit)
+			}
+			b.ReportMetric(v, r.Name+":"+unit)
+		}
+		b.ReportMetric(float64(i), r.Name+":row")
+	}
+	b.ReportMetric(float64(perRound.Nanoseconds()), "ns/op")
+}
+
+// Percentile returns the p-th percentile (0 ≤ p < 100) of lat, as
+// ReportRows computes it, without changing lat.
+func Percentile(lat []time.Duration, p int) time.Duration {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[len(s)*p/100]
+}

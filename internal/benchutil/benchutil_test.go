@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // From one client, Interleave runs every impl once per round, at least
@@ -128,5 +129,37 @@ func checkMetrics(t *testing.T, res testing.BenchmarkResult, names ...string) {
 		if res.Extra[name+":row"] != float64(i) {
 			t.Errorf("%s:row = %v, want %d", name, res.Extra[name+":row"], i)
 		}
+	}
+}
+
+// ReportRows reports each row's mean, p50, p99 and extra metrics under its
+// own name, in the order given, as Interleave does.
+func TestReportRows(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	res := testing.Benchmark(func(b *testing.B) {
+		ReportRows(b, time.Second, []Row{
+			{Name: "floor", Latencies: ms(3, 1, 2)},
+			{Name: "impl", Latencies: ms(4, 8, 6, 2), Extra: map[string]float64{"over-ttl-rtt": 7}},
+		})
+	})
+	for unit, want := range map[string]float64{
+		"floor:ns/op": 2e6, "floor:p50-µs": 2000, "floor:p99-µs": 3000, "floor:ops/s": 500, "floor:row": 0,
+		"impl:ns/op": 5e6, "impl:p50-µs": 6000, "impl:p99-µs": 8000, "impl:over-ttl-rtt": 7, "impl:row": 1,
+	} {
+		if got := res.Extra[unit]; got != want {
+			t.Errorf("%s = %v, want %v", unit, got, want)
+		}
+	}
+	if got := res.NsPerOp(); got != 1e9 {
+		t.Errorf("ns/op = %v, want a second (one round)", got)
+	}
+	if got := Percentile(ms(5, 1, 9, 3), 50); got != 5*time.Millisecond {
+		t.Errorf("Percentile(50) = %v, want 5ms", got)
 	}
 }

@@ -1,0 +1,43 @@
+package main
+
+// Issue 17's speed targets: leadership hand-off on etcd against etcd's own
+// concurrency.Election (internal/electionbench), and how soon a change on
+// boltstore reaches HTTP watchers (internal/watchbench).
+func init() {
+	Targets = append(Targets,
+		Target{Group: "Election", Clients: 1, Impl: "election-etcdstore", Versus: "etcd-election", Cmp: "<=", Ratio: 1.0, Metric: "p50-µs",
+			Floor: "delete-watch-floor",
+			Note:  "issue 17: a graceful hand-off (Resign to the next leader's Campaign returning) no slower than etcd's concurrency.Election"},
+		Target{Group: "ElectionCrash", Clients: 1, Impl: "election-etcdstore", Cmp: "<=", Ratio: 2, Metric: "over-ttl-rtt",
+			Floor: "expiry-floor",
+			Note:  "issue 17: a crashed leader's hand-off within the TTL + 2 backend round trips (p50 beyond the 1 s TTL, in put-rtt p50s)"},
+	)
+	for _, c := range []int{1, 1000} {
+		Targets = append(Targets, Target{Group: "Watch", Clients: c, Impl: "leasehttp-bolt", Cmp: "<=", Ratio: 2000, Metric: "p50-µs",
+			Floor: "sse-floor",
+			Note:  "issue 17: an event reaches an HTTP watcher within 2 ms (p50) of its commit on boltstore; c = watchers"})
+	}
+	groupNotes["Election"] = "A graceful hand-off on one embedded etcd node: from the leader's resignation to the next leader's Campaign returning, " +
+		"the next candidate queued for a term of 120 ms first (longer than etcd's 100 ms watch resync: concurrency.Election's waiter watches from a past revision, " +
+		"so it joins etcd's unsynced watchers and is synced only at the next resync, which a term that short would charge it). " +
+		"delete-watch-floor = the leader's key deleted and the deletion reaching a synced watcher: the least any election on etcd must do, one write and one event; " +
+		"delete-watch-claim = the same, and the watcher then claims with a Txn creating the key if absent: the least an election must do whose next term's token is made at the hand-off (as etcdstore's is, the holder key's create revision); " +
+		"etcd-election = concurrency.Election, leader and candidate each on a session and client of its own: Resign is a Delete, and the candidate, woken by the deletion, " +
+		"reads once more (a Get) to see nobody is left ahead of it; election-etcdstore = package election on etcdstore, each on a Store and client of its own: " +
+		"Resign is a Release Txn, and the candidate, woken by the deletion, claims the lease with a Txn that creates the holder key (whose create revision is the term's token). " +
+		"Interleaved: each round one hand-off of each row, starting from the next row each round, 120 rounds. ns/op is the mean hand-off; ops/s means nothing here."
+	groupNotes["ElectionCrash"] = "A crashed leader on the same etcd: the leader's process stops (its client closed: no more keep-alives or renewals, nothing revoked or released) " +
+		"right after its Campaign returned, and the hand-off counts from just before its first request (its lease's grant) to the next leader's Campaign returning; TTL 1 s, " +
+		"the least etcd grants here (ceil(1.5 × the 100 ms election timeout)). expiry-floor = an etcd lease of 1 s granted, a key put on it and never kept alive, " +
+		"and the key's deletion reaching a synced watcher: the least any election on etcd must wait for (etcd's lessor revokes expired leases every 500 ms, so up to half a second beyond the TTL); " +
+		"etcd-election = concurrency.Election with a 1 s session; election-etcdstore = package election on etcdstore with a 1 s TTL, which etcdstore maps to an etcd lease of ceil(TTL) + 1 s (see etcdstore's package documentation). " +
+		"put-rtt = one Put round trip on the same etcd, 50 timed between rounds: over-ttl-rtt is a row's p50 beyond the TTL in put-rtt p50s, over-ttl-ms the same in ms. " +
+		"Each round runs 4 hand-offs of every row at once, instance i of each row starting at the same random offset in etcd's 500 ms tick; 6 rounds."
+	groupNotes["Watch"] = "c = watchers. One change = an acquisition on boltstore (fsync on), made in process; its latency at a watcher runs from Store.Acquire returning to the watcher receiving the Acquired event " +
+		"(boltstore publishes a batch's changes once durable, just before answering, so a watcher can be first: a latency may be negative). " +
+		"sse-floor = no store: per stream a handler woken through a channel writes and flushes the bytes leasehttp would send for the event, each watcher reading them off its own loopback stream " +
+		"with a bufio.Reader, timed from the wake-up: the least any watch over HTTP here must do; boltstore-watch = boltstore's Watch in process, no HTTP; " +
+		"leasehttp-bolt = boltstore behind leasehttp's server on loopback, each watcher a leasehttp.Client.Watch stream of its own. " +
+		"Interleaved: each round one change through each row (then its release, untimed, awaited at every watcher), 2,000 rounds at c=1 and 100 at c=1000; " +
+		"p50 and p99 are over every watcher's latency; ns/op is their mean."
+}
