@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -28,7 +29,10 @@ const (
 func (s *Sim) semaphoreWorker(c *simClient) {
 	defer close(c.done)
 	sem, err := semaphore.New(s.backend(c, workerLane), semName, s.cfg.Slots, s.cfg.TTL,
-		append([]lease.Option{lease.WithOwner(c.name())}, c.opts...)...)
+		semaphore.WithClientOptions(append([]lease.Option{lease.WithOwner(c.name())}, c.opts...)...),
+		// The semaphore's own choices come from the seed too, so that a
+		// replay is exact.
+		semaphore.WithRand(rand.NewPCG(s.cfg.Seed^0x2545f4914f6cdd1d, uint64(c.idx)<<32|uint64(c.gen))))
 	if err != nil {
 		panic(err) // valid by construction, as for the Client
 	}

@@ -50,8 +50,8 @@ const (
 	// the slot's token while the slot's Err is nil, then releases. The
 	// semaphore waits over a watch or by polling, as the seed chooses per
 	// client. The semaphore picks the slot it tries first and jitters its
-	// polling with math/rand/v2's global source, which no seed reaches, so
-	// a replay of this workload is close to, not exactly, the first run.
+	// polling from a source seeded by the run's seed (semaphore.WithRand),
+	// so a replay of this workload is exact too.
 	Semaphore
 )
 
