@@ -12,7 +12,7 @@
 // the backend hands out first come, first served where it can
 // (lease.WaitAcquirer), and only the one at the head of the line looks for
 // a free slot, woken by the backend's watch (lease.Watcher) or, without
-// one, at the slots' expiries and a backoff from 5 to 500 ms. TryAcquire
+// one or with one refused as unsupported, at the slots' expiries and a backoff from 5 to 500 ms. TryAcquire
 // does not wait in line: it takes any free slot at once, or fails.
 package semaphore
 
@@ -193,8 +193,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
 }
 
 // awaitWatched tries the slots whenever the watch says one may have freed.
+// A watch refused as unsupported (a leasehttp.Client whose server's backend
+// cannot watch) gives way to polling.
 func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, error) {
 	for ev, err := range w.Watch(ctx, s.slotsPrefix()) {
+		if errors.Is(err, errors.ErrUnsupported) {
+			return s.awaitPolled(ctx)
+		}
 		if err != nil {
 			return nil, err
 		}
