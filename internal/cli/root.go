@@ -76,7 +76,7 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	dial           dialFunc
-	signals        <-chan os.Signal // for lease run; nil: the process's own
+	signals        <-chan os.Signal // for lease run, watch and leader --watch; nil: the process's own
 	clock          lease.Clock      // for lease run's Client; nil: the real clock
 }
 
@@ -110,6 +110,8 @@ func newRoot(a *app) *cobra.Command {
 		newReleaseCommand(a),
 		newGetCommand(a),
 		newListCommand(a),
+		newWatchCommand(a),
+		newLeaderCommand(a),
 		newRunCommand(a),
 		newVersionCommand(a),
 	)
