@@ -99,7 +99,7 @@ func TestLeaderWatch(t *testing.T) {
 			}
 			s.lines(t, 3)
 			second := campaign(t, b, "db/primary", "node-2", time.Minute)
-			got := s.lines(t, 4)
+			s.lines(t, 4)
 			js.lines(t, 4)
 			if code := s.interrupt(t); code != ExitOK {
 				t.Errorf("exit %d after SIGINT, want 0; stderr %q", code, s.stderr.String())
@@ -107,7 +107,7 @@ func TestLeaderWatch(t *testing.T) {
 			if code := js.interrupt(t); code != ExitOK {
 				t.Errorf("-o json: exit %d after SIGINT, want 0; stderr %q", code, js.stderr.String())
 			}
-			got = s.lines(t, 4)
+			got := s.lines(t, 4)
 			if len(got) != 4 {
 				t.Fatalf("%d lines, want 4: %q", len(got), got)
 			}
@@ -134,4 +134,3 @@ func TestLeaderWatch(t *testing.T) {
 		})
 	}
 }
-

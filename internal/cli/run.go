@@ -250,7 +250,7 @@ func (o runOptions) check() error {
 type runner struct {
 	client         *lease.Client
 	sem            *semaphore.Semaphore // lease run --slots: hold one of its slots
-	clock          lease.Clock // the client's
+	clock          lease.Clock          // the client's
 	opts           runOptions
 	stdin          io.Reader
 	stdout, stderr io.Writer
