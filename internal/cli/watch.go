@@ -66,7 +66,7 @@ serve) refuses: exit 1, with a message that says so.
 				delivered := false
 				for ev, err := range w.Watch(ctx, prefix) {
 					if err != nil {
-						return delivered, unsupportedWatch(err)
+						return delivered, err
 					}
 					delivered = true
 					if err := writeEvent(a.stdout, ev, rf.json()); err != nil {
@@ -80,15 +80,6 @@ serve) refuses: exit 1, with a message that says so.
 	rf.add(cmd, true)
 	cmd.Flags().BoolVar(&noResume, "no-resume", false, "exit 1 when the stream breaks instead of watching again")
 	return cmd
-}
-
-// unsupportedWatch gives a server's "unsupported" answer to a watch the
-// words a user needs.
-func unsupportedWatch(err error) error {
-	if errors.Is(err, errors.ErrUnsupported) {
-		return fmt.Errorf("%w (the server's backend cannot watch: lease list --prefix shows the current leases)", err)
-	}
-	return err
 }
 
 // eventJSON is one event of lease watch -o json: the event as the HTTP
