@@ -8,7 +8,7 @@
 // delayed or lost (a lost watch event breaks the watch), time passes, a
 // worker pauses past its TTL or crashes, the backend restarts (keeping its
 // state; its watches break). The same seed replays the same run exactly,
-// except in the Semaphore workload (see Workload).
+// in every workload.
 //
 // The workloads (Workload) and the properties checked on every run
 // (Property) are listed with their types; a Result names the first
@@ -538,9 +538,6 @@ func (r Result) Report(seed uint64, lines int) string {
 		test += strings.ToUpper(r.Workload.String()[:1]) + r.Workload.String()[1:]
 	}
 	fmt.Fprintf(&b, "seed %d: %s: %s\nreplay: LEASE_SIM_SEED=%d go test ./internal/sim -run '%s$' -v\n", seed, r.Property, r.Violation, seed, test)
-	if r.Workload == Semaphore {
-		b.WriteString("(the semaphore's own random choices are not seeded: the replay may take another course)\n")
-	}
 	tr := r.Trace
 	if len(tr) > lines {
 		fmt.Fprintf(&b, "  … %d earlier events\n", len(tr)-lines)
