@@ -52,9 +52,9 @@ func (s *streaming) lines(t *testing.T, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(patience)
 	for {
-		out := strings.Split(strings.TrimSuffix(s.stdout.String(), "\n"), "\n")
-		if s.stdout.String() == "" {
-			out = nil
+		var out []string
+		if text := s.stdout.String(); text != "" {
+			out = strings.Split(strings.TrimSuffix(text, "\n"), "\n")
 		}
 		if len(out) >= n {
 			return out

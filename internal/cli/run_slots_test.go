@@ -105,7 +105,11 @@ func TestRunSlotsLossStopsCommand(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "term", file, 0)
 	done := make(chan result, 1)
-	go func() { done <- cli(t, g, nil, nil, runArgs(t, "render", "--slots", "3", "--ttl", "300ms")...) }()
+	// As in TestRunLossStopsCommandBeforeExpiry: a grace past the TTL, for
+	// the child's exit under -race.
+	go func() {
+		done <- cli(t, g, nil, nil, runArgs(t, "render", "--slots", "3", "--ttl", "1s", "--grace", "5s", "--allow-grace-past-ttl")...)
+	}()
 	waitFile(t, file, "ready", 10*time.Second)
 	last := g.fail()
 	if !strings.HasPrefix(last.Key, "render/slots/") {
