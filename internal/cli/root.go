@@ -47,9 +47,9 @@ const (
 
 const exitCodesHelp = `Exit status: 0 done, 1 error (server unreachable, unauthorized, ...),
 2 usage or invalid argument, 3 key held by someone else, 4 lease no longer
-held, 5 no lease on the key (leader: no leader). lease run exits with its command's status, or 75
-if the lease could not be had (held, server unreachable) or was lost, or 127 if
-the command could not start.`
+held, 5 no lease on the key (leader: no leader). lease run exits with its
+command's status, or 75 if the lease could not be had (held, server
+unreachable) or was lost, or 127 if the command could not start.`
 
 // ExitError carries a specific exit status out of a command.
 type ExitError struct {
