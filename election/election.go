@@ -10,8 +10,9 @@
 //
 // Campaign waits through lease.Client.Acquire: the backend's FIFO wait or
 // its notifications where it has them, a paced poll otherwise. Observe
-// follows the backend's watch where it has one (lease.Watcher), and
-// otherwise reads the leader again when the backend notifies a change, at
+// follows the backend's watch where it has one (lease.Watcher) and does not
+// refuse it as unsupported (a leasehttp.Client whose server's backend cannot
+// watch), and otherwise reads the leader again when the backend notifies a change, at
 // the leader's expiry, and, while there is none, at a backoff from 5 to
 // 500 ms: it never polls without a pause.
 package election
@@ -124,19 +125,25 @@ func (e *Elector) Observe(ctx context.Context, key string) iter.Seq2[Leader, err
 		return func(yield func(Leader, error) bool) { yield(Leader{}, err) }
 	}
 	if w, ok := e.backend.(lease.Watcher); ok {
-		return observeWatch(ctx, w, key)
+		return e.observeWatch(ctx, w, key)
 	}
 	return e.observePoll(ctx, key)
 }
 
 // observeWatch follows the backend's watch of key. A prefix watch also
-// sees keys that extend key; those are skipped.
-func observeWatch(ctx context.Context, w lease.Watcher, key string) iter.Seq2[Leader, error] {
+// sees keys that extend key; those are skipped. A watch refused as
+// unsupported (a leasehttp.Client whose server's backend cannot watch)
+// gives way to reading the leader.
+func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
 		cur := Leader{Key: key}
 		synced := false
 		for ev, err := range w.Watch(ctx, key) {
 			if err != nil {
+				if !synced && errors.Is(err, errors.ErrUnsupported) {
+					e.observePoll(ctx, key)(yield)
+					return
+				}
 				yield(Leader{}, err)
 				return
 			}

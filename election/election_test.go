@@ -3,6 +3,8 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"iter"
 	"testing"
 	"time"
 
@@ -27,6 +29,18 @@ var backends = []struct {
 }{
 	{"watch", func() lease.Backend { return memstore.New() }},
 	{"poll", func() lease.Backend { return backendOnly{memstore.New()} }},
+	{"watch-unsupported", func() lease.Backend { return watchUnsupported{backendOnly{memstore.New()}} }},
+}
+
+// watchUnsupported says it watches, but refuses every watch as
+// unsupported, as a leasehttp.Client does whose server's backend cannot
+// watch: waiting must fall back to polling.
+type watchUnsupported struct{ lease.Backend }
+
+func (watchUnsupported) Watch(context.Context, string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		yield(lease.Event{}, fmt.Errorf("test: watch: %w", errors.ErrUnsupported))
+	}
 }
 
 func ctxFor(t *testing.T) context.Context {

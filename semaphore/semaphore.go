@@ -12,7 +12,7 @@
 // the backend hands out first come, first served where it can
 // (lease.WaitAcquirer), and only the one at the head of the line looks for
 // a free slot, woken by the backend's watch (lease.Watcher) or, without
-// one, at the slots' expiries and a backoff from 5 to 500 ms. TryAcquire
+// one or with one refused as unsupported, at the slots' expiries and a backoff from 5 to 500 ms. TryAcquire
 // does not wait in line: it takes any free slot at once, or fails.
 package semaphore
 
@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -37,12 +38,48 @@ type Semaphore struct {
 	name   string
 	n      int
 	ttl    time.Duration
+
+	rmu sync.Mutex // rng is not safe for concurrent use
+	rng *rand.Rand // nil: math/rand/v2's global source
+}
+
+// config is what the Options set before the Semaphore is built.
+type config struct {
+	client []lease.Option
+	src    rand.Source
+}
+
+// Option configures a Semaphore in New.
+type Option func(*config) error
+
+// WithClientOptions configures the lease.Client that takes the slots
+// (owner, clock, drift margin, backoff, jitter). Given more than once, the
+// options add up in order.
+func WithClientOptions(opts ...lease.Option) Option {
+	return func(c *config) error {
+		c.client = append(c.client, opts...)
+		return nil
+	}
+}
+
+// WithRand makes the semaphore draw its random choices — the slot
+// TryAcquire and Acquire try first, and the jitter of a polled wait — from
+// src instead of math/rand/v2's global source, so that a seeded src makes
+// them repeat (the simulator replays a seed this way). The semaphore uses
+// src under a lock of its own; nobody else may use it.
+func WithRand(src rand.Source) Option {
+	return func(c *config) error {
+		if src == nil {
+			return fmt.Errorf("%w: semaphore: WithRand(nil)", lease.ErrInvalid)
+		}
+		c.src = src
+		return nil
+	}
 }
 
 // New returns the semaphore name of n slots (1 to MaxSlots) on b, whose
-// slots are held for ttl between renewals. opts configure the lease.Client
-// that takes the slots.
-func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...lease.Option) (*Semaphore, error) {
+// slots are held for ttl between renewals.
+func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...Option) (*Semaphore, error) {
 	if n < 1 || n > MaxSlots {
 		return nil, fmt.Errorf("%w: semaphore: %d slots, want 1 to %d", lease.ErrInvalid, n, MaxSlots)
 	}
@@ -54,12 +91,44 @@ func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...lease.O
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	c, err := lease.NewClient(b, opts...)
+	var cfg config
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: semaphore: nil Option", lease.ErrInvalid)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	c, err := lease.NewClient(b, cfg.client...)
 	if err != nil {
 		return nil, err
 	}
 	s.client = c
+	if cfg.src != nil {
+		s.rng = rand.New(cfg.src)
+	}
 	return s, nil
+}
+
+// intN is rand.IntN from the semaphore's source.
+func (s *Semaphore) intN(n int) int {
+	if s.rng == nil {
+		return rand.IntN(n)
+	}
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	return s.rng.IntN(n)
+}
+
+// float64 is rand.Float64 from the semaphore's source.
+func (s *Semaphore) float64() float64 {
+	if s.rng == nil {
+		return rand.Float64()
+	}
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	return s.rng.Float64()
 }
 
 func (s *Semaphore) slotKey(i int) string { return s.name + "/slots/" + strconv.Itoa(i) }
@@ -87,7 +156,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Slot, error) {
 // earliest expiry among their holders, on the backend's clock.
 func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
 	var soonest time.Time
-	start := rand.IntN(s.n)
+	start := s.intN(s.n)
 	for j := range s.n {
 		i := (start + j) % s.n
 		h, err := s.client.TryAcquire(ctx, s.slotKey(i), s.ttl)
@@ -124,8 +193,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
 }
 
 // awaitWatched tries the slots whenever the watch says one may have freed.
+// A watch refused as unsupported (a leasehttp.Client whose server's backend
+// cannot watch) gives way to polling.
 func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, error) {
 	for ev, err := range w.Watch(ctx, s.slotsPrefix()) {
+		if errors.Is(err, errors.ErrUnsupported) {
+			return s.awaitPolled(ctx)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +217,7 @@ func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, e
 // awaitPolled tries the slots at the earliest holder's expiry, or at the
 // backoff if sooner.
 func (s *Semaphore) awaitPolled(ctx context.Context) (*Slot, error) {
-	loop := wait.Loop{Pacer: wait.NewPacer(5*time.Millisecond, 500*time.Millisecond, rand.Float64)}
+	loop := wait.Loop{Pacer: wait.NewPacer(5*time.Millisecond, 500*time.Millisecond, s.float64)}
 	for {
 		slot, soonest, err := s.tryAll(ctx)
 		if err == nil || !errors.Is(err, lease.ErrHeld) {

@@ -3,6 +3,10 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +31,18 @@ var backends = []struct {
 }{
 	{"watch", func() lease.Backend { return memstore.New() }},
 	{"poll", func() lease.Backend { return backendOnly{memstore.New()} }},
+	{"watch-unsupported", func() lease.Backend { return watchUnsupported{backendOnly{memstore.New()}} }},
+}
+
+// watchUnsupported says it watches, but refuses every watch as
+// unsupported, as a leasehttp.Client does whose server's backend cannot
+// watch: waiting must fall back to polling.
+type watchUnsupported struct{ lease.Backend }
+
+func (watchUnsupported) Watch(context.Context, string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		yield(lease.Event{}, fmt.Errorf("test: watch: %w", errors.ErrUnsupported))
+	}
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -35,7 +51,7 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func newSem(t *testing.T, b lease.Backend, n int, ttl time.Duration, opts ...lease.Option) *semaphore.Semaphore {
+func newSem(t *testing.T, b lease.Backend, n int, ttl time.Duration, opts ...semaphore.Option) *semaphore.Semaphore {
 	t.Helper()
 	s, err := semaphore.New(b, "jobs", n, ttl, opts...)
 	if err != nil {
@@ -91,7 +107,7 @@ func TestAcquireInLine(t *testing.T) {
 	got := make(chan string, 2)
 	var slots sync.Map
 	for _, name := range []string{"w1", "w2"} {
-		s := newSem(t, store, 1, time.Minute, lease.WithOwner(name))
+		s := newSem(t, store, 1, time.Minute, semaphore.WithClientOptions(lease.WithOwner(name)))
 		go func() {
 			slot, err := s.Acquire(ctx)
 			if err != nil {
@@ -254,6 +270,41 @@ func TestNewRefusesNonsense(t *testing.T) {
 	} {
 		if _, err := semaphore.New(b, tc.name, tc.n, tc.ttl); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("New(%.20q, %d, %v): %v, want ErrInvalid", tc.name, tc.n, tc.ttl, err)
+		}
+	}
+}
+
+// TestWithRandRepeats: the slots TryAcquire takes, in order, are the same
+// for the same seed, and differ for another one.
+func TestWithRandRepeats(t *testing.T) {
+	ctx := ctxFor(t)
+	const n = 64
+	order := func(seed uint64) []int {
+		s := newSem(t, memstore.New(), n, time.Minute, semaphore.WithRand(rand.NewPCG(seed, 1)))
+		var got []int
+		for range n / 2 {
+			slot, err := s.TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, slot.Number())
+			defer slot.Release(ctx)
+		}
+		return got
+	}
+	a, b, other := order(7), order(7), order(8)
+	if !slices.Equal(a, b) {
+		t.Errorf("seed 7 took slots %v, then %v", a, b)
+	}
+	if slices.Equal(a, other) {
+		t.Errorf("seeds 7 and 8 both took slots %v: the source is not used", a)
+	}
+}
+
+func TestNewRefusesNilOptions(t *testing.T) {
+	for _, opt := range []semaphore.Option{nil, semaphore.WithRand(nil)} {
+		if _, err := semaphore.New(memstore.New(), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("New with a nil option or source: %v, want ErrInvalid", err)
 		}
 	}
 }

@@ -33,6 +33,14 @@
 //     counter that only rises: tokens strictly increase per key in any order
 //     of grants consistent with real time.
 //
+// RunElection plays the election workload on the same machinery: workers
+// campaign through package election, the elected one writes the register
+// with its term's token while its term holds, observers follow the key
+// with Observe, and the faults include pausing or crashing the leader. On
+// top of both histories it checks that no leader finds its term held after
+// a newer term was elected (E1) and that no observer reports a leader's
+// token below one it reported before (E3).
+//
 // A history that is not linearizable fails the test, and porcupine's HTML
 // visualisation is written to $LEASE_CHAOS_ARTIFACTS (or a fresh temporary
 // directory) with its path in the failure message. With the guard off

@@ -62,6 +62,8 @@ func verifyNoLeaks() int {
 //	ignore-term  say "ready", ignore SIGTERM, sleep
 //	wait-go      say "ready", wait for the file $LEASE_CLI_TEST_FILE.go to
 //	             exist, and exit $LEASE_CLI_TEST_EXIT
+//	slot         as wait-go, saying "ready KEY TOKEN SLOT" from LEASE_KEY,
+//	             LEASE_TOKEN and LEASE_SLOT
 func child(mode string) int {
 	code, _ := strconv.Atoi(os.Getenv(childExitEnv))
 	file := os.Getenv(childFileEnv)
@@ -94,8 +96,12 @@ func child(mode string) int {
 		note("ready " + os.Getenv(EnvToken))
 		time.Sleep(time.Minute)
 		return 102
-	case "wait-go":
-		note("ready " + os.Getenv(EnvToken))
+	case "wait-go", "slot":
+		if mode == "slot" {
+			note("ready " + os.Getenv(EnvKey) + " " + os.Getenv(EnvToken) + " " + os.Getenv(EnvSlot))
+		} else {
+			note("ready " + os.Getenv(EnvToken))
+		}
 		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 			if _, err := os.Stat(file + ".go"); err == nil {
 				return code

@@ -32,8 +32,8 @@ const (
 	// ExitNotHeld means renew or release named a lease that is no longer
 	// the current one on its key: ErrNotHeld.
 	ExitNotHeld = 4
-	// ExitNotFound means get found no unexpired lease on the key:
-	// ErrNotFound.
+	// ExitNotFound means get found no unexpired lease on the key, or
+	// leader no leader of the election: ErrNotFound.
 	ExitNotFound = 5
 	// ExitTempFail is what `lease run` returns when the lease could not be
 	// had for a reason that may pass (held, server unreachable or
@@ -47,9 +47,9 @@ const (
 
 const exitCodesHelp = `Exit status: 0 done, 1 error (server unreachable, unauthorized, ...),
 2 usage or invalid argument, 3 key held by someone else, 4 lease no longer
-held, 5 no lease on the key. lease run exits with its command's status, or 75
-if the lease could not be had (held, server unreachable) or was lost, or 127 if
-the command could not start.`
+held, 5 no lease on the key (leader: no leader). lease run exits with its
+command's status, or 75 if the lease could not be had (held, server
+unreachable) or was lost, or 127 if the command could not start.`
 
 // ExitError carries a specific exit status out of a command.
 type ExitError struct {
@@ -76,7 +76,7 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	dial           dialFunc
-	signals        <-chan os.Signal // for lease run; nil: the process's own
+	signals        <-chan os.Signal // for lease run, watch and leader --watch; nil: the process's own
 	clock          lease.Clock      // for lease run's Client; nil: the real clock
 }
 
@@ -110,6 +110,8 @@ func newRoot(a *app) *cobra.Command {
 		newReleaseCommand(a),
 		newGetCommand(a),
 		newListCommand(a),
+		newWatchCommand(a),
+		newLeaderCommand(a),
 		newRunCommand(a),
 		newBackupCommand(a),
 		newRestoreCommand(a),

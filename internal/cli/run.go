@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/semaphore"
 	"github.com/spf13/cobra"
 )
 
@@ -22,6 +23,8 @@ const (
 	EnvKey   = "LEASE_KEY"
 	EnvToken = "LEASE_TOKEN"
 	EnvOwner = "LEASE_OWNER"
+	// EnvSlot is the number of the slot lease run --slots holds, 0 to N-1.
+	EnvSlot = "LEASE_SLOT"
 )
 
 // forwardedSignals are passed on to the command rather than ending lease run:
@@ -34,7 +37,7 @@ func newRunCommand(a *app) *cobra.Command {
 		o  runOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "run KEY [--ttl 30s] [--wait 0] [--grace 10s] [--owner NAME] -- CMD [ARGS...]",
+		Use:   "run KEY [--slots N] [--ttl 30s] [--wait 0] [--grace 10s] [--owner NAME] -- CMD [ARGS...]",
 		Short: "Hold a lease on KEY while CMD runs; stop CMD if the lease is lost",
 		Long: `run acquires KEY, starts CMD (directly, without a shell) and renews the lease in
 the background while CMD runs. CMD's environment has LEASE_KEY, LEASE_TOKEN (the
@@ -57,6 +60,13 @@ exceed --ttl unless --allow-grace-past-ttl is given.
 With --wait 0 (the default) it tries once and gives up if KEY is held, which is
 what a cron job that must not run twice wants; with --wait 5m it queues.
 
+With --slots N, KEY names a semaphore of N slots (package semaphore): lease run
+holds one free slot, the lease KEY/slots/I, so that at most N commands run at
+once under KEY. LEASE_KEY is then the slot's lease key, LEASE_TOKEN its token
+(fence per slot) and LEASE_SLOT its number I, 0 to N-1. --wait 0 takes any
+free slot or gives up; a --wait queues on the lease KEY/queue, first come,
+first served, until a slot frees. Everything else is as without --slots.
+
 Exit status: CMD's (128+N if a signal N ended it); 75 (try later) if the lease
 could not be had (held, server unreachable or unavailable) or was lost before
 CMD's exit was seen; 1 if the server refused the credentials (unauthorized,
@@ -73,6 +83,7 @@ forbidden) or answered as no lease server does, which retrying will not fix;
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.key, o.argv = args[0], args[1:]
+			o.slotsSet = cmd.Flags().Changed("slots")
 			if !cmd.Flags().Changed("grace") {
 				// The default grace ends where the TTL does, for a short
 				// TTL: the refusal of a longer grace is for one asked for.
@@ -92,6 +103,13 @@ forbidden) or answered as no lease server does, which retrying will not fix;
 			if err != nil {
 				return err
 			}
+			var sem *semaphore.Semaphore
+			if o.slots > 0 {
+				sem, err = semaphore.New(b, o.key, o.slots, o.ttl, semaphore.WithClientOptions(runClientOptions(c.Owner(), a.clock)...))
+				if err != nil {
+					return err
+				}
+			}
 			sigs := a.signals
 			if sigs == nil {
 				ch := make(chan os.Signal, 4)
@@ -105,6 +123,7 @@ forbidden) or answered as no lease server does, which retrying will not fix;
 			}
 			r := &runner{
 				client:  c,
+				sem:     sem,
 				clock:   clock,
 				opts:    o,
 				stdin:   a.stdin,
@@ -127,6 +146,7 @@ forbidden) or answered as no lease server does, which retrying will not fix;
 	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost; at most --ttl, which is the default when shorter")
 	cmd.Flags().BoolVar(&o.allowGracePastTTL, "allow-grace-past-ttl", false, "allow a --grace longer than --ttl (CMD may then work long after its lease expired)")
 	addOwnerFlag(cmd, &o.owner)
+	cmd.Flags().IntVar(&o.slots, "slots", 0, "hold one of `N` slots of the semaphore KEY (1 to "+strconv.Itoa(semaphore.MaxSlots)+") instead of the lease KEY")
 	return cmd
 }
 
@@ -163,6 +183,12 @@ var minRunTTL = func() time.Duration {
 
 // newRunClient returns the Client lease run holds its lease through.
 func newRunClient(b lease.Backend, owner string, clock lease.Clock) (*lease.Client, error) {
+	return lease.NewClient(b, runClientOptions(owner, clock)...)
+}
+
+// runClientOptions configure lease run's Client, and the semaphore's that
+// holds a slot for lease run --slots.
+func runClientOptions(owner string, clock lease.Clock) []lease.Option {
 	opts := []lease.Option{lease.WithDriftMargin(runDriftFraction, runDriftMin)}
 	if owner != "" {
 		opts = append(opts, lease.WithOwner(owner))
@@ -170,7 +196,7 @@ func newRunClient(b lease.Backend, owner string, clock lease.Clock) (*lease.Clie
 	if clock != nil {
 		opts = append(opts, lease.WithClock(clock))
 	}
-	return lease.NewClient(b, opts...)
+	return opts
 }
 
 // runOptions are lease run's arguments.
@@ -179,6 +205,8 @@ type runOptions struct {
 	ttl, wait, grace  time.Duration
 	allowGracePastTTL bool
 	owner             string
+	slots             int // 0: a lease, not a semaphore's slot
+	slotsSet          bool
 	argv              []string
 }
 
@@ -201,6 +229,9 @@ func (o runOptions) check() error {
 	if o.wait < 0 {
 		return usageError(fmt.Errorf("--wait must not be negative, got %v", o.wait))
 	}
+	if o.slotsSet && (o.slots < 1 || o.slots > semaphore.MaxSlots) {
+		return usageError(fmt.Errorf("--slots must be 1 to %d, got %d", semaphore.MaxSlots, o.slots))
+	}
 	if o.grace < 0 {
 		return usageError(fmt.Errorf("--grace must not be negative, got %v", o.grace))
 	}
@@ -218,7 +249,8 @@ func (o runOptions) check() error {
 // status and one line per event on stderr.
 type runner struct {
 	client         *lease.Client
-	clock          lease.Clock // the client's
+	sem            *semaphore.Semaphore // lease run --slots: hold one of its slots
+	clock          lease.Clock          // the client's
 	opts           runOptions
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -257,7 +289,7 @@ func (r *runner) logf(format string, args ...any) {
 // returns the exit status lease run should have.
 func (r *runner) run(ctx context.Context) int {
 	r.stderr = shareable(r.stderr)
-	h, code := r.acquire(ctx)
+	h, slot, code := r.acquire(ctx)
 	if h == nil {
 		return code
 	}
@@ -273,6 +305,9 @@ func (r *runner) run(ctx context.Context) int {
 		EnvToken+"="+strconv.FormatUint(uint64(h.Token()), 10),
 		EnvOwner+"="+r.client.Owner(),
 	)
+	if r.sem != nil {
+		cmd.Env = append(cmd.Env, EnvSlot+"="+strconv.Itoa(slot))
+	}
 	if h.Err() != nil {
 		lostAt = time.Now()
 		r.logf("lost %q (token %d) before %s could start: %v", h.Key(), h.Token(), r.opts.argv[0], h.Err())
@@ -364,8 +399,9 @@ func (r *runner) stopGroup(pg *procGroup, grace <-chan time.Time) {
 	}
 }
 
-// acquire gets the lease, or returns nil and the exit status.
-func (r *runner) acquire(ctx context.Context) (*lease.Hold, int) {
+// acquire gets the lease (or the slot, and its number), or returns nil and
+// the exit status.
+func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 	key, ttl := r.opts.key, r.opts.ttl
 	actx, cancel := context.WithTimeout(ctx, r.timeout+r.opts.wait)
 	defer cancel()
@@ -384,12 +420,16 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int) {
 		}
 	}()
 	var (
-		h   *lease.Hold
-		err error
+		h    *lease.Hold
+		slot int
+		err  error
 	)
-	if r.opts.wait == 0 {
+	switch {
+	case r.sem != nil:
+		h, slot, err = r.takeSlot(actx)
+	case r.opts.wait == 0:
 		h, err = r.client.TryAcquire(actx, key, ttl)
-	} else {
+	default:
 		wctx, wcancel := context.WithTimeout(actx, r.opts.wait)
 		h, err = r.client.Acquire(wctx, key, ttl)
 		if err != nil && wctx.Err() != nil && actx.Err() == nil {
@@ -404,17 +444,40 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int) {
 			r.release(h, time.Time{})
 		}
 		r.logf("%v while acquiring %q: not running %s", interrupted, key, r.opts.argv[0])
-		return nil, ExitTempFail
+		return nil, 0, ExitTempFail
 	}
 	if err == nil {
-		return h, ExitOK
+		return h, slot, ExitOK
 	}
 	if errors.Is(err, lease.ErrInvalid) {
 		r.logf("%v", err)
-		return nil, ExitUsage
+		return nil, 0, ExitUsage
 	}
 	r.logf("not running %s: %s", r.opts.argv[0], oneLine(heldMessage(err)))
-	return nil, acquireFailed(err)
+	return nil, 0, acquireFailed(err)
+}
+
+// takeSlot takes a free slot of r.sem, trying once with --wait 0 and
+// otherwise queueing for up to --wait.
+func (r *runner) takeSlot(ctx context.Context) (*lease.Hold, int, error) {
+	var (
+		s   *semaphore.Slot
+		err error
+	)
+	if r.opts.wait == 0 {
+		s, err = r.sem.TryAcquire(ctx)
+	} else {
+		wctx, cancel := context.WithTimeout(ctx, r.opts.wait)
+		s, err = r.sem.Acquire(wctx)
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w: all %d slots of %q stayed held for --wait %v", lease.ErrHeld, r.opts.slots, r.opts.key, r.opts.wait)
+		}
+		cancel()
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.Hold, s.Number(), nil
 }
 
 // acquireFailed is lease run's exit status when it could not get the lease

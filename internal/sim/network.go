@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -23,6 +24,7 @@ type message struct {
 	to     target
 	st     *stream // for a watch event: its stream, and which of its pending events
 	event  int
+	fresh  bool // a request sent since the driver's last quiet moment
 }
 
 type target int
@@ -41,6 +43,7 @@ type lane int
 const (
 	workerLane   lane = iota // the worker and the leases it holds
 	observerLane             // an election's observer
+	queueLane                // a semaphore's queue lease (its turn in line)
 	lanes
 )
 
@@ -84,7 +87,7 @@ func (s *Sim) send(ctx context.Context, c *simClient, ln lane, to target, desc s
 		return nil, errCrashed
 	}
 	c.seq[ln]++
-	m := &message{id: msgID{c.idx, ln, c.seq[ln], 0}, desc: desc, apply: apply, reply: make(chan result, 1), to: to}
+	m := &message{id: msgID{c.idx, ln, c.seq[ln], 0}, desc: desc, apply: apply, reply: make(chan result, 1), to: to, fresh: true}
 	s.pending = append(s.pending, m)
 	s.mu.Unlock()
 	select {
@@ -100,6 +103,7 @@ func (s *Sim) send(ctx context.Context, c *simClient, ln lane, to target, desc s
 // offers its oldest pending event only (its events travel in order, as on
 // one connection), or any of them with Config.UnorderedWatch.
 func (s *Sim) deliverableLocked(now time.Time) []*message {
+	s.renumberLocked()
 	var out []*message
 	waits := func(i int) bool {
 		c := s.clients[i]
@@ -111,6 +115,7 @@ func (s *Sim) deliverableLocked(now time.Time) []*message {
 		}
 	}
 	for _, st := range s.streams {
+		st.canonLocked()
 		if st.broken || waits(st.id.client) {
 			continue
 		}
@@ -131,6 +136,40 @@ func (s *Sim) deliverableLocked(now time.Time) []*message {
 		return 1
 	})
 	return out
+}
+
+// renumberLocked hands the requests sent since the driver's last quiet
+// moment their sequence numbers again, within each client's lane in the
+// order of their descriptions: two goroutines of one lane woken at one
+// instant (a semaphore's queue Hold renewing while the worker releases the
+// queue, say) send in no fixed order.
+func (s *Sim) renumberLocked() {
+	type sender struct {
+		client int
+		lane   lane
+	}
+	fresh := map[sender][]*message{}
+	for _, m := range s.pending {
+		if m.fresh {
+			m.fresh = false
+			k := sender{m.id.client, m.id.lane}
+			fresh[k] = append(fresh[k], m)
+		}
+	}
+	for _, ms := range fresh {
+		if len(ms) < 2 {
+			continue
+		}
+		seqs := make([]int, len(ms))
+		for i, m := range ms {
+			seqs[i] = m.id.seq
+		}
+		slices.Sort(seqs)
+		slices.SortStableFunc(ms, func(a, b *message) int { return strings.Compare(a.desc, b.desc) })
+		for i, m := range ms {
+			m.id.seq = seqs[i]
+		}
+	}
 }
 
 func (s *Sim) removeLocked(m *message) {

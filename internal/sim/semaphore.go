@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 const (
 	semName     = "pool"
 	slotsPrefix = semName + "/slots/"
+	semQueue    = semName + "/queue"
 )
 
 // semaphoreWorker is the Semaphore workload's application: take a slot,
@@ -27,8 +29,11 @@ const (
 // the backend and GuardOrder at each slot's register (S3).
 func (s *Sim) semaphoreWorker(c *simClient) {
 	defer close(c.done)
-	sem, err := semaphore.New(s.backend(c, workerLane), semName, s.cfg.Slots, s.cfg.TTL,
-		append([]lease.Option{lease.WithOwner(c.name())}, c.opts...)...)
+	sem, err := semaphore.New(s.semaphoreBackend(c), semName, s.cfg.Slots, s.cfg.TTL,
+		semaphore.WithClientOptions(append([]lease.Option{lease.WithOwner(c.name())}, c.opts...)...),
+		// The semaphore's own choices come from the seed too, so that a
+		// replay is exact.
+		semaphore.WithRand(rand.NewPCG(s.cfg.Seed^0x2545f4914f6cdd1d, uint64(c.idx)<<32|uint64(c.gen))))
 	if err != nil {
 		panic(err) // valid by construction, as for the Client
 	}
@@ -71,6 +76,54 @@ func (s *Sim) semaphoreWorker(c *simClient) {
 		}
 		_ = h.Release(context.WithoutCancel(c.ctx))
 	}
+}
+
+// semaphoreBackend is c's backend for its semaphore: the calls on the
+// queue's key travel on a lane of their own, so that the queue's release
+// or renewal and a slot's renewal, woken at one instant on two goroutines,
+// cannot swap sequence numbers from one replay to the next.
+func (s *Sim) semaphoreBackend(c *simClient) lease.Backend {
+	q := queueLaned{Backend: s.backend(c, workerLane), queue: s.backend(c, queueLane)}
+	if w, ok := q.Backend.(lease.Watcher); ok {
+		return queueLanedWatch{q, w}
+	}
+	return q
+}
+
+// queueLaned sends the calls on semQueue through queue, the rest through
+// the embedded Backend.
+type queueLaned struct {
+	lease.Backend
+	queue lease.Backend
+}
+
+func (q queueLaned) on(key string) lease.Backend {
+	if key == semQueue {
+		return q.queue
+	}
+	return q.Backend
+}
+
+func (q queueLaned) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	return q.on(key).Acquire(ctx, key, owner, ttl)
+}
+
+func (q queueLaned) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	return q.on(l.Key).Renew(ctx, l, ttl)
+}
+
+func (q queueLaned) Release(ctx context.Context, l lease.Lease) error {
+	return q.on(l.Key).Release(ctx, l)
+}
+
+func (q queueLaned) Get(ctx context.Context, key string) (lease.Lease, error) {
+	return q.on(key).Get(ctx, key)
+}
+
+// queueLanedWatch is queueLaned with the worker lane's watch.
+type queueLanedWatch struct {
+	queueLaned
+	lease.Watcher
 }
 
 // countingAcquire is the CountingSemaphore negative control: it admits c

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 
 	"github.com/leasehq/lease"
 )
@@ -20,6 +21,7 @@ type stream struct {
 	id     msgID // its events' ids: the client, its lane and the sequence number the watch opened with
 	desc   string
 	out    []lease.Event // made by the backend, not yet delivered
+	canon  int           // out[:canon] is in canonical order (canonLocked)
 	in     []lease.Event // delivered, not yet read
 	broken bool
 	wake   chan struct{} // something was delivered, or the stream broke
@@ -123,6 +125,24 @@ func (s *Sim) openStream(b *simBackend, prefix string) (*stream, error) {
 	return st, nil
 }
 
+// canonLocked puts the events st received since the last call — those the
+// backend made between two quiet moments of the driver — in one order,
+// whatever order the goroutines that made them ran in: two keys' timers
+// due at one instant may fire either way round. Each key's events keep
+// their order, and no event passes a Synced or a break: the order across
+// keys is the only one a watch does not promise.
+func (st *stream) canonLocked() {
+	fresh := st.out[st.canon:]
+	start := 0
+	for i := 0; i <= len(fresh); i++ {
+		if i == len(fresh) || fresh[i].Kind == lease.Synced || fresh[i].Kind == 0 {
+			slices.SortStableFunc(fresh[start:i], func(a, b lease.Event) int { return strings.Compare(a.Lease.Key, b.Lease.Key) })
+			start = i + 1
+		}
+	}
+	st.canon = len(st.out)
+}
+
 // closeStream ends a watch its client stopped reading.
 func (s *Sim) closeStream(st *stream) {
 	s.mu.Lock()
@@ -139,6 +159,9 @@ func (s *Sim) deliverEvent(st *stream, k int, lose bool) {
 	defer s.mu.Unlock()
 	ev := st.out[k]
 	st.out = slices.Delete(st.out, k, k+1)
+	if k < st.canon {
+		st.canon--
+	}
 	switch {
 	case lose || ev.Kind == 0:
 		s.breakLocked(st)
