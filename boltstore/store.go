@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,6 +108,7 @@ type config struct {
 	allowSharedDir   bool
 	boltOptions      func(*bolt.Options) // tests only: e.g. a MaxSize to make commits fail
 	checkpointAlways bool                // tests only
+	checkpointEvery  time.Duration       // tests only; 0: DefaultCheckpointEvery
 	noLog            bool                // benchmarks only (export_test.go)
 }
 
@@ -287,7 +289,7 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 		waiters:   make(map[string]*queue),
 		wal:       w,
 
-		checkpointEvery:  DefaultCheckpointEvery,
+		checkpointEvery:  cmp.Or(cfg.checkpointEvery, DefaultCheckpointEvery),
 		checkpointAlways: cfg.checkpointAlways,
 		lastCheckpoint:   time.Now(),
 		noLog:            cfg.noLog,

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -224,12 +225,23 @@ func (failRenew) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease
 
 // TestLostTermIsFenced: a leader that can no longer renew loses its term
 // before the backend can elect another (I5), and once the next leader has
-// written, the guard refuses the old leader's late write.
+// written, the guard refuses the old leader's late write. Time is a fake
+// clock shared by the backend and the electors, so "before" is exact, not a
+// race between the test's Get and the backend's expiry.
 func TestLostTermIsFenced(t *testing.T) {
 	ctx := ctxFor(t)
-	store := memstore.New()
+	clock := fakeclock.New(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	store := memstore.New(memstore.WithClock(clock))
 	const ttl = 200 * time.Millisecond
-	a, err := newElector(t, failRenew{store}, ttl).Campaign(ctx, "svc", "a")
+	elector := func(b lease.Backend) *election.Elector {
+		t.Helper()
+		e, err := election.New(b, ttl, lease.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, err := elector(failRenew{store}).Campaign(ctx, "svc", "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +249,27 @@ func TestLostTermIsFenced(t *testing.T) {
 	if err := resource.Write(a.Token(), "by a"); err != nil {
 		t.Fatal(err)
 	}
-	<-a.Done()
+	held, err := store.Get(ctx, "svc")
+	if err != nil || held.Token != a.Token() {
+		t.Fatalf("the backend after a was elected: %+v, %v; want a's lease", held, err)
+	}
+	if !a.Deadline().Before(held.Expires) {
+		t.Fatalf("a's safe deadline %v is not before the backend's expiry %v", a.Deadline(), held.Expires)
+	}
+	// Every renewal fails; a leads until its safe deadline, and not a
+	// moment longer.
+	clock.Set(a.Deadline().Add(-time.Nanosecond))
+	select {
+	case <-a.Done():
+		t.Fatalf("a's term ended %v before its safe deadline: %v", time.Nanosecond, a.Err())
+	default:
+	}
+	clock.Set(a.Deadline())
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("a's term outlived its safe deadline")
+	}
 	if !errors.Is(a.Err(), lease.ErrLost) {
 		t.Fatalf("a's term ended with %v, want ErrLost", a.Err())
 	}
@@ -245,7 +277,8 @@ func TestLostTermIsFenced(t *testing.T) {
 	if l, err := store.Get(ctx, "svc"); err != nil || l.Token != a.Token() {
 		t.Fatalf("when a's term was lost the backend had %+v, %v; want a's lease still there", l, err)
 	}
-	b, err := newElector(t, store, ttl).Campaign(ctx, "svc", "b")
+	clock.Set(held.Expires) // the backend's expiry: now b can be elected
+	b, err := elector(store).Campaign(ctx, "svc", "b")
 	if err != nil {
 		t.Fatal(err)
 	}

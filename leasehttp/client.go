@@ -461,9 +461,16 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
 	body := acquireBody{Owner: owner, TTLms: ttlMillis(ttl), WaitMS: wait.Milliseconds()}
+	rctx, h := ctx, (*hangUp)(nil)
+	if wait > 0 {
+		rctx, h = newHangUp(ctx, c.timeout) // see waitcancel.go
+	}
 	resp, err, _ := c.retry(ctx, false, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
+		return c.roundTrip(rctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
 	})
+	if h != nil && h.finish() && err == nil {
+		return c.waitLeft(ctx, key, resp)
+	}
 	switch {
 	case errors.Is(err, errNotSent):
 		return lease.Lease{}, transportError("acquire", key, err, " (not granted: the request never reached the server)")
@@ -479,10 +486,14 @@ func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.
 // AcquireWait implements lease.WaitAcquirer: the server waits for the key,
 // FIFO among its waiters, for up to the chunk (WithWaitChunk) or until just
 // before ctx's deadline, whichever is sooner, and the Client asks again
-// until ctx ends. Ending the request early, when ctx is cancelled, makes the
-// server give up the wait and release a lease it granted at that moment;
-// since the answer may already have been on its way, the error then also
-// matches lease.ErrUnavailable and says the outcome is unknown. A server
+// until ctx ends. When ctx ends during a wait, the Client hangs up its side
+// of the connection and reads the server's last answer (waitcancel.go): the
+// server ends the wait and releases a lease it grants at that moment, and a
+// lease granted before the server saw the hang-up the Client gives back
+// itself; the error is then ctx's, and nothing is held. Only when no answer
+// comes within the Client's timeout, or the connection cannot be
+// half-closed (HTTP/2), does the error also match lease.ErrUnavailable and
+// say the outcome is unknown. A server
 // that answers held at once (waiting turned off, or closing) is asked again
 // after a backoff of 5 ms doubling to 500 ms, not back to back. When ctx's
 // deadline is near it returns the server's *lease.HeldError.

@@ -37,7 +37,12 @@ func TestRootClientOverHTTP(t *testing.T) {
 		t.Fatalf("Acquire: %v", err)
 	}
 	first := h.Lease()
-	time.Sleep(3 * ttl) // long enough that only renewals keep it
+	// Until the backend's expiry has been moved past three TTLs after the
+	// first: only renewals keep it.
+	eventually(t, "renewals past 3 TTLs", func() bool {
+		got, err := store.Get(ctxFor(t), "root/job")
+		return err != nil || !got.Expires.Before(first.Expires.Add(2*ttl))
+	})
 	if err := h.Err(); err != nil {
 		t.Fatalf("hold lost while the server was up: %v", err)
 	}

@@ -87,7 +87,11 @@
 // acquires with wait_ms 0 and other servers do not queue in it. A waiter
 // whose client hangs up leaves the queue, and a lease granted to it at that
 // moment is released at once (such requests are counted and logged with
-// status 499, as nginx does). Close ends every pending wait with 503 so that
+// status 499, as nginx does). A grant decided just before the server saw the
+// hang-up would still be answered to nobody, so Client.AcquireWait hangs up
+// only its own side of the connection (a half-close) and reads the answer:
+// 499 says nothing is held for it, and a lease that crossed the hang-up it
+// releases at once. Close ends every pending wait with 503 so that
 // http.Server.Shutdown can drain quickly. A waiting request has its wait
 // added to the read and write deadlines of the http.Server serving it, so
 // its ReadTimeout and WriteTimeout need not allow for waits.

@@ -442,7 +442,7 @@ func (s *Server) writeError(w *responseWriter, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lease"`)
 	case k.code == "unavailable":
 		w.Header().Set("Retry-After", "1")
-		if !errors.Is(err, errShuttingDown) {
+		if !errors.Is(err, errShuttingDown) && !errors.Is(err, errClientGone) {
 			// The backend's own message may name hosts and files; it goes to
 			// the log, the client learns only that the outcome is unknown.
 			msg = "leasehttp: the backend could not answer; the outcome is unknown (details in the server log)"

@@ -282,7 +282,8 @@ func (brokenBackend) Get(context.Context, string) (lease.Lease, error) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	_, hs := startServer(t, newMem(), leasehttp.WithRegisterer(reg))
+	b := newMem()
+	_, hs := startServer(t, b, leasehttp.WithRegisterer(reg))
 	c := newClient(t, hs.URL)
 	const secretKey = "metrics/key-name-that-must-not-leak"
 	m := func(s string) float64 { return metric(t, hs.URL, s) }
@@ -353,7 +354,11 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(40 * time.Millisecond) // past the TTL, within the tracker's grace
+	// Past the TTL, within the tracker's grace.
+	eventually(t, "the late lease past its TTL", func() bool {
+		_, err := b.Get(ctxFor(t), "metrics/late")
+		return errors.Is(err, lease.ErrNotFound)
+	})
 	if _, err := c.Renew(ctxFor(t), late, time.Minute); !errors.Is(err, lease.ErrNotHeld) {
 		t.Fatalf("late Renew: %v", err)
 	}

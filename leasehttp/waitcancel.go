@@ -1,0 +1,150 @@
+package leasehttp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"time"
+
+	"github.com/leasehq/lease"
+)
+
+// hangUp ends a waiting acquire early without losing its answer.
+//
+// HTTP/1.1 has one way to tell a server that a request is no longer wanted:
+// hang up. Closing the connection also throws away the answer, and a server
+// that granted the lease just before it saw the hang-up (a release handed
+// it the key at that moment) answers nobody: the lease is then held by
+// nobody until its TTL. So when the caller's context ends after the
+// request is sent, the client shuts down only its own side of the
+// connection (a TCP half-close, or TLS's close_notify) and keeps reading.
+// The server sees the end of the request's input and ends the wait as for
+// a client that went away: a lease it grants from then on it releases
+// itself, answering 499. An answer it had already decided reaches the
+// client, which gives a granted lease back (see Client.waitLeft).
+//
+// The answer is awaited for at most grace after the hang-up. Past it, and
+// when the connection cannot be half-closed (HTTP/2, where other requests
+// share it; a transport that hides it), the request is cancelled outright
+// and the outcome is unknown, as it always was before.
+type hangUp struct {
+	mu       sync.Mutex
+	cancel   context.CancelCauseFunc // cancels the request outright
+	grace    time.Duration
+	conn     net.Conn // the request's connection, once the transport has one
+	sent     bool     // the request is written to conn
+	cause    error    // why the caller's context ended; nil while it has not
+	hung     bool     // our side of conn is shut down
+	finished bool
+	timer    *time.Timer
+	stop     func() bool // stops the watch on the caller's context
+}
+
+// newHangUp returns the context to send a waiting acquire under: it keeps
+// ctx's values but not its end, which hangs up instead.
+func newHangUp(ctx context.Context, grace time.Duration) (context.Context, *hangUp) {
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	h := &hangUp{cancel: cancel, grace: grace}
+	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+		GotConn:      h.gotConn,
+		WroteRequest: h.wroteRequest,
+	})
+	h.stop = context.AfterFunc(ctx, func() { h.ended(context.Cause(ctx)) })
+	return rctx, h
+}
+
+func (h *hangUp) gotConn(info httptrace.GotConnInfo) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conn, h.sent = info.Conn, false
+}
+
+func (h *hangUp) wroteRequest(info httptrace.WroteRequestInfo) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if info.Err != nil || h.conn == nil {
+		return // the request fails anyway
+	}
+	h.sent = true
+	if h.cause != nil && !h.hung {
+		h.hangUpLocked()
+	}
+}
+
+// ended runs when the caller's context ends.
+func (h *hangUp) ended(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.finished {
+		return
+	}
+	h.cause = cause
+	switch {
+	case h.conn == nil:
+		h.cancel(cause) // nothing sent yet
+		return
+	case h.sent:
+		h.hangUpLocked()
+	}
+	// Else the request is being written: wroteRequest hangs up.
+	h.timer = time.AfterFunc(h.grace, func() { h.cancel(cause) })
+}
+
+func (h *hangUp) hangUpLocked() {
+	cw, ok := h.conn.(interface{ CloseWrite() error })
+	if tc, isTLS := h.conn.(*tls.Conn); isTLS && tc.ConnectionState().NegotiatedProtocol == "h2" {
+		ok = false // the connection carries other requests too
+	}
+	if !ok || cw.CloseWrite() != nil {
+		h.cancel(h.cause)
+		return
+	}
+	h.hung = true
+}
+
+// finish ends the watch on the caller's context once the request is over,
+// and reports whether the client hung up on it (its answer, if any, is then
+// the outcome of a wait the caller gave up).
+func (h *hangUp) finish() bool {
+	h.stop()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.finished = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.cancel(nil)
+	return h.hung
+}
+
+// errWaitLeft is a wait that ended because its caller gave it up, the
+// server said so, and no lease is held for the caller.
+var errWaitLeft = errors.New("the wait was given up")
+
+// waitLeft reads the answer to a waiting acquire the client hung up on:
+// the server's 499 says it granted nothing or released what it granted; a
+// lease it had granted before it saw the hang-up is given back here, so
+// that the next waiter gets the key at once. The caller holds nothing in
+// either case: its wait ended.
+func (c *Client) waitLeft(ctx context.Context, key string, resp *response) (lease.Lease, error) {
+	switch resp.status {
+	case http.StatusOK:
+		l, err := decodeLease("acquire", key, resp)
+		if err != nil {
+			return lease.Lease{}, fmt.Errorf("%w (outcome unknown: the lease may have been granted and will expire after its TTL)", err)
+		}
+		if err := c.Release(context.WithoutCancel(ctx), l); err != nil && !errors.Is(err, lease.ErrNotHeld) {
+			return lease.Lease{}, fmt.Errorf("leasehttp: acquire %s: %w; granted (token %d) as it was given up, and giving it back failed, so it expires after its TTL: %w",
+				quoteName(key), errWaitLeft, l.Token, err)
+		}
+		return lease.Lease{}, fmt.Errorf("leasehttp: acquire %s: %w; granted (token %d) as it was, and given back at once", quoteName(key), errWaitLeft, l.Token)
+	case statusClientGone:
+		return lease.Lease{}, fmt.Errorf("leasehttp: acquire %s: %w; the server holds nothing for it", quoteName(key), errWaitLeft)
+	}
+	return lease.Lease{}, answerError("acquire", key, resp)
+}
