@@ -255,10 +255,10 @@ func (s *suite) listPageBoundaries(t *testing.T, b lease.Backend) {
 	}
 }
 
-// listWalkUnderChurn walks pages while other keys come and go: between
-// pages the test itself takes and frees keys before and after the cursor,
-// and goroutines churn keys between the held ones throughout. Every lease
-// held for the whole walk must be seen exactly once, and no key twice.
+// listWalkUnderChurn walks pages while other keys come and go: before each
+// page the test itself takes or frees keys before and after the cursor, and
+// goroutines churn keys between the held ones while the page is read. Every
+// lease held for the whole walk must be seen exactly once, and no key twice.
 func (s *suite) listWalkUnderChurn(t *testing.T, b lease.Backend) {
 	base := key(t, "churn") + "/"
 	const held = 12
@@ -268,38 +268,42 @@ func (s *suite) listWalkUnderChurn(t *testing.T, b lease.Backend) {
 		mustAcquire(t, b, k, "o", longTTL)
 		heldKeys = append(heldKeys, k)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 3 {
+	// Each churner takes and frees one key, at random among the gaps
+	// between held keys, for each page: as many changes as pages, at the
+	// same time as the pages are read, however fast the backend is.
+	var (
+		wg    sync.WaitGroup
+		ticks []chan struct{}
+	)
+	for w := range 2 {
+		tick := make(chan struct{}, 1)
+		ticks = append(ticks, tick)
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for range tick {
 				k := fmt.Sprintf("%sk%03d-r%d", base, rng.IntN(held+1)-1, w)
 				l, err := b.Acquire(ctxFor(t), k, "churn", longTTL)
 				if err != nil {
 					t.Errorf("churn: Acquire(%q): %v", k, err)
-					return
+					continue
 				}
 				if err := b.Release(ctxFor(t), l); err != nil {
 					t.Errorf("churn: Release(%q): %v", k, err)
-					return
 				}
 			}
 		})
 	}
 	defer func() {
-		close(stop)
+		for _, tick := range ticks {
+			close(tick)
+		}
 		wg.Wait()
 	}()
 
 	// toggle frees the keys the test holds between pages, or takes keys
-	// beside every held one (so before and after the cursor) when it holds
-	// none: a store that counts its way to the cursor skips or repeats.
+	// beside every other held one (so before and after the cursor) when it
+	// holds none: a store that counts its way to the cursor skips or
+	// repeats.
 	var mine []lease.Lease
 	round := 0
 	toggle := func() {
@@ -313,11 +317,11 @@ func (s *suite) listWalkUnderChurn(t *testing.T, b lease.Backend) {
 			return
 		}
 		round++
-		for i := -1; i < held; i++ {
+		for i := -1; i < held; i += 2 {
 			mine = append(mine, mustAcquire(t, b, fmt.Sprintf("%sk%03d-t%d", base, i, round), "toggle", longTTL))
 		}
 	}
-	for _, limit := range []int{1, 2, 3, 5, 8} {
+	for _, limit := range []int{1, 3, 8} {
 		seen := map[string]int{}
 		var last string
 		p := lease.Page{Limit: limit}
@@ -326,6 +330,12 @@ func (s *suite) listWalkUnderChurn(t *testing.T, b lease.Backend) {
 				t.Fatalf("walk with limit %d still had a Next after %d pages", limit, pages)
 			}
 			toggle()
+			for _, tick := range ticks {
+				select {
+				case tick <- struct{}{}:
+				default: // still busy with the last one
+				}
+			}
 			page, err := b.List(ctxFor(t), base, p)
 			if err != nil {
 				t.Fatalf("List(%q, %+v): %v", base, p, err)

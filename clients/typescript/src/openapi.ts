@@ -75,8 +75,15 @@ export type Lease = {
   expires_at: ExpiresAt;
 };
 
+/**
+ * One page of a list.
+ */
 export type LeaseList = {
   leases: Array<Lease>;
+  /**
+   * Pass as `after` for the next page; `""` on the last page.
+   */
+  next: string;
 };
 
 /**
@@ -189,7 +196,7 @@ export const operations = {
   renew: { method: "POST", path: "/v1/leases/{key}/renew", pathParams: ["key"], query: [] },
   release: { method: "POST", path: "/v1/leases/{key}/release", pathParams: ["key"], query: [] },
   getLease: { method: "GET", path: "/v1/leases/{key}", pathParams: ["key"], query: [] },
-  listLeases: { method: "GET", path: "/v1/leases", pathParams: [], query: ["prefix"] },
+  listLeases: { method: "GET", path: "/v1/leases", pathParams: [], query: ["prefix","limit","after"] },
   getOpenAPI: { method: "GET", path: "/v1/openapi.json", pathParams: [], query: [] },
   healthz: { method: "GET", path: "/healthz", pathParams: [], query: [] },
   readyz: { method: "GET", path: "/readyz", pathParams: [], query: [] },
