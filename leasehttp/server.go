@@ -716,7 +716,7 @@ func (s *Server) handleList(w *responseWriter, r *http.Request) {
 		s.writeError(w, fmt.Errorf("%w: this credential covers no key under prefix %s", ErrForbidden, quoteName(prefix)))
 		return
 	}
-	p, err := s.listPrefixes(r.Context(), prefixes, page)
+	p, err := s.listUnder(r.Context(), prefixes, page)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -728,12 +728,12 @@ func (s *Server) handleList(w *responseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// listPrefixes is one page of the leases under any of prefixes, which are
+// listUnder is one page of the leases under any of prefixes, which are
 // sorted and none of which starts with another, so that all keys under one
 // come before all keys under the next: the page takes from each in turn,
 // all from the same cursor, and asks the ones after a full page whether
 // they hold more, so that Next is empty at the end.
-func (s *Server) listPrefixes(ctx context.Context, prefixes []string, page lease.Page) (lease.ListPage, error) {
+func (s *Server) listUnder(ctx context.Context, prefixes []string, page lease.Page) (lease.ListPage, error) {
 	if len(prefixes) == 1 {
 		return s.backend.List(ctx, prefixes[0], page)
 	}
