@@ -5,6 +5,9 @@
 //	}
 //
 // It checks invariants I1–I4 of docs/DESIGN.md, the handling of bad input,
+// List's pages (limits, cursors, every page size over keys with odd bytes,
+// and a walk under churn that must see each lease held throughout exactly
+// once: paging.go),
 // the optional WaitAcquirer, Notifier and Watcher abilities when the backend
 // has them (a Notifier's wake-ups on release and expiry, its context and,
 // for an io.Closer, its Close; a Watcher's current state, changes, prefix,
