@@ -34,9 +34,14 @@ type Backend interface {
 	// ErrNotFound.
 	Get(ctx context.Context, key string) (Lease, error)
 
-	// List returns the unexpired leases whose keys start with prefix, with
-	// zero IDs, ordered by key.
-	List(ctx context.Context, prefix string) ([]Lease, error)
+	// List returns one page of the unexpired leases whose keys start with
+	// prefix (empty: every key), with zero IDs, in byte order of their keys:
+	// at most page.Limit of them (0: DefaultPageLimit), those after the
+	// key page.After names. ListPage.Next continues the walk; it is empty
+	// when no more leases came after the page as it was read. A walk sees
+	// every lease that stays held throughout exactly once (see ListPage).
+	// ParseList checks prefix and page; bad ones match ErrInvalid.
+	List(ctx context.Context, prefix string, page Page) (ListPage, error)
 }
 
 // WaitAcquirer is implemented by backends that can wait for a key themselves,

@@ -236,7 +236,7 @@ func TestClosedStore(t *testing.T) {
 	_, errs["Renew"] = s.Renew(t.Context(), l, time.Minute)
 	errs["Release"] = s.Release(t.Context(), l)
 	_, errs["Get"] = s.Get(t.Context(), "k")
-	_, errs["List"] = s.List(t.Context(), "")
+	_, errs["List"] = s.List(t.Context(), "", lease.Page{})
 	for name, err := range errs {
 		if !errors.Is(err, lease.ErrUnavailable) {
 			t.Errorf("%s after Close: err = %v, want ErrUnavailable", name, err)

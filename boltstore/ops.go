@@ -185,14 +185,26 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return l, err
 }
 
-// List implements lease.Backend.
-func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+// List implements lease.Backend: a cursor seeks to the later of the prefix
+// and the key after the page's cursor, and reads on in key order (bbolt
+// keeps keys in byte order) until it has the page and one lease more. The
+// leases bucket keeps a record for every key ever held, so a walk over many
+// expired keys reads them too.
+func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	limit, after, err := lease.ParseList(prefix, page)
+	if err != nil {
+		return lease.ListPage{}, err
+	}
 	var out []lease.Lease
-	err := s.view(ctx, func(leases *bolt.Bucket) error {
+	err = s.view(ctx, func(leases *bolt.Bucket) error {
 		now := s.now()
 		p := []byte(prefix)
 		c := leases.Cursor()
-		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+		k, v := c.Seek([]byte(max(prefix, after)))
+		if after != "" && string(k) == after {
+			k, v = c.Next()
+		}
+		for ; k != nil && bytes.HasPrefix(k, p) && len(out) <= limit; k, v = c.Next() {
 			rec, err := decodeRecord(string(k), v)
 			if err != nil {
 				return err
@@ -205,5 +217,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) 
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return lease.ListPage{}, err
+	}
+	return lease.PageOf(out, limit), nil
 }

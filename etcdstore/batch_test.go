@@ -368,9 +368,9 @@ func TestBatchTooManyOpsShrinks(t *testing.T) {
 	if got != n/2 {
 		t.Errorf("after etcd refused a batch of %d, batches are at most %d, want %d", n, got, n/2)
 	}
-	all, err := s.List(testCtx(t), "k")
-	if err != nil || len(all) != n {
-		t.Fatalf("List = %d leases, %v; want %d", len(all), err, n)
+	all, err := s.List(testCtx(t), "k", lease.Page{})
+	if err != nil || len(all.Leases) != n {
+		t.Fatalf("List = %d leases, %v; want %d", len(all.Leases), err, n)
 	}
 }
 

@@ -110,10 +110,11 @@ func TestPrefixesDisjoint(t *testing.T) {
 		}
 	}
 	for i, s := range stores {
-		all, err := s.List(ctxFor(t), "")
+		page, err := s.List(ctxFor(t), "", lease.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		all := page.Leases
 		if len(all) != len(keys) {
 			t.Errorf("store %q lists %d leases, want its own %d: %+v", prefixes[i], len(all), len(keys), all)
 		}

@@ -375,33 +375,41 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return leaseFrom(key, resp.Kvs[0], time.Now())
 }
 
-// List implements lease.Backend with one linearizable range read.
-func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	if prefix != "" {
-		if err := lease.ValidateKey(prefix); err != nil {
-			return nil, err
-		}
+// List implements lease.Backend with one linearizable range read per page:
+// the holder keys from just past the cursor's key to the end of the prefix,
+// in etcd's byte order, limited to the page and one more. Holder keys exist
+// only while their leases do, so the range reads nothing else.
+func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	limit, after, err := lease.ParseList(prefix, page)
+	if err != nil {
+		return lease.ListPage{}, err
 	}
 	if err := s.usable(); err != nil {
-		return nil, err
+		return lease.ListPage{}, err
+	}
+	from := s.path(kindHolder, prefix)
+	if after >= prefix {
+		from = s.path(kindHolder, after+"\x00") // the first key after it: keys hold no NUL
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Get(ctx, s.path(kindHolder, prefix), clientv3.WithPrefix())
+	resp, err := s.cli.Get(ctx, from,
+		clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.path(kindHolder, prefix))),
+		clientv3.WithLimit(int64(limit)+1))
 	if err != nil {
-		return nil, fail(ctx, "list", prefix, err)
+		return lease.ListPage{}, fail(ctx, "list", prefix, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
-		return nil, err
+		return lease.ListPage{}, err
 	}
 	base := len(s.path(kindHolder, ""))
 	now := time.Now()
-	var out []lease.Lease
+	out := make([]lease.Lease, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs { // etcd sorts by key
 		l, err := leaseFrom(string(kv.Key[base:]), kv, now)
 		if err != nil {
-			return nil, err
+			return lease.ListPage{}, err
 		}
 		out = append(out, l)
 	}
-	return out, nil
+	return lease.PageOf(out, limit), nil
 }

@@ -170,7 +170,7 @@ func TestAuth(t *testing.T) {
 	if _, err := scoped.Acquire(ctxFor(t), "other/z", "o", time.Minute); !errors.Is(err, leasehttp.ErrForbidden) {
 		t.Errorf("scoped Acquire outside its prefixes: err = %v, want ErrForbidden", err)
 	}
-	if _, err := scoped.List(ctxFor(t), "other/"); !errors.Is(err, leasehttp.ErrForbidden) {
+	if _, err := scoped.List(ctxFor(t), "other/", lease.Page{}); !errors.Is(err, leasehttp.ErrForbidden) {
 		t.Errorf("scoped List outside its prefixes: err = %v, want ErrForbidden", err)
 	}
 	anon := newClient(t, hs.URL)

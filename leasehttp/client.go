@@ -705,40 +705,58 @@ func (c *Client) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return l, err
 }
 
-// List implements lease.Backend; it is retried after failures. With a
-// credential scoped to key prefixes the server lists only the keys it
-// covers.
-func (c *Client) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+// List implements lease.Backend with one GET /v1/leases; it is retried
+// after failures. With a credential scoped to key prefixes the server lists
+// only the keys it covers. lease.All walks every page.
+func (c *Client) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	limit, _, err := lease.ParseList(prefix, page)
+	if err != nil {
+		return lease.ListPage{}, err
+	}
+	q := url.Values{}
 	if prefix != "" {
-		if err := lease.ValidateKey(prefix); err != nil {
-			return nil, err
-		}
+		q.Set("prefix", prefix)
+	}
+	if page.Limit != 0 {
+		q.Set("limit", fmt.Sprint(page.Limit))
+	}
+	if page.After != "" {
+		q.Set("after", page.After)
 	}
 	path := "/v1/leases"
-	if prefix != "" {
-		path += "?prefix=" + url.QueryEscape(prefix)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodGet, path, nil, 0)
 	})
 	if err != nil {
-		return nil, transportError("list", prefix, err, "")
+		return lease.ListPage{}, transportError("list", prefix, err, "")
 	}
 	if resp.status != http.StatusOK {
-		return nil, answerError("list", prefix, resp)
+		return lease.ListPage{}, answerError("list", prefix, resp)
+	}
+	malformed := func(format string, args ...any) error {
+		return fmt.Errorf("leasehttp: list %s: %w: malformed answer: "+format, append([]any{quoteName(prefix), lease.ErrUnavailable}, args...)...)
 	}
 	var body listJSON
 	if err := json.Unmarshal(resp.body, &body); err != nil {
-		return nil, fmt.Errorf("leasehttp: list %s: %w: malformed answer: %v", quoteName(prefix), lease.ErrUnavailable, err)
+		return lease.ListPage{}, malformed("%v", err)
 	}
-	out := make([]lease.Lease, 0, len(body.Leases))
+	if len(body.Leases) > limit {
+		return lease.ListPage{}, malformed("%d leases for a limit of %d", len(body.Leases), limit)
+	}
+	if _, _, err := lease.ParseList("", lease.Page{After: body.Next}); err != nil {
+		return lease.ListPage{}, malformed("next: %v", err)
+	}
+	out := lease.ListPage{Leases: make([]lease.Lease, 0, len(body.Leases)), Next: body.Next}
 	for _, j := range body.Leases {
 		l, err := j.Lease()
 		if err != nil {
-			return nil, fmt.Errorf("leasehttp: list %s: %w: malformed answer: %v", quoteName(prefix), lease.ErrUnavailable, err)
+			return lease.ListPage{}, malformed("%v", err)
 		}
 		l.ID = lease.ID{}
-		out = append(out, l)
+		out.Leases = append(out.Leases, l)
 	}
 	return out, nil
 }

@@ -255,7 +255,7 @@ func TestOddKeysTravelIntact(t *testing.T) {
 		if got, err := c.Get(ctxFor(t), k); err != nil || got.Key != k {
 			t.Errorf("Get(%q) = %+v, %v", k, got, err)
 		}
-		if ls, err := c.List(ctxFor(t), k); err != nil || len(ls) == 0 || ls[0].Key != k {
+		if ls, err := c.List(ctxFor(t), k, lease.Page{}); err != nil || len(ls.Leases) == 0 || ls.Leases[0].Key != k {
 			t.Errorf("List(%q) = %+v, %v", k, ls, err)
 		}
 		if err := c.Release(ctxFor(t), l); err != nil {

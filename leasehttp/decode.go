@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -582,27 +583,72 @@ func pathKey(r *http.Request) (string, error) {
 	return k, nil
 }
 
-// listPrefix reads the query of GET /v1/leases: at most one prefix, no other
-// parameters. An empty or absent prefix lists every key.
+// listPrefix reads a query that may hold a prefix and nothing else (GET
+// /v1/watch). An empty or absent prefix means every key.
 func listPrefix(r *http.Request) (string, error) {
+	q, err := queryOf(r, "prefix")
+	if err != nil {
+		return "", err
+	}
+	return queryPrefix(q)
+}
+
+// listQuery reads the query of GET /v1/leases: prefix, limit (a decimal
+// number; absent means lease.DefaultPageLimit) and after (a page's next),
+// each at most once, no other parameters.
+func listQuery(r *http.Request) (string, lease.Page, error) {
+	q, err := queryOf(r, "prefix", "limit", "after")
+	if err != nil {
+		return "", lease.Page{}, err
+	}
+	prefix, err := queryPrefix(q)
+	if err != nil {
+		return "", lease.Page{}, err
+	}
+	var page lease.Page
+	if ls, ok := q["limit"]; ok {
+		// Digits only: no sign, no spaces; ParseList checks the range.
+		n, err := strconv.Atoi(ls[0])
+		if err != nil || strings.TrimLeft(ls[0], "0123456789") != "" {
+			return "", lease.Page{}, badRequest("limit %s is not a whole number from 1 to %d (or 0, for %d)", quoteName(ls[0]), lease.MaxPageLimit, lease.DefaultPageLimit)
+		}
+		page.Limit = n
+	}
+	if as, ok := q["after"]; ok {
+		page.After = as[0]
+	}
+	if _, _, err := lease.ParseList(prefix, page); err != nil {
+		return "", lease.Page{}, badRequest("%v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
+	}
+	return prefix, page, nil
+}
+
+// queryOf parses r's query, which may hold each of names at most once and
+// nothing else.
+func queryOf(r *http.Request, names ...string) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return "", badRequest("query string: %v", err)
+		return nil, badRequest("query string: %v", err)
 	}
-	for name := range q {
-		if name != "prefix" {
-			return "", badRequest("unknown query parameter %s", quoteName(name))
+	for name, vs := range q {
+		if !slices.Contains(names, name) {
+			return nil, badRequest("unknown query parameter %s", quoteName(name))
+		}
+		if len(vs) > 1 {
+			return nil, badRequest("query parameter %s given %d times", quoteName(name), len(vs))
 		}
 	}
-	ps := q["prefix"]
-	if len(ps) > 1 {
-		return "", badRequest("query parameter \"prefix\" given %d times", len(ps))
-	}
-	if len(ps) == 0 || ps[0] == "" {
+	return q, nil
+}
+
+// queryPrefix is q's prefix, checked; empty or absent means every key.
+func queryPrefix(q url.Values) (string, error) {
+	p := q.Get("prefix")
+	if p == "" {
 		return "", nil
 	}
-	if err := lease.ValidateKey(ps[0]); err != nil {
+	if err := lease.ValidateKey(p); err != nil {
 		return "", badRequest("prefix: %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
 	}
-	return ps[0], nil
+	return p, nil
 }

@@ -14,7 +14,7 @@
 //	POST /v1/leases/{key}/renew        {"id","token","ttl_ms"}       200 lease (with id)          409 not_held
 //	POST /v1/leases/{key}/release      {"id","token"}                200 {}                       409 not_held
 //	GET  /v1/leases/{key}              –                             200 lease (no id)            404 not_found
-//	GET  /v1/leases?prefix=P           –                             200 {"leases":[…]} (no ids)  403 forbidden
+//	GET  /v1/leases?prefix=P&limit=N&after=C                         200 {"leases":[…],"next"}    403 forbidden
 //	GET  /v1/watch?prefix=P            –                             200 text/event-stream        403 forbidden, 429 too_many_watchers, 501 unsupported
 //	GET  /v1/stats?prefix=P            –                             200 the server's figures
 //	GET  /healthz                      –                             200 {"status":"ok"}
@@ -36,8 +36,10 @@
 //
 // with token a JSON number (at most 2^53, exact in every JSON reader),
 // expires_at RFC 3339 in UTC with milliseconds on the backend's clock, and
-// id, the lease's secret, only in the answers to acquire and renew. Every
-// error is
+// id, the lease's secret, only in the answers to acquire and renew. A list
+// is one page (lease.Page): at most limit leases (1 to 10,000; absent or 0,
+// 1,000) after the key the cursor after names, in byte order, and next, the
+// after of the following page, "" on the last. Every error is
 //
 //	{"error":{"code":"…","message":"…"}}
 //

@@ -112,3 +112,20 @@ func FuzzKeyPath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzListQuery sends GET /v1/leases with any query string: the answer is
+// a page or a 4xx error body the document allows, never a 5xx.
+func FuzzListQuery(f *testing.F) {
+	h, _ := fuzzServer(f)
+	for _, q := range []string{"limit=2", "limit=0&after=", "after=" + lease.Cursor("jobs/a"), "after=YR", "limit=-1",
+		"limit=10001", "prefix=j&limit=1&after=" + lease.Cursor("j"), "limit=1&limit=2", "after=%0A", "limit=%2B1"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		req, err := http.NewRequest("GET", "http://"+loopbackHost+"/v1/leases?"+q, nil)
+		if err != nil {
+			return
+		}
+		checkAnswer(t, "list ?"+q, serveRequest(checkAPI(t, h), req))
+	})
+}

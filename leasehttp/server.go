@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -749,15 +748,16 @@ func (s *Server) handleGet(w *responseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, NewLeaseJSON(l, false))
 }
 
-// handleList lists the leases under ?prefix= that the credential covers.
-// A prefix wider than the credential's is narrowed to the credential's
-// prefixes inside it; a prefix that shares no key with them is 403.
+// handleList answers one page of the leases under ?prefix= that the
+// credential covers, from ?after= for at most ?limit=. A prefix wider than
+// the credential's is narrowed to the credential's prefixes inside it; a
+// prefix that shares no key with them is 403.
 func (s *Server) handleList(w *responseWriter, r *http.Request) {
 	c, ok := s.authorize(w, r)
 	if !ok {
 		return
 	}
-	prefix, err := listPrefix(r)
+	prefix, page, err := listQuery(r)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -767,21 +767,49 @@ func (s *Server) handleList(w *responseWriter, r *http.Request) {
 		s.writeError(w, fmt.Errorf("%w: this credential covers no key under prefix %s", ErrForbidden, quoteName(prefix)))
 		return
 	}
-	out := listJSON{Leases: []LeaseJSON{}}
-	for _, p := range prefixes {
-		ls, err := s.backend.List(r.Context(), p)
-		if err != nil {
-			s.writeError(w, err)
-			return
-		}
-		for _, l := range ls {
-			out.Leases = append(out.Leases, NewLeaseJSON(l, false))
-		}
+	p, err := s.listUnder(r.Context(), prefixes, page)
+	if err != nil {
+		s.writeError(w, err)
+		return
 	}
-	if len(prefixes) > 1 {
-		slices.SortFunc(out.Leases, func(a, b LeaseJSON) int { return strings.Compare(a.Key, b.Key) })
+	out := listJSON{Leases: make([]LeaseJSON, 0, len(p.Leases)), Next: p.Next}
+	for _, l := range p.Leases {
+		out.Leases = append(out.Leases, NewLeaseJSON(l, false))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// listUnder is one page of the leases under any of prefixes, which are
+// sorted and none of which starts with another, so that all keys under one
+// come before all keys under the next: the page takes from each in turn,
+// all from the same cursor, and asks the ones after a full page whether
+// they hold more, so that Next is empty at the end.
+func (s *Server) listUnder(ctx context.Context, prefixes []string, page lease.Page) (lease.ListPage, error) {
+	if len(prefixes) == 1 {
+		return s.backend.List(ctx, prefixes[0], page)
+	}
+	limit, _, err := lease.ParseList("", page)
+	if err != nil {
+		return lease.ListPage{}, err
+	}
+	var out []lease.Lease
+	for _, p := range prefixes {
+		need := limit - len(out)
+		pg, err := s.backend.List(ctx, p, lease.Page{Limit: max(need, 1), After: page.After})
+		if err != nil {
+			return lease.ListPage{}, err
+		}
+		if need == 0 {
+			if len(pg.Leases) > 0 {
+				return lease.ListPage{Leases: out, Next: lease.Cursor(out[limit-1].Key)}, nil
+			}
+			continue
+		}
+		if out = append(out, pg.Leases...); pg.Next != "" {
+			return lease.ListPage{Leases: out, Next: pg.Next}, nil
+		}
+	}
+	return lease.ListPage{Leases: out}, nil
 }
 
 func (s *Server) handleHealthz(w *responseWriter, _ *http.Request) {

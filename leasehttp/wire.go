@@ -71,6 +71,8 @@ func (j LeaseJSON) Lease() (lease.Lease, error) {
 // listJSON is the answer to GET /v1/leases.
 type listJSON struct {
 	Leases []LeaseJSON `json:"leases"`
+	// Next continues the walk (?after=); empty on the last page.
+	Next string `json:"next"`
 }
 
 // renewBatchJSON is the answer to POST /v1/renew: one result per renewal,

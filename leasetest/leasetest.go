@@ -5,6 +5,9 @@
 //	}
 //
 // It checks invariants I1–I4 of docs/DESIGN.md, the handling of bad input,
+// List's pages (limits, cursors, every page size over keys with odd bytes,
+// and a walk under churn that must see each lease held throughout exactly
+// once: paging.go),
 // the optional WaitAcquirer, Notifier and Watcher abilities when the backend
 // has them (a Notifier's wake-ups on release and expiry, its context and,
 // for an io.Closer, its Close; a Watcher's current state, changes, prefix,
@@ -131,6 +134,10 @@ func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts
 		{"ExclusionUnderChurn", s.exclusionUnderChurn},
 		{"GetAndList", s.getAndList},
 		{"ListLiteralPrefixByteOrder", s.listLiteralPrefixByteOrder},
+		{"ListPageLimits", s.listPageLimits},
+		{"ListPageBadInput", s.listPageBadInput},
+		{"ListPageBoundaries", s.listPageBoundaries},
+		{"ListWalkUnderChurn", s.listWalkUnderChurn},
 		{"RelatedKeysIndependent", s.relatedKeysIndependent},
 		{"KeysKeptIntact", s.keysKeptIntact},
 		{"BadInput", s.badInput},
@@ -232,11 +239,7 @@ func (s *suite) waitExpired(t *testing.T, b lease.Backend, k string, ttl time.Du
 	for {
 		_, err := b.Get(ctxFor(t), k)
 		if errIs(err, lease.ErrNotFound) {
-			list, err := b.List(ctxFor(t), k)
-			if err != nil {
-				t.Fatalf("List(%q) after expiry: %v", k, err)
-			}
-			for _, l := range list {
+			for _, l := range listAll(t, b, k) {
 				if l.Key == k {
 					t.Fatalf("List(%q) returns the lease that Get says has expired: %+v", k, l)
 				}
@@ -710,10 +713,7 @@ func (s *suite) getAndList(t *testing.T, b lease.Backend) {
 	if err := b.Release(ctxFor(t), lc); err != nil {
 		t.Fatal(err)
 	}
-	list, err := b.List(ctxFor(t), base+"/")
-	if err != nil {
-		t.Fatalf("List: %v", err)
-	}
+	list := listAll(t, b, base+"/")
 	var keys []string
 	for _, l := range list {
 		keys = append(keys, l.Key)
@@ -727,9 +727,8 @@ func (s *suite) getAndList(t *testing.T, b lease.Backend) {
 	if list[1].Token != lb.Token || list[1].Owner != "owner-b" {
 		t.Errorf("List entry = %+v, want %+v", list[1], lb)
 	}
-	empty, err := b.List(ctxFor(t), base+"/zzz")
-	if err != nil || len(empty) != 0 {
-		t.Errorf("List of an unused prefix = %v, %v; want none", empty, err)
+	if empty, err := b.List(ctxFor(t), base+"/zzz", lease.Page{}); err != nil || len(empty.Leases) != 0 || empty.Next != "" {
+		t.Errorf("List of an unused prefix = %+v, %v; want no leases and no Next", empty, err)
 	}
 }
 
@@ -758,27 +757,12 @@ func (s *suite) listLiteralPrefixByteOrder(t *testing.T, b lease.Backend) {
 		}
 	}
 	slices.Sort(all)
-	keysOf := func(ls []lease.Lease) []string {
-		var keys []string
-		for _, l := range ls {
-			keys = append(keys, l.Key)
-		}
-		return keys
-	}
-	list, err := b.List(ctxFor(t), base)
-	if err != nil {
-		t.Fatalf("List(%q): %v", base, err)
-	}
-	if got := keysOf(list); !slices.Equal(got, all) {
+	if got := keysOf(listAll(t, b, base)); !slices.Equal(got, all) {
 		t.Errorf("List(%q) keys = %q, want %q in byte order", base, got, all)
 	}
 	for _, p := range pairs {
 		prefix := base + p[0] + "/"
-		list, err := b.List(ctxFor(t), prefix)
-		if err != nil {
-			t.Fatalf("List(%q): %v", prefix, err)
-		}
-		if got, want := keysOf(list), []string{prefix + "1"}; !slices.Equal(got, want) {
+		if got, want := keysOf(listAll(t, b, prefix)), []string{prefix + "1"}; !slices.Equal(got, want) {
 			t.Errorf("List(%q) keys = %q, want %q only", prefix, got, want)
 		}
 	}
@@ -837,9 +821,8 @@ func (s *suite) keysKeptIntact(t *testing.T, b lease.Backend) {
 		if err != nil || got.Key != k || got.Owner != "owner '\"; --" {
 			t.Errorf("Get(%q) = %+v, %v", k, got, err)
 		}
-		list, err := b.List(ctxFor(t), k)
-		if err != nil || len(list) != 1 || list[0].Key != k {
-			t.Errorf("List(%q) = %+v, %v", k, list, err)
+		if list := listAll(t, b, k); len(list) != 1 || list[0].Key != k {
+			t.Errorf("List(%q) = %+v", k, list)
 		}
 		if err := b.Release(ctxFor(t), l); err != nil {
 			t.Errorf("Release(%q): %v", k, err)

@@ -47,7 +47,8 @@ type hooks struct {
 	renew       func(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error)
 	release     func(ctx context.Context, l lease.Lease) error
 	get         func(ctx context.Context, key string) (lease.Lease, error)
-	list        func(ctx context.Context, prefix string) ([]lease.Lease, error)
+	list        func(ctx context.Context, prefix string) ([]lease.Lease, error) // every lease under prefix: List pages it
+	page        func(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error)
 	acquireWait func(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error)
 	waitChange  func(ctx context.Context, key string) error
 	watch       func(ctx context.Context, prefix string) iter.Seq2[lease.Event, error]
@@ -296,11 +297,36 @@ func (w *wrapper) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return w.s.Get(ctx, key)
 }
 
-func (w *wrapper) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	if w.h.list != nil {
-		return w.h.list(ctx, prefix)
+func (w *wrapper) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	switch {
+	case w.h.page != nil:
+		return w.h.page(ctx, prefix, page)
+	case w.h.list != nil:
+		// Pages of the hook's whole list, in its order, honestly cut.
+		limit, after, err := lease.ParseList(prefix, page)
+		if err != nil {
+			return lease.ListPage{}, err
+		}
+		ls, err := w.h.list(ctx, prefix)
+		if err != nil {
+			return lease.ListPage{}, err
+		}
+		ls = slices.DeleteFunc(ls, func(l lease.Lease) bool { return l.Key <= after })
+		return lease.PageOf(ls[:min(len(ls), limit+1)], limit), nil
 	}
-	return w.s.List(ctx, prefix)
+	return w.s.List(ctx, prefix, page)
+}
+
+// memList is every lease under prefix in s, in key order.
+func memList(ctx context.Context, s *memstore.Store, prefix string) ([]lease.Lease, error) {
+	var out []lease.Lease
+	for l, err := range lease.All(ctx, s, prefix) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 func (w *wrapper) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
@@ -425,7 +451,7 @@ func retokened(w *wrapper, pick func(l lease.Lease) lease.Token) {
 		return r.toShown(l), nil
 	}
 	w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-		ls, err := w.s.List(ctx, prefix)
+		ls, err := memList(ctx, w.s, prefix)
 		for i := range ls {
 			ls[i] = r.toShown(ls[i])
 		}
@@ -464,7 +490,7 @@ func (r *reported) hookGetList(w *wrapper) {
 		return r.fix(l), err
 	}
 	w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-		ls, err := w.s.List(ctx, prefix)
+		ls, err := memList(ctx, w.s, prefix)
 		for i := range ls {
 			ls[i] = r.fix(ls[i])
 		}
@@ -915,7 +941,7 @@ var mutants = []mutant{
 		caughtBy: []string{"GetAndList"},
 		install: func(w *wrapper) {
 			w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-				ls, err := w.s.List(ctx, prefix)
+				ls, err := memList(ctx, w.s, prefix)
 				for i, l := range ls {
 					if h, ok := w.lastOf(l.Key); ok && h.Token == l.Token {
 						ls[i].ID = h.ID
@@ -940,7 +966,7 @@ var mutants = []mutant{
 		caughtBy: []string{"TokensRiseAcrossExpiry", "RenewAfterExpiryFails"},
 		install: func(w *wrapper) {
 			w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-				ls, err := w.s.List(ctx, prefix)
+				ls, err := memList(ctx, w.s, prefix)
 				if err != nil {
 					return ls, err
 				}
@@ -959,13 +985,13 @@ var mutants = []mutant{
 	{name: "ListIgnoresPrefix", breaks: "List returns every lease",
 		caughtBy: []string{"GetAndList"},
 		install: func(w *wrapper) {
-			w.h.list = func(ctx context.Context, _ string) ([]lease.Lease, error) { return w.s.List(ctx, "") }
+			w.h.list = func(ctx context.Context, _ string) ([]lease.Lease, error) { return memList(ctx, w.s, "") }
 		}},
 	{name: "ListPrefixIsPattern", breaks: "List reads _ % ? * in the prefix as wildcards (unescaped LIKE or MATCH)",
 		caughtBy: []string{"ListLiteralPrefixByteOrder"},
 		install: func(w *wrapper) {
 			w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-				all, err := w.s.List(ctx, "")
+				all, err := memList(ctx, w.s, "")
 				re := globPrefix(prefix)
 				return slices.DeleteFunc(all, func(l lease.Lease) bool { return !re.MatchString(l.Key) }), err
 			}
@@ -974,7 +1000,7 @@ var mutants = []mutant{
 		caughtBy: []string{"GetAndList"},
 		install: func(w *wrapper) {
 			w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-				ls, err := w.s.List(ctx, prefix)
+				ls, err := memList(ctx, w.s, prefix)
 				slices.Reverse(ls)
 				return ls, err
 			}
@@ -983,7 +1009,7 @@ var mutants = []mutant{
 		caughtBy: []string{"ListLiteralPrefixByteOrder"},
 		install: func(w *wrapper) {
 			w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-				ls, err := w.s.List(ctx, prefix)
+				ls, err := memList(ctx, w.s, prefix)
 				slices.SortStableFunc(ls, func(a, b lease.Lease) int {
 					return strings.Compare(strings.ToLower(a.Key), strings.ToLower(b.Key))
 				})
@@ -996,7 +1022,7 @@ var mutants = []mutant{
 			w.h.get = func(ctx context.Context, key string) (lease.Lease, error) {
 				l, err := w.s.Get(ctx, key)
 				if errors.Is(err, lease.ErrNotFound) {
-					if ls, _ := w.s.List(ctx, key); len(ls) > 0 {
+					if ls, _ := memList(ctx, w.s, key); len(ls) > 0 {
 						return ls[0], nil
 					}
 				}
@@ -1008,7 +1034,7 @@ var mutants = []mutant{
 		install: func(w *wrapper) {
 			w.h.acquire = func(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 				if lease.ValidateKey(key) == nil {
-					ls, _ := w.s.List(ctx, key)
+					ls, _ := memList(ctx, w.s, key)
 					for _, h := range ls {
 						if h.Key != key {
 							return lease.Lease{}, &lease.HeldError{Key: key, Owner: h.Owner, Token: h.Token, Expires: h.Expires}
@@ -1096,7 +1122,7 @@ var mutants = []mutant{
 				return l, err
 			}
 			w.h.list = func(ctx context.Context, prefix string) ([]lease.Lease, error) {
-				ls, err := w.s.List(ctx, strings.ToLower(prefix))
+				ls, err := memList(ctx, w.s, strings.ToLower(prefix))
 				for i := range ls {
 					ls[i].Key = unfold(ls[i].Key)
 				}

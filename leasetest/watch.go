@@ -777,12 +777,8 @@ func (s *suite) replay(t *testing.T, b lease.Backend, w lease.Watcher, prefix st
 		return false
 	}
 	stopChurn() // and let the last changes arrive
-	list, err := b.List(ctxFor(t), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[string]lease.Token{}
-	for _, l := range list {
+	for _, l := range listAll(t, b, prefix) {
 		want[l.Key] = l.Token
 	}
 	deadline := time.Now().Add(watchWait)

@@ -109,10 +109,10 @@ func listThenWatch(w *wrapper, subscribeFirst bool, gap time.Duration) {
 			if subscribeFirst {
 				if err = skipToSynced(next); err == nil {
 					time.Sleep(gap)
-					list, err = w.s.List(ctx, prefix)
+					list, err = memList(ctx, w.s, prefix)
 				}
 			} else {
-				if list, err = w.s.List(ctx, prefix); err == nil {
+				if list, err = memList(ctx, w.s, prefix); err == nil {
 					time.Sleep(gap)
 					err = skipToSynced(next)
 				}
@@ -469,7 +469,7 @@ var watchMutants = []mutant{
 						mu.Unlock()
 						close(s.done)
 					}()
-					list, err := w.s.List(ctx, prefix)
+					list, err := memList(ctx, w.s, prefix)
 					if err != nil {
 						yield(lease.Event{}, err)
 						return

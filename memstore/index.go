@@ -25,6 +25,7 @@ type index struct {
 	n       int         // entries in tab
 	sweepAt int         // n at which the next rebuild drops idle entries
 	floor   lease.Token // the highest token of any dropped entry
+	ord     order       // the entries in key order, for List
 }
 
 type table struct {
@@ -97,6 +98,7 @@ func (x *index) insert(h uint64, key string, now time.Duration) *entry {
 	}
 	e := &entry{entryState: entryState{hash: h, key: key, counter: x.floor}}
 	put(t, e)
+	x.ord.add(e)
 	x.n++
 	return e
 }
@@ -140,6 +142,9 @@ func (x *index) rebuild(now time.Duration, sweep bool) *table {
 	}
 	if sweep {
 		x.sweepAt = max(minSweep, 2*len(keep))
+		if len(keep) < x.n {
+			x.ord.drop()
+		}
 	}
 	size := minSlots
 	for size < 3*(len(keep)+1) {
@@ -162,4 +167,12 @@ func (x *index) entries(f func(*entry)) {
 			f(e)
 		}
 	}
+}
+
+// sorted returns every entry in the index in two runs sorted by key, which
+// nobody writes: the caller may read them after new inserts and sweeps.
+func (x *index) sorted() (big, small []*entry) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ord.sorted()
 }

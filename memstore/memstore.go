@@ -356,12 +356,30 @@ func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
 	return l, nil
 }
 
-// List implements lease.Backend.
-func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
+// List implements lease.Backend. It takes the index's entries in key order
+// (see order), then walks them from the cursor, locking one entry at a time
+// to read its lease, until it has the page and one lease more. An entry is
+// only dropped from the index once it holds nothing, so a lease held
+// throughout a walk is in the runs every page takes, and each page takes the
+// keys after the last one of the page before: it is seen exactly once.
+func (s *Store) List(_ context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	limit, after, err := lease.ParseList(prefix, page)
+	if err != nil {
+		return lease.ListPage{}, err
+	}
+	big, small := s.idx.sorted()
+	big, small = from(big, prefix, after), from(small, prefix, after)
 	var out []lease.Lease
-	s.idx.entries(func(e *entry) {
-		if !strings.HasPrefix(e.key, prefix) {
-			return
+	for len(out) <= limit {
+		var e *entry
+		switch {
+		case len(big) > 0 && (len(small) == 0 || big[0].key < small[0].key):
+			e, big = big[0], big[1:]
+		case len(small) > 0:
+			e, small = small[0], small[1:]
+		}
+		if e == nil || !strings.HasPrefix(e.key, prefix) {
+			break // the runs hold no more keys under prefix
 		}
 		e.mu.Lock()
 		if !e.dead && e.held && e.exp > s.now() {
@@ -370,9 +388,8 @@ func (s *Store) List(_ context.Context, prefix string) ([]lease.Lease, error) {
 			out = append(out, l)
 		}
 		e.mu.Unlock()
-	})
-	slices.SortFunc(out, func(a, b lease.Lease) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
+	}
+	return lease.PageOf(out, limit), nil
 }
 
 // current returns the entry of l's key, locked, if l is its current

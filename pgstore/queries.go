@@ -154,8 +154,12 @@ RETURNING l.key, CASE WHEN l.wanted THEN pg_notify($4::text, l.key) END, set_con
 		get: `SELECT owner, token, ttl_ns, expires_at FROM ` + n.leases + `
 WHERE key = $1 AND expires_at > clock_timestamp()`,
 
+		// list reads a page and one lease more in the primary key's order
+		// (byte order, by the C collation), from past the cursor's key $2.
+		// key >= $1 bounds the index scan where starts_with alone might not.
 		list: `SELECT key, owner, token, ttl_ns, expires_at FROM ` + n.leases + `
-WHERE starts_with(key, $1) AND expires_at > clock_timestamp() ORDER BY key`,
+WHERE key >= $1 AND key > $2 AND starts_with(key, $1) AND expires_at > clock_timestamp()
+ORDER BY key LIMIT $3`,
 
 		// wait marks the current generation wanted (so that its release
 		// notifies) and says how long it has left, on the server's clock.

@@ -72,7 +72,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		if _, err := s.Get(ctx, key); err != nil {
 			return l, err
 		}
-		if _, err := s.List(ctx, key); err != nil {
+		if _, err := s.List(ctx, key, lease.Page{}); err != nil {
 			return l, err
 		}
 		return l, s.Release(ctx, l)
@@ -109,7 +109,7 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		})
 		count("Renew", 1, func() error { _, err := s.Renew(ctx, l, time.Minute); return err })
 		count("Get", 1, func() error { _, err := s.Get(ctx, "k"); return err })
-		count("List", 1, func() error { _, err := s.List(ctx, "k"); return err })
+		count("List", 1, func() error { _, err := s.List(ctx, "k", lease.Page{}); return err })
 		count("Release", 1, func() error { return s.Release(ctx, l) })
 		count("Release of a released lease", 1, func() error {
 			if err := s.Release(ctx, l); !errors.Is(err, lease.ErrNotHeld) {

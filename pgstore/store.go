@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -451,22 +450,21 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return l, nil
 }
 
-// List implements lease.Backend.
-func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	if !utf8.ValidString(prefix) {
-		return nil, invalidf("list prefix is not valid UTF-8")
-	}
-	for _, c := range []byte(prefix) {
-		if c == 0 {
-			return nil, invalidf("list prefix contains a NUL byte")
-		}
+// List implements lease.Backend with one statement per page: the keys
+// after the cursor's in the primary key's order, up to the page and one
+// more. Rows of expired leases stay as their keys' token high-water marks,
+// so a page may read past many of them.
+func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	limit, after, err := lease.ParseList(prefix, page)
+	if err != nil {
+		return lease.ListPage{}, err
 	}
 	if err := s.ready(ctx); err != nil {
-		return nil, err
+		return lease.ListPage{}, err
 	}
-	rows, err := s.pool.Query(ctx, s.q.list, prefix)
+	rows, err := s.pool.Query(ctx, s.q.list, prefix, after, limit+1)
 	if err != nil {
-		return nil, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
+		return lease.ListPage{}, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
 	}
 	var out []lease.Lease
 	for rows.Next() {
@@ -474,15 +472,15 @@ func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) 
 		var ttlNS int64
 		if err := rows.Scan(&l.Key, &l.Owner, &l.Token, &ttlNS, &l.Expires); err != nil {
 			rows.Close()
-			return nil, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
+			return lease.ListPage{}, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
 		}
 		l.TTL = time.Duration(ttlNS)
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
+		return lease.ListPage{}, s.fail(ctx, fmt.Sprintf("listing %q", prefix), err)
 	}
-	return out, nil
+	return lease.PageOf(out, limit), nil
 }
 
 // fail wraps a database error from an operation on key. The outcome of the

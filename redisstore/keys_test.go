@@ -53,12 +53,12 @@ func TestKeysBinarySafe(t *testing.T) {
 			}
 		}
 		slices.Sort(want)
-		list, err := s.List(ctx, p)
+		list, err := s.List(ctx, p, lease.Page{})
 		if err != nil {
 			t.Fatalf("List(%q): %v", p, err)
 		}
 		var got []string
-		for _, l := range list {
+		for _, l := range list.Leases {
 			got = append(got, l.Key)
 			if l.Token != held[l.Key].Token || l.Owner != owner(l.Key) || !l.ID.IsZero() {
 				t.Errorf("List(%q) entry %+v, want the lease on %q without its ID", p, l, l.Key)
@@ -99,7 +99,7 @@ func TestNamespacesAreSeparate(t *testing.T) {
 	if _, err := b.Acquire(ctx, "k", "in-b", time.Minute); err != nil {
 		t.Fatalf("namespace b blocked by a: %v", err)
 	}
-	if list, err := b.List(ctx, ""); err != nil || len(list) != 1 || list[0].Owner != "in-b" {
+	if list, err := b.List(ctx, "", lease.Page{}); err != nil || len(list.Leases) != 1 || list.Leases[0].Owner != "in-b" {
 		t.Fatalf("List in b = %+v, %v; want only b's lease", list, err)
 	}
 }

@@ -17,75 +17,98 @@ import (
 const scanCount = 1000
 
 // List implements lease.Backend. There is no index to keep consistent (it
-// could not share a hash slot with every lease on Cluster), so List SCANs
-// the keyspace — on Cluster, every master — for the namespace's lease keys
-// under prefix, then reads the leases found with one pipelined GET each. Its cost grows with the whole keyspace of the database, token
-// counters of every key ever leased included, not with the number of
-// matches: it is for operators and the CLI, not for hot paths. Leases that
-// expire during the scan are left out.
-func (s *Store) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	names, err := s.scan(ctx, s.listPattern(prefix))
+// could not share a hash slot with every lease on Cluster), so each page
+// SCANs the keyspace — on Cluster, every master — for the namespace's lease
+// keys under prefix, keeps the page's worth (and one more) that come first
+// after the cursor's key, then reads those leases with one pipelined GET
+// each. A page's cost grows with the whole keyspace of the database, token
+// counters of every key ever leased included, and a walk's with that times
+// the pages: it is for operators and the CLI, not for hot paths. SCAN
+// returns every key that exists throughout it, so each page holds every
+// lease held throughout its reading that belongs on it.
+func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	limit, after, err := lease.ParseList(prefix, page)
 	if err != nil {
-		return nil, s.fail(ctx, "list", prefix, err)
+		return lease.ListPage{}, err
 	}
-	keys := make([]string, 0, len(names))
-	for _, name := range names {
-		if k, ok := s.userKey(name); ok && strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys) // SCAN may return a key twice
-
-	cmds, err := s.getMany(ctx, keys)
-	if err != nil {
-		return nil, s.fail(ctx, "list", prefix, err)
-	}
-	out := make([]lease.Lease, 0, len(keys))
-	for i, k := range keys {
-		res, err := cmds[i].Result()
-		if errors.Is(err, redis.Nil) {
-			continue // expired or released since the scan
-		}
+	var out []lease.Lease
+	for {
+		// Leases that expire or are released between the SCAN and the
+		// GET leave the page short: look again past the keys read.
+		need := limit + 1 - len(out)
+		keys, err := s.firstAfter(ctx, prefix, after, need)
 		if err != nil {
-			return nil, s.fail(ctx, "list", prefix, err)
+			return lease.ListPage{}, s.fail(ctx, "list", prefix, err)
 		}
-		v, err := parseValue(res)
+		cmds, err := s.getMany(ctx, keys)
 		if err != nil {
-			return nil, s.malformed("list", k, err)
+			return lease.ListPage{}, s.fail(ctx, "list", prefix, err)
 		}
-		out = append(out, v.lease(k))
+		for i, k := range keys {
+			res, err := cmds[i].Result()
+			if errors.Is(err, redis.Nil) {
+				continue // expired or released since the scan
+			}
+			if err != nil {
+				return lease.ListPage{}, s.fail(ctx, "list", prefix, err)
+			}
+			v, err := parseValue(res)
+			if err != nil {
+				return lease.ListPage{}, s.malformed("list", k, err)
+			}
+			out = append(out, v.lease(k))
+		}
+		if len(keys) < need || len(out) > limit {
+			return lease.PageOf(out, limit), nil
+		}
+		after = keys[len(keys)-1]
 	}
-	return out, nil
 }
 
-// scan returns the names matching pattern on every master.
-func (s *Store) scan(ctx context.Context, pattern string) ([]string, error) {
+// firstAfter returns, in order, the first n user keys under prefix that
+// come after after, of the lease keys a SCAN finds. It keeps at most 2n
+// keys at a time, however many the SCAN finds.
+func (s *Store) firstAfter(ctx context.Context, prefix, after string, n int) ([]string, error) {
+	var keys []string
+	trim := func() {
+		slices.Sort(keys)
+		keys = slices.Compact(keys) // SCAN may return a key twice
+		keys = keys[:min(len(keys), n)]
+	}
+	err := s.scan(ctx, s.listPattern(prefix), func(name string) {
+		if k, ok := s.userKey(name); ok && k > after && strings.HasPrefix(k, prefix) {
+			if keys = append(keys, k); len(keys) >= 2*n {
+				trim()
+			}
+		}
+	})
+	trim()
+	return keys, err
+}
+
+// scan calls found with each name matching pattern on every master, one
+// call at a time.
+func (s *Store) scan(ctx context.Context, pattern string, found func(name string)) error {
 	cc, ok := s.rdb.(*redis.ClusterClient)
 	if !ok {
-		return scanNode(ctx, s.rdb, pattern)
+		return scanNode(ctx, s.rdb, pattern, found)
 	}
-	var (
-		mu  sync.Mutex
-		all []string
-	)
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		names, err := scanNode(ctx, c, pattern)
-		mu.Lock()
-		all = append(all, names...)
-		mu.Unlock()
-		return err
+	var mu sync.Mutex
+	return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		return scanNode(ctx, c, pattern, func(name string) {
+			mu.Lock()
+			defer mu.Unlock()
+			found(name)
+		})
 	})
-	return all, err
 }
 
-func scanNode(ctx context.Context, c redis.Cmdable, pattern string) ([]string, error) {
-	var names []string
+func scanNode(ctx context.Context, c redis.Cmdable, pattern string, found func(name string)) error {
 	iter := c.Scan(ctx, 0, pattern, scanCount).Iterator()
 	for iter.Next(ctx) {
-		names = append(names, iter.Val())
+		found(iter.Val())
 	}
-	return names, iter.Err()
+	return iter.Err()
 }
 
 // getMany GETs the leases of keys in one pipeline (on Cluster, one per

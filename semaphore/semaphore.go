@@ -229,7 +229,15 @@ func (s *Semaphore) awaitPolled(ctx context.Context) (*Slot, error) {
 	}
 }
 
-// Holders returns the slots held now, with zero IDs, in key order.
+// Holders returns the slots held now, with zero IDs, in key order. It walks
+// every page of the backend's List: a slot held throughout is listed once.
 func (s *Semaphore) Holders(ctx context.Context) ([]lease.Lease, error) {
-	return s.client.Backend().List(ctx, s.slotsPrefix())
+	var out []lease.Lease
+	for l, err := range s.client.All(ctx, s.slotsPrefix()) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }

@@ -100,11 +100,11 @@ func (x frozenBackend) Get(ctx context.Context, key string) (lease.Lease, error)
 	return x.b.Get(ctx, key)
 }
 
-func (x frozenBackend) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
+func (x frozenBackend) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
 	if err := x.f.wait(ctx); err != nil {
-		return nil, err
+		return lease.ListPage{}, err
 	}
-	return x.b.List(ctx, prefix)
+	return x.b.List(ctx, prefix, page)
 }
 
 type frozenWaiter struct{ frozenBackend }

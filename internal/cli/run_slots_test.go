@@ -90,8 +90,8 @@ func TestRunSlots(t *testing.T) {
 			if got := readyLines(t, file, 3); len(got) != 3 {
 				t.Errorf("ready lines %q", got)
 			}
-			if ls, err := b.List(t.Context(), "render/"); err != nil || len(ls) != 0 {
-				t.Errorf("after the commands, List = %+v, %v; want every slot and the queue released", ls, err)
+			if p, err := b.List(t.Context(), "render/", lease.Page{}); err != nil || len(p.Leases) != 0 {
+				t.Errorf("after the commands, List = %+v, %v; want every slot and the queue released", p.Leases, err)
 			}
 		})
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehq/lease"
 )
 
 // These tests talk to `lease serve` (NewServer and Run on port 0) over raw
@@ -295,8 +297,8 @@ func TestServeRefusesMisdirectedHost(t *testing.T) {
 		}
 	}
 	// The refused requests took nothing.
-	ls, err := httpClient(t, "http://"+s.Addr()).List(t.Context(), "kattacker")
-	if err != nil || len(ls) != 0 {
+	ls, err := httpClient(t, "http://"+s.Addr()).List(t.Context(), "kattacker", lease.Page{})
+	if err != nil || len(ls.Leases) != 0 {
 		t.Errorf("leases taken under a foreign Host: %v, %v", ls, err)
 	}
 }

@@ -76,12 +76,12 @@ func (b *simBackend) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return v.(lease.Lease), nil
 }
 
-func (b *simBackend) List(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	v, err := b.send(ctx, "list "+prefix, func() (any, error) { return b.s.store.List(context.Background(), prefix) })
+func (b *simBackend) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
+	v, err := b.send(ctx, "list "+prefix, func() (any, error) { return b.s.store.List(context.Background(), prefix, page) })
 	if err != nil {
-		return nil, err
+		return lease.ListPage{}, err
 	}
-	return v.([]lease.Lease), nil
+	return v.(lease.ListPage), nil
 }
 
 // keyDesc names a key in the trace, except the lock workload's one key.

@@ -131,12 +131,15 @@ type queueLanedWatch struct {
 // c's own. Between the list and the acquisition, others may be admitted by
 // the same count.
 func (s *Sim) countingAcquire(c *simClient) (*lease.Hold, error) {
-	held, err := c.client.Backend().List(c.ctx, slotsPrefix)
-	if err != nil {
-		return nil, err
+	held := 0
+	for _, err := range c.client.All(c.ctx, slotsPrefix) {
+		if err != nil {
+			return nil, err
+		}
+		held++
 	}
-	if len(held) >= s.cfg.Slots {
-		return nil, fmt.Errorf("%w: sim: %d of %d slots held", lease.ErrHeld, len(held), s.cfg.Slots)
+	if held >= s.cfg.Slots {
+		return nil, fmt.Errorf("%w: sim: %d of %d slots held", lease.ErrHeld, held, s.cfg.Slots)
 	}
 	c.seats++
 	return c.client.TryAcquire(c.ctx, fmt.Sprintf("%s%s-%d", slotsPrefix, c.name(), c.seats), s.cfg.TTL)

@@ -40,6 +40,40 @@ export const MAX_WAIT_MS = 3_600_000;
 /** MAX_NAME_BYTES bounds a key or owner: 512 bytes of UTF-8. */
 export const MAX_NAME_BYTES = 512;
 
+/** DEFAULT_PAGE_LIMIT is how many leases a page of list holds when no limit is given. */
+export const DEFAULT_PAGE_LIMIT = 1000;
+/** MAX_PAGE_LIMIT is the largest limit of a page of list. */
+export const MAX_PAGE_LIMIT = 10_000;
+
+/** PageOptions choose one page of list. */
+export interface PageOptions {
+  /** limit is the most leases the page holds: 1 to MAX_PAGE_LIMIT; absent or 0: DEFAULT_PAGE_LIMIT. */
+  limit?: number | undefined;
+  /** after is the next of the previous page: the page starts after it. Absent or "": from the first key. */
+  after?: string | undefined;
+}
+
+/** LeasePage is one page of list: leases in byte order of their keys (UTF-8, not UTF-16). */
+export interface LeasePage {
+  leases: LeaseInfo[];
+  /** next continues after this page (pass it as after); "" when no lease came after it. */
+  next: string;
+}
+
+/** CURSOR is what a cursor looks like: unpadded base64url. */
+const CURSOR = /^[A-Za-z0-9_-]*$/;
+
+/** checkPage throws InvalidError for a limit or cursor the server would refuse. */
+export function checkPage(page: PageOptions): void {
+  const { limit, after } = page;
+  if (limit !== undefined && !(Number.isInteger(limit) && limit >= 0 && limit <= MAX_PAGE_LIMIT)) {
+    throw new InvalidError(`lease: page limit ${limit} is outside [1, ${MAX_PAGE_LIMIT}] (0 means ${DEFAULT_PAGE_LIMIT})`);
+  }
+  if (after !== undefined && (typeof after !== "string" || !CURSOR.test(after))) {
+    throw new InvalidError(`lease: page cursor ${JSON.stringify(after)} is not one that list returned`);
+  }
+}
+
 const encoder = new TextEncoder();
 const controlChar = /[\u0000-\u001f\u007f-\u009f]/;
 const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -347,12 +381,23 @@ export class Api {
     return info(await this.call("getLease", key, undefined, signal), key);
   }
 
-  async list(prefix: string, signal?: AbortSignal): Promise<LeaseInfo[]> {
-    const v = await this.call("listLeases", undefined, undefined, signal, prefix === "" ? {} : { prefix });
+  async list(prefix: string, page: PageOptions, signal?: AbortSignal): Promise<LeasePage> {
+    const query: Record<string, string> = {};
+    if (prefix !== "") query.prefix = prefix;
+    if (page.limit !== undefined && page.limit !== 0) query.limit = String(page.limit);
+    if (page.after !== undefined && page.after !== "") query.after = page.after;
+    const v = await this.call("listLeases", undefined, undefined, signal, query);
     if (typeof v !== "object" || v === null || !Array.isArray(v.leases)) {
       throw new UnexpectedAnswerError(`lease: list: answer without a leases array`);
     }
-    return v.leases.map((l) => info(l, undefined));
+    if (typeof v.next !== "string" || !CURSOR.test(v.next)) {
+      throw new UnexpectedAnswerError(`lease: list: answer without a next cursor`);
+    }
+    const limit = page.limit || DEFAULT_PAGE_LIMIT;
+    if (v.leases.length > limit) {
+      throw new UnexpectedAnswerError(`lease: list: ${v.leases.length} leases for a limit of ${limit}`);
+    }
+    return { leases: v.leases.map((l) => info(l, undefined)), next: v.next };
   }
 }
 

@@ -5,11 +5,14 @@ import {
   checkInt,
   checkKey,
   checkName,
+  checkPage,
   type Granted,
   type LeaseInfo,
+  type LeasePage,
   MAX_TTL_MS,
   MAX_WAIT_MS,
   MIN_TTL_MS,
+  type PageOptions,
   retried,
   sleep,
 } from "./api.js";
@@ -215,10 +218,35 @@ export class LeaseClient {
     }
   }
 
-  /** list returns the unexpired leases whose keys start with prefix (default: all), in key order. */
-  async list(prefix = "", options?: { signal?: AbortSignal }): Promise<LeaseInfo[]> {
+  /**
+   * list returns one page of the unexpired leases whose keys start with prefix (default: all), in
+   * byte order of their keys: at most options.limit (default DEFAULT_PAGE_LIMIT), after the cursor
+   * options.after (a page's next). Pass each page's next as after until it is "": that walk sees every
+   * lease held throughout it exactly once. all() does the walk.
+   */
+  async list(prefix = "", options?: PageOptions & { signal?: AbortSignal | undefined }): Promise<LeasePage> {
     if (prefix !== "") checkName("prefix", prefix);
-    return retried(() => this.#api.list(prefix, options?.signal), options?.signal);
+    const page = { limit: options?.limit, after: options?.after };
+    checkPage(page);
+    return retried(() => this.#api.list(prefix, page, options?.signal), options?.signal);
+  }
+
+  /**
+   * all walks every page of list under prefix (default: all), yielding each lease in byte order of its
+   * key: `for await (const l of client.all("jobs/")) ...`. A lease held throughout the walk is seen
+   * exactly once; each page is fetched when the loop reaches it.
+   */
+  async *all(
+    prefix = "",
+    options?: { limit?: number | undefined; signal?: AbortSignal | undefined },
+  ): AsyncGenerator<LeaseInfo, void, undefined> {
+    let after = "";
+    for (;;) {
+      const page = await this.list(prefix, { limit: options?.limit, after, signal: options?.signal });
+      yield* page.leases;
+      if (page.next === "") return;
+      after = page.next;
+    }
   }
 
   /**

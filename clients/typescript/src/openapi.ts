@@ -98,8 +98,15 @@ export type Lease = {
   expires_at: ExpiresAt;
 };
 
+/**
+ * One page of a list.
+ */
 export type LeaseList = {
   leases: Array<Lease>;
+  /**
+   * Pass as `after` for the next page; `""` on the last page.
+   */
+  next: string;
 };
 
 /**
@@ -267,7 +274,7 @@ export const operations = {
   release: { method: "POST", path: "/v1/leases/{key}/release", pathParams: ["key"], query: [] },
   renewBatch: { method: "POST", path: "/v1/renew", pathParams: [], query: [] },
   getLease: { method: "GET", path: "/v1/leases/{key}", pathParams: ["key"], query: [] },
-  listLeases: { method: "GET", path: "/v1/leases", pathParams: [], query: ["prefix"] },
+  listLeases: { method: "GET", path: "/v1/leases", pathParams: [], query: ["prefix","limit","after"] },
   getOpenAPI: { method: "GET", path: "/v1/openapi.json", pathParams: [], query: [] },
   healthz: { method: "GET", path: "/healthz", pathParams: [], query: [] },
   readyz: { method: "GET", path: "/readyz", pathParams: [], query: [] },

@@ -109,10 +109,45 @@ test("list shows the leases under a prefix, in key order, without ids", async ()
   const holds = [await c.tryAcquire(prefix + "b", { ttlMs: 60_000 }), await c.tryAcquire(prefix + "a", { ttlMs: 60_000 })];
   const other = await c.tryAcquire(unique("elsewhere"), { ttlMs: 60_000 });
   const listed = await c.list(prefix);
-  assert.deepEqual(listed.map((l) => l.key), [prefix + "a", prefix + "b"]);
-  for (const l of listed) assert.equal("id" in l, false);
+  assert.deepEqual(listed.leases.map((l) => l.key), [prefix + "a", prefix + "b"]);
+  assert.equal(listed.next, "");
+  for (const l of listed.leases) assert.equal("id" in l, false);
   for (const h of [...holds, other]) await h.release();
-  assert.deepEqual(await c.list(prefix), []);
+  assert.deepEqual(await c.list(prefix), { leases: [], next: "" });
+});
+
+test("list pages with limit and after, and all walks every page once", async () => {
+  const c = client("worker-a");
+  const prefix = unique("pages") + "/";
+  // Byte order, not UTF-16 order: U+FF61 comes before the emoji in UTF-8.
+  const names = ["a", "b", "c", "d", "e", "\uff61", "\u{1f512}"];
+  const holds = [];
+  for (const n of names) holds.push(await c.tryAcquire(prefix + n, { ttlMs: 60_000 }));
+  const want = names.map((n) => prefix + n);
+  for (let limit = 1; limit <= names.length + 1; limit++) {
+    const seen: string[] = [];
+    let cursor = "";
+    let pages = 0;
+    for (;;) {
+      const page = await c.list(prefix, { limit, after: cursor });
+      pages++;
+      assert.ok(page.leases.length <= limit, `page of ${page.leases.length} for limit ${limit}`);
+      seen.push(...page.leases.map((l) => l.key));
+      if (page.next === "") break;
+      cursor = page.next;
+    }
+    assert.deepEqual(seen, want, `walk with limit ${limit}`);
+    assert.equal(pages, Math.ceil(names.length / limit), `pages with limit ${limit}`);
+  }
+  const all = [];
+  for await (const l of c.all(prefix, { limit: 2 })) all.push(l.key);
+  assert.deepEqual(all, want);
+  await assert.rejects(c.list(prefix, { limit: 10_001 }), InvalidError);
+  await assert.rejects(c.list(prefix, { limit: -1 }), InvalidError);
+  await assert.rejects(c.list(prefix, { after: "not a cursor" }), InvalidError);
+  // A cursor of the right alphabet that no page gave: the server refuses it.
+  await assert.rejects(c.list(prefix, { after: "YR" }), InvalidError);
+  for (const h of holds) await h.release();
 });
 
 test("await using releases the lease at the end of the scope", async () => {
@@ -175,6 +210,6 @@ test("credentials: no token is 401, a key outside the token's prefixes 403", asy
   await assert.rejects(r.tryAcquire("jobs/x", { ttlMs: 1000 }), ForbiddenError);
   const hold = await r.tryAcquire("reports/x", { ttlMs: 1000 });
   const seen = await client("w", { server: own.url, token: all }).list();
-  assert.deepEqual(seen.map((l) => l.key), ["reports/x"]);
+  assert.deepEqual(seen.leases.map((l) => l.key), ["reports/x"]);
   await hold.release();
 });
