@@ -115,7 +115,7 @@ test("servers that cannot be reached are passed over, and the client keeps to th
   assert.equal(rec.sent.filter((s) => s.endsWith("/acquire")).length, 3, rec.sent.join("\n"));
   rec.sent.length = 0;
   assert.equal((await c.get(key))?.token, hold.token);
-  assert.deepEqual((await c.list(key)).map((l) => l.key), [key]);
+  assert.deepEqual((await c.list(key)).leases.map((l) => l.key), [key]);
   await new Promise((r) => setTimeout(r, 1500)); // renewals, past two TTLs
   assert.equal(hold.held, true, String(hold.signal.reason));
   await hold.release();
