@@ -19,9 +19,11 @@ func init() {
 	)
 	groupNotes["ScaleMemstore"] = "A million idle leases (keys of 12 bytes, TTL a day) held in one memstore. One op = one acquire+release pair on 1,024 keys of the caller's own. " +
 		"memstore-empty: the pair in an empty store. memstore-1M-idle: the pair beside the million; B/lease is the heap the million took, over a million (key included). " +
-		"map-floor: the same fields (owner, token, ID, TTL, expiry) in one Go map under one mutex and nothing else — no lock per key, no waiters, no watch, no token kept past a release; its pair is an insert and a delete."
+		"map-floor: the same fields (owner, token, ID, TTL, expiry) in one Go map under one mutex and nothing else — no lock per key, no waiters, no watch, no token kept past a release; its pair is an insert and a delete. " +
+		"memstore-1M-list-1000: one List page of 1,000 of the million (ns/op per page; its × base is against a pair), each starting after a key spread over the keyspace."
 	groupNotes["ScaleBolt"] = "A million idle leases in one boltstore (fsync on), written by a child process from 512 goroutines and then killed with SIGKILL, its log holding the batches since its last checkpoint. " +
 		"bolt-empty / bolt-1M-idle: one acquire+release pair on 1,024 keys of the caller's own, in an empty store and in the million's, interleaved pair by pair; disk-B/lease is lease.db's size over a million. " +
+		"bolt-1M-list-1000: one List page of 1,000 of the million, as memstore's. " +
 		"open-after-kill: boltstore.Open of the million after the kill (replaying the log, checking every page), in seconds (also as ns/op)."
 	groupNotes["ScaleRenew"] = "Sustained renewals from 64 callers, each renewing 256 leases of its own (TTL 30 s) as fast as it can; the rows take turns, half a second at a time, six rounds each. " +
 		"ops/s are renewals a second; leases-kept = ops/s × 10 s, the leases one server keeps alive when each is renewed every TTL/3. " +

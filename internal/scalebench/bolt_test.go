@@ -169,6 +169,7 @@ func BenchmarkCompareScaleBolt(b *testing.B) {
 		})
 		b.ReportMetric(disk, "bolt-1M-idle:disk-B/lease")
 	})
+	b.Run("c=1/bolt-1M-list-1000", func(b *testing.B) { listPages(b, full, idleLeases(b)) })
 	b.Run("c=1/open-after-kill", func(b *testing.B) {
 		for b.Loop() {
 		}

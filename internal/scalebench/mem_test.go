@@ -119,6 +119,7 @@ func BenchmarkCompareScaleMemstore(b *testing.B) {
 		pairs(b, full)
 		b.ReportMetric(per, "B/lease")
 	})
+	b.Run("c=1/memstore-1M-list-1000", func(b *testing.B) { listPages(b, full, idleLeases(b)) })
 	b.Run("c=1/map-floor", func(b *testing.B) {
 		n := idleLeases(b)
 		var f mapFloor
@@ -137,4 +138,25 @@ func BenchmarkCompareScaleMemstore(b *testing.B) {
 		b.ReportMetric(per, "B/lease")
 		runtime.KeepAlive(f.m)
 	})
+}
+
+// listPages lists pages of 1,000 of the n idle leases, each starting after
+// a key spread over the keyspace, and reports the time per page.
+func listPages(b *testing.B, s lease.Backend, n int) {
+	ctx := context.Background()
+	i := 0
+	for b.Loop() {
+		after := ""
+		if k := (i * 7919) % n; k > 0 {
+			after = lease.Cursor(idleKey(k))
+		}
+		p, err := s.List(ctx, "idle/", lease.Page{Limit: 1000, After: after})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(p.Leases) == 0 {
+			b.Fatalf("an empty page after %q", after)
+		}
+		i++
+	}
 }
