@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
 )
@@ -49,7 +50,7 @@ func newClient(t *testing.T, b lease.Backend, owner string, opts ...lease.Option
 
 func TestTryAcquireFailsAtOnceWhenHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		a, b := newClient(t, store, "worker-a"), newClient(t, store, "worker-b")
 		ctx := context.Background()
 		ha, err := a.TryAcquire(ctx, "job", time.Second)
@@ -83,7 +84,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := memstore.New()
+				store := memtest.New(t)
 				b := tc.wrap(store)
 				ctx := context.Background()
 				a := newClient(t, b, "worker-a")
@@ -116,7 +117,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 
 func TestAcquireWaitsForExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		ctx := context.Background()
 		crashed, err := store.Acquire(ctx, "job", "crashed-worker", 2*time.Second)
 		if err != nil {
@@ -140,7 +141,7 @@ func TestAcquireWaitsForExpiry(t *testing.T) {
 
 func TestAcquireHonoursContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		for _, b := range []lease.Backend{store, &faulty{Backend: store}} {
 			ctx := context.Background()
 			holder := newClient(t, b, "holder")
@@ -188,7 +189,7 @@ func (b *heldForever) Acquire(ctx context.Context, key, owner string, ttl time.D
 // a hot loop hammering the backend.
 func TestPollingBackoffWithAHugeMaximum(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &heldForever{Backend: memstore.New(), limit: 100_000}
+		b := &heldForever{Backend: memtest.New(t), limit: 100_000}
 		c := newClient(t, b, "waiter", lease.WithBackoff(time.Millisecond, time.Duration(math.MaxInt64)))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -207,7 +208,7 @@ func TestPollingBackoffWithAHugeMaximum(t *testing.T) {
 // counts from a recent send time rather than from the start of the wait.
 func TestLongWaitRenewsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		ctx := context.Background()
 		first, err := store.Acquire(ctx, "job", "holder", time.Minute)
 		if err != nil {
@@ -236,7 +237,7 @@ func TestLongWaitRenewsAtOnce(t *testing.T) {
 // backend is not to be trusted) and releases what it was granted.
 func TestLongWaitRenewalWithAnotherTokenFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		ctx := context.Background()
 		if _, err := store.Acquire(ctx, "job", "worker-a", 3*time.Second); err != nil {
 			t.Fatal(err)
@@ -275,7 +276,7 @@ func (b slowAcquire) Acquire(ctx context.Context, key, owner string, ttl time.Du
 // lease, still held by the backend, is released for the next contender.
 func TestAcquireAnsweredPastTheDeadlineFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		const ttl = 10 * time.Second
 		c := newClient(t, slowAcquire{store, ttl - 100*time.Millisecond}, "worker-a")
 		ctx := context.Background()
@@ -313,7 +314,7 @@ func TestDefaultOwner(t *testing.T) {
 	if err := lease.ValidateOwner(got); err != nil {
 		t.Errorf("DefaultOwner() = %q is not a valid owner: %v", got, err)
 	}
-	store := memstore.New()
+	store := memtest.New(t)
 	c, err := lease.NewClient(store)
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +331,7 @@ func TestDefaultOwner(t *testing.T) {
 }
 
 func TestClientRejectsBadInput(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	if _, err := lease.NewClient(nil); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("NewClient(nil): %v", err)
 	}
@@ -370,7 +371,7 @@ func TestClientRejectsBadInput(t *testing.T) {
 // answer (ErrUnavailable). 2×margin overflowed in check, so a huge minimum
 // passed it.
 func TestDriftMarginThatCannotFit(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	if _, err := lease.NewClient(store, lease.WithDriftMargin(math.NaN(), 0)); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("NewClient with a NaN drift fraction: err = %v, want ErrInvalid", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 func TestHolderExpires(t *testing.T) {
@@ -40,7 +40,7 @@ func (gone) Get(context.Context, string) (lease.Lease, error) {
 
 func TestStillHeld(t *testing.T) {
 	ctx := context.Background()
-	store := memstore.New()
+	store := memtest.New(t)
 	holder, err := store.Acquire(ctx, "k", "holder", time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,11 @@ import (
 // token; a worker whose lease was superseded is refused by the resource.
 func ExampleClient() {
 	ctx := context.Background()
-	store := memstore.New() // or boltstore, pgstore, redisstore, etcdstore, leasehttp
+	store, err := memstore.New() // or boltstore, pgstore, redisstore, etcdstore, leasehttp
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	report := fence.NewResource("nightly-report", "", fence.AtLeast)
 
 	// An earlier worker took the lease (token 1), then stalled past its TTL.

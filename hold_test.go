@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
 
 func TestHoldRenewsInTheBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		c := newClient(t, store, "worker-a")
 		ctx := context.Background()
 		h, err := c.Acquire(ctx, "job", time.Second)
@@ -53,7 +54,7 @@ func TestHoldRenewsInTheBackground(t *testing.T) {
 // be cancelled at send time + TTL − margin, before the backend's expiry (I5).
 func TestLostAtSafeDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		f := &faulty{Backend: store}
 		c := newClient(t, f, "worker-a", lease.WithDriftMargin(0.01, 2*time.Millisecond))
 		ctx := context.Background()
@@ -91,7 +92,7 @@ func TestLostAtSafeDeadline(t *testing.T) {
 
 func TestLostWhenBackendSaysGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		f := &faulty{Backend: store}
 		c := newClient(t, f, "worker-a")
 		ctx := context.Background()
@@ -211,7 +212,7 @@ func (b *blockingRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Durat
 // fake clock, its renewals held by the returned backend until answered.
 func holdWithBlockedRenewals(t *testing.T) (*seamClock, *blockingRenew, *lease.Hold) {
 	t.Helper()
-	b := &blockingRenew{Backend: memstore.New(), calls: make(chan struct{}), reply: make(chan error)}
+	b := &blockingRenew{Backend: memtest.New(t), calls: make(chan struct{}), reply: make(chan error)}
 	clk, h := holdOnFakeClock(t, b)
 	return clk, b, h
 }
@@ -236,7 +237,7 @@ func holdOnFakeClock(t *testing.T, b lease.Backend) (*seamClock, *lease.Hold) {
 // checks Err (directly or through fence.Transport) right before it writes.
 func TestErrReportsLossOnceTheDeadlinePassed(t *testing.T) {
 	ctx := context.Background()
-	clk, h := holdOnFakeClock(t, memstore.New())
+	clk, h := holdOnFakeClock(t, memtest.New(t))
 	defer h.Release(ctx)
 	if err := h.Err(); err != nil {
 		t.Fatalf("Err right after acquire = %v", err)
@@ -277,7 +278,7 @@ func (b clampRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Duration)
 // that deadline, not at a third of the TTL first asked for.
 func TestRenewalFollowsTheGrantedTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New()
+		store := memtest.New(t)
 		c := newClient(t, clampRenew{Backend: store, max: 3 * time.Second}, "worker-a")
 		ctx := context.Background()
 		h, err := c.TryAcquire(ctx, "job", 30*time.Second)
@@ -334,7 +335,7 @@ func TestReleaseReportsALossThatRacedIt(t *testing.T) {
 // Release cannot stop.
 func TestNoTimerOutlivesRelease(t *testing.T) {
 	ctx := context.Background()
-	clk, h := holdOnFakeClock(t, memstore.New())
+	clk, h := holdOnFakeClock(t, memtest.New(t))
 	// The first deadline timer, as the hold set it.
 	pending := waitPending(t, clk.Clock, 2)
 	n := 0
@@ -408,7 +409,7 @@ func (b retokenRenew) Renew(ctx context.Context, l lease.Lease, ttl time.Duratio
 // kept alive on the backend's word.
 func TestRenewalWithAnotherTokenLoses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newClient(t, retokenRenew{memstore.New()}, "worker-a")
+		c := newClient(t, retokenRenew{memtest.New(t)}, "worker-a")
 		ctx := context.Background()
 		h, err := c.TryAcquire(ctx, "job", 30*time.Second)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -103,7 +104,7 @@ func TestPageOf(t *testing.T) {
 // when the loop breaks.
 func TestAllWalksPages(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New()
+	s := memtest.New(t)
 	var want []string
 	for i := range lease.DefaultPageLimit + 5 {
 		k := fmt.Sprintf("all/%05d", i)
@@ -149,7 +150,7 @@ func (stuck) List(context.Context, string, lease.Page) (lease.ListPage, error) {
 func TestAllStopsOnCursorThatDoesNotMove(t *testing.T) {
 	pages := 0
 	var last error
-	for _, err := range lease.All(context.Background(), stuck{memstore.New()}, "") {
+	for _, err := range lease.All(context.Background(), stuck{memtest.New(t)}, "") {
 		if pages++; pages > 10 {
 			t.Fatal("All went on past a cursor that does not move")
 		}
@@ -162,7 +163,11 @@ func TestAllStopsOnCursorThatDoesNotMove(t *testing.T) {
 
 func ExampleClient_All() {
 	ctx := context.Background()
-	s := memstore.New()
+	s, err := memstore.New()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	for _, k := range []string{"jobs/b", "jobs/a", "mail/x"} {
 		if _, err := s.Acquire(ctx, k, "worker", time.Minute); err != nil {
 			fmt.Println(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -26,11 +27,11 @@ type backendOnly struct{ lease.Backend }
 // backends are the two ways an Elector follows a backend.
 var backends = []struct {
 	name string
-	new  func() lease.Backend
+	new  func(testing.TB) lease.Backend
 }{
-	{"watch", func() lease.Backend { return memstore.New() }},
-	{"poll", func() lease.Backend { return backendOnly{memstore.New()} }},
-	{"watch-unsupported", func() lease.Backend { return watchUnsupported{backendOnly{memstore.New()}} }},
+	{"watch", func(t testing.TB) lease.Backend { return memtest.New(t) }},
+	{"poll", func(t testing.TB) lease.Backend { return backendOnly{memtest.New(t)} }},
+	{"watch-unsupported", func(t testing.TB) lease.Backend { return watchUnsupported{backendOnly{memtest.New(t)}} }},
 }
 
 // watchUnsupported says it watches, but refuses every watch as
@@ -104,7 +105,7 @@ func TestCampaignResignHandOver(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			e := newElector(t, be.new(), time.Minute)
+			e := newElector(t, be.new(t), time.Minute)
 			obs := observe(t, e, "svc")
 			if l := obs.next(t); l.Token != 0 || l.Key != "svc" {
 				t.Fatalf("first report %+v, want no leader", l)
@@ -172,7 +173,7 @@ func TestObserveSeesTheEndOfATerm(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			e := newElector(t, be.new(), time.Minute)
+			e := newElector(t, be.new(t), time.Minute)
 			a, err := e.Campaign(ctx, "svc", "a")
 			if err != nil {
 				t.Fatal(err)
@@ -196,7 +197,7 @@ func TestObserveIgnoresLongerKeys(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			e := newElector(t, be.new(), time.Minute)
+			e := newElector(t, be.new(t), time.Minute)
 			obs := observe(t, e, "svc")
 			obs.next(t) // no leader
 			other, err := e.Campaign(ctx, "svc2", "other")
@@ -231,7 +232,7 @@ func (failRenew) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease
 func TestLostTermIsFenced(t *testing.T) {
 	ctx := ctxFor(t)
 	clock := fakeclock.New(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	store := memstore.New(memstore.WithClock(clock))
+	store := memtest.New(t, memstore.WithClock(clock))
 	const ttl = 200 * time.Millisecond
 	elector := func(b lease.Backend) *election.Elector {
 		t.Helper()
@@ -301,10 +302,10 @@ func TestBadInput(t *testing.T) {
 	if _, err := election.New(nil, time.Second); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("New(nil): %v, want ErrInvalid", err)
 	}
-	if _, err := election.New(memstore.New(), time.Nanosecond); !errors.Is(err, lease.ErrInvalid) {
+	if _, err := election.New(memtest.New(t), time.Nanosecond); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("New with a 1ns TTL: %v, want ErrInvalid", err)
 	}
-	e := newElector(t, memstore.New(), time.Second)
+	e := newElector(t, memtest.New(t), time.Second)
 	ctx := ctxFor(t)
 	if _, err := e.Campaign(ctx, "svc", "bad\x00value"); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("Campaign with a control character in the value: %v, want ErrInvalid", err)

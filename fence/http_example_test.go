@@ -73,7 +73,12 @@ func ExampleNewHoldTransport() {
 	}))
 	defer srv.Close()
 
-	client, err := lease.NewClient(memstore.New(), lease.WithOwner("worker-a"))
+	store, err := memstore.New()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client, err := lease.NewClient(store, lease.WithOwner("worker-a"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
@@ -505,7 +506,7 @@ func FuzzParseToken(f *testing.F) {
 func TestSeedScenarioOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	store := memstore.New(memstore.WithClock(clock))
+	store := memtest.New(t, memstore.WithClock(clock))
 	s := newKV()
 	srv := newServer(t, fence.NewMemory(fence.AtLeast), s)
 	const ttl = 100 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -50,11 +51,11 @@ type accepted struct {
 
 // runSchedule plays one seeded schedule and returns a description of the
 // first violation, or "".
-func runSchedule(seed uint64, guarded bool) (violation string, trace []string) {
+func runSchedule(t testing.TB, seed uint64, guarded bool) (violation string, trace []string) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	start := time.Unix(0, 0)
 	clock := fakeclock.New(start)
-	store := memstore.New(memstore.WithClock(clock))
+	store := memtest.New(t, memstore.WithClock(clock))
 	res := fence.NewResource("job", "initial", fence.AtLeast)
 	plain := accepted{value: "initial"}
 	ctx := context.Background()
@@ -163,7 +164,7 @@ func TestPropertyGuardNeverAcceptsOlderToken(t *testing.T) {
 	}
 	rejected := 0
 	for _, seed := range propSeeds(t, n) {
-		v, trace := runSchedule(seed, true)
+		v, trace := runSchedule(t, seed, true)
 		if v != "" {
 			t.Fatalf("seed %d (replay: LEASE_PROP_SEED=%d go test ./fence -run Property): %s\ntrace:\n%s",
 				seed, seed, v, tail(trace, 30))
@@ -185,7 +186,7 @@ func TestPropertyGuardNeverAcceptsOlderToken(t *testing.T) {
 // worker's late write through.
 func TestPropertyNegativeControlFindsLateWrite(t *testing.T) {
 	for _, seed := range propSeeds(t, 200) {
-		if v, _ := runSchedule(seed, false); v != "" {
+		if v, _ := runSchedule(t, seed, false); v != "" {
 			t.Logf("guard off: seed %d found %s", seed, v)
 			return
 		}
@@ -195,8 +196,8 @@ func TestPropertyNegativeControlFindsLateWrite(t *testing.T) {
 
 // Same seed, same run.
 func TestPropertyReplaysExactly(t *testing.T) {
-	_, a := runSchedule(42, true)
-	_, b := runSchedule(42, true)
+	_, a := runSchedule(t, 42, true)
+	_, b := runSchedule(t, 42, true)
 	if fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Fatal("seed 42 produced two different traces")
 	}

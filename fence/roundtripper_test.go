@@ -15,8 +15,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
-	"github.com/leasehq/lease/memstore"
 )
 
 // echoServer answers every request with the Fencing-Token header it got,
@@ -56,7 +56,7 @@ const holdTTL = 100 * time.Millisecond
 func holdRenewalsFail(t *testing.T) (*fakeclock.Clock, *lease.Hold) {
 	t.Helper()
 	clock := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c, err := lease.NewClient(renewalsFail{memstore.New()}, lease.WithOwner("worker"), lease.WithClock(clock))
+	c, err := lease.NewClient(renewalsFail{memtest.New(t)}, lease.WithOwner("worker"), lease.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestTransportRefuses(t *testing.T) {
 func TestHoldTransportRefusesAfterRelease(t *testing.T) {
 	ctx := context.Background()
 	srv, n := echoServer(t)
-	c, err := lease.NewClient(memstore.New(), lease.WithOwner("worker"))
+	c, err := lease.NewClient(memtest.New(t), lease.WithOwner("worker"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestWithCredentialsValidates(t *testing.T) {
 		"empty prefix": {{Token: "t", Prefixes: []string{""}}},
 		"duplicate":    {{Token: "t", Prefixes: []string{"*"}}, {Token: "t", Prefixes: []string{"a/"}}},
 	} {
-		if _, err := leasehttp.NewServer(newMem(), leasehttp.WithCredentials(creds)); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := leasehttp.NewServer(newMem(t), leasehttp.WithCredentials(creds)); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("%s: NewServer err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -91,7 +91,7 @@ func TestWithCredentialsValidates(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	const all, jobs = "tok-all-0123456789", "tok-jobs-0123456789"
-	_, hs := startServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{
+	_, hs := startServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{
 		{Token: all, Prefixes: []string{"*"}},
 		{Token: jobs, Prefixes: []string{"jobs/", "cron/", "jobs/deep/"}},
 	}))

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // BenchmarkCompareHTTPOverhead measures what the server and Client add to an
@@ -59,7 +59,7 @@ func BenchmarkCompareHTTPOverhead(b *testing.B) {
 }
 
 func benchServer(b *testing.B) string {
-	srv, err := leasehttp.NewServer(memstore.New(), leasehttp.WithLogger(quiet))
+	srv, err := leasehttp.NewServer(memtest.New(b), leasehttp.WithLogger(quiet))
 	if err != nil {
 		b.Fatal(err)
 	}

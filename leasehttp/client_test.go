@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // TestRootClientOverHTTP runs the application-side lease.Client on the HTTP
@@ -22,7 +22,7 @@ import (
 // and, when the server goes away, cancels the Hold with ErrLost once the
 // safe deadline has passed.
 func TestRootClientOverHTTP(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	srv := newServer(t, store)
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
@@ -114,7 +114,7 @@ func (l *lossy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func lossyServer(t *testing.T, suffix string, drop int32) (*lossy, lease.Backend, *leasehttp.Client) {
 	t.Helper()
-	store := memstore.New()
+	store := memtest.New(t)
 	srv := newServer(t, store)
 	l := &lossy{real: srv, suffix: suffix}
 	l.drop.Store(drop)
@@ -213,7 +213,7 @@ func TestUnreachableServer(t *testing.T) {
 }
 
 func TestAcquireWaitEndsWithContext(t *testing.T) {
-	_, hs := startServer(t, newMem())
+	_, hs := startServer(t, newMem(t))
 	c := newClient(t, hs.URL, leasehttp.WithWaitChunk(20*time.Millisecond))
 	if _, err := c.Acquire(ctxFor(t), "chunks", "holder", time.Minute); err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestAcquireWaitEndsWithContext(t *testing.T) {
 }
 
 func TestOddKeysTravelIntact(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	_, hs := startServer(t, store)
 	c := newClient(t, hs.URL)
 	for _, k := range []string{".", "..", "a/../b", "a//b", "/", "./x", "%2F", "100%", "sp ace", "q?x=1#f", "+plus+", "ü/🔒"} {
@@ -291,7 +291,7 @@ func TestNewClientValidates(t *testing.T) {
 // TestClientUnderPathPrefix serves the API under /lease/ behind a proxy-like
 // StripPrefix and reaches it with a base URL that has the path.
 func TestClientUnderPathPrefix(t *testing.T) {
-	srv := newServer(t, newMem())
+	srv := newServer(t, newMem(t))
 	mux := http.NewServeMux()
 	mux.Handle("/lease/", http.StripPrefix("/lease", srv))
 	hs := httptest.NewServer(mux)
@@ -307,7 +307,7 @@ func TestClientUnderPathPrefix(t *testing.T) {
 }
 
 func TestTTLRoundedUpToMillis(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	_, hs := startServer(t, store)
 	c := newClient(t, hs.URL)
 	l, err := c.Acquire(ctxFor(t), "round", "o", 10*time.Millisecond+time.Microsecond)
@@ -324,7 +324,7 @@ func TestTTLRoundedUpToMillis(t *testing.T) {
 // most requests would dial anew, and a body not read to EOF would cost its
 // connection too.
 func TestClientReusesConnections(t *testing.T) {
-	srv := newServer(t, newMem())
+	srv := newServer(t, newMem(t))
 	var dialed atomic.Int64
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -393,7 +393,7 @@ func noWaitServer(t *testing.T, store lease.Backend) (*httptest.Server, *atomic.
 // wait_ms acquire of a held key at once, AcquireWait must pace its requests
 // instead of sending them back to back until its context ends.
 func TestAcquireWaitBacksOffWhenServerDoesNotWait(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	hs, acquires := noWaitServer(t, store)
 	if _, err := store.Acquire(ctxFor(t), "nowait", "holder", time.Minute); err != nil {
 		t.Fatal(err)
@@ -418,7 +418,7 @@ func TestAcquireWaitBacksOffWhenServerDoesNotWait(t *testing.T) {
 // deadline still means "wait until then", also when the server answers at
 // once: a release before the deadline must be seen.
 func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	hs, _ := noWaitServer(t, store)
 	held, err := store.Acquire(ctxFor(t), "nowait", "holder", time.Minute)
 	if err != nil {
@@ -455,7 +455,7 @@ func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
 // well be held now (here it is), so the error must say the outcome is
 // unknown, as Acquire's does, not only that the context was cancelled.
 func TestAcquireWaitCancelledInFlightSaysOutcomeUnknown(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	srv := newServer(t, store)
 	granted := make(chan struct{})
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -502,7 +502,7 @@ func TestBare404IsNotNotFound(t *testing.T) {
 		t.Fatalf("Get answered by a bare 404: err = %v, want an error naming HTTP 404 that does not match ErrNotFound", err)
 	}
 	// The server's own 404 for a free key still is ErrNotFound.
-	_, real := startServer(t, newMem())
+	_, real := startServer(t, newMem(t))
 	if _, err := newClient(t, real.URL).Get(ctxFor(t), "free"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("Get of a free key: err = %v, want ErrNotFound", err)
 	}

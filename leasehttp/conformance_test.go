@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest"
 	"github.com/leasehq/lease/memstore"
 )
@@ -25,7 +26,7 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, hs := startServer(t, tc.wrap(memstore.New()))
+			_, hs := startServer(t, tc.wrap(memtest.New(t)))
 			c := newClient(t, hs.URL)
 			leasetest.TestBackend(t, func(t *testing.T) lease.Backend { return c })
 		})

@@ -76,7 +76,7 @@ func TestReadCredentialsFileWarns(t *testing.T) {
 // the new one accepted; a bad set changes nothing.
 func TestSetCredentials(t *testing.T) {
 	const old, fresh = "old-token-0123456789", "new-token-0123456789"
-	srv, hs := startServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{{Token: old, Prefixes: []string{"*"}}}))
+	srv, hs := startServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{{Token: old, Prefixes: []string{"*"}}}))
 	get := func(token string) int {
 		status, _ := call(t, "GET", hs.URL+"/v1/leases", token, "")
 		return status
@@ -113,7 +113,7 @@ func TestSetCredentials(t *testing.T) {
 // TestSetCredentialsOnOpenServer: a server made without credentials stays
 // open; it is not turned into one with auth by accident.
 func TestSetCredentialsOnOpenServer(t *testing.T) {
-	srv, hs := startServer(t, newMem())
+	srv, hs := startServer(t, newMem(t))
 	if err := srv.SetCredentials([]leasehttp.Credential{{Token: "tok-0123456789abcdef", Prefixes: []string{"*"}}}); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("SetCredentials on a server without credentials = %v, want ErrInvalid", err)
 	}
@@ -126,7 +126,7 @@ func TestSetCredentialsOnOpenServer(t *testing.T) {
 // key, authorised by a token that a swap then removes, still gets its lease.
 func TestSetCredentialsKeepsRequestsInFlight(t *testing.T) {
 	const old, fresh = "old-token-0123456789", "new-token-0123456789"
-	srv, hs := startServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{{Token: old, Prefixes: []string{"*"}}}))
+	srv, hs := startServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{{Token: old, Prefixes: []string{"*"}}}))
 	holder, err := newClient(t, hs.URL, leasehttp.WithAuthToken(old)).Acquire(ctxFor(t), "job", "holder", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func TestSetCredentialsWhileServing(t *testing.T) {
 	set := func(i int) []leasehttp.Credential {
 		return []leasehttp.Credential{{Token: tokens[i%2], Prefixes: []string{"*"}}}
 	}
-	srv, hs := startServer(t, newMem(), leasehttp.WithCredentials(set(0)))
+	srv, hs := startServer(t, newMem(t), leasehttp.WithCredentials(set(0)))
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
 	for g := range 4 {

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // errorCodes are the codes the API may answer.
@@ -45,7 +45,7 @@ func checkAnswer(t *testing.T, what string, rec *httptest.ResponseRecorder) {
 // heldLease sets up a server over memstore with one lease held on "k".
 func heldLease(t *testing.T) (http.Handler, lease.Lease) {
 	t.Helper()
-	store := memstore.New()
+	store := memtest.New(t)
 	srv := newServer(t, store, leasehttp.WithMaxWait(0))
 	l, err := store.Acquire(ctxFor(t), "k", "holder", lease.MaxTTL)
 	if err != nil {

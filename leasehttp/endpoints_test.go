@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // replica is one of several servers in front of one backend, as lease
@@ -53,7 +53,7 @@ func (r *replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // replicas starts n servers over one memstore.
 func replicas(t *testing.T, n int) ([]*replica, lease.Backend) {
 	t.Helper()
-	store := memstore.New()
+	store := memtest.New(t)
 	var rs []*replica
 	for range n {
 		r := &replica{srv: newServer(t, store)}

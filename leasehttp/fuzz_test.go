@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // The fuzz targets feed arbitrary bodies and keys to the whole handler over
@@ -18,7 +18,7 @@ import (
 // corpora are in testdata/fuzz.
 
 func fuzzServer(f *testing.F) (http.Handler, lease.Lease) {
-	store := memstore.New()
+	store := memtest.New(f)
 	srv, err := leasehttp.NewServer(store, leasehttp.WithLogger(quiet), leasehttp.WithMaxWait(0))
 	if err != nil {
 		f.Fatal(err)

@@ -47,7 +47,7 @@ func callHost(t *testing.T, method, url, host, token, body string) (int, string)
 // request under any other name, such as a web page's after DNS rebinding,
 // is 403 forbidden and takes no lease.
 func TestHostCheckedWithoutCredentials(t *testing.T) {
-	store := newMem()
+	store := newMem(t)
 	_, hs := startServer(t, store, leasehttp.WithAllowedHosts([]string{"lease.internal", "10.0.0.7", "[FD00::1]", "Other.Example."}))
 	port := hs.URL[strings.LastIndex(hs.URL, ":"):]
 	acquire := `{"owner":"page","ttl_ms":60000}`
@@ -108,7 +108,7 @@ func TestHostCheckedWithoutCredentials(t *testing.T) {
 // out, so a server with credentials answers any Host.
 func TestHostNotCheckedWithCredentials(t *testing.T) {
 	const tok = "tok-0123456789abcdef"
-	_, hs := startServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{{Token: tok, Prefixes: []string{"*"}}}))
+	_, hs := startServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{{Token: tok, Prefixes: []string{"*"}}}))
 	status, body := callHost(t, "POST", hs.URL+"/v1/leases/k/acquire", "leases.example.com:7420", tok, `{"owner":"o","ttl_ms":60000}`)
 	if status != 200 {
 		t.Fatalf("HTTP %d %s, want 200", status, body)
@@ -118,7 +118,7 @@ func TestHostNotCheckedWithCredentials(t *testing.T) {
 // TestHostRefusalMapsToErrForbidden: the Client reads the refusal as
 // ErrForbidden, as it reads a credential's.
 func TestHostRefusalMapsToErrForbidden(t *testing.T) {
-	_, hs := startServer(t, newMem())
+	_, hs := startServer(t, newMem(t))
 	tr := &http.Transport{
 		// lease.test resolves nowhere; dial the test server instead.
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -136,7 +136,7 @@ func TestHostRefusalMapsToErrForbidden(t *testing.T) {
 func TestWithAllowedHostsValidates(t *testing.T) {
 	for _, h := range []string{"", " ", "lease.internal:7420", "[::1]:7420", "http://lease.internal", "lease.internal/x",
 		"*.example.com", "[lease.internal]", "[10.0.0.1]", "user@host", "."} {
-		if _, err := leasehttp.NewServer(newMem(), leasehttp.WithAllowedHosts([]string{h})); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := leasehttp.NewServer(newMem(t), leasehttp.WithAllowedHosts([]string{h})); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("WithAllowedHosts(%q): err = %v, want ErrInvalid", h, err)
 		}
 	}

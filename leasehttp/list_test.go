@@ -18,7 +18,7 @@ import (
 // next, and a limit or cursor the server cannot use is 400 with code
 // invalid (the document's checker also sees each exchange).
 func TestListQuery(t *testing.T) {
-	_, hs := startServer(t, newMem())
+	_, hs := startServer(t, newMem(t))
 	c := newClient(t, hs.URL)
 	for _, k := range []string{"q/a", "q/b", "q/c"} {
 		if _, err := c.Acquire(ctxFor(t), k, "o", time.Minute); err != nil {
@@ -60,7 +60,7 @@ func TestListQuery(t *testing.T) {
 // once, in order, nothing else, and no empty page at the end.
 func TestListScopedPages(t *testing.T) {
 	const all, some = "tok-all-0123456789", "tok-some-0123456789"
-	_, hs := startServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{
+	_, hs := startServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{
 		{Token: all, Prefixes: []string{"*"}},
 		{Token: some, Prefixes: []string{"s/b/", "s/d/", "s/a/", "s/d/x/", "s/f/"}}, // s/f/ holds nothing
 	}))

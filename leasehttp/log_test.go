@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's handler goroutines.
@@ -48,7 +48,7 @@ func TestRequestLog(t *testing.T) {
 	var buf syncBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	const token = "log-test-token-0123456789"
-	_, hs := startServer(t, brokenBackend{backendOnly{memstore.New()}}, leasehttp.WithLogger(log),
+	_, hs := startServer(t, brokenBackend{backendOnly{memtest.New(t)}}, leasehttp.WithLogger(log),
 		leasehttp.WithCredentials([]leasehttp.Credential{{Token: token, Prefixes: []string{"*"}}}))
 	c := newClient(t, hs.URL, leasehttp.WithAuthToken(token))
 
@@ -85,7 +85,7 @@ func jsonString(v any) string { b, _ := json.Marshal(v); return string(b) }
 func TestRequestLogSaysAFailureOnce(t *testing.T) {
 	var buf syncBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	_, hs := startServer(t, brokenBackend{backendOnly{memstore.New()}}, leasehttp.WithLogger(log))
+	_, hs := startServer(t, brokenBackend{backendOnly{memtest.New(t)}}, leasehttp.WithLogger(log))
 	key := strings.Repeat("k", 63) + "é" + strings.Repeat("k", 447) // 512 bytes, a character across byte 64
 	for range 10 {
 		if status, _ := call(t, "GET", hs.URL+"/v1/leases/"+url.PathEscape(key), "", ""); status != 503 {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
 )
 
@@ -94,6 +94,6 @@ func callHeader(t *testing.T, method, url, auth, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func newMem() lease.Backend { return memstore.New() }
+func newMem(tb testing.TB) lease.Backend { return memtest.New(tb) }
 
 func newHTTPServer(h http.Handler) *httptest.Server { return httptest.NewServer(h) }

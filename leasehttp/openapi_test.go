@@ -311,8 +311,8 @@ func TestOpenAPIDocument(t *testing.T) {
 	if doc.OpenAPI != "3.1.0" {
 		t.Errorf("openapi: %q, want 3.1.0", doc.OpenAPI)
 	}
-	srv := newServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{{Token: "a-token-long-enough-for-tests", Prefixes: []string{"*"}}}))
-	open := newServer(t, newMem())
+	srv := newServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{{Token: "a-token-long-enough-for-tests", Prefixes: []string{"*"}}}))
+	open := newServer(t, newMem(t))
 	for _, s := range []*checkedServer{srv, open} {
 		for _, host := range []string{"127.0.0.1", "lease.example"} {
 			req, err := http.NewRequest("GET", "http://"+host+"/v1/openapi.json", nil)

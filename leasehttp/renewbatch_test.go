@@ -24,7 +24,7 @@ func batchBody(ttl time.Duration, ls ...lease.Lease) string {
 // renewal is made: the others keep their TTL.
 func TestRenewBatchRefusedWhole(t *testing.T) {
 	const all, jobs = "tok-all-0123456789", "tok-jobs-0123456789"
-	_, hs := startServer(t, newMem(), leasehttp.WithCredentials([]leasehttp.Credential{
+	_, hs := startServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{
 		{Token: all, Prefixes: []string{"*"}},
 		{Token: jobs, Prefixes: []string{"jobs/"}},
 	}))

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -54,14 +54,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // or the server's queue.
 var backends = []struct {
 	name string
-	new  func() lease.Backend
+	new  func(testing.TB) lease.Backend
 }{
-	{"BackendWaits", func() lease.Backend { return memstore.New() }},
-	{"ServerQueues", func() lease.Backend { return backendOnly{memstore.New()} }},
+	{"BackendWaits", func(t testing.TB) lease.Backend { return memtest.New(t) }},
+	{"ServerQueues", func(t testing.TB) lease.Backend { return backendOnly{memtest.New(t)} }},
 }
 
 func TestSecretIDNeverShown(t *testing.T) {
-	_, hs := startServer(t, newMem())
+	_, hs := startServer(t, newMem(t))
 	c := newClient(t, hs.URL)
 	l, err := c.Acquire(ctxFor(t), "secret/one", "owner", time.Minute)
 	if err != nil {
@@ -87,7 +87,7 @@ func TestSecretIDNeverShown(t *testing.T) {
 }
 
 func TestLeaseJSONShape(t *testing.T) {
-	_, hs := startServer(t, newMem())
+	_, hs := startServer(t, newMem(t))
 	status, body := call(t, "POST", hs.URL+"/v1/leases/shape/acquire", "", `{"owner":"o","ttl_ms":1500}`)
 	if status != 200 {
 		t.Fatalf("HTTP %d %s", status, body)
@@ -116,7 +116,7 @@ func TestLeaseJSONShape(t *testing.T) {
 func TestWaitCappedAtMaxWait(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			_, hs := startServer(t, b, leasehttp.WithMaxWait(50*time.Millisecond))
 			held, err := b.Acquire(ctxFor(t), "capped", "holder", time.Minute)
 			if err != nil {
@@ -137,7 +137,7 @@ func TestWaitCappedAtMaxWait(t *testing.T) {
 func TestCloseEndsWaits(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			srv, hs := startServer(t, b)
 			if _, err := b.Acquire(ctxFor(t), "closing", "holder", time.Minute); err != nil {
 				t.Fatal(err)
@@ -183,7 +183,7 @@ func TestCloseEndsWaits(t *testing.T) {
 func TestWaiterThatLeavesHoldsNothing(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			_, hs := startServer(t, b)
 			c := newClient(t, hs.URL)
 			holder, err := c.Acquire(ctxFor(t), "leaver", "holder", time.Minute)
@@ -216,7 +216,7 @@ func TestWaiterThatLeavesHoldsNothing(t *testing.T) {
 // than the conformance suite, woken by releases and, for one waiter, by the
 // expiry of the lease before it.
 func TestServerQueueIsFIFO(t *testing.T) {
-	_, hs := startServer(t, backendOnly{memstore.New()})
+	_, hs := startServer(t, backendOnly{memtest.New(t)})
 	c := newClient(t, hs.URL)
 	prev, err := c.Acquire(ctxFor(t), "fifo", "holder", time.Minute)
 	if err != nil {
@@ -261,11 +261,11 @@ func TestServerQueueIsFIFO(t *testing.T) {
 }
 
 func TestReadyz(t *testing.T) {
-	_, hs := startServer(t, newMem())
+	_, hs := startServer(t, newMem(t))
 	if status, body := call(t, "GET", hs.URL+"/readyz", "", ""); status != 200 || !strings.Contains(body, "ready") {
 		t.Fatalf("/readyz: HTTP %d %s", status, body)
 	}
-	broken := brokenBackend{backendOnly{memstore.New()}}
+	broken := brokenBackend{backendOnly{memtest.New(t)}}
 	_, hs2 := startServer(t, broken)
 	status, body := call(t, "GET", hs2.URL+"/readyz", "", "")
 	if status != 503 || !strings.Contains(body, `"code":"unavailable"`) || strings.Contains(body, "disk on fire") {
@@ -282,7 +282,7 @@ func (brokenBackend) Get(context.Context, string) (lease.Lease, error) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	b := newMem()
+	b := newMem(t)
 	_, hs := startServer(t, b, leasehttp.WithRegisterer(reg))
 	c := newClient(t, hs.URL)
 	const secretKey = "metrics/key-name-that-must-not-leak"
@@ -388,7 +388,7 @@ func TestServerOptionsValidate(t *testing.T) {
 		"huge max wait":     leasehttp.WithMaxWait(leasehttp.MaxMaxWait + 1),
 		"gatherer alone":    leasehttp.WithGatherer(prometheus.NewRegistry()),
 	} {
-		if _, err := leasehttp.NewServer(newMem(), opt); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := leasehttp.NewServer(newMem(t), opt); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -397,12 +397,12 @@ func TestServerOptionsValidate(t *testing.T) {
 	}
 	// Two servers on one registry collide, and say so.
 	reg := prometheus.NewRegistry()
-	s1, err := leasehttp.NewServer(newMem(), leasehttp.WithRegisterer(reg))
+	s1, err := leasehttp.NewServer(newMem(t), leasehttp.WithRegisterer(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s1.Close()
-	if _, err := leasehttp.NewServer(newMem(), leasehttp.WithRegisterer(reg)); err == nil {
+	if _, err := leasehttp.NewServer(newMem(t), leasehttp.WithRegisterer(reg)); err == nil {
 		t.Error("a second server on the same registry: no error")
 	}
 	_ = http.StatusOK
@@ -415,7 +415,7 @@ func TestGrantToGoneClientReleased(t *testing.T) {
 	for _, be := range backends {
 		for _, wait := range []string{"0", "5000"} {
 			t.Run(be.name+"/wait_ms="+wait, func(t *testing.T) {
-				b := be.new()
+				b := be.new(t)
 				srv := newServer(t, b)
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
@@ -458,11 +458,11 @@ func (b *skewedBackend) Acquire(ctx context.Context, key, owner string, ttl time
 // than ask the backend every 5 ms for as long as the skew lasts.
 func TestServerQueueBacksOffWhenExpiryHintHasPassed(t *testing.T) {
 	t.Run("Polling", func(t *testing.T) {
-		b := &skewedBackend{backendOnly: backendOnly{memstore.New()}}
+		b := &skewedBackend{backendOnly: backendOnly{memtest.New(t)}}
 		testBackoffWhenExpiryHintHasPassed(t, b, b)
 	})
 	t.Run("Notifier", func(t *testing.T) {
-		b := &skewedBackend{backendOnly: backendOnly{memstore.New()}}
+		b := &skewedBackend{backendOnly: backendOnly{memtest.New(t)}}
 		testBackoffWhenExpiryHintHasPassed(t, silentNotifier{b}, b)
 	})
 }
@@ -500,7 +500,7 @@ func testBackoffWhenExpiryHintHasPassed(t *testing.T, served lease.Backend, b *s
 func TestWaiterThatLeavesIsNotCountedAsError(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			_, hs := startServer(t, b)
 			c := newClient(t, hs.URL)
 			if _, err := b.Acquire(ctxFor(t), "leaver", "holder", time.Minute); err != nil {
@@ -532,7 +532,7 @@ func TestWaiterThatLeavesIsNotCountedAsError(t *testing.T) {
 // is 405 with Allow and the API's error body, not ServeMux's plain text nor
 // a 404 that would say the path does not exist.
 func TestWrongMethodIs405(t *testing.T) {
-	_, hs := startServer(t, newMem())
+	_, hs := startServer(t, newMem(t))
 	for _, tc := range []struct {
 		method, path, allow string
 	}{

@@ -54,7 +54,7 @@ func getStats(t *testing.T, url, token string) stats {
 // with waiting acquires only where the credential reaches.
 func TestStats(t *testing.T) {
 	const admin, jobs = "admin-token-long-enough-for-tests", "jobs-token-long-enough-for-tests"
-	_, hs := startServer(t, backendOnly{newMem()}, leasehttp.WithCredentials([]leasehttp.Credential{
+	_, hs := startServer(t, backendOnly{newMem(t)}, leasehttp.WithCredentials([]leasehttp.Credential{
 		{Token: admin, Prefixes: []string{"*"}},
 		{Token: jobs, Prefixes: []string{"jobs/"}},
 	}))
@@ -140,7 +140,7 @@ func TestStats(t *testing.T) {
 // TestStatsHostCheck: without credentials the figures are answered to
 // loopback Hosts only, as the leases are.
 func TestStatsHostCheck(t *testing.T) {
-	srv := newServer(t, newMem())
+	srv := newServer(t, newMem(t))
 	req, err := http.NewRequest("GET", "http://lease.example/v1/stats", nil)
 	if err != nil {
 		t.Fatal(err)

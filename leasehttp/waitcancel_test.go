@@ -114,7 +114,7 @@ func (c *watchedConn) CloseWrite() error {
 func TestWaitGrantedAsTheWaiterLeaves(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			srv := newServer(t, b)
 			gate := newAnswerGate(srv)
 			hs := httptest.NewServer(gate)
@@ -181,7 +181,7 @@ func TestWaitGrantedAsTheWaiterLeaves(t *testing.T) {
 func TestWaitCancelledHearsTheOutcome(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			_, hs := startServer(t, b)
 			hc, hung := hangUps()
 			waiter := newClient(t, hs.URL, leasehttp.WithHTTPClient(hc))
@@ -218,7 +218,7 @@ func TestWaitCancelledHearsTheOutcome(t *testing.T) {
 func TestHalfCloseEndsTheWait(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			_, hs := startServer(t, b)
 			if _, err := b.Acquire(ctxFor(t), "k", "holder", time.Minute); err != nil {
 				t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // patience bounds every wait for something that must come.
@@ -260,7 +260,7 @@ func mustAcquire(t *testing.T, b lease.Backend, key string) lease.Lease {
 // each event's id, event and data lines (the data as GET answers the
 // lease, without its id), and heartbeat comments while nothing happens.
 func TestWatchStreamFormat(t *testing.T) {
-	mem := memstore.New()
+	mem := memtest.New(t)
 	_, hs := startServer(t, mem, leasehttp.WithHeartbeat(20*time.Millisecond))
 	mustAcquire(t, mem, "jobs/b")
 	mustAcquire(t, mem, "jobs/a")
@@ -343,7 +343,7 @@ func TestWatchStreamFormat(t *testing.T) {
 // snapshot in key order, one synced, then the changes of all); a prefix
 // outside the credential is 403.
 func TestWatchScopedByCredential(t *testing.T) {
-	mem := memstore.New()
+	mem := memtest.New(t)
 	_, hs := startServer(t, mem, leasehttp.WithCredentials([]leasehttp.Credential{
 		{Token: "token-all", Prefixes: []string{"*"}},
 		{Token: "token-jobs", Prefixes: []string{"jobs/"}},
@@ -431,7 +431,7 @@ func TestWatchScopedByCredential(t *testing.T) {
 // credential, a watch is 429 too_many_watchers; other credentials are not
 // affected, and a stream that ends frees its slot.
 func TestWatchBoundPerCredential(t *testing.T) {
-	_, hs := startServer(t, memstore.New(), leasehttp.WithMaxWatchers(2), leasehttp.WithCredentials([]leasehttp.Credential{
+	_, hs := startServer(t, memtest.New(t), leasehttp.WithMaxWatchers(2), leasehttp.WithCredentials([]leasehttp.Credential{
 		{Token: "token-a", Prefixes: []string{"*"}},
 		{Token: "token-b", Prefixes: []string{"*"}},
 	}))
@@ -460,7 +460,7 @@ func TestWatchBoundPerCredential(t *testing.T) {
 // TestWatchBoundWithoutCredentials: without credentials the bound is on
 // all streams together.
 func TestWatchBoundWithoutCredentials(t *testing.T) {
-	_, hs := startServer(t, memstore.New(), leasehttp.WithMaxWatchers(1))
+	_, hs := startServer(t, memtest.New(t), leasehttp.WithMaxWatchers(1))
 	openRaw(t, hs.URL+"/v1/watch?prefix=a", "", 200)
 	if status, body := call(t, "GET", hs.URL+"/v1/watch?prefix=b", "", ""); status != 429 {
 		t.Fatalf("a second watch past a bound of 1: HTTP %d %s, want 429", status, body)
@@ -472,7 +472,7 @@ func TestWatchBoundWithoutCredentials(t *testing.T) {
 // state as it is now (not as it was, nor the changes it missed), then
 // synced, then the changes.
 func TestWatchResumeStartsFromCurrentState(t *testing.T) {
-	mem := memstore.New()
+	mem := memtest.New(t)
 	_, hs := startServer(t, mem)
 	a := mustAcquire(t, mem, "jobs/a")
 	st := openRaw(t, hs.URL+"/v1/watch?prefix=jobs%2F", "", 200)
@@ -514,7 +514,7 @@ func TestWatchResumeStartsFromCurrentState(t *testing.T) {
 // event (so http.Server.Shutdown is not held up), and later watches are
 // 503.
 func TestWatchEndsOnServerClose(t *testing.T) {
-	mem := memstore.New()
+	mem := memtest.New(t)
 	srv, hs := startServer(t, mem)
 	raw := openRaw(t, hs.URL+"/v1/watch", "", 200)
 	raw.expectSynced("1")
@@ -539,7 +539,7 @@ func TestWatchEndsOnServerClose(t *testing.T) {
 // timeouts bound a request from its start; a quiet watch stream lives on
 // past both (each heartbeat moves the deadlines) and still delivers.
 func TestWatchOutlastsServerTimeouts(t *testing.T) {
-	mem := memstore.New()
+	mem := memtest.New(t)
 	srv, err := leasehttp.NewServer(mem, leasehttp.WithLogger(quiet), leasehttp.WithHeartbeat(30*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -560,7 +560,7 @@ func TestWatchOutlastsServerTimeouts(t *testing.T) {
 // neither the backend nor other requests, and its stream is ended even
 // though it keeps the connection open.
 func TestWatchStopsForAStuckClient(t *testing.T) {
-	mem := memstore.New()
+	mem := memtest.New(t)
 	_, hs := startServer(t, mem, leasehttp.WithHeartbeat(50*time.Millisecond))
 	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
 	if err != nil {
@@ -612,7 +612,7 @@ func TestWatchStopsForAStuckClient(t *testing.T) {
 // unsupported, which the client reports as errors.ErrUnsupported, not as
 // a break to retry.
 func TestWatchUnsupportedBackend(t *testing.T) {
-	_, hs := startServer(t, backendOnly{memstore.New()})
+	_, hs := startServer(t, backendOnly{memtest.New(t)})
 	if status, body := call(t, "GET", hs.URL+"/v1/watch", "", ""); status != 501 || !strings.Contains(body, `"code":"unsupported"`) {
 		t.Errorf("watch on a backend that cannot: HTTP %d %s, want 501 unsupported", status, body)
 	}
@@ -627,7 +627,7 @@ func TestWatchUnsupportedBackend(t *testing.T) {
 // SetCredentials that drops or narrows it ends the stream, one that keeps
 // it does not.
 func TestWatchEndsWhenCredentialsChange(t *testing.T) {
-	mem := memstore.New()
+	mem := memtest.New(t)
 	srv, hs := startServer(t, mem, leasehttp.WithHeartbeat(20*time.Millisecond), leasehttp.WithCredentials([]leasehttp.Credential{
 		{Token: "token-kept", Prefixes: []string{"*"}},
 		{Token: "token-narrowed", Prefixes: []string{"*"}},

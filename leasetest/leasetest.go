@@ -1,7 +1,13 @@
 // Package leasetest is the conformance suite every lease.Backend runs:
 //
 //	func TestConformance(t *testing.T) {
-//		leasetest.TestBackend(t, func(t *testing.T) lease.Backend { return memstore.New() })
+//		leasetest.TestBackend(t, func(t *testing.T) lease.Backend {
+//			s, err := memstore.New()
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
+//		})
 //	}
 //
 // It checks invariants I1–I4 of docs/DESIGN.md, the handling of bad input,

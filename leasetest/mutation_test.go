@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest"
 	"github.com/leasehq/lease/memstore"
 )
@@ -86,9 +87,9 @@ var (
 // store's does.
 var errClosed = fmt.Errorf("wrapper: %w: closed", lease.ErrUnavailable)
 
-func newWrapper() *wrapper {
+func newWrapper(tb testing.TB) *wrapper {
 	return &wrapper{
-		s:        memstore.New(),
+		s:        memtest.New(tb),
 		closed:   make(chan struct{}),
 		last:     map[string]lease.Lease{},
 		released: map[lease.ID]bool{},
@@ -528,7 +529,7 @@ type mutant struct {
 	caughtBy []string
 	install  func(w *wrapper)
 	// reopen, if set, replaces the harmless restart (the same store).
-	reopen func(old lease.Backend) lease.Backend
+	reopen func(t *testing.T, old lease.Backend) lease.Backend
 }
 
 var mutants = []mutant{
@@ -1403,7 +1404,7 @@ var mutants = []mutant{
 	{name: "ReopenResetsTokens", breaks: "a restart forgets tokens and held leases (I1)",
 		caughtBy: []string{"Reopen"},
 		install:  func(*wrapper) {},
-		reopen:   func(lease.Backend) lease.Backend { return newWrapper() }},
+		reopen:   func(t *testing.T, _ lease.Backend) lease.Backend { return newWrapper(t) }},
 }
 
 func findMutant(name string) (mutant, bool) {
@@ -1427,10 +1428,10 @@ func runMutant(t *testing.T, name string) {
 	}
 	reopen := func(t *testing.T, old lease.Backend) lease.Backend { return old }
 	if m.reopen != nil {
-		reopen = func(t *testing.T, old lease.Backend) lease.Backend { return m.reopen(old) }
+		reopen = m.reopen
 	}
 	leasetest.TestBackend(t, func(t *testing.T) lease.Backend {
-		w := newWrapper()
+		w := newWrapper(t)
 		m.install(w)
 		return w
 	}, leasetest.Reopen(reopen))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -58,15 +59,15 @@ type pairFunc func(w int, key string) (held bool, err error)
 
 var benchImpls = []struct {
 	name         string
-	new          func() pairFunc
+	new          func(testing.TB) pairFunc
 	distinctOnly bool // not run in MemstoreOneKey
 }{
-	{name: "memstore", new: func() pairFunc { return storePair(memstore.New()) }},
-	{name: "memstore-callerclock", new: func() pairFunc {
-		return storePair(memstore.New(memstore.WithClock(fakeclock.New(time.Unix(1e9, 0)))))
+	{name: "memstore", new: func(tb testing.TB) pairFunc { return storePair(memtest.New(tb)) }},
+	{name: "memstore-callerclock", new: func(tb testing.TB) pairFunc {
+		return storePair(memtest.New(tb, memstore.WithClock(fakeclock.New(time.Unix(1e9, 0)))))
 	}},
-	{name: "map-mutex", new: func() pairFunc { return newNaiveStore().pair }},
-	{name: "clock-cas-floor", new: func() pairFunc { return newClockCASFloor().pair }, distinctOnly: true},
+	{name: "map-mutex", new: func(tb testing.TB) pairFunc { return newNaiveStore().pair }},
+	{name: "clock-cas-floor", new: func(tb testing.TB) pairFunc { return newClockCASFloor().pair }, distinctOnly: true},
 }
 
 func storePair(s *memstore.Store) pairFunc {
@@ -97,7 +98,7 @@ func benchCompare(b *testing.B, oneKey bool) {
 				continue
 			}
 			b.Run(fmt.Sprintf("c=%d/%s", c, im.name), func(b *testing.B) {
-				benchPairs(b, im.new(), c, oneKey)
+				benchPairs(b, im.new(b), c, oneKey)
 			})
 		}
 	}
@@ -274,7 +275,7 @@ func (f *clockCASFloor) pair(w int, _ string) (bool, error) {
 // must find it held.
 func TestBenchImplsWork(t *testing.T) {
 	for _, im := range benchImpls {
-		pair := im.new()
+		pair := im.new(t)
 		for w := range runtime.GOMAXPROCS(0) {
 			for _, k := range clientKeys(w, false)[:3] {
 				if held, err := pair(w, k); held || err != nil {

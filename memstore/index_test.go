@@ -16,7 +16,7 @@ import (
 // would, and checks that each keeps its own lease and that a sweep dropping
 // one leaves the other.
 func TestHashCollision(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	const h = 42
 	a := s.idx.insert(h, "a", s.now())
 	b := s.idx.insert(h, "b", s.now())
@@ -70,7 +70,7 @@ func TestHashCollision(t *testing.T) {
 func TestSweepKeepsTokensRising(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	first, err := s.Acquire(ctx, "k/0", "w", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestSweepKeepsTokensRising(t *testing.T) {
 func TestSweepRacesWithUse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	const hot = 8
 	var (
 		mu     sync.Mutex

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 // BenchmarkListWalk walks all pages of a store of 10^5 held leases at the
@@ -17,7 +17,7 @@ func BenchmarkListWalk(b *testing.B) {
 	for _, churn := range []bool{false, true} {
 		b.Run(fmt.Sprintf("churn=%v", churn), func(b *testing.B) {
 			ctx := context.Background()
-			s := memstore.New()
+			s := memtest.New(b)
 			const n = 100_000
 			for i := range n {
 				if _, err := s.Acquire(ctx, fmt.Sprintf("k/%07d", i), "o", time.Hour); err != nil {

@@ -16,6 +16,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"strings"
@@ -133,21 +134,38 @@ type waiter struct {
 	ch    chan lease.Lease // buffered: the grant never blocks the granter
 }
 
-// Option configures a Store.
-type Option func(*Store)
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	clock lease.Clock
+}
 
 // WithClock makes the store judge expiry on clk instead of the real clock,
 // for tests and simulations. clk's readings are compared by their wall time
 // (UnixNano), as a fake clock's have no monotonic part; without WithClock the
-// store reads the monotonic clock, which wall-clock steps cannot move.
-func WithClock(clk lease.Clock) Option { return func(s *Store) { s.clock = clk } }
-
-// New returns an empty Store.
-func New(opts ...Option) *Store {
-	s := &Store{base: time.Now(), seed: maphash.MakeSeed()}
-	for _, opt := range opts {
-		opt(s)
+// store reads the monotonic clock, which wall-clock steps cannot move. A nil
+// clk is refused.
+func WithClock(clk lease.Clock) Option {
+	return func(c *config) error {
+		if clk == nil {
+			return fmt.Errorf("%w: memstore: WithClock(nil): leave the option out for the real clock", lease.ErrInvalid)
+		}
+		c.clock = clk
+		return nil
 	}
+}
+
+// New returns an empty Store, or an error matching lease.ErrInvalid if an
+// option is.
+func New(opts ...Option) (*Store, error) {
+	var cfg config
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{base: time.Now(), seed: maphash.MakeSeed(), clock: cfg.clock}
 	if s.clock != nil {
 		s.base = s.clock.Now()
 	}
@@ -159,7 +177,7 @@ func New(opts ...Option) *Store {
 		g.init()
 		return g
 	}
-	return s
+	return s, nil
 }
 
 // now returns the store's clock as an offset from base. The real clock is

@@ -12,6 +12,25 @@ import (
 	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
+// newStore is New for the package's own tests, which cannot import
+// internal/memtest (it imports this package).
+func newStore(tb testing.TB, opts ...Option) *Store {
+	tb.Helper()
+	s, err := New(opts...)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// TestNewRefusesNilClock: WithClock(nil) is a mistake, not a request for
+// the real clock, and New says so.
+func TestNewRefusesNilClock(t *testing.T) {
+	if s, err := New(WithClock(nil)); !errors.Is(err, lease.ErrInvalid) || s != nil {
+		t.Fatalf("New(WithClock(nil)) = %v, %v; want nil and ErrInvalid", s, err)
+	}
+}
+
 // TestEntrySize: entries fill their size class (128 bytes, 128-aligned)
 // exactly, so none shares a cache line with another.
 func TestEntrySize(t *testing.T) {
@@ -24,7 +43,7 @@ func TestEntrySize(t *testing.T) {
 // and owners lets nothing malformed through.
 func TestFastPathStillValidates(t *testing.T) {
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	l, err := s.Acquire(ctx, "job", "w", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +76,7 @@ func TestFastPathStillValidates(t *testing.T) {
 // one, and a fresh entry stores none.
 func TestAcquireValidatesOwnerOnFreshEntry(t *testing.T) {
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	const k = "job"
 	// What a concurrent Acquire(k, "w", …) does before it locks the entry.
 	s.idx.insert(s.hash(k), k, s.now())
@@ -96,7 +115,7 @@ func waitQueued(t *testing.T, s *Store, key string, n int) {
 func TestRenewShorterWakesWaiterAtExpiry(t *testing.T) {
 	ctx := context.Background()
 	clk := fakeclock.New(time.Unix(1e9, 0))
-	s := New(WithClock(clk))
+	s := newStore(t, WithClock(clk))
 	const k = "job"
 	l, err := s.Acquire(ctx, k, "holder", time.Hour)
 	if err != nil {
@@ -136,7 +155,7 @@ func TestRenewShorterWakesWaiterAtExpiry(t *testing.T) {
 // every waiter has returned (and released what it got) the key is free.
 func TestAcquireWaitCancelAsGrantedGivesBack(t *testing.T) {
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	const k, waiters = "job", 4
 	for iter := range 300 {
 		h, err := s.Acquire(ctx, k, "holder", time.Minute)

@@ -4,11 +4,11 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest"
-	"github.com/leasehq/lease/memstore"
 )
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	leasetest.TestBackend(t, func(t *testing.T) lease.Backend { return memstore.New() })
+	leasetest.TestBackend(t, func(t *testing.T) lease.Backend { return memtest.New(t) })
 }

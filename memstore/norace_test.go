@@ -19,7 +19,7 @@ import (
 // pair allocates nothing (issue 2's hot-path goal).
 func TestPairDoesNotAllocate(t *testing.T) {
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	pair := func() {
 		l, err := s.Acquire(ctx, "job", "w", time.Minute)
 		if err != nil {
@@ -40,7 +40,7 @@ func TestPairDoesNotAllocate(t *testing.T) {
 // held across its end, whose expiry the watch had timed.
 func TestPairDoesNotAllocateAfterWatch(t *testing.T) {
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	pair := func() {
 		l, err := s.Acquire(ctx, "job", "w", time.Minute)
 		if err != nil {

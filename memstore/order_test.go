@@ -19,7 +19,7 @@ import (
 // each entry of the index once, so that swept entries do not pile up.
 func TestListMatchesModel(t *testing.T) {
 	ctx := context.Background()
-	s := New()
+	s := newStore(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	held := map[string]lease.Lease{}
 	key := func() string { return fmt.Sprintf("k/%05d", rng.IntN(6000)) }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -80,7 +81,7 @@ func nothingYet(t *testing.T, s *memstore.Store, ch <-chan lease.Event, why stri
 func TestWatchExpiredWhenClockReachesExpiry(t *testing.T) {
 	ctx := context.Background()
 	clk := fakeclock.New(time.Unix(1_000_000, 0))
-	s := memstore.New(memstore.WithClock(clk))
+	s := memtest.New(t, memstore.WithClock(clk))
 	if _, err := s.Acquire(ctx, "w/gone", "o", time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestWatchExpiredWhenClockReachesExpiry(t *testing.T) {
 // Expired comes by itself, without a call on the key, and not before the
 // TTL.
 func TestWatchExpiredTimedWhileNobodyTouchesTheKey(t *testing.T) {
-	s := memstore.New()
+	s := memtest.New(t)
 	ch := events(t, s, "w/")
 	next(t, ch, lease.Synced, "")
 	start := time.Now()
@@ -151,7 +152,7 @@ func TestWatchExpiredTimedWhileNobodyTouchesTheKey(t *testing.T) {
 func TestWatchReleaseStopsTimer(t *testing.T) {
 	ctx := context.Background()
 	clk := fakeclock.New(time.Unix(1_000_000, 0))
-	s := memstore.New(memstore.WithClock(clk))
+	s := memtest.New(t, memstore.WithClock(clk))
 	ch := events(t, s, "w/")
 	next(t, ch, lease.Synced, "")
 	l, err := s.Acquire(ctx, "w/k", "o", time.Hour)

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/semaphore"
 )
 
@@ -27,11 +27,11 @@ type backendOnly struct{ lease.Backend }
 
 var backends = []struct {
 	name string
-	new  func() lease.Backend
+	new  func(testing.TB) lease.Backend
 }{
-	{"watch", func() lease.Backend { return memstore.New() }},
-	{"poll", func() lease.Backend { return backendOnly{memstore.New()} }},
-	{"watch-unsupported", func() lease.Backend { return watchUnsupported{backendOnly{memstore.New()}} }},
+	{"watch", func(t testing.TB) lease.Backend { return memtest.New(t) }},
+	{"poll", func(t testing.TB) lease.Backend { return backendOnly{memtest.New(t)} }},
+	{"watch-unsupported", func(t testing.TB) lease.Backend { return watchUnsupported{backendOnly{memtest.New(t)}} }},
 }
 
 // watchUnsupported says it watches, but refuses every watch as
@@ -62,7 +62,7 @@ func newSem(t *testing.T, b lease.Backend, n int, ttl time.Duration, opts ...sem
 
 func TestTryAcquireTakesEverySlotOnce(t *testing.T) {
 	ctx := ctxFor(t)
-	s := newSem(t, memstore.New(), 3, time.Minute)
+	s := newSem(t, memtest.New(t), 3, time.Minute)
 	seen := map[int]*semaphore.Slot{}
 	for range 3 {
 		slot, err := s.TryAcquire(ctx)
@@ -98,7 +98,7 @@ func TestTryAcquireTakesEverySlotOnce(t *testing.T) {
 // TestAcquireInLine: waiters get slots in the order they came.
 func TestAcquireInLine(t *testing.T) {
 	ctx := ctxFor(t)
-	store := memstore.New() // queues the line FIFO (lease.WaitAcquirer)
+	store := memtest.New(t) // queues the line FIFO (lease.WaitAcquirer)
 	holder := newSem(t, store, 1, time.Minute)
 	first, err := holder.TryAcquire(ctx)
 	if err != nil {
@@ -160,7 +160,7 @@ func TestNeverMoreThanN(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := ctxFor(t)
 			const n, workers, rounds = 3, 8, 10
-			b := be.new()
+			b := be.new(t)
 			var inside, most atomic.Int32
 			var wg sync.WaitGroup
 			for range workers {
@@ -207,7 +207,7 @@ func TestDeadHolderFreesItsSlot(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			b := be.new()
+			b := be.new(t)
 			const ttl = 200 * time.Millisecond
 			dead, err := newSem(t, failRenew{b}, 1, ttl).TryAcquire(ctx)
 			if err != nil {
@@ -235,7 +235,7 @@ func TestDeadHolderFreesItsSlot(t *testing.T) {
 func TestAcquireEndsWithItsContext(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
-			b := be.new()
+			b := be.new(t)
 			s := newSem(t, b, 1, time.Minute)
 			slot, err := s.TryAcquire(ctxFor(t))
 			if err != nil {
@@ -256,7 +256,7 @@ func TestAcquireEndsWithItsContext(t *testing.T) {
 }
 
 func TestNewRefusesNonsense(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	for _, tc := range []struct {
 		name string
 		n    int
@@ -280,7 +280,7 @@ func TestWithRandRepeats(t *testing.T) {
 	ctx := ctxFor(t)
 	const n = 64
 	order := func(seed uint64) []int {
-		s := newSem(t, memstore.New(), n, time.Minute, semaphore.WithRand(rand.NewPCG(seed, 1)))
+		s := newSem(t, memtest.New(t), n, time.Minute, semaphore.WithRand(rand.NewPCG(seed, 1)))
 		var got []int
 		for range n / 2 {
 			slot, err := s.TryAcquire(ctx)
@@ -303,7 +303,7 @@ func TestWithRandRepeats(t *testing.T) {
 
 func TestNewRefusesNilOptions(t *testing.T) {
 	for _, opt := range []semaphore.Option{nil, semaphore.WithRand(nil)} {
-		if _, err := semaphore.New(memstore.New(), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := semaphore.New(memtest.New(t), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("New with a nil option or source: %v, want ErrInvalid", err)
 		}
 	}

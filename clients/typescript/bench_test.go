@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/leasehq/lease/internal/cli"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/internal/redistest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // worker is bench/worker.js, running: it does what a job asks and answers
@@ -69,7 +69,7 @@ func setup(tb testing.TB) (*worker, []row) {
 
 	// The leasehttp server over memstore, as lease serve serves a backend
 	// (lease serve itself has no memory store: it would lose tokens).
-	api, err := leasehttp.NewServer(memstore.New(), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	api, err := leasehttp.NewServer(memtest.New(tb), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		tb.Fatal(err)
 	}

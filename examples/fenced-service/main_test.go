@@ -173,7 +173,10 @@ func TestWorkerWithHold(t *testing.T) {
 	ctx := context.Background()
 	base, _ := start(t)
 	url := base + "/reports/nightly"
-	store := memstore.New()
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// A worker whose lease expired while it was paused still sends token 1.
 	old, err := store.Acquire(ctx, "nightly-report", "worker-a", 20*time.Millisecond)

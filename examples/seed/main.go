@@ -33,7 +33,10 @@ func run() error {
 	ctx := context.Background()
 	t0 := time.Unix(0, 0)
 	clock := fakeclock.New(t0) // the seed passes `now` explicitly; this clock plays that part
-	store := memstore.New(memstore.WithClock(clock))
+	store, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		return err
+	}
 	resource := fence.NewResource("job", "initial", fence.Strict) // the seed's FencedResource
 
 	// const leaseA = store.acquire("job", "worker-a", 0, 100);

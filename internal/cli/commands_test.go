@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 func TestAcquireJSONIsTheAPILease(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	r := cli(t, b, nil, nil, "acquire", "jobs/nightly", "--ttl", "10s", "--owner", "alice", "-o", "json")
 	if r.code != ExitOK {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
@@ -64,7 +64,7 @@ func TestAcquireJSONIsTheAPILease(t *testing.T) {
 }
 
 func TestAcquireTextThenRenewAndRelease(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	r := cli(t, b, nil, nil, "acquire", "job", "--ttl", "5s")
 	if r.code != ExitOK {
 		t.Fatalf("acquire: exit %d, stderr %q", r.code, r.stderr)
@@ -120,7 +120,7 @@ func TestAcquireTextThenRenewAndRelease(t *testing.T) {
 }
 
 func TestAcquireHeldNamesHolder(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	held, err := b.Acquire(t.Context(), "job", "worker-7", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func (b bareHeld) Acquire(ctx context.Context, key, owner string, ttl time.Durat
 // the holder must not make acquire print an empty owner and token 0, which
 // reads as "held by nobody, token none".
 func TestAcquireHeldWithoutHolder(t *testing.T) {
-	store := memstore.New()
+	store := memtest.New(t)
 	if _, err := store.Acquire(t.Context(), "job", "worker-7", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestAcquireHeldWithoutHolder(t *testing.T) {
 }
 
 func TestAcquireWaitGetsExpiredLease(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	first, err := b.Acquire(t.Context(), "job", "worker-7", 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func TestAcquireWaitGetsExpiredLease(t *testing.T) {
 }
 
 func TestGetAndListHideIDs(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	for _, k := range []string{"a/1", "a/2", "b/1"} {
 		if _, err := b.Acquire(t.Context(), k, "o "+k, time.Minute); err != nil {
 			t.Fatal(err)
@@ -247,7 +247,7 @@ func TestGetAndListHideIDs(t *testing.T) {
 }
 
 func TestServerAndTokenFromEnvironment(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	for _, tc := range []struct {
 		name      string
 		env       map[string]string
@@ -302,7 +302,7 @@ func TestUsageErrors(t *testing.T) {
 		{"frobnicate"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			b := memstore.New()
+			b := memtest.New(t)
 			r := cli(t, b, nil, nil, args...)
 			if r.code != ExitUsage {
 				t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitUsage, r.stderr)

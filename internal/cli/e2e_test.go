@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // The lease binary, built once for the tests that run it as a process.
@@ -66,7 +66,7 @@ func removeBinary() {
 // apiServer is an in-process leasehttp server over a recording memstore.
 func apiServer(t *testing.T) (*httptest.Server, *renewGate) {
 	t.Helper()
-	g := &renewGate{Backend: memstore.New()}
+	g := &renewGate{Backend: memtest.New(t)}
 	return apiServerOver(t, g), g
 }
 

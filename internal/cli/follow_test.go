@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 // streaming is a command running in process whose output is read as it
@@ -98,7 +98,7 @@ var localBackends = []struct {
 	name string
 	open func(t *testing.T) lease.Backend
 }{
-	{"memstore", func(*testing.T) lease.Backend { return memstore.New() }},
+	{"memstore", func(t *testing.T) lease.Backend { return memtest.New(t) }},
 	{"boltstore", func(t *testing.T) lease.Backend {
 		s, err := boltstore.Open(t.TempDir() + "/lease.db")
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +38,7 @@ func TestHelpFlagsSayWhatTheyTake(t *testing.T) {
 	}
 	for _, path := range paths {
 		name := strings.Join(append([]string{"lease"}, path...), " ")
-		r := cli(t, memstore.New(), nil, nil, append(append([]string(nil), path...), "--help")...)
+		r := cli(t, memtest.New(t), nil, nil, append(append([]string(nil), path...), "--help")...)
 		if r.code != ExitOK {
 			t.Fatalf("%s --help: exit %d, stderr %q", name, r.code, r.stderr)
 		}

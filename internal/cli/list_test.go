@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 // TestListWalksEveryPage: without --limit, list prints every lease however
 // many pages the server's answers take, as one JSON object or line by line.
 func TestListWalksEveryPage(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	n := lease.DefaultPageLimit + 2
 	for i := range n {
 		if _, err := b.Acquire(context.Background(), fmt.Sprintf("p/%05d", i), "o", time.Minute); err != nil {
@@ -39,7 +39,7 @@ func TestListWalksEveryPage(t *testing.T) {
 // TestListOnePage: --limit prints one page and the cursor that continues
 // it, which --after takes.
 func TestListOnePage(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	for _, k := range []string{"q/a", "q/b", "q/c"} {
 		if _, err := b.Acquire(context.Background(), k, "o", time.Minute); err != nil {
 			t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 // TestDefaultOwnerIsTheLibrarys: without --owner, lease acquire and lease
@@ -14,7 +14,7 @@ import (
 // name whichever way it took the lease.
 func TestDefaultOwnerIsTheLibrarys(t *testing.T) {
 	want := lease.DefaultOwner()
-	b := memstore.New()
+	b := memtest.New(t)
 	r := cli(t, b, nil, nil, "acquire", "owned/acquire", "--ttl", "10s")
 	if r.code != ExitOK {
 		t.Fatalf("acquire: exit %d, stderr %q", r.code, r.stderr)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // TestServerURLWithoutScheme: host:port without http:// is the commonest
@@ -46,13 +46,13 @@ func TestServerURLWithoutScheme(t *testing.T) {
 		}
 	}
 	// A scheme other than http or https is named as such.
-	r := cli(t, memstore.New(), nil, nil, "get", "job", "--server", "ftp://h:21")
+	r := cli(t, memtest.New(t), nil, nil, "get", "job", "--server", "ftp://h:21")
 	if r.code != ExitUsage || r.url != "" {
 		t.Errorf("ftp://: exit %d, dialled %q", r.code, r.url)
 	}
 	oneErrorLine(t, r, `"ftp"`)
 	// The scheme is case-insensitive, as in any URL.
-	r = cli(t, memstore.New(), nil, nil, "get", "job", "--server", "HTTP://h:1")
+	r = cli(t, memtest.New(t), nil, nil, "get", "job", "--server", "HTTP://h:1")
 	if r.url != "HTTP://h:1" {
 		t.Errorf("HTTP://h:1: exit %d, dialled %q (stderr %q)", r.code, r.url, r.stderr)
 	}
@@ -69,7 +69,7 @@ func TestTimeoutFlagBoundsTheWait(t *testing.T) {
 	}
 	t.Parallel()
 	const delay = 11 * time.Second
-	api, err := leasehttp.NewServer(memstore.New(), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	api, err := leasehttp.NewServer(memtest.New(t), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestServerListFailsOver(t *testing.T) {
 			t.Fatalf("get with %s %q: exit %d, stderr %q", via.name, servers, r.code, r.stderr)
 		}
 	}
-	r := cli(t, memstore.New(), nil, nil, "get", "job", "--server", "http://a:1, http://b:2")
+	r := cli(t, memtest.New(t), nil, nil, "get", "job", "--server", "http://a:1, http://b:2")
 	if r.url != "http://a:1, http://b:2" {
 		t.Errorf("a list: dialled %q (stderr %q); want the whole list passed on", r.url, r.stderr)
 	}
@@ -150,7 +150,7 @@ func TestServerListFailsOver(t *testing.T) {
 		{"http://a:1,", "empty entry"},
 		{"http://a:1,ftp://b", `"ftp"`},
 	} {
-		r := cli(t, memstore.New(), map[string]string{EnvServer: bad.list}, nil, "get", "job")
+		r := cli(t, memtest.New(t), map[string]string{EnvServer: bad.list}, nil, "get", "job")
 		if r.code != ExitUsage || r.url != "" {
 			t.Errorf("$%s=%q: exit %d, dialled %q; want a usage error", EnvServer, bad.list, r.code, r.url)
 		}

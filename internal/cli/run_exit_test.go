@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 )
 
 // TestRunExitStatusTellsConfigurationFromTryLater: 75 (EX_TEMPFAIL) tells
@@ -24,7 +24,7 @@ import (
 // something other than a lease server: those exit 1, and the command does
 // not run either way.
 func TestRunExitStatusTellsConfigurationFromTryLater(t *testing.T) {
-	api, err := leasehttp.NewServer(memstore.New(), leasehttp.WithLogger(slog.New(slog.DiscardHandler)),
+	api, err := leasehttp.NewServer(memtest.New(t), leasehttp.WithLogger(slog.New(slog.DiscardHandler)),
 		leasehttp.WithCredentials([]leasehttp.Credential{{Token: "jobs-token", Prefixes: []string{"jobs/"}}}))
 	if err != nil {
 		t.Fatal(err)

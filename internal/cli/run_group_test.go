@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 // shellArgv runs the test binary as a child of /bin/sh, not as its last
@@ -20,7 +20,7 @@ func shellArgv(t *testing.T) []string {
 // reach the processes CMD started, not only CMD. A shell that dies of the
 // SIGTERM would otherwise leave its child working without the lease.
 func TestRunLossStopsTheCommandsChildren(t *testing.T) {
-	g := &renewGate{Backend: memstore.New()}
+	g := &renewGate{Backend: memtest.New(t)}
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "term", file, 0)
 	// A grace past the TTL: the child, built with -race, sleeps a second
@@ -39,7 +39,7 @@ func TestRunLossStopsTheCommandsChildren(t *testing.T) {
 // TestRunLossKillsTheCommandsChildrenAfterGrace: a child of CMD that ignores
 // SIGTERM must be killed --grace after the loss, like CMD itself.
 func TestRunLossKillsTheCommandsChildrenAfterGrace(t *testing.T) {
-	g := &renewGate{Backend: memstore.New()}
+	g := &renewGate{Backend: memtest.New(t)}
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "ignore-term", file, 0)
 	args := append([]string{"run", "job", "--ttl", "300ms", "--grace", "200ms", "--"}, shellArgv(t)...)
@@ -61,7 +61,7 @@ func TestRunLossKillsTheCommandsChildrenAfterGrace(t *testing.T) {
 // TestRunBadTimeoutIsUsageError: lease run's help promises exit 2 on a usage
 // error; a bad --timeout is one, not a failure to get the lease.
 func TestRunBadTimeoutIsUsageError(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	for _, timeout := range []string{"0", "-1s"} {
 		r := cli(t, b, nil, nil, "run", "job", "--timeout", timeout, "--", "/bin/true")
 		if r.code != ExitUsage {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 // TestRunMinTTLIsTheClients: the minimum lease run states is the one its
@@ -18,7 +18,7 @@ func TestRunMinTTLIsTheClients(t *testing.T) {
 	if minRunTTL%time.Millisecond != 0 || minRunTTL < lease.MinTTL {
 		t.Fatalf("minRunTTL = %v, want whole milliseconds, at least %v", minRunTTL, lease.MinTTL)
 	}
-	c, err := newRunClient(memstore.New(), "", nil)
+	c, err := newRunClient(memtest.New(t), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestRunMinTTLIsTheClients(t *testing.T) {
 // error naming the minimum, before any server is dialled; the minimum
 // itself runs, and run --help states it.
 func TestRunRefusesTTLBelowItsMinimum(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	childEnviron(t, "env", "", 0)
 	for _, ttl := range []time.Duration{lease.MinTTL, minRunTTL - time.Millisecond} {
 		r := cli(t, b, nil, nil, runArgs(t, "job", "--ttl", ttl.String())...)
@@ -65,7 +65,7 @@ func TestRunRefusesTTLBelowItsMinimum(t *testing.T) {
 // TTL is refused unless --allow-grace-past-ttl says it is meant. Without
 // --grace, the default (10s) is cut to a shorter TTL rather than refused.
 func TestRunRefusesGraceLongerThanTTL(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	childEnviron(t, "env", "", 0)
 	r := cli(t, b, nil, nil, runArgs(t, "job", "--ttl", "1s", "--grace", "2s")...)
 	if r.code != ExitUsage || r.stdout != "" {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 // readyLines waits until path has n lines starting with "ready" and
@@ -101,7 +101,7 @@ func TestRunSlots(t *testing.T) {
 // when renewals fail, the command gets SIGTERM before the slot expires on
 // the backend, and lease run exits 75.
 func TestRunSlotsLossStopsCommand(t *testing.T) {
-	g := &renewGate{Backend: memstore.New()}
+	g := &renewGate{Backend: memtest.New(t)}
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "term", file, 0)
 	done := make(chan result, 1)
@@ -131,7 +131,7 @@ func TestRunSlotsLossStopsCommand(t *testing.T) {
 }
 
 func TestRunSlotsUsageErrors(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	for _, flags := range [][]string{
 		{"--slots", "0"},
 		{"--slots", "-1"},

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
-	"github.com/leasehq/lease/memstore"
 )
 
 // renewGate is a backend whose renewals can be made to fail, as if the
@@ -78,7 +78,7 @@ func runArgs(t *testing.T, flags ...string) []string {
 }
 
 func TestRunPassesLeaseAndExitStatus(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	childEnviron(t, "env", "", 7)
 	r := cli(t, b, nil, nil, runArgs(t, "job", "--owner", "cron@host")...)
 	if r.code != 7 {
@@ -106,7 +106,7 @@ func TestRunPassesLeaseAndExitStatus(t *testing.T) {
 }
 
 func TestRunHeldBySomeoneElse(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	if _, err := b.Acquire(t.Context(), "job", "other-host-42", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestRunHeldBySomeoneElse(t *testing.T) {
 }
 
 func TestRunWaitsForTheKey(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	first, err := b.Acquire(t.Context(), "job", "other", 150*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestRunWaitsForTheKey(t *testing.T) {
 }
 
 func TestRunCommandNotFound(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	r := cli(t, b, nil, nil, "run", "job", "--", filepath.Join(t.TempDir(), "no-such-command"))
 	if r.code != ExitCannotRun {
 		t.Fatalf("exit %d, want %d", r.code, ExitCannotRun)
@@ -159,7 +159,7 @@ func TestRunCommandNotFound(t *testing.T) {
 // runs: the command must get SIGTERM before the lease expires on the
 // backend, and run must exit 75 even though the command exited 0.
 func TestRunLossStopsCommandBeforeExpiry(t *testing.T) {
-	g := &renewGate{Backend: memstore.New()}
+	g := &renewGate{Backend: memtest.New(t)}
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "term", file, 0)
 	done := make(chan result, 1)
@@ -183,7 +183,7 @@ func TestRunLossStopsCommandBeforeExpiry(t *testing.T) {
 }
 
 func TestRunLossKillsAfterGrace(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	g := &renewGate{Backend: b}
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "ignore-term", file, 0)
@@ -208,7 +208,7 @@ func TestRunLossKillsAfterGrace(t *testing.T) {
 }
 
 func TestRunForwardsSignals(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "term", file, 9)
 	sigs := make(chan os.Signal, 1)
@@ -226,7 +226,7 @@ func TestRunForwardsSignals(t *testing.T) {
 }
 
 func TestRunSignalWhileWaitingGivesUp(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	if _, err := b.Acquire(t.Context(), "job", "other", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestRunSignalWhileWaitingGivesUp(t *testing.T) {
 }
 
 func TestExitStatusOfSignalledCommand(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	r := cli(t, b, nil, nil, "run", "job", "--", "/bin/sh", "-c", "kill -TERM $$")
 	if r.code != 128+int(syscall.SIGTERM) {
 		t.Errorf("exit %d, want %d", r.code, 128+int(syscall.SIGTERM))
@@ -254,7 +254,7 @@ func TestExitStatusOfSignalledCommand(t *testing.T) {
 // exits 75, not 0, and says why — whichever of the two events it sees
 // first.
 func TestRunCommandExitingAfterTheDeadlineIsALoss(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	clk := fakeclock.New(time.Now())
 	file := filepath.Join(t.TempDir(), "child")
 	childEnviron(t, "wait-go", file, 0)

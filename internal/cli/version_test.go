@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/memtest"
 )
 
 func TestVersionText(t *testing.T) {
@@ -45,7 +45,7 @@ func TestVersionText(t *testing.T) {
 // TestVersionCommandAndFlag: `lease version` and `lease --version` print
 // the same line, built from this binary's build information.
 func TestVersionCommandAndFlag(t *testing.T) {
-	b := memstore.New()
+	b := memtest.New(t)
 	cmd := cli(t, b, nil, nil, "version")
 	flag := cli(t, b, nil, nil, "--version")
 	if cmd.code != ExitOK || flag.code != ExitOK || cmd.stderr != "" || flag.stderr != "" {

@@ -90,7 +90,10 @@ const (
 func Play(opts Options) (*Record, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := fakeclock.New(start)
-	store := memstore.New(memstore.WithClock(clock))
+	store, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		return nil, err
+	}
 	ctx := context.Background()
 	since := func(t time.Time) time.Duration { return t.Sub(start) }
 	rec := &Record{Options: opts, Key: key, TTL: ttl}

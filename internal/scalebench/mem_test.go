@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -59,7 +60,7 @@ func fullMemstore(tb testing.TB) (*memstore.Store, float64) {
 	ctx := context.Background()
 	var s *memstore.Store
 	grown := heapGrowth(func() {
-		s = memstore.New()
+		s = memtest.New(tb)
 		for i := range n {
 			if _, err := s.Acquire(ctx, idleKey(i), "worker-1", lease.MaxTTL); err != nil {
 				tb.Fatal(err)
@@ -114,7 +115,7 @@ func BenchmarkCompareScaleMemstore(b *testing.B) {
 		}
 	}
 	full, per := fullMemstore(b)
-	b.Run("c=1/memstore-empty", func(b *testing.B) { pairs(b, memstore.New()) })
+	b.Run("c=1/memstore-empty", func(b *testing.B) { pairs(b, memtest.New(b)) })
 	b.Run("c=1/memstore-1M-idle", func(b *testing.B) {
 		pairs(b, full)
 		b.ReportMetric(per, "B/lease")

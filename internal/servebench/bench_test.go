@@ -16,8 +16,8 @@ import (
 	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/internal/benchutil"
 	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/memstore"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -83,7 +83,7 @@ func newImpls(tb testing.TB, maxClients int) []impl {
 		}
 	})
 	bolt := serve(tb, store)
-	mem := serve(tb, memstore.New())
+	mem := serve(tb, memtest.New(tb))
 
 	// etcd: one session per client, reused for every lock.
 	cli := etcdtest.NewClient(tb, etcdtest.Start(tb))

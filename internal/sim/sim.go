@@ -240,11 +240,17 @@ func (s *Sim) backend(c *simClient, ln lane) lease.Backend {
 // Run plays cfg inside a synctest bubble of t.
 func Run(t *testing.T, cfg Config) Result {
 	var res Result
-	synctest.Test(t, func(t *testing.T) { res = run(cfg) })
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New() // in the bubble: its clock is the bubble's
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = run(cfg, store)
+	})
 	return res
 }
 
-func run(cfg Config) Result {
+func run(cfg Config, store *memstore.Store) Result {
 	if cfg.Clients == 0 {
 		cfg.Clients = 3
 		if cfg.Workload == Semaphore {
@@ -263,7 +269,7 @@ func run(cfg Config) Result {
 	s := &Sim{
 		cfg:          cfg,
 		rng:          rand.New(rand.NewPCG(cfg.Seed, cfg.Seed*0x9e3779b97f4a7c15+1)),
-		store:        memstore.New(),
+		store:        store,
 		start:        time.Now(),
 		registers:    map[string]*register{},
 		highestGrant: map[string]lease.Token{},
