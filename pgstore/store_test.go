@@ -22,6 +22,9 @@ func TestConformance(t *testing.T) {
 		func(t *testing.T) lease.Backend { return db.store(t) },
 		// clock_timestamp() has microseconds: the suite's default expiry works.
 		leasetest.ExpiryTTL(50*time.Millisecond),
+		// Watch: expiries are checked on the server's clock within a few
+		// milliseconds (watch.go); generously:
+		leasetest.WatchExpiryBound(250*time.Millisecond),
 		// A restart of the application: a new pool and Store on the same
 		// database. Tokens and held leases live in the table.
 		leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
