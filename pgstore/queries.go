@@ -110,14 +110,14 @@ func newQueries(n names, durable bool) queries {
 	FROM req
 	WHERE l.key ` + match + ` AND l.key = req.key AND l.expires_at <= clock_timestamp()
 		AND CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key AND cur.live) THEN false ELSE ` + tryLock + ` END` + durably + `
-	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at, `+told("'a'", "l.expires_at", "$5")+`
+	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at, ` + told("'a'", "l.expires_at", "$5") + `
 ), ins AS (
 	INSERT INTO ` + n.leases + ` AS l (key, token, id, owner, ttl_ns, expires_at)
 	SELECT req.key, 1, req.id, req.owner, req.ttl_ns, ` + expiresAt("req.ttl_ns") + `
 	FROM req
 	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + tryLock + ` END` + durably + `
 	ON CONFLICT (key) DO NOTHING
-	RETURNING l.key, true, l.token, l.owner, l.ttl_ns, l.expires_at, `+told("'a'", "l.expires_at", "$5")+`
+	RETURNING l.key, true, l.token, l.owner, l.ttl_ns, l.expires_at, ` + told("'a'", "l.expires_at", "$5") + `
 )
 SELECT * FROM upd
 UNION ALL SELECT * FROM ins
