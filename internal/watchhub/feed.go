@@ -88,6 +88,9 @@ func NewFeed(hub *Hub, clock lease.Clock, check func(leases []lease.Lease)) *Fee
 // Hub returns the hub the feed publishes to.
 func (f *Feed) Hub() *Hub { return f.hub }
 
+// Clock returns the engine's clock the feed times expiries on.
+func (f *Feed) Clock() lease.Clock { return f.clock }
+
 // Done is closed when the feed is closed.
 func (f *Feed) Done() <-chan struct{} { return f.done }
 
