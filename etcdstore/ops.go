@@ -81,7 +81,8 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	id := lease.NewID()
 	for retried := false; ; retried = true {
 		floor := s.maxRev.Load()
-		value := holderValue(id, owner, ttl, el.secs)
+		exp := s.estimate(el)
+		value := holderValue(id, owner, ttl, el.secs, exp)
 		create, hw := s.createOps(key, value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
 			els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
@@ -130,20 +131,20 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			s.revoke(el.id)
 			return lease.Lease{}, failUnknown(ctx, "acquire", key, kaErr)
 		}
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, exp)
 	}
 }
 
 // granted finishes a successful acquisition at revision rev: the holder
-// key's create and mod revision.
-func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64) (lease.Lease, error) {
+// key's create and mod revision; exp is the expiry its value holds.
+func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64, exp time.Time) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
 	s.hold(id, el, tok, rev)
-	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: el.expires()}, nil
+	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: exp}, nil
 }
 
 // heldError describes why a free-key comparison failed.
@@ -226,26 +227,23 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		} else if err != nil {
 			return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 		}
-		modRev := h.ModRevision
-		if in.TTLms != ttl.Milliseconds() {
-			value := holderValue(l.ID, in.Owner, ttl, secs)
-			put := clientv3.OpPut(hk, value, clientv3.WithLease(cur))
-			resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{put}, els: []clientv3.Op{clientv3.OpGet(hk)}})
-			if err != nil {
-				return lease.Lease{}, false, failUnknown(ctx, "renew", l.Key, err)
-			}
-			if !resp.Succeeded {
-				if stillOurs(l, kvOf(resp, 0)) {
-					return lease.Lease{}, true, nil
-				}
-				return lease.Lease{}, false, notHeld(l)
-			}
-			modRev = resp.Header.Revision
+		// The renewal is written, although the keep-alive alone renews the
+		// etcd lease: the write is what a watch (watch.go) sees.
+		exp := s.estimate(el)
+		value := holderValue(l.ID, in.Owner, ttl, secs, exp)
+		put := clientv3.OpPut(hk, value, clientv3.WithLease(cur))
+		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{put}, els: []clientv3.Op{clientv3.OpGet(hk)}})
+		if err != nil {
+			return lease.Lease{}, false, failUnknown(ctx, "renew", l.Key, err)
 		}
-		s.hold(l.ID, el, l.Token, modRev) // the mod revision Release will compare
-		s.mu.Lock()
-		out.Expires = el.expires()
-		s.mu.Unlock()
+		if !resp.Succeeded {
+			if stillOurs(l, kvOf(resp, 0)) {
+				return lease.Lease{}, true, nil
+			}
+			return lease.Lease{}, false, notHeld(l)
+		}
+		s.hold(l.ID, el, l.Token, resp.Header.Revision) // the mod revision Release will compare
+		out.Expires = exp
 		return out, false, nil
 	}
 
@@ -253,7 +251,8 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 	if err != nil {
 		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 	}
-	value := holderValue(l.ID, in.Owner, ttl, nel.secs)
+	exp := s.estimate(nel)
+	value := holderValue(l.ID, in.Owner, ttl, nel.secs, exp)
 	resp, err = s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{
 		clientv3.OpPut(hk, value, clientv3.WithLease(nel.id)),
 	}, els: []clientv3.Op{clientv3.OpGet(hk)}})
@@ -275,7 +274,7 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		s.revoke(cur)
 	}
 	s.hold(l.ID, nel, l.Token, resp.Header.Revision)
-	out.Expires = nel.expires()
+	out.Expires = exp
 	return out, false, nil
 }
 
@@ -316,7 +315,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 		}
 		floor := s.maxRev.Load()
 		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h), "=", modRev)},
-			then: []clientv3.Op{clientv3.OpDelete(h)}})
+			then: []clientv3.Op{clientv3.OpDelete(h), s.releasedOp(l.Key)}})
 		if err != nil {
 			return failUnknown(ctx, "release", l.Key, err)
 		}
@@ -331,7 +330,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 		}
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV())}})
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV()), s.releasedOp(l.Key)}})
 	if err != nil {
 		return failUnknown(ctx, "release", l.Key, err)
 	}

@@ -177,6 +177,9 @@ const (
 	kindHolder = 'h' // the current generation: value ID and info, CreateRevision the token
 	kindWaiter = 'w' // the FIFO queue of AcquireWait callers
 	kindMeta   = 'm' // the high-water mark
+	// kindReleased marks a release: written with the holder key's delete,
+	// so that a watch tells a release from an expiry (watch.go).
+	kindReleased = 'r'
 )
 
 // path builds every etcd key the Store uses: prefix, kind, NUL, key, and for
