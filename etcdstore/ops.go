@@ -160,10 +160,10 @@ func (s *Store) heldError(key string, h *mvccpb.KeyValue) error {
 }
 
 // Renew implements lease.Backend. With the TTL's etcd lease TTL unchanged it
-// checks the generation (a read-only Txn) and keeps its etcd lease alive
-// (no Raft write); with another it moves the generation's keys to an etcd
-// lease of the new TTL, keeping the token (a key's create revision survives
-// a Put).
+// checks the generation (a read-only Txn), keeps its etcd lease alive and
+// writes the holder key again, so that watchers see the renewal; with
+// another it moves the generation's keys to an etcd lease of the new TTL,
+// keeping the token (a key's create revision survives a Put).
 func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateLease(l); err != nil {
 		return lease.Lease{}, err
@@ -283,7 +283,8 @@ func notHeld(l lease.Lease) error {
 }
 
 // Release implements lease.Backend: one Txn that deletes the generation if
-// it is l's. Its etcd lease, then keyless, goes back to the pool (or is
+// it is l's, and writes its release mark (so that a watch tells it from an
+// expiry). Its etcd lease, then keyless, goes back to the pool (or is
 // revoked if this Store did not grant it).
 //
 // For a generation this Store granted or renewed, it knows the token and

@@ -27,8 +27,8 @@ var ErrRevisionBehind = fmt.Errorf("%w: etcdstore: the cluster's revision is beh
 // DefaultPrefix is the key prefix used without WithPrefix.
 const DefaultPrefix = "lease/"
 
-// Store is a lease.Backend and lease.WaitAcquirer on etcd. It is safe for
-// concurrent use. See the package documentation for the model.
+// Store is a lease.Backend, lease.WaitAcquirer and lease.Watcher on etcd. It
+// is safe for concurrent use. See the package documentation for the model.
 type Store struct {
 	cli    *clientv3.Client
 	owned  bool // cli was made by Open and is closed by Close

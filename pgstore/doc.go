@@ -1,6 +1,7 @@
 // Package pgstore is a lease.Backend on PostgreSQL (pgx v5, pgxpool), with
 // lease.Notifier on LISTEN/NOTIFY so that a waiting lease.Client.Acquire
-// wakes when the lease is released instead of polling.
+// wakes when the lease is released instead of polling, and lease.Watcher on
+// LISTEN/NOTIFY too.
 //
 //	s, err := pgstore.Open(ctx, "postgres://app@db/app?pool_max_conns=32")
 //	c, err := lease.NewClient(s)
@@ -119,6 +120,21 @@
 // notifications may have been missed: pending and new WaitChange
 // calls fail with an error matching lease.ErrUnavailable (lease.Client then
 // polls) until the listener has reconnected.
+//
+// # Watching
+//
+// Store implements lease.Watcher (see Store.Watch). Every acquire, renew
+// and release sends one NOTIFY with its change on a second channel derived
+// from the table names, from the statement that makes the change, so it is
+// delivered if and only if the change commits, in commit order. A Store's
+// watches share one more connection taken out of its pool. Expired is timed
+// on the server's clock and checked with one statement, within a few
+// milliseconds of the server's expiry.
+//
+// The NOTIFY is sent whether or not anybody watches: a statement cannot
+// know whether a session anywhere listens. It costs the notifying
+// transaction an entry in the server's notification queue and the global
+// NOTIFY lock from its commit until the commit is done; BENCH_PLACEHOLDER
 //
 // # Schema and versions
 //
