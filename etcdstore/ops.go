@@ -82,6 +82,13 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	for retried := false; ; retried = true {
 		floor := s.maxRev.Load()
 		exp := s.estimate(el)
+		if ref != nil {
+			// A keep-alive goes out beside the Txn: once it succeeds, etcd
+			// keeps the lease at least its TTL from now.
+			if soon := time.UnixMicro(time.Now().Add(time.Duration(el.secs) * time.Second).UnixMicro()); soon.After(exp) {
+				exp = soon
+			}
+		}
 		value := holderValue(id, owner, ttl, el.secs, exp)
 		create, hw := s.createOps(key, value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,

@@ -124,11 +124,16 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 			return
 		}
 		// A release deletes the holder key and writes its mark in one
-		// revision, whose events come in one response.
-		released := map[string]int64{}
+		// revision, whose events come in one response (which may hold
+		// several revisions, and a key's release in more than one).
+		type mark struct {
+			key string
+			rev int64
+		}
+		released := map[mark]bool{}
 		for _, ev := range resp.Events {
 			if k, ok := strings.CutPrefix(string(ev.Kv.Key), marks); ok && ev.Type == mvccpb.PUT {
-				released[k] = ev.Kv.ModRevision
+				released[mark{k, ev.Kv.ModRevision}] = true
 			}
 		}
 		for _, ev := range resp.Events {
@@ -156,7 +161,7 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 				}
 				delete(told, k)
 				kind := lease.Expired
-				if rev, ok := released[k]; ok && rev == ev.Kv.ModRevision {
+				if released[mark{k, ev.Kv.ModRevision}] {
 					kind = lease.Released
 				}
 				hub.Publish(kind, l)
