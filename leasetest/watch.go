@@ -803,12 +803,12 @@ func replayEvent(state map[string]lease.Lease, ev lease.Event) error {
 	switch ev.Kind {
 	case lease.Acquired:
 		if held {
-			return fmt.Errorf("Acquired of %q token %d while token %d holds it (replayed from the watch): a change missed or told twice", k, ev.Lease.Token, cur.Token)
+			return fmt.Errorf("an Acquired of %q token %d while token %d holds it (replayed from the watch): a change missed or told twice", k, ev.Lease.Token, cur.Token)
 		}
 		state[k] = ev.Lease
 	case lease.Renewed:
 		if !held || cur.Token != ev.Lease.Token {
-			return fmt.Errorf("Renewed of %q token %d, but the watch told of token %d (held %v): a change missed or told twice", k, ev.Lease.Token, cur.Token, held)
+			return fmt.Errorf("a Renewed of %q token %d, but the watch told of token %d (held %v): a change missed or told twice", k, ev.Lease.Token, cur.Token, held)
 		}
 		state[k] = ev.Lease
 	case lease.Released, lease.Expired:
@@ -816,7 +816,7 @@ func replayEvent(state map[string]lease.Lease, ev lease.Event) error {
 			return fmt.Errorf("%v of %q token %d, but the watch told of token %d (held %v): a change missed or told twice", ev.Kind, k, ev.Lease.Token, cur.Token, held)
 		}
 		if ev.Kind == lease.Expired {
-			return fmt.Errorf("Expired of %q token %d, a lease of TTL %v that was released within milliseconds: a release told as an expiry", k, ev.Lease.Token, longTTL)
+			return fmt.Errorf("an Expired of %q token %d, a lease of TTL %v that was released within milliseconds: a release told as an expiry", k, ev.Lease.Token, longTTL)
 		}
 		delete(state, k)
 	default:
