@@ -111,9 +111,9 @@
 // how long the lease has left. A release of a wanted generation notifies a
 // channel derived from the schema and table names (pg_notify in the release
 // statement, delivered on commit) with the key as payload; keys are at most
-// 512 bytes, well under NOTIFY's 8000. Releases nobody waits for notify
-// nothing, so they do not queue for PostgreSQL's global NOTIFY lock, which a
-// notifying transaction holds until its commit is done. Each Store keeps one
+// 512 bytes, well under NOTIFY's 8000. Releases nobody waits for send
+// nothing on this channel (every change still NOTIFYs the watch channel:
+// see Watching). Each Store keeps one
 // connection, taken out of its pool, listening on the channel and fans
 // notifications out to WaitChange calls for their key; WaitChange also
 // returns when the lease expires. If the listening connection breaks,
@@ -134,7 +134,14 @@
 // The NOTIFY is sent whether or not anybody watches: a statement cannot
 // know whether a session anywhere listens. It costs the notifying
 // transaction an entry in the server's notification queue and the global
-// NOTIFY lock from its commit until the commit is done; BENCH_PLACEHOLDER
+// NOTIFY lock from its commit until the commit is done, but no WAL
+// (notifications are not logged). BenchmarkWatchNotifyCost runs
+// Acquire+Release with and without the NOTIFYs, interleaved: on the 2-core
+// test machine, under a load average of 15-20 from other work, the two
+// differed by -10% to +7% in pairs/s at one client and -38% to +11% at 32,
+// both ways round from run to run: no cost we could resolve above that
+// noise. WAL bytes and writing transactions per pair are unchanged (287 B
+// and 2 at one client).
 //
 // # Schema and versions
 //

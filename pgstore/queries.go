@@ -136,10 +136,9 @@ RETURNING l.key, l.owner, l.expires_at, ` + told("'n'", "l.expires_at", "$5")
 
 		// Release keeps the row (its token is the key's high-water mark) and
 		// marks it free. If a WaitChange marked the generation wanted, it
-		// notifies, in the same statement; NOTIFY is delivered on commit.
-		// Releases nobody waits for send nothing: a notifying transaction
-		// holds PostgreSQL's global NOTIFY lock until its commit is done,
-		// which would serialise every release on the server.
+		// notifies the wait channel, in the same statement; NOTIFY is
+		// delivered on commit. Releases nobody waits for send nothing
+		// there. (Every release notifies the watch channel, below.)
 		//
 		// The commit is asynchronous (synchronous_commit off for this
 		// transaction only): a release lost in a crash only makes the key

@@ -119,5 +119,11 @@
 // channel, within a few milliseconds of the server's PX expiry.
 //
 // The PUBLISH is sent whether or not anybody watches: a script cannot know
-// whether a client anywhere subscribes. BENCH_PLACEHOLDER
+// whether a client anywhere subscribes. A PUBLISH nobody receives costs
+// the server a dictionary lookup, and the script a few more bytes.
+// BenchmarkWatchPublishCost runs the acquire and release scripts with and
+// without it, interleaved, on a durable server: on the 2-core test machine,
+// under a load average of 15-20 from other work, the median pair took 1.3%
+// to 1.7% longer with it at one client (three runs) and 4% to 15% longer
+// at 32 clients, where the noise was as large.
 package redisstore
