@@ -135,13 +135,23 @@
 // know whether a session anywhere listens. It costs the notifying
 // transaction an entry in the server's notification queue and the global
 // NOTIFY lock from its commit until the commit is done, but no WAL
-// (notifications are not logged). BenchmarkWatchNotifyCost runs
-// Acquire+Release with and without the NOTIFYs, interleaved: on the 2-core
-// test machine, under a load average of 15-20 from other work, the two
-// differed by -10% to +7% in pairs/s at one client and -38% to +11% at 32,
-// both ways round from run to run: no cost we could resolve above that
-// noise. WAL bytes and writing transactions per pair are unchanged (287 B
-// and 2 at one client).
+// (notifications are not logged). That lock is the cost: commits of
+// notifying transactions take it in turn, each through its WAL flush, so
+// acquisitions from different sessions no longer share flushes (group
+// commit). BenchmarkWatchNotifyCost runs Acquire+Release with and without
+// the NOTIFYs, interleaved, on the 2-core test machine under a load average
+// of 15-20 from other work: through one Store, whose batches put concurrent
+// operations in one statement, the two differed by -10% to +7% in pairs/s
+// at one client and -38% to +11% at 32, both ways round from run to run (no
+// cost resolved above the noise); through 32 Stores, as 32 processes would
+// run, the NOTIFYs cut pairs/s by 56% and 68% in two runs (2408 against
+// 5515, 1429 against 4405) and raised the median pair 2.4-2.8 times. WAL
+// bytes and writing transactions per pair are unchanged (287 B and 2 at one
+// client). Telling statements whether anybody watches, so that only watched
+// changes notify, would need the check to see a watch that registered after
+// the statement's snapshot was taken (a function reading a registry with a
+// fresh snapshot after a shared advisory lock the watch waits out): not
+// done.
 //
 // # Schema and versions
 //

@@ -52,6 +52,22 @@ func BenchmarkWatchNotifyCost(b *testing.B) {
 			})
 		})
 	}
+	// A Store per client, as 32 processes would have: their statements do
+	// not share a transaction, so their commits meet at the server, where
+	// notifying ones take PostgreSQL's global NOTIFY lock in turn, each
+	// through its WAL flush.
+	b.Run("c=32/stores=32/interleaved", func(b *testing.B) {
+		const clients = 32
+		var told32, quiet32 [clients]*Store
+		for w := range clients {
+			told32[w], quiet32[w] = db.store(b), db.store(b)
+			quiet32[w].q = withoutTold(quiet32[w].q)
+		}
+		benchutil.Interleave(b, clients, []benchutil.Impl{
+			{Name: "notify", Op: func(w int) error { return pair(told32[w], fmt.Sprintf("bench/notify32/%d", w)) }},
+			{Name: "no-notify", Op: func(w int) error { return pair(quiet32[w], fmt.Sprintf("bench/quiet32/%d", w)) }},
+		})
+	})
 }
 
 // withoutTold returns q with the watch NOTIFYs taken out of its statements
