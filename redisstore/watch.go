@@ -30,9 +30,9 @@ var _ lease.Watcher = (*Store)(nil)
 //
 // A watch subscribes first, then reads its state: SCAN for the token
 // counters under the prefix (one per key ever leased) and, per key, the
-// lease and its counter in one MGET. It then PUBLISHes a barrier and
-// starts once the subscription has received it, when every change made
-// before the reads has arrived. Each key's state and changes are joined by
+// lease and its counter in one MGET. It then PUBLISHes a barrier (on
+// Cluster, one on each master) and starts once the subscription has
+// received it, when every change made before the reads has arrived. Each key's state and changes are joined by
 // the key's version: its token, the server's TIME at the grant or last
 // renewal (kept in the lease value; this assumes the server's clock does
 // not step back between two changes of one key, as Redis' own PX expiry
@@ -89,9 +89,7 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 	}
 	snap, err := s.watchSnapshot(ctx, prefix)
 	if err == nil {
-		err = feed.WaitBarrier(ctx, func(ctx context.Context, name string) error {
-			return s.rdb.Publish(ctx, s.ns+changesSuffix, "b"+name).Err()
-		})
+		err = s.barrier(ctx, feed)
 	}
 	if err == nil {
 		err = feed.Join(sub, snap)
@@ -104,6 +102,39 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 		return nil, s.fail(ctx, "watch", prefix, err)
 	}
 	return sub, nil
+}
+
+// barrier waits until every change made before it began has reached the
+// feed. A node sends its own messages to a subscriber in order, but on
+// Redis Cluster a message published on one master reaches a subscriber on
+// another over that master's cluster bus link: a barrier published on each
+// master follows that master's earlier messages.
+func (s *Store) barrier(ctx context.Context, feed *watchhub.Feed) error {
+	publish := func(c redis.Cmdable) error {
+		return feed.WaitBarrier(ctx, func(ctx context.Context, name string) error {
+			return c.Publish(ctx, s.ns+changesSuffix, "b"+name).Err()
+		})
+	}
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return publish(s.rdb)
+	}
+	var masters []*redis.Client
+	var mu sync.Mutex
+	if err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters = append(masters, c)
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, c := range masters {
+		if err := publish(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // watchSnapshot reads the state of every key ever leased under prefix.
