@@ -67,7 +67,7 @@ func TestFeedJoinTakesTheLaterState(t *testing.T) {
 	a1r, va1r := feedLease("p/a", 1, 20)
 	b1, vb1 := feedLease("p/b", 1, 10)
 	next := pull(t, Watch(context.Background(), "p/", joinWith(f, func() {
-		f.Change(lease.Acquired, b1, vb1) // in the snapshot too
+		f.Change(lease.Acquired, b1, vb1)  // in the snapshot too
 		f.Change(lease.Renewed, a1r, va1r) // after the snapshot's read of p/a
 	}, held(a1, va1), held(b1, vb1))))
 	ev, _, _ := next()
