@@ -136,7 +136,13 @@
 // delivery. For that, Renew writes the holder key each time (one Raft
 // write more than a keep-alive) and Release writes its mark (one key more
 // in its Txn), whether or not anybody watches: etcd cannot tell a write
-// whether a watcher exists. What that costs is in docs/ETCD.md.
+// whether a watcher exists. On the 2-core test machine (under load from
+// other work), BenchmarkWatchRenewCost put Renew at 2.7 times the median
+// time of the keep-alive-only renewal at one client (978 against 368 µs)
+// and at 56% of its rate at 32 (3412 against 6047 renewals/s); the release
+// mark raised the median acquire+release, next to concurrency.Mutex's
+// Lock+Unlock in BenchmarkCompareEtcd, from 1.05 to 1.07-1.09 times the
+// Mutex's at one client, and made no difference above the noise at 32.
 //
 // # Restoring a snapshot (I7)
 //
