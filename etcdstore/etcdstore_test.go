@@ -47,7 +47,10 @@ func open(t testing.TB, endpoints []string, opts ...etcdstore.Option) *etcdstore
 
 // etcd lease TTLs are whole seconds, at least 1 s: the suite's expiring
 // leases use 1 s, held by etcd for up to ~2.5 s (see the package doc).
-var suiteOpts = []leasetest.Option{leasetest.ExpiryTTL(time.Second), leasetest.Settle(3 * time.Second)}
+// A watch hears of an expiry when etcd deletes the key, up to ~2.5 s after
+// the TTL (watch.go): the bound allows 3 s.
+var suiteOpts = []leasetest.Option{leasetest.ExpiryTTL(time.Second), leasetest.Settle(3 * time.Second),
+	leasetest.WatchExpiryBound(3 * time.Second)}
 
 func TestConformance(t *testing.T) {
 	eps := etcdtest.Start(t)

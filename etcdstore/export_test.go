@@ -22,7 +22,7 @@ func BareTxns(ctx context.Context, s *Store, key, owner string, ttl time.Duratio
 	}
 	h := s.path(kindHolder, key)
 	cmps := s.freeCmps(key)
-	then := []clientv3.Op{clientv3.OpPut(h, holderValue(lease.NewID(), owner, ttl, etcdTTL(ttl)), clientv3.WithLease(el.id))}
+	then := []clientv3.Op{clientv3.OpPut(h, holderValue(lease.NewID(), owner, ttl, etcdTTL(ttl), s.estimate(el)), clientv3.WithLease(el.id))}
 	els := []clientv3.Op{clientv3.OpGet(h)}
 	return func(ctx context.Context) error {
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()

@@ -26,7 +26,7 @@ func TestHolderValueRoundTrips(t *testing.T) {
 			t.Fatalf("test owner %q is not valid: %v", owner, err)
 		}
 		id := lease.NewID()
-		v := holderValue(id, owner, 1500*time.Millisecond, 3)
+		v := holderValue(id, owner, 1500*time.Millisecond, 3, time.UnixMicro(1_700_000_000_123_456))
 		head, js, ok := strings.Cut(v, "\x00")
 		if !ok || head != id.Reveal() {
 			t.Fatalf("owner %q: value %q does not start with the ID and NUL", owner, v)
@@ -38,7 +38,7 @@ func TestHolderValueRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatalf("owner %q: %v", owner, err)
 		}
-		want := info{Owner: owner, TTLms: 1500, EtcdTTL: 3}
+		want := info{Owner: owner, TTLms: 1500, EtcdTTL: 3, ExpUS: 1_700_000_000_123_456}
 		if in != want {
 			t.Fatalf("owner %q: decoded %+v, want %+v", owner, in, want)
 		}

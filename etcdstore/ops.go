@@ -81,7 +81,15 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	id := lease.NewID()
 	for retried := false; ; retried = true {
 		floor := s.maxRev.Load()
-		value := holderValue(id, owner, ttl, el.secs)
+		exp := s.estimate(el)
+		if ref != nil {
+			// A keep-alive goes out beside the Txn: once it succeeds, etcd
+			// keeps the lease at least its TTL from now.
+			if soon := time.UnixMicro(time.Now().Add(time.Duration(el.secs) * time.Second).UnixMicro()); soon.After(exp) {
+				exp = soon
+			}
+		}
+		value := holderValue(id, owner, ttl, el.secs, exp)
 		create, hw := s.createOps(key, value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
 			els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
@@ -130,20 +138,20 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			s.revoke(el.id)
 			return lease.Lease{}, failUnknown(ctx, "acquire", key, kaErr)
 		}
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, exp)
 	}
 }
 
 // granted finishes a successful acquisition at revision rev: the holder
-// key's create and mod revision.
-func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64) (lease.Lease, error) {
+// key's create and mod revision; exp is the expiry its value holds.
+func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64, exp time.Time) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
 	s.hold(id, el, tok, rev)
-	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: el.expires()}, nil
+	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: exp}, nil
 }
 
 // heldError describes why a free-key comparison failed.
@@ -159,10 +167,10 @@ func (s *Store) heldError(key string, h *mvccpb.KeyValue) error {
 }
 
 // Renew implements lease.Backend. With the TTL's etcd lease TTL unchanged it
-// checks the generation (a read-only Txn) and keeps its etcd lease alive
-// (no Raft write); with another it moves the generation's keys to an etcd
-// lease of the new TTL, keeping the token (a key's create revision survives
-// a Put).
+// checks the generation (a read-only Txn), keeps its etcd lease alive and
+// writes the holder key again, so that watchers see the renewal; with
+// another it moves the generation's keys to an etcd lease of the new TTL,
+// keeping the token (a key's create revision survives a Put).
 func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateLease(l); err != nil {
 		return lease.Lease{}, err
@@ -226,26 +234,23 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		} else if err != nil {
 			return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 		}
-		modRev := h.ModRevision
-		if in.TTLms != ttl.Milliseconds() {
-			value := holderValue(l.ID, in.Owner, ttl, secs)
-			put := clientv3.OpPut(hk, value, clientv3.WithLease(cur))
-			resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{put}, els: []clientv3.Op{clientv3.OpGet(hk)}})
-			if err != nil {
-				return lease.Lease{}, false, failUnknown(ctx, "renew", l.Key, err)
-			}
-			if !resp.Succeeded {
-				if stillOurs(l, kvOf(resp, 0)) {
-					return lease.Lease{}, true, nil
-				}
-				return lease.Lease{}, false, notHeld(l)
-			}
-			modRev = resp.Header.Revision
+		// The renewal is written, although the keep-alive alone renews the
+		// etcd lease: the write is what a watch (watch.go) sees.
+		exp := s.estimate(el)
+		value := holderValue(l.ID, in.Owner, ttl, secs, exp)
+		put := clientv3.OpPut(hk, value, clientv3.WithLease(cur))
+		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{put}, els: []clientv3.Op{clientv3.OpGet(hk)}})
+		if err != nil {
+			return lease.Lease{}, false, failUnknown(ctx, "renew", l.Key, err)
 		}
-		s.hold(l.ID, el, l.Token, modRev) // the mod revision Release will compare
-		s.mu.Lock()
-		out.Expires = el.expires()
-		s.mu.Unlock()
+		if !resp.Succeeded {
+			if stillOurs(l, kvOf(resp, 0)) {
+				return lease.Lease{}, true, nil
+			}
+			return lease.Lease{}, false, notHeld(l)
+		}
+		s.hold(l.ID, el, l.Token, resp.Header.Revision) // the mod revision Release will compare
+		out.Expires = exp
 		return out, false, nil
 	}
 
@@ -253,7 +258,8 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 	if err != nil {
 		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 	}
-	value := holderValue(l.ID, in.Owner, ttl, nel.secs)
+	exp := s.estimate(nel)
+	value := holderValue(l.ID, in.Owner, ttl, nel.secs, exp)
 	resp, err = s.txn(ctx, &txnReq{key: l.Key, cmps: onCur, then: []clientv3.Op{
 		clientv3.OpPut(hk, value, clientv3.WithLease(nel.id)),
 	}, els: []clientv3.Op{clientv3.OpGet(hk)}})
@@ -275,7 +281,7 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		s.revoke(cur)
 	}
 	s.hold(l.ID, nel, l.Token, resp.Header.Revision)
-	out.Expires = nel.expires()
+	out.Expires = exp
 	return out, false, nil
 }
 
@@ -284,7 +290,8 @@ func notHeld(l lease.Lease) error {
 }
 
 // Release implements lease.Backend: one Txn that deletes the generation if
-// it is l's. Its etcd lease, then keyless, goes back to the pool (or is
+// it is l's, and writes its release mark (so that a watch tells it from an
+// expiry). Its etcd lease, then keyless, goes back to the pool (or is
 // revoked if this Store did not grant it).
 //
 // For a generation this Store granted or renewed, it knows the token and
@@ -316,7 +323,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 		}
 		floor := s.maxRev.Load()
 		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h), "=", modRev)},
-			then: []clientv3.Op{clientv3.OpDelete(h)}})
+			then: []clientv3.Op{clientv3.OpDelete(h), s.releasedOp(l.Key)}})
 		if err != nil {
 			return failUnknown(ctx, "release", l.Key, err)
 		}
@@ -331,7 +338,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 		}
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV())}})
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV()), s.releasedOp(l.Key)}})
 	if err != nil {
 		return failUnknown(ctx, "release", l.Key, err)
 	}

@@ -27,8 +27,8 @@ var ErrRevisionBehind = fmt.Errorf("%w: etcdstore: the cluster's revision is beh
 // DefaultPrefix is the key prefix used without WithPrefix.
 const DefaultPrefix = "lease/"
 
-// Store is a lease.Backend and lease.WaitAcquirer on etcd. It is safe for
-// concurrent use. See the package documentation for the model.
+// Store is a lease.Backend, lease.WaitAcquirer and lease.Watcher on etcd. It
+// is safe for concurrent use. See the package documentation for the model.
 type Store struct {
 	cli    *clientv3.Client
 	owned  bool // cli was made by Open and is closed by Close
@@ -177,6 +177,9 @@ const (
 	kindHolder = 'h' // the current generation: value ID and info, CreateRevision the token
 	kindWaiter = 'w' // the FIFO queue of AcquireWait callers
 	kindMeta   = 'm' // the high-water mark
+	// kindReleased marks a release: written with the holder key's delete,
+	// so that a watch tells a release from an expiry (watch.go).
+	kindReleased = 'r'
 )
 
 // path builds every etcd key the Store uses: prefix, kind, NUL, key, and for

@@ -43,10 +43,12 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	w := s.path(kindWaiter, key, hex.EncodeToString(name[:]))
 	var floor int64
 	var value string
+	var exp time.Time
 	var resp *clientv3.TxnResponse
 	for retried := false; ; retried = true {
 		floor = s.maxRev.Load()
-		value = holderValue(id, owner, ttl, el.secs)
+		exp = s.estimate(el)
+		value = holderValue(id, owner, ttl, el.secs, exp)
 		create, hw := s.createOps(key, value, el, floor)
 		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
 			els: []clientv3.Op{clientv3.OpPut(w, owner, clientv3.WithLease(el.id))}})
@@ -69,7 +71,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 		return lease.Lease{}, err
 	}
 	if resp.Succeeded {
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision)
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, exp)
 	}
 	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el, name: w, rev: resp.Header.Revision}
 	return q.wait(ctx)
@@ -126,7 +128,8 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 			clientv3.Compare(clientv3.CreateRevision(queue), ">", q.rev-1).WithPrefix(),
 			clientv3.Compare(clientv3.CreateRevision(holder), "=", 0),
 		}}
-		value := holderValue(q.id, q.owner, q.ttl, q.el.secs)
+		exp := s.estimate(q.el)
+		value := holderValue(q.id, q.owner, q.ttl, q.el.secs, exp)
 		if claim {
 			create, hw := s.createOps(q.key, value, q.el, floor)
 			req.then, req.hw = append([]clientv3.Op{clientv3.OpDelete(q.name)}, create...), hw
@@ -145,7 +148,7 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 		}
 		if resp.Succeeded {
 			if claim {
-				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision)
+				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision, exp)
 			}
 			claim = true // we are next: claim at once
 			continue

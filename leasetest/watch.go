@@ -659,6 +659,9 @@ func (s *suite) watchSnapshotConsistent(t *testing.T, b lease.Backend, w lease.W
 		churners = 2
 		keys     = 6
 	)
+	// A witness watches through all the rounds: the watches that start
+	// beside it must not disturb what it is told.
+	wit := s.startWitness(t, w, prefix)
 	conclusive := 0
 	for round := range rounds {
 		stop := make(chan struct{})
@@ -712,6 +715,10 @@ func (s *suite) watchSnapshotConsistent(t *testing.T, b lease.Backend, w lease.W
 		if t.Failed() {
 			return
 		}
+		wit = wit.check(t, b, w)
+		if t.Failed() {
+			return
+		}
 	}
 	if conclusive < 2 {
 		t.Skipf("too slow to check: the watch fell behind and was cut off in %d of %d rounds", rounds-conclusive, rounds)
@@ -730,26 +737,8 @@ func (s *suite) replay(t *testing.T, b lease.Backend, w lease.Watcher, prefix st
 		state[l.Key] = l
 	}
 	apply := func(it watchItem) {
-		ev, k := it.ev, it.ev.Lease.Key
-		cur, held := state[k]
-		switch ev.Kind {
-		case lease.Acquired:
-			if held {
-				t.Fatalf("Acquired of %q token %d while token %d holds it (replayed from the watch): a change missed or told twice", k, ev.Lease.Token, cur.Token)
-			}
-			state[k] = ev.Lease
-		case lease.Renewed:
-			if !held || cur.Token != ev.Lease.Token {
-				t.Fatalf("Renewed of %q token %d, but the watch told of token %d (held %v): a change missed or told twice", k, ev.Lease.Token, cur.Token, held)
-			}
-			state[k] = ev.Lease
-		case lease.Released, lease.Expired:
-			if !held || cur.Token != ev.Lease.Token {
-				t.Fatalf("%v of %q token %d, but the watch told of token %d (held %v): a change missed or told twice", ev.Kind, k, ev.Lease.Token, cur.Token, held)
-			}
-			delete(state, k)
-		default:
-			t.Fatalf("%v event of %q after Synced", ev.Kind, k)
+		if err := replayEvent(state, it.ev); err != nil {
+			t.Fatal(err)
 		}
 	}
 	readFor := func(d time.Duration) (broke bool) {
@@ -800,5 +789,117 @@ func (s *suite) replay(t *testing.T, b lease.Backend, w lease.Watcher, prefix st
 		if readFor(10 * time.Millisecond) {
 			return false
 		}
+	}
+}
+
+// replayEvent applies a change to state, the leases a watch has told are
+// held, and says what is wrong with it: an Acquired of a key held, or a
+// Renewed, Released or Expired of a lease not held, is a change missed or
+// told twice; an Expired under the churn, whose leases all have longTTL, is
+// a release or a change told as an expiry.
+func replayEvent(state map[string]lease.Lease, ev lease.Event) error {
+	k := ev.Lease.Key
+	cur, held := state[k]
+	switch ev.Kind {
+	case lease.Acquired:
+		if held {
+			return fmt.Errorf("an Acquired of %q token %d while token %d holds it (replayed from the watch): a change missed or told twice", k, ev.Lease.Token, cur.Token)
+		}
+		state[k] = ev.Lease
+	case lease.Renewed:
+		if !held || cur.Token != ev.Lease.Token {
+			return fmt.Errorf("a Renewed of %q token %d, but the watch told of token %d (held %v): a change missed or told twice", k, ev.Lease.Token, cur.Token, held)
+		}
+		state[k] = ev.Lease
+	case lease.Released, lease.Expired:
+		if !held || cur.Token != ev.Lease.Token {
+			return fmt.Errorf("%v of %q token %d, but the watch told of token %d (held %v): a change missed or told twice", ev.Kind, k, ev.Lease.Token, cur.Token, held)
+		}
+		if ev.Kind == lease.Expired {
+			return fmt.Errorf("an Expired of %q token %d, a lease of TTL %v that was released within milliseconds: a release told as an expiry", k, ev.Lease.Token, longTTL)
+		}
+		delete(state, k)
+	default:
+		return fmt.Errorf("%v event of %q after Synced", ev.Kind, k)
+	}
+	return nil
+}
+
+// witness is a watch replayed in the background across the rounds of
+// watchSnapshotConsistent.
+type witness struct {
+	st     *stream
+	prefix string
+	suite  *suite
+	mu     sync.Mutex
+	state  map[string]lease.Lease
+	err    error // a wrong event, or the break that ended it
+	broke  bool  // cut off (ErrUnavailable): inconclusive, not wrong
+	done   chan struct{}
+}
+
+func (s *suite) startWitness(t *testing.T, w lease.Watcher, prefix string) *witness {
+	t.Helper()
+	st := startWatch(t, w, prefix)
+	wit := &witness{st: st, prefix: prefix, suite: s, state: map[string]lease.Lease{}, done: make(chan struct{})}
+	for _, l := range st.synced() {
+		wit.state[l.Key] = l
+	}
+	go func() {
+		defer close(wit.done)
+		for it := range st.ch {
+			wit.mu.Lock()
+			switch {
+			case wit.err != nil || wit.broke:
+			case it.err != nil && errIs(it.err, lease.ErrUnavailable):
+				wit.broke = true
+			case it.err != nil:
+				wit.err = fmt.Errorf("the witness watch failed: %v", it.err)
+			default:
+				if err := replayEvent(wit.state, it.ev); err != nil {
+					wit.err = fmt.Errorf("the witness watch, which started before the others: %v", err)
+				}
+			}
+			wit.mu.Unlock()
+		}
+	}()
+	return wit
+}
+
+// check waits until the witness's replayed state is List's, once the churn
+// has stopped, and returns the witness to go on with: a new one if it was
+// cut off.
+func (wit *witness) check(t *testing.T, b lease.Backend, w lease.Watcher) *witness {
+	t.Helper()
+	want := map[string]lease.Token{}
+	for l, err := range lease.All(ctxFor(t), b, wit.prefix) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[l.Key] = l.Token
+	}
+	deadline := time.Now().Add(watchWait)
+	for {
+		wit.mu.Lock()
+		err, broke := wit.err, wit.broke
+		got := map[string]lease.Token{}
+		for k, l := range wit.state {
+			got[k] = l.Token
+		}
+		wit.mu.Unlock()
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case broke:
+			t.Logf("the witness watch was cut off under churn; watching again")
+			wit.st.stop()
+			<-wit.done
+			return wit.suite.startWitness(t, w, wit.prefix)
+		case fmt.Sprint(got) == fmt.Sprint(want):
+			return wit
+		case time.Now().After(deadline):
+			t.Fatalf("the witness watch's state %v, replayed from its events, is not List's %v %v after the changes stopped: the watches that started beside it disturbed it", got, want, watchWait)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -193,6 +194,27 @@ var watchMutants = []mutant{
 					for ev, err := range w.s.Watch(ctx, "") {
 						if err == nil && ev.Kind != lease.Synced && !match.MatchString(ev.Lease.Key) {
 							continue
+						}
+						if !yield(ev, err) {
+							return
+						}
+					}
+				}
+			}
+		}},
+	{name: "WatchJoinDisturbsOthers", breaks: "a watch that starts makes the watches already running miss a change",
+		caughtBy: []string{"Watch/SnapshotConsistent"},
+		install: func(w *wrapper) {
+			var joins atomic.Int64
+			w.h.watch = func(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+				return func(yield func(lease.Event, error) bool) {
+					seen := joins.Add(1)
+					for ev, err := range w.s.Watch(ctx, prefix) {
+						if err == nil && ev.Kind == lease.Released {
+							if n := joins.Load(); n != seen {
+								seen = n
+								continue // the first release after another watch started
+							}
 						}
 						if !yield(ev, err) {
 							return

@@ -575,7 +575,7 @@ func TestBatchHeldKeysAreReadOnly(t *testing.T) {
 			id := lease.NewID()
 			ids, owners, ttls = append(ids, id[:]), append(owners, "other"), append(ttls, time.Minute.Nanoseconds())
 		}
-		rows, err := tx.Query(ctx, s.q.acquire.many, keys, ids, owners, ttls)
+		rows, err := tx.Query(ctx, s.q.acquire.many, keys, ids, owners, ttls, s.n.watchChannel)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -585,7 +585,8 @@ func TestBatchHeldKeysAreReadOnly(t *testing.T) {
 			var acquired bool
 			var token, ttl int64
 			var exp time.Time
-			if err := rows.Scan(&key, &acquired, &token, &owner, &ttl, &exp); err != nil {
+			var told *string
+			if err := rows.Scan(&key, &acquired, &token, &owner, &ttl, &exp, &told); err != nil {
 				t.Fatal(err)
 			}
 			got[key] = acquired

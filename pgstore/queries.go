@@ -10,6 +10,8 @@ type queries struct {
 	// distinct keys (batch.go).
 	acquire, renew, release stmt
 	get, list, wait         string
+	// watchSnapshot and watchCheck serve Watch (watch.go).
+	watchSnapshot, watchCheck string
 }
 
 // stmt is a statement in two forms with one body: for a lone operation,
@@ -94,7 +96,10 @@ func newQueries(n names, durable bool) queries {
 		// spurious "held" that the caller retries. The CASE tries it only
 		// for keys cur saw free.
 		//
-		// Parameters: keys, ids, owners, TTLs in ns.
+		// Every acquisition tells watchers (told), in the statement that
+		// makes it.
+		//
+		// Parameters: keys, ids, owners, TTLs in ns; the watch channel.
 		acquire: batched([][2]string{{"id", "bytea"}, {"owner", "text"}, {"ttl_ns", "bigint"}}, func(match string) string {
 			return `, cur AS MATERIALIZED (
 	SELECT key, token, owner, ttl_ns, expires_at, expires_at > clock_timestamp() AS live
@@ -105,50 +110,54 @@ func newQueries(n names, durable bool) queries {
 	FROM req
 	WHERE l.key ` + match + ` AND l.key = req.key AND l.expires_at <= clock_timestamp()
 		AND CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key AND cur.live) THEN false ELSE ` + tryLock + ` END` + durably + `
-	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at
+	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at, ` + told("'a'", "l.expires_at", "$5") + `
 ), ins AS (
 	INSERT INTO ` + n.leases + ` AS l (key, token, id, owner, ttl_ns, expires_at)
 	SELECT req.key, 1, req.id, req.owner, req.ttl_ns, ` + expiresAt("req.ttl_ns") + `
 	FROM req
 	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + tryLock + ` END` + durably + `
 	ON CONFLICT (key) DO NOTHING
-	RETURNING l.key, true, l.token, l.owner, l.ttl_ns, l.expires_at
+	RETURNING l.key, true, l.token, l.owner, l.ttl_ns, l.expires_at, ` + told("'a'", "l.expires_at", "$5") + `
 )
 SELECT * FROM upd
 UNION ALL SELECT * FROM ins
-UNION ALL SELECT key, false, token, owner, ttl_ns, expires_at FROM cur WHERE live`
+UNION ALL SELECT key, false, token, owner, ttl_ns, expires_at, NULL FROM cur WHERE live`
 		}),
 
-		// Parameters: keys, tokens, ids, TTLs in ns.
+		// Parameters: keys, tokens, ids, TTLs in ns; the watch channel.
 		renew: batched([][2]string{{"token", "bigint"}, {"id", "bytea"}, {"ttl_ns", "bigint"}}, func(match string) string {
 			return `
 UPDATE ` + n.leases + ` AS l SET ttl_ns = req.ttl_ns, expires_at = ` + expiresAt("req.ttl_ns") + `
 FROM req
 WHERE l.key ` + match + ` AND l.key = req.key AND l.token = req.token AND l.id = req.id
 	AND l.expires_at > clock_timestamp()` + durably + `
-RETURNING l.key, l.owner, l.expires_at`
+RETURNING l.key, l.owner, l.expires_at, ` + told("'n'", "l.expires_at", "$5")
 		}),
 
 		// Release keeps the row (its token is the key's high-water mark) and
 		// marks it free. If a WaitChange marked the generation wanted, it
-		// notifies, in the same statement; NOTIFY is delivered on commit.
-		// Releases nobody waits for send nothing: a notifying transaction
-		// holds PostgreSQL's global NOTIFY lock until its commit is done,
-		// which would serialise every release on the server.
+		// notifies the wait channel, in the same statement; NOTIFY is
+		// delivered on commit. Releases nobody waits for send nothing
+		// there. (Every release notifies the watch channel, below.)
 		//
 		// The commit is asynchronous (synchronous_commit off for this
 		// transaction only): a release lost in a crash only makes the key
 		// look held until its TTL, and the next durable commit on the server
 		// flushes it anyway.
 		//
-		// Parameters: keys, tokens, ids; the channel.
+		// Watchers are told every release (told), with the expiry the
+		// lease had (o, the row as the statement's snapshot saw it).
+		//
+		// Parameters: keys, tokens, ids; the wait channel; the watch
+		// channel.
 		release: batched([][2]string{{"token", "bigint"}, {"id", "bytea"}}, func(match string) string {
 			return `
 UPDATE ` + n.leases + ` AS l SET expires_at = '-infinity'
-FROM req
+FROM req JOIN ` + n.leases + ` AS o ON o.key = req.key
 WHERE l.key ` + match + ` AND l.key = req.key AND l.token = req.token AND l.id = req.id
 	AND l.expires_at > clock_timestamp()
-RETURNING l.key, CASE WHEN l.wanted THEN pg_notify($4::text, l.key) END, set_config('synchronous_commit', 'off', true)`
+RETURNING l.key, CASE WHEN l.wanted THEN pg_notify($4::text, l.key) END, set_config('synchronous_commit', 'off', true),
+	` + told("'r'", "o.expires_at", "$5")
 		}),
 
 		get: `SELECT owner, token, ttl_ns, expires_at FROM ` + n.leases + `
@@ -179,5 +188,29 @@ ORDER BY key LIMIT $3`,
 )
 SELECT (extract(epoch FROM e.expires_at - clock_timestamp()) * 1e6)::bigint, set_config('synchronous_commit', 'off', true)
 FROM (SELECT expires_at FROM cur WHERE wanted UNION ALL SELECT expires_at FROM upd) e`,
+
+		// watchSnapshot reads every row under a prefix in one MVCC
+		// snapshot, free ones too (their token is the key's version).
+		//
+		// $1 prefix.
+		watchSnapshot: `SELECT key, token, owner, ttl_ns, CASE WHEN live THEN expires_at END
+FROM (SELECT *, expires_at > clock_timestamp() AS live FROM ` + n.leases + ` WHERE starts_with(key, $1)) r`,
+
+		// watchCheck says of each key whether its lease is live (and until
+		// when), released (expires_at is -infinity) or expired.
+		//
+		// $1 keys.
+		watchCheck: `SELECT key, token, CASE WHEN expires_at > clock_timestamp() THEN expires_at END, expires_at = '-infinity'
+FROM ` + n.leases + ` WHERE key = ANY ($1::text[])`,
 	}
+}
+
+// told is the expression that tells watchers of a change to row l, as one
+// NOTIFY on the watch channel (parameter ch) delivered on commit: the kind
+// ('a' acquired, 'n' renewed, 'r' released), then
+// TOKEN:EXPIRES_µs:TTL_ns:KEYLEN:KEY OWNER (see parseChange). Its value is
+// the empty string.
+func told(kind, expires, ch string) string {
+	return `pg_notify(` + ch + `::text, ` + kind + ` || l.token || ':' || (extract(epoch FROM ` + expires + `) * 1000000)::bigint || ':' || ` +
+		`l.ttl_ns || ':' || octet_length(l.key) || ':' || l.key || l.owner)::text`
 }

@@ -27,8 +27,10 @@ var ErrSchemaVersion = errors.New("pgstore: schema version is newer than this re
 type names struct {
 	leases  string // schema-qualified leases table
 	meta    string // schema-qualified table holding the schema version
-	channel string // NOTIFY channel, an unquoted lower-case identifier
-	lockKey string // text hashed into the advisory lock that serialises migrations
+	channel string // NOTIFY channel of releases waited for, an unquoted lower-case identifier
+	// watchChannel is the NOTIFY channel of every change, for Watch.
+	watchChannel string
+	lockKey      string // text hashed into the advisory lock that serialises migrations
 	// lockClass is the first half of the advisory lock (class, hash of key)
 	// an acquire tries before upserting; see queries.go.
 	lockClass int32
@@ -47,11 +49,12 @@ func newNames(schema, prefix string) (names, error) {
 	// same tables, in any process, listens and notifies on the same channel.
 	sum := sha256.Sum256([]byte(schema + "\x00" + prefix))
 	return names{
-		leases:    pgx.Identifier{schema, prefix + "leases"}.Sanitize(),
-		meta:      pgx.Identifier{schema, prefix + "meta"}.Sanitize(),
-		channel:   "pgstore_" + hex.EncodeToString(sum[:12]),
-		lockKey:   "pgstore schema " + pgx.Identifier{schema, prefix}.Sanitize(),
-		lockClass: int32(binary.BigEndian.Uint32(sum[12:16])),
+		leases:       pgx.Identifier{schema, prefix + "leases"}.Sanitize(),
+		meta:         pgx.Identifier{schema, prefix + "meta"}.Sanitize(),
+		channel:      "pgstore_" + hex.EncodeToString(sum[:12]),
+		watchChannel: "pgstore_" + hex.EncodeToString(sum[:12]) + "_changes",
+		lockKey:      "pgstore schema " + pgx.Identifier{schema, prefix}.Sanitize(),
+		lockClass:    int32(binary.BigEndian.Uint32(sum[12:16])),
 	}, nil
 }
 

@@ -31,6 +31,7 @@ type Store struct {
 	closed   atomic.Bool
 
 	notify *notifier
+	watch  watcher // Watch's listener (watch.go)
 
 	acquires *batcher[acquireReq, lease.Lease]
 	renews   *batcher[renewReq, lease.Lease]
@@ -150,7 +151,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the notification listener, ends pending WaitChange calls, and
+// Close stops the notification listeners, ends pending WaitChange calls and
+// watches (with an error matching lease.ErrUnavailable), and
 // closes the pool if Open made it. Later operations fail with an error
 // matching lease.ErrUnavailable. Close is idempotent. It returns nil: closing
 // a pgx pool cannot fail, and the error is there so that a Store is an
@@ -161,6 +163,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.notify.close()
+	s.closeWatch()
 	if s.owned {
 		s.pool.Close()
 	}
@@ -232,9 +235,9 @@ func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease
 		byKey[c.key] = c
 		c.res = lease.Lease{Key: c.key, ID: id, TTL: c.req.ttl}
 	}
-	sql, args := s.q.acquire.many, []any{keys, ids, owners, ttls}
+	sql, args := s.q.acquire.many, []any{keys, ids, owners, ttls, s.n.watchChannel}
 	if len(calls) == 1 {
-		sql, args = s.q.acquire.one, []any{keys[0], ids[0], owners[0], ttls[0]}
+		sql, args = s.q.acquire.one, []any{keys[0], ids[0], owners[0], ttls[0], s.n.watchChannel}
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -251,7 +254,8 @@ func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease
 	got := make([]row, 0, len(calls))
 	for rows.Next() {
 		var r row
-		if err := rows.Scan(&r.key, &r.acquired, &r.token, &r.owner, &r.ttlNS, &r.expires); err != nil {
+		var told *string
+		if err := rows.Scan(&r.key, &r.acquired, &r.token, &r.owner, &r.ttlNS, &r.expires, &told); err != nil {
 			rows.Close()
 			return err
 		}
@@ -332,9 +336,9 @@ func (s *Store) execRenew(ctx context.Context, calls []*call[renewReq, lease.Lea
 		keys[i], tokens[i], ids[i], ttls[i] = c.key, int64(c.req.l.Token), c.req.l.ID[:], c.req.ttl.Nanoseconds()
 		byKey[c.key] = c
 	}
-	sql, args := s.q.renew.many, []any{keys, tokens, ids, ttls}
+	sql, args := s.q.renew.many, []any{keys, tokens, ids, ttls, s.n.watchChannel}
 	if len(calls) == 1 {
-		sql, args = s.q.renew.one, []any{keys[0], tokens[0], ids[0], ttls[0]}
+		sql, args = s.q.renew.one, []any{keys[0], tokens[0], ids[0], ttls[0], s.n.watchChannel}
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -347,7 +351,8 @@ func (s *Store) execRenew(ctx context.Context, calls []*call[renewReq, lease.Lea
 	got := make([]row, 0, len(calls))
 	for rows.Next() {
 		var r row
-		if err := rows.Scan(&r.key, &r.owner, &r.expires); err != nil {
+		var told string
+		if err := rows.Scan(&r.key, &r.owner, &r.expires, &told); err != nil {
 			rows.Close()
 			return err
 		}
@@ -400,9 +405,9 @@ func (s *Store) execRelease(ctx context.Context, calls []*call[lease.Lease, stru
 	for i, c := range calls {
 		keys[i], tokens[i], ids[i] = c.key, int64(c.req.Token), c.req.ID[:]
 	}
-	sql, args := s.q.release.many, []any{keys, tokens, ids, s.n.channel}
+	sql, args := s.q.release.many, []any{keys, tokens, ids, s.n.channel, s.n.watchChannel}
 	if len(calls) == 1 {
-		sql, args = s.q.release.one, []any{keys[0], tokens[0], ids[0], s.n.channel}
+		sql, args = s.q.release.one, []any{keys[0], tokens[0], ids[0], s.n.channel, s.n.watchChannel}
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -411,8 +416,8 @@ func (s *Store) execRelease(ctx context.Context, calls []*call[lease.Lease, stru
 	var released []string
 	for rows.Next() {
 		var key string
-		var notified, setting *string
-		if err := rows.Scan(&key, &notified, &setting); err != nil {
+		var notified, setting, told *string
+		if err := rows.Scan(&key, &notified, &setting, &told); err != nil {
 			rows.Close()
 			return err
 		}

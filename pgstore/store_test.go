@@ -22,6 +22,9 @@ func TestConformance(t *testing.T) {
 		func(t *testing.T) lease.Backend { return db.store(t) },
 		// clock_timestamp() has microseconds: the suite's default expiry works.
 		leasetest.ExpiryTTL(50*time.Millisecond),
+		// Watch: expiries are checked on the server's clock within a few
+		// milliseconds (watch.go); generously:
+		leasetest.WatchExpiryBound(250*time.Millisecond),
 		// A restart of the application: a new pool and Store on the same
 		// database. Tokens and held leases live in the table.
 		leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
@@ -127,11 +130,12 @@ func TestHeldAcquireIsReadOnly(t *testing.T) {
 		var exp time.Time
 		var row pgx.Row
 		if batch {
-			row = tx.QueryRow(ctx, s.q.acquire.many, []string{key}, [][]byte{id[:]}, []string{"other"}, []int64{time.Minute.Nanoseconds()})
+			row = tx.QueryRow(ctx, s.q.acquire.many, []string{key}, [][]byte{id[:]}, []string{"other"}, []int64{time.Minute.Nanoseconds()}, s.n.watchChannel)
 		} else {
-			row = tx.QueryRow(ctx, s.q.acquire.one, key, id[:], "other", time.Minute.Nanoseconds())
+			row = tx.QueryRow(ctx, s.q.acquire.one, key, id[:], "other", time.Minute.Nanoseconds(), s.n.watchChannel)
 		}
-		if err := row.Scan(&gotKey, &acquired, &token, &owner, &ttl, &exp); err != nil {
+		var told *string
+		if err := row.Scan(&gotKey, &acquired, &token, &owner, &ttl, &exp, &told); err != nil {
 			t.Fatalf("acquire statement on %q: %v", key, err)
 		}
 		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned()::text::bigint`).Scan(&xid); err != nil {

@@ -3,7 +3,8 @@
 -- KEYS[1] lease: a string W ID TOKEN ':' TIME ':' TTL ':' OWNER (see
 --         value.go), expiring by PX
 -- KEYS[2] token counter: never deleted, never expiring (same hash slot)
--- ARGV[1] lease id (32 hex digits), ARGV[2] owner, ARGV[3] ttl in ms
+-- ARGV[1] lease id (32 hex digits), ARGV[2] owner, ARGV[3] ttl in ms,
+-- ARGV[4] the changes channel
 -- Returns the lease value now stored. The caller holds the lease if the
 -- value carries its id: a new grant, or (after a lost reply and a retry)
 -- the grant of an earlier run of this same call.
@@ -33,4 +34,7 @@ local t = redis.call('TIME')
 local v = '0' .. ARGV[1] .. string.format('%d', token) .. ':' ..
   t[1] .. '.' .. string.rep('0', 6 - #t[2]) .. t[2] .. ':' .. ARGV[3] .. ':' .. ARGV[2]
 redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+-- Tell watchers (watch.go), in the same atomic step: 'a', the lease key's
+-- length and name, and the value without W and the secret ID.
+redis.call('PUBLISH', ARGV[4], 'a' .. #KEYS[1] .. ':' .. KEYS[1] .. string.sub(v, 34))
 return v

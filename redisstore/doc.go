@@ -108,4 +108,22 @@
 // lease's remaining PX time, and WaitChange returns when it has passed. When
 // the subscription drops, pending and new WaitChange calls fail (lease.Client
 // then polls) until the store has resubscribed by itself.
+//
+// # Watching
+//
+// Store implements lease.Watcher (see Store.Watch). The acquire, renew and
+// release scripts PUBLISH each change, without the secret ID, on the
+// namespace's changes channel (NS:changes) in the same atomic step; a
+// Store's watches share one subscription to it. Expired is timed on the
+// server's clock and confirmed by expire.lua, which publishes it on the same
+// channel, within a few milliseconds of the server's PX expiry.
+//
+// The PUBLISH is sent whether or not anybody watches: a script cannot know
+// whether a client anywhere subscribes. A PUBLISH nobody receives costs
+// the server a dictionary lookup, and the script a few more bytes.
+// BenchmarkWatchPublishCost runs the acquire and release scripts with and
+// without it, interleaved, on a durable server: on the 2-core test machine,
+// under a load average of 15-20 from other work, the median pair took 1.3%
+// to 1.7% longer with it at one client (three runs) and 4% to 15% longer
+// at 32 clients, where the noise was as large.
 package redisstore

@@ -23,7 +23,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	run := func() string {
 		t.Helper()
 		res, err := acquireScript.Run(ctx, s.rdb, []string{s.leaseKey(k), s.counterKey(k)},
-			id.Reveal(), "owner", int64(60000)).Text()
+			id.Reveal(), "owner", int64(60000), s.changesArg).Text()
 		if err != nil {
 			t.Fatal(err)
 		}

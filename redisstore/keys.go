@@ -23,6 +23,7 @@ const (
 	leaseSuffix   = "}:l"
 	counterSuffix = "}:t"
 	channelSuffix = ":released"
+	changesSuffix = ":changes" // every change, for Watch
 )
 
 var tagEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
@@ -51,13 +52,23 @@ func (s *Store) listPattern(prefix string) string {
 	return globEscaper.Replace(s.ns+":{"+tagEscaper.Replace(prefix)) + "*" + leaseSuffix
 }
 
+// counterPattern is the SCAN MATCH pattern of the token counters of the
+// user keys that start with prefix: one for every key ever leased.
+func (s *Store) counterPattern(prefix string) string {
+	return globEscaper.Replace(s.ns+":{"+tagEscaper.Replace(prefix)) + "*" + counterSuffix
+}
+
 // userKey recovers the user key from a lease key name.
-func (s *Store) userKey(name string) (string, bool) {
+func (s *Store) userKey(name string) (string, bool) { return s.userKeyOf(name, leaseSuffix) }
+
+// userKeyOf recovers the user key from a key name ending in suffix
+// (leaseSuffix or counterSuffix).
+func (s *Store) userKeyOf(name, suffix string) (string, bool) {
 	head := s.ns + ":{"
-	if !strings.HasPrefix(name, head) || !strings.HasSuffix(name, leaseSuffix) || len(name) < len(head)+len(leaseSuffix) {
+	if !strings.HasPrefix(name, head) || !strings.HasSuffix(name, suffix) || len(name) < len(head)+len(suffix) {
 		return "", false
 	}
-	tag := name[len(head) : len(name)-len(leaseSuffix)]
+	tag := name[len(head) : len(name)-len(suffix)]
 	if strings.Contains(tag, "}") {
 		return "", false
 	}

@@ -23,6 +23,8 @@ var (
 	releaseSrc string
 	//go:embed want.lua
 	wantSrc string
+	//go:embed expire.lua
+	expireSrc string
 
 	// Script.Run sends EVALSHA and falls back to EVAL on NOSCRIPT (after a
 	// server restart or SCRIPT FLUSH): one round trip in the steady state.
@@ -30,6 +32,7 @@ var (
 	renewScript   = redis.NewScript(renewSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	wantScript    = redis.NewScript(wantSrc)
+	expireScript  = redis.NewScript(expireSrc)
 )
 
 // tokenLimit bounds the tokens the store issues: below 2^53, so that the Lua
@@ -49,7 +52,9 @@ type Store struct {
 	ns         string
 	channel    string
 	channelArg any // channel, boxed once for every Release
+	changesArg any // the changes channel (watch.go), boxed once
 	notify     *notifier
+	watch      watcher
 	batch      *batcher
 }
 
@@ -157,6 +162,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 	s := &Store{rdb: client, ns: cfg.ns}
 	s.channel = s.ns + channelSuffix
 	s.channelArg = s.channel
+	s.changesArg = s.ns + changesSuffix
 	if !cfg.allowVolatile && !cfg.assumeDurable {
 		if err := checkDurable(ctx, client); err != nil {
 			return nil, err
@@ -171,6 +177,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 // calls, and closes the client if Open created it.
 func (s *Store) Close() error {
 	s.notify.close()
+	s.closeWatch()
 	s.batch.wait()
 	if s.ownsClient {
 		return s.rdb.Close()
@@ -197,7 +204,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	id := lease.NewID()
 	ids := id.Reveal()
 	ms := ttlMillis(ttl)
-	res, err := s.batch.run(ctx, acquireScript, s.keyPair(key), ids, owner, ms).Text()
+	res, err := s.batch.run(ctx, acquireScript, s.keyPair(key), ids, owner, ms, s.changesArg).Text()
 	if err != nil {
 		return lease.Lease{}, s.fail(ctx, "acquire", key, err)
 	}
@@ -219,7 +226,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err := errors.Join(lease.ValidateLease(l), lease.ValidateTTL(ttl)); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	res, err := s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl)).Text()
+	res, err := s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl), s.changesArg).Text()
 	if errors.Is(err, redis.Nil) {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew %q (token %d): %w", l.Key, l.Token, lease.ErrNotHeld)
 	}
@@ -246,7 +253,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
-	n, err := s.batch.run(ctx, releaseScript, []string{s.leaseKey(l.Key)}, proof(l), s.channelArg, l.Key).Int64()
+	n, err := s.batch.run(ctx, releaseScript, []string{s.leaseKey(l.Key)}, proof(l), s.channelArg, l.Key, s.changesArg).Int64()
 	if err != nil {
 		return s.fail(ctx, "release", l.Key, err)
 	}

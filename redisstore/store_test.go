@@ -62,8 +62,13 @@ func TestConformance(t *testing.T) {
 			}
 			srv.Restart(t)
 			return open(t, srv, ns)
-		}))
+		}),
+		watchBound)
 }
+
+// watchBound is the expiry bound the suite's Watch section checks: a few
+// milliseconds (watch.go), generously for a busy test machine.
+var watchBound = leasetest.WatchExpiryBound(250 * time.Millisecond)
 
 // TestConformanceCluster runs the suite through a ClusterClient against a
 // cluster-mode server, which refuses any script whose keys span two hash
@@ -78,5 +83,5 @@ func TestConformanceCluster(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = s.Close(); _ = c.Close() })
 		return s
-	})
+	}, watchBound)
 }

@@ -3,12 +3,16 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/redistest"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -103,5 +107,51 @@ func TestServeWatch(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "did not finish in time") {
 		t.Errorf("shutdown waited %v for the watch stream, out to --shutdown-timeout", time.Since(start))
+	}
+}
+
+// TestServeWatchBackends: lease serve streams a watch on every engine
+// --backend opens (each is a lease.Watcher), rather than answering 501:
+// the state, then a change made through the server.
+func TestServeWatchBackends(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec func(t *testing.T) string
+	}{
+		{"postgres", func(t *testing.T) string { return pgURL(t, pgtest.Start(t)) }},
+		{"redis", func(t *testing.T) string { return "redis://" + redistest.Start(t).Addr + "/0" }},
+		{"etcd", func(t *testing.T) string {
+			return "etcd://" + strings.TrimPrefix(etcdtest.Start(t)[0], "http://") + "/serve-watch-test"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := serveConfig(t, io.Discard)
+			cfg.DataDir, cfg.Backend = "", tc.spec(t)
+			c := httpClient(t, "http://"+startServe(t, cfg).Addr())
+			held, err := c.Acquire(t.Context(), "jobs/held", "o", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), patience)
+			defer cancel()
+			var kinds []string
+			for ev, err := range c.Watch(ctx, "jobs/") {
+				if err != nil {
+					t.Fatalf("watch through lease serve --backend %s: %v (after %v)", tc.name, err, kinds)
+				}
+				kinds = append(kinds, ev.Kind.String()+" "+ev.Lease.Key)
+				if ev.Kind == lease.Synced {
+					if err := c.Release(t.Context(), held); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if ev.Kind == lease.Released {
+					break
+				}
+			}
+			if got, want := strings.Join(kinds, ", "), "held jobs/held, synced , released jobs/held"; got != want {
+				t.Fatalf("events %q, want %q", got, want)
+			}
+		})
 	}
 }
