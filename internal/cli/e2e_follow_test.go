@@ -1,7 +1,8 @@
 package cli
 
 import (
-	"io"
+	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +13,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/leasehttp"
 )
 
 // startServeBinary runs `lease serve` as a process on dataDir at addr
@@ -172,13 +174,21 @@ func TestBinaryWatchLeaderAndSlots(t *testing.T) {
 	}
 }
 
-// TestServeWithoutWatch: behind a server whose backend cannot watch
-// (etcd), lease watch refuses with one line, while lease leader --watch
-// and lease run --slots --wait read and poll instead.
+// TestServeWithoutWatch: behind a server whose backend cannot watch (every
+// engine of lease serve can; a backend of one's own may not), lease watch
+// refuses with one line, while lease leader --watch and lease run --slots
+// --wait read and poll instead.
 func TestServeWithoutWatch(t *testing.T) {
-	cfg := serveConfig(t, io.Discard)
-	cfg.DataDir, cfg.Backend = "", "etcd://"+strings.TrimPrefix(etcdtest.Start(t)[0], "http://")+"/cli-follow"
-	base := "http://" + startServe(t, cfg).Addr()
+	api, err := leasehttp.NewServer(backendOnly{memtest.New(t)}, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() {
+		_ = api.Close()
+		srv.Close()
+	})
+	base := srv.URL
 	c := httpClient(t, base)
 
 	w := cliStream(t, nil, "watch", "--server", base)
