@@ -1,7 +1,11 @@
 package boltstore
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -33,12 +37,22 @@ import (
 // while 8,192 restores still fit under lease.MaxToken.
 const DefaultBump uint64 = 1 << 40
 
-// Backup writes a consistent copy of the store to w and returns its size.
-// It checkpoints, so the bbolt file holds every answered write, and copies
-// that state in a read transaction while the store goes on serving: writes
-// continue during the copy, unless the bbolt file must grow (a remap waits
-// for the copy to finish). The copy can become a store only through
-// Restore (see DefaultBump).
+// A backup file is framed so that it cannot be taken for a store:
+//
+//	"lease-boltstore-backup v1\n" | size uint64 big-endian | the bbolt file (size bytes) | SHA-256 of it
+//
+// bbolt refuses it (no meta page where one should be), so neither Open nor
+// a copy over a store's lease.db can serve it as it is, and Restore and
+// CheckBackup tell a backup cut short or altered from a whole one.
+const backupMagic = "lease-boltstore-backup v1\n"
+
+// Backup writes a consistent copy of the store to w and returns the bytes
+// written. It checkpoints, so the bbolt file holds every answered write,
+// and copies that state in a read transaction into a file beside the
+// store, which it then sends to w: the store goes on serving meanwhile,
+// and a w that is slow or stalls holds up nothing but this call (the read
+// transaction ends with the local copy). The copy can become a store only
+// through Restore (see DefaultBump).
 func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -46,26 +60,99 @@ func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	if err := s.failure(); err != nil {
 		return 0, err
 	}
-	req := make(chan snapshot, 1)
-	select {
-	case s.snapshots <- req:
-	case <-s.quit:
-		return 0, errClosed
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	spool, err := os.CreateTemp(filepath.Dir(s.path), filepath.Base(s.path)+".backup-*")
+	if err != nil {
+		return 0, fmt.Errorf("boltstore: backup of %s: %w", s.path, err)
 	}
-	snap := <-req
-	if snap.err != nil {
-		return 0, snap.err
+	defer func() {
+		_ = spool.Close()
+		_ = os.Remove(spool.Name())
+	}()
+	if err := s.backupTo(ctx, spool); err != nil {
+		return 0, err
 	}
-	defer func() { _ = snap.tx.Rollback() }()
-	// WriteTo does not watch ctx: a writer that stalls holds the read
-	// transaction until it fails. Closing what w writes to ends it.
-	n, err := snap.tx.WriteTo(w)
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("boltstore: backup of %s: %w", s.path, err)
+	}
+	n, err := io.Copy(w, spool)
 	if err != nil {
 		return n, fmt.Errorf("boltstore: backup of %s: %w", s.path, err)
 	}
 	return n, nil
+}
+
+// backupTo writes the framed backup to f from a snapshot the commit loop
+// takes.
+func (s *Store) backupTo(ctx context.Context, f *os.File) error {
+	req := make(chan snapshot, 1)
+	select {
+	case s.snapshots <- req:
+	case <-s.quit:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	snap := <-req
+	if snap.err != nil {
+		return snap.err
+	}
+	defer func() { _ = snap.tx.Rollback() }()
+	head := make([]byte, len(backupMagic)+8)
+	copy(head, backupMagic)
+	binary.BigEndian.PutUint64(head[len(backupMagic):], uint64(snap.tx.Size()))
+	sum := sha256.New()
+	_, err := f.Write(head)
+	if err == nil {
+		_, err = snap.tx.WriteTo(io.MultiWriter(f, sum))
+	}
+	if err == nil {
+		_, err = f.Write(sum.Sum(nil))
+	}
+	if err != nil {
+		return fmt.Errorf("boltstore: backup of %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// CheckBackup reads the backup at path and reports whether it is one
+// whole, as Backup wrote it: the frame, its size and its checksum. The
+// error matches lease.ErrInvalid for a file that is not.
+func CheckBackup(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("boltstore: %w", err)
+	}
+	defer f.Close()
+	return unframe(f, io.Discard, path)
+}
+
+// unframe copies the bbolt file inside the backup r (named name) to w,
+// checking the frame and the checksum.
+func unframe(r io.Reader, w io.Writer, name string) error {
+	br := bufio.NewReader(r)
+	head := make([]byte, len(backupMagic)+8)
+	if _, err := io.ReadFull(br, head); err != nil || string(head[:len(backupMagic)]) != backupMagic {
+		return fmt.Errorf("%w: boltstore: %s is not a backup of a lease store (written by lease backup or Store.Backup)", lease.ErrInvalid, name)
+	}
+	size := binary.BigEndian.Uint64(head[len(backupMagic):])
+	sum := sha256.New()
+	if n, err := io.CopyN(io.MultiWriter(w, sum), br, int64(size)); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: boltstore: the backup %s is cut short: %d of its %d bytes", lease.ErrInvalid, name, n, size)
+		}
+		return fmt.Errorf("boltstore: reading the backup %s: %w", name, err)
+	}
+	want := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(br, want); err != nil {
+		return fmt.Errorf("%w: boltstore: the backup %s is cut short: its checksum is missing", lease.ErrInvalid, name)
+	}
+	if !bytes.Equal(want, sum.Sum(nil)) {
+		return fmt.Errorf("%w: boltstore: the backup %s is damaged: its checksum does not match", lease.ErrInvalid, name)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		return fmt.Errorf("%w: boltstore: the backup %s has data after its end", lease.ErrInvalid, name)
+	}
+	return nil
 }
 
 // snapshot is the commit loop's answer to a backup: a read transaction
@@ -160,7 +247,7 @@ func Restore(backup, path string, opts ...RestoreOption) (RestoreReport, error) 
 			_ = os.Remove(tmpPath)
 		}
 	}()
-	_, err = io.Copy(tmp, src)
+	err = unframe(src, tmp, backup)
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -168,7 +255,7 @@ func Restore(backup, path string, opts ...RestoreOption) (RestoreReport, error) 
 		err = cerr
 	}
 	if err != nil {
-		return RestoreReport{}, fmt.Errorf("boltstore: restore: copying %s: %w", backup, err)
+		return RestoreReport{}, fmt.Errorf("boltstore: restore: %w", err)
 	}
 	rep, err := rewriteBackup(tmpPath, backup, cfg.bump)
 	if err != nil {
@@ -188,6 +275,14 @@ func Restore(backup, path string, opts ...RestoreOption) (RestoreReport, error) 
 // store of this build's schema: leases dropped, no log epoch (the store
 // starts a new log), and the floor raised by bump above every token.
 func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error) {
+	defer func() {
+		// bbolt panics on some damage its checks do not catch first; a
+		// backup's checksum rules out a damaged copy, not a file made to
+		// look like one.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: boltstore: restore: %s is damaged: %v", lease.ErrInvalid, name, r)
+		}
+	}()
 	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
 	if err != nil {
 		return rep, fmt.Errorf("%w: boltstore: restore: %s is not a backup: %v", lease.ErrInvalid, name, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -59,7 +60,7 @@ func TestRestoreNeverTurnsTokensBack(t *testing.T) {
 		{"bump 10", []boltstore.RestoreOption{boltstore.Bump(10)}, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, path := open(t)
+			s, _ := open(t)
 			ctx := context.Background()
 			acquireRelease(t, s, "jobs/a")
 			held, err := s.Acquire(ctx, "jobs/held", "w", time.Hour)
@@ -97,7 +98,6 @@ func TestRestoreNeverTurnsTokensBack(t *testing.T) {
 			if tok := acquireRelease(t, r, "jobs/held"); tok <= rep.Floor {
 				t.Errorf("jobs/held token %d, want above the floor %d", tok, rep.Floor)
 			}
-			_ = path
 		})
 	}
 }
@@ -252,5 +252,140 @@ func TestBackupOfClosedStore(t *testing.T) {
 	}
 	if _, err := s.Backup(context.Background(), &bytes.Buffer{}); !errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("Backup of a closed store: %v, want ErrUnavailable", err)
+	}
+}
+
+// A backup copied over a stopped store's lease.db, its log left beside it,
+// must not be served: it would issue again the tokens issued after it.
+func TestBackupOverAStoreRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquireRelease(t, s, "k")
+	backup := backupTo(t, s)
+	for range 5 {
+		acquireRelease(t, s, "k")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := boltstore.Open(path); err == nil {
+		tok := acquireRelease(t, r, "k")
+		_ = r.Close()
+		t.Fatalf("Open served a backup copied over the store; it issued token %d after 6", tok)
+	}
+}
+
+// CheckBackup tells a whole backup from one cut short, altered or grown.
+func TestCheckBackup(t *testing.T) {
+	s, _ := open(t)
+	acquireRelease(t, s, "k")
+	backup := backupTo(t, s)
+	if err := boltstore.CheckBackup(backup); err != nil {
+		t.Fatalf("CheckBackup of a whole backup: %v", err)
+	}
+	raw, err := os.ReadFile(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(raw)
+	flipped[len(flipped)/2] ^= 1
+	for name, b := range map[string][]byte{
+		"cut short":      raw[:len(raw)-100],
+		"checksum cut":   raw[:len(raw)-1],
+		"a byte flipped": flipped,
+		"data after":     append(bytes.Clone(raw), 0),
+		"not a backup":   raw[40:],
+		"empty":          nil,
+	} {
+		p := filepath.Join(t.TempDir(), "b")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := boltstore.CheckBackup(p); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("CheckBackup of a backup %s: %v, want ErrInvalid", name, err)
+		}
+		if _, err := boltstore.Restore(p, filepath.Join(t.TempDir(), "lease.db")); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("Restore of a backup %s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// stalledWriter blocks every Write until released.
+type stalledWriter struct {
+	release chan struct{}
+	buf     bytes.Buffer
+}
+
+func (w *stalledWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return w.buf.Write(p)
+}
+
+// A backup whose reader stalls holds up nothing but itself: the store goes
+// on answering, through checkpoints that must grow its file.
+func TestBackupStalledReaderHoldsNothingUp(t *testing.T) {
+	s, _ := open(t)
+	w := &stalledWriter{release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Backup(context.Background(), w)
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			// 9,600 leases: the next checkpoint grows the file several
+			// times. A read transaction left open by the backup would
+			// make it wait to grow the file, holding the store's lock,
+			// and every call after it.
+			for i := range 300 {
+				if _, err := s.Acquire(ctx, fmt.Sprintf("grow/%02d/%04d", g, i), "w", time.Hour); err != nil {
+					t.Errorf("Acquire while a backup's reader stalls: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// A checkpoint now must grow the file (another backup forces one).
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.Backup(ctx, io.Discard)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("a second backup: %v", err)
+		}
+	case <-time.After(time.Minute):
+		close(w.release)
+		t.Fatal("a checkpoint that grows the file waited for a backup's stalled reader, and the store with it")
+	}
+	if _, err := s.Acquire(ctx, "after", "w", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	close(w.release)
+	if err := <-done; err != nil {
+		t.Fatalf("Backup: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "b")
+	if err := os.WriteFile(p, w.buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := boltstore.CheckBackup(p); err != nil {
+		t.Fatalf("the stalled backup, once read: %v", err)
 	}
 }

@@ -88,7 +88,7 @@ func openWAL(dbPath string, epoch uint64) (w *wal, data []byte, created bool, er
 		// The file has had a log, which may hold batches acknowledged
 		// since its last checkpoint: opening without it could issue their
 		// tokens again.
-		return nil, nil, false, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If the store was closed cleanly, nothing is lost: create it empty to open it (install -m 600 /dev/null %s)", dbPath, path, path)
+		return nil, nil, false, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If this very store was closed cleanly, nothing is lost: create it empty to open it (install -m 600 /dev/null %s). A lease.db copied from elsewhere or from an earlier time is not such a store: bring it back with lease restore, which keeps tokens rising", dbPath, path, path)
 	}
 	f, created, err := openOwnFile(path)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasehq/lease/boltstore"
 )
@@ -62,12 +61,8 @@ func serveBackups(store *boltstore.Store, dir string, log *slog.Logger) (*backup
 			return nil, fmt.Errorf("serve: removing a dead server's backup socket: %w", err)
 		}
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenPrivate(dir, path)
 	if err != nil {
-		return nil, fmt.Errorf("serve: backup socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		_ = ln.Close()
 		return nil, fmt.Errorf("serve: backup socket: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -87,12 +82,40 @@ func serveBackups(store *boltstore.Store, dir string, log *slog.Logger) (*backup
 		}
 		log.Info("backup taken", "bytes", n, "duration", time.Since(start).Round(time.Millisecond))
 	})
-	b := &backupSocket{path: path, ln: ln, srv: &http.Server{Handler: mux, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}, done: make(chan struct{})}
+	b := &backupSocket{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}, done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		_ = b.srv.Serve(ln)
 	}()
 	return b, nil
+}
+
+// listenPrivate listens on a Unix socket at path that only this user can
+// reach from the moment it exists: it is made, and set to 0600, in a new
+// 0700 directory inside dir, then renamed into place, so that nobody who
+// may write to dir (a shared data dir) can connect in between or swap it
+// for theirs unnoticed.
+func listenPrivate(dir, path string) (net.Listener, error) {
+	tmp, err := os.MkdirTemp(dir, ".sock-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	made := filepath.Join(tmp, "s")
+	ln, err := net.Listen("unix", made)
+	if err != nil {
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // its file is renamed away
+	if err := os.Chmod(made, 0o600); err == nil {
+		err = os.Rename(made, path)
+	}
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
 
 // Close stops serving backups (a copy in progress is cut off) and removes
@@ -157,7 +180,7 @@ func backup(ctx context.Context, dataDir, file string) (n int64, via string, err
 		err = tmp.Close()
 	}
 	if err == nil {
-		err = checkBackup(tmp.Name())
+		err = boltstore.CheckBackup(tmp.Name())
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), file)
@@ -174,6 +197,9 @@ func backup(ctx context.Context, dataDir, file string) (n int64, via string, err
 // copyStore writes the store in dataDir to w and says how it got it.
 func copyStore(ctx context.Context, dataDir string, w io.Writer) (int64, string, error) {
 	sock := filepath.Join(dataDir, BackupSocket)
+	if err := checkSocket(sock); err != nil {
+		return 0, "", err
+	}
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -216,20 +242,27 @@ func copyStore(ctx context.Context, dataDir string, w io.Writer) (int64, string,
 	}
 }
 
-// checkBackup opens the copy read-only and checks every page, so that a
-// transfer cut short is never renamed into place.
-func checkBackup(path string) error {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return fmt.Errorf("the copy does not open: %w", err)
-	}
-	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return fmt.Errorf("the copy is damaged: %w", err)
-		}
+// checkSocket refuses a backup socket that is not this user's own and
+// private: another user's listener could hand out a forged copy. A missing
+// socket is fine (no server runs).
+func checkSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
-	})
+	}
+	if err != nil {
+		return err
+	}
+	uid, known := fileOwner(fi)
+	switch {
+	case fi.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("%s is not a socket; remove it", path)
+	case known && uid != os.Getuid():
+		return fmt.Errorf("%s belongs to user %d, not to you: it is not your server's", path, uid)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("%s is open to other users (mode %v): it is not your server's", path, fi.Mode().Perm())
+	}
+	return nil
 }
 
 // syncDir makes a rename in dir durable.

@@ -84,13 +84,24 @@ func TestBackupNotServed(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	_ = ln.Close()
+	// A socket others may use is not trusted: it may be theirs.
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, nil, "backup", "--data-dir", cfg.DataDir, filepath.Join(t.TempDir(), "b"))
+	if r.code != ExitFailure || !strings.Contains(r.stderr, "open to other users") {
+		t.Fatalf("lease backup through a socket open to others: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil { // as lease serve leaves it
+		t.Fatal(err)
+	}
 
 	backup := filepath.Join(t.TempDir(), "b")
-	r := runBinary(t, nil, "backup", "--data-dir", cfg.DataDir, backup)
+	r = runBinary(t, nil, "backup", "--data-dir", cfg.DataDir, backup)
 	if r.code != 0 || !strings.Contains(r.stdout, "not served") {
 		t.Fatalf("lease backup of a store not served: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	srv = startServe(t, cfg) // replaces the dead socket
+	startServe(t, cfg) // replaces the dead socket
 	r = runBinary(t, nil, "backup", "--data-dir", cfg.DataDir, backup)
 	if r.code != 0 || !strings.Contains(r.stdout, "from the running server") {
 		t.Fatalf("lease backup after a restart: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
@@ -100,7 +111,6 @@ func TestBackupNotServed(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("highest token %d;", want)) {
 		t.Fatalf("lease restore: exit %d, stdout %q, stderr %q; want highest token %d", r.code, r.stdout, r.stderr, want)
 	}
-	_ = srv
 }
 
 func TestBackupRefusals(t *testing.T) {
