@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -56,9 +57,14 @@ func ValidateRenewals(renewals []Renewal) error {
 	return nil
 }
 
+// renewAllParallel is how many Renew calls RenewAll has in flight on a
+// backend without RenewBatch: a batch of MaxRenewBatch costs 16 round
+// trips of the backend, not 256.
+const renewAllParallel = 16
+
 // RenewAll renews renewals on b: in one RenewBatch call where b is a
-// BatchRenewer, else by one Renew each, in order. Its answer is
-// RenewBatch's.
+// BatchRenewer, else by one Renew each, up to 16 at a time. Its answer is
+// RenewBatch's, in the renewals' order.
 func RenewAll(ctx context.Context, b Backend, renewals []Renewal) ([]RenewResult, error) {
 	if br, ok := b.(BatchRenewer); ok {
 		return br.RenewBatch(ctx, renewals)
@@ -67,12 +73,30 @@ func RenewAll(ctx context.Context, b Backend, renewals []Renewal) ([]RenewResult
 		return nil, err
 	}
 	out := make([]RenewResult, len(renewals))
-	for i, r := range renewals {
-		l, err := b.Renew(ctx, r.Lease, r.TTL)
-		if err != nil && !errors.Is(err, ErrNotHeld) {
+	errs := make([]error, len(renewals)) // failures of the backend, not of a renewal
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(renewAllParallel, len(renewals)) {
+		wg.Go(func() {
+			for i := range next {
+				l, err := b.Renew(ctx, renewals[i].Lease, renewals[i].TTL)
+				if err != nil && !errors.Is(err, ErrNotHeld) {
+					errs[i] = err
+					continue
+				}
+				out[i] = RenewResult{Lease: l, Err: err}
+			}
+		})
+	}
+	for i := range renewals {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return nil, err
 		}
-		out[i] = RenewResult{Lease: l, Err: err}
 	}
 	return out, nil
 }

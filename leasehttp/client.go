@@ -618,7 +618,7 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	for i, r := range renewals {
 		body.Renewals[i] = renewItem{Key: r.Lease.Key, ID: r.Lease.ID.Reveal(), Token: r.Lease.Token, TTLms: ttlMillis(r.TTL)}
 	}
-	what := fmt.Sprintf("a batch of %d, the first", len(renewals))
+	what := fmt.Sprintf("of %d leases, the first", len(renewals))
 	first := renewals[0].Lease.Key
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, 0)
@@ -646,8 +646,12 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 			out[i].Err = fmt.Errorf("leasehttp: renew %s: %w", quoteName(key), lease.ErrNotHeld)
 		case res.Lease != nil:
 			l, err := res.Lease.Lease()
-			if err != nil || l.Key != key {
+			switch {
+			case err != nil:
 				return nil, fmt.Errorf("leasehttp: renew %s: %w: malformed answer: %v", quoteName(key), lease.ErrUnavailable, err)
+			case l.Key != key || l.Token != renewals[i].Lease.Token:
+				return nil, fmt.Errorf("leasehttp: renew %s: %w: the answer is for %s, token %d, not this lease (token %d)",
+					quoteName(key), lease.ErrUnavailable, quoteName(l.Key), l.Token, renewals[i].Lease.Token)
 			}
 			out[i].Lease = l
 		default:

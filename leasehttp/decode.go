@@ -24,6 +24,10 @@ import (
 // is answered 413 with code "invalid".
 const MaxBodyBytes = 64 << 10
 
+// MaxRenewBatchBodyBytes is the largest body of POST /v1/renew: room for
+// lease.MaxRenewBatch renewals of the longest keys, every byte escaped.
+const MaxRenewBatchBodyBytes = 1 << 20
+
 // requestError is a client mistake found while reading a request: it carries
 // the HTTP status (400, 413 or 415) and matches lease.ErrInvalid.
 type requestError struct {
@@ -79,15 +83,20 @@ type field struct {
 // numbers, so decodeObject scans them itself in one pass and leaves only
 // strings with escapes or non-UTF-8 bytes to encoding/json.
 func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error {
+	return decodeBodyUpTo(w, r, MaxBodyBytes, fields...)
+}
+
+// decodeBodyUpTo is decodeBody with a limit of max bytes.
+func decodeBodyUpTo(w http.ResponseWriter, r *http.Request, max int64, fields ...*field) error {
 	if err := checkContentType(r); err != nil {
 		return err
 	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, MaxBodyBytes), r.ContentLength, MaxBodyBytes)
+	body, err := readBody(http.MaxBytesReader(w, r.Body, max), r.ContentLength, min(max, MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
 		return &requestError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+			msg: fmt.Sprintf("request body is larger than %d bytes", max)}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		// http.Server's ReadTimeout passed: a client too slow, or one
 		// trickling its body to hold the connection.
@@ -513,7 +522,7 @@ func decodeRenewBatch(w http.ResponseWriter, r *http.Request) ([]lease.Renewal, 
 		key, id    string
 		token, ttl uint64
 	)
-	err := decodeBody(w, r, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
+	err := decodeBodyUpTo(w, r, MaxRenewBatchBodyBytes, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
 		if i == lease.MaxRenewBatch {
 			return nil, nil, badRequest("field \"renewals\" holds more than %d renewals", lease.MaxRenewBatch)
 		}

@@ -7,7 +7,8 @@
 // # API (v1)
 //
 // Bodies are JSON; POST bodies must be sent as Content-Type
-// application/json and be at most 64 KiB (MaxBodyBytes).
+// application/json and be at most 64 KiB (MaxBodyBytes; 1 MiB for a batch
+// of renewals, MaxRenewBatchBodyBytes).
 //
 //	route                              body                          success                      failure
 //	POST /v1/leases/{key}/acquire      {"owner","ttl_ms","wait_ms"}  200 lease (with id)          409 held (with "holder")

@@ -83,3 +83,29 @@ func TestRenewBatchRefusedWhole(t *testing.T) {
 		t.Errorf("jobs/a after its renewal: %+v, %v; want TTL 1h", g, err)
 	}
 }
+
+// TestRenewBatchOfLongestKeys: the largest batch ValidateRenewals allows,
+// of keys near the longest with every byte escaped in JSON, fits the body
+// limit of POST /v1/renew.
+func TestRenewBatchOfLongestKeys(t *testing.T) {
+	_, hs := startServer(t, newMem(t))
+	c := newClient(t, hs.URL)
+	renewals := make([]lease.Renewal, lease.MaxRenewBatch)
+	for i := range renewals {
+		k := fmt.Sprintf("%03d", i) + strings.Repeat("<", lease.MaxKeyLen-3) // "<" travels as \u003c
+		l, err := c.Acquire(ctxFor(t), k, "o", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewals[i] = lease.Renewal{Lease: l, TTL: time.Hour}
+	}
+	res, err := c.RenewBatch(ctxFor(t), renewals)
+	if err != nil {
+		t.Fatalf("RenewBatch of %d leases with %d-byte keys: %v", len(renewals), lease.MaxKeyLen, err)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.Lease.TTL != time.Hour {
+			t.Fatalf("renewal %d: %+v, %v", i, r.Lease, r.Err)
+		}
+	}
+}

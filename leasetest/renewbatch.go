@@ -19,14 +19,22 @@ func (s *suite) renewBatch(t *testing.T) {
 		for _, name := range []string{"a", "b", "c"} {
 			held = append(held, mustAcquire(t, b, key(t, name), "worker-"+name, ttl))
 		}
-		gone := mustAcquire(t, b, key(t, "released"), "worker-r", ttl)
+		// A superseded lease: released, and its key held by another since.
+		gone := mustAcquire(t, b, key(t, "superseded"), "worker-r", ttl)
 		if err := b.Release(ctxFor(t), gone); err != nil {
 			t.Fatal(err)
 		}
+		successor := mustAcquire(t, b, gone.Key, "worker-s", ttl)
+		// A lease named by its token without its secret (I4).
+		other := mustAcquire(t, b, key(t, "forged"), "worker-f", ttl)
+		forged := other
+		forged.ID = lease.NewID()
+		refused := map[lease.ID]lease.Lease{gone.ID: successor, forged.ID: other} // → what must stay as it was
 		renewals := []lease.Renewal{
 			{Lease: held[2], TTL: longTTL},
 			{Lease: gone, TTL: longTTL},
 			{Lease: held[0], TTL: longTTL},
+			{Lease: forged, TTL: longTTL},
 			{Lease: held[1], TTL: longTTL},
 		}
 		before := time.Now()
@@ -40,9 +48,12 @@ func (s *suite) renewBatch(t *testing.T) {
 		}
 		for i, r := range renewals {
 			got := res[i]
-			if r.Lease.ID == gone.ID {
+			if stays, ok := refused[r.Lease.ID]; ok {
 				if !errIs(got.Err, lease.ErrNotHeld) {
-					t.Errorf("renewal %d, of a released lease: %+v, %v; want ErrNotHeld", i, got.Lease, got.Err)
+					t.Errorf("renewal %d, of a lease superseded or without its ID: %+v, %v; want ErrNotHeld", i, got.Lease, got.Err)
+				}
+				if g, err := b.Get(ctxFor(t), stays.Key); err != nil || g.Token != stays.Token || g.TTL != ttl {
+					t.Errorf("a refused renewal changed %s: Get = %+v, %v; want token %d with TTL %v", stays.Key, g, err, stays.Token, ttl)
 				}
 				continue
 			}
@@ -58,9 +69,6 @@ func (s *suite) renewBatch(t *testing.T) {
 			if g, err := b.Get(ctxFor(t), l.Key); err != nil || g.TTL != longTTL || g.Token != l.Token {
 				t.Errorf("Get(%s) after RenewBatch: %+v, %v; want the renewal, TTL %v", l.Key, g, err, longTTL)
 			}
-		}
-		if _, err := b.Get(ctxFor(t), gone.Key); !errIs(err, lease.ErrNotFound) {
-			t.Errorf("RenewBatch revived a released lease: Get err = %v", err)
 		}
 	})
 	t.Run("MalformedRefusedWhole", func(t *testing.T) {

@@ -49,6 +49,38 @@ var renewBatchMutants = []mutant{
 				return out, nil
 			}
 		}},
+	{name: "BatchIgnoresID", breaks: "a batch renews a lease named by its token without its secret ID (I4)",
+		caughtBy: []string{"RenewBatch/EachAsRenew"},
+		install: func(w *wrapper) {
+			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+				if err := lease.ValidateRenewals(renewals); err != nil {
+					return nil, err
+				}
+				renewals = slices.Clone(renewals)
+				for i, r := range renewals {
+					if cur, ok := w.lastOf(r.Lease.Key); ok && cur.Token == r.Lease.Token {
+						renewals[i].Lease.ID = cur.ID
+					}
+				}
+				return w.renewEach(ctx, renewals), nil
+			}
+		}},
+	{name: "BatchRenewsCurrentHolder", breaks: "a batch renews whatever lease holds the key now, not the one named",
+		caughtBy: []string{"RenewBatch/EachAsRenew"},
+		install: func(w *wrapper) {
+			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+				if err := lease.ValidateRenewals(renewals); err != nil {
+					return nil, err
+				}
+				renewals = slices.Clone(renewals)
+				for i, r := range renewals {
+					if cur, ok := w.lastOf(r.Lease.Key); ok {
+						renewals[i].Lease = cur
+					}
+				}
+				return w.renewEach(ctx, renewals), nil
+			}
+		}},
 	{name: "BatchOutOfOrder", breaks: "a batch's answers are not in the order of its renewals",
 		caughtBy: []string{"RenewBatch/EachAsRenew"},
 		install: func(w *wrapper) {

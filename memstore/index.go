@@ -115,7 +115,7 @@ func put(t *table, e *entry) {
 
 // rebuild publishes a new table holding the current one's entries, less
 // those that hold nothing and that nobody waits for if sweep is set, sized
-// to stay under half full after the next doubling of entries. Dropped
+// to a third full or less (insert rebuilds it again at half full). Dropped
 // entries are marked dead under their locks, so a goroutine that found one
 // before the swap sees it is dead and looks again. Sweeping when the entries
 // have doubled since the last sweep keeps memory in proportion to the live

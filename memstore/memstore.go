@@ -117,9 +117,10 @@ func (e *entry) settle() {
 }
 
 // idle reports whether e holds nothing at now and nobody waits for it, so
-// that dropping it loses nothing but its counter (kept in index.floor).
+// that dropping it loses nothing but its counter (kept in index.floor). A
+// pending state left empty counts as none.
 func (e *entry) idle(now time.Duration) bool {
-	return !(e.held && e.exp > now) && e.p == nil
+	return !(e.held && e.exp > now) && (e.p == nil || len(e.p.waiters) == 0 && e.p.timer == nil)
 }
 
 // lease returns e's last generation, ID included: the current one while
@@ -350,8 +351,7 @@ func (s *Store) Release(_ context.Context, l lease.Lease) error {
 		// A watched lease's expiry check: nothing is left to check, and
 		// the entry may be swept before the released lease would expire.
 		t.Stop()
-		e.p.timer = nil
-		e.settle()
+		e.p.timer = nil // kept: a watched key's next grant arms a check again
 	}
 	return nil
 }

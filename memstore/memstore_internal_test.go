@@ -197,3 +197,79 @@ func TestAcquireWaitCancelAsGrantedGivesBack(t *testing.T) {
 		}
 	}
 }
+
+// TestEntriesSweepableAfterWaitAndWatch: a waiter that gave up and a watch
+// that ended leave the key's entry idle once its lease is gone, so that a
+// sweep can drop it: nothing they needed is left to pin it in memory.
+func TestEntriesSweepableAfterWaitAndWatch(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New(time.Unix(1e9, 0))
+	s := newStore(t, WithClock(clk))
+	idle := func(key string) bool {
+		e := s.locked(s.hash(key), key, false)
+		if e == nil {
+			return true
+		}
+		defer e.mu.Unlock()
+		return e.idle(s.now())
+	}
+
+	// A waiter that gave up.
+	l, err := s.Acquire(ctx, "waited", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.AcquireWait(wctx, "waited", "waiter", time.Minute)
+		done <- err
+	}()
+	waitQueued(t, s, "waited", 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("AcquireWait after cancel: %v", err)
+	}
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if !idle("waited") {
+		t.Error("a key whose waiter gave up is not idle once released: a sweep cannot drop it")
+	}
+
+	// A watch of a key, released while watched, then the watch ended.
+	wctx, cancel = context.WithCancel(ctx)
+	events := make(chan lease.Event, 16)
+	go func() {
+		for ev, err := range s.Watch(wctx, "watched") {
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	if ev := <-events; ev.Kind != lease.Synced {
+		t.Fatalf("first event %v, want Synced", ev.Kind)
+	}
+	l, err = s.Acquire(ctx, "watched", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-events // Acquired: the key's expiry check is armed
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if !idle("watched") {
+		t.Error("a watched key is not idle once released: a sweep cannot drop it")
+	}
+	// Expired: a watched lease left to expire.
+	l, err = s.Acquire(ctx, "expiring", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute)
+	if !idle("expiring") {
+		t.Errorf("an expired lease's key is not idle (lease %v)", l.Token)
+	}
+}
