@@ -108,7 +108,8 @@ func listenPrivate(dir, path string) (net.Listener, error) {
 		return nil, err
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false) // its file is renamed away
-	if err := os.Chmod(made, 0o600); err == nil {
+	err = os.Chmod(made, 0o600)
+	if err == nil {
 		err = os.Rename(made, path)
 	}
 	if err != nil {
