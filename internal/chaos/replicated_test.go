@@ -485,9 +485,8 @@ func holderSurvivesReplicaDeath(t *testing.T, rs *replicaSet) {
 // replicasElect: candidates campaigning through different replicas, each
 // through a multi-endpoint client that lists another replica first, are
 // elected in the order they queued, one at a time, with rising tokens;
-// Leader through any replica names the current one. (Observe follows the
-// backend's watch, which etcdstore serves once it has a native one:
-// cross-replica watch is tested with it.)
+// Leader through any replica names the current one. (Observe across
+// replicas, which follows etcdstore's watch: replicasObserve.)
 func replicasElect(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

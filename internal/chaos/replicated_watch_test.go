@@ -196,7 +196,7 @@ func replicasWatch(t *testing.T, rs *replicaSet) {
 		got[w] = map[string][]lease.Event{}
 		for key, changes := range want {
 			for len(got[w][key]) < len(changes) {
-				ev := st.event(replicaWait, fmt.Sprintf("the %d changes of %q", len(changes), key))
+				ev := st.event(replicaWait, fmt.Sprintf("one of the %d changes of %q", len(changes), key))
 				got[w][ev.Lease.Key] = append(got[w][ev.Lease.Key], ev)
 			}
 		}
