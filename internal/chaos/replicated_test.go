@@ -365,6 +365,10 @@ func TestReplicatedServe(t *testing.T) {
 	rs := startReplicas(t, 3, cluster, "shared")
 	t.Run("leases and waiting are shared", func(t *testing.T) { replicasShareLeases(t, cluster, rs) })
 	t.Run("election across replicas", func(t *testing.T) { replicasElect(t, cluster, rs) })
+	t.Run("watches across replicas", func(t *testing.T) { replicasWatch(t, rs) })
+	t.Run("expiry watched through another replica", func(t *testing.T) { replicasWatchExpiry(t, rs) })
+	// It kills replicas 0 and 2, and starts them again.
+	t.Run("observing an election across replica deaths", func(t *testing.T) { replicasObserve(t, cluster, rs) })
 	// Last: it kills replica 0.
 	t.Run("a holder survives its replica's death", func(t *testing.T) { holderSurvivesReplicaDeath(t, rs) })
 }
@@ -481,9 +485,8 @@ func holderSurvivesReplicaDeath(t *testing.T, rs *replicaSet) {
 // replicasElect: candidates campaigning through different replicas, each
 // through a multi-endpoint client that lists another replica first, are
 // elected in the order they queued, one at a time, with rising tokens;
-// Leader through any replica names the current one. (Observe follows the
-// backend's watch, which etcdstore serves once it has a native one:
-// cross-replica watch is tested with it.)
+// Leader through any replica names the current one. (Observe across
+// replicas, which follows etcdstore's watch: replicasObserve.)
 func replicasElect(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
