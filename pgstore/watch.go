@@ -79,22 +79,15 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 	if err != nil {
 		return nil, err
 	}
-	sub, err := feed.Hub().Subscribe(prefix)
-	if err != nil {
-		return nil, err
-	}
-	snap, err := s.watchSnapshot(ctx, prefix)
-	if err == nil {
-		err = feed.WaitBarrier(ctx, func(ctx context.Context, name string) error {
-			_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, s.n.watchChannel, "b"+name)
-			return err
+	sub, err := feed.Start(ctx, prefix,
+		func(ctx context.Context) ([]watchhub.Entry, error) { return s.watchSnapshot(ctx, prefix) },
+		func(ctx context.Context) error {
+			return feed.WaitBarrier(ctx, func(ctx context.Context, name string) error {
+				_, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, s.n.watchChannel, "b"+name)
+				return err
+			})
 		})
-	}
-	if err == nil {
-		err = feed.Join(sub, snap)
-	}
 	if err != nil {
-		sub.Close()
 		if errors.Is(err, lease.ErrUnavailable) || ctx.Err() != nil {
 			return nil, err
 		}

@@ -83,19 +83,10 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 	if err != nil {
 		return nil, s.fail(ctx, "watch", prefix, err)
 	}
-	sub, err := feed.Hub().Subscribe(prefix)
+	sub, err := feed.Start(ctx, prefix,
+		func(ctx context.Context) ([]watchhub.Entry, error) { return s.watchSnapshot(ctx, prefix) },
+		func(ctx context.Context) error { return s.barrier(ctx, feed) })
 	if err != nil {
-		return nil, err
-	}
-	snap, err := s.watchSnapshot(ctx, prefix)
-	if err == nil {
-		err = s.barrier(ctx, feed)
-	}
-	if err == nil {
-		err = feed.Join(sub, snap)
-	}
-	if err != nil {
-		sub.Close()
 		if errors.Is(err, lease.ErrUnavailable) {
 			return nil, err
 		}

@@ -232,6 +232,30 @@ func (f *Feed) Join(sub *Sub, snap []Entry) error {
 	return nil
 }
 
+// Start is a new watch of prefix on the feed, in the order Feed needs:
+// subscribe, read the state (snapshot), pass a barrier (barrier, which
+// returns once every change made before it began has reached the feed),
+// and join the two. On any error the subscription is closed and the error
+// returned as it is, for the backend to wrap.
+func (f *Feed) Start(ctx context.Context, prefix string, snapshot func(ctx context.Context) ([]Entry, error), barrier func(ctx context.Context) error) (*Sub, error) {
+	sub, err := f.hub.Subscribe(prefix)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := snapshot(ctx)
+	if err == nil {
+		err = barrier(ctx)
+	}
+	if err == nil {
+		err = f.Join(sub, snap)
+	}
+	if err != nil {
+		sub.Close()
+		return nil, err
+	}
+	return sub, nil
+}
+
 // due hands the backend the leases whose expiry the clock reached that
 // are still told held.
 func (f *Feed) due(keys []string) {
