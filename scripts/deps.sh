@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: PostgreSQL, Redis and
 # MariaDB server binaries, Prometheus's promtool (which checks deploy/'s
-# alert rules) and Chromium (the dashboard's browser tests) from Debian's
+# alert rules), systemd-analyze (its unit) and Chromium (the dashboard's
+# browser tests) from Debian's
 # packages (as root, via apt-get), and staticcheck through `go install`.
 # Tests start their own throwaway servers;
 # this script only makes the binaries available.
@@ -15,6 +16,9 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v mariadb-install-db >/dev/null 2>&1 && { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } ||
   need+=(mariadb-server)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# systemd-analyze checks deploy/'s unit (the package is installed, not run:
+# the tests never start systemd).
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 # The dashboard's browser tests (leasehttp/ui) drive headless Chromium, found
 # as $LEASE_CHROMIUM or on PATH as the tests look for it.
 if [ -z "${LEASE_CHROMIUM:-}" ]; then

@@ -48,7 +48,7 @@ done
 func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash:", err)
+		t.Fatal("no bash, which deps.sh needs:", err)
 	}
 	script, err := filepath.Abs("deps.sh")
 	if err != nil {
@@ -61,6 +61,7 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 		haveMariaDB bool   // mariadb-install-db and mariadbd are installed
 		noPromtool  bool   // promtool is missing
 		noChromium  bool   // chromium is not installed
+		noSystemd   bool   // systemd-analyze is not installed
 		running     string // services running before
 		policy      string // the system's policy-rc.d; empty: none
 		wantRunning string // services running after
@@ -90,6 +91,11 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			haveRedis: true, running: "mariadb", policy: allowAll,
 			wantRunning: "mariadb",
 			wantLog:     "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\n",
+		},
+		{
+			name:      "systemd-analyze missing",
+			haveRedis: true, haveMariaDB: true, noSystemd: true,
+			wantLog: "install postgresql\ninstall systemd\n",
 		},
 		{
 			name:      "chromium missing",
@@ -130,6 +136,9 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			if tc.haveRedis {
 				files[filepath.Join(bin, "redis-server")] = "#!/bin/sh\nexit 0\n"
 			}
+			if !tc.noSystemd {
+				files[filepath.Join(bin, "systemd-analyze")] = "#!/bin/sh\nexit 0\n"
+			}
 			if !tc.noChromium {
 				files[filepath.Join(bin, "chromium")] = "#!/bin/sh\nexit 0\n"
 			}
@@ -153,7 +162,7 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			for _, tool := range []string{"sh", "sort", "tail", "grep", "chmod", "rm", "touch"} {
 				real, err := exec.LookPath(tool)
 				if err != nil {
-					t.Skipf("no %s: %v", tool, err)
+					t.Fatalf("no %s, which deps.sh needs: %v", tool, err)
 				}
 				if err := os.Symlink(real, filepath.Join(bin, tool)); err != nil {
 					t.Fatal(err)
