@@ -3,8 +3,6 @@ package election_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"iter"
 	"testing"
 	"time"
 
@@ -20,30 +18,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// backendOnly hides every optional ability of memstore (its FIFO wait and
-// its watch), so Campaign polls and Observe reads at a pace.
-type backendOnly struct{ lease.Backend }
-
-// backends are the two ways an Elector follows a backend.
-var backends = []struct {
-	name string
-	new  func(testing.TB) lease.Backend
-}{
-	{"watch", func(t testing.TB) lease.Backend { return memtest.New(t) }},
-	{"poll", func(t testing.TB) lease.Backend { return backendOnly{memtest.New(t)} }},
-	{"watch-unsupported", func(t testing.TB) lease.Backend { return watchUnsupported{backendOnly{memtest.New(t)}} }},
-}
-
-// watchUnsupported says it watches, but refuses every watch as
-// unsupported, as a leasehttp.Client does whose server's backend cannot
-// watch: waiting must fall back to polling.
-type watchUnsupported struct{ lease.Backend }
-
-func (watchUnsupported) Watch(context.Context, string) iter.Seq2[lease.Event, error] {
-	return func(yield func(lease.Event, error) bool) {
-		yield(lease.Event{}, fmt.Errorf("test: watch: %w", errors.ErrUnsupported))
-	}
-}
+// backends are the ways election and semaphore must work on a backend.
+var backends = memtest.Ways
 
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -103,9 +79,9 @@ func (o *observer) next(t *testing.T) election.Leader {
 
 func TestCampaignResignHandOver(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			e := newElector(t, be.new(t), time.Minute)
+			e := newElector(t, be.New(t), time.Minute)
 			obs := observe(t, e, "svc")
 			if l := obs.next(t); l.Token != 0 || l.Key != "svc" {
 				t.Fatalf("first report %+v, want no leader", l)
@@ -171,9 +147,9 @@ func TestCampaignResignHandOver(t *testing.T) {
 
 func TestObserveSeesTheEndOfATerm(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			e := newElector(t, be.new(t), time.Minute)
+			e := newElector(t, be.New(t), time.Minute)
 			a, err := e.Campaign(ctx, "svc", "a")
 			if err != nil {
 				t.Fatal(err)
@@ -195,9 +171,9 @@ func TestObserveSeesTheEndOfATerm(t *testing.T) {
 // Another key that extends the election's key is another election.
 func TestObserveIgnoresLongerKeys(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			e := newElector(t, be.new(t), time.Minute)
+			e := newElector(t, be.New(t), time.Minute)
 			obs := observe(t, e, "svc")
 			obs.next(t) // no leader
 			other, err := e.Campaign(ctx, "svc2", "other")

@@ -3,8 +3,6 @@ package semaphore_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"iter"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -22,28 +20,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// backendOnly hides memstore's FIFO wait and watch, so waiting polls.
-type backendOnly struct{ lease.Backend }
-
-var backends = []struct {
-	name string
-	new  func(testing.TB) lease.Backend
-}{
-	{"watch", func(t testing.TB) lease.Backend { return memtest.New(t) }},
-	{"poll", func(t testing.TB) lease.Backend { return backendOnly{memtest.New(t)} }},
-	{"watch-unsupported", func(t testing.TB) lease.Backend { return watchUnsupported{backendOnly{memtest.New(t)}} }},
-}
-
-// watchUnsupported says it watches, but refuses every watch as
-// unsupported, as a leasehttp.Client does whose server's backend cannot
-// watch: waiting must fall back to polling.
-type watchUnsupported struct{ lease.Backend }
-
-func (watchUnsupported) Watch(context.Context, string) iter.Seq2[lease.Event, error] {
-	return func(yield func(lease.Event, error) bool) {
-		yield(lease.Event{}, fmt.Errorf("test: watch: %w", errors.ErrUnsupported))
-	}
-}
+// backends are the ways election and semaphore must work on a backend.
+var backends = memtest.Ways
 
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -157,10 +135,10 @@ func waitFor(t *testing.T, cond func() bool) {
 // hold more than N at once, as they count it and as the backend lists it.
 func TestNeverMoreThanN(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			ctx := ctxFor(t)
 			const n, workers, rounds = 3, 8, 10
-			b := be.new(t)
+			b := be.New(t)
 			var inside, most atomic.Int32
 			var wg sync.WaitGroup
 			for range workers {
@@ -205,9 +183,9 @@ func (failRenew) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease
 // and the backend frees it at its TTL for the next in line.
 func TestDeadHolderFreesItsSlot(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
+		t.Run(be.Name, func(t *testing.T) {
 			ctx := ctxFor(t)
-			b := be.new(t)
+			b := be.New(t)
 			const ttl = 200 * time.Millisecond
 			dead, err := newSem(t, failRenew{b}, 1, ttl).TryAcquire(ctx)
 			if err != nil {
@@ -234,8 +212,8 @@ func TestDeadHolderFreesItsSlot(t *testing.T) {
 
 func TestAcquireEndsWithItsContext(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			b := be.new(t)
+		t.Run(be.Name, func(t *testing.T) {
+			b := be.New(t)
 			s := newSem(t, b, 1, time.Minute)
 			slot, err := s.TryAcquire(ctxFor(t))
 			if err != nil {
