@@ -21,7 +21,12 @@ type testDB struct {
 
 func newTestDB(t testing.TB, maxConns int) testDB {
 	t.Helper()
-	url := pgtest.Start(t)
+	return openTestDB(t, pgtest.Start(t), maxConns)
+}
+
+// openTestDB is a pool on the database at url, closed in cleanup.
+func openTestDB(t testing.TB, url string, maxConns int) testDB {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)

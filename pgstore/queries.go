@@ -71,6 +71,10 @@ func newQueries(n names, durable bool) queries {
 	if durable {
 		durably = " AND " + durableCommit
 	}
+	// floor is the token floor (Bump), an uncorrelated scalar subquery:
+	// computed at most once per statement, and only when ins writes a
+	// row.
+	floor := `(SELECT token_floor FROM ` + n.meta + `)`
 	tryLock := `pg_try_advisory_xact_lock(` + strconv.Itoa(int(n.lockClass)) + `, hashtext(req.key))`
 	return queries{
 		// cur reads the keys' rows without locking them. Only a key whose row
@@ -96,6 +100,14 @@ func newQueries(n names, durable bool) queries {
 		// spurious "held" that the caller retries. The CASE tries it only
 		// for keys cur saw free.
 		//
+		// A grant's token is one above both the key's last token and the
+		// token floor (Bump): a key without a row starts at the floor + 1
+		// (ins reads the floor), and a key with a row goes on from it
+		// (upd does not read the floor, as no row's token is below it:
+		// Bump raises every row to the floor it sets, in the transaction
+		// that sets it, and rows inserted later start above it). So the
+		// floor costs only the first grant of a key.
+		//
 		// Every acquisition tells watchers (told), in the statement that
 		// makes it.
 		//
@@ -113,7 +125,7 @@ func newQueries(n names, durable bool) queries {
 	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at, ` + told("'a'", "l.expires_at", "$5") + `
 ), ins AS (
 	INSERT INTO ` + n.leases + ` AS l (key, token, id, owner, ttl_ns, expires_at)
-	SELECT req.key, 1, req.id, req.owner, req.ttl_ns, ` + expiresAt("req.ttl_ns") + `
+	SELECT req.key, ` + floor + ` + 1, req.id, req.owner, req.ttl_ns, ` + expiresAt("req.ttl_ns") + `
 	FROM req
 	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + tryLock + ` END` + durably + `
 	ON CONFLICT (key) DO NOTHING

@@ -17,7 +17,9 @@ import (
 // SchemaVersion is the version of the tables this release reads and writes.
 // Open and New's first operation create them, or migrate older ones, and
 // refuse tables of a newer version with an error matching ErrSchemaVersion.
-const SchemaVersion = 1
+//
+// Version 2 added token_floor to <prefix>meta (Store.Bump).
+const SchemaVersion = 2
 
 // ErrSchemaVersion means the store's tables were made by a newer release of
 // pgstore than this one, which must not write to them.
@@ -26,7 +28,7 @@ var ErrSchemaVersion = errors.New("pgstore: schema version is newer than this re
 // names are the identifiers a Store uses, quoted for SQL.
 type names struct {
 	leases  string // schema-qualified leases table
-	meta    string // schema-qualified table holding the schema version
+	meta    string // schema-qualified one-row table: schema version and token floor
 	channel string // NOTIFY channel of releases waited for, an unquoted lower-case identifier
 	// watchChannel is the NOTIFY channel of every change, for Watch.
 	watchChannel string
@@ -86,6 +88,17 @@ var migrations = []func(n names) []string{
 				expires_at timestamptz NOT NULL,
 				wanted     boolean NOT NULL DEFAULT false
 			) WITH (fillfactor = 70)`,
+		}
+	},
+	1: func(n names) []string {
+		return []string{
+			// The token floor: every grant issues a token above both its
+			// key's row and this, so a key without a row starts at
+			// token_floor + 1. Bump raises it after a restore, for keys the
+			// restored rows do not know. It stays below 2^53, so one more
+			// token still fits the leases' CHECK.
+			`ALTER TABLE ` + n.meta + ` ADD COLUMN IF NOT EXISTS token_floor bigint NOT NULL DEFAULT 0
+				CHECK (token_floor BETWEEN 0 AND 9007199254740991)`,
 		}
 	},
 }

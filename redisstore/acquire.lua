@@ -3,6 +3,7 @@
 -- KEYS[1] lease: a string W ID TOKEN ':' TIME ':' TTL ':' OWNER (see
 --         value.go), expiring by PX
 -- KEYS[2] token counter: never deleted, never expiring (same hash slot)
+-- KEYS[3] token floor (Bump), the slot's on Cluster (same hash slot)
 -- ARGV[1] lease id (32 hex digits), ARGV[2] owner, ARGV[3] ttl in ms,
 -- ARGV[4] the changes channel
 -- Returns the lease value now stored. The caller holds the lease if the
@@ -16,6 +17,17 @@ if cur then
 end
 
 local token = redis.call('INCR', KEYS[2])
+-- The token is above the floor too: a key the counters of a restored
+-- backup do not know starts above it. The floor is set only by Bump, below
+-- 2^53; a held key's try never reads it.
+local floor = redis.call('GET', KEYS[3])
+if floor then
+  floor = tonumber(floor)
+  if token <= floor then
+    token = floor + 1
+    redis.call('SET', KEYS[2], string.format('%d', token))
+  end
+end
 -- Tokens stay below 2^53 (lease.MaxToken, tokenLimit in store.go). A Lua
 -- number is a double, exact to 2^53: compared with >= 2^53 this refuses
 -- every counter value from 2^53 up, however it rounds. The counter stays

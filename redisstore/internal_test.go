@@ -22,7 +22,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	id := lease.NewID()
 	run := func() string {
 		t.Helper()
-		res, err := acquireScript.Run(ctx, s.rdb, []string{s.leaseKey(k), s.counterKey(k)},
+		res, err := acquireScript.Run(ctx, s.rdb, s.acquireKeys(k),
 			id.Reveal(), "owner", int64(60000), s.changesArg).Text()
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,10 @@ import (
 //	NS:{E}:l   the lease: a string (see value.go) expiring by PX
 //	NS:{E}:t   the token counter: a string INCRed per grant, never deleted,
 //	           never given an expiry
+//	NS:floor   the token floor (Bump): every grant's token is above it; on
+//	           Cluster one per hash slot instead, NS:{T}:floor with T the
+//	           slot's tag (slotTags), read by the grants of the keys in
+//	           that slot
 //
 // where E is K with '%' written as "%25" and '}' as "%7D". Redis Cluster
 // hashes only what lies between the first '{' and the first '}' after it;
@@ -22,6 +26,7 @@ import (
 const (
 	leaseSuffix   = "}:l"
 	counterSuffix = "}:t"
+	floorSuffix   = ":floor" // after the namespace, or a slot's tag and '}'
 	channelSuffix = ":released"
 	changesSuffix = ":changes" // every change, for Watch
 )
@@ -44,6 +49,41 @@ func (s *Store) counterKey(key string) string {
 func (s *Store) keyPair(key string) []string {
 	head := s.ns + ":{" + tagEscaper.Replace(key)
 	return []string{head + leaseSuffix, head + counterSuffix}
+}
+
+// acquireKeys returns the lease, counter and floor key names of key, for
+// acquire.lua.
+func (s *Store) acquireKeys(key string) []string {
+	tag := tagEscaper.Replace(key)
+	head := s.ns + ":{" + tag
+	return []string{head + leaseSuffix, head + counterSuffix, s.floorKeyOf(tag)}
+}
+
+// floorKeyOf is the name of the token floor that the grants of the keys
+// with hash tag tag read: the server's one, or on Cluster their slot's.
+func (s *Store) floorKeyOf(tag string) string {
+	if !s.cluster {
+		return s.ns + floorSuffix
+	}
+	return s.slotFloorKey(int(crc16(tag) & (numSlots - 1)))
+}
+
+// slotFloorKey is the name of the token floor of a hash slot on Cluster.
+func (s *Store) slotFloorKey(slot int) string {
+	return s.ns + ":{" + slotTags()[slot] + "}" + floorSuffix
+}
+
+// floorKeys are the names of every token floor of the store: one, or on
+// Cluster one per hash slot.
+func (s *Store) floorKeys() []string {
+	if !s.cluster {
+		return []string{s.ns + floorSuffix}
+	}
+	keys := make([]string, numSlots)
+	for i := range keys {
+		keys[i] = s.slotFloorKey(i)
+	}
+	return keys
 }
 
 // listPattern is the SCAN MATCH pattern of the lease keys whose user key

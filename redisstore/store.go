@@ -25,6 +25,10 @@ var (
 	wantSrc string
 	//go:embed expire.lua
 	expireSrc string
+	//go:embed floor.lua
+	floorSrc string
+	//go:embed end.lua
+	endSrc string
 
 	// Script.Run sends EVALSHA and falls back to EVAL on NOSCRIPT (after a
 	// server restart or SCRIPT FLUSH): one round trip in the steady state.
@@ -33,6 +37,8 @@ var (
 	releaseScript = redis.NewScript(releaseSrc)
 	wantScript    = redis.NewScript(wantSrc)
 	expireScript  = redis.NewScript(expireSrc)
+	floorScript   = redis.NewScript(floorSrc)
+	endScript     = redis.NewScript(endSrc)
 )
 
 // tokenLimit bounds the tokens the store issues: below 2^53, so that the Lua
@@ -50,6 +56,7 @@ type Store struct {
 	rdb        redis.UniversalClient
 	ownsClient bool
 	ns         string
+	cluster    bool // a *redis.ClusterClient: one token floor per hash slot
 	channel    string
 	channelArg any // channel, boxed once for every Release
 	changesArg any // the changes channel (watch.go), boxed once
@@ -160,6 +167,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		}
 	}
 	s := &Store{rdb: client, ns: cfg.ns}
+	_, s.cluster = client.(*redis.ClusterClient)
 	s.channel = s.ns + channelSuffix
 	s.channelArg = s.channel
 	s.changesArg = s.ns + changesSuffix
@@ -204,7 +212,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	id := lease.NewID()
 	ids := id.Reveal()
 	ms := ttlMillis(ttl)
-	res, err := s.batch.run(ctx, acquireScript, s.keyPair(key), ids, owner, ms, s.changesArg).Text()
+	res, err := s.batch.run(ctx, acquireScript, s.acquireKeys(key), ids, owner, ms, s.changesArg).Text()
 	if err != nil {
 		return lease.Lease{}, s.fail(ctx, "acquire", key, err)
 	}

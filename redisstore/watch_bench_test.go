@@ -39,7 +39,7 @@ func BenchmarkWatchPublishCost(b *testing.B) {
 	ms := (10 * time.Second).Milliseconds()
 	pair := func(acq, rel *redis.Script, key string) error {
 		id := lease.NewID()
-		v, err := acq.Run(ctx, rdb, s.keyPair(key), id.Reveal(), "bench", ms, s.changesArg).Text()
+		v, err := acq.Run(ctx, rdb, s.acquireKeys(key), id.Reveal(), "bench", ms, s.changesArg).Text()
 		if err != nil {
 			return err
 		}

@@ -115,6 +115,7 @@ func newRoot(a *app) *cobra.Command {
 		newRunCommand(a),
 		newBackupCommand(a),
 		newRestoreCommand(a),
+		newBumpCommand(a),
 		newVersionCommand(a),
 	)
 	return root

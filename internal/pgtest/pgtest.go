@@ -326,3 +326,18 @@ func sanitize(name string) string {
 	}
 	return strings.Trim(b.String(), "_")
 }
+
+// Tool returns the path of PostgreSQL's client program name (pg_dump,
+// pg_restore, …): the one beside the server binaries Start uses, else the
+// one on PATH. A missing program fails the test with an install hint.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	if dir, err := findBin(); err == nil && executable(filepath.Join(dir, name)) {
+		return filepath.Join(dir, name)
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	t.Fatalf("pgtest: %s not found in %s or on PATH: apt-get install postgresql-client", name, binGlob)
+	return ""
+}
