@@ -287,7 +287,7 @@ func TestBatchRefusedIsSentAlone(t *testing.T) {
 	s := newTestStore(t, cli, testPrefix())
 	g := newGate(s)
 	put := func(key string, opts ...clientv3.OpOption) *txnReq {
-		k := s.path(kindHolder, key)
+		k := s.path(kindEntry, key)
 		return &txnReq{key: key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
 			then: []clientv3.Op{clientv3.OpPut(k, "v", opts...)}}
 	}
@@ -326,7 +326,7 @@ func TestBatchRefusedIsSentAlone(t *testing.T) {
 		if r.err != nil || !r.resp.Succeeded {
 			t.Errorf("put %q, batched with one etcd refused: %+v, %v; want it done", k, r.resp, r.err)
 		}
-		if got, err := cli.Get(testCtx(t), s.path(kindHolder, k)); err != nil || len(got.Kvs) != 1 {
+		if got, err := cli.Get(testCtx(t), s.path(kindEntry, k)); err != nil || len(got.Kvs) != 1 {
 			t.Errorf("key %q after the resend: %v, %v", k, got, err)
 		}
 	}

@@ -14,26 +14,31 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// freeCmps hold when key has no generation and no queued waiters.
+// freeCmps hold when key has no entries: no holder and nobody waiting.
 func (s *Store) freeCmps(key string) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(s.path(kindHolder, key)), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(s.path(kindWaiter, key, "")), "=", 0).WithPrefix(),
-	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.entries(key)), "=", 0).WithPrefix()}
 }
 
-// ownedCmps hold when l is key's current generation: same token, same ID.
+// ownedCmps hold when l's entry exists with l's token (its create
+// revision) and ID. An entry that exists with the token of a lease handed
+// out is the holder: the lease was handed out only once every older entry
+// was gone, and entries created later are younger.
 func (s *Store) ownedCmps(l lease.Lease) []clientv3.Cmp {
-	h := s.path(kindHolder, l.Key)
-	return append(idCmps(h, l.ID), clientv3.Compare(clientv3.CreateRevision(h), "=", int64(l.Token)))
+	e := s.entry(l.Key, l.ID)
+	return append(idCmps(e, l.ID), clientv3.Compare(clientv3.CreateRevision(e), "=", int64(l.Token)))
 }
 
-// createOps start a generation of key on el, its holder key's value being
-// value (holderValue). The holder key's create revision — this
-// transaction's revision — is the token. hw reports that the ops also raise
-// the high-water mark.
-func (s *Store) createOps(key, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
-	ops = []clientv3.Op{clientv3.OpPut(s.path(kindHolder, key), value, clientv3.WithLease(el.id))}
+// firstEntry reads the oldest of key's entries: its holder.
+func (s *Store) firstEntry(key string) clientv3.Op {
+	return clientv3.OpGet(s.entries(key), clientv3.WithFirstCreate()...)
+}
+
+// createOps create the entry of id under key on el, its value being value
+// (holderValue). Its create revision — this transaction's revision — is
+// the token it holds with, now if key had no entries, else once the older
+// ones are gone. hw reports that the ops also raise the high-water mark.
+func (s *Store) createOps(key string, id lease.ID, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
+	ops = []clientv3.Op{clientv3.OpPut(s.entry(key, id), value, clientv3.WithLease(el.id))}
 	if op, ok := s.highWaterDue(floor); ok {
 		ops = append(ops, op)
 		hw = true
@@ -90,9 +95,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			}
 		}
 		value := holderValue(id, owner, ttl, el.secs, exp)
-		create, hw := s.createOps(key, value, el, floor)
+		create, hw := s.createOps(key, id, value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
-			els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
+			els: []clientv3.Op{s.firstEntry(key)}})
 		kaErr := ref.wait()
 		ref = nil
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
@@ -138,26 +143,28 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			s.revoke(el.id)
 			return lease.Lease{}, failUnknown(ctx, "acquire", key, kaErr)
 		}
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, exp)
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, resp.Header.Revision, exp)
 	}
 }
 
-// granted finishes a successful acquisition at revision rev: the holder
-// key's create and mod revision; exp is the expiry its value holds.
-func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64, exp time.Time) (lease.Lease, error) {
+// granted finishes a successful acquisition whose entry was created at
+// revision rev (the token) and last written at modRev; exp is the expiry
+// its value holds.
+func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev, modRev int64, exp time.Time) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
-	s.hold(id, el, tok, rev)
+	s.hold(id, el, tok, modRev)
 	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: exp}, nil
 }
 
-// heldError describes why a free-key comparison failed.
+// heldError describes why a free-key comparison failed; h is key's oldest
+// entry, its holder.
 func (s *Store) heldError(key string, h *mvccpb.KeyValue) error {
-	if h == nil {
-		return fmt.Errorf("%w: etcdstore: %q has waiters queued", lease.ErrHeld, key)
+	if h == nil { // gone between the comparison and the read: cannot happen within one Txn
+		return fmt.Errorf("%w: etcdstore: %q is held", lease.ErrHeld, key)
 	}
 	l, err := leaseFrom(key, h, time.Now())
 	if err != nil {
@@ -168,9 +175,9 @@ func (s *Store) heldError(key string, h *mvccpb.KeyValue) error {
 
 // Renew implements lease.Backend. With the TTL's etcd lease TTL unchanged it
 // checks the generation (a read-only Txn), keeps its etcd lease alive and
-// writes the holder key again, so that watchers see the renewal; with
-// another it moves the generation's keys to an etcd lease of the new TTL,
-// keeping the token (a key's create revision survives a Put).
+// writes its entry again, so that watchers see the renewal; with another it
+// moves the entry to an etcd lease of the new TTL, keeping the token (a
+// key's create revision survives a Put).
 func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateLease(l); err != nil {
 		return lease.Lease{}, err
@@ -191,7 +198,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	}
 }
 
-// stillOurs reports whether holder key kv is still generation l's.
+// stillOurs reports whether entry kv is still generation l's.
 func stillOurs(l lease.Lease, kv *mvccpb.KeyValue) bool {
 	return kv != nil && kv.CreateRevision == int64(l.Token) && bytes.HasPrefix(kv.Value, []byte(l.ID.Reveal()+"\x00"))
 }
@@ -203,7 +210,7 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		return lease.Lease{}, false, err
 	}
 	floor := s.maxRev.Load()
-	hk := s.path(kindHolder, l.Key)
+	hk := s.entry(l.Key, l.ID)
 	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(hk)}})
 	if err != nil {
 		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
@@ -295,7 +302,7 @@ func notHeld(l lease.Lease) error {
 // revoked if this Store did not grant it).
 //
 // For a generation this Store granted or renewed, it knows the token and
-// the revision of its last write (or read) of the holder key: a token other
+// the revision of its last write (or read) of the entry: a token other
 // than the known one is refused without a round trip (an ID names one
 // generation, whose token never changes), and the Txn compares the holder
 // key's mod revision with that revision alone — one integer comparison
@@ -316,7 +323,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	h := s.path(kindHolder, l.Key)
+	h := s.entry(l.Key, l.ID)
 	if tok, modRev, known := s.generation(l.ID); known {
 		if tok != l.Token {
 			return notHeld(l)
@@ -369,7 +376,7 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Get(ctx, s.path(kindHolder, key))
+	resp, err := s.cli.Get(ctx, s.entries(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return lease.Lease{}, fail(ctx, "get", key, err)
 	}
@@ -382,10 +389,13 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return leaseFrom(key, resp.Kvs[0], time.Now())
 }
 
-// List implements lease.Backend with one linearizable range read per page:
-// the holder keys from just past the cursor's key to the end of the prefix,
-// in etcd's byte order, limited to the page and one more. Holder keys exist
-// only while their leases do, so the range reads nothing else.
+// List implements lease.Backend with linearizable range reads at one
+// revision: the entries from just past the cursor's key to the end of the
+// prefix, in etcd's byte order, grouped by lease key, each key's holder
+// being its oldest entry. A key's entries are contiguous; a read that ends
+// inside a key's entries is followed by one from that key's first entry
+// (with room for twice as many entries if it was the only key read).
+// Without waiters that is one read of the page and one more entry.
 func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
 	limit, after, err := lease.ParseList(prefix, page)
 	if err != nil {
@@ -394,29 +404,74 @@ func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease
 	if err := s.usable(); err != nil {
 		return lease.ListPage{}, err
 	}
-	from := s.path(kindHolder, prefix)
+	from := s.path(kindEntry, prefix)
 	if after >= prefix {
-		from = s.path(kindHolder, after+"\x00") // the first key after it: keys hold no NUL
+		// Past every entry of after (after, NUL, name): keys hold no
+		// control characters, so every later key sorts above this.
+		from = s.path(kindEntry, after) + "\x01"
 	}
+	end := clientv3.GetPrefixRangeEnd(s.path(kindEntry, prefix))
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Get(ctx, from,
-		clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.path(kindHolder, prefix))),
-		clientv3.WithLimit(int64(limit)+1))
-	if err != nil {
-		return lease.ListPage{}, fail(ctx, "list", prefix, err)
-	}
-	if err := s.observe(floor, resp.Header); err != nil {
-		return lease.ListPage{}, err
-	}
-	base := len(s.path(kindHolder, ""))
+	var rev int64
+	n := int64(limit) + 1
 	now := time.Now()
-	out := make([]lease.Lease, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs { // etcd sorts by key
-		l, err := leaseFrom(string(kv.Key[base:]), kv, now)
-		if err != nil {
-			return lease.ListPage{}, err
+	out := make([]lease.Lease, 0, min(limit+1, 1024))
+	for len(out) <= limit {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(n)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
 		}
-		out = append(out, l)
+		resp, err := s.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return lease.ListPage{}, fail(ctx, "list", prefix, err)
+		}
+		if rev == 0 {
+			if err := s.observe(floor, resp.Header); err != nil {
+				return lease.ListPage{}, err
+			}
+			rev = resp.Header.Revision
+		}
+		kvs := resp.Kvs // etcd sorts by key: each lease key's entries together
+		if resp.More {
+			// The last key's entries may go on past the read: leave it
+			// for the next.
+			last, _ := s.leaseKeyOf(kvs[len(kvs)-1].Key)
+			for len(kvs) > 0 {
+				if k, _ := s.leaseKeyOf(kvs[len(kvs)-1].Key); k != last {
+					break
+				}
+				kvs = kvs[:len(kvs)-1]
+			}
+			if len(kvs) == 0 { // one key's entries filled the read
+				n *= 2
+				continue
+			}
+		}
+		for i := 0; i < len(kvs); {
+			k, ok := s.leaseKeyOf(kvs[i].Key)
+			if !ok {
+				return lease.ListPage{}, fmt.Errorf("%w: etcdstore: unexpected key %q in the entries", lease.ErrUnavailable, kvs[i].Key)
+			}
+			first := kvs[i]
+			for i++; i < len(kvs); i++ {
+				if k2, _ := s.leaseKeyOf(kvs[i].Key); k2 != k {
+					break
+				}
+				if kvs[i].CreateRevision < first.CreateRevision {
+					first = kvs[i]
+				}
+			}
+			l, err := leaseFrom(k, first, now)
+			if err != nil {
+				return lease.ListPage{}, err
+			}
+			out = append(out, l)
+		}
+		if !resp.More {
+			break
+		}
+		last, _ := s.leaseKeyOf(kvs[len(kvs)-1].Key)
+		from = s.path(kindEntry, last) + "\x01"
 	}
 	return lease.PageOf(out, limit), nil
 }

@@ -24,7 +24,7 @@ type etcdLease struct {
 	seen time.Time // receive time of the same: etcd expires it about seen+secs
 
 	// While it carries a generation of this Store (Store.held): its token
-	// and the holder key's mod revision as of this Store's last write of it.
+	// and the entry's mod revision as of this Store's last write of it.
 	token  lease.Token
 	modRev int64
 }
@@ -205,7 +205,7 @@ func (s *Store) lost(el *etcdLease, err error) {
 }
 
 // hold records el as the etcd lease of the generation with secret id and
-// token tok, whose holder key this Store last wrote, or read, at mod
+// token tok, whose entry this Store last wrote, or read, at mod
 // revision modRev.
 func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, modRev int64) {
 	s.mu.Lock()
@@ -224,7 +224,7 @@ func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, modRev int64) 
 	}
 }
 
-// generation returns the token and holder key mod revision of the
+// generation returns the token and entry mod revision of the
 // generation with secret id, if this Store granted or renewed it.
 func (s *Store) generation(id lease.ID) (tok lease.Token, modRev int64, ok bool) {
 	s.mu.Lock()

@@ -60,7 +60,7 @@ func waitEntered(t *testing.T, g *gatedLease) {
 
 func holderLease(t *testing.T, s *Store, cli *clientv3.Client, key string) (clientv3.LeaseID, bool) {
 	t.Helper()
-	resp, err := cli.Get(testCtx(t), s.path(kindHolder, key))
+	resp, err := cli.Get(testCtx(t), s.entries(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		t.Fatal(err)
 	}

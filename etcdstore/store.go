@@ -1,7 +1,10 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -137,10 +140,28 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		pool:   make(map[int64][]*etcdLease),
 		held:   make(map[lease.ID]*etcdLease),
 	}
+	if err := s.checkLayout(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.checkHighWater(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkLayout refuses a prefix that holds keys of the layout before
+// entries: a Store of this version would not see the leases they hold.
+func (s *Store) checkLayout(ctx context.Context) error {
+	for _, kind := range []byte{kindOldHolder, kindOldWaiter} {
+		resp, err := s.cli.Get(ctx, s.path(kind, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		if err != nil {
+			return fmt.Errorf("%w: etcdstore: reading the prefix: %v", lease.ErrUnavailable, err)
+		}
+		if len(resp.Kvs) > 0 {
+			return fmt.Errorf("%w: etcdstore: prefix %q holds leases of an earlier etcdstore layout (key %q); let them expire or release them with that version, or use another prefix", lease.ErrUnavailable, s.prefix, resp.Kvs[0].Key)
+		}
+	}
+	return nil
 }
 
 // Close revokes the idle etcd leases the Store keeps for reuse and, if Open
@@ -174,13 +195,51 @@ func (s *Store) Close() error {
 
 // Key kinds, each its own namespace under the prefix.
 const (
-	kindHolder = 'h' // the current generation: value ID and info, CreateRevision the token
-	kindWaiter = 'w' // the FIFO queue of AcquireWait callers
-	kindMeta   = 'm' // the high-water mark
-	// kindReleased marks a release: written with the holder key's delete,
-	// so that a watch tells a release from an expiry (watch.go).
+	// kindEntry: a lease key's entries, one per holder or waiter, each
+	// named by its lease ID (entryName) and attached to its etcd lease. The
+	// entry with the oldest create revision is the holder; its create
+	// revision is the token.
+	kindEntry = 'e'
+	kindMeta  = 'm' // the high-water mark
+	// kindReleased marks a release: written with the holder's entry's
+	// delete, so that a watch tells a release from an expiry (watch.go).
 	kindReleased = 'r'
+	// Kinds of the layout before entries (a holder key 'h' and a queue
+	// 'w' per lease key); New refuses a prefix that still has them.
+	kindOldHolder = 'h'
+	kindOldWaiter = 'w'
 )
+
+// entryName names the entry of the lease (or waiter) with secret id: 16
+// hex digits of the ID's SHA-256, so that any Store given a lease's key, token and ID
+// finds its entry, and listing keys does not show IDs.
+func entryName(id lease.ID) string {
+	sum := sha256.Sum256(id[:])
+	return hex.EncodeToString(sum[:8])
+}
+
+// entry is the etcd key of the entry with secret id under lease key key.
+func (s *Store) entry(key string, id lease.ID) string {
+	return s.path(kindEntry, key, entryName(id))
+}
+
+// entries is the range (a prefix) of key's entries.
+func (s *Store) entries(key string) string { return s.path(kindEntry, key, "") }
+
+// leaseKeyOf returns the lease key of entry k (an etcd key under
+// path(kindEntry, "")), and false for any other key.
+func (s *Store) leaseKeyOf(k []byte) (string, bool) {
+	base := s.path(kindEntry, "")
+	if len(k) <= len(base) || string(k[:len(base)]) != base {
+		return "", false
+	}
+	rest := k[len(base):]
+	i := bytes.IndexByte(rest, 0)
+	if i < 0 {
+		return "", false
+	}
+	return string(rest[:i]), true
+}
 
 // path builds every etcd key the Store uses: prefix, kind, NUL, key, and for
 // waiters NUL and the waiter's name. Lease keys and prefixes contain no

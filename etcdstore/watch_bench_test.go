@@ -28,7 +28,7 @@ func BenchmarkWatchRenewCost(b *testing.B) {
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 	keepAliveOnly := func(l lease.Lease) error {
-		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, l.Key))}})
+		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(s.entry(l.Key, l.ID))}})
 		if err != nil {
 			return err
 		}

@@ -174,8 +174,9 @@ func BenchmarkCompareElection(b *testing.B) {
 				done <- won{time.Now(), err}
 			}()
 			time.Sleep(handoffTerm)
-			// etcdstore's queue of key: see the package documentation.
-			if err := queued(ctx, storePfx+"w\x00"+key+"\x00", 1); err != nil {
+			// etcdstore's entries of key, the leader's and the candidate's:
+			// see the package documentation.
+			if err := queued(ctx, storePfx+"e\x00"+key+"\x00", 2); err != nil {
 				return 0, err
 			}
 			t0 := time.Now()
