@@ -12,10 +12,12 @@
 // another's ranges even when one prefix starts with the other (etcd issue
 // #6278). Per lease key there are:
 //
-//   - e: the entries, one per holder or waiter, named by 16 hex digits of
-//     the SHA-256 of its lease's secret ID (so any Store given key, token
-//     and ID finds it) and attached to its caller's etcd lease; value the
-//     ID, NUL, and owner, asked TTL, etcd TTL and expiry estimate as JSON.
+//   - e: the entries, one per holder or waiter, each attached to its
+//     caller's etcd lease and named by that etcd lease's ID in hex (pooled
+//     etcd leases are reused, so a busy key reuses a few names rather than
+//     leaving a deleted key in etcd's index per hand-off until the next
+//     compaction); value the lease's secret ID, NUL, and owner, asked TTL,
+//     etcd TTL and expiry estimate as JSON.
 //     The entry with the oldest CreateRevision is the holder, and that
 //     revision is the token; the others wait in create-revision order, as
 //     the candidates of concurrency.Election do.
@@ -91,9 +93,11 @@
 //     Store's last write of it — the Store knows each of its generations'
 //     token and that revision, and any later write has a later one — Then
 //     delete it and write the release mark; for a lease this Store did not
-//     grant or renew, If token and ID match). The next waiter, if any,
-//     holds from that revision on, with nothing more written.
-//   - Renew: a read-only Txn checking token and ID, then KeepAliveOnce, then
+//     grant or renew, a read of the key's oldest entry, then the Txn If
+//     token and ID match). The next waiter, if any, holds from that
+//     revision on, with nothing more written.
+//   - Renew: a read-only Txn reading the key's oldest entry to check token
+//     and ID, then KeepAliveOnce, then
 //     a Txn that writes the entry again (the keep-alive alone would be
 //     invisible to watchers); a changed etcd TTL instead moves the keys to
 //     another etcd lease in a Txn.

@@ -462,3 +462,85 @@ func TestNewRefusesTheOldLayout(t *testing.T) {
 		t.Fatalf("New on a prefix of the old layout: %v; want a refusal naming it", err)
 	}
 }
+
+// TestBusyKeyReusesEntryNames: a key acquired and released over and over
+// through one Store reuses its entries' names (its pooled etcd leases'),
+// so etcd's index does not gain a deleted key per hand-off until the next
+// compaction.
+func TestBusyKeyReusesEntryNames(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	const key = "busy"
+	start, err := cli.Get(testCtx(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		l, err := s.Acquire(testCtx(t), key, "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(testCtx(t), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every version of every entry since the start, deleted ones included.
+	names := map[string]bool{}
+	end, err := cli.Get(testCtx(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	for wr := range cli.Watch(wctx, s.entries(key), clientv3.WithPrefix(), clientv3.WithRev(start.Header.Revision+1)) {
+		for _, ev := range wr.Events {
+			names[string(ev.Kv.Key)] = true
+			if ev.Kv.ModRevision >= end.Header.Revision {
+				cancel()
+			}
+		}
+	}
+	if len(names) > 2 {
+		t.Fatalf("50 acquisitions of one key created %d entry names; want them reused (at most 2)", len(names))
+	}
+}
+
+// TestMovedEntryKeepsItsName: an entry moved to another etcd lease by a
+// Renew with another TTL keeps its name, the etcd lease that names it is
+// not pooled again, and a waiter of the same Store queued after it gets a
+// name of its own — it does not overwrite the holder's entry.
+func TestMovedEntryKeepsItsName(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	const key = "moved"
+	l, err := s.Acquire(testCtx(t), key, "holder", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = s.Renew(testCtx(t), l, 5*time.Second); err != nil { // another etcd TTL: a move
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := s.AcquireWait(testCtx(t), key, "waiter", time.Second)
+		if err == nil {
+			err = s.Release(testCtx(t), w)
+		}
+		got <- err
+	}()
+	waitForWaiters(t, s, key, 1)
+	if l, err = s.Renew(testCtx(t), l, 5*time.Second); err != nil {
+		t.Fatalf("the holder's Renew after a waiter of the same Store queued: %v", err)
+	}
+	if cur, err := s.Get(testCtx(t), key); err != nil || cur.Owner != "holder" || cur.Token != l.Token {
+		t.Fatalf("Get = %+v, %v; want the holder's lease", cur, err)
+	}
+	if err := s.Release(testCtx(t), l); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+}

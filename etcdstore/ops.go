@@ -19,12 +19,11 @@ func (s *Store) freeCmps(key string) []clientv3.Cmp {
 	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.entries(key)), "=", 0).WithPrefix()}
 }
 
-// ownedCmps hold when l's entry exists with l's token (its create
+// ownedCmps hold when entry e is l's: it exists with l's token (its create
 // revision) and ID. An entry that exists with the token of a lease handed
 // out is the holder: the lease was handed out only once every older entry
 // was gone, and entries created later are younger.
-func (s *Store) ownedCmps(l lease.Lease) []clientv3.Cmp {
-	e := s.entry(l.Key, l.ID)
+func ownedCmps(l lease.Lease, e string) []clientv3.Cmp {
 	return append(idCmps(e, l.ID), clientv3.Compare(clientv3.CreateRevision(e), "=", int64(l.Token)))
 }
 
@@ -33,12 +32,12 @@ func (s *Store) firstEntry(key string) clientv3.Op {
 	return clientv3.OpGet(s.entries(key), clientv3.WithFirstCreate()...)
 }
 
-// createOps create the entry of id under key on el, its value being value
+// createOps create key's entry on el (entryKey), its value being value
 // (holderValue). Its create revision — this transaction's revision — is
 // the token it holds with, now if key had no entries, else once the older
 // ones are gone. hw reports that the ops also raise the high-water mark.
-func (s *Store) createOps(key string, id lease.ID, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
-	ops = []clientv3.Op{clientv3.OpPut(s.entry(key, id), value, clientv3.WithLease(el.id))}
+func (s *Store) createOps(key, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
+	ops = []clientv3.Op{clientv3.OpPut(s.entryKey(key, el.id), value, clientv3.WithLease(el.id))}
 	if op, ok := s.highWaterDue(floor); ok {
 		ops = append(ops, op)
 		hw = true
@@ -95,7 +94,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			}
 		}
 		value := holderValue(id, owner, ttl, el.secs, exp)
-		create, hw := s.createOps(key, id, value, el, floor)
+		create, hw := s.createOps(key, value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
 			els: []clientv3.Op{s.firstEntry(key)}})
 		kaErr := ref.wait()
@@ -147,16 +146,16 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	}
 }
 
-// granted finishes a successful acquisition whose entry was created at
-// revision rev (the token) and last written at modRev; exp is the expiry
-// its value holds.
+// granted finishes a successful acquisition whose entry, on el, was
+// created at revision rev (the token) and last written at modRev; exp is
+// the expiry its value holds.
 func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev, modRev int64, exp time.Time) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
-	s.hold(id, el, tok, modRev)
+	s.hold(id, el, tok, s.entryKey(key, el.id), modRev)
 	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: exp}, nil
 }
 
@@ -210,18 +209,20 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		return lease.Lease{}, false, err
 	}
 	floor := s.maxRev.Load()
-	hk := s.entry(l.Key, l.ID)
-	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(hk)}})
+	// The holder is key's oldest entry: read it (a read-only Txn, not a
+	// Raft write) and check it is l's.
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, then: []clientv3.Op{s.firstEntry(l.Key)}})
 	if err != nil {
 		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		return lease.Lease{}, false, err
 	}
-	if !resp.Succeeded {
+	h := kvOf(resp, 0)
+	if !stillOurs(l, h) {
 		return lease.Lease{}, false, notHeld(l)
 	}
-	h := kvOf(resp, 0)
+	hk := string(h.Key)
 	in, err := decodeInfo(h)
 	if err != nil {
 		return lease.Lease{}, false, err
@@ -230,13 +231,22 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 	// Writes that name cur must find the generation still on it: otherwise
 	// a concurrent Renew moved it off, and cur may be back in a pool or
 	// carry another generation.
-	onCur := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
+	onCur := append(ownedCmps(l, hk), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
 	el := s.heldLease(l.ID, cur, in.EtcdTTL)
 	out := l
 	out.Owner, out.TTL = in.Owner, ttl
 
 	if secs := etcdTTL(ttl); secs == in.EtcdTTL {
 		if err := s.keepAlive(ctx, el); err == errLeaseGone {
+			// Expired with the entry, or revoked by a concurrent Renew
+			// that moved the entry off it: read again to tell which.
+			again, err := s.cli.Get(ctx, hk)
+			if err != nil {
+				return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
+			}
+			if len(again.Kvs) == 1 && stillOurs(l, again.Kvs[0]) && clientv3.LeaseID(again.Kvs[0].Lease) != cur {
+				return lease.Lease{}, true, nil
+			}
 			return lease.Lease{}, false, notHeld(l)
 		} else if err != nil {
 			return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
@@ -256,7 +266,7 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 			}
 			return lease.Lease{}, false, notHeld(l)
 		}
-		s.hold(l.ID, el, l.Token, resp.Header.Revision) // the mod revision Release will compare
+		s.hold(l.ID, el, l.Token, hk, resp.Header.Revision) // the mod revision Release will compare
 		out.Expires = exp
 		return out, false, nil
 	}
@@ -281,13 +291,12 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		}
 		return lease.Lease{}, false, notHeld(l)
 	}
-	// The old etcd lease has no keys now.
-	if old := s.unhold(l.ID, cur); old != nil {
-		s.give(old)
-	} else {
-		s.revoke(cur)
-	}
-	s.hold(l.ID, nel, l.Token, resp.Header.Revision)
+	// The old etcd lease has no keys now, but its ID names the entry
+	// (entryKey): revoked, never pooled, so that no new entry of the key
+	// can take the name while this one has it.
+	s.unhold(l.ID, cur)
+	s.revoke(cur)
+	s.hold(l.ID, nel, l.Token, hk, resp.Header.Revision)
 	out.Expires = exp
 	return out, false, nil
 }
@@ -323,10 +332,9 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	h := s.entry(l.Key, l.ID)
-	if tok, modRev, known := s.generation(l.ID); known {
-		if tok != l.Token {
-			return notHeld(l)
+	if tok, h, modRev, known := s.generation(l.ID); known {
+		if k, _ := s.leaseKeyOf([]byte(h)); tok != l.Token || k != l.Key {
+			return notHeld(l) // an ID names one generation, of one key, whose token never changes
 		}
 		floor := s.maxRev.Load()
 		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h), "=", modRev)},
@@ -344,8 +352,23 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 			return nil
 		}
 	}
+	// A lease this Store did not grant or renew (or one written since by
+	// another Store): read the holder's entry to learn its name, then
+	// delete it if it is still l's.
 	floor := s.maxRev.Load()
-	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV()), s.releasedOp(l.Key)}})
+	first, err := s.cli.Get(ctx, s.entries(l.Key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fail(ctx, "release", l.Key, err)
+	}
+	if err := s.observe(floor, first.Header); err != nil {
+		return err
+	}
+	if len(first.Kvs) == 0 || !stillOurs(l, first.Kvs[0]) {
+		return notHeld(l)
+	}
+	h := string(first.Kvs[0].Key)
+	floor = s.maxRev.Load()
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: ownedCmps(l, h), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV()), s.releasedOp(l.Key)}})
 	if err != nil {
 		return failUnknown(ctx, "release", l.Key, err)
 	}

@@ -3,8 +3,6 @@ package etcdstore
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -196,8 +194,8 @@ func (s *Store) Close() error {
 // Key kinds, each its own namespace under the prefix.
 const (
 	// kindEntry: a lease key's entries, one per holder or waiter, each
-	// named by its lease ID (entryName) and attached to its etcd lease. The
-	// entry with the oldest create revision is the holder; its create
+	// attached to its etcd lease and named by that lease's ID (entryKey).
+	// The entry with the oldest create revision is the holder; its create
 	// revision is the token.
 	kindEntry = 'e'
 	kindMeta  = 'm' // the high-water mark
@@ -210,17 +208,17 @@ const (
 	kindOldWaiter = 'w'
 )
 
-// entryName names the entry of the lease (or waiter) with secret id: 16
-// hex digits of the ID's SHA-256, so that any Store given a lease's key, token and ID
-// finds its entry, and listing keys does not show IDs.
-func entryName(id lease.ID) string {
-	sum := sha256.Sum256(id[:])
-	return hex.EncodeToString(sum[:8])
-}
-
-// entry is the etcd key of the entry with secret id under lease key key.
-func (s *Store) entry(key string, id lease.ID) string {
-	return s.path(kindEntry, key, entryName(id))
+// entryKey is the etcd key of the entry under lease key key created on
+// etcd lease el: its name is el's ID in hex. Entries of one key that exist
+// at once are on distinct etcd leases, so their names differ; and as etcd
+// leases are pooled and reused, a key that changes hands often reuses a few
+// names. (A name per generation would leave a deleted key in etcd's index
+// per hand-off until the next compaction, and every comparison over a
+// key's entries would walk them all.) An entry moved to another etcd lease
+// (Renew with another TTL) keeps its name, and the etcd lease it leaves is
+// revoked, never pooled, so no new entry can take the name.
+func (s *Store) entryKey(key string, el clientv3.LeaseID) string {
+	return s.path(kindEntry, key, fmt.Sprintf("%016x", int64(el)))
 }
 
 // entries is the range (a prefix) of key's entries.

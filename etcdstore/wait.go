@@ -50,7 +50,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	for retried := false; ; retried = true {
 		floor = s.maxRev.Load()
 		exp = s.estimate(el)
-		create, hw := s.createOps(key, id, holderValue(id, owner, ttl, el.secs, exp), el, floor)
+		create, hw := s.createOps(key, holderValue(id, owner, ttl, el.secs, exp), el, floor)
 		// Both branches create the entry; the comparison tells whether it
 		// holds at once.
 		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create, els: create})
@@ -77,7 +77,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 		return s.granted(key, owner, id, ttl, el, rev, rev, exp)
 	}
 	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el,
-		name: s.entry(key, id), rev: rev, wrote: []written{{rev, exp}}}
+		name: s.entryKey(key, el.id), rev: rev, wrote: []written{{rev, exp}}}
 	return q.wait(ctx)
 }
 
