@@ -55,7 +55,7 @@ import (
 //     the batch took effect is unknown, as for a lone Txn that fails.
 //
 // Tokens: all writes of one Txn share one revision, so acquisitions
-// batched together get the same token (the holder keys' create revision).
+// batched together get the same token (their entries' create revision).
 // They are acquisitions of distinct keys, and I1 is per key: the revision
 // is still strictly greater than every earlier one, so greater than every
 // token issued before for each of those keys.

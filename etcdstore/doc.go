@@ -7,33 +7,45 @@
 //
 // Everything lives under a prefix ending in "/" (WithPrefix, default
 // "lease/"), built by one function: prefix, a kind letter, NUL, the lease
-// key (and for queue entries NUL and a name). Lease keys and prefixes
+// key (and for entries NUL and a name). Lease keys and prefixes
 // contain no control characters, so no Store's keys can fall inside
 // another's ranges even when one prefix starts with the other (etcd issue
 // #6278). Per lease key there are:
 //
-//   - h: the holder key, attached to the generation's etcd lease; value the
-//     lease's secret ID, NUL, and owner, asked TTL and etcd TTL as JSON. Its
-//     CreateRevision is the token.
-//   - w: the FIFO queue of AcquireWait callers, each attached to its own
-//     etcd lease, ordered by create revision.
+//   - e: the entries, one per holder or waiter, each attached to its
+//     caller's etcd lease and named by that etcd lease's ID in hex (pooled
+//     etcd leases are reused, so a busy key reuses a few names rather than
+//     leaving a deleted key in etcd's index per hand-off until the next
+//     compaction); value the lease's secret ID, NUL, and owner, asked TTL,
+//     etcd TTL and expiry estimate as JSON.
+//     The entry with the oldest CreateRevision is the holder, and that
+//     revision is the token; the others wait in create-revision order, as
+//     the candidates of concurrency.Election do.
 //   - r: the release mark, written (empty, without an etcd lease) by each
-//     Release in the Txn that deletes the holder key, so that a watch tells
-//     a release from an expiry. One small key per lease key ever released.
+//     Release in the Txn that deletes the holder's entry, so that a watch
+//     tells a release from an expiry. One small key per lease key ever
+//     released.
 //
-// and one high-water key per prefix (m).
+// and one high-water key per prefix (m). (Versions before the entries
+// kept a holder key 'h' and a queue 'w' per lease key, and a waiter created
+// the holder key when its turn came — a second write per hand-off. New
+// refuses a prefix that still holds such keys.)
 //
 // # Tokens (I1)
 //
-// A token is the create revision of the holder key. etcd's revision is a
+// A token is the create revision of the holder's entry. etcd's revision is a
 // counter of the replicated Raft log's applied writes: every member applies
 // the same committed entries in the same order, and a committed entry is
 // never lost when the leader changes (Raft's leader completeness), so the
 // revision only grows — across releases, expiries, compactions, member
-// restarts and failovers. A new generation is created only after the
-// previous one's keys were deleted, by a later write, so its create revision
-// is strictly greater. Renewal keeps the token: a Put to an existing key
-// keeps its create revision. Revisions above 2^53 (lease.MaxToken) are
+// restarts and failovers. A key's entries hold in the order of their create
+// revisions: an entry holds only once every older one is gone, and every
+// entry created later has a greater create revision. So each holder's
+// token is strictly greater than every earlier holder's — also when a
+// waiter's turn comes long after it queued (its token is from when it
+// queued, and every holder before it queued earlier still). An Acquire
+// (try once) creates an entry only if the key has none. Renewal keeps the
+// token: a Put to an existing key keeps its create revision. Revisions above 2^53 (lease.MaxToken) are
 // refused; at etcd's write rates that is centuries away.
 //
 // Acquisitions of distinct keys batched into one Txn (see Group commit)
@@ -65,8 +77,8 @@
 // now keyless etcd lease goes back to a per-Store pool and carries the next
 // generation of any key with the same etcd TTL. So, in the common case:
 //
-//   - Acquire: one Txn (If key free and no waiters, Then create, Else read
-//     the holder). A Grant first only when the pool has no etcd lease for
+//   - Acquire: one Txn (If the key has no entries, Then create one, Else
+//     read the oldest, the holder). A Grant first only when the pool has no etcd lease for
 //     the TTL. A pooled etcd lease last refreshed more than about a second
 //     ago (and less than its etcd TTL ago) gets a KeepAliveOnce sent beside
 //     the Txn, not before it: keep-alives are served by the leader from
@@ -77,13 +89,16 @@
 //     the keep-alive fails otherwise, Acquire revokes the etcd lease (ending
 //     the generation) and fails. An older pooled lease gets its keep-alive
 //     first. AcquireWait and Renew keep alive first too.
-//   - Release: one Txn (If the holder key's mod revision is that of this
+//   - Release: one Txn (If the entry's mod revision is that of this
 //     Store's last write of it — the Store knows each of its generations'
-//     token and that revision, and any later write, a new generation's
-//     included, has a later one — Then delete; for a lease this Store did
-//     not grant or renew, If token and ID match).
-//   - Renew: a read-only Txn checking token and ID, then KeepAliveOnce, then
-//     a Txn that writes the holder key again (the keep-alive alone would be
+//     token and that revision, and any later write has a later one — Then
+//     delete it and write the release mark; for a lease this Store did not
+//     grant or renew, a read of the key's oldest entry, then the Txn If
+//     token and ID match). The next waiter, if any, holds from that
+//     revision on, with nothing more written.
+//   - Renew: a read-only Txn reading the key's oldest entry to check token
+//     and ID, then KeepAliveOnce, then
+//     a Txn that writes the entry again (the keep-alive alone would be
 //     invisible to watchers); a changed etcd TTL instead moves the keys to
 //     another etcd lease in a Txn.
 //   - Get, List: one linearizable read.
@@ -111,29 +126,41 @@
 //
 // # Waiting (AcquireWait)
 //
-// Waiters queue by create revision and each watches its predecessor's
-// deletion, as concurrency.Mutex does, with two differences: the watch
-// starts at the revision after the one observed (Mutex's starts at the
-// observed one, which puts the watcher among etcd's unsynced watchers and
-// delays the event until the 100 ms resync, capping a contended key at
-// ~300 hand-offs/s), and the claim is a Txn that checks the waiter's own
-// entry still exists with its create revision, so a waiter whose etcd lease
-// expired while it waited never believes it holds the lease (Jepsen's
-// etcd 3.4.3 finding, etcd PR #11408). The EtcdOneKey table of
-// docs/BENCHMARKS.md measures the hand-off rate of 32 waiters on one key
-// beside the Mutex's. Acquire (try once) fails while waiters are queued even
-// if the key is momentarily free, so that waiters are served in order.
+// A waiter creates its entry (one Txn, which holds at once if the key had
+// no entries) and then writes nothing for its turn: it watches the key's
+// entries for deletions, with a watch registered before it reads which
+// entries are older than its own, and holds when the last of them is gone
+// — at that deletion's revision, with its entry's create revision as token.
+// A hand-off is therefore the releaser's Txn and one watch event, as in
+// concurrency.Election, where the candidate, once woken, still reads once
+// more to see that nobody is left ahead of it; here the watch tells it
+// exactly which older entries remain. Differences from concurrency.Mutex
+// and Election: the watch starts at the current revision, not at the one
+// observed (Mutex's starts there, which puts the watcher among etcd's
+// unsynced watchers and delays the event until the 100 ms resync, capping a
+// contended key at ~300 hand-offs/s); and the waiter holds only if its own
+// entry is still there when the last older one goes — a waiter whose etcd
+// lease expired while it waited sees its own entry's deletion first and
+// never believes it holds the lease (Jepsen's etcd 3.4.3 finding, etcd PR
+// #11408). A waiter keeps its etcd lease alive and writes its entry again
+// with each keep-alive (about once a second: one Raft write per waiter per
+// second while it waits), so that when its turn comes its entry shows the
+// expiry it returns. The EtcdOneKey table of docs/BENCHMARKS.md measures the
+// hand-off rate of 32 waiters on one key beside the Mutex's, the Election
+// table a single hand-off beside concurrency.Election's. Acquire (try once)
+// fails while any entry exists, so waiters are served in order.
 //
 // # Watching
 //
 // Store implements lease.Watcher (see Store.Watch) natively: a watch reads
-// the holder keys under its prefix at one revision and watches the Store's
+// the entries under its prefix at one revision and watches the Store's
 // keys from the next, so its state and its changes meet at one revision.
-// Acquisitions and renewals are writes of the holder key, releases its
+// Acquisitions are an entry's creation (or, for a waiter, the deletion of
+// the last older one), renewals writes of the holder's entry, releases its
 // delete beside a release mark, expiries its delete by etcd when the etcd
-// lease expires: an Expired event comes when etcd deletes the key, up to
+// lease expires: an Expired event comes when etcd deletes the entry, up to
 // about 2.5 s after the lease's TTL (see Expiry and TTLs), plus the watch's
-// delivery. For that, Renew writes the holder key each time (one Raft
+// delivery. For that, Renew writes the entry each time (one Raft
 // write more than a keep-alive) and Release writes its mark (one key more
 // in its Txn), whether or not anybody watches: etcd cannot tell a write
 // whether a watcher exists. On the 2-core test machine (under load from

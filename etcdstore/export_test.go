@@ -20,10 +20,11 @@ func BareTxns(ctx context.Context, s *Store, key, owner string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	h := s.path(kindHolder, key)
+	id := lease.NewID()
+	h := s.entryKey(key, el.id)
 	cmps := s.freeCmps(key)
-	then := []clientv3.Op{clientv3.OpPut(h, holderValue(lease.NewID(), owner, ttl, etcdTTL(ttl), s.estimate(el)), clientv3.WithLease(el.id))}
-	els := []clientv3.Op{clientv3.OpGet(h)}
+	then := []clientv3.Op{clientv3.OpPut(h, holderValue(id, owner, ttl, etcdTTL(ttl), s.estimate(el)), clientv3.WithLease(el.id))}
+	els := []clientv3.Op{s.firstEntry(key)}
 	return func(ctx context.Context) error {
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 		if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// info is what a holder key's value tells besides the lease ID.
+// info is what an entry's value tells besides the lease ID.
 type info struct {
 	Owner   string `json:"owner"`
 	TTLms   int64  `json:"ttl_ms"`
@@ -25,7 +25,7 @@ type info struct {
 	ExpUS int64 `json:"exp_us,omitempty"`
 }
 
-// holderValue is a holder key's value: the lease ID in hex, NUL, the info
+// holderValue is an entry's value: the lease ID in hex, NUL, the info
 // as JSON. Leading with the ID lets a transaction check it with two
 // byte-wise comparisons (idCmps) knowing only the ID, as Renew and Release
 // must (the HTTP API sends only key, token and ID).
@@ -63,7 +63,7 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// idCmps hold when the value of holder key h starts with id and NUL:
+// idCmps hold when the value of entry h starts with id and NUL:
 // id+"\x00" < value < id+"\x01", byte-wise.
 func idCmps(h string, id lease.ID) []clientv3.Cmp {
 	return []clientv3.Cmp{
@@ -76,15 +76,15 @@ func decodeInfo(kv *mvccpb.KeyValue) (info, error) {
 	var in info
 	_, js, ok := bytes.Cut(kv.Value, []byte{0})
 	if !ok {
-		return in, fmt.Errorf("%w: etcdstore: holder key %q has no info", lease.ErrUnavailable, kv.Key)
+		return in, fmt.Errorf("%w: etcdstore: entry %q has no info", lease.ErrUnavailable, kv.Key)
 	}
 	if err := json.Unmarshal(js, &in); err != nil {
-		return in, fmt.Errorf("%w: etcdstore: holder key %q: %v", lease.ErrUnavailable, kv.Key, err)
+		return in, fmt.Errorf("%w: etcdstore: entry %q: %v", lease.ErrUnavailable, kv.Key, err)
 	}
 	return in, nil
 }
 
-// leaseFrom builds the lease.Lease (without ID) that holder key h
+// leaseFrom builds the lease.Lease (without ID) that entry h
 // describes, as seen at the local time now.
 func leaseFrom(key string, h *mvccpb.KeyValue, now time.Time) (lease.Lease, error) {
 	in, err := decodeInfo(h)

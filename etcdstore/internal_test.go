@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,17 +39,18 @@ func newTestStore(t *testing.T, cli *clientv3.Client, prefix string) *Store {
 	return s
 }
 
-// waitForWaiters polls until key has n queue entries and returns them in
-// queue order.
+// waitForWaiters polls until key has a holder and n waiters, and returns
+// the waiters' entries in queue order.
 func waitForWaiters(t *testing.T, s *Store, key string, n int) []*clientv3.GetResponse {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := s.cli.Get(testCtx(t), s.path(kindWaiter, key, ""), append(clientv3.WithFirstCreate()[:2], clientv3.WithPrefix())...)
+		resp, err := s.cli.Get(testCtx(t), s.entries(key), append(clientv3.WithFirstCreate()[:2], clientv3.WithPrefix())...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(resp.Kvs) == n {
+		if len(resp.Kvs) == n+1 {
+			resp.Kvs = resp.Kvs[1:]
 			return []*clientv3.GetResponse{resp}
 		}
 		if time.Now().After(deadline) {
@@ -84,7 +87,9 @@ func TestWaiterWhoseLeaseExpiresNeverHolds(t *testing.T) {
 		second <- result{l, err}
 	}()
 	q := waitForWaiters(t, s, key, 2)[0]
-	if string(q.Kvs[0].Value) != "first" || string(q.Kvs[1].Value) != "second" {
+	in0, err0 := decodeInfo(q.Kvs[0])
+	in1, err1 := decodeInfo(q.Kvs[1])
+	if err0 != nil || err1 != nil || in0.Owner != "first" || in1.Owner != "second" {
 		t.Fatalf("queue order = %q, %q; want first, second", q.Kvs[0].Value, q.Kvs[1].Value)
 	}
 
@@ -343,4 +348,199 @@ func storeWithOnePooled(t *testing.T) (*Store, *clientv3.Client, *etcdLease) {
 		t.Fatalf("%d pooled etcd leases after a release, want 1", len(pooled))
 	}
 	return s, cli, pooled[0]
+}
+
+// TestHandOffWritesNothingMore: a waiter holds from the release's
+// revision on, with the token its entry got when it queued — below the
+// release's revision. (Before entries, the waiter created the holder key
+// after the release: a second write, and a token above it.)
+func TestHandOffWritesNothingMore(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	const key = "handoff"
+	holder, err := s.Acquire(testCtx(t), key, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan lease.Lease, 1)
+	go func() {
+		l, err := s.AcquireWait(testCtx(t), key, "next", time.Minute)
+		if err != nil {
+			t.Errorf("AcquireWait: %v", err)
+		}
+		got <- l
+	}()
+	q := waitForWaiters(t, s, key, 1)[0]
+	if err := s.Release(testCtx(t), holder); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	mark, err := cli.Get(testCtx(t), s.path(kindReleased, key))
+	if err != nil || len(mark.Kvs) != 1 {
+		t.Fatalf("release mark: %v, %v", mark, err)
+	}
+	released := mark.Kvs[0].ModRevision
+	if int64(next.Token) != q.Kvs[0].CreateRevision || int64(next.Token) >= released || next.Token <= holder.Token {
+		t.Fatalf("next holder's token %d; want its entry's create revision %d, above %d and below the release at %d", next.Token, q.Kvs[0].CreateRevision, holder.Token, released)
+	}
+	if l, err := s.Get(testCtx(t), key); err != nil || l.Token != next.Token || l.Owner != "next" {
+		t.Fatalf("Get = %+v, %v; want next's lease", l, err)
+	}
+	if err := s.Release(testCtx(t), next); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestListWithQueues: a list page shows each key once, with its holder,
+// however many waiters the keys have and wherever a read of entries ends.
+func TestListWithQueues(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	ctx := testCtx(t)
+	holders := map[string]lease.Lease{}
+	for _, k := range []string{"q/a", "q/b", "q/c", "q/d"} {
+		l, err := s.Acquire(ctx, k, "holder-"+k, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holders[k] = l
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, k := range []string{"q/b", "q/c"} {
+		n := map[string]int{"q/b": 5, "q/c": 1}[k]
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = s.AcquireWait(wctx, k, "waiter", time.Minute)
+			}()
+			waitForWaiters(t, s, k, i+1)
+		}
+	}
+	for limit := 1; limit <= 5; limit++ {
+		var seen []string
+		var p lease.Page
+		for {
+			page, err := s.List(ctx, "q/", lease.Page{Limit: limit, After: p.After})
+			if err != nil {
+				t.Fatalf("limit %d: %v", limit, err)
+			}
+			for _, l := range page.Leases {
+				want := holders[l.Key]
+				if l.Token != want.Token || l.Owner != want.Owner {
+					t.Fatalf("limit %d: listed %q token %d owner %q; want the holder's, token %d owner %q", limit, l.Key, l.Token, l.Owner, want.Token, want.Owner)
+				}
+				seen = append(seen, l.Key)
+			}
+			if page.Next == "" {
+				break
+			}
+			p.After = page.Next
+		}
+		if strings.Join(seen, ",") != "q/a,q/b,q/c,q/d" {
+			t.Fatalf("limit %d: listed %v, want each of q/a..q/d once, in order", limit, seen)
+		}
+	}
+}
+
+// TestNewRefusesTheOldLayout: a prefix with a holder key of the layout
+// before entries is refused, not served as if its leases were free.
+func TestNewRefusesTheOldLayout(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	prefix := testPrefix()
+	if _, err := cli.Put(testCtx(t), prefix+"h\x00job", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cli, WithPrefix(prefix)); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "earlier etcdstore layout") {
+		t.Fatalf("New on a prefix of the old layout: %v; want a refusal naming it", err)
+	}
+}
+
+// TestBusyKeyReusesEntryNames: a key acquired and released over and over
+// through one Store reuses its entries' names (its pooled etcd leases'),
+// so etcd's index does not gain a deleted key per hand-off until the next
+// compaction.
+func TestBusyKeyReusesEntryNames(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	const key = "busy"
+	start, err := cli.Get(testCtx(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		l, err := s.Acquire(testCtx(t), key, "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(testCtx(t), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every version of every entry since the start, deleted ones included.
+	names := map[string]bool{}
+	end, err := cli.Get(testCtx(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	for wr := range cli.Watch(wctx, s.entries(key), clientv3.WithPrefix(), clientv3.WithRev(start.Header.Revision+1)) {
+		for _, ev := range wr.Events {
+			names[string(ev.Kv.Key)] = true
+			if ev.Kv.ModRevision >= end.Header.Revision {
+				cancel()
+			}
+		}
+	}
+	if len(names) > 2 {
+		t.Fatalf("50 acquisitions of one key created %d entry names; want them reused (at most 2)", len(names))
+	}
+}
+
+// TestMovedEntryKeepsItsName: an entry moved to another etcd lease by a
+// Renew with another TTL keeps its name, the etcd lease that names it is
+// not pooled again, and a waiter of the same Store queued after it gets a
+// name of its own — it does not overwrite the holder's entry.
+func TestMovedEntryKeepsItsName(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	const key = "moved"
+	l, err := s.Acquire(testCtx(t), key, "holder", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = s.Renew(testCtx(t), l, 5*time.Second); err != nil { // another etcd TTL: a move
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := s.AcquireWait(testCtx(t), key, "waiter", time.Second)
+		if err == nil {
+			err = s.Release(testCtx(t), w)
+		}
+		got <- err
+	}()
+	waitForWaiters(t, s, key, 1)
+	if l, err = s.Renew(testCtx(t), l, 5*time.Second); err != nil {
+		t.Fatalf("the holder's Renew after a waiter of the same Store queued: %v", err)
+	}
+	if cur, err := s.Get(testCtx(t), key); err != nil || cur.Owner != "holder" || cur.Token != l.Token {
+		t.Fatalf("Get = %+v, %v; want the holder's lease", cur, err)
+	}
+	if err := s.Release(testCtx(t), l); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
 }

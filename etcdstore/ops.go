@@ -14,26 +14,30 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// freeCmps hold when key has no generation and no queued waiters.
+// freeCmps hold when key has no entries: no holder and nobody waiting.
 func (s *Store) freeCmps(key string) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(s.path(kindHolder, key)), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(s.path(kindWaiter, key, "")), "=", 0).WithPrefix(),
-	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.entries(key)), "=", 0).WithPrefix()}
 }
 
-// ownedCmps hold when l is key's current generation: same token, same ID.
-func (s *Store) ownedCmps(l lease.Lease) []clientv3.Cmp {
-	h := s.path(kindHolder, l.Key)
-	return append(idCmps(h, l.ID), clientv3.Compare(clientv3.CreateRevision(h), "=", int64(l.Token)))
+// ownedCmps hold when entry e is l's: it exists with l's token (its create
+// revision) and ID. An entry that exists with the token of a lease handed
+// out is the holder: the lease was handed out only once every older entry
+// was gone, and entries created later are younger.
+func ownedCmps(l lease.Lease, e string) []clientv3.Cmp {
+	return append(idCmps(e, l.ID), clientv3.Compare(clientv3.CreateRevision(e), "=", int64(l.Token)))
 }
 
-// createOps start a generation of key on el, its holder key's value being
-// value (holderValue). The holder key's create revision — this
-// transaction's revision — is the token. hw reports that the ops also raise
-// the high-water mark.
+// firstEntry reads the oldest of key's entries: its holder.
+func (s *Store) firstEntry(key string) clientv3.Op {
+	return clientv3.OpGet(s.entries(key), clientv3.WithFirstCreate()...)
+}
+
+// createOps create key's entry on el (entryKey), its value being value
+// (holderValue). Its create revision — this transaction's revision — is
+// the token it holds with, now if key had no entries, else once the older
+// ones are gone. hw reports that the ops also raise the high-water mark.
 func (s *Store) createOps(key, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
-	ops = []clientv3.Op{clientv3.OpPut(s.path(kindHolder, key), value, clientv3.WithLease(el.id))}
+	ops = []clientv3.Op{clientv3.OpPut(s.entryKey(key, el.id), value, clientv3.WithLease(el.id))}
 	if op, ok := s.highWaterDue(floor); ok {
 		ops = append(ops, op)
 		hw = true
@@ -92,7 +96,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		value := holderValue(id, owner, ttl, el.secs, exp)
 		create, hw := s.createOps(key, value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
-			els: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, key))}})
+			els: []clientv3.Op{s.firstEntry(key)}})
 		kaErr := ref.wait()
 		ref = nil
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
@@ -138,26 +142,28 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			s.revoke(el.id)
 			return lease.Lease{}, failUnknown(ctx, "acquire", key, kaErr)
 		}
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, exp)
+		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, resp.Header.Revision, exp)
 	}
 }
 
-// granted finishes a successful acquisition at revision rev: the holder
-// key's create and mod revision; exp is the expiry its value holds.
-func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev int64, exp time.Time) (lease.Lease, error) {
+// granted finishes a successful acquisition whose entry, on el, was
+// created at revision rev (the token) and last written at modRev; exp is
+// the expiry its value holds.
+func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev, modRev int64, exp time.Time) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
-	s.hold(id, el, tok, rev)
+	s.hold(id, el, tok, s.entryKey(key, el.id), modRev)
 	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: exp}, nil
 }
 
-// heldError describes why a free-key comparison failed.
+// heldError describes why a free-key comparison failed; h is key's oldest
+// entry, its holder.
 func (s *Store) heldError(key string, h *mvccpb.KeyValue) error {
-	if h == nil {
-		return fmt.Errorf("%w: etcdstore: %q has waiters queued", lease.ErrHeld, key)
+	if h == nil { // gone between the comparison and the read: cannot happen within one Txn
+		return fmt.Errorf("%w: etcdstore: %q is held", lease.ErrHeld, key)
 	}
 	l, err := leaseFrom(key, h, time.Now())
 	if err != nil {
@@ -168,9 +174,9 @@ func (s *Store) heldError(key string, h *mvccpb.KeyValue) error {
 
 // Renew implements lease.Backend. With the TTL's etcd lease TTL unchanged it
 // checks the generation (a read-only Txn), keeps its etcd lease alive and
-// writes the holder key again, so that watchers see the renewal; with
-// another it moves the generation's keys to an etcd lease of the new TTL,
-// keeping the token (a key's create revision survives a Put).
+// writes its entry again, so that watchers see the renewal; with another it
+// moves the entry to an etcd lease of the new TTL, keeping the token (a
+// key's create revision survives a Put).
 func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateLease(l); err != nil {
 		return lease.Lease{}, err
@@ -191,7 +197,7 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	}
 }
 
-// stillOurs reports whether holder key kv is still generation l's.
+// stillOurs reports whether entry kv is still generation l's.
 func stillOurs(l lease.Lease, kv *mvccpb.KeyValue) bool {
 	return kv != nil && kv.CreateRevision == int64(l.Token) && bytes.HasPrefix(kv.Value, []byte(l.ID.Reveal()+"\x00"))
 }
@@ -203,18 +209,20 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		return lease.Lease{}, false, err
 	}
 	floor := s.maxRev.Load()
-	hk := s.path(kindHolder, l.Key)
-	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(hk)}})
+	// The holder is key's oldest entry: read it (a read-only Txn, not a
+	// Raft write) and check it is l's.
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, then: []clientv3.Op{s.firstEntry(l.Key)}})
 	if err != nil {
 		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		return lease.Lease{}, false, err
 	}
-	if !resp.Succeeded {
+	h := kvOf(resp, 0)
+	if !stillOurs(l, h) {
 		return lease.Lease{}, false, notHeld(l)
 	}
-	h := kvOf(resp, 0)
+	hk := string(h.Key)
 	in, err := decodeInfo(h)
 	if err != nil {
 		return lease.Lease{}, false, err
@@ -223,13 +231,22 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 	// Writes that name cur must find the generation still on it: otherwise
 	// a concurrent Renew moved it off, and cur may be back in a pool or
 	// carry another generation.
-	onCur := append(s.ownedCmps(l), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
+	onCur := append(ownedCmps(l, hk), clientv3.Compare(clientv3.LeaseValue(hk), "=", int64(cur)))
 	el := s.heldLease(l.ID, cur, in.EtcdTTL)
 	out := l
 	out.Owner, out.TTL = in.Owner, ttl
 
 	if secs := etcdTTL(ttl); secs == in.EtcdTTL {
 		if err := s.keepAlive(ctx, el); err == errLeaseGone {
+			// Expired with the entry, or revoked by a concurrent Renew
+			// that moved the entry off it: read again to tell which.
+			again, err := s.cli.Get(ctx, hk)
+			if err != nil {
+				return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
+			}
+			if len(again.Kvs) == 1 && stillOurs(l, again.Kvs[0]) && clientv3.LeaseID(again.Kvs[0].Lease) != cur {
+				return lease.Lease{}, true, nil
+			}
 			return lease.Lease{}, false, notHeld(l)
 		} else if err != nil {
 			return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
@@ -249,7 +266,7 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 			}
 			return lease.Lease{}, false, notHeld(l)
 		}
-		s.hold(l.ID, el, l.Token, resp.Header.Revision) // the mod revision Release will compare
+		s.hold(l.ID, el, l.Token, hk, resp.Header.Revision) // the mod revision Release will compare
 		out.Expires = exp
 		return out, false, nil
 	}
@@ -274,13 +291,12 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		}
 		return lease.Lease{}, false, notHeld(l)
 	}
-	// The old etcd lease has no keys now.
-	if old := s.unhold(l.ID, cur); old != nil {
-		s.give(old)
-	} else {
-		s.revoke(cur)
-	}
-	s.hold(l.ID, nel, l.Token, resp.Header.Revision)
+	// The old etcd lease has no keys now, but its ID names the entry
+	// (entryKey): revoked, never pooled, so that no new entry of the key
+	// can take the name while this one has it.
+	s.unhold(l.ID, cur)
+	s.revoke(cur)
+	s.hold(l.ID, nel, l.Token, hk, resp.Header.Revision)
 	out.Expires = exp
 	return out, false, nil
 }
@@ -295,7 +311,7 @@ func notHeld(l lease.Lease) error {
 // revoked if this Store did not grant it).
 //
 // For a generation this Store granted or renewed, it knows the token and
-// the revision of its last write (or read) of the holder key: a token other
+// the revision of its last write (or read) of the entry: a token other
 // than the known one is refused without a round trip (an ID names one
 // generation, whose token never changes), and the Txn compares the holder
 // key's mod revision with that revision alone — one integer comparison
@@ -316,10 +332,9 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	h := s.path(kindHolder, l.Key)
-	if tok, modRev, known := s.generation(l.ID); known {
-		if tok != l.Token {
-			return notHeld(l)
+	if tok, h, modRev, known := s.generation(l.ID); known {
+		if k, _ := s.leaseKeyOf([]byte(h)); tok != l.Token || k != l.Key {
+			return notHeld(l) // an ID names one generation, of one key, whose token never changes
 		}
 		floor := s.maxRev.Load()
 		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(h), "=", modRev)},
@@ -337,8 +352,23 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 			return nil
 		}
 	}
+	// A lease this Store did not grant or renew (or one written since by
+	// another Store): read the holder's entry to learn its name, then
+	// delete it if it is still l's.
 	floor := s.maxRev.Load()
-	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV()), s.releasedOp(l.Key)}})
+	first, err := s.cli.Get(ctx, s.entries(l.Key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fail(ctx, "release", l.Key, err)
+	}
+	if err := s.observe(floor, first.Header); err != nil {
+		return err
+	}
+	if len(first.Kvs) == 0 || !stillOurs(l, first.Kvs[0]) {
+		return notHeld(l)
+	}
+	h := string(first.Kvs[0].Key)
+	floor = s.maxRev.Load()
+	resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: ownedCmps(l, h), then: []clientv3.Op{clientv3.OpDelete(h, clientv3.WithPrevKV()), s.releasedOp(l.Key)}})
 	if err != nil {
 		return failUnknown(ctx, "release", l.Key, err)
 	}
@@ -369,7 +399,7 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Get(ctx, s.path(kindHolder, key))
+	resp, err := s.cli.Get(ctx, s.entries(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return lease.Lease{}, fail(ctx, "get", key, err)
 	}
@@ -382,10 +412,13 @@ func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	return leaseFrom(key, resp.Kvs[0], time.Now())
 }
 
-// List implements lease.Backend with one linearizable range read per page:
-// the holder keys from just past the cursor's key to the end of the prefix,
-// in etcd's byte order, limited to the page and one more. Holder keys exist
-// only while their leases do, so the range reads nothing else.
+// List implements lease.Backend with linearizable range reads at one
+// revision: the entries from just past the cursor's key to the end of the
+// prefix, in etcd's byte order, grouped by lease key, each key's holder
+// being its oldest entry. A key's entries are contiguous; a read that ends
+// inside a key's entries is followed by one from that key's first entry
+// (with room for twice as many entries if it was the only key read).
+// Without waiters that is one read of the page and one more entry.
 func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
 	limit, after, err := lease.ParseList(prefix, page)
 	if err != nil {
@@ -394,29 +427,74 @@ func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease
 	if err := s.usable(); err != nil {
 		return lease.ListPage{}, err
 	}
-	from := s.path(kindHolder, prefix)
+	from := s.path(kindEntry, prefix)
 	if after >= prefix {
-		from = s.path(kindHolder, after+"\x00") // the first key after it: keys hold no NUL
+		// Past every entry of after (after, NUL, name): keys hold no
+		// control characters, so every later key sorts above this.
+		from = s.path(kindEntry, after) + "\x01"
 	}
+	end := clientv3.GetPrefixRangeEnd(s.path(kindEntry, prefix))
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Get(ctx, from,
-		clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.path(kindHolder, prefix))),
-		clientv3.WithLimit(int64(limit)+1))
-	if err != nil {
-		return lease.ListPage{}, fail(ctx, "list", prefix, err)
-	}
-	if err := s.observe(floor, resp.Header); err != nil {
-		return lease.ListPage{}, err
-	}
-	base := len(s.path(kindHolder, ""))
+	var rev int64
+	n := int64(limit) + 1
 	now := time.Now()
-	out := make([]lease.Lease, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs { // etcd sorts by key
-		l, err := leaseFrom(string(kv.Key[base:]), kv, now)
-		if err != nil {
-			return lease.ListPage{}, err
+	out := make([]lease.Lease, 0, min(limit+1, 1024))
+	for len(out) <= limit {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(n)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
 		}
-		out = append(out, l)
+		resp, err := s.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return lease.ListPage{}, fail(ctx, "list", prefix, err)
+		}
+		if rev == 0 {
+			if err := s.observe(floor, resp.Header); err != nil {
+				return lease.ListPage{}, err
+			}
+			rev = resp.Header.Revision
+		}
+		kvs := resp.Kvs // etcd sorts by key: each lease key's entries together
+		if resp.More {
+			// The last key's entries may go on past the read: leave it
+			// for the next.
+			last, _ := s.leaseKeyOf(kvs[len(kvs)-1].Key)
+			for len(kvs) > 0 {
+				if k, _ := s.leaseKeyOf(kvs[len(kvs)-1].Key); k != last {
+					break
+				}
+				kvs = kvs[:len(kvs)-1]
+			}
+			if len(kvs) == 0 { // one key's entries filled the read
+				n *= 2
+				continue
+			}
+		}
+		for i := 0; i < len(kvs); {
+			k, ok := s.leaseKeyOf(kvs[i].Key)
+			if !ok {
+				return lease.ListPage{}, fmt.Errorf("%w: etcdstore: unexpected key %q in the entries", lease.ErrUnavailable, kvs[i].Key)
+			}
+			first := kvs[i]
+			for i++; i < len(kvs); i++ {
+				if k2, _ := s.leaseKeyOf(kvs[i].Key); k2 != k {
+					break
+				}
+				if kvs[i].CreateRevision < first.CreateRevision {
+					first = kvs[i]
+				}
+			}
+			l, err := leaseFrom(k, first, now)
+			if err != nil {
+				return lease.ListPage{}, err
+			}
+			out = append(out, l)
+		}
+		if !resp.More {
+			break
+		}
+		last, _ := s.leaseKeyOf(kvs[len(kvs)-1].Key)
+		from = s.path(kindEntry, last) + "\x01"
 	}
 	return lease.PageOf(out, limit), nil
 }

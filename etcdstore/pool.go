@@ -23,9 +23,11 @@ type etcdLease struct {
 	sent time.Time // send time of the last grant or keep-alive: etcd keeps the lease at least until sent+secs
 	seen time.Time // receive time of the same: etcd expires it about seen+secs
 
-	// While it carries a generation of this Store (Store.held): its token
-	// and the holder key's mod revision as of this Store's last write of it.
+	// While it carries a generation of this Store (Store.held): its token,
+	// its entry's etcd key, and the entry's mod revision as of this Store's
+	// last write of it.
 	token  lease.Token
+	entry  string
 	modRev int64
 }
 
@@ -205,12 +207,12 @@ func (s *Store) lost(el *etcdLease, err error) {
 }
 
 // hold records el as the etcd lease of the generation with secret id and
-// token tok, whose holder key this Store last wrote, or read, at mod
-// revision modRev.
-func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, modRev int64) {
+// token tok, whose entry (etcd key entry) this Store last wrote, or read,
+// at mod revision modRev.
+func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, entry string, modRev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	el.token, el.modRev = tok, modRev
+	el.token, el.entry, el.modRev = tok, entry, modRev
 	s.held[id] = el
 	// Generations that expired instead of being released leave entries
 	// behind; drop those long past their expiry now and then.
@@ -224,15 +226,15 @@ func (s *Store) hold(id lease.ID, el *etcdLease, tok lease.Token, modRev int64) 
 	}
 }
 
-// generation returns the token and holder key mod revision of the
+// generation returns the token, entry key and entry mod revision of the
 // generation with secret id, if this Store granted or renewed it.
-func (s *Store) generation(id lease.ID) (tok lease.Token, modRev int64, ok bool) {
+func (s *Store) generation(id lease.ID) (tok lease.Token, entry string, modRev int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el := s.held[id]; el != nil && el.token != 0 {
-		return el.token, el.modRev, true
+		return el.token, el.entry, el.modRev, true
 	}
-	return 0, 0, false
+	return 0, "", 0, false
 }
 
 // unhold forgets and returns the etcd lease of the generation with secret
@@ -245,7 +247,7 @@ func (s *Store) unhold(id lease.ID, cur clientv3.LeaseID) *etcdLease {
 	if el == nil || el.id != cur {
 		return nil
 	}
-	el.token, el.modRev = 0, 0
+	el.token, el.entry, el.modRev = 0, "", 0
 	return el
 }
 
@@ -258,7 +260,7 @@ func (s *Store) unheld(id lease.ID) *etcdLease {
 	el := s.held[id]
 	delete(s.held, id)
 	if el != nil {
-		el.token, el.modRev = 0, 0
+		el.token, el.entry, el.modRev = 0, "", 0
 	}
 	return el
 }

@@ -39,7 +39,7 @@ func awaitTxn(ctx context.Context, s *Store, txnSent <-chan struct{}) (int64, er
 		return 0, errors.New("the keep-alive waited for a Txn that was not sent: it went first")
 	}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		resp, err := s.cli.Get(ctx, s.path(kindHolder, "k"))
+		resp, err := s.cli.Get(ctx, s.entries("k"), clientv3.WithPrefix())
 		if err != nil {
 			return 0, err
 		}

@@ -60,7 +60,7 @@ func waitEntered(t *testing.T, g *gatedLease) {
 
 func holderLease(t *testing.T, s *Store, cli *clientv3.Client, key string) (clientv3.LeaseID, bool) {
 	t.Helper()
-	resp, err := cli.Get(testCtx(t), s.path(kindHolder, key))
+	resp, err := cli.Get(testCtx(t), s.entries(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,16 +94,23 @@ func TestRenewRacingReleaseKeepsPoolApart(t *testing.T) {
 }
 
 // TestRenewDoesNotPutGenerationOnReusedLease: a Renew that rewrites the
-// holder key on the etcd lease it read (same etcd TTL, another TTL) must not
-// put the generation back on that etcd lease if a concurrent Renew moved it
-// off meanwhile: the old etcd lease went to the pool and may carry another
-// key's generation, and two generations on one etcd lease end together.
+// entry on the etcd lease it read (same etcd TTL, another TTL) must not put
+// the generation back on that etcd lease if a concurrent Renew moved it off
+// meanwhile: two generations on one etcd lease would end together. The
+// etcd lease a move leaves is revoked, not pooled (its ID names the entry),
+// so no other generation can be put on it.
 func TestRenewDoesNotPutGenerationOnReusedLease(t *testing.T) {
 	s, cli, g, g1, cur, renewed := parkedRenew(t, 9500*time.Millisecond) // same etcd TTL, another value
 	if _, err := s.Renew(testCtx(t), g1, 20*time.Second); err != nil {   // moves to another etcd lease
 		t.Fatalf("Renew(g1, 20s): %v", err)
 	}
-	g2 := acquireOnPooled(t, s, cli, cur)
+	if ttl, err := cli.TimeToLive(testCtx(t), cur); err != nil || ttl.TTL != -1 {
+		t.Fatalf("the etcd lease the move left: %+v, %v; want it revoked", ttl, err)
+	}
+	g2, err := s.Acquire(testCtx(t), "k2", "b", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	close(g.proceed)
 	if err := renewResult(t, renewed); err != nil {
 		t.Errorf("Renew(g1, 9.5s) of the current lease: %v", err)

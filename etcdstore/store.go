@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -137,10 +138,28 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		pool:   make(map[int64][]*etcdLease),
 		held:   make(map[lease.ID]*etcdLease),
 	}
+	if err := s.checkLayout(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.checkHighWater(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkLayout refuses a prefix that holds keys of the layout before
+// entries: a Store of this version would not see the leases they hold.
+func (s *Store) checkLayout(ctx context.Context) error {
+	for _, kind := range []byte{kindOldHolder, kindOldWaiter} {
+		resp, err := s.cli.Get(ctx, s.path(kind, ""), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		if err != nil {
+			return fmt.Errorf("%w: etcdstore: reading the prefix: %v", lease.ErrUnavailable, err)
+		}
+		if len(resp.Kvs) > 0 {
+			return fmt.Errorf("%w: etcdstore: prefix %q holds leases of an earlier etcdstore layout (key %q); let them expire or release them with that version, or use another prefix", lease.ErrUnavailable, s.prefix, resp.Kvs[0].Key)
+		}
+	}
+	return nil
 }
 
 // Close revokes the idle etcd leases the Store keeps for reuse and, if Open
@@ -174,13 +193,51 @@ func (s *Store) Close() error {
 
 // Key kinds, each its own namespace under the prefix.
 const (
-	kindHolder = 'h' // the current generation: value ID and info, CreateRevision the token
-	kindWaiter = 'w' // the FIFO queue of AcquireWait callers
-	kindMeta   = 'm' // the high-water mark
-	// kindReleased marks a release: written with the holder key's delete,
-	// so that a watch tells a release from an expiry (watch.go).
+	// kindEntry: a lease key's entries, one per holder or waiter, each
+	// attached to its etcd lease and named by that lease's ID (entryKey).
+	// The entry with the oldest create revision is the holder; its create
+	// revision is the token.
+	kindEntry = 'e'
+	kindMeta  = 'm' // the high-water mark
+	// kindReleased marks a release: written with the holder's entry's
+	// delete, so that a watch tells a release from an expiry (watch.go).
 	kindReleased = 'r'
+	// Kinds of the layout before entries (a holder key 'h' and a queue
+	// 'w' per lease key); New refuses a prefix that still has them.
+	kindOldHolder = 'h'
+	kindOldWaiter = 'w'
 )
+
+// entryKey is the etcd key of the entry under lease key key created on
+// etcd lease el: its name is el's ID in hex. Entries of one key that exist
+// at once are on distinct etcd leases, so their names differ; and as etcd
+// leases are pooled and reused, a key that changes hands often reuses a few
+// names. (A name per generation would leave a deleted key in etcd's index
+// per hand-off until the next compaction, and every comparison over a
+// key's entries would walk them all.) An entry moved to another etcd lease
+// (Renew with another TTL) keeps its name, and the etcd lease it leaves is
+// revoked, never pooled, so no new entry can take the name.
+func (s *Store) entryKey(key string, el clientv3.LeaseID) string {
+	return s.path(kindEntry, key, fmt.Sprintf("%016x", int64(el)))
+}
+
+// entries is the range (a prefix) of key's entries.
+func (s *Store) entries(key string) string { return s.path(kindEntry, key, "") }
+
+// leaseKeyOf returns the lease key of entry k (an etcd key under
+// path(kindEntry, "")), and false for any other key.
+func (s *Store) leaseKeyOf(k []byte) (string, bool) {
+	base := s.path(kindEntry, "")
+	if len(k) <= len(base) || string(k[:len(base)]) != base {
+		return "", false
+	}
+	rest := k[len(base):]
+	i := bytes.IndexByte(rest, 0)
+	if i < 0 {
+		return "", false
+	}
+	return string(rest[:i]), true
+}
 
 // path builds every etcd key the Store uses: prefix, kind, NUL, key, and for
 // waiters NUL and the waiter's name. Lease keys and prefixes contain no

@@ -2,12 +2,11 @@ package etcdstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -18,40 +17,43 @@ import (
 // lease guaranteed, so that it still outlives the TTL when the claim lands.
 const keepAliveLead = 250 * time.Millisecond
 
-// AcquireWait implements lease.WaitAcquirer. Waiters queue in etcd in the
-// order they arrive — each is a key under the lease key's waiter range,
-// attached to the waiter's own etcd lease, ordered by create revision — and
-// each waits only for the deletion of the one ahead of it (the head for the
-// holder's), on watches registered before it reads the queue, so that a
-// deletion is delivered at once rather than after etcd's 100 ms watch
-// resync. The first call is one Txn: acquire if
-// the key is free and nobody waits, else join the queue.
+// AcquireWait implements lease.WaitAcquirer. Holder and waiters of a key
+// are its entries, each attached to its caller's own etcd lease and
+// ordered by create revision: the oldest holds. The first call is one Txn
+// that creates the caller's entry; if the key had none, it holds at once.
+// Otherwise it waits, without writing, until every entry older than its
+// own is gone — released, expired, or left — and then holds with its
+// entry's create revision as token: a hand-off costs the releaser's Txn and
+// the watch event that tells the next in line, as concurrency.Election's
+// does. The waiter learns it from a watch of the key's deletions, registered
+// before it reads which entries are older (a watch created at the current
+// revision is synced: a deletion is delivered at once rather than at etcd's
+// next 100 ms resync).
 //
-// A waiter claims the lease only in a Txn that also checks its own queue
-// entry still exists with its create revision: if its etcd lease expired
-// or was revoked while it waited, it has lost its place, and it returns an
-// error matching lease.ErrUnavailable instead of a lease (the bug Jepsen
-// found in etcd 3.4.3's Mutex, fixed in etcd PR #11408).
+// A waiter holds only if its own entry still exists: if its etcd lease
+// expired or was revoked while it waited, the deletion of its entry comes
+// before (or with) that of the last older one, and it returns an error
+// matching lease.ErrUnavailable instead of a lease (the bug Jepsen found
+// in etcd 3.4.3's Mutex, fixed in etcd PR #11408). While it waits it keeps
+// its etcd lease alive and writes its entry again with each keep-alive
+// (about once a second), so that the expiry its entry shows when it comes
+// to hold is the one it returns.
 func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	el, _, err := s.startAcquire(ctx, key, owner, ttl, false)
 	if err != nil {
 		return lease.Lease{}, err
 	}
 	id := lease.NewID()
-	var name [8]byte
-	_, _ = rand.Read(name[:])
-	w := s.path(kindWaiter, key, hex.EncodeToString(name[:]))
 	var floor int64
-	var value string
 	var exp time.Time
 	var resp *clientv3.TxnResponse
 	for retried := false; ; retried = true {
 		floor = s.maxRev.Load()
 		exp = s.estimate(el)
-		value = holderValue(id, owner, ttl, el.secs, exp)
-		create, hw := s.createOps(key, value, el, floor)
-		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
-			els: []clientv3.Op{clientv3.OpPut(w, owner, clientv3.WithLease(el.id))}})
+		create, hw := s.createOps(key, holderValue(id, owner, ttl, el.secs, exp), el, floor)
+		// Both branches create the entry; the comparison tells whether it
+		// holds at once.
+		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create, els: create})
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Refused, so not applied: the pooled etcd lease is gone (see
 			// Release). Once more on a new one.
@@ -63,17 +65,19 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 		break
 	}
 	if err != nil {
-		s.lost(el, err) // we may have created a generation or queued on it
+		s.lost(el, err) // we may have created an entry on it
 		return lease.Lease{}, failUnknown(ctx, "acquire", key, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
+	rev := resp.Header.Revision
 	if resp.Succeeded {
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, exp)
+		return s.granted(key, owner, id, ttl, el, rev, rev, exp)
 	}
-	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el, name: w, rev: resp.Header.Revision}
+	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el,
+		name: s.entryKey(key, el.id), rev: rev, wrote: []written{{rev, exp}}}
 	return q.wait(ctx)
 }
 
@@ -85,108 +89,140 @@ type waiter struct {
 	ttl   time.Duration
 	id    lease.ID
 	el    *etcdLease
-	name  string // the queue entry's etcd key
-	rev   int64  // its create revision: the place in the queue
+	name  string    // its entry's etcd key
+	rev   int64     // its entry's create revision: the place in the queue, the token
+	wrote []written // its writes of the entry, oldest first
+}
+
+// written is one write of a waiter's entry: its revision and the expiry
+// the value holds.
+type written struct {
+	rev int64
+	exp time.Time
+}
+
+// at returns the last write at or before revision r.
+func (q *waiter) at(r int64) written {
+	w := q.wrote[0]
+	for _, x := range q.wrote {
+		if x.rev <= r {
+			w = x
+		}
+	}
+	return w
 }
 
 func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 	s := q.s
-	holder := s.path(kindHolder, q.key)
-	queue := s.path(kindWaiter, q.key, "")
 	var w *queueWatch
 	defer func() { w.close() }()
-	claim := false
+	var older map[string]bool // the entries older than ours still there
+	var seen int64            // the revision older was read at
 	for {
 		if time.Until(q.el.safeUntil()) < q.ttl+keepAliveLead {
-			if err := s.keepAlive(ctx, q.el); err == errLeaseGone {
-				return lease.Lease{}, q.lostPlace()
-			} else if err != nil {
-				return lease.Lease{}, q.abandon(ctx, err)
+			if err := q.keepAlive(ctx); err != nil {
+				return lease.Lease{}, err
 			}
 		}
 		if w == nil {
 			var err error
-			if w, err = q.watch(ctx, holder, queue); err != nil {
+			if w, err = q.watch(ctx); err != nil {
 				if ctx.Err() != nil {
 					return lease.Lease{}, q.leave(ctx)
 				}
 				return lease.Lease{}, q.abandon(ctx, err)
 			}
-		}
-		floor := s.maxRev.Load()
-		// Claim if our entry is still ours, nobody is ahead, and the key is
-		// free; otherwise learn what to wait for. Unless a deletion we
-		// waited for suggests we are next, only look (a read-only Txn is not
-		// a Raft write): a failed claim is a write that changes nothing.
-		reads := []clientv3.Op{
-			clientv3.OpGet(q.name),
-			clientv3.OpGet(queue, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(q.rev-1))...),
-			clientv3.OpGet(holder),
-		}
-		req := &txnReq{key: q.key, els: reads, cmps: []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev),
-			clientv3.Compare(clientv3.CreateRevision(queue), ">", q.rev-1).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(holder), "=", 0),
-		}}
-		exp := s.estimate(q.el)
-		value := holderValue(q.id, q.owner, q.ttl, q.el.secs, exp)
-		if claim {
-			create, hw := s.createOps(q.key, value, q.el, floor)
-			req.then, req.hw = append([]clientv3.Op{clientv3.OpDelete(q.name)}, create...), hw
-		}
-		resp, err := s.txn(ctx, req)
-		if err != nil {
-			if ctx.Err() != nil {
-				s.revoke(q.el.id) // the claim may have happened
-				return lease.Lease{}, fmt.Errorf("etcdstore: waiting for %q: %w", q.key, context.Cause(ctx))
+			// With the watch in place, read our entry and the older ones.
+			floor := s.maxRev.Load()
+			resp, err := s.txn(ctx, &txnReq{key: q.key, then: []clientv3.Op{
+				clientv3.OpGet(q.name, clientv3.WithKeysOnly()),
+				clientv3.OpGet(s.entries(q.key), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(q.rev-1)),
+			}})
+			if err != nil {
+				if ctx.Err() != nil {
+					return lease.Lease{}, q.leave(ctx)
+				}
+				return lease.Lease{}, q.abandon(ctx, err)
 			}
-			return lease.Lease{}, q.abandon(ctx, err)
-		}
-		if err := s.observe(floor, resp.Header); err != nil {
-			s.revoke(q.el.id)
-			return lease.Lease{}, err
-		}
-		if resp.Succeeded {
-			if claim {
-				return s.granted(q.key, q.owner, q.id, q.ttl, q.el, resp.Header.Revision, exp)
+			if err := s.observe(floor, resp.Header); err != nil {
+				s.revoke(q.el.id)
+				return lease.Lease{}, err
 			}
-			claim = true // we are next: claim at once
-			continue
+			if mine := kvOf(resp, 0); mine == nil || mine.CreateRevision != q.rev {
+				return lease.Lease{}, q.lostPlace()
+			}
+			seen = resp.Header.Revision
+			older = map[string]bool{}
+			for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+				older[string(kv.Key)] = true
+			}
 		}
-		claim = true
-		if mine := kvOf(resp, 0); mine == nil || mine.CreateRevision != q.rev {
-			return lease.Lease{}, q.lostPlace()
+		if len(older) == 0 {
+			return q.holds(seen)
 		}
-		var target string
-		if pred := kvOf(resp, 1); pred != nil {
-			target = string(pred.Key)
-		} else if kvOf(resp, 2) != nil {
-			target = holder
-		} else {
-			continue // it changed between the comparison and the reads
-		}
-		ok, err := q.waitDelete(ctx, w, target, resp.Header.Revision)
-		if err != nil {
+		at, ok, err := q.waitOlder(ctx, w, older, seen)
+		switch {
+		case err != nil:
 			return lease.Lease{}, err
-		}
-		if !ok {
+		case !ok:
 			w.close()
 			w = nil
-			claim = false
+		case at != 0:
+			return q.holds(at)
 		}
 	}
 }
 
-// queueWatch is a waiter's two watches, on the holder key and on the key's
-// queue, for deletions only. They are registered before the waiter reads
-// the queue and kept while it waits: a watch created from a past revision
-// joins etcd's unsynced watchers and sees its events only at the next
-// 100 ms resync (the trap that caps concurrency.Mutex, whose waiter watches
-// from the revision it read), while one created at the current revision is
-// synced and gets each deletion as soon as it is committed.
+// holds returns the lease, held since revision at, when the last older
+// entry went: with the expiry our entry showed then, which is what a watch
+// reports.
+func (q *waiter) holds(at int64) (lease.Lease, error) {
+	last := q.wrote[len(q.wrote)-1]
+	return q.s.granted(q.key, q.owner, q.id, q.ttl, q.el, q.rev, last.rev, q.at(at).exp)
+}
+
+// keepAlive keeps our etcd lease alive and writes our entry again with the
+// expiry it now has.
+func (q *waiter) keepAlive(ctx context.Context) error {
+	s := q.s
+	if err := s.keepAlive(ctx, q.el); err == errLeaseGone {
+		return q.lostPlace()
+	} else if err != nil {
+		return q.abandon(ctx, err)
+	}
+	floor := s.maxRev.Load()
+	exp := s.estimate(q.el)
+	resp, err := s.txn(ctx, &txnReq{key: q.key,
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev)},
+		then: []clientv3.Op{clientv3.OpPut(q.name, holderValue(q.id, q.owner, q.ttl, q.el.secs, exp), clientv3.WithLease(q.el.id))}})
+	if err != nil {
+		if ctx.Err() != nil {
+			s.revoke(q.el.id) // the write may have happened; we may hold
+			return fmt.Errorf("etcdstore: waiting for %q: %w", q.key, context.Cause(ctx))
+		}
+		return q.abandon(ctx, err)
+	}
+	if err := s.observe(floor, resp.Header); err != nil {
+		s.revoke(q.el.id)
+		return err
+	}
+	if !resp.Succeeded {
+		return q.lostPlace()
+	}
+	q.wrote = append(q.wrote, written{resp.Header.Revision, exp})
+	return nil
+}
+
+// queueWatch is a waiter's watch of its key's entries, for deletions only.
+// It is registered before the waiter reads which entries are older and
+// kept while it waits: a watch created from a past revision joins etcd's
+// unsynced watchers and sees its events only at the next 100 ms resync (the
+// trap that caps concurrency.Mutex, whose waiter watches from the revision
+// it read), while one created at the current revision is synced and gets
+// each deletion as soon as it is committed.
 type queueWatch struct {
-	cancel        context.CancelFunc
-	holder, queue clientv3.WatchChan
+	cancel context.CancelFunc
+	ch     clientv3.WatchChan
 }
 
 func (w *queueWatch) close() {
@@ -195,82 +231,83 @@ func (w *queueWatch) close() {
 	}
 }
 
-// watch registers the waiter's watches and waits until etcd confirms both.
-func (q *waiter) watch(ctx context.Context, holder, queue string) (*queueWatch, error) {
+// watch registers the waiter's watch and waits until etcd confirms it.
+func (q *waiter) watch(ctx context.Context) (*queueWatch, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	w := &queueWatch{
-		cancel: cancel,
-		holder: q.s.cli.Watch(wctx, holder, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()),
-		queue:  q.s.cli.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()),
-	}
-	for _, ch := range []clientv3.WatchChan{w.holder, w.queue} {
-		select {
-		case wr, ok := <-ch:
-			if !ok || wr.Err() != nil || !wr.Created {
-				cancel()
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				return nil, fmt.Errorf("watching the queue: %v", wr.Err())
-			}
-		case <-ctx.Done():
+	w := &queueWatch{cancel: cancel,
+		ch: q.s.cli.Watch(wctx, q.s.entries(q.key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())}
+	select {
+	case wr, ok := <-w.ch:
+		if !ok || wr.Err() != nil || !wr.Created {
 			cancel()
-			return nil, ctx.Err()
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("watching the queue: %v", wr.Err())
 		}
+	case <-ctx.Done():
+		cancel()
+		return nil, ctx.Err()
 	}
 	return w, nil
 }
 
-// waitDelete waits, on w, for the deletion of target after revision seen
-// (or of our own entry), for the time our etcd lease needs its next
-// keep-alive, or for ctx's end (then it leaves the queue and returns ctx's
-// error). It returns false if a watch ended and must be registered again.
-func (q *waiter) waitDelete(ctx context.Context, w *queueWatch, target string, seen int64) (bool, error) {
+// waitOlder waits, on w, for the deletions after revision seen of the
+// entries in older, taking each out. It returns the revision at which the
+// last went (at), 0 when our etcd lease needs its next keep-alive, ok false
+// if the watch ended and must be registered again (older is then read
+// anew), or an error: our own entry was deleted first, or ctx ended (then
+// it leaves the queue).
+func (q *waiter) waitOlder(ctx context.Context, w *queueWatch, older map[string]bool, seen int64) (at int64, ok bool, _ error) {
 	due := time.Until(q.el.safeUntil()) - q.ttl - keepAliveLead
 	t := time.NewTimer(max(due, 10*time.Millisecond))
 	defer t.Stop()
-	relevant := func(wr clientv3.WatchResponse) bool {
-		for _, ev := range wr.Events {
-			k := string(ev.Kv.Key)
-			if ev.Kv.ModRevision > seen && (k == target || k == q.name) {
-				return true
-			}
-		}
-		return false
-	}
 	for {
 		select {
-		case wr, ok := <-w.holder:
-			if !ok || wr.Err() != nil {
-				return false, nil
+		case wr, open := <-w.ch:
+			if !open || wr.Err() != nil {
+				return 0, false, nil
 			}
-			if relevant(wr) {
-				return true, nil
-			}
-		case wr, ok := <-w.queue:
-			if !ok || wr.Err() != nil {
-				return false, nil
-			}
-			if relevant(wr) {
-				return true, nil
+			for _, ev := range wr.Events { // in revision order
+				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= seen {
+					continue
+				}
+				k := string(ev.Kv.Key)
+				if k == q.name {
+					return 0, true, q.lostPlace()
+				}
+				if older[k] {
+					delete(older, k)
+					if len(older) == 0 {
+						// Our own entry's deletion, if it came in the
+						// same revision, is in this response too.
+						for _, ev2 := range wr.Events {
+							if ev2.Type == mvccpb.DELETE && string(ev2.Kv.Key) == q.name && ev2.Kv.ModRevision <= ev.Kv.ModRevision {
+								return 0, true, q.lostPlace()
+							}
+						}
+						return ev.Kv.ModRevision, true, nil
+					}
+				}
 			}
 		case <-t.C:
-			return true, nil
+			return 0, true, nil
 		case <-ctx.Done():
-			return false, q.leave(ctx)
+			return 0, false, q.leave(ctx)
 		}
 	}
 }
 
 // leave takes our entry out of the queue after ctx ended, and returns ctx's
-// error.
+// error. If the entry had come to hold meanwhile, that is a release: the
+// Txn writes the release mark too.
 func (q *waiter) leave(ctx context.Context) error {
 	s := q.s
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	resp, err := s.txn(cctx, &txnReq{key: q.key,
 		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(q.name), "=", q.rev)},
-		then: []clientv3.Op{clientv3.OpDelete(q.name)}})
+		then: []clientv3.Op{clientv3.OpDelete(q.name), s.releasedOp(q.key)}})
 	switch {
 	case err != nil:
 		s.revoke(q.el.id)
@@ -280,17 +317,17 @@ func (q *waiter) leave(ctx context.Context) error {
 	return fmt.Errorf("etcdstore: waiting for %q: %w", q.key, context.Cause(ctx))
 }
 
-// abandon handles a failed etcd call while queued: the outcome of a claim
-// may be unknown, so revoking our etcd lease ends whatever it carries —
-// the queue entry and any generation we might just have created.
+// abandon handles a failed etcd call while queued: our entry may have come
+// to hold, or a write of it may have happened, so revoking our etcd lease
+// ends whatever it carries.
 func (q *waiter) abandon(ctx context.Context, err error) error {
 	q.s.revoke(q.el.id)
 	return fail(ctx, "acquire (waiting)", q.key, err)
 }
 
-// lostPlace reports that our queue entry vanished while we waited.
+// lostPlace reports that our entry vanished while we waited.
 func (q *waiter) lostPlace() error {
 	q.s.revoke(q.el.id)
-	return fmt.Errorf("%w: etcdstore: waiting for %q: our place in the queue is gone (its etcd lease %x expired or was revoked); not claiming the lease",
+	return fmt.Errorf("%w: etcdstore: waiting for %q: our place in the queue is gone (its etcd lease %x expired or was revoked); not holding the lease",
 		lease.ErrUnavailable, q.key, int64(q.el.id))
 }

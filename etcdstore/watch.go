@@ -1,10 +1,12 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,21 +20,28 @@ import (
 var _ lease.Watcher = (*Store)(nil)
 
 // Watch implements lease.Watcher with an etcd watch. A watch reads the
-// holder keys under the prefix at one revision R (a linearizable range
-// read: one instant of the store) and watches the Store's keys from R+1,
-// so that its state and its changes meet at R with nothing missed or told
-// twice, in revision order. etcd's watch carries each change:
+// entries under the prefix at one revision R (a linearizable range read:
+// one instant of the store) and watches the Store's keys from R+1, so that
+// its state and its changes meet at R with nothing missed or told twice,
+// in revision order. It keeps each key's entries, oldest first (the first
+// holds), and etcd's watch carries each change:
 //
-//   - Acquired: a holder key created (its first version);
-//   - Renewed: a holder key written again. Renew therefore writes the
-//     holder key (a Raft write) besides keeping its etcd lease alive, which
+//   - Acquired: an entry created for a key that had none, or the oldest
+//     entry left once the holder's went (a waiter's turn: its lease has the
+//     expiry its entry showed then — a waiter writes its entry with each
+//     keep-alive — and the token is its create revision);
+//   - Renewed: the holder's entry written again. Renew therefore writes
+//     the entry (a Raft write) besides keeping its etcd lease alive, which
 //     alone etcd does not tell watchers;
-//   - Released: a holder key deleted in the same revision as its release
-//     mark (kindReleased), which Release writes in its Txn;
-//   - Expired: a holder key deleted without a mark: etcd revoked its
+//   - Released: the holder's entry deleted in the same revision as its
+//     release mark (kindReleased), which Release writes in its Txn;
+//   - Expired: the holder's entry deleted without a mark: etcd revoked its
 //     expired etcd lease.
 //
-// Expiry is etcd's: Expired comes when etcd deletes the holder key, which
+// Writes and deletions of waiters' entries change the watch's state but
+// are not told.
+//
+// Expiry is etcd's: Expired comes when etcd deletes the entry, which
 // it does when the generation's etcd lease expires on the leader: up to
 // about 2.5 s after the lease's TTL (see the package documentation: etcd
 // lease TTLs are whole seconds plus one, checked every 0.5 s), and then
@@ -58,7 +67,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event,
 	}
 }
 
-// releasedOp marks key's release, in the Txn that deletes its holder key.
+// releasedOp marks key's release, in the Txn that deletes its holder's entry.
 func (s *Store) releasedOp(key string) clientv3.Op {
 	return clientv3.OpPut(s.path(kindReleased, key), "")
 }
@@ -71,7 +80,7 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 		return nil, err
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Get(ctx, s.path(kindHolder, prefix), clientv3.WithPrefix())
+	resp, err := s.cli.Get(ctx, s.path(kindEntry, prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fail(ctx, "watch", prefix, err)
 	}
@@ -83,25 +92,84 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 	if err != nil {
 		return nil, err
 	}
-	base := len(s.path(kindHolder, ""))
-	told := map[string]lease.Lease{} // the leases the watch was told are held
+	st := &watchState{s: s, queues: map[string][]*mvccpb.KeyValue{}, told: map[string]lease.Lease{}}
 	for _, kv := range resp.Kvs {
-		l, err := s.watchLease(string(kv.Key[base:]), kv)
+		k, ok := s.leaseKeyOf(kv.Key)
+		if !ok {
+			continue
+		}
+		st.add(k, kv)
+	}
+	for k, q := range st.queues {
+		l, err := s.watchLease(k, q[0])
 		if err != nil {
 			sub.Close()
 			return nil, err
 		}
+		st.told[k] = l
+	}
+	for _, l := range sortedLeases(st.told) {
 		sub.Held(l)
-		told[l.Key] = l
 	}
 	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.prefix, clientv3.WithPrefix(),
-		clientv3.WithRev(resp.Header.Revision+1), clientv3.WithPrevKV())
-	go s.publishChanges(ctx, hub, prefix, told, wch)
+		clientv3.WithRev(resp.Header.Revision+1))
+	go s.publishChanges(ctx, hub, prefix, st, wch)
 	return sub, nil
 }
 
-// watchLease is the lease holder key kv describes, with the expiry its
-// writer returned (or, in a value of an earlier version, the latest it can
+// watchState is what a watch knows: each key's entries, oldest first, and
+// the lease it last told of each key's holder.
+type watchState struct {
+	s      *Store
+	queues map[string][]*mvccpb.KeyValue
+	told   map[string]lease.Lease
+}
+
+// add records entry kv of key k, written anew or for the first time.
+func (st *watchState) add(k string, kv *mvccpb.KeyValue) {
+	q := st.queues[k]
+	for i, e := range q {
+		if bytes.Equal(e.Key, kv.Key) {
+			q[i] = kv
+			return
+		}
+	}
+	i := len(q)
+	for i > 0 && q[i-1].CreateRevision > kv.CreateRevision {
+		i--
+	}
+	st.queues[k] = slices.Insert(q, i, kv)
+}
+
+// remove takes entry name out of key k's and reports whether it was the
+// holder's.
+func (st *watchState) remove(k string, name []byte) bool {
+	q := st.queues[k]
+	for i, e := range q {
+		if bytes.Equal(e.Key, name) {
+			q = slices.Delete(q, i, i+1)
+			if len(q) == 0 {
+				delete(st.queues, k)
+			} else {
+				st.queues[k] = q
+			}
+			return i == 0
+		}
+	}
+	return false
+}
+
+func sortedLeases(m map[string]lease.Lease) []lease.Lease {
+	out := make([]lease.Lease, 0, len(m))
+	for _, l := range m {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b lease.Lease) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// watchLease is the lease entry kv describes, with the expiry its writer
+// returned (or, in a value of an earlier version, the latest it can
 // expire).
 func (s *Store) watchLease(key string, kv *mvccpb.KeyValue) (lease.Lease, error) {
 	l, err := leaseFrom(key, kv, time.Now())
@@ -114,16 +182,19 @@ func (s *Store) watchLease(key string, kv *mvccpb.KeyValue) (lease.Lease, error)
 	return l, nil
 }
 
-// publishChanges publishes the changes wch reports of holder keys under
-// prefix until ctx ends or etcd cancels the watch, which breaks it.
-func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix string, told map[string]lease.Lease, wch clientv3.WatchChan) {
-	holders, marks := s.path(kindHolder, ""), s.path(kindReleased, "")
+// publishChanges publishes the changes wch reports of the holders of keys
+// under prefix until ctx ends or etcd cancels the watch, which breaks it.
+func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix string, st *watchState, wch clientv3.WatchChan) {
+	marks := s.path(kindReleased, "")
+	broken := func(err error) {
+		hub.Close(fmt.Errorf("etcdstore: watch of %q: %w: %w", prefix, lease.ErrUnavailable, err))
+	}
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
-			hub.Close(fmt.Errorf("etcdstore: watch of %q: %w: %w", prefix, lease.ErrUnavailable, err))
+			broken(err)
 			return
 		}
-		// A release deletes the holder key and writes its mark in one
+		// A release deletes the holder's entry and writes its mark in one
 		// revision, whose events come in one response (which may hold
 		// several revisions, and a key's release in more than one).
 		type mark struct {
@@ -137,40 +208,53 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 			}
 		}
 		for _, ev := range resp.Events {
-			k, ok := strings.CutPrefix(string(ev.Kv.Key), holders)
+			k, ok := s.leaseKeyOf(ev.Kv.Key)
 			if !ok || !strings.HasPrefix(k, prefix) {
 				continue
 			}
 			switch ev.Type {
 			case mvccpb.PUT:
+				had := len(st.queues[k]) > 0
+				st.add(k, ev.Kv)
+				if q := st.queues[k]; q[0] != ev.Kv {
+					continue // a waiter's entry
+				}
 				l, err := s.watchLease(k, ev.Kv)
 				if err != nil {
-					hub.Close(fmt.Errorf("etcdstore: watch of %q: %w: %w", prefix, lease.ErrUnavailable, err))
+					broken(err)
 					return
 				}
 				kind := lease.Renewed
-				if ev.Kv.Version == 1 {
+				if !had {
 					kind = lease.Acquired
 				}
-				told[k] = l
+				st.told[k] = l
 				hub.Publish(kind, l)
 			case mvccpb.DELETE:
-				l, ok := told[k]
-				if !ok && ev.PrevKv != nil {
-					l, _ = s.watchLease(k, ev.PrevKv)
+				if !st.remove(k, ev.Kv.Key) {
+					continue // a waiter's entry
 				}
-				delete(told, k)
 				kind := lease.Expired
 				if released[mark{k, ev.Kv.ModRevision}] {
 					kind = lease.Released
 				}
-				hub.Publish(kind, l)
+				hub.Publish(kind, st.told[k])
+				delete(st.told, k)
+				if q := st.queues[k]; len(q) > 0 { // the next in line holds
+					l, err := s.watchLease(k, q[0])
+					if err != nil {
+						broken(err)
+						return
+					}
+					st.told[k] = l
+					hub.Publish(lease.Acquired, l)
+				}
 			}
 		}
 	}
 	// The channel closed: ctx ended (the watch is over), or the client
 	// closed.
 	if ctx.Err() == nil {
-		hub.Close(fmt.Errorf("etcdstore: watch of %q: %w: %w", prefix, lease.ErrUnavailable, errors.New("the etcd watch ended")))
+		broken(errors.New("the etcd watch ended"))
 	}
 }

@@ -28,11 +28,11 @@ func BenchmarkWatchRenewCost(b *testing.B) {
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 	keepAliveOnly := func(l lease.Lease) error {
-		resp, err := s.txn(ctx, &txnReq{key: l.Key, cmps: s.ownedCmps(l), then: []clientv3.Op{clientv3.OpGet(s.path(kindHolder, l.Key))}})
+		resp, err := s.txn(ctx, &txnReq{key: l.Key, then: []clientv3.Op{s.firstEntry(l.Key)}})
 		if err != nil {
 			return err
 		}
-		if !resp.Succeeded {
+		if !stillOurs(l, kvOf(resp, 0)) {
 			return notHeld(l)
 		}
 		s.mu.Lock()

@@ -21,10 +21,10 @@ func init() {
 		"the next candidate queued for a term of 120 ms first (longer than etcd's 100 ms watch resync: concurrency.Election's waiter watches from a past revision, " +
 		"so it joins etcd's unsynced watchers and is synced only at the next resync, which a term that short would charge it). " +
 		"delete-watch-floor = the leader's key deleted and the deletion reaching a synced watcher: the least any election on etcd must do, one write and one event; " +
-		"delete-watch-claim = the same, and the watcher then claims with a Txn creating the key if absent: the least an election must do whose next term's token is made at the hand-off (as etcdstore's is, the holder key's create revision); " +
+		"delete-watch-claim = the same, and the watcher then claims with a Txn creating the key if absent: the least an election must do whose next term's token is made at the hand-off (as etcdstore's was before its waiters' entries became the holder; kept for comparison); " +
 		"etcd-election = concurrency.Election, leader and candidate each on a session and client of its own: Resign is a Delete, and the candidate, woken by the deletion, " +
 		"reads once more (a Get) to see nobody is left ahead of it; election-etcdstore = package election on etcdstore, each on a Store and client of its own: " +
-		"Resign is a Release Txn, and the candidate, woken by the deletion, claims the lease with a Txn that creates the holder key (whose create revision is the term's token). " +
+		"Resign is a Release Txn, and the candidate, whose entry (made when it queued; its create revision is the term's token) is then the oldest, holds on the deletion's event, with no write or read of its own. " +
 		"Interleaved: each round one hand-off of each row, starting from the next row each round, 120 rounds. ns/op is the mean hand-off; ops/s means nothing here."
 	groupNotes["ElectionCrash"] = "A crashed leader on the same etcd: the leader's process stops (its client closed: no more keep-alives or renewals, nothing revoked or released) " +
 		"right after its Campaign returned, and the hand-off counts from just before its first request (its lease's grant) to the next leader's Campaign returning; TTL 1 s, " +

@@ -547,16 +547,16 @@ func replicasElect(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 }
 
 // waitQueued waits until n AcquireWait callers are queued in etcd for key
-// under the etcdstore prefix.
+// under the etcdstore prefix: key has n+1 entries, the holder's and theirs.
 func waitQueued(t *testing.T, cluster *etcdtest.Cluster, prefix, key string, n int) {
 	t.Helper()
 	cli := cluster.Client(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := cli.Get(ctx, "/"+prefix+"/w\x00"+key+"\x00", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := cli.Get(ctx, "/"+prefix+"/e\x00"+key+"\x00", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
-		if err == nil && int(resp.Count) >= n {
+		if err == nil && int(resp.Count) >= n+1 {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -43,16 +43,17 @@ type handoff struct {
 //     election on etcd must do, one committed write and one event;
 //   - delete-watch-claim: the same, and the watcher then claims with a
 //     Txn that creates the key if absent: the least an election must do
-//     whose next term's token is made at the hand-off, as etcdstore's is;
+//     whose next term's token is made at the hand-off, as etcdstore's was
+//     before its waiters' entries became the holder (kept for comparison);
 //   - etcd-election: concurrency.Election, leader and candidate each on a
 //     session and client of its own: Resign is a Delete; the candidate,
 //     queued by its key's create revision, wakes on the deletion and reads
 //     once more (a Get) to see nobody is left ahead of it;
 //   - election-etcdstore: package election on etcdstore, each on a Store
 //     and client of its own: Resign is Release (a Txn); the candidate,
-//     queued in AcquireWait, wakes on the deletion and claims the lease
-//     (a Txn that creates the holder key, whose create revision is the
-//     term's fencing token).
+//     queued in AcquireWait with an entry whose create revision is the
+//     term's fencing token, holds on the deletion's event, writing and
+//     reading nothing more.
 func BenchmarkCompareElection(b *testing.B) {
 	eps := etcdtest.Start(b)
 	ctx := context.Background()
@@ -174,8 +175,9 @@ func BenchmarkCompareElection(b *testing.B) {
 				done <- won{time.Now(), err}
 			}()
 			time.Sleep(handoffTerm)
-			// etcdstore's queue of key: see the package documentation.
-			if err := queued(ctx, storePfx+"w\x00"+key+"\x00", 1); err != nil {
+			// etcdstore's entries of key, the leader's and the candidate's:
+			// see the package documentation.
+			if err := queued(ctx, storePfx+"e\x00"+key+"\x00", 2); err != nil {
 				return 0, err
 			}
 			t0 := time.Now()
