@@ -2,12 +2,10 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/benchutil"
 )
 
@@ -27,23 +25,7 @@ func BenchmarkFloorCost(b *testing.B) {
 	if strings.Contains(bare.q.acquire.one+bare.q.acquire.many, "token_floor") {
 		b.Fatal("withoutFloor left the floor in the acquire statement")
 	}
-	for _, s := range []*Store{floored, bare} {
-		if err := s.ensureSchema(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	pair := func(s *Store, key string) error {
-		for {
-			l, err := s.Acquire(ctx, key, "bench", benchTTL)
-			if errors.Is(err, lease.ErrHeld) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			return s.Release(ctx, l)
-		}
-	}
+	pair := benchPairs(b, ctx, floored, bare)
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("c=%d/interleaved", clients), func(b *testing.B) {
 			benchutil.Interleave(b, clients, []benchutil.Impl{

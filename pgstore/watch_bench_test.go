@@ -27,23 +27,7 @@ func BenchmarkWatchNotifyCost(b *testing.B) {
 			b.Fatal("withoutTold left a watch NOTIFY in a statement")
 		}
 	}
-	for _, s := range []*Store{told, quiet} {
-		if err := s.ensureSchema(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	pair := func(s *Store, key string) error {
-		for {
-			l, err := s.Acquire(ctx, key, "bench", benchTTL)
-			if errors.Is(err, lease.ErrHeld) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			return s.Release(ctx, l)
-		}
-	}
+	pair := benchPairs(b, ctx, told, quiet)
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("c=%d/interleaved", clients), func(b *testing.B) {
 			benchutil.Interleave(b, clients, []benchutil.Impl{
@@ -86,4 +70,26 @@ func withoutTold(q queries) queries {
 		st.one, st.many = strip(st.one), strip(st.many)
 	}
 	return q
+}
+
+// benchPairs makes stores' tables and returns one acquire+release of a key
+// on a store, trying again while the key is held.
+func benchPairs(b *testing.B, ctx context.Context, stores ...*Store) func(s *Store, key string) error {
+	for _, s := range stores {
+		if err := s.ensureSchema(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return func(s *Store, key string) error {
+		for {
+			l, err := s.Acquire(ctx, key, "bench", benchTTL)
+			if errors.Is(err, lease.ErrHeld) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			return s.Release(ctx, l)
+		}
+	}
 }

@@ -55,6 +55,12 @@ func openBackend(ctx context.Context, cfg ServeConfig) (*openedBackend, error) {
 			return nil, usageError(fmt.Errorf("%s applies to the embedded store only, not to --backend", f.name))
 		}
 	}
+	return openEngine(ctx, spec, allowVolatile, "serve")
+}
+
+// openEngine opens the engine spec names by its URL scheme, for the
+// command verb (serve, bump), whose --allow-volatile allowVolatile is.
+func openEngine(ctx context.Context, spec string, allowVolatile bool, verb string) (*openedBackend, error) {
 	scheme, _, ok := strings.Cut(spec, "://")
 	if !ok {
 		return nil, usageError(fmt.Errorf("--backend %q is not a URL (postgres://…, redis://…, etcd://…)", redact(spec)))
@@ -64,7 +70,7 @@ func openBackend(ctx context.Context, cfg ServeConfig) (*openedBackend, error) {
 	}
 	volatileHint := func(err error) error {
 		if errors.Is(err, pgstore.ErrVolatile) || errors.Is(err, redisstore.ErrVolatile) {
-			return fmt.Errorf("%w (lease serve --allow-volatile runs anyway)", err)
+			return fmt.Errorf("%w (lease %s --allow-volatile runs anyway)", err, verb)
 		}
 		return err
 	}
@@ -78,7 +84,7 @@ func openBackend(ctx context.Context, cfg ServeConfig) (*openedBackend, error) {
 		}
 		s, err := pgstore.Open(ctx, spec, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), volatileHint(err))
+			return nil, fmt.Errorf("%s: --backend %s: %w", verb, redact(spec), volatileHint(err))
 		}
 		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
 	case "etcd":
@@ -92,7 +98,7 @@ func openBackend(ctx context.Context, cfg ServeConfig) (*openedBackend, error) {
 		}
 		s, err := etcdstore.Open(ctx, endpoints, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), err)
+			return nil, fmt.Errorf("%s: --backend %s: %w", verb, redact(spec), err)
 		}
 		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
 	case "redis", "rediss":
@@ -102,7 +108,7 @@ func openBackend(ctx context.Context, cfg ServeConfig) (*openedBackend, error) {
 		}
 		s, err := redisstore.Open(ctx, spec, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("serve: --backend %s: %w", redact(spec), volatileHint(err))
+			return nil, fmt.Errorf("%s: --backend %s: %w", verb, redact(spec), volatileHint(err))
 		}
 		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
 	default:

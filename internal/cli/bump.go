@@ -67,52 +67,35 @@ restored by lease restore, which bumps it; etcd by etcdutl snapshot restore
 
 // bumpBackend opens the engine spec names and bumps it by n.
 func bumpBackend(ctx context.Context, spec string, n uint64, allowVolatile bool) (bumpReport, error) {
-	scheme, _, ok := strings.Cut(spec, "://")
-	if !ok {
+	switch scheme, _, ok := strings.Cut(spec, "://"); {
+	case !ok:
 		return bumpReport{}, usageError(fmt.Errorf("--backend %q is not a URL (postgres://…, redis://…)", redact(spec)))
-	}
-	fail := func(err error) (bumpReport, error) {
-		if errors.Is(err, pgstore.ErrVolatile) || errors.Is(err, redisstore.ErrVolatile) {
-			err = fmt.Errorf("%w (lease bump --allow-volatile bumps it anyway)", err)
-		}
-		return bumpReport{}, fmt.Errorf("bump: --backend %s: %w", redact(spec), err)
-	}
-	openCtx, cancel := context.WithTimeout(ctx, openTimeout)
-	defer cancel()
-	switch scheme {
-	case "postgres", "postgresql":
-		var opts []pgstore.Option
-		if allowVolatile {
-			opts = append(opts, pgstore.AllowVolatile())
-		}
-		s, err := pgstore.Open(openCtx, spec, opts...)
-		if err != nil {
-			return fail(err)
-		}
-		defer s.Close()
-		rep, err := s.Bump(ctx, n)
-		if err != nil {
-			return fail(err)
-		}
-		return bumpReport{keys: rep.Keys, leases: rep.Leases, top: rep.Top, floor: rep.Floor}, nil
-	case "redis", "rediss":
-		var opts []redisstore.Option
-		if allowVolatile {
-			opts = append(opts, redisstore.AllowVolatile())
-		}
-		s, err := redisstore.Open(openCtx, spec, opts...)
-		if err != nil {
-			return fail(err)
-		}
-		defer s.Close()
-		rep, err := s.Bump(ctx, n)
-		if err != nil {
-			return fail(err)
-		}
-		return bumpReport{keys: rep.Keys, leases: rep.Leases, top: rep.Top, floor: rep.Floor}, nil
-	case "etcd":
+	case scheme == "etcd":
 		return bumpReport{}, usageError(errors.New("--backend etcd://: etcd is bumped as it is restored, by etcdutl snapshot restore --bump-revision (docs/ETCD.md)"))
-	default:
+	case scheme != "postgres" && scheme != "postgresql" && scheme != "redis" && scheme != "rediss":
 		return bumpReport{}, usageError(fmt.Errorf("--backend: lease bump knows postgres:// and redis://, not %q", scheme))
 	}
+	ob, err := openEngine(ctx, spec, allowVolatile, "bump")
+	if err != nil {
+		return bumpReport{}, err
+	}
+	defer ob.close()
+	var rep bumpReport
+	switch s := ob.Backend.(type) {
+	case *pgstore.Store:
+		r, err := s.Bump(ctx, n)
+		rep = bumpReport{keys: r.Keys, leases: r.Leases, top: r.Top, floor: r.Floor}
+		if err != nil {
+			return bumpReport{}, fmt.Errorf("bump: --backend %s: %w", ob.desc, err)
+		}
+	case *redisstore.Store:
+		r, err := s.Bump(ctx, n)
+		rep = bumpReport{keys: r.Keys, leases: r.Leases, top: r.Top, floor: r.Floor}
+		if err != nil {
+			return bumpReport{}, fmt.Errorf("bump: --backend %s: %w", ob.desc, err)
+		}
+	default:
+		return bumpReport{}, fmt.Errorf("bump: --backend %s: not a PostgreSQL or Redis store", ob.desc)
+	}
+	return rep, nil
 }
