@@ -9,38 +9,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/leasetest"
 )
-
-// grants acquires key n times on s, releasing each lease but the last
-// unless release, and returns the leases.
-func grants(t *testing.T, s *Store, key string, n int, release bool) []lease.Lease {
-	t.Helper()
-	ctx := testCtx(t)
-	var out []lease.Lease
-	for i := range n {
-		l, err := s.Acquire(ctx, key, "o", time.Minute)
-		if err != nil {
-			t.Fatalf("acquire %q: %v", key, err)
-		}
-		out = append(out, l)
-		if release || i < n-1 {
-			if err := s.Release(ctx, l); err != nil {
-				t.Fatalf("release %q: %v", key, err)
-			}
-		}
-	}
-	return out
-}
-
-func top(ls ...[]lease.Lease) lease.Token {
-	var t lease.Token
-	for _, l := range ls {
-		for _, x := range l {
-			t = max(t, x.Token)
-		}
-	}
-	return t
-}
 
 func runTool(t *testing.T, name string, args ...string) {
 	t.Helper()
@@ -60,13 +30,13 @@ func TestBumpAfterRestore(t *testing.T) {
 	ctx := testCtx(t)
 	old := newTestDB(t, 8)
 	s := old.store(t)
-	before := grants(t, s, "A", 3, true)
-	held := grants(t, s, "held", 2, false)
+	before := leasetest.Grants(t, testCtx(t), s, "A", 3, true)
+	held := leasetest.Grants(t, testCtx(t), s, "held", 2, false)
 	dump := filepath.Join(t.TempDir(), "lease.dump")
 	runTool(t, "pg_dump", "--format=custom", "--file="+dump, "--dbname="+old.url)
-	after := grants(t, s, "A", 4, true)
-	newKey := grants(t, s, "B", 5, true)
-	issued := top(before, held, after, newKey)
+	after := leasetest.Grants(t, testCtx(t), s, "A", 4, true)
+	newKey := leasetest.Grants(t, testCtx(t), s, "B", 5, true)
+	issued := leasetest.Highest(before, held, after, newKey)
 
 	restored := openTestDB(t, pgtest.Start(t), 8)
 	runTool(t, "pg_restore", "--no-owner", "--exit-on-error", "--dbname="+restored.url, dump)
@@ -76,7 +46,7 @@ func TestBumpAfterRestore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Bump: %v", err)
 	}
-	if backupTop := top(before, held); rep.Keys != 2 || rep.Top != backupTop || rep.Floor != backupTop+n || rep.Leases != 1 {
+	if backupTop := leasetest.Highest(before, held); rep.Keys != 2 || rep.Top != backupTop || rep.Floor != backupTop+n || rep.Leases != 1 {
 		t.Fatalf("Bump: %+v; want 2 keys, top %d, floor %d, 1 lease ended", rep, backupTop, backupTop+n)
 	}
 
@@ -96,7 +66,7 @@ func TestBumpAfterRestore(t *testing.T) {
 		}
 	}
 	// A lone acquire of the key created after the dump.
-	check(grants(t, r, "B", 1, true)[0])
+	check(leasetest.Grants(t, testCtx(t), r, "B", 1, true)[0])
 	// A batch: the key the dump knows, the one it held, a key nobody knew.
 	acq := logStatements(r.acquires)
 	unblock := blockAcquires(t, restored, r)
@@ -146,10 +116,10 @@ func TestMigrateVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := db.store(t)
-	if l := grants(t, s, "old", 1, true)[0]; l.Token != 8 {
+	if l := leasetest.Grants(t, testCtx(t), s, "old", 1, true)[0]; l.Token != 8 {
 		t.Fatalf("first token of a version-1 row at 7: %d, want 8", l.Token)
 	}
-	if l := grants(t, s, "new", 1, true)[0]; l.Token != 1 {
+	if l := leasetest.Grants(t, testCtx(t), s, "new", 1, true)[0]; l.Token != 1 {
 		t.Fatalf("first token of a new key before any bump: %d, want 1", l.Token)
 	}
 	var version int
@@ -168,7 +138,7 @@ func TestMigrateVersion1(t *testing.T) {
 		t.Fatalf("Bump over old(8), new(1), live(3, held): %+v; want 3 keys, top 8, floor 18, 1 lease ended", rep)
 	}
 	for _, k := range []string{"old", "new", "live", "unknown"} {
-		if l := grants(t, s, k, 1, true)[0]; l.Token != 19 {
+		if l := leasetest.Grants(t, testCtx(t), s, k, 1, true)[0]; l.Token != 19 {
 			t.Errorf("first token of %q after the bump to 18: %d, want 19", k, l.Token)
 		}
 	}
@@ -189,7 +159,7 @@ func TestBumpLimits(t *testing.T) {
 	if _, err := s.Bump(ctx, 0); !errors.Is(err, lease.ErrInvalid) {
 		t.Fatalf("Bump(0): %v, want ErrInvalid", err)
 	}
-	l := grants(t, s, "k", 1, false)[0]
+	l := leasetest.Grants(t, testCtx(t), s, "k", 1, false)[0]
 	for _, n := range []uint64{uint64(lease.MaxToken) - 1, 1 << 63, ^uint64(0)} {
 		if _, err := s.Bump(ctx, n); !errors.Is(err, lease.ErrInvalid) {
 			t.Fatalf("Bump(%d) over token 1: %v, want ErrInvalid", n, err)
@@ -203,7 +173,7 @@ func TestBumpLimits(t *testing.T) {
 	if err != nil || rep.Floor != lease.MaxToken-1 {
 		t.Fatalf("Bump to 2^53 - 1: %+v, %v", rep, err)
 	}
-	if l := grants(t, s, "other", 1, true)[0]; l.Token != lease.MaxToken {
+	if l := leasetest.Grants(t, testCtx(t), s, "other", 1, true)[0]; l.Token != lease.MaxToken {
 		t.Fatalf("first token above the floor 2^53 - 1: %d, want 2^53", l.Token)
 	}
 	if _, err := s.Acquire(ctx, "other", "o", time.Minute); err == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/leasetest"
 )
 
 // bumpStores runs f on a store on a single server and on one through a
@@ -36,36 +37,6 @@ func bumpStores(t *testing.T, f func(t *testing.T, s *Store, ctx context.Context
 			f(t, s, ctx)
 		})
 	}
-}
-
-// grants acquires key n times on s, releasing each lease but the last
-// unless release, and returns the leases.
-func grants(t *testing.T, ctx context.Context, s *Store, key string, n int, release bool) []lease.Lease {
-	t.Helper()
-	var out []lease.Lease
-	for i := range n {
-		l, err := s.Acquire(ctx, key, "o", time.Minute)
-		if err != nil {
-			t.Fatalf("acquire %q: %v", key, err)
-		}
-		out = append(out, l)
-		if release || i < n-1 {
-			if err := s.Release(ctx, l); err != nil {
-				t.Fatalf("release %q: %v", key, err)
-			}
-		}
-	}
-	return out
-}
-
-func top(ls ...[]lease.Lease) lease.Token {
-	var t lease.Token
-	for _, l := range ls {
-		for _, x := range l {
-			t = max(t, x.Token)
-		}
-	}
-	return t
 }
 
 // dumped is a backup of a namespace's keys: DUMP of each, with its PTTL.
@@ -127,15 +98,15 @@ func (d dumped) restore(t *testing.T, ctx context.Context, s *Store) {
 // lease the backup held is ended.
 func TestBumpAfterRestore(t *testing.T) {
 	bumpStores(t, func(t *testing.T, s *Store, ctx context.Context) {
-		before := grants(t, ctx, s, "A", 3, true)
-		held := grants(t, ctx, s, "held", 2, false)
+		before := leasetest.Grants(t, ctx, s, "A", 3, true)
+		held := leasetest.Grants(t, ctx, s, "held", 2, false)
 		backup := dump(t, ctx, s)
-		after := grants(t, ctx, s, "A", 4, true)
+		after := leasetest.Grants(t, ctx, s, "A", 4, true)
 		var created [][]lease.Lease
 		for i := range 20 {
-			created = append(created, grants(t, ctx, s, fmt.Sprintf("B%d", i), 3, true))
+			created = append(created, leasetest.Grants(t, ctx, s, fmt.Sprintf("B%d", i), 3, true))
 		}
-		issued := max(top(before, held, after), top(created...))
+		issued := max(leasetest.Highest(before, held, after), leasetest.Highest(created...))
 
 		backup.restore(t, ctx, s)
 		const n = 100
@@ -143,7 +114,7 @@ func TestBumpAfterRestore(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Bump: %v", err)
 		}
-		if backupTop := top(before, held); rep.Keys != 2 || rep.Top != backupTop || rep.Floor != backupTop+n || rep.Leases != 1 {
+		if backupTop := leasetest.Highest(before, held); rep.Keys != 2 || rep.Top != backupTop || rep.Floor != backupTop+n || rep.Leases != 1 {
 			t.Fatalf("Bump: %+v; want 2 keys, top %d, floor %d, 1 lease ended", rep, backupTop, backupTop+n)
 		}
 		// Every floor is there and at the new value.
@@ -165,7 +136,7 @@ func TestBumpAfterRestore(t *testing.T) {
 			keys = append(keys, fmt.Sprintf("B%d", i))
 		}
 		for _, k := range keys {
-			l := grants(t, ctx, s, k, 1, true)[0]
+			l := leasetest.Grants(t, ctx, s, k, 1, true)[0]
 			if l.Token <= issued || l.Token <= rep.Floor {
 				t.Errorf("after the restore and Bump, %q got token %d; the store issued up to %d before, the floor is %d", k, l.Token, issued, rep.Floor)
 			}
@@ -181,7 +152,7 @@ func TestBumpLimits(t *testing.T) {
 		if _, err := s.Bump(ctx, 0); !errors.Is(err, lease.ErrInvalid) {
 			t.Fatalf("Bump(0): %v, want ErrInvalid", err)
 		}
-		l := grants(t, ctx, s, "k", 1, false)[0]
+		l := leasetest.Grants(t, ctx, s, "k", 1, false)[0]
 		for _, n := range []uint64{tokenLimit - 2, 1 << 63, ^uint64(0)} {
 			if _, err := s.Bump(ctx, n); !errors.Is(err, lease.ErrInvalid) {
 				t.Fatalf("Bump(%d) over token 1: %v, want ErrInvalid", n, err)
@@ -197,7 +168,7 @@ func TestBumpLimits(t *testing.T) {
 		if err != nil || rep.Floor != lease.Token(tokenLimit-2) {
 			t.Fatalf("Bump to 2^53 - 2: %+v, %v", rep, err)
 		}
-		if l := grants(t, ctx, s, "other", 1, true)[0]; l.Token != lease.Token(tokenLimit-1) {
+		if l := leasetest.Grants(t, ctx, s, "other", 1, true)[0]; l.Token != lease.Token(tokenLimit-1) {
 			t.Fatalf("first token above the floor 2^53 - 2: %d, want 2^53 - 1", l.Token)
 		}
 		if _, err := s.Acquire(ctx, "other", "o", time.Minute); err == nil || !strings.Contains(err.Error(), "exhausted") {
