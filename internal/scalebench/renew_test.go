@@ -46,7 +46,8 @@ type renewRow struct {
 // renewal and 256 per request (POST /v1/renew, one commit each), against
 // etcd's own lease keep-alive (a LeaseKeepAlive stream per caller, 256
 // requests sent, then 256 answers read, as clientv3's KeepAlive sends them)
-// on an embedded single-node etcd on the same machine. The rows take turns.
+// on an embedded single-node etcd on the same machine, and against the
+// floor of the batch row (floorRenew). The rows take turns.
 func BenchmarkCompareScaleRenew(b *testing.B) {
 	ctx := context.Background()
 
@@ -103,6 +104,8 @@ func BenchmarkCompareScaleRenew(b *testing.B) {
 		return len(res), nil
 	}
 
+	floor := floorRenew(b, srv.URL, filepath.Dir(store.Path()), batches)
+
 	cli := etcdtest.NewClient(b, etcdtest.Start(b))
 	lc := pb.NewLeaseClient(cli.ActiveConnection())
 	streams := make([]pb.Lease_LeaseKeepAliveClient, renewClients)
@@ -146,6 +149,7 @@ func BenchmarkCompareScaleRenew(b *testing.B) {
 		{name: "etcd-keepalive", renew: keepAlive},
 		{name: "serve-bolt", renew: one},
 		{name: "serve-bolt-batch256", renew: batch},
+		{name: "floor-http-fsync", renew: floor},
 	}
 	for r := range renewRounds {
 		for k := range rows {
