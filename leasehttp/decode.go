@@ -1,6 +1,7 @@
 package leasehttp
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,13 +52,17 @@ func quoteName(s string) string {
 	return strconv.Quote(s)
 }
 
-// field is one member of a request object. Exactly one of str and num is
-// set; decodeObject fills it and records that it was seen.
+// field is one member of a request object. Exactly one of str, raw and num
+// is set (or elem); decodeObject fills it and records that it was seen.
 type field struct {
 	name     string
 	required bool
 	str      *string
 	num      *uint64
+	// raw, set instead of str, receives a string's contents as bytes:
+	// a slice of the body when it needs no decoding, so valid only as
+	// long as the body is.
+	raw *[]byte
 	// text refuses a string that is not Unicode text: invalid UTF-8, or a
 	// \u escape of a lone UTF-16 surrogate. encoding/json turns either
 	// into U+FFFD, so two different owners would read alike.
@@ -181,12 +186,15 @@ func (s *scanner) unexpected(want string) error {
 // encoding/json makes of it (which also judges its escapes).
 func (s *scanner) str() ([]byte, error) {
 	start, plain := s.i, true
+	var bits byte // every byte ORed: below utf8.RuneSelf, the string is ASCII
 	for i := start + 1; i < len(s.b); i++ {
-		switch c := s.b[i]; {
+		c := s.b[i]
+		bits |= c
+		switch {
 		case c == '"':
 			s.i = i + 1
 			raw := s.b[start:s.i]
-			if plain && utf8.Valid(raw) {
+			if plain && (bits < utf8.RuneSelf || utf8.Valid(raw)) {
 				return raw[1 : len(raw)-1], nil
 			}
 			var v string
@@ -370,7 +378,7 @@ func (f *field) set(s *scanner) error {
 		}
 		return f.array(s)
 	}
-	if f.str != nil {
+	if f.str != nil || f.raw != nil {
 		if c != '"' {
 			return badRequest("field %q must be a string", f.name)
 		}
@@ -384,7 +392,11 @@ func (f *field) set(s *scanner) error {
 				return badRequest("field %q %v", f.name, err)
 			}
 		}
-		*f.str = string(v)
+		if f.raw != nil {
+			*f.raw = v
+		} else {
+			*f.str = string(v)
+		}
 		return nil
 	}
 	switch {
@@ -446,6 +458,18 @@ func checkToken(t uint64) (lease.Token, error) {
 		return 0, badRequest("field \"token\" is %d; want 1 to %d", t, uint64(lease.MaxToken))
 	}
 	return lease.Token(t), nil
+}
+
+// parseIDBytes is parseID of string(b), without making the string for a
+// valid ID.
+func parseIDBytes(b []byte) (lease.ID, error) {
+	var id lease.ID
+	if len(b) == 2*len(id) {
+		if _, err := hex.Decode(id[:], b); err == nil && !id.IsZero() {
+			return id, nil
+		}
+	}
+	return parseID(string(b))
 }
 
 func parseID(s string) (lease.ID, error) {
@@ -514,44 +538,58 @@ func decodeRenew(w http.ResponseWriter, r *http.Request) (renewRequest, error) {
 	return req, nil
 }
 
+// minRenewalBytes is the least a renewal takes in a POST /v1/renew body:
+// {"key":"k","id":"<32 hex digits>","token":1,"ttl_ms":1000}.
+const minRenewalBytes = 64
+
 // decodeRenewBatch reads {"renewals":[{"key","id","token","ttl_ms"},…]}: 1
-// to lease.MaxRenewBatch renewals, each checked as a renew's body is.
+// to lease.MaxRenewBatch renewals, each checked as a renew's body is. One
+// set of fields serves every element, and the id is parsed where it lies
+// in the body.
 func decodeRenewBatch(w http.ResponseWriter, r *http.Request) ([]lease.Renewal, error) {
 	var (
 		out        []lease.Renewal
-		key, id    string
+		key        string
+		id         []byte
 		token, ttl uint64
 	)
+	if n := r.ContentLength; n > 0 {
+		out = make([]lease.Renewal, 0, min(n/minRenewalBytes+1, lease.MaxRenewBatch))
+	}
+	fields := []*field{
+		{name: "key", required: true, str: &key, text: true},
+		{name: "id", required: true, raw: &id},
+		{name: "token", required: true, num: &token},
+		{name: "ttl_ms", required: true, num: &ttl},
+	}
+	check := func() error {
+		var rn lease.Renewal
+		if err := lease.ValidateKey(key); err != nil {
+			return badRequest("field \"key\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
+		}
+		rn.Lease.Key = key
+		var err error
+		if rn.Lease.ID, err = parseIDBytes(id); err != nil {
+			return err
+		}
+		if rn.Lease.Token, err = checkToken(token); err != nil {
+			return err
+		}
+		if rn.TTL, err = millisTTL("ttl_ms", ttl); err != nil {
+			return err
+		}
+		out = append(out, rn)
+		return nil
+	}
 	err := decodeBodyUpTo(w, r, MaxRenewBatchBodyBytes, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
 		if i == lease.MaxRenewBatch {
 			return nil, nil, badRequest("field \"renewals\" holds more than %d renewals", lease.MaxRenewBatch)
 		}
-		key, id, token, ttl = "", "", 0, 0
-		fields := []*field{
-			{name: "key", required: true, str: &key, text: true},
-			{name: "id", required: true, str: &id},
-			{name: "token", required: true, num: &token},
-			{name: "ttl_ms", required: true, num: &ttl},
+		key, id, token, ttl = "", nil, 0, 0
+		for _, f := range fields {
+			f.seen = false
 		}
-		return fields, func() error {
-			var rn lease.Renewal
-			if err := lease.ValidateKey(key); err != nil {
-				return badRequest("field \"key\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
-			}
-			rn.Lease.Key = key
-			var err error
-			if rn.Lease.ID, err = parseID(id); err != nil {
-				return err
-			}
-			if rn.Lease.Token, err = checkToken(token); err != nil {
-				return err
-			}
-			if rn.TTL, err = millisTTL("ttl_ms", ttl); err != nil {
-				return err
-			}
-			out = append(out, rn)
-			return nil
-		}, nil
+		return fields, check, nil
 	}})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -412,7 +413,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		// Only our own types are marshalled; they always marshal.
 		status, body = http.StatusInternalServerError, []byte(`{"error":{"code":"unavailable","message":"leasehttp: encoding the answer failed"}}`)
 	}
+	writeBody(w, status, body)
+}
+
+// writeBody answers body, a JSON value, as writeJSON does. The length is
+// announced, so that a body larger than net/http's buffer is not chunked
+// and the client can read it into a buffer of its size.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
+	h["Content-Length"] = []string{strconv.Itoa(len(body) + len(newline))}
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -689,21 +698,19 @@ func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	out := renewBatchJSON{Results: make([]renewResultJSON, len(results))}
-	for i, res := range results {
+	refused := 0
+	for _, res := range results {
 		if res.Err != nil {
-			s.metrics.renewals.refused.Inc()
-			s.tracker.notHeld(renewals[i].Lease.Key, renewals[i].Lease.Token, renewals[i].Lease.ID)
-			k := kindOf(res.Err)
-			out.Results[i].Error = &errorDetail{Code: k.code, Message: res.Err.Error()}
-			continue
+			refused++
 		}
-		s.metrics.renewals.done.Inc()
-		s.tracker.renewed(res.Lease)
-		j := NewLeaseJSON(res.Lease, true)
-		out.Results[i].Lease = &j
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.tracker.renewedBatch(renewals, results)
+	s.metrics.renewals.refused.Add(float64(refused))
+	s.metrics.renewals.done.Add(float64(len(results) - refused))
+	buf := getBuf()
+	*buf = appendRenewAnswer(*buf, results)
+	writeBody(w, http.StatusOK, *buf)
+	putBuf(buf)
 }
 
 func (s *Server) handleRelease(w *responseWriter, r *http.Request) {
