@@ -38,8 +38,17 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// appendLeaseJSON appends json.Marshal(NewLeaseJSON(l, withID)).
-func appendLeaseJSON(b []byte, l lease.Lease, withID bool) []byte {
+// lastExpiry is the last expiry appendLeaseJSON wrote, kept for the next:
+// the leases of one batch, renewed at one instant for one TTL, mostly
+// share it.
+type lastExpiry struct {
+	t    time.Time
+	text []byte
+}
+
+// appendLeaseJSON appends json.Marshal(NewLeaseJSON(l, withID)). last, if
+// not nil, is the last expiry written.
+func appendLeaseJSON(b []byte, l lease.Lease, withID bool, last *lastExpiry) []byte {
 	b = append(b, `{"key":`...)
 	b = appendJSONString(b, l.Key)
 	b = append(b, `,"owner":`...)
@@ -56,7 +65,16 @@ func appendLeaseJSON(b []byte, l lease.Lease, withID bool) []byte {
 		b = strconv.AppendInt(b, ms, 10)
 	}
 	b = append(b, `,"expires_at":"`...)
-	b = l.Expires.UTC().AppendFormat(b, expiresLayout)
+	switch {
+	case last == nil:
+		b = l.Expires.UTC().AppendFormat(b, expiresLayout)
+	case last.text != nil && l.Expires.Equal(last.t): // the same instant is the same text in UTC
+		b = append(b, last.text...)
+	default:
+		n := len(b)
+		b = l.Expires.UTC().AppendFormat(b, expiresLayout)
+		last.t, last.text = l.Expires, append(last.text[:0], b[n:]...)
+	}
 	return append(b, `"}`...)
 }
 
@@ -85,6 +103,7 @@ func appendRenewRequest(b []byte, renewals []lease.Renewal) []byte {
 // POST /v1/renew's answer, each result the renewed lease or the error that
 // refused it.
 func appendRenewAnswer(b []byte, results []lease.RenewResult) []byte {
+	var last lastExpiry
 	b = append(b, `{"results":[`...)
 	for i, r := range results {
 		if i > 0 {
@@ -99,7 +118,7 @@ func appendRenewAnswer(b []byte, results []lease.RenewResult) []byte {
 			continue
 		}
 		b = append(b, `{"lease":`...)
-		b = appendLeaseJSON(b, r.Lease, true)
+		b = appendLeaseJSON(b, r.Lease, true, &last)
 		b = append(b, '}')
 	}
 	return append(b, "]}"...)
@@ -147,9 +166,9 @@ func scanRenewAnswer(body []byte, renewals []lease.Renewal, out []lease.RenewRes
 	if s.next() == ']' {
 		s.i++
 	} else {
-		var owner string // the last owner read: a batch's leases mostly share one
+		var last scanned
 		for ; ; n++ {
-			if n == len(renewals) || !s.renewResult(renewals[n], &out[n], &owner) {
+			if n == len(renewals) || !s.renewResult(renewals[n], &out[n], &last) {
 				return false
 			}
 			c := s.next()
@@ -184,10 +203,17 @@ func (s *scanner) memberName() ([]byte, bool) {
 	return name, true
 }
 
+// scanned is what scanRenewAnswer read last of an owner and an expiry, to
+// reuse when the next is the same: a batch's leases mostly share both.
+type scanned struct {
+	owner      string
+	expiresRaw []byte // a slice of the body
+	expires    time.Time
+}
+
 // renewResult reads one result, {"lease":{…}} or {"error":{…}}, for r into
-// res. owner is the last owner string made, reused when the next is the
-// same.
-func (s *scanner) renewResult(r lease.Renewal, res *lease.RenewResult, owner *string) bool {
+// res.
+func (s *scanner) renewResult(r lease.Renewal, res *lease.RenewResult, last *scanned) bool {
 	if s.next() != '{' {
 		return false
 	}
@@ -199,7 +225,7 @@ func (s *scanner) renewResult(r lease.Renewal, res *lease.RenewResult, owner *st
 	s.i++
 	switch string(name) {
 	case "lease":
-		l, ok := s.renewedLease(r, owner)
+		l, ok := s.renewedLease(r, last)
 		if !ok {
 			return false
 		}
@@ -232,7 +258,7 @@ const (
 // renewedLease reads the members of a lease answered for r, after its '{',
 // and checks what RenewBatch checks of it: LeaseJSON.Lease's checks, and
 // r's key and token.
-func (s *scanner) renewedLease(r lease.Renewal, owner *string) (lease.Lease, bool) {
+func (s *scanner) renewedLease(r lease.Renewal, last *scanned) (lease.Lease, bool) {
 	l := lease.Lease{Key: r.Lease.Key, Token: r.Lease.Token}
 	var seen int
 	for first := true; ; first = false {
@@ -269,10 +295,10 @@ func (s *scanner) renewedLease(r lease.Renewal, owner *string) (lease.Lease, boo
 			if !ok {
 				return l, false
 			}
-			if string(v) != *owner {
-				*owner = string(v)
+			if string(v) != last.owner {
+				last.owner = string(v)
 			}
-			l.Owner = *owner
+			l.Owner = last.owner
 		case "token":
 			bit = seenToken
 			n, ok := s.uintValue()
@@ -306,9 +332,14 @@ func (s *scanner) renewedLease(r lease.Renewal, owner *string) (lease.Lease, boo
 			if !ok {
 				return l, false
 			}
+			if last.expiresRaw != nil && string(v) == string(last.expiresRaw) {
+				l.Expires = last.expires
+				break
+			}
 			if l.Expires, ok = parseExpires(v); !ok {
 				return l, false
 			}
+			last.expiresRaw, last.expires = v, l.Expires
 		default:
 			return l, false
 		}
