@@ -227,6 +227,15 @@ func keyPath(key, op string) string {
 type response struct {
 	status int
 	body   []byte
+	buf    *[]byte // holds body when pooled (see rawBody)
+}
+
+// release gives a pooled body back; nothing may use it after.
+func (r *response) release() {
+	if r.buf != nil {
+		putBuf(r.buf)
+		r.buf, r.body = nil, nil
+	}
 }
 
 // maxResponseBytes bounds what the client reads of one answer; a list of
@@ -237,7 +246,9 @@ const maxResponseBytes = 64 << 20
 // connection could not be made, so the server saw nothing.
 var errNotSent = errors.New("leasehttp: request not sent")
 
-// rawBody is a request body already encoded as JSON.
+// rawBody is a request body already encoded as JSON. Its answer is read
+// into a pooled buffer, which the caller gives back (response.release)
+// once done with it.
 type rawBody []byte
 
 // roundTrip sends one request; body is encoded with json.Marshal unless it
@@ -292,14 +303,23 @@ func (c *Client) roundTripTo(ctx context.Context, base, method, path string, bod
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := readBody(io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
+	var buf *[]byte
+	var dst []byte
+	if _, ok := body.(rawBody); ok {
+		buf = getBuf()
+		dst = *buf
+	}
+	b, err := readBodyInto(dst, io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	if len(b) > maxResponseBytes {
 		return nil, fmt.Errorf("answer larger than %d bytes", maxResponseBytes)
 	}
-	return &response{status: resp.StatusCode, body: b}, nil
+	if buf != nil {
+		*buf = b
+	}
+	return &response{status: resp.StatusCode, body: b, buf: buf}, nil
 }
 
 // retry sends a request up to c.attempts times to each endpoint. A request
@@ -620,6 +640,7 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	if err != nil {
 		return nil, transportError("renew "+what(), first, err, "")
 	}
+	defer resp.release()
 	if resp.status != http.StatusOK {
 		return nil, answerError("renew "+what(), first, resp)
 	}

@@ -93,10 +93,24 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error 
 
 // decodeBodyUpTo is decodeBody with a limit of max bytes.
 func decodeBodyUpTo(w http.ResponseWriter, r *http.Request, max int64, fields ...*field) error {
+	return decodeBodyInto(w, r, max, nil, fields...)
+}
+
+// decodeBodyInto is decodeBodyUpTo reading the body into *buf's room, if
+// buf is not nil, and leaving the buffer it read into there: no field
+// holds on to the body once decoded (raw fields must be used up by then).
+func decodeBodyInto(w http.ResponseWriter, r *http.Request, max int64, buf *[]byte, fields ...*field) error {
 	if err := checkContentType(r); err != nil {
 		return err
 	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, max), r.ContentLength, min(max, MaxBodyBytes))
+	var dst []byte
+	if buf != nil {
+		dst = *buf
+	}
+	body, err := readBodyInto(dst, http.MaxBytesReader(w, r.Body, max), r.ContentLength, min(max, MaxBodyBytes))
+	if buf != nil {
+		*buf = body[:0]
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -131,11 +145,24 @@ func decodeBodyUpTo(w http.ResponseWriter, r *http.Request, max int64, fields ..
 // Reading on to EOF, not just the announced length, lets the HTTP client
 // reuse the connection, and notices a body longer than announced.
 func readBody(r io.Reader, length, presizeMax int64) ([]byte, error) {
-	if length < 0 || length > presizeMax {
+	return readBodyInto(nil, r, length, presizeMax)
+}
+
+// readBodyInto is readBody reading into b's room (a buffer to reuse; its
+// contents are overwritten), making a larger one only if it must.
+func readBodyInto(b []byte, r io.Reader, length, presizeMax int64) ([]byte, error) {
+	known := length >= 0 && length <= presizeMax
+	switch {
+	case !known && cap(b) == 0:
 		return io.ReadAll(r)
+	case known && int64(cap(b)) <= length:
+		b = make([]byte, 0, length+1) // +1: a read that finds EOF needs room
 	}
-	b := make([]byte, 0, length+1) // +1: a read that finds EOF needs room
+	b = b[:0]
 	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow, as io.ReadAll does
+		}
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		switch {
@@ -143,9 +170,6 @@ func readBody(r io.Reader, length, presizeMax int64) ([]byte, error) {
 			return b, nil
 		case err != nil:
 			return b, err
-		case len(b) == cap(b):
-			rest, err := io.ReadAll(r)
-			return append(b, rest...), err
 		}
 	}
 }
@@ -581,7 +605,9 @@ func decodeRenewBatch(w http.ResponseWriter, r *http.Request) ([]lease.Renewal, 
 		out = append(out, rn)
 		return nil
 	}
-	err := decodeBodyUpTo(w, r, MaxRenewBatchBodyBytes, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
+	buf := getBuf()
+	defer putBuf(buf)
+	err := decodeBodyInto(w, r, MaxRenewBatchBodyBytes, buf, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
 		if i == lease.MaxRenewBatch {
 			return nil, nil, badRequest("field \"renewals\" holds more than %d renewals", lease.MaxRenewBatch)
 		}

@@ -219,11 +219,28 @@ func TestReadBody(t *testing.T) {
 			if err != nil || !bytes.Equal(got, body) {
 				t.Errorf("%s announced as %d bytes: read %q, %v; want %q", name, length, got, err, body)
 			}
+			// Into a buffer to reuse, too small, just large enough, and
+			// larger, holding old bytes: its room is used when it
+			// suffices, and the body read is the same.
+			for _, room := range []int{0, 1, int(n) - 1, int(n), int(n) + 1, 1000} {
+				buf := bytes.Repeat([]byte("x"), room)
+				got, err := readBodyInto(buf, r(), length, 64)
+				if err != nil || !bytes.Equal(got, body) {
+					t.Errorf("%s announced as %d bytes into %d bytes of room: read %q, %v; want %q", name, length, room, got, err, body)
+				}
+				if room == 1000 && &got[0] != &buf[0] {
+					t.Errorf("%s announced as %d bytes: read into a new buffer, not the %d bytes of room given", name, length, room)
+				}
+			}
 		}
 	}
 	failing := io.MultiReader(bytes.NewReader(body), iotest.ErrReader(errBroken))
 	if _, err := readBody(failing, n+10, 64); !errors.Is(err, errBroken) {
 		t.Errorf("a broken body: %v, want %v", err, errBroken)
+	}
+	failing = io.MultiReader(bytes.NewReader(body), iotest.ErrReader(errBroken))
+	if _, err := readBodyInto(make([]byte, 10), failing, -1, 64); !errors.Is(err, errBroken) {
+		t.Errorf("a broken body into a buffer: %v, want %v", err, errBroken)
 	}
 }
 
