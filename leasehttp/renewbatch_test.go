@@ -149,8 +149,8 @@ func TestRenewBatchReadsAnyJSONSpelling(t *testing.T) {
 		{"key":"q\"\\","id":"` + id(held[3]) + `","token":` + fmt.Sprint(held[3].Token) + `,"ttl_ms":3600000}
 	] }`
 	status, answer := call(t, "POST", hs.URL+"/v1/renew", "", body)
-	if status != 200 {
-		t.Fatalf("POST /v1/renew: %d %s", status, answer)
+	if status != 200 || !strings.HasSuffix(answer, "]}\n") || strings.Count(answer, "\n") != 1 {
+		t.Fatalf("POST /v1/renew: %d %q; want 200 and one line of JSON", status, answer)
 	}
 	var got struct {
 		Results []struct {
