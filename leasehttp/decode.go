@@ -1,6 +1,7 @@
 package leasehttp
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -211,7 +212,11 @@ func (s *scanner) unexpected(want string) error {
 func (s *scanner) str() ([]byte, error) {
 	start, plain := s.i, true
 	var bits byte // every byte ORed: below utf8.RuneSelf, the string is ASCII
-	for i := start + 1; i < len(s.b); i++ {
+	i := start + 1
+	for i+8 <= len(s.b) && !special8(binary.LittleEndian.Uint64(s.b[i:])) {
+		i += 8 // eight bytes of printable ASCII, none of them '"' or '\\'
+	}
+	for ; i < len(s.b); i++ {
 		c := s.b[i]
 		bits |= c
 		switch {
@@ -235,6 +240,14 @@ func (s *scanner) str() ([]byte, error) {
 		}
 	}
 	return nil, errTruncated
+}
+
+// special8 reports whether any of the eight bytes in x is '"', '\\', a
+// control character or not ASCII: what str must look at byte by byte.
+func special8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) &^ v & highs } // non-zero if a byte of v is 0
+	return zero(x^(ones*'"'))|zero(x^(ones*'\\'))|((x-ones*0x20)&^x&highs)|(x&highs) != 0
 }
 
 // checkText reports why the JSON string raw (with its quotes, already read

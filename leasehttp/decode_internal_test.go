@@ -2,9 +2,11 @@ package leasehttp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"testing"
@@ -245,3 +247,24 @@ func TestReadBody(t *testing.T) {
 }
 
 var errBroken = errors.New("connection broke")
+
+// special8 flags exactly the words with a byte str must look at.
+func TestSpecial8(t *testing.T) {
+	edges := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"' - 1, '"', '"' + 1, '\\' - 1, '\\', '\\' + 1, 'a', 0x7e, 0x7f, 0x80, 0x81, 0xc3, 0xfe, 0xff}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200000 {
+		var w [8]byte
+		want := false
+		for i := range w {
+			w[i] = edges[r.IntN(len(edges))]
+			if r.IntN(3) > 0 {
+				w[i] = byte(0x20 + r.IntN(0x5f)) // mostly plain printable ASCII
+			}
+			c := w[i]
+			want = want || c < 0x20 || c >= 0x80 || c == '"' || c == '\\'
+		}
+		if got := special8(binary.LittleEndian.Uint64(w[:])); got != want {
+			t.Fatalf("special8(%q) = %v, want %v", w[:], got, want)
+		}
+	}
+}
