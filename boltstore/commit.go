@@ -23,7 +23,7 @@ const (
 	opAcquireWait
 	opRenew
 	opRelease
-	opRenewBatch  // renewals, each an opRenew, in one op (RenewBatch)
+	opRenewBatch  // renewals, each made as an opRenew, in one op (RenewBatch)
 	opExpire      // a waiter's timer: hand an expired key to its first waiter
 	opWatch       // a watch's subscription and snapshot (watch.go)
 	opWatchExpire // a watched lease's timer: report its expiry (watch.go)
@@ -40,7 +40,10 @@ type op struct {
 	w     *waiter     // opAcquireWait
 	timer uint64      // opExpire: the arming it answers
 	watch *watchOp    // opWatch, opWatchExpire
-	batch []op        // opRenewBatch: its renewals, each answered in its own res and err
+	// opRenewBatch: its renewals, and their results, one each, in order
+	// (the op's own err is for a batch that failed whole).
+	renewals []lease.Renewal
+	results  []lease.RenewResult
 
 	res    lease.Lease
 	err    error
@@ -57,7 +60,10 @@ type txn struct {
 	tokens *bolt.Bucket
 	leases *bolt.Bucket
 	wal    *wal
-	grants []*grant // this batch's hand-overs to waiters, delivered once it is durable
+	grants []*grant     // this batch's hand-overs to waiters, delivered once it is durable
+	cur    *bolt.Cursor // on leases, for getLease
+	owner  string       // the last owner getLease read, reused while the next is the same
+	key    []byte       // putLease's key, reused: bbolt and the log copy it
 }
 
 // put writes key in bucket b (tokens or leases), and records it in the log.
@@ -389,24 +395,11 @@ func (s *Store) apply(t *txn, o *op) {
 		s.enqueue(o.key, o.w, rec.expires, now)
 		o.queued = true
 	case opRenew:
-		rec, held, err := s.current(t, o.l.Key, now)
-		switch {
-		case err != nil:
-			o.err = err
-		case !held || rec.token != o.l.Token || rec.id != o.l.ID:
-			o.err = lease.ErrNotHeld
-		default:
-			rec.ttl = o.ttl
-			rec.expires = now.Add(o.ttl)
-			if o.err = s.putLease(t, o.l.Key, rec); o.err == nil {
-				o.res = rec.lease(o.l.Key)
-				s.noteWatch(lease.Renewed, o.res)
-				s.rearm(o.l.Key, rec.expires, now)
-			}
-		}
+		o.res, o.err = s.renew(t, o.l, o.ttl, now)
 	case opRenewBatch:
-		for i := range o.batch {
-			s.apply(t, &o.batch[i])
+		for i, r := range o.renewals {
+			res := &o.results[i]
+			res.Lease, res.Err = s.renew(t, r.Lease, r.TTL, now)
 		}
 	case opRelease:
 		rec, held, err := s.current(t, o.l.Key, now)
@@ -443,12 +436,32 @@ func (s *Store) apply(t *txn, o *op) {
 	}
 }
 
+// renew renews l for ttl from now, if it is still held.
+func (s *Store) renew(t *txn, l lease.Lease, ttl time.Duration, now time.Time) (lease.Lease, error) {
+	rec, held, err := s.current(t, l.Key, now)
+	switch {
+	case err != nil:
+		return lease.Lease{}, err
+	case !held || rec.token != l.Token || rec.id != l.ID:
+		return lease.Lease{}, lease.ErrNotHeld
+	}
+	rec.ttl = ttl
+	rec.expires = now.Add(ttl)
+	if err := s.putLease(t, l.Key, rec); err != nil {
+		return lease.Lease{}, err
+	}
+	res := rec.lease(l.Key)
+	s.noteWatch(lease.Renewed, res)
+	s.rearm(l.Key, rec.expires, now)
+	return res, nil
+}
+
 // current returns key's lease and whether it is live at now. A key found
 // free (released or expired) while waiters queue is handed to the first of
 // them, so that nobody arriving later can barge ahead of the queue; the record
 // returned is then that waiter's.
 func (s *Store) current(t *txn, key string, now time.Time) (record, bool, error) {
-	rec, ok, err := getLease(t.leases, key)
+	rec, ok, err := t.getLease(key)
 	if err != nil {
 		return record{}, false, err
 	}
@@ -464,7 +477,7 @@ func (s *Store) current(t *txn, key string, now time.Time) (record, bool, error)
 	if err := s.handOver(t, key, now); err != nil {
 		return record{}, false, err
 	}
-	return getLease(t.leases, key)
+	return t.getLease(key)
 }
 
 // handOver grants the free key to its first waiter, if any.
@@ -513,10 +526,27 @@ func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Tim
 }
 
 func (s *Store) putLease(t *txn, key string, rec record) error {
-	if err := t.put(t.leases, []byte(key), rec.encode()); err != nil {
+	t.key = append(t.key[:0], key...)
+	if err := t.put(t.leases, t.key, rec.encode()); err != nil {
 		return unavailablef(err, "boltstore: store lease %q", key)
 	}
 	return nil
+}
+
+// getLease is getLease of the leases bucket, through a cursor kept for
+// the transaction: bbolt's Bucket.Get makes a cursor, and grows its stack
+// from nothing, on every call. Seek finds the key afresh from the root,
+// so writes in between do not matter.
+func (t *txn) getLease(key string) (record, bool, error) {
+	if t.cur == nil {
+		t.cur = t.leases.Cursor()
+	}
+	k, v := t.cur.Seek([]byte(key))
+	if v == nil || string(k) != key {
+		return record{}, false, nil
+	}
+	rec, err := decodeRecordOwner(key, v, &t.owner)
+	return rec, err == nil, err
 }
 
 // getLease reads key's lease record, live or not.

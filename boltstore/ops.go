@@ -126,24 +126,19 @@ func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lea
 	if err := lease.ValidateRenewals(renewals); err != nil {
 		return nil, err
 	}
-	o := &op{kind: opRenewBatch, batch: make([]op, len(renewals))}
-	for i, r := range renewals {
-		o.batch[i] = op{kind: opRenew, l: r.Lease, ttl: r.TTL}
-	}
+	o := &op{kind: opRenewBatch, renewals: renewals, results: make([]lease.RenewResult, len(renewals))}
 	if err := s.submit(ctx, o); err != nil {
 		return nil, err
 	}
 	if o.err != nil {
 		return nil, o.err // the batch failed as a whole
 	}
-	out := make([]lease.RenewResult, len(o.batch))
-	for i, r := range o.batch {
-		if r.err != nil && !errors.Is(r.err, lease.ErrNotHeld) {
-			return nil, r.err // the store failed while applying it
+	for _, r := range o.results {
+		if r.Err != nil && !errors.Is(r.Err, lease.ErrNotHeld) {
+			return nil, r.Err // the store failed while applying it
 		}
-		out[i] = lease.RenewResult{Lease: r.res, Err: r.err}
 	}
-	return out, nil
+	return o.results, nil
 }
 
 // Release implements lease.Backend. The key's token high-water mark stays.

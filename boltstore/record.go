@@ -61,7 +61,12 @@ func (r record) encode() []byte {
 
 // decodeRecord copies what it needs out of b, which bbolt owns only for the
 // life of the transaction.
-func decodeRecord(key string, b []byte) (record, error) {
+func decodeRecord(key string, b []byte) (record, error) { return decodeRecordOwner(key, b, nil) }
+
+// decodeRecordOwner is decodeRecord, reusing *last (when last is not nil)
+// for an owner of the same bytes, and keeping the owner there for the
+// next: leases renewed together mostly share one owner.
+func decodeRecordOwner(key string, b []byte, last *string) (record, error) {
 	if len(b) < recordHeader {
 		return record{}, unavailablef(nil, "boltstore: corrupt lease record for key %q: %d bytes, want at least %d", key, len(b), recordHeader)
 	}
@@ -70,7 +75,15 @@ func decodeRecord(key string, b []byte) (record, error) {
 	r.expires = time.Unix(0, int64(binary.BigEndian.Uint64(b[8:])))
 	r.ttl = time.Duration(binary.BigEndian.Uint64(b[16:]))
 	copy(r.id[:], b[24:recordHeader])
-	r.owner = string(b[recordHeader:])
+	switch owner := b[recordHeader:]; {
+	case last == nil:
+		r.owner = string(owner)
+	case string(owner) == *last:
+		r.owner = *last
+	default:
+		r.owner = string(owner)
+		*last = r.owner
+	}
 	if r.token == 0 || r.token > lease.MaxToken || r.id.IsZero() {
 		return record{}, unavailablef(nil, "boltstore: corrupt lease record for key %q: token %d, id %v", key, r.token, r.id)
 	}

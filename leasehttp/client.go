@@ -227,6 +227,15 @@ func keyPath(key, op string) string {
 type response struct {
 	status int
 	body   []byte
+	buf    *[]byte // holds body when pooled (see rawBody)
+}
+
+// release gives a pooled body back; nothing may use it after.
+func (r *response) release() {
+	if r.buf != nil {
+		putBuf(r.buf)
+		r.buf, r.body = nil, nil
+	}
 }
 
 // maxResponseBytes bounds what the client reads of one answer; a list of
@@ -237,7 +246,13 @@ const maxResponseBytes = 64 << 20
 // connection could not be made, so the server saw nothing.
 var errNotSent = errors.New("leasehttp: request not sent")
 
-// roundTrip sends one request. wait is added to the timeout for a long poll.
+// rawBody is a request body already encoded as JSON. Its answer is read
+// into a pooled buffer, which the caller gives back (response.release)
+// once done with it.
+type rawBody []byte
+
+// roundTrip sends one request; body is encoded with json.Marshal unless it
+// is a rawBody. wait is added to the timeout for a long poll.
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
 // A failure to get an answer, and a 503, move later requests on to the next
@@ -259,7 +274,9 @@ func (c *Client) roundTripTo(ctx context.Context, base, method, path string, bod
 	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
 	defer cancel()
 	var rd io.Reader
-	if body != nil {
+	if b, ok := body.(rawBody); ok {
+		rd = bytes.NewReader(b)
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, fmt.Errorf("%w: leasehttp: encoding request: %v", lease.ErrInvalid, err)
@@ -286,14 +303,23 @@ func (c *Client) roundTripTo(ctx context.Context, base, method, path string, bod
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := readBody(io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
+	var buf *[]byte
+	var dst []byte
+	if _, ok := body.(rawBody); ok {
+		buf = getBuf()
+		dst = *buf
+	}
+	b, err := readBodyInto(dst, io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	if len(b) > maxResponseBytes {
 		return nil, fmt.Errorf("answer larger than %d bytes", maxResponseBytes)
 	}
-	return &response{status: resp.StatusCode, body: b}, nil
+	if buf != nil {
+		*buf = b
+	}
+	return &response{status: resp.StatusCode, body: b, buf: buf}, nil
 }
 
 // retry sends a request up to c.attempts times to each endpoint. A request
@@ -596,17 +622,6 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 	return decodeLease("renew", l.Key, resp)
 }
 
-type renewBatchBody struct {
-	Renewals []renewItem `json:"renewals"`
-}
-
-type renewItem struct {
-	Key   string      `json:"key"`
-	ID    string      `json:"id"`
-	Token lease.Token `json:"token"`
-	TTLms int64       `json:"ttl_ms"`
-}
-
 // RenewBatch implements lease.BatchRenewer with one request (POST
 // /v1/renew), which a server over a backend with RenewBatch of its own
 // makes in one commit. It is retried after a lost answer, as Renew is.
@@ -614,27 +629,38 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	if err := lease.ValidateRenewals(renewals); err != nil {
 		return nil, err
 	}
-	body := renewBatchBody{Renewals: make([]renewItem, len(renewals))}
-	for i, r := range renewals {
-		body.Renewals[i] = renewItem{Key: r.Lease.Key, ID: r.Lease.ID.Reveal(), Token: r.Lease.Token, TTLms: ttlMillis(r.TTL)}
-	}
-	what := fmt.Sprintf("of %d leases, the first", len(renewals))
+	// Sized for keys of up to 32 bytes; the request is not pooled, as the
+	// transport may read it after Do returns.
+	body := rawBody(appendRenewRequest(make([]byte, 0, 16+len(renewals)*112), renewals))
 	first := renewals[0].Lease.Key
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, 0)
 	})
+	what := func() string { return fmt.Sprintf("of %d leases, the first", len(renewals)) }
 	if err != nil {
-		return nil, transportError("renew "+what, first, err, "")
+		return nil, transportError("renew "+what(), first, err, "")
 	}
+	defer resp.release()
 	if resp.status != http.StatusOK {
-		return nil, answerError("renew "+what, first, resp)
+		return nil, answerError("renew "+what(), first, resp)
 	}
+	out := make([]lease.RenewResult, len(renewals))
+	if scanRenewAnswer(resp.body, renewals, out) {
+		return out, nil
+	}
+	clear(out)
+	return renewAnswer(resp, renewals, out, what())
+}
+
+// renewAnswer reads an answer to POST /v1/renew that scanRenewAnswer did
+// not take into out, with json.Unmarshal, and judges it.
+func renewAnswer(resp *response, renewals []lease.Renewal, out []lease.RenewResult, what string) ([]lease.RenewResult, error) {
+	first := renewals[0].Lease.Key
 	var answer renewBatchJSON
 	if err := json.Unmarshal(resp.body, &answer); err != nil || len(answer.Results) != len(renewals) {
 		return nil, fmt.Errorf("leasehttp: renew %s %s: %w: malformed answer (%d results for %d renewals): %v",
 			what, quoteName(first), lease.ErrUnavailable, len(answer.Results), len(renewals), err)
 	}
-	out := make([]lease.RenewResult, len(renewals))
 	for i, res := range answer.Results {
 		key := renewals[i].Lease.Key
 		switch {

@@ -1,6 +1,8 @@
 package leasehttp
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,13 +53,17 @@ func quoteName(s string) string {
 	return strconv.Quote(s)
 }
 
-// field is one member of a request object. Exactly one of str and num is
-// set; decodeObject fills it and records that it was seen.
+// field is one member of a request object. Exactly one of str, raw and num
+// is set (or elem); decodeObject fills it and records that it was seen.
 type field struct {
 	name     string
 	required bool
 	str      *string
 	num      *uint64
+	// raw, set instead of str, receives a string's contents as bytes:
+	// a slice of the body when it needs no decoding, so valid only as
+	// long as the body is.
+	raw *[]byte
 	// text refuses a string that is not Unicode text: invalid UTF-8, or a
 	// \u escape of a lone UTF-16 surrogate. encoding/json turns either
 	// into U+FFFD, so two different owners would read alike.
@@ -88,10 +94,24 @@ func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error 
 
 // decodeBodyUpTo is decodeBody with a limit of max bytes.
 func decodeBodyUpTo(w http.ResponseWriter, r *http.Request, max int64, fields ...*field) error {
+	return decodeBodyInto(w, r, max, nil, fields...)
+}
+
+// decodeBodyInto is decodeBodyUpTo reading the body into *buf's room, if
+// buf is not nil, and leaving the buffer it read into there: no field
+// holds on to the body once decoded (raw fields must be used up by then).
+func decodeBodyInto(w http.ResponseWriter, r *http.Request, max int64, buf *[]byte, fields ...*field) error {
 	if err := checkContentType(r); err != nil {
 		return err
 	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, max), r.ContentLength, min(max, MaxBodyBytes))
+	var dst []byte
+	if buf != nil {
+		dst = *buf
+	}
+	body, err := readBodyInto(dst, http.MaxBytesReader(w, r.Body, max), r.ContentLength, min(max, MaxBodyBytes))
+	if buf != nil {
+		*buf = body[:0]
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -126,11 +146,24 @@ func decodeBodyUpTo(w http.ResponseWriter, r *http.Request, max int64, fields ..
 // Reading on to EOF, not just the announced length, lets the HTTP client
 // reuse the connection, and notices a body longer than announced.
 func readBody(r io.Reader, length, presizeMax int64) ([]byte, error) {
-	if length < 0 || length > presizeMax {
+	return readBodyInto(nil, r, length, presizeMax)
+}
+
+// readBodyInto is readBody reading into b's room (a buffer to reuse; its
+// contents are overwritten), making a larger one only if it must.
+func readBodyInto(b []byte, r io.Reader, length, presizeMax int64) ([]byte, error) {
+	known := length >= 0 && length <= presizeMax
+	switch {
+	case !known && cap(b) == 0:
 		return io.ReadAll(r)
+	case known && int64(cap(b)) <= length:
+		b = make([]byte, 0, length+1) // +1: a read that finds EOF needs room
 	}
-	b := make([]byte, 0, length+1) // +1: a read that finds EOF needs room
+	b = b[:0]
 	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow, as io.ReadAll does
+		}
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		switch {
@@ -138,9 +171,6 @@ func readBody(r io.Reader, length, presizeMax int64) ([]byte, error) {
 			return b, nil
 		case err != nil:
 			return b, err
-		case len(b) == cap(b):
-			rest, err := io.ReadAll(r)
-			return append(b, rest...), err
 		}
 	}
 }
@@ -181,12 +211,19 @@ func (s *scanner) unexpected(want string) error {
 // encoding/json makes of it (which also judges its escapes).
 func (s *scanner) str() ([]byte, error) {
 	start, plain := s.i, true
-	for i := start + 1; i < len(s.b); i++ {
-		switch c := s.b[i]; {
+	var bits byte // every byte ORed: below utf8.RuneSelf, the string is ASCII
+	i := start + 1
+	for i+8 <= len(s.b) && !special8(binary.LittleEndian.Uint64(s.b[i:])) {
+		i += 8 // eight bytes of printable ASCII, none of them '"' or '\\'
+	}
+	for ; i < len(s.b); i++ {
+		c := s.b[i]
+		bits |= c
+		switch {
 		case c == '"':
 			s.i = i + 1
 			raw := s.b[start:s.i]
-			if plain && utf8.Valid(raw) {
+			if plain && (bits < utf8.RuneSelf || utf8.Valid(raw)) {
 				return raw[1 : len(raw)-1], nil
 			}
 			var v string
@@ -203,6 +240,14 @@ func (s *scanner) str() ([]byte, error) {
 		}
 	}
 	return nil, errTruncated
+}
+
+// special8 reports whether any of the eight bytes in x is '"', '\\', a
+// control character or not ASCII: what str must look at byte by byte.
+func special8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) &^ v & highs } // non-zero if a byte of v is 0
+	return zero(x^(ones*'"'))|zero(x^(ones*'\\'))|((x-ones*0x20)&^x&highs)|(x&highs) != 0
 }
 
 // checkText reports why the JSON string raw (with its quotes, already read
@@ -370,7 +415,7 @@ func (f *field) set(s *scanner) error {
 		}
 		return f.array(s)
 	}
-	if f.str != nil {
+	if f.str != nil || f.raw != nil {
 		if c != '"' {
 			return badRequest("field %q must be a string", f.name)
 		}
@@ -384,7 +429,11 @@ func (f *field) set(s *scanner) error {
 				return badRequest("field %q %v", f.name, err)
 			}
 		}
-		*f.str = string(v)
+		if f.raw != nil {
+			*f.raw = v
+		} else {
+			*f.str = string(v)
+		}
 		return nil
 	}
 	switch {
@@ -446,6 +495,18 @@ func checkToken(t uint64) (lease.Token, error) {
 		return 0, badRequest("field \"token\" is %d; want 1 to %d", t, uint64(lease.MaxToken))
 	}
 	return lease.Token(t), nil
+}
+
+// parseIDBytes is parseID of string(b), without making the string for a
+// valid ID.
+func parseIDBytes(b []byte) (lease.ID, error) {
+	var id lease.ID
+	if len(b) == 2*len(id) {
+		if _, err := hex.Decode(id[:], b); err == nil && !id.IsZero() {
+			return id, nil
+		}
+	}
+	return parseID(string(b))
 }
 
 func parseID(s string) (lease.ID, error) {
@@ -514,44 +575,60 @@ func decodeRenew(w http.ResponseWriter, r *http.Request) (renewRequest, error) {
 	return req, nil
 }
 
+// minRenewalBytes is the least a renewal takes in a POST /v1/renew body:
+// {"key":"k","id":"<32 hex digits>","token":1,"ttl_ms":1000}.
+const minRenewalBytes = 64
+
 // decodeRenewBatch reads {"renewals":[{"key","id","token","ttl_ms"},…]}: 1
-// to lease.MaxRenewBatch renewals, each checked as a renew's body is.
+// to lease.MaxRenewBatch renewals, each checked as a renew's body is. One
+// set of fields serves every element, and the id is parsed where it lies
+// in the body.
 func decodeRenewBatch(w http.ResponseWriter, r *http.Request) ([]lease.Renewal, error) {
 	var (
 		out        []lease.Renewal
-		key, id    string
+		key        string
+		id         []byte
 		token, ttl uint64
 	)
-	err := decodeBodyUpTo(w, r, MaxRenewBatchBodyBytes, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
+	if n := r.ContentLength; n > 0 {
+		out = make([]lease.Renewal, 0, min(n/minRenewalBytes+1, lease.MaxRenewBatch))
+	}
+	fields := []*field{
+		{name: "key", required: true, str: &key, text: true},
+		{name: "id", required: true, raw: &id},
+		{name: "token", required: true, num: &token},
+		{name: "ttl_ms", required: true, num: &ttl},
+	}
+	check := func() error {
+		var rn lease.Renewal
+		if err := lease.ValidateKey(key); err != nil {
+			return badRequest("field \"key\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
+		}
+		rn.Lease.Key = key
+		var err error
+		if rn.Lease.ID, err = parseIDBytes(id); err != nil {
+			return err
+		}
+		if rn.Lease.Token, err = checkToken(token); err != nil {
+			return err
+		}
+		if rn.TTL, err = millisTTL("ttl_ms", ttl); err != nil {
+			return err
+		}
+		out = append(out, rn)
+		return nil
+	}
+	buf := getBuf()
+	defer putBuf(buf)
+	err := decodeBodyInto(w, r, MaxRenewBatchBodyBytes, buf, &field{name: "renewals", required: true, elem: func(i int) ([]*field, func() error, error) {
 		if i == lease.MaxRenewBatch {
 			return nil, nil, badRequest("field \"renewals\" holds more than %d renewals", lease.MaxRenewBatch)
 		}
-		key, id, token, ttl = "", "", 0, 0
-		fields := []*field{
-			{name: "key", required: true, str: &key, text: true},
-			{name: "id", required: true, str: &id},
-			{name: "token", required: true, num: &token},
-			{name: "ttl_ms", required: true, num: &ttl},
+		key, id, token, ttl = "", nil, 0, 0
+		for _, f := range fields {
+			f.seen = false
 		}
-		return fields, func() error {
-			var rn lease.Renewal
-			if err := lease.ValidateKey(key); err != nil {
-				return badRequest("field \"key\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
-			}
-			rn.Lease.Key = key
-			var err error
-			if rn.Lease.ID, err = parseID(id); err != nil {
-				return err
-			}
-			if rn.Lease.Token, err = checkToken(token); err != nil {
-				return err
-			}
-			if rn.TTL, err = millisTTL("ttl_ms", ttl); err != nil {
-				return err
-			}
-			out = append(out, rn)
-			return nil
-		}, nil
+		return fields, check, nil
 	}})
 	if err != nil {
 		return nil, err

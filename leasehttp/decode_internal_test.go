@@ -2,9 +2,11 @@ package leasehttp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"testing"
@@ -219,12 +221,50 @@ func TestReadBody(t *testing.T) {
 			if err != nil || !bytes.Equal(got, body) {
 				t.Errorf("%s announced as %d bytes: read %q, %v; want %q", name, length, got, err, body)
 			}
+			// Into a buffer to reuse, too small, just large enough, and
+			// larger, holding old bytes: its room is used when it
+			// suffices, and the body read is the same.
+			for _, room := range []int{0, 1, int(n) - 1, int(n), int(n) + 1, 1000} {
+				buf := bytes.Repeat([]byte("x"), room)
+				got, err := readBodyInto(buf, r(), length, 64)
+				if err != nil || !bytes.Equal(got, body) {
+					t.Errorf("%s announced as %d bytes into %d bytes of room: read %q, %v; want %q", name, length, room, got, err, body)
+				}
+				if room == 1000 && &got[0] != &buf[0] {
+					t.Errorf("%s announced as %d bytes: read into a new buffer, not the %d bytes of room given", name, length, room)
+				}
+			}
 		}
 	}
 	failing := io.MultiReader(bytes.NewReader(body), iotest.ErrReader(errBroken))
 	if _, err := readBody(failing, n+10, 64); !errors.Is(err, errBroken) {
 		t.Errorf("a broken body: %v, want %v", err, errBroken)
 	}
+	failing = io.MultiReader(bytes.NewReader(body), iotest.ErrReader(errBroken))
+	if _, err := readBodyInto(make([]byte, 10), failing, -1, 64); !errors.Is(err, errBroken) {
+		t.Errorf("a broken body into a buffer: %v, want %v", err, errBroken)
+	}
 }
 
 var errBroken = errors.New("connection broke")
+
+// special8 flags exactly the words with a byte str must look at.
+func TestSpecial8(t *testing.T) {
+	edges := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"' - 1, '"', '"' + 1, '\\' - 1, '\\', '\\' + 1, 'a', 0x7e, 0x7f, 0x80, 0x81, 0xc3, 0xfe, 0xff}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200000 {
+		var w [8]byte
+		want := false
+		for i := range w {
+			w[i] = edges[r.IntN(len(edges))]
+			if r.IntN(3) > 0 {
+				w[i] = byte(0x20 + r.IntN(0x5f)) // mostly plain printable ASCII
+			}
+			c := w[i]
+			want = want || c < 0x20 || c >= 0x80 || c == '"' || c == '\\'
+		}
+		if got := special8(binary.LittleEndian.Uint64(w[:])); got != want {
+			t.Fatalf("special8(%q) = %v, want %v", w[:], got, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package leasehttp_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -55,6 +56,21 @@ func TestRenewBatchRefusedWhole(t *testing.T) {
 		{"empty", `{"renewals":[]}`, 400, "invalid", "empty"},
 		{"too many", `{"renewals":[` + many + `]}`, 400, "invalid", "more than 256"},
 		{"unclosed", `{"renewals":[` + good, 400, "invalid", "ends inside"},
+		{"key twice", `{"renewals":[` + good + `,{"key":"jobs/a","key":"jobs/a","id":"` + mine.ID.Reveal() + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", `field \"key\" appears more than once`},
+		{"id twice", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + mine.ID.Reveal() + `","id":"` + mine.ID.Reveal() + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", `field \"id\" appears more than once`},
+		{"token twice", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + mine.ID.Reveal() + `","token":1,"token":1,"ttl_ms":60000}]}`, 400, "invalid", `field \"token\" appears more than once`},
+		{"renewals twice", `{"renewals":[` + good + `],"renewals":[` + good + `]}`, 400, "invalid", `field \"renewals\" appears more than once`},
+		{"token 2^64", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + mine.ID.Reveal() + `","token":18446744073709551616,"ttl_ms":60000}]}`, 400, "invalid", `field \"token\" is too large`},
+		{"token above 2^53", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + mine.ID.Reveal() + `","token":9007199254740993,"ttl_ms":60000}]}`, 400, "invalid", "element 1"},
+		{"ttl 2^64-1", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + mine.ID.Reveal() + `","token":1,"ttl_ms":18446744073709551615}]}`, 400, "invalid", "ttl_ms"},
+		{"token exponent", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + mine.ID.Reveal() + `","token":1e0,"ttl_ms":60000}]}`, 400, "invalid", "without fraction or exponent"},
+		{"id escaped, not hex", `{"renewals":[` + good + `,{"key":"jobs/a","id":"\u007a` + mine.ID.Reveal()[1:] + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", "not hex"},
+		{"id of 33 digits", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + mine.ID.Reveal() + `0","token":1,"ttl_ms":60000}]}`, 400, "invalid", "32 hex digits, got 33"},
+		{"id zero", `{"renewals":[` + good + `,{"key":"jobs/a","id":"` + strings.Repeat("0", 32) + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", "zero"},
+		{"key lone surrogate", `{"renewals":[` + good + `,{"key":"jobs/\ud800","id":"` + mine.ID.Reveal() + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", "surrogate"},
+		{"key not UTF-8", `{"renewals":[` + good + `,{"key":"jobs/` + "\xff" + `","id":"` + mine.ID.Reveal() + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", "UTF-8"},
+		{"key control character", `{"renewals":[` + good + `,{"key":"jobs/\u0001","id":"` + mine.ID.Reveal() + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", "control character"},
+		{"key null", `{"renewals":[` + good + `,{"key":null,"id":"` + mine.ID.Reveal() + `","token":1,"ttl_ms":60000}]}`, 400, "invalid", "must be a string"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := call(t, "POST", hs.URL+"/v1/renew", jobs, tc.body)
@@ -106,6 +122,65 @@ func TestRenewBatchOfLongestKeys(t *testing.T) {
 	for i, r := range res {
 		if r.Err != nil || r.Lease.TTL != time.Hour {
 			t.Fatalf("renewal %d: %+v, %v", i, r.Lease, r.Err)
+		}
+	}
+}
+
+// TestRenewBatchReadsAnyJSONSpelling: a renewal reads the same however
+// its JSON is spelled — escaped keys and IDs, upper-case hex, unicode as
+// itself or escaped, members in any order, whitespace — and the answer
+// carries each key as the client's decoder reads it back.
+func TestRenewBatchReadsAnyJSONSpelling(t *testing.T) {
+	_, hs := startServer(t, newMem(t))
+	c := newClient(t, hs.URL)
+	var held []lease.Lease
+	for _, k := range []string{"jobs/ü", "jobs/日本", "a<b&c>", `q"\`} {
+		l, err := c.Acquire(ctxFor(t), k, "o", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	id := func(l lease.Lease) string { return l.ID.Reveal() }
+	body := `{ "renewals" : [
+		{"ttl_ms":3600000, "token":` + fmt.Sprint(held[0].Token) + `, "id":"` + strings.ToUpper(id(held[0])) + `", "key":"jobs\/\u00fc"},
+		{"key":"jobs/日本","id":"\u00` + fmt.Sprintf("%x", id(held[1])[0]) + id(held[1])[1:] + `","token":` + fmt.Sprint(held[1].Token) + `,"ttl_ms":3600000},
+		{"key":"a\u003cb\u0026c\u003e","id":"` + id(held[2]) + `","token":` + fmt.Sprint(held[2].Token) + `,"ttl_ms":3600000},
+		{"key":"q\"\\","id":"` + id(held[3]) + `","token":` + fmt.Sprint(held[3].Token) + `,"ttl_ms":3600000}
+	] }`
+	status, answer := call(t, "POST", hs.URL+"/v1/renew", "", body)
+	if status != 200 || !strings.HasSuffix(answer, "]}\n") || strings.Count(answer, "\n") != 1 {
+		t.Fatalf("POST /v1/renew: %d %q; want 200 and one line of JSON", status, answer)
+	}
+	var got struct {
+		Results []struct {
+			Lease *leasehttp.LeaseJSON `json:"lease"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(answer), &got); err != nil || len(got.Results) != len(held) {
+		t.Fatalf("answer %s: %v", answer, err)
+	}
+	for i, l := range held {
+		r := got.Results[i].Lease
+		if r == nil || r.Key != l.Key || r.Token != l.Token || r.ID != l.ID.Reveal() || r.TTLMillis != time.Hour.Milliseconds() {
+			t.Errorf("result %d: %+v, want %s renewed for an hour", i, r, l.Key)
+		}
+		if g, err := c.Get(ctxFor(t), l.Key); err != nil || g.TTL != time.Hour {
+			t.Errorf("%s after the batch: %+v, %v; want TTL 1h", l.Key, g, err)
+		}
+	}
+	// The client's own request and reading of the answer, for the same keys.
+	renewals := make([]lease.Renewal, len(held))
+	for i, l := range held {
+		renewals[i] = lease.Renewal{Lease: l, TTL: 2 * time.Hour}
+	}
+	res, err := c.RenewBatch(ctxFor(t), renewals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if l := held[i]; r.Err != nil || r.Lease.Key != l.Key || r.Lease.Token != l.Token || r.Lease.ID != l.ID || r.Lease.Owner != "o" || r.Lease.TTL != 2*time.Hour {
+			t.Errorf("RenewBatch result %d: %+v, %v; want %s renewed for 2h", i, r.Lease, r.Err, l.Key)
 		}
 	}
 }

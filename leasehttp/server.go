@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -412,15 +413,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		// Only our own types are marshalled; they always marshal.
 		status, body = http.StatusInternalServerError, []byte(`{"error":{"code":"unavailable","message":"leasehttp: encoding the answer failed"}}`)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
+	writeBody(w, status, body)
+}
+
+// writeBody answers body, a JSON value, as writeJSON does. The length is
+// announced, so that a body larger than net/http's buffer is not chunked
+// and the client can read it into a buffer of its size.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	writeHeader(w, status, len(body)+len(newline))
 	// Two writes into the response's buffer rather than append, which
 	// would copy the body to make room for the newline.
 	_, _ = w.Write(body)
 	_, _ = w.Write(newline)
+}
+
+// writeBodyLine is writeBody of a body that already ends in the newline:
+// one write, which for a body larger than net/http's buffer is one
+// system call fewer.
+func writeBodyLine(w http.ResponseWriter, status int, line []byte) {
+	writeHeader(w, status, len(line))
+	_, _ = w.Write(line)
+}
+
+func writeHeader(w http.ResponseWriter, status, length int) {
+	h := w.Header()
+	h["Content-Length"] = []string{strconv.Itoa(length)}
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
 }
 
 // writeError answers err through the error table.
@@ -689,21 +710,19 @@ func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	out := renewBatchJSON{Results: make([]renewResultJSON, len(results))}
-	for i, res := range results {
+	refused := 0
+	for _, res := range results {
 		if res.Err != nil {
-			s.metrics.renewals.refused.Inc()
-			s.tracker.notHeld(renewals[i].Lease.Key, renewals[i].Lease.Token, renewals[i].Lease.ID)
-			k := kindOf(res.Err)
-			out.Results[i].Error = &errorDetail{Code: k.code, Message: res.Err.Error()}
-			continue
+			refused++
 		}
-		s.metrics.renewals.done.Inc()
-		s.tracker.renewed(res.Lease)
-		j := NewLeaseJSON(res.Lease, true)
-		out.Results[i].Lease = &j
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.tracker.renewedBatch(renewals, results)
+	s.metrics.renewals.refused.Add(float64(refused))
+	s.metrics.renewals.done.Add(float64(len(results) - refused))
+	buf := getBuf()
+	*buf = append(appendRenewAnswer(*buf, results), newline...)
+	writeBodyLine(w, http.StatusOK, *buf)
+	putBuf(buf)
 }
 
 func (s *Server) handleRelease(w *responseWriter, r *http.Request) {

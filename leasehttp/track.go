@@ -42,14 +42,18 @@ type tracked struct {
 	token lease.Token
 	id    lease.ID  // the generation's secret: only its holder can renew or release it
 	at    time.Time // counted as expired then
-	index int       // in the deadlines heap
+	// due orders the heap: at, or earlier when a renewal moved at later
+	// without moving the entry (a renewal, the common change, then costs
+	// no heap work; sweep moves the entry on when due comes).
+	due   time.Time
+	index int // in the deadlines heap
 }
 
-// deadlines is a min-heap of the tracked leases by deadline.
+// deadlines is a min-heap of the tracked leases by due.
 type deadlines []*tracked
 
 func (d deadlines) Len() int           { return len(d) }
-func (d deadlines) Less(i, j int) bool { return d[i].at.Before(d[j].at) }
+func (d deadlines) Less(i, j int) bool { return d[i].due.Before(d[j].due) }
 func (d deadlines) Swap(i, j int) {
 	d[i], d[j] = d[j], d[i]
 	d[i].index, d[j].index = i, j
@@ -91,6 +95,23 @@ func (t *tracker) renewed(l lease.Lease) {
 	t.setLocked(l)
 }
 
+// renewedBatch records the results of renewals, in order, as renewed
+// (for the ones renewed) and notHeld (for the ones refused) would, under
+// one lock and one reading of the clock.
+func (t *tracker) renewedBatch(renewals []lease.Renewal, results []lease.RenewResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	for i, r := range results {
+		if r.Err != nil {
+			l := renewals[i].Lease
+			t.notHeldLocked(l.Key, l.Token, l.ID)
+			continue
+		}
+		t.setAtLocked(r.Lease, now)
+	}
+}
+
 // released forgets l.
 func (t *tracker) released(key string, token lease.Token) {
 	t.mu.Lock()
@@ -108,22 +129,32 @@ func (t *tracker) released(key string, token lease.Token) {
 func (t *tracker) notHeld(key string, token lease.Token, id lease.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.notHeldLocked(key, token, id)
+}
+
+func (t *tracker) notHeldLocked(key string, token lease.Token, id lease.ID) {
 	if cur, ok := t.leases[key]; ok && cur.token == token && cur.id == id {
 		t.removeLocked(cur)
 		t.m.expirations.Inc()
 	}
 }
 
-func (t *tracker) setLocked(l lease.Lease) {
+func (t *tracker) setLocked(l lease.Lease) { t.setAtLocked(l, t.now()) }
+
+// setAtLocked tracks l, renewed or granted at now.
+func (t *tracker) setAtLocked(l lease.Lease, now time.Time) {
 	if t.closed {
 		return
 	}
-	at := t.now().Add(l.TTL + expiryGrace)
+	at := now.Add(l.TTL + expiryGrace)
 	if e, ok := t.leases[l.Key]; ok {
 		e.token, e.id, e.at = l.Token, l.ID, at
-		heap.Fix(&t.dl, e.index)
+		if at.Before(e.due) {
+			e.due = at
+			heap.Fix(&t.dl, e.index)
+		}
 	} else {
-		e := &tracked{key: l.Key, token: l.Token, id: l.ID, at: at}
+		e := &tracked{key: l.Key, token: l.Token, id: l.ID, at: at, due: at}
 		t.leases[l.Key] = e
 		heap.Push(&t.dl, e)
 		t.m.active.Set(float64(len(t.leases)))
@@ -143,7 +174,7 @@ func (t *tracker) armLocked() {
 	if len(t.dl) == 0 || t.closed {
 		return
 	}
-	first := t.dl[0].at
+	first := t.dl[0].due
 	if t.timer != nil && !t.at.After(first) {
 		return // already due no later
 	}
@@ -160,7 +191,12 @@ func (t *tracker) sweep() {
 	defer t.mu.Unlock()
 	t.timer = nil
 	now := t.now()
-	for len(t.dl) > 0 && !t.dl[0].at.After(now) {
+	for len(t.dl) > 0 && !t.dl[0].due.After(now) {
+		if e := t.dl[0]; e.at.After(now) {
+			e.due = e.at // renewed since it was placed
+			heap.Fix(&t.dl, 0)
+			continue
+		}
 		e := heap.Pop(&t.dl).(*tracked)
 		delete(t.leases, e.key)
 		t.m.expirations.Inc()

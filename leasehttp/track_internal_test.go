@@ -111,3 +111,51 @@ func TestTrackerCountsExpiries(t *testing.T) {
 	tr.sweep()
 	checkTracked(t, tr, 0, 4)
 }
+
+// A renewal that moves a deadline later leaves its heap entry in place,
+// and one that moves it earlier moves the entry: either way each lease is
+// counted expired exactly when its last deadline passes, and the timer is
+// armed for the earliest entry.
+func TestTrackerRenewalsMoveDeadlines(t *testing.T) {
+	tr, now := testTracker(t)
+	start := *now
+	for i, key := range []string{"a", "b", "c"} {
+		tr.granted(lease.Lease{Key: key, Token: lease.Token(i + 1), TTL: time.Duration(i+1) * time.Second})
+	}
+	id := lease.NewID()
+	tr.renewedBatch(
+		[]lease.Renewal{{Lease: lease.Lease{Key: "a", Token: 1}}, {Lease: lease.Lease{Key: "c", Token: 3}}, {Lease: lease.Lease{Key: "x", Token: 9, ID: id}}},
+		[]lease.RenewResult{
+			{Lease: lease.Lease{Key: "a", Token: 1, TTL: 10 * time.Second}},
+			{Lease: lease.Lease{Key: "c", Token: 3, TTL: 100 * time.Millisecond}},
+			{Err: lease.ErrNotHeld},
+		})
+	checkTracked(t, tr, 3, 0)
+	tr.mu.Lock()
+	if !tr.at.Equal(start.Add(100*time.Millisecond + expiryGrace)) {
+		t.Errorf("timer armed for %v after start, want c's shortened deadline", tr.at.Sub(start))
+	}
+	tr.mu.Unlock()
+	for _, step := range []struct {
+		at             time.Duration
+		live           int
+		expired        float64
+		firstRemaining string
+	}{
+		{100*time.Millisecond + expiryGrace - 1, 3, 0, "c"},
+		{100*time.Millisecond + expiryGrace, 2, 1, "a"}, // c; a's entry still sits at its first deadline
+		{time.Second + expiryGrace, 2, 1, "b"},          // a renewed: moved on, not expired
+		{2*time.Second + expiryGrace, 1, 2, "a"},
+		{10*time.Second + expiryGrace - 1, 1, 2, "a"},
+		{10*time.Second + expiryGrace, 0, 3, ""},
+	} {
+		*now = start.Add(step.at)
+		tr.sweep()
+		checkTracked(t, tr, step.live, step.expired)
+		tr.mu.Lock()
+		if step.firstRemaining != "" && (len(tr.dl) == 0 || tr.dl[0].key != step.firstRemaining || !tr.at.Equal(tr.dl[0].due)) {
+			t.Errorf("at %v: first entry %v, timer at %v; want %s's entry, the timer at its due", step.at, tr.dl, tr.at.Sub(start), step.firstRemaining)
+		}
+		tr.mu.Unlock()
+	}
+}
