@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasehq/lease/internal/fsync"
 )
 
 // The write-ahead log. bbolt makes a commit durable with two fdatasyncs
@@ -138,7 +140,7 @@ func (w *wal) zero(from, to int64) error {
 			return unavailablef(err, "boltstore: clearing the log %s", w.path)
 		}
 	}
-	if err := fdatasync(w.f); err != nil {
+	if err := fsync.Data(w.f); err != nil {
 		return unavailablef(err, "boltstore: syncing the log %s", w.path)
 	}
 	return nil
@@ -226,7 +228,7 @@ func (w *wal) write() error {
 	if _, err := w.f.WriteAt(rec, w.off); err != nil {
 		return unavailablef(err, "boltstore: writing the log %s", w.path)
 	}
-	if err := fdatasync(w.f); err != nil {
+	if err := fsync.Data(w.f); err != nil {
 		return unavailablef(err, "boltstore: syncing the log %s", w.path)
 	}
 	w.off += int64(len(rec))

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+
+	"github.com/leasehq/lease/internal/fsync"
 )
 
 // groupSyncRegion is a GroupSync log's preallocated size: records overwrite
@@ -82,7 +84,7 @@ func (g *GroupSync) Commit() error {
 		}
 		_, err := g.f.WriteAt(buf, off)
 		if err == nil {
-			err = fdatasync(g.f)
+			err = fsync.Data(g.f)
 		}
 		g.mu.Lock()
 		g.syncing = false
