@@ -73,6 +73,7 @@ short:
 	$(GO) test -race -short -count=1 $(PKGS)
 
 # Benchmarks side by side, written to docs/BENCHMARKS.md. Run it on a quiet
-# machine; BENCHFLAGS passes e.g. "-count 5" or "-pkg ./memstore".
-bench:
+# machine; BENCHFLAGS passes e.g. "-count 5" or "-pkg ./memstore". It installs
+# what the benchmarks run (engines, the TypeScript client's tools) as make test does.
+bench: deps ts-deps
 	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md $(BENCHFLAGS)
