@@ -13,11 +13,12 @@
 // #6278). Per lease key there are:
 //
 //   - e: the entries, one per holder or waiter, each attached to its
-//     caller's etcd lease and named by that etcd lease's ID in hex (pooled
-//     etcd leases are reused, so a busy key reuses a few names rather than
-//     leaving a deleted key in etcd's index per hand-off until the next
-//     compaction); value the lease's secret ID, NUL, and owner, asked TTL,
-//     etcd TTL and expiry estimate as JSON.
+//     caller's etcd lease: named "0" if created when the key had none (an
+//     uncontended key writes one etcd key over and over), else by the etcd
+//     lease's ID in hex (pooled etcd leases are reused, so a contended key
+//     reuses a few names rather than leaving a deleted key in etcd's index
+//     per hand-off until the next compaction); value the lease's secret ID,
+//     NUL, and owner, asked TTL, etcd TTL and expiry estimate as JSON.
 //     The entry with the oldest CreateRevision is the holder, and that
 //     revision is the token; the others wait in create-revision order, as
 //     the candidates of concurrency.Election do.

@@ -21,7 +21,7 @@ func BareTxns(ctx context.Context, s *Store, key, owner string, ttl time.Duratio
 		return nil, err
 	}
 	id := lease.NewID()
-	h := s.entryKey(key, el.id)
+	h := s.firstKey(key)
 	cmps := s.freeCmps(key)
 	then := []clientv3.Op{clientv3.OpPut(h, holderValue(id, owner, ttl, etcdTTL(ttl), s.estimate(el)), clientv3.WithLease(el.id))}
 	els := []clientv3.Op{s.firstEntry(key)}

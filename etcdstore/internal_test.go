@@ -506,19 +506,33 @@ func TestBusyKeyReusesEntryNames(t *testing.T) {
 	}
 }
 
-// TestMovedEntryKeepsItsName: an entry moved to another etcd lease by a
-// Renew with another TTL keeps its name, the etcd lease that names it is
-// not pooled again, and a waiter of the same Store queued after it gets a
-// name of its own — it does not overwrite the holder's entry.
+// TestMovedEntryKeepsItsName: a waiter's entry (named by its etcd lease)
+// that comes to hold and is moved to another etcd lease by a Renew with
+// another TTL keeps its name; the etcd lease that names it is not pooled
+// again, so a waiter of the same Store queued after it gets a name of its
+// own and does not overwrite the holder's entry.
 func TestMovedEntryKeepsItsName(t *testing.T) {
 	eps := etcdtest.Start(t)
 	cli := etcdtest.NewClient(t, eps)
 	s := newTestStore(t, cli, testPrefix())
 	const key = "moved"
-	l, err := s.Acquire(testCtx(t), key, "holder", time.Second)
+	first, err := s.Acquire(testCtx(t), key, "first", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	held := make(chan lease.Lease, 1)
+	go func() {
+		l, err := s.AcquireWait(testCtx(t), key, "holder", time.Second)
+		if err != nil {
+			t.Errorf("AcquireWait: %v", err)
+		}
+		held <- l
+	}()
+	waitForWaiters(t, s, key, 1)
+	if err := s.Release(testCtx(t), first); err != nil {
+		t.Fatal(err)
+	}
+	l := <-held
 	if l, err = s.Renew(testCtx(t), l, 5*time.Second); err != nil { // another etcd TTL: a move
 		t.Fatal(err)
 	}

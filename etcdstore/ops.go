@@ -32,12 +32,13 @@ func (s *Store) firstEntry(key string) clientv3.Op {
 	return clientv3.OpGet(s.entries(key), clientv3.WithFirstCreate()...)
 }
 
-// createOps create key's entry on el (entryKey), its value being value
-// (holderValue). Its create revision — this transaction's revision — is
-// the token it holds with, now if key had no entries, else once the older
-// ones are gone. hw reports that the ops also raise the high-water mark.
-func (s *Store) createOps(key, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
-	ops = []clientv3.Op{clientv3.OpPut(s.entryKey(key, el.id), value, clientv3.WithLease(el.id))}
+// createOps create key's entry e (firstKey or entryKey) on el, its value
+// being value (holderValue). Its create revision — this transaction's
+// revision — is the token it holds with, now if key had no entries, else
+// once the older ones are gone. hw reports that the ops also raise the
+// high-water mark.
+func (s *Store) createOps(e, value string, el *etcdLease, floor int64) (ops []clientv3.Op, hw bool) {
+	ops = []clientv3.Op{clientv3.OpPut(e, value, clientv3.WithLease(el.id))}
 	if op, ok := s.highWaterDue(floor); ok {
 		ops = append(ops, op)
 		hw = true
@@ -94,7 +95,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			}
 		}
 		value := holderValue(id, owner, ttl, el.secs, exp)
-		create, hw := s.createOps(key, value, el, floor)
+		create, hw := s.createOps(s.firstKey(key), value, el, floor)
 		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
 			els: []clientv3.Op{s.firstEntry(key)}})
 		kaErr := ref.wait()
@@ -142,20 +143,20 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			s.revoke(el.id)
 			return lease.Lease{}, failUnknown(ctx, "acquire", key, kaErr)
 		}
-		return s.granted(key, owner, id, ttl, el, resp.Header.Revision, resp.Header.Revision, exp)
+		return s.granted(key, s.firstKey(key), owner, id, ttl, el, resp.Header.Revision, resp.Header.Revision, exp)
 	}
 }
 
-// granted finishes a successful acquisition whose entry, on el, was
+// granted finishes a successful acquisition whose entry e, on el, was
 // created at revision rev (the token) and last written at modRev; exp is
 // the expiry its value holds.
-func (s *Store) granted(key, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev, modRev int64, exp time.Time) (lease.Lease, error) {
+func (s *Store) granted(key, e, owner string, id lease.ID, ttl time.Duration, el *etcdLease, rev, modRev int64, exp time.Time) (lease.Lease, error) {
 	tok, err := tokenOf(rev)
 	if err != nil {
 		s.revoke(el.id)
 		return lease.Lease{}, err
 	}
-	s.hold(id, el, tok, s.entryKey(key, el.id), modRev)
+	s.hold(id, el, tok, e, modRev)
 	return lease.Lease{Key: key, Owner: owner, Token: tok, ID: id, TTL: ttl, Expires: exp}, nil
 }
 

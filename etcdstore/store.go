@@ -194,7 +194,7 @@ func (s *Store) Close() error {
 // Key kinds, each its own namespace under the prefix.
 const (
 	// kindEntry: a lease key's entries, one per holder or waiter, each
-	// attached to its etcd lease and named by that lease's ID (entryKey).
+	// attached to its etcd lease (see firstKey and entryKey for names).
 	// The entry with the oldest create revision is the holder; its create
 	// revision is the token.
 	kindEntry = 'e'
@@ -208,15 +208,23 @@ const (
 	kindOldWaiter = 'w'
 )
 
-// entryKey is the etcd key of the entry under lease key key created on
-// etcd lease el: its name is el's ID in hex. Entries of one key that exist
-// at once are on distinct etcd leases, so their names differ; and as etcd
-// leases are pooled and reused, a key that changes hands often reuses a few
-// names. (A name per generation would leave a deleted key in etcd's index
-// per hand-off until the next compaction, and every comparison over a
-// key's entries would walk them all.) An entry moved to another etcd lease
-// (Renew with another TTL) keeps its name, and the etcd lease it leaves is
-// revoked, never pooled, so no new entry can take the name.
+// firstKey is the etcd key of an entry created when key has none (an
+// Acquire, or an AcquireWait that holds at once): one fixed name, as no
+// other entry of key exists then. A key acquired and released without
+// contention thus always writes the same etcd key. (A name per generation
+// would leave a deleted key in etcd's index per acquisition until the next
+// compaction, and every comparison over a key's entries would walk them
+// all.)
+func (s *Store) firstKey(key string) string { return s.path(kindEntry, key, "0") }
+
+// entryKey is the etcd key of a waiter's entry under lease key key, created
+// on etcd lease el while key has other entries: its name is el's ID in hex
+// (16 digits, never "0"). Entries of one key that exist at once are on
+// distinct etcd leases, so their names differ; and as etcd leases are
+// pooled and reused, a contended key reuses a few names. An entry moved to
+// another etcd lease (Renew with another TTL) keeps its name, and the etcd
+// lease it leaves is revoked, never pooled, so no new entry can take the
+// name.
 func (s *Store) entryKey(key string, el clientv3.LeaseID) string {
 	return s.path(kindEntry, key, fmt.Sprintf("%016x", int64(el)))
 }

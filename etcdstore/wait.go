@@ -50,10 +50,13 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	for retried := false; ; retried = true {
 		floor = s.maxRev.Load()
 		exp = s.estimate(el)
-		create, hw := s.createOps(key, holderValue(id, owner, ttl, el.secs, exp), el, floor)
-		// Both branches create the entry; the comparison tells whether it
-		// holds at once.
-		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create, els: create})
+		value := holderValue(id, owner, ttl, el.secs, exp)
+		// Both branches create our entry, named for holding at once or
+		// for waiting; the comparison tells which.
+		first, hw := s.createOps(s.firstKey(key), value, el, floor)
+		queued := append([]clientv3.Op{clientv3.OpPut(s.entryKey(key, el.id), value, clientv3.WithLease(el.id))},
+			first[1:]...) // the same high-water raise, if any: one branch runs
+		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: first, els: queued})
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Refused, so not applied: the pooled etcd lease is gone (see
 			// Release). Once more on a new one.
@@ -74,7 +77,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
-		return s.granted(key, owner, id, ttl, el, rev, rev, exp)
+		return s.granted(key, s.firstKey(key), owner, id, ttl, el, rev, rev, exp)
 	}
 	q := &waiter{s: s, key: key, owner: owner, ttl: ttl, id: id, el: el,
 		name: s.entryKey(key, el.id), rev: rev, wrote: []written{{rev, exp}}}
@@ -178,7 +181,7 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 // reports.
 func (q *waiter) holds(at int64) (lease.Lease, error) {
 	last := q.wrote[len(q.wrote)-1]
-	return q.s.granted(q.key, q.owner, q.id, q.ttl, q.el, q.rev, last.rev, q.at(at).exp)
+	return q.s.granted(q.key, q.name, q.owner, q.id, q.ttl, q.el, q.rev, last.rev, q.at(at).exp)
 }
 
 // keepAlive keeps our etcd lease alive and writes our entry again with the
