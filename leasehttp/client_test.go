@@ -212,6 +212,31 @@ func TestUnreachableServer(t *testing.T) {
 	}
 }
 
+// TestUnreachableServerMessage: a request that cannot reach the server
+// fails with one clean line that says each thing once, and still matches
+// lease.ErrUnavailable, through a lease.Client too.
+func TestUnreachableServerMessage(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := newClient(t, "http://"+addr)
+	want := `leasehttp: get "k": backend unavailable (request not sent to http://` + addr + `): dial tcp ` + addr + `: connect: connection refused`
+	_, err = c.Get(ctxFor(t), "k")
+	if !errors.Is(err, lease.ErrUnavailable) || err.Error() != want {
+		t.Errorf("Get to a closed port: %q (ErrUnavailable: %v)\nwant %q", err, errors.Is(err, lease.ErrUnavailable), want)
+	}
+	lc, err := lease.NewClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.TryAcquire(ctxFor(t), "k", time.Minute); !errors.Is(err, lease.ErrUnavailable) || strings.Count(err.Error(), "leasehttp:") != 1 || strings.Count(err.Error(), "unavailable") != 1 {
+		t.Errorf("lease.Client.TryAcquire to a closed port: %q; want ErrUnavailable, saying leasehttp and unavailable once", err)
+	}
+}
+
 func TestAcquireWaitEndsWithContext(t *testing.T) {
 	_, hs := startServer(t, newMem(t))
 	c := newClient(t, hs.URL, leasehttp.WithWaitChunk(20*time.Millisecond))
