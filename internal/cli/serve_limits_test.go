@@ -96,6 +96,24 @@ func waitForWaiters(t *testing.T, s *Server, n int64) {
 	}
 }
 
+// partialAcquire is the headers of an acquire announcing a body of n
+// bytes, and the body's first byte.
+func partialAcquire(n int) string {
+	return "POST /v1/leases/k/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(n) + "\r\n\r\n{"
+}
+
+// startPartialAcquire starts a server with readTimeout and sends it
+// partialAcquire(n) on a new connection.
+func startPartialAcquire(t *testing.T, readTimeout time.Duration, n int) net.Conn {
+	t.Helper()
+	cfg := serveConfig(t, io.Discard)
+	cfg.ReadTimeout = readTimeout
+	c := dialServe(t, startServe(t, cfg))
+	send(t, c, partialAcquire(n))
+	return c
+}
+
 // healthz is a keep-alive request that needs no body.
 const healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
@@ -103,31 +121,8 @@ const healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 // answered 408 and cut off at the read timeout, not held open while it
 // trickles on.
 func TestServeCutsTrickledBody(t *testing.T) {
-	cfg := serveConfig(t, io.Discard)
-	cfg.ReadTimeout = 200 * time.Millisecond
-	s := startServe(t, cfg)
-	c := dialServe(t, s)
-	send(t, c, "POST /v1/leases/k/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 10000\r\n\r\n{")
-	stop := make(chan struct{})
-	trickled := make(chan struct{})
-	go func() {
-		defer close(trickled)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := c.Write([]byte(" ")); err != nil {
-					return // cut off
-				}
-			}
-		}
-	}()
-	defer func() { close(stop); <-trickled }()
-
+	c := startPartialAcquire(t, 200*time.Millisecond, 10000)
+	trickle(t, c, " ")
 	r := bufio.NewReader(c)
 	resp, body, err := readAnswer(c, r, patience)
 	if err != nil {
@@ -350,11 +345,9 @@ func dialFrom(t *testing.T, s *Server, local string) net.Conn {
 	return c
 }
 
-// slowHeaders sends c a request's first line, then one header line every
-// 50 ms until the test ends or the server cuts it off: a slowloris client.
-func slowHeaders(t *testing.T, c net.Conn) {
-	t.Helper()
-	send(t, c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+// trickle writes piece to c every 50 ms until the test ends or the server
+// cuts c off.
+func trickle(t *testing.T, c net.Conn, piece string) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -366,13 +359,21 @@ func slowHeaders(t *testing.T, c net.Conn) {
 			case <-stop:
 				return
 			case <-tick.C:
-				if _, err := io.WriteString(c, "X-Slow: 1\r\n"); err != nil {
+				if _, err := io.WriteString(c, piece); err != nil {
 					return // cut off
 				}
 			}
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-done })
+}
+
+// slowHeaders sends c a request's first line, then one header line every
+// 50 ms until the test ends or the server cuts it off: a slowloris client.
+func slowHeaders(t *testing.T, c net.Conn) {
+	t.Helper()
+	send(t, c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+	trickle(t, c, "X-Slow: 1\r\n")
 }
 
 // probeHealthz sends /healthz on a new connection from local and fails the
@@ -393,6 +394,17 @@ func probeHealthz(t *testing.T, s *Server, local string, quick time.Duration) {
 // for (patience).
 const quick = 2 * time.Second
 
+// startSlowLimited starts a server that keeps at most max connections
+// (and no limit per address), with header and read timeouts too long to
+// matter in a test.
+func startSlowLimited(t *testing.T, max int) *Server {
+	t.Helper()
+	cfg := serveConfig(t, io.Discard)
+	cfg.ReadHeaderTimeout, cfg.ReadTimeout = patience, patience
+	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = max, max
+	return startServe(t, cfg)
+}
+
 // TestServeSlowHeadersDoNotLockOut: connections trickling their headers
 // hold every slot; a new client is still served at once, because at the
 // limit the connection waiting longest for its headers is closed to make
@@ -400,10 +412,7 @@ const quick = 2 * time.Second
 // choice can serve the probe in time.
 func TestServeSlowHeadersDoNotLockOut(t *testing.T) {
 	const max = 16
-	cfg := serveConfig(t, io.Discard)
-	cfg.ReadHeaderTimeout, cfg.ReadTimeout = patience, patience
-	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = max, max
-	s := startServe(t, cfg)
+	s := startSlowLimited(t, max)
 	for range max + 4 {
 		slowHeaders(t, dialFrom(t, s, "127.0.0.2"))
 	}
@@ -416,10 +425,7 @@ func TestServeSlowHeadersDoNotLockOut(t *testing.T) {
 // not sent its headers is closed before an idle keep-alive.
 func TestServeClosesIncompleteBeforeIdle(t *testing.T) {
 	const max = 4
-	cfg := serveConfig(t, io.Discard)
-	cfg.ReadHeaderTimeout, cfg.ReadTimeout = patience, patience
-	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = max, max
-	s := startServe(t, cfg)
+	s := startSlowLimited(t, max)
 	idle := dialServe(t, s) // the oldest: idle after its request
 	r := bufio.NewReader(idle)
 	send(t, idle, healthz)
@@ -485,12 +491,7 @@ func TestServeMaxConnectionsPerAddress(t *testing.T) {
 // TestServeAnswers413BeforeBody: a Content-Length over the limit is
 // answered 413 when the headers arrive, not after the body is read.
 func TestServeAnswers413BeforeBody(t *testing.T) {
-	cfg := serveConfig(t, io.Discard)
-	cfg.ReadTimeout = patience
-	s := startServe(t, cfg)
-	c := dialServe(t, s)
-	send(t, c, "POST /v1/leases/k/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 1000000\r\n\r\n{")
+	c := startPartialAcquire(t, patience, 1000000)
 	r := bufio.NewReader(c)
 	resp, body, err := readAnswer(c, r, quick)
 	if err != nil {
@@ -511,17 +512,13 @@ func TestServeAnswers413BeforeBody(t *testing.T) {
 // for a while: writes for a moment after the answer succeed, and the
 // answer is there to read.
 func TestServe408ReachesBusyClient(t *testing.T) {
-	cfg := serveConfig(t, io.Discard)
-	cfg.ReadTimeout = 100 * time.Millisecond
-	s := startServe(t, cfg)
-	c := dialServe(t, s)
-	send(t, c, "POST /v1/leases/k/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 60000\r\n\r\n{")
+	const readTimeout = 100 * time.Millisecond
+	c := startPartialAcquire(t, readTimeout, 60000)
 	// Keep sending, without reading, past the read timeout.
 	start := time.Now()
 	for time.Since(start) < 300*time.Millisecond {
 		if _, err := c.Write([]byte(strings.Repeat(" ", 64))); err != nil {
-			t.Fatalf("the connection was reset %v after the request began (read timeout %v): %v", time.Since(start).Round(time.Millisecond), cfg.ReadTimeout, err)
+			t.Fatalf("the connection was reset %v after the request began (read timeout %v): %v", time.Since(start).Round(time.Millisecond), readTimeout, err)
 		}
 		time.Sleep(5 * time.Millisecond) // a client's pace, not a synchronisation
 	}
