@@ -12,10 +12,11 @@ import (
 // limitListener keeps at most max connections open in total, and at most
 // perAddr from one client address; 0 turns either limit off. When a
 // connection arrives at a limit, it closes one that does nothing to make
-// room: first the one waiting longest for its first request's headers (an
-// incomplete connection: a client still dialling, or one trickling its
-// headers to hold the slot), then the one idle the longest (a keep-alive
-// between requests, whose client simply dials again). If none is
+// room: first the one waiting longest for its first request's headers, if
+// for more than incompleteGrace (an incomplete connection: a client
+// trickling its headers, or sending nothing, to hold the slot), then the
+// one idle the longest (a keep-alive between requests, whose client simply
+// dials again), then the one incomplete the longest. If none is
 // incomplete or idle, a connection over the total limit waits until one
 // closes, and clients after it wait in the kernel's backlog; one over its
 // address's limit is closed at once, so that one address cannot hold the
@@ -37,6 +38,13 @@ type limitListener struct {
 	conns  map[*limitConn]struct{} // every open connection
 	byAddr map[string]int          // open connections per client address
 }
+
+// incompleteGrace is how long a connection may wait for its first
+// request's headers before it is closed ahead of idle ones. A client that
+// has just connected is still in its TLS handshake, or its headers are one
+// round trip away: closing it first would let new clients at the limit
+// close each other while idle keep-alives sit.
+const incompleteGrace = time.Second
 
 // connPhase is where a connection is in its life, as far as making room
 // goes.
@@ -117,16 +125,28 @@ func (l *limitListener) admit(c net.Conn) (*limitConn, error) {
 }
 
 // victimLocked returns the connection to close to make room: the one
-// incomplete the longest, else the one idle the longest; among addr's
+// incomplete the longest if for more than incompleteGrace, else the one
+// idle the longest, else the one incomplete the longest; among addr's
 // connections only, unless addr is empty. nil if none is incomplete or
 // idle.
 func (l *limitListener) victimLocked(addr string) *limitConn {
+	slow := time.Now().Add(-incompleteGrace)
+	rank := func(c *limitConn) int {
+		switch {
+		case c.phase == phaseIncomplete && c.since.Before(slow):
+			return 0
+		case c.phase == phaseIdle:
+			return 1
+		default:
+			return 2
+		}
+	}
 	var victim *limitConn
 	for c := range l.conns {
 		if addr != "" && c.addr != addr || c.phase == phaseBusy {
 			continue
 		}
-		if victim == nil || c.phase < victim.phase || c.phase == victim.phase && c.since.Before(victim.since) {
+		if victim == nil || rank(c) < rank(victim) || rank(c) == rank(victim) && c.since.Before(victim.since) {
 			victim = c
 		}
 	}

@@ -65,8 +65,8 @@ warned about.
 Slow and idle clients are cut off by --read-header-timeout, --read-timeout,
 --write-timeout and --idle-timeout; --max-connections bounds the connections
 open at once and --max-connections-per-address those of one client address.
-At a limit the connection waiting longest for its headers is closed first,
-then the one idle the longest.
+At a limit the connection waiting longest for its headers (over a second)
+is closed first, then the one idle the longest.
 Watch streams (GET /v1/watch) send a heartbeat after --watch-heartbeat of
 silence, which also moves those timeouts on; --max-watchers bounds the
 streams of one token.

@@ -422,7 +422,8 @@ func TestServeSlowHeadersDoNotLockOut(t *testing.T) {
 }
 
 // TestServeClosesIncompleteBeforeIdle: at the limit, a connection that has
-// not sent its headers is closed before an idle keep-alive.
+// not sent its headers for incompleteGrace is closed before an idle
+// keep-alive.
 func TestServeClosesIncompleteBeforeIdle(t *testing.T) {
 	const max = 4
 	s := startSlowLimited(t, max)
@@ -435,11 +436,33 @@ func TestServeClosesIncompleteBeforeIdle(t *testing.T) {
 	for range max - 1 {
 		slowHeaders(t, dialServe(t, s))
 	}
+	time.Sleep(incompleteGrace + 100*time.Millisecond) // the listener judges their age on the wall clock
 	probeHealthz(t, s, "127.0.0.1", quick)
 	send(t, idle, healthz)
 	if resp, body, err := readAnswer(idle, r, patience); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("the idle connection was closed while incomplete ones were open: %v %s", err, body)
 	}
+}
+
+// TestServeKeepsNewcomerOverIdle: at the limit, a connection that has just
+// been accepted and not yet sent its headers (a client in its TLS
+// handshake, or a round trip away) is not closed ahead of an idle
+// keep-alive: otherwise new clients at the limit would close each other.
+func TestServeKeepsNewcomerOverIdle(t *testing.T) {
+	s := startSlowLimited(t, 2)
+	idle := dialServe(t, s)
+	r := bufio.NewReader(idle)
+	send(t, idle, healthz)
+	if resp, body, err := readAnswer(idle, r, patience); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %s", err, body)
+	}
+	newcomer := dialServe(t, s) // accepted before the probe: the kernel queues them in order
+	probeHealthz(t, s, "127.0.0.1", quick)
+	send(t, newcomer, healthz)
+	if resp, body, err := readAnswer(newcomer, bufio.NewReader(newcomer), patience); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the newcomer was closed to make room while a connection was idle: %v %s", err, body)
+	}
+	waitClosed(t, idle, r, "the idle connection, closed to make room")
 }
 
 // TestServeHeaderTimeout: a client that does not finish its headers within
