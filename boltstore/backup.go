@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -186,7 +187,7 @@ type RestoreReport struct {
 	Keys   int         // keys the backup knows a token for
 	Top    lease.Token // the highest token the backup knows (its floor included)
 	Floor  lease.Token // every token the restored store issues is above it
-	Leases int         // leases the backup held, all released by the restore
+	Leases int         // leases the backup held that had not expired by the restore, all released by it
 }
 
 // RestoreOption configures Restore.
@@ -323,7 +324,19 @@ func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error)
 		}); err != nil {
 			return err
 		}
-		rep.Leases = leases.Stats().KeyN
+		// Only live leases have holders to tell: an expired record stays
+		// until its key is acquired again, and releasing it takes nothing
+		// from anyone.
+		now := time.Now()
+		if err := leases.ForEach(func(k, v []byte) error {
+			r, err := decodeRecord(string(k), v)
+			if err == nil && r.live(now) {
+				rep.Leases++
+			}
+			return err
+		}); err != nil {
+			return err
+		}
 		floor := top + bump
 		if floor < top || floor >= uint64(lease.MaxToken) {
 			return fmt.Errorf("%w: boltstore: restore: the floor %d + bump %d reaches past the largest token, %d: use a smaller bump", lease.ErrInvalid, top, bump, lease.MaxToken)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
 // backupTo writes a backup of s to a new file and returns its path.
@@ -387,5 +388,29 @@ func TestBackupStalledReaderHoldsNothingUp(t *testing.T) {
 	}
 	if err := boltstore.CheckBackup(p); err != nil {
 		t.Fatalf("the stalled backup, once read: %v", err)
+	}
+}
+
+// TestRestoreCountsLiveLeases: the report's released leases are those that
+// had not expired; an expired record, kept until its key is acquired again,
+// had no holder to tell.
+func TestRestoreCountsLiveLeases(t *testing.T) {
+	clk := fakeclock.New(time.Now().Add(-time.Hour))
+	s, _ := open(t, boltstore.WithClock(clk))
+	ctx := context.Background()
+	for _, l := range []struct {
+		key string
+		ttl time.Duration
+	}{{"expired/1", time.Minute}, {"expired/2", time.Minute}, {"expired/3", time.Minute}, {"live", 2 * time.Hour}} {
+		if _, err := s.Acquire(ctx, l.key, "w", l.ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := boltstore.Restore(backupTo(t, s), filepath.Join(t.TempDir(), "lease.db"))
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if rep.Leases != 1 {
+		t.Errorf("Restore reported %d leases released, want 1: three of the four records had expired an hour ago", rep.Leases)
 	}
 }

@@ -374,9 +374,50 @@ func (c *Client) pause(ctx context.Context, attempt int, backoff *time.Duration)
 
 // transportError wraps a failure to get an answer so that it matches
 // lease.ErrUnavailable (and still the underlying error, e.g. a context's).
+// outcome, if not empty, says in parentheses what became of the request.
 func transportError(op, key string, err error, outcome string) error {
-	return fmt.Errorf("leasehttp: %s %s: %w%s: %w", op, quoteName(key), lease.ErrUnavailable, outcome, err)
+	return &unavailableError{op: op, key: key, outcome: outcome, err: err}
 }
+
+// unavailableError is a failure to get an answer. Its message says each
+// thing once: "leasehttp: get "k": backend unavailable (request not sent
+// to http://host:port): dial tcp …: connection refused", where wrapping
+// each layer's own message would repeat "lease:", "leasehttp:" and the
+// operation (net/http's *url.Error names the method and URL again).
+type unavailableError struct {
+	op, key, outcome string
+	err              error
+}
+
+func (e *unavailableError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "leasehttp: %s %s: backend unavailable%s", e.op, quoteName(e.key), e.outcome)
+	cause, server := e.err, ""
+	var ue *url.Error
+	if errors.As(cause, &ue) {
+		if u, err := url.Parse(ue.URL); err == nil {
+			server = u.Scheme + "://" + u.Host
+		}
+		cause = ue.Err
+	}
+	notSent := errors.Is(e.err, errNotSent)
+	switch {
+	case notSent && e.outcome == "" && server != "":
+		fmt.Fprintf(&b, " (request not sent to %s)", server)
+	case notSent && e.outcome == "":
+		b.WriteString(" (request not sent)")
+	case server != "":
+		fmt.Fprintf(&b, " (server %s)", server)
+	}
+	if cause != nil {
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(cause.Error(), errNotSent.Error()+": "))
+	}
+	return b.String()
+}
+
+// Unwrap matches lease.ErrUnavailable and the underlying error.
+func (e *unavailableError) Unwrap() []error { return []error{lease.ErrUnavailable, e.err} }
 
 // answerError turns a non-200 answer into an error through the error table:
 // a held answer becomes a *lease.HeldError, the others wrap their sentinel.

@@ -188,15 +188,20 @@ func TestGetWithLostAnswersIsRetried(t *testing.T) {
 	}
 }
 
-func TestUnreachableServer(t *testing.T) {
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	c := newClient(t, "http://"+addr)
-	_, err = c.Acquire(ctxFor(t), "k", "o", time.Minute)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestUnreachableServer(t *testing.T) {
+	c := newClient(t, "http://"+closedPort(t))
+	_, err := c.Acquire(ctxFor(t), "k", "o", time.Minute)
 	if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "never reached") {
 		t.Errorf("Acquire to a closed port: err = %v, want ErrUnavailable saying it never reached the server", err)
 	}
@@ -209,6 +214,26 @@ func TestUnreachableServer(t *testing.T) {
 	}
 	if err := c.Release(ctxFor(t), l); !errors.Is(err, lease.ErrUnavailable) || errors.Is(err, lease.ErrNotHeld) {
 		t.Errorf("Release to a closed port: err = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestUnreachableServerMessage: a request that cannot reach the server
+// fails with one clean line that says each thing once, and still matches
+// lease.ErrUnavailable, through a lease.Client too.
+func TestUnreachableServerMessage(t *testing.T) {
+	addr := closedPort(t)
+	c := newClient(t, "http://"+addr)
+	want := `leasehttp: get "k": backend unavailable (request not sent to http://` + addr + `): dial tcp ` + addr + `: connect: connection refused`
+	_, err := c.Get(ctxFor(t), "k")
+	if !errors.Is(err, lease.ErrUnavailable) || err.Error() != want {
+		t.Errorf("Get to a closed port: %q (ErrUnavailable: %v)\nwant %q", err, errors.Is(err, lease.ErrUnavailable), want)
+	}
+	lc, err := lease.NewClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.TryAcquire(ctxFor(t), "k", time.Minute); !errors.Is(err, lease.ErrUnavailable) || strings.Count(err.Error(), "leasehttp:") != 1 || strings.Count(err.Error(), "unavailable") != 1 {
+		t.Errorf("lease.Client.TryAcquire to a closed port: %q; want ErrUnavailable, saying leasehttp and unavailable once", err)
 	}
 }
 

@@ -40,6 +40,12 @@ type requestError struct {
 func (e *requestError) Error() string { return "leasehttp: " + e.msg }
 func (e *requestError) Unwrap() error { return lease.ErrInvalid }
 
+// errTooLarge is the error for a request body over max bytes.
+func errTooLarge(max int64) error {
+	return &requestError{status: http.StatusRequestEntityTooLarge,
+		msg: fmt.Sprintf("request body is larger than %d bytes", max)}
+}
+
 func badRequest(format string, args ...any) error {
 	return &requestError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
 }
@@ -104,6 +110,12 @@ func decodeBodyInto(w http.ResponseWriter, r *http.Request, max int64, buf *[]by
 	if err := checkContentType(r); err != nil {
 		return err
 	}
+	if r.ContentLength > max {
+		// Refused when the headers arrive: reading the body first would
+		// let a client hold the connection while it sends what is refused
+		// anyway.
+		return errTooLarge(max)
+	}
 	var dst []byte
 	if buf != nil {
 		dst = *buf
@@ -115,8 +127,7 @@ func decodeBodyInto(w http.ResponseWriter, r *http.Request, max int64, buf *[]by
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		return &requestError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body is larger than %d bytes", max)}
+		return errTooLarge(max)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		// http.Server's ReadTimeout passed: a client too slow, or one
 		// trickling its body to hold the connection.

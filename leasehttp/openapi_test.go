@@ -402,3 +402,28 @@ func TestOpenAPICheckCatchesDrift(t *testing.T) {
 		t.Errorf("a documented answer was reported: %v", reported)
 	}
 }
+
+// TestOpenAPIIDAgreesWithServer: the document's ID schema accepts exactly
+// the strings the server takes for a lease's ID (lease.ParseID): 32 hex
+// digits in either case, not all zero.
+func TestOpenAPIIDAgreesWithServer(t *testing.T) {
+	schema := mustSpec(t).Components.Schemas["ID"].Value
+	for _, s := range []string{
+		strings.Repeat("0", 32), // the zero ID, which the server refuses
+		strings.Repeat("0", 31) + "1",
+		"1" + strings.Repeat("0", 31),
+		strings.Repeat("F", 32),
+		"0123456789abcdefABCDEF0123456789",
+		lease.NewID().Reveal(),
+		strings.Repeat("0", 31),
+		strings.Repeat("a", 33),
+		strings.Repeat("0", 31) + "g",
+		"",
+	} {
+		_, perr := lease.ParseID(s)
+		verr := schema.VisitJSON(s, openapi3.EnableJSONSchema2020())
+		if (perr == nil) != (verr == nil) {
+			t.Errorf("ID %q: the server says %v, the document says %v", s, perr, verr)
+		}
+	}
+}

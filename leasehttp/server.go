@@ -484,6 +484,9 @@ func (s *Server) writeError(w *responseWriter, err error) {
 			ExpiresAt: he.Expires.UTC().Format(expiresLayout)}
 	}
 	writeJSON(w, status, body)
+	if w.bodyUnread {
+		closeAfterAnswer(w)
+	}
 }
 
 // authorize checks r's bearer token; it answers 401 and returns false if

@@ -84,7 +84,7 @@ func setup(tb testing.TB) (*worker, []row) {
 	rds := redistest.Start(tb)
 	serve := func(dataDir, backend string) string {
 		cfg := cli.ServeConfig{Addr: "127.0.0.1:0", DataDir: dataDir, Backend: backend, ShutdownTimeout: 10 * time.Second,
-			ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
+			ReadHeaderTimeout: cli.DefaultReadHeaderTimeout, ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
 			MaxConnections: cli.DefaultMaxConnections, WatchHeartbeat: cli.DefaultWatchHeartbeat, MaxWatchers: cli.DefaultMaxWatchers,
 			Logger: slog.New(slog.DiscardHandler)}
 		s, err := cli.NewServer(cfg)

@@ -307,7 +307,7 @@ would pass it.`,
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "restored %s into %s: %d keys, highest token %d; every token from now on is above %d; %d leases released\n",
+			_, err = fmt.Fprintf(a.stdout, "restored %s into %s: %d keys, highest token %d; every token from now on is above %d; %d live leases released\n",
 				args[0], dataDir, rep.Keys, rep.Top, rep.Floor, rep.Leases)
 			return err
 		},

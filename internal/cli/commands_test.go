@@ -307,6 +307,13 @@ func TestUsageErrors(t *testing.T) {
 			if r.code != ExitUsage {
 				t.Errorf("exit %d, want %d (stderr %q)", r.code, ExitUsage, r.stderr)
 			}
+			// A wrong argument count adds the command's usage line.
+			if head, usage, ok := strings.Cut(r.stderr, "\nusage: "); ok {
+				if !strings.HasPrefix(usage, "lease "+args[0]+" ") || strings.Count(usage, "\n") != 1 {
+					t.Errorf("stderr %q: the usage line is not lease %s's alone", r.stderr, args[0])
+				}
+				r.stderr = head + "\n"
+			}
 			oneErrorLine(t, r)
 			if r.url != "" && args[0] != "run" {
 				t.Errorf("dialled %q despite the usage error", r.url)

@@ -23,7 +23,7 @@ and writes, then worker-a wakes and writes late. The guard rejects the late writ
 With --unfenced the same run has no guard, and worker-a's late write wins.
 With --svg FILE it also draws the run as a timeline picture in FILE
 ("-": the picture on standard output instead of the text).`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if strict {
 				opts.Mode = fence.Strict

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -72,6 +74,93 @@ func TestHelpFlagsSayWhatTheyTake(t *testing.T) {
 		}
 		if len(path) == 1 && path[0] == "serve" && !strings.Contains(flags["data-dir"], "working directory") {
 			t.Errorf("lease serve --help: --data-dir does not say its default is relative to the working directory: %q", flags["data-dir"])
+		}
+	}
+}
+
+// TestCommandsListedEverywhere: the README's layout table and the root
+// command's help name every command of the cobra tree, so that a command
+// added later cannot be left out of them.
+func TestCommandsListedEverywhere(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.SplitSeq(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `cmd/lease` |") {
+			row = line
+		}
+	}
+	if row == "" {
+		t.Fatal("README.md has no layout row for cmd/lease")
+	}
+	help := cli(t, memtest.New(t), nil, nil, "--help").stdout
+	root := newRoot(&app{})
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	n := 0
+	for _, c := range root.Commands() {
+		if c.Name() == "help" || c.Name() == "completion" {
+			continue // cobra's own
+		}
+		n++
+		if !strings.Contains(row, "`"+c.Name()+"`") {
+			t.Errorf("README.md's layout row for cmd/lease does not name %q: %s", c.Name(), row)
+		}
+		if !regexp.MustCompile(`(?m)^\s+` + c.Name() + `\s`).MatchString(help) {
+			t.Errorf("lease --help does not list %q", c.Name())
+		}
+	}
+	if n < 14 {
+		t.Fatalf("found only %d commands", n)
+	}
+}
+
+// TestServeHelpListsBackendsTogether: lease serve --help lists the
+// --backend URL forms in one block, one line each.
+func TestServeHelpListsBackendsTogether(t *testing.T) {
+	help := cli(t, memtest.New(t), nil, nil, "serve", "--help").stdout
+	if !regexp.MustCompile(`\n  postgres://[^\n]*\n  redis://[^\n]*\n  etcd://[^\n]*\n`).MatchString(help) {
+		t.Errorf("lease serve --help does not list the postgres://, redis:// and etcd:// lines together:\n%s", help)
+	}
+}
+
+// TestWatchHelpSaysServedBackendsWatch: lease watch --help does not say
+// that a backend lease serve runs cannot watch: they all can.
+func TestWatchHelpSaysServedBackendsWatch(t *testing.T) {
+	help := cli(t, memtest.New(t), nil, nil, "watch", "--help").stdout
+	for _, b := range []string{"PostgreSQL", "Redis", "etcd"} {
+		if !strings.Contains(help, b) {
+			t.Errorf("lease watch --help does not name %s among the backends that watch:\n%s", b, help)
+		}
+	}
+	if strings.Contains(help, "cannot watch (PostgreSQL") {
+		t.Errorf("lease watch --help still says PostgreSQL, Redis and etcd cannot watch:\n%s", help)
+	}
+}
+
+// TestWrongArgumentCountPrintsUsage: a wrong number of arguments is a
+// usage error (exit 2) that prints the command's usage line after the
+// error line.
+func TestWrongArgumentCountPrintsUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		usage string
+	}{
+		{[]string{"get"}, "usage: lease get KEY"},
+		{[]string{"release", "a", "b"}, "usage: lease release KEY"},
+		{[]string{"list", "x"}, "usage: lease list"},
+		{[]string{"watch", "a", "b"}, "usage: lease watch [PREFIX]"},
+		{[]string{"serve", "x"}, "usage: lease serve"},
+		{[]string{"demo", "x"}, "usage: lease demo"},
+		{[]string{"run", "k"}, "usage: lease run KEY"},
+	} {
+		r := cli(t, memtest.New(t), nil, nil, tc.args...)
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if r.code != ExitUsage || len(lines) != 2 || !strings.HasPrefix(lines[0], "lease: ") || !strings.HasPrefix(lines[1], tc.usage) {
+			t.Errorf("lease %s: exit %d, stderr %q; want exit %d, the error, then a line starting %q",
+				strings.Join(tc.args, " "), r.code, r.stderr, ExitUsage, tc.usage)
 		}
 	}
 }

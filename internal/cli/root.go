@@ -55,6 +55,9 @@ unreachable) or was lost, or 127 if the command could not start.`
 type ExitError struct {
 	Code int
 	Err  error // may be nil: nothing more to print
+	// Usage is the command's usage line, printed after Err when the
+	// arguments were wrong; empty otherwise.
+	Usage string
 }
 
 func (e *ExitError) Error() string {
@@ -121,23 +124,28 @@ func newRoot(a *app) *cobra.Command {
 	return root
 }
 
-// exactArgs is cobra.ExactArgs whose failure is a usage error.
-func exactArgs(n int) cobra.PositionalArgs {
+// argsError is a usage error about cmd's arguments, printed with cmd's
+// usage line.
+func argsError(cmd *cobra.Command, err error) error {
+	return &ExitError{Code: ExitUsage, Err: err, Usage: cmd.UseLine()}
+}
+
+// checkArgs makes a failure of check a usage error printed with the
+// command's usage line.
+func checkArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
-			return usageError(err)
+		if err := check(cmd, args); err != nil {
+			return argsError(cmd, err)
 		}
 		return nil
 	}
 }
 
+// exactArgs is cobra.ExactArgs whose failure is a usage error.
+func exactArgs(n int) cobra.PositionalArgs { return checkArgs(cobra.ExactArgs(n)) }
+
 // noArgs is cobra.NoArgs whose failure is a usage error.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if err := cobra.NoArgs(cmd, args); err != nil {
-		return usageError(err)
-	}
-	return nil
-}
+var noArgs = checkArgs(cobra.NoArgs)
 
 // Main runs the lease command with args and returns its exit status. Errors
 // print as one line on stderr.
@@ -158,6 +166,9 @@ func execute(root *cobra.Command, args []string, stderr io.Writer) int {
 		return code // the command has said all there is to say
 	}
 	fmt.Fprintln(stderr, "lease:", oneLine(err))
+	if ee != nil && ee.Usage != "" {
+		fmt.Fprintln(stderr, "usage:", ee.Usage)
+	}
 	return code
 }
 

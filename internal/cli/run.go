@@ -77,7 +77,7 @@ forbidden) or answered as no lease server does, which retrying will not fix;
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			if dash != 1 || len(args) < 2 {
-				return usageError(errors.New("usage: lease run KEY [flags] -- CMD [ARGS...]"))
+				return argsError(cmd, errors.New("lease run takes KEY, then -- and the command to run"))
 			}
 			return nil
 		},

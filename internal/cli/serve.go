@@ -27,15 +27,16 @@ import (
 
 // Defaults of `lease serve`.
 const (
-	DefaultAddr            = "127.0.0.1:7420"
-	DefaultDataDir         = "./lease-data"
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultReadTimeout     = 10 * time.Second
-	DefaultWriteTimeout    = 30 * time.Second
-	DefaultIdleTimeout     = 2 * time.Minute
-	DefaultMaxConnections  = 4096
-	DefaultWatchHeartbeat  = leasehttp.DefaultHeartbeat
-	DefaultMaxWatchers     = leasehttp.DefaultMaxWatchers
+	DefaultAddr              = "127.0.0.1:7420"
+	DefaultDataDir           = "./lease-data"
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultReadTimeout       = 10 * time.Second
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultMaxConnections    = 4096
+	DefaultWatchHeartbeat    = leasehttp.DefaultHeartbeat
+	DefaultMaxWatchers       = leasehttp.DefaultMaxWatchers
 )
 
 func newServeCommand(a *app) *cobra.Command {
@@ -47,12 +48,12 @@ func newServeCommand(a *app) *cobra.Command {
 
 By default leases live in a bbolt file under --data-dir, fsynced before any
 token is handed out. --backend serves another engine instead:
-  postgres://… or postgresql://…   PostgreSQL
-  redis://host:port/db            Redis (must be durable: appendonly yes, appendfsync always)
+  postgres://… or postgresql://…          PostgreSQL
+  redis://host:port/db                     Redis (must be durable: appendonly yes, appendfsync always)
+  etcd://host:port[,host:port…][/prefix]   etcd
 PostgreSQL must run with fsync and full_page_writes on; --allow-volatile
 serves a PostgreSQL or Redis that is not durable anyway (tests only: tokens
 can go backwards after a crash).
-  etcd://host:port[,host:port…][/prefix]   etcd
 
 Clients authenticate with bearer tokens listed in --auth-tokens-file, one per
 line: TOKEN PREFIX… (* for all keys). Without that file the server refuses any
@@ -61,8 +62,11 @@ addressed (Host) to loopback, the --addr host or --allowed-hosts. A tokens
 file that group or others may access, or a token shorter than 16 bytes, is
 warned about.
 
-Slow and idle clients are cut off by --read-timeout, --write-timeout and
---idle-timeout; --max-connections bounds the connections open at once.
+Slow and idle clients are cut off by --read-header-timeout, --read-timeout,
+--write-timeout and --idle-timeout; --max-connections bounds the connections
+open at once and --max-connections-per-address those of one client address.
+At a limit the connection waiting longest for its headers (over a second)
+is closed first, then the one idle the longest.
 Watch streams (GET /v1/watch) send a heartbeat after --watch-heartbeat of
 silence, which also moves those timeouts on; --max-watchers bounds the
 streams of one token.
@@ -123,10 +127,12 @@ what it had and logs why.`,
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --addr without --auth-tokens-file")
 	f.BoolVar(&cfg.AllowVolatile, "allow-volatile", false, "serve a PostgreSQL or Redis --backend whose persistence cannot keep tokens rising across a crash (tests only)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
+	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", DefaultReadHeaderTimeout, "how long a client may take to send a request's headers")
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", DefaultReadTimeout, "how long a client may take to send a request's headers and body")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", DefaultWriteTimeout, "how long answering a request may take, from its headers on (a waiting acquire gets its wait on top)")
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a keep-alive connection may wait for its next request")
-	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "at most `N` connections open at once, in total (0: no limit); at the limit the longest idle is closed")
+	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "at most `N` connections open at once, in total (0: no limit); at the limit the one waiting longest for its headers, else the longest idle, is closed")
+	f.IntVar(&cfg.MaxConnectionsPerAddress, "max-connections-per-address", 0, "at most `N` connections open at once from one client IP address (0: a quarter of --max-connections, at least 1; behind a proxy, set it to --max-connections)")
 	f.DurationVar(&cfg.WatchHeartbeat, "watch-heartbeat", DefaultWatchHeartbeat, "how long a watch stream may stay silent before a heartbeat comment is sent")
 	f.IntVar(&cfg.MaxWatchers, "max-watchers", DefaultMaxWatchers, "at most `N` watch streams open at once per token (without --auth-tokens-file, in total)")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, the `HOSTS` (names or addresses, comma-separated) answered besides loopback")
@@ -156,11 +162,15 @@ type ServeConfig struct {
 	AllowVolatile bool
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	ShutdownTimeout time.Duration
-	// ReadTimeout, WriteTimeout and IdleTimeout are the http.Server's
-	// (ReadTimeout also bounds the headers); all must be positive.
-	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// http.Server's; all must be positive.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// MaxConnections bounds the connections open at once; 0 means no limit.
 	MaxConnections int
+	// MaxConnectionsPerAddress bounds the connections open at once from one
+	// client IP address; 0 means a quarter of MaxConnections (at least 1),
+	// and no limit when MaxConnections is 0.
+	MaxConnectionsPerAddress int
 	// WatchHeartbeat is leasehttp.WithHeartbeat's, within
 	// [leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat].
 	WatchHeartbeat time.Duration
@@ -222,13 +232,16 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	for _, d := range []struct {
 		flag string
 		d    time.Duration
-	}{{"shutdown-timeout", cfg.ShutdownTimeout}, {"read-timeout", cfg.ReadTimeout}, {"write-timeout", cfg.WriteTimeout}, {"idle-timeout", cfg.IdleTimeout}} {
+	}{{"shutdown-timeout", cfg.ShutdownTimeout}, {"read-header-timeout", cfg.ReadHeaderTimeout}, {"read-timeout", cfg.ReadTimeout}, {"write-timeout", cfg.WriteTimeout}, {"idle-timeout", cfg.IdleTimeout}} {
 		if d.d <= 0 {
 			return nil, usageError(fmt.Errorf("--%s must be positive, got %v", d.flag, d.d))
 		}
 	}
 	if cfg.MaxConnections < 0 {
 		return nil, usageError(fmt.Errorf("--max-connections must be 0 (no limit) or more, got %d", cfg.MaxConnections))
+	}
+	if cfg.MaxConnectionsPerAddress < 0 {
+		return nil, usageError(fmt.Errorf("--max-connections-per-address must be 0 (a quarter of --max-connections) or more, got %d", cfg.MaxConnectionsPerAddress))
 	}
 	if cfg.WatchHeartbeat < leasehttp.MinHeartbeat || cfg.WatchHeartbeat > leasehttp.MaxHeartbeat {
 		return nil, usageError(fmt.Errorf("--watch-heartbeat must be within [%v, %v], got %v", leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat, cfg.WatchHeartbeat))
@@ -248,7 +261,8 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 // Run loads credentials and certificates, opens the backend and starts
 // serving in the background; it returns once the server is listening, or
 // with the first thing that stopped it from getting there. Everything it
-// checks is checked before the backend is opened or the port taken.
+// checks is checked before the port is taken, and the port is taken before
+// the backend is opened: a server that cannot listen creates no store.
 func (s *Server) Run(ctx context.Context) (err error) {
 	log := s.cfg.Logger
 	var creds []leasehttp.Credential
@@ -273,6 +287,17 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 		s.tlsCert.Store(cert)
 	}
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = ln.Close()
+		}
+	}()
 
 	s.backend, err = openBackend(ctx, s.cfg)
 	if err != nil {
@@ -324,15 +349,10 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("serve: %w", err)
 	}
 
-	var lc net.ListenConfig
-	s.ln, err = lc.Listen(ctx, "tcp", s.cfg.Addr)
-	if err != nil {
-		_ = s.api.Close()
-		return fmt.Errorf("serve: %w", err)
-	}
+	s.ln = ln
 	var limit *limitListener
 	if s.cfg.MaxConnections > 0 {
-		limit = newLimitListener(s.ln, s.cfg.MaxConnections)
+		limit = newLimitListener(s.ln, s.cfg.MaxConnections, perAddressLimit(s.cfg))
 		s.ln = limit
 	}
 	if s.tlsCert.Load() != nil {
@@ -344,11 +364,12 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		})
 	}
 	s.http = &http.Server{
-		Handler:      withDashboard(s.api),
-		ReadTimeout:  s.cfg.ReadTimeout, // also the headers' (ReadHeaderTimeout 0)
-		WriteTimeout: s.cfg.WriteTimeout,
-		IdleTimeout:  s.cfg.IdleTimeout,
-		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:           withDashboard(s.api),
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if limit != nil {
 		s.http.ConnState = limit.connState
@@ -469,6 +490,16 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
+// perAddressLimit is cfg's limit of connections per client address: its
+// MaxConnectionsPerAddress, or a quarter of MaxConnections (at least 1) when
+// that is 0.
+func perAddressLimit(cfg ServeConfig) int {
+	if n := cfg.MaxConnectionsPerAddress; n > 0 {
+		return n
+	}
+	return max(cfg.MaxConnections/4, 1)
+}
+
 // addrHost is the host of addr as a one-element list, or none when addr
 // listens on every interface: clients that dial it by that name or address
 // are not misdirected.
@@ -497,14 +528,21 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// withDashboard serves the dashboard (package ui) under /ui and everything
-// else by api. It routes on the path's prefix alone: a ServeMux in front
-// would clean and redirect paths that api answers itself (an empty key).
+// withDashboard serves the dashboard (package ui) under /ui, leads a
+// browser opening the server's root there, and serves everything else by
+// api. It routes on the path's prefix alone: a ServeMux in front would
+// clean and redirect paths that api answers itself (an empty key).
 func withDashboard(api http.Handler) http.Handler {
 	dash := ui.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; p == "/ui" || strings.HasPrefix(p, ui.Prefix) {
+		p := r.URL.Path
+		switch {
+		case p == "/ui" || strings.HasPrefix(p, ui.Prefix):
 			dash.ServeHTTP(w, r)
+			return
+		case p == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+			// 302, not 301: a browser would remember a permanent one.
+			http.Redirect(w, r, ui.Prefix, http.StatusFound)
 			return
 		}
 		api.ServeHTTP(w, r)

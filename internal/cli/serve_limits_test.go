@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -67,6 +69,51 @@ func waitClosed(t *testing.T, c net.Conn, r io.Reader, what string) {
 	}
 }
 
+// waitingAcquire is an acquire of the key "held" that waits for it.
+const waitingAcquire = "POST /v1/leases/held/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+	"Content-Length: 49\r\n\r\n" + `{"owner":"waiter","ttl_ms":60000,"wait_ms":20000}`
+
+// waitForWaiters waits until n acquire requests wait at s, asking its
+// /v1/stats in process (a connection could be what is waited for).
+func waitForWaiters(t *testing.T, s *Server, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/stats", nil)
+		s.api.ServeHTTP(rec, req)
+		var stats struct{ Waiters int64 }
+		if err := json.Unmarshal(rec.Body.Bytes(), &stats); err != nil {
+			t.Fatalf("/v1/stats: %v: %s", err, rec.Body)
+		}
+		if stats.Waiters == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acquires waiting after %v, want %d", stats.Waiters, patience, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server's own count
+	}
+}
+
+// partialAcquire is the headers of an acquire announcing a body of n
+// bytes, and the body's first byte.
+func partialAcquire(n int) string {
+	return "POST /v1/leases/k/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(n) + "\r\n\r\n{"
+}
+
+// startPartialAcquire starts a server with readTimeout and sends it
+// partialAcquire(n) on a new connection.
+func startPartialAcquire(t *testing.T, readTimeout time.Duration, n int) net.Conn {
+	t.Helper()
+	cfg := serveConfig(t, io.Discard)
+	cfg.ReadTimeout = readTimeout
+	c := dialServe(t, startServe(t, cfg))
+	send(t, c, partialAcquire(n))
+	return c
+}
+
 // healthz is a keep-alive request that needs no body.
 const healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
@@ -74,31 +121,8 @@ const healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 // answered 408 and cut off at the read timeout, not held open while it
 // trickles on.
 func TestServeCutsTrickledBody(t *testing.T) {
-	cfg := serveConfig(t, io.Discard)
-	cfg.ReadTimeout = 200 * time.Millisecond
-	s := startServe(t, cfg)
-	c := dialServe(t, s)
-	send(t, c, "POST /v1/leases/k/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 10000\r\n\r\n{")
-	stop := make(chan struct{})
-	trickled := make(chan struct{})
-	go func() {
-		defer close(trickled)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := c.Write([]byte(" ")); err != nil {
-					return // cut off
-				}
-			}
-		}
-	}()
-	defer func() { close(stop); <-trickled }()
-
+	c := startPartialAcquire(t, 200*time.Millisecond, 10000)
+	trickle(t, c, " ")
 	r := bufio.NewReader(c)
 	resp, body, err := readAnswer(c, r, patience)
 	if err != nil {
@@ -158,7 +182,7 @@ func TestServeClosesIdleConnections(t *testing.T) {
 func TestServeMaxConnectionsBoundsIdle(t *testing.T) {
 	const max, clients = 4, 20
 	cfg := serveConfig(t, io.Discard)
-	cfg.MaxConnections = max
+	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = max, max
 	s := startServe(t, cfg)
 	conns := make([]net.Conn, clients)
 	readers := make([]*bufio.Reader, clients)
@@ -190,19 +214,23 @@ func TestServeMaxConnectionsBoundsIdle(t *testing.T) {
 }
 
 // TestServeMaxConnectionsKeepsBusy: connections in the middle of a request
-// are not closed to make room; a client past the limit waits until one
-// ends.
+// (here acquires waiting for a held key) are not closed to make room; a
+// client past the limit waits until one ends.
 func TestServeMaxConnectionsKeepsBusy(t *testing.T) {
 	const max = 3
 	cfg := serveConfig(t, io.Discard)
-	cfg.MaxConnections = max
+	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = max, max
 	s := startServe(t, cfg)
+	if _, err := httpClient(t, "http://"+s.Addr()).Acquire(t.Context(), "held", "holder", time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	busy := make([]net.Conn, max)
 	for i := range busy {
 		busy[i] = dialServe(t, s)
-		// Headers and part of the body: the request is in progress.
-		send(t, busy[i], "POST /v1/leases/k/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
-			"Content-Length: 100\r\n\r\n{")
+		send(t, busy[i], waitingAcquire)
+		// Busy once its headers are read; until then it is incomplete,
+		// what is closed first to make room.
+		waitForWaiters(t, s, int64(i+1))
 	}
 	extra := dialServe(t, s) // the kernel accepts it; the server does not yet
 	send(t, extra, healthz)
@@ -300,5 +328,228 @@ func TestServeRefusesMisdirectedHost(t *testing.T) {
 	ls, err := httpClient(t, "http://"+s.Addr()).List(t.Context(), "kattacker", lease.Page{})
 	if err != nil || len(ls.Leases) != 0 {
 		t.Errorf("leases taken under a foreign Host: %v, %v", ls, err)
+	}
+}
+
+// dialFrom opens a raw connection to s from the loopback address local
+// (127.0.0.2 is another client address on the same machine), closed when
+// the test ends.
+func dialFrom(t *testing.T, s *Server, local string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: patience, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	c, err := d.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// trickle writes piece to c every 50 ms until the test ends or the server
+// cuts c off.
+func trickle(t *testing.T, c net.Conn, piece string) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := io.WriteString(c, piece); err != nil {
+					return // cut off
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+// slowHeaders sends c a request's first line, then one header line every
+// 50 ms until the test ends or the server cuts it off: a slowloris client.
+func slowHeaders(t *testing.T, c net.Conn) {
+	t.Helper()
+	send(t, c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+	trickle(t, c, "X-Slow: 1\r\n")
+}
+
+// probeHealthz sends /healthz on a new connection from local and fails the
+// test unless it is answered 200 within quick.
+func probeHealthz(t *testing.T, s *Server, local string, quick time.Duration) {
+	t.Helper()
+	start := time.Now()
+	c := dialFrom(t, s, local)
+	send(t, c, healthz)
+	resp, body, err := readAnswer(c, bufio.NewReader(c), quick)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz from %s: %v %s after %v; want 200 within %v", local, err, body, time.Since(start).Round(time.Millisecond), quick)
+	}
+}
+
+// quick is how soon a probe must be answered while slow clients hold
+// connections: well under the read timeout they would otherwise hold them
+// for (patience).
+const quick = 2 * time.Second
+
+// startSlowLimited starts a server that keeps at most max connections
+// (and no limit per address), with header and read timeouts too long to
+// matter in a test.
+func startSlowLimited(t *testing.T, max int) *Server {
+	t.Helper()
+	cfg := serveConfig(t, io.Discard)
+	cfg.ReadHeaderTimeout, cfg.ReadTimeout = patience, patience
+	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = max, max
+	return startServe(t, cfg)
+}
+
+// TestServeSlowHeadersDoNotLockOut: connections trickling their headers
+// hold every slot; a new client is still served at once, because at the
+// limit the connection waiting longest for its headers is closed to make
+// room. The header and read timeouts are long here, so that only that
+// choice can serve the probe in time.
+func TestServeSlowHeadersDoNotLockOut(t *testing.T) {
+	const max = 16
+	s := startSlowLimited(t, max)
+	for range max + 4 {
+		slowHeaders(t, dialFrom(t, s, "127.0.0.2"))
+	}
+	for range 3 {
+		probeHealthz(t, s, "127.0.0.1", quick)
+	}
+}
+
+// TestServeClosesIncompleteBeforeIdle: at the limit, a connection that has
+// not sent its headers for incompleteGrace is closed before an idle
+// keep-alive.
+func TestServeClosesIncompleteBeforeIdle(t *testing.T) {
+	const max = 4
+	s := startSlowLimited(t, max)
+	idle := dialServe(t, s) // the oldest: idle after its request
+	r := bufio.NewReader(idle)
+	send(t, idle, healthz)
+	if resp, body, err := readAnswer(idle, r, patience); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %s", err, body)
+	}
+	for range max - 1 {
+		slowHeaders(t, dialServe(t, s))
+	}
+	time.Sleep(incompleteGrace + 100*time.Millisecond) // the listener judges their age on the wall clock
+	probeHealthz(t, s, "127.0.0.1", quick)
+	send(t, idle, healthz)
+	if resp, body, err := readAnswer(idle, r, patience); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the idle connection was closed while incomplete ones were open: %v %s", err, body)
+	}
+}
+
+// TestServeKeepsNewcomerOverIdle: at the limit, a connection that has just
+// been accepted and not yet sent its headers (a client in its TLS
+// handshake, or a round trip away) is not closed ahead of an idle
+// keep-alive: otherwise new clients at the limit would close each other.
+func TestServeKeepsNewcomerOverIdle(t *testing.T) {
+	s := startSlowLimited(t, 2)
+	idle := dialServe(t, s)
+	r := bufio.NewReader(idle)
+	send(t, idle, healthz)
+	if resp, body, err := readAnswer(idle, r, patience); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %s", err, body)
+	}
+	newcomer := dialServe(t, s) // accepted before the probe: the kernel queues them in order
+	probeHealthz(t, s, "127.0.0.1", quick)
+	send(t, newcomer, healthz)
+	if resp, body, err := readAnswer(newcomer, bufio.NewReader(newcomer), patience); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the newcomer was closed to make room while a connection was idle: %v %s", err, body)
+	}
+	waitClosed(t, idle, r, "the idle connection, closed to make room")
+}
+
+// TestServeHeaderTimeout: a client that does not finish its headers within
+// --read-header-timeout is cut off then, long before --read-timeout.
+func TestServeHeaderTimeout(t *testing.T) {
+	cfg := serveConfig(t, io.Discard)
+	cfg.ReadHeaderTimeout, cfg.ReadTimeout = 100*time.Millisecond, time.Hour
+	s := startServe(t, cfg)
+	c := dialServe(t, s)
+	slowHeaders(t, c)
+	_ = c.SetReadDeadline(time.Now().Add(quick))
+	_, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a client trickling its headers was still connected after %v (--read-header-timeout %v)", quick, cfg.ReadHeaderTimeout)
+	}
+}
+
+// TestServeMaxConnectionsPerAddress: one client address cannot take more
+// than --max-connections-per-address; its connections past that are
+// closed at once (when none of its own is idle or incomplete), and another
+// address is served while it tries.
+func TestServeMaxConnectionsPerAddress(t *testing.T) {
+	const max, perAddr = 8, 2
+	cfg := serveConfig(t, io.Discard)
+	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = max, perAddr
+	s := startServe(t, cfg)
+	if _, err := httpClient(t, "http://"+s.Addr()).Acquire(t.Context(), "held", "holder", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	closed := 0
+	for range max {
+		c := dialFrom(t, s, "127.0.0.2")
+		send(t, c, waitingAcquire) // a busy connection, never closed to make room
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				closed++ // refused; a waiting acquire is silent
+			}
+		}
+	}
+	if want := max - perAddr; closed != want {
+		t.Errorf("%d of %d connections from one address closed, want %d (all past --max-connections-per-address %d)", closed, max, want, perAddr)
+	}
+	probeHealthz(t, s, "127.0.0.1", quick)
+}
+
+// TestServeAnswers413BeforeBody: a Content-Length over the limit is
+// answered 413 when the headers arrive, not after the body is read.
+func TestServeAnswers413BeforeBody(t *testing.T) {
+	c := startPartialAcquire(t, patience, 1000000)
+	r := bufio.NewReader(c)
+	resp, body, err := readAnswer(c, r, quick)
+	if err != nil {
+		t.Fatalf("no answer within %v to a body announced too large: %v", quick, err)
+	}
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, `"code":"invalid"`) {
+		t.Errorf("HTTP %d %s, want 413 with code invalid", resp.StatusCode, body)
+	}
+	waitClosed(t, c, r, "after the 413")
+}
+
+// TestServe408ReachesBusyClient: a client still sending its body when the
+// read timeout passes gets its 408, as a client does that sends on until
+// it notices the answer (curl does). A server that closes at once, with
+// the client's bytes unread, resets the connection: the client's next
+// write fails and it gives up before reading the answer, a bare close.
+// So the server half-closes after the answer and drops what still comes
+// for a while: writes for a moment after the answer succeed, and the
+// answer is there to read.
+func TestServe408ReachesBusyClient(t *testing.T) {
+	const readTimeout = 100 * time.Millisecond
+	c := startPartialAcquire(t, readTimeout, 60000)
+	// Keep sending, without reading, past the read timeout.
+	start := time.Now()
+	for time.Since(start) < 300*time.Millisecond {
+		if _, err := c.Write([]byte(strings.Repeat(" ", 64))); err != nil {
+			t.Fatalf("the connection was reset %v after the request began (read timeout %v): %v", time.Since(start).Round(time.Millisecond), readTimeout, err)
+		}
+		time.Sleep(5 * time.Millisecond) // a client's pace, not a synchronisation
+	}
+	resp, body, err := readAnswer(c, bufio.NewReader(c), patience)
+	if err != nil {
+		t.Fatalf("no answer to a body still arriving at the read timeout: %v", err)
+	}
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("HTTP %d %s, want 408", resp.StatusCode, body)
 	}
 }

@@ -54,16 +54,17 @@ func (s *syncBuffer) String() string {
 
 func serveConfig(t *testing.T, logs io.Writer) ServeConfig {
 	return ServeConfig{
-		Addr:            "127.0.0.1:0",
-		DataDir:         filepath.Join(t.TempDir(), "data"),
-		ShutdownTimeout: 10 * time.Second,
-		ReadTimeout:     DefaultReadTimeout,
-		WriteTimeout:    DefaultWriteTimeout,
-		IdleTimeout:     DefaultIdleTimeout,
-		MaxConnections:  DefaultMaxConnections,
-		WatchHeartbeat:  DefaultWatchHeartbeat,
-		MaxWatchers:     DefaultMaxWatchers,
-		Logger:          slog.New(slog.NewTextHandler(logs, nil)),
+		Addr:              "127.0.0.1:0",
+		DataDir:           filepath.Join(t.TempDir(), "data"),
+		ShutdownTimeout:   10 * time.Second,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxConnections:    DefaultMaxConnections,
+		WatchHeartbeat:    DefaultWatchHeartbeat,
+		MaxWatchers:       DefaultMaxWatchers,
+		Logger:            slog.New(slog.NewTextHandler(logs, nil)),
 	}
 }
 
@@ -228,9 +229,11 @@ func TestServeRefusals(t *testing.T) {
 		{"bad etcd endpoint", func(c *ServeConfig) { c.DataDir, c.Backend = "", "etcd://h1:2379,h2" }, ExitUsage, `"h2"`},
 		{"bad shutdown timeout", func(c *ServeConfig) { c.ShutdownTimeout = 0 }, ExitUsage, "--shutdown-timeout"},
 		{"zero read timeout", func(c *ServeConfig) { c.ReadTimeout = 0 }, ExitUsage, "--read-timeout"},
+		{"zero read header timeout", func(c *ServeConfig) { c.ReadHeaderTimeout = 0 }, ExitUsage, "--read-header-timeout"},
 		{"negative write timeout", func(c *ServeConfig) { c.WriteTimeout = -time.Second }, ExitUsage, "--write-timeout"},
 		{"zero idle timeout", func(c *ServeConfig) { c.IdleTimeout = 0 }, ExitUsage, "--idle-timeout"},
 		{"negative max connections", func(c *ServeConfig) { c.MaxConnections = -1 }, ExitUsage, "--max-connections"},
+		{"negative max connections per address", func(c *ServeConfig) { c.MaxConnectionsPerAddress = -1 }, ExitUsage, "--max-connections-per-address"},
 		{"zero watch heartbeat", func(c *ServeConfig) { c.WatchHeartbeat = 0 }, ExitUsage, "--watch-heartbeat"},
 		{"zero max watchers", func(c *ServeConfig) { c.MaxWatchers = 0 }, ExitUsage, "--max-watchers"},
 		{"allowed host with port", func(c *ServeConfig) { c.AllowedHosts = []string{"lease.internal:7420"} }, ExitUsage, "--allowed-hosts"},
@@ -564,4 +567,28 @@ func apiGet(t *testing.T, url, token string) map[string]any {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestServeBusyPortCreatesNoStore: a server that cannot listen fails before
+// it opens the store, so it leaves no lease.db behind in a data dir the
+// operator may have mistyped.
+func TestServeBusyPortCreatesNoStore(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg := serveConfig(t, io.Discard)
+	cfg.Addr = busy.Addr().String()
+	s, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(t.Context()); err == nil {
+		_ = s.Close()
+		t.Fatalf("Run on a port in use succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, BoltFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after failing to listen, %s: %v; want it not created", filepath.Join(cfg.DataDir, BoltFile), err)
+	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // TestServeDashboard: lease serve answers the dashboard under /ui, with its
-// security headers, and leaves every other path to the API as before, even
+// security headers, leads GET / there, and leaves every other path to the API as before, even
 // one a ServeMux in front would have cleaned and redirected.
 func TestServeDashboard(t *testing.T) {
 	base := "http://" + startServe(t, serveConfig(t, io.Discard)).Addr()
@@ -40,6 +40,9 @@ func TestServeDashboard(t *testing.T) {
 	}
 	if resp, _ := get("/ui"); resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/ui/" {
 		t.Errorf("GET /ui: HTTP %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if resp, _ := get("/"); resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+		t.Errorf("GET /: HTTP %d to %q, want a redirect to /ui/", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	// The API's own answers, unchanged.
 	if resp, body := get("/v1/leases//acquire"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"invalid"`) {

@@ -33,16 +33,12 @@ by the lease as get prints it; -o json prints {"event":KIND,"lease":{…}} (no
 
 ` + resumeHelp + `
 
-A server whose backend cannot watch (PostgreSQL, Redis or etcd behind lease
-serve) refuses: exit 1, with a message that says so.
+Every backend lease serve runs can watch (the embedded store, PostgreSQL,
+Redis, etcd); a server whose backend cannot (a lease.Backend of your own
+behind leasehttp) refuses: exit 1, with a message that says so.
 
 ` + remoteEnvHelp + "\n\n" + exitCodesHelp,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if err := cobra.MaximumNArgs(1)(cmd, args); err != nil {
-				return usageError(err)
-			}
-			return nil
-		},
+		Args: checkArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
 			if len(args) == 1 {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,8 +69,10 @@ func buildLease(t *testing.T, dir string) string {
 
 // serveOptions are startServe's choices.
 type serveOptions struct {
-	bin    string // the lease binary; built when empty
-	noAuth bool   // serve without --auth-tokens-file
+	bin     string // the lease binary; built when empty
+	noAuth  bool   // serve without --auth-tokens-file
+	addr    string // --addr; 127.0.0.1:0 when empty
+	dataDir string // --data-dir; a new one when empty
 }
 
 var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
@@ -84,7 +87,14 @@ func startServe(t *testing.T, opts serveOptions) (base, bin string) {
 	if bin == "" {
 		bin = buildLease(t, dir)
 	}
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--max-watchers", "16"}
+	listen, dataDir := opts.addr, opts.dataDir
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	if dataDir == "" {
+		dataDir = filepath.Join(dir, "data")
+	}
+	args := []string{"serve", "--addr", listen, "--data-dir", dataDir, "--max-watchers", "16"}
 	if !opts.noAuth {
 		tokens := filepath.Join(dir, "tokens")
 		if err := os.WriteFile(tokens, []byte(adminToken+" *\n"+jobsToken+" jobs/\n"), 0o600); err != nil {
@@ -325,6 +335,42 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("ServerRestart", func(t *testing.T) {
+		// A restart resets the server's counters: acquisitions/s must
+		// take that as Prometheus's rate() does, never going negative; and
+		// the active leases tile counts what the table lists, which a
+		// restarted server's own tracking (leases granted through it since
+		// it started) does not.
+		dataDir := t.TempDir()
+		const held = 30
+		var base string
+		tab := newTab(t, browser)
+		t.Run("Before", func(t *testing.T) { // its server stops when it ends
+			base, _ = startServe(t, serveOptions{bin: bin, noAuth: true, dataDir: dataDir})
+			c := newClient(t, base, "")
+			for i := range held {
+				acquire(t, c, fmt.Sprintf("restart/%02d", i), "worker", time.Hour)
+			}
+			run(t, tab, chromedp.Navigate(base+"/ui/"))
+			waitFor(t, tab, "the leases", fmt.Sprintf(`document.getElementById('count').dataset.n === '%d'`, held))
+			waitFor(t, tab, "a rate", `document.getElementById('stat-rate').dataset.value !== undefined`)
+			eval[bool](t, tab, `(() => {
+				window.rates = [];
+				const rate = document.getElementById('stat-rate');
+				new MutationObserver(() => window.rates.push(Number(rate.dataset.value))).observe(rate, {childList: true, characterData: true, subtree: true, attributes: true});
+				return true;
+			})()`)
+		})
+		startServe(t, serveOptions{bin: bin, noAuth: true, dataDir: dataDir, addr: strings.TrimPrefix(base, "http://")})
+		acquire(t, newClient(t, base, ""), "restart/after", "worker", time.Hour)
+		waitFor(t, tab, "the lease acquired after the restart", fmt.Sprintf(`document.getElementById('count').dataset.n === '%d'`, held+1))
+		waitFor(t, tab, "figures after the restart", `window.rates.length >= 5`)
+		if rates := eval[[]float64](t, tab, `window.rates`); slices.Min(rates) < 0 {
+			t.Errorf("acquisitions/s across a restart: %v; want none negative", rates)
+		}
+		waitFor(t, tab, "the active leases tile", fmt.Sprintf(`document.getElementById('stat-active').dataset.value === '%d'`, held+1))
+	})
+
 	t.Run("LiveTable", func(t *testing.T) {
 		a := acquire(t, admin, "demo/alpha", "worker-1", 2*time.Minute)
 		b := acquire(t, admin, "demo/beta", "worker-2", 2*time.Minute)
@@ -403,9 +449,10 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("demo/gamma's history: %q, want %q", hist, want)
 		}
 
-		// The server's figures.
+		// The server's figures, and the active leases the table lists.
 		waitFor(t, tab, "the figures", `document.getElementById('stat-watchers').dataset.value >= 1 && `+
-			`document.getElementById('stat-active').dataset.value >= 4 && document.getElementById('stat-rate').dataset.value !== undefined`)
+			`document.getElementById('stat-active').dataset.value === document.getElementById('count').dataset.n && `+
+			`document.getElementById('stat-rate').dataset.value !== undefined`)
 
 		// Markup in a key or owner stays text.
 		const markup = `<img src=x onerror="window.pwned=1">`

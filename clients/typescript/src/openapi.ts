@@ -12,7 +12,7 @@ export type Name = string;
 export type Token = number;
 
 /**
- * The lease's secret, 128 random bits as 32 hex digits: renew and release need it besides the token. Answers write it in lower case; requests may use either case.
+ * The lease's secret, 128 random bits as 32 hex digits, not all zero: renew and release need it besides the token. Answers write it in lower case; requests may use either case.
  */
 export type ID = string;
 

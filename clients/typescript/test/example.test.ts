@@ -28,3 +28,16 @@ test("the README's example runs as it says", async () => {
   assert.deepEqual(logged, [{ value: "written-by-a", lastToken: 1 }]);
   assert.equal(await new LeaseClient({ server: server.url }).get("job"), undefined, "await using did not release");
 });
+
+test("the README's form without await using runs and releases", async () => {
+  const client = new LeaseClient({ server: server.url, owner: "worker-a" });
+  const resource = new FencedResource("initial", { mode: "strict" });
+  const hold = await client.acquire("job-portable", { ttlMs: 10_000 });
+  try {
+    resource.write(hold.token, "written-by-a");
+  } finally {
+    await hold.release().catch(() => undefined); // what `await using` does; drop the catch to see a loss
+  }
+  assert.deepEqual(resource.read(), { value: "written-by-a", lastToken: hold.token });
+  assert.equal(await client.get("job-portable"), undefined, "the finally block did not release");
+});

@@ -190,6 +190,10 @@
       const n = S.leases.size;
       el.count.textContent = f ? `${S.view.length} of ${n}` : `${n}`;
       el.count.dataset.n = String(n);
+      // The leases the table lists, not the server's lease_active_leases,
+      // which counts only those granted or renewed through this server
+      // since it started (not another replica's, nor a restart's before).
+      count(el.stat.active, n);
       S.viewDirty = false;
     }
     drawRows();
@@ -463,6 +467,19 @@
     node.dataset.value = String(v);
   }
 
+  // increase is how much the acquisitions counter rose over samples. The
+  // counter starts from zero when the server restarts, so a sample below
+  // the one before counts as a rise from zero to it, as Prometheus's
+  // rate() takes a counter reset; subtracting would show a negative rate.
+  function increase(samples) {
+    let inc = 0;
+    for (let i = 1; i < samples.length; i++) {
+      const prev = samples[i - 1].acquisitions, cur = samples[i].acquisitions;
+      inc += cur >= prev ? cur - prev : cur;
+    }
+    return inc;
+  }
+
   // stats polls GET /v1/stats for the figures, the server's clock and the
   // keys with waiters.
   async function stats(gen, signal) {
@@ -482,11 +499,10 @@
           while (samples.length > 2 && server - samples[1].server >= RATE_WINDOW) samples.shift();
           const first = samples[0];
           if (server > first.server) {
-            const rate = (s.acquisitions - first.acquisitions) / ((server - first.server) / 1000);
+            const rate = increase(samples) / ((server - first.server) / 1000);
             count(el.stat.rate, Math.round(rate * 10) / 10);
           }
           count(el.stat.renewFailures, s.renew_failures);
-          count(el.stat.active, s.active_leases);
           count(el.stat.watchers, s.watchers);
           count(el.stat.waiters, s.waiters);
           count(el.stat.expirations, s.expirations);
