@@ -188,7 +188,7 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 		s.writeError(w, errShuttingDown)
 		return
 	case r.Method == http.MethodHead:
-		streamHeaders(w)
+		streamHeaders(w, s.watches.heartbeat)
 		return
 	}
 	var slot [sha256.Size]byte
@@ -426,8 +426,9 @@ func (st *eventStream) extend() {
 	}
 }
 
-func streamHeaders(w http.ResponseWriter) {
+func streamHeaders(w http.ResponseWriter, heartbeat time.Duration) {
 	h := w.Header()
+	h.Set(HeartbeatHeader, strconv.FormatInt(heartbeat.Milliseconds(), 10))
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -439,7 +440,7 @@ func streamHeaders(w http.ResponseWriter) {
 // client knows its watch was accepted before the snapshot is read.
 func (st *eventStream) start(resumed bool) {
 	st.extend()
-	streamHeaders(st.w)
+	streamHeaders(st.w, st.heartbeat)
 	_, _ = st.w.Write([]byte(streamRetry))
 	if resumed {
 		// Last-Event-ID names an event of an earlier stream; no history is
@@ -491,12 +492,19 @@ func (st *eventStream) flush() error {
 	return nil
 }
 
-// fail ends the stream with an error event, whose data is the error body
-// of an HTTP answer; it has no id, being no lease event.
+// EndEvent names the last message of a watch stream, whose data is the
+// error body of an HTTP answer saying why the server ended it. Not
+// "error": an EventSource fires its own "error" event when the connection
+// drops, and a listener for the server's would get both, without the
+// reason in the browser's.
+const EndEvent = "end"
+
+// fail ends the stream with an end event, whose data is the error body of
+// an HTTP answer; it has no id, being no lease event.
 func (st *eventStream) fail(code, msg string) {
 	body, _ := json.Marshal(errorJSON{Error: errorDetail{Code: code, Message: msg}})
 	st.extend()
-	_, _ = st.w.Write([]byte("event: error\ndata: "))
+	_, _ = st.w.Write([]byte("event: " + EndEvent + "\ndata: "))
 	_, _ = st.w.Write(body)
 	_, _ = st.w.Write([]byte("\n\n"))
 	_ = st.rc.Flush()

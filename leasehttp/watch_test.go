@@ -523,7 +523,7 @@ func TestWatchEndsOnServerClose(t *testing.T) {
 
 	srv.Close()
 	m := raw.next("the error event")
-	if m.event != "error" || m.id != "" || !strings.Contains(m.data, `"code":"unavailable"`) || !strings.Contains(m.data, "shutting down") {
+	if m.event != leasehttp.EndEvent || m.id != "" || !strings.Contains(m.data, `"code":"unavailable"`) || !strings.Contains(m.data, "shutting down") {
 		t.Errorf("message %+v, want an error event without id, code unavailable, saying the server shuts down", m)
 	}
 	raw.ended("the end after the error event")

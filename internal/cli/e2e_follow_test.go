@@ -19,9 +19,9 @@ import (
 
 // startServeBinary runs `lease serve` as a process on dataDir at addr
 // ("127.0.0.1:0" for a free port) and returns it with its base URL.
-func startServeBinary(t *testing.T, dataDir, addr string) (*process, string) {
+func startServeBinary(t *testing.T, dataDir, addr string, flags ...string) (*process, string) {
 	t.Helper()
-	p := startBinary(t, nil, "serve", "--addr", addr, "--data-dir", dataDir)
+	p := startBinary(t, nil, append([]string{"serve", "--addr", addr, "--data-dir", dataDir}, flags...)...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := listeningRE.FindStringSubmatch(p.stderr.String()); m != nil {
@@ -171,6 +171,30 @@ func TestBinaryWatchLeaderAndSlots(t *testing.T) {
 	}
 	if got := linesOf(t, "leader --watch", leader.stdout, 3); len(got) != 3 {
 		t.Errorf("leader --watch printed %q, want 3 lines", got)
+	}
+}
+
+// TestBinaryWatchReportsASilentServer: lease watch and lease leader --watch
+// behind a server that stops delivering without closing (SIGSTOPped: its
+// sockets stay open) report the broken stream, where they used to print
+// nothing for as long as TCP kept the connection: with --no-resume they
+// exit 1 with one line saying the stream went silent.
+func TestBinaryWatchReportsASilentServer(t *testing.T) {
+	serve, base := startServeBinary(t, filepath.Join(t.TempDir(), "data"), "127.0.0.1:0", "--watch-heartbeat", "50ms")
+	env := []string{EnvServer + "=" + base}
+	watch := startBinary(t, env, "watch", "jobs/", "--no-resume")
+	leader := startBinary(t, env, "leader", "db/primary", "--watch", "--no-resume")
+	linesOf(t, "watch", watch.stdout, 1)
+	linesOf(t, "leader --watch", leader.stdout, 1)
+	if err := serve.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.cmd.Process.Signal(syscall.SIGCONT) })
+	for _, p := range []*process{watch, leader} {
+		if code := p.wait(t, 20*time.Second); code != ExitFailure {
+			t.Errorf("%v: exit %d behind a silent server, want %d", p.cmd.Args[1:], code, ExitFailure)
+		}
+		oneErrorLine(t, result{stderr: p.stderr.String()}, "silent")
 	}
 }
 

@@ -1,6 +1,17 @@
 // client.watch: GET /v1/watch read as an async iterator of typed events.
 
 import { type Api, errText, info, type LeaseInfo } from "./api.js";
+
+/**
+ * MISSED_HEARTBEATS is how many of the server's heartbeat intervals a watch
+ * lets pass with nothing from the server, plus SILENCE_SLACK_MS, before it
+ * takes the stream for broken (as leasehttp.MissedHeartbeats and
+ * SilenceSlack): a connection that stops delivering without closing is an
+ * UnavailableError within about two heartbeats.
+ */
+export const MISSED_HEARTBEATS = 2;
+/** SILENCE_SLACK_MS: see MISSED_HEARTBEATS. */
+export const SILENCE_SLACK_MS = 250;
 import { errorFromEvent, UnavailableError, UnexpectedAnswerError } from "./errors.js";
 import { type EventStreamMessage, EventStreamParser } from "./sse.js";
 
@@ -30,14 +41,14 @@ const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEventKind>(["held", "acqu
 
 /**
  * decodeWatchEvent turns one message of a watch stream into its event, or
- * throws: the server's `error` event as its class (an UnavailableError when
+ * throws: the server's `end` event (`error` from a server before it) as its class (an UnavailableError when
  * the stream broke), and a message no lease server sends as an
  * UnexpectedAnswerError, since skipping it would leave the picture
  * incomplete.
  */
 export function decodeWatchEvent(prefix: string, msg: EventStreamMessage): WatchEvent {
   const what = `watch ${JSON.stringify(prefix)}`;
-  if (msg.event === "error") throw errorFromEvent(what, msg.data);
+  if (msg.event === "end" || msg.event === "error") throw errorFromEvent(what, msg.data);
   if (msg.event === "synced") return { kind: "synced" };
   if (!LEASE_EVENTS.has(msg.event)) {
     throw new UnexpectedAnswerError(`lease: ${what}: the stream sent an event ${JSON.stringify(msg.event.slice(0, 100))}, not one of a lease server`);
@@ -65,7 +76,9 @@ export const watchKey: unique symbol = Symbol("lease.Watch");
  * throws its class — and is closed by return() (a `break` out of
  * `for await`), by `await using`'s end of scope, or by the signal, which all
  * end the iteration without an error. A stream that breaks (the connection
- * lost, the server closing, its backend's watch cut off) throws an
+ * lost, or silent — nothing, not even a heartbeat, for MISSED_HEARTBEATS of
+ * the server's heartbeats plus SILENCE_SLACK_MS —, the server closing, its
+ * backend's watch cut off) throws an
  * UnavailableError after the events that came before it; the watch does
  * not reopen by itself, since what happened meanwhile is unknown: watch
  * again for the current state.
@@ -110,7 +123,7 @@ export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undef
 async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator<WatchEvent, undefined, undefined> {
   if (stop.aborted) return undefined;
   const what = `watch ${JSON.stringify(prefix)}`;
-  let opened: { body: ReadableStream<Uint8Array>; at: number };
+  let opened: { body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number };
   try {
     opened = await api.stream("watchLeases", prefix === "" ? {} : { prefix }, stop);
   } catch (err) {
@@ -124,14 +137,25 @@ async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator
     return new UnavailableError(`lease: ${what}: the stream broke: ${why}; watch again for the current state`,
       cause === undefined ? undefined : { cause });
   };
+  const silenceMs = MISSED_HEARTBEATS * opened.heartbeatMs + SILENCE_SLACK_MS;
   try {
     for (;;) {
-      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      let chunk: Awaited<ReturnType<typeof reader.read>> | "silent";
+      let timer: ReturnType<typeof setTimeout> | undefined;
       try {
-        chunk = await reader.read();
+        const silent = new Promise<"silent">((res) => {
+          timer = setTimeout(() => res("silent"), silenceMs);
+        });
+        chunk = await Promise.race([reader.read(), silent]);
       } catch (err) {
         if (stop.aborted) return undefined;
         throw broke(errText(err), err);
+      } finally {
+        clearTimeout(timer);
+      }
+      if (chunk === "silent") {
+        if (stop.aborted) return undefined;
+        throw broke(`the stream stayed silent for ${MISSED_HEARTBEATS} heartbeat intervals (${silenceMs} ms); the connection is taken for lost`);
       }
       if (chunk.done) {
         parser.end();
