@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"slices"
 	"strconv"
@@ -160,9 +161,10 @@ type watchItem struct {
 	err error
 }
 
-// handleWatch streams the changes under ?prefix= that the credential covers
-// as Server-Sent Events; see the package documentation. The prefix is
-// narrowed as a list's is, one backend watch per prefix.
+// handleWatch streams the changes under ?prefix= that the credential covers,
+// or those of exactly ?key=, as Server-Sent Events; see the package
+// documentation. The prefix is narrowed as a list's is, one backend watch
+// per prefix; a key must be covered whole.
 func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	// Loaded before authorize reads the set: a swap in between then shows
 	// as a change, and c is checked against the new set.
@@ -171,13 +173,21 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	prefix, err := listPrefix(r)
+	prefix, exact, err := watchQuery(r)
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	prefixes := c.listPrefixes(prefix)
+	var prefixes []string
+	if !exact {
+		prefixes = c.listPrefixes(prefix)
+	} else if c.covers(prefix) {
+		prefixes = []string{prefix}
+	}
 	switch {
+	case len(prefixes) == 0 && exact:
+		s.writeError(w, fmt.Errorf("%w: this credential does not cover key %s", ErrForbidden, quoteName(prefix)))
+		return
 	case len(prefixes) == 0:
 		s.writeError(w, fmt.Errorf("%w: this credential covers no key under prefix %s", ErrForbidden, quoteName(prefix)))
 		return
@@ -218,7 +228,7 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	snaps := make([]chan watchItem, len(prefixes))
 	for i, p := range prefixes {
 		snaps[i] = make(chan watchItem)
-		wg.Go(func() { forwardWatch(ctx, s.watches.watcher, p, snaps[i], changes) })
+		wg.Go(func() { forwardWatch(ctx, s.watches.watcher, p, exact, snaps[i], changes) })
 	}
 
 	st := newEventStream(w, r, s.watches.heartbeat)
@@ -338,10 +348,11 @@ func (s *Server) credentialKept(c *credential, seen **[]credential) bool {
 	return false
 }
 
-// forwardWatch runs the backend's watch of prefix, sending its snapshot and
-// Synced on snap and then its changes on changes, until ctx ends or the
-// watch breaks (its error is sent on).
-func forwardWatch(ctx context.Context, w lease.Watcher, prefix string, snap, changes chan<- watchItem) {
+// forwardWatch runs the backend's watch of prefix (of exactly that key, if
+// exact: lease.WatchKey), sending its snapshot and Synced on snap and then
+// its changes on changes, until ctx ends or the watch breaks (its error is
+// sent on).
+func forwardWatch(ctx context.Context, w lease.Watcher, prefix string, exact bool, snap, changes chan<- watchItem) {
 	out := snap
 	send := func(it watchItem) bool {
 		select {
@@ -351,7 +362,11 @@ func forwardWatch(ctx context.Context, w lease.Watcher, prefix string, snap, cha
 			return false
 		}
 	}
-	for ev, err := range w.Watch(ctx, prefix) {
+	seq := w.Watch
+	if exact {
+		seq = func(ctx context.Context, key string) iter.Seq2[lease.Event, error] { return lease.WatchKey(ctx, w, key) }
+	}
+	for ev, err := range seq(ctx, prefix) {
 		if !send(watchItem{ev: ev, err: err}) || err != nil {
 			return
 		}

@@ -51,7 +51,10 @@ func silenceLimit(hb time.Duration) time.Duration { return MissedHeartbeats*hb +
 // errSilent cuts a watch whose stream stayed silent past its limit.
 var errSilent = errors.New("the stream stayed silent")
 
-var _ lease.Watcher = (*Client)(nil)
+var (
+	_ lease.Watcher    = (*Client)(nil)
+	_ lease.KeyWatcher = (*Client)(nil)
+)
 
 // Watch implements lease.Watcher through GET /v1/watch: the current state
 // (Held events, then Synced) and then each change, as the server's backend
@@ -74,9 +77,21 @@ var _ lease.Watcher = (*Client)(nil)
 // http.Client given with WithHTTPClient must have no Timeout, which would
 // cut every stream.
 func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return c.watch(ctx, prefix, false, lease.ValidatePrefix(prefix))
+}
+
+// WatchKey implements lease.KeyWatcher through GET /v1/watch?key=: Watch of
+// exactly key, so that the changes of other keys that start with it never
+// reach the stream, let alone the Client's buffer. The key must be covered
+// by the credential (ErrForbidden otherwise).
+func (c *Client) WatchKey(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return c.watch(ctx, key, true, lease.ValidateKey(key))
+}
+
+func (c *Client) watch(ctx context.Context, prefix string, exact bool, invalid error) iter.Seq2[lease.Event, error] {
 	return func(yield func(lease.Event, error) bool) {
-		if err := lease.ValidatePrefix(prefix); err != nil {
-			yield(lease.Event{}, err)
+		if invalid != nil {
+			yield(lease.Event{}, invalid)
 			return
 		}
 		if ctx.Err() != nil {
@@ -84,7 +99,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event
 		}
 		sctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		body, hb, err := c.openWatch(sctx, prefix)
+		body, hb, err := c.openWatch(sctx, prefix, exact)
 		if err != nil {
 			if ctx.Err() == nil {
 				yield(lease.Event{}, err)
@@ -98,7 +113,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event
 			defer body.Close()
 			sr := newSilenceReader(body, silenceLimit(hb), func() { cancel(errSilent) })
 			defer sr.stop()
-			brk = readWatch(sctx, sr, prefix, items)
+			brk = readWatch(sctx, sr, prefix, exact, items)
 		}()
 		defer func() {
 			cancel(nil)
@@ -161,9 +176,12 @@ var errWatchHeaders = errors.New("no answer within the client's timeout")
 
 // openWatch asks for the stream, retrying as Get does, and returns its body
 // and the server's heartbeat.
-func (c *Client) openWatch(ctx context.Context, prefix string) (io.ReadCloser, time.Duration, error) {
+func (c *Client) openWatch(ctx context.Context, prefix string, exact bool) (io.ReadCloser, time.Duration, error) {
 	path := "/v1/watch"
-	if prefix != "" {
+	switch {
+	case exact:
+		path += "?key=" + url.QueryEscape(prefix)
+	case prefix != "":
 		path += "?prefix=" + url.QueryEscape(prefix)
 	}
 	backoff := c.backoff
@@ -271,7 +289,7 @@ func (b cancelBody) Close() error {
 // break to yield after them (nil when ctx ended). Until Synced it waits for
 // the caller to take each event, as the snapshot may be larger than the
 // buffer; after it, a full buffer is a caller too far behind.
-func readWatch(ctx context.Context, body io.Reader, prefix string, items chan<- watchItem) error {
+func readWatch(ctx context.Context, body io.Reader, prefix string, exact bool, items chan<- watchItem) error {
 	sr := newSSEReader(body)
 	synced := false
 	for {
@@ -289,7 +307,7 @@ func readWatch(ctx context.Context, body io.Reader, prefix string, items chan<- 
 			}
 			return fmt.Errorf("leasehttp: watch %s: %w: %w", quoteName(prefix), lease.ErrUnavailable, err)
 		}
-		ev, err := decodeWatchEvent(prefix, msg)
+		ev, err := decodeWatchEvent(prefix, exact, msg)
 		if err != nil {
 			return err
 		}
@@ -313,7 +331,7 @@ func readWatch(ctx context.Context, body io.Reader, prefix string, items chan<- 
 // decodeWatchEvent turns one message of the stream into an event, or into
 // the error that ends the watch: the server's end event, or a message
 // this client cannot read (which would leave its picture incomplete).
-func decodeWatchEvent(prefix string, msg sseMessage) (lease.Event, error) {
+func decodeWatchEvent(prefix string, exact bool, msg sseMessage) (lease.Event, error) {
 	malformed := func(format string, args ...any) error {
 		return fmt.Errorf("leasehttp: watch %s: %w: malformed stream: %s", quoteName(prefix), lease.ErrUnavailable, fmt.Sprintf(format, args...))
 	}
@@ -346,6 +364,9 @@ func decodeWatchEvent(prefix string, msg sseMessage) (lease.Event, error) {
 	}
 	if !strings.HasPrefix(l.Key, prefix) {
 		return lease.Event{}, malformed("%s event of %s, outside the prefix", kind, quoteName(l.Key))
+	}
+	if exact && l.Key != prefix {
+		return lease.Event{}, malformed("%s event of %s, another key than the one watched", kind, quoteName(l.Key))
 	}
 	l.ID = lease.ID{} // never expected, never passed on (I4)
 	return lease.Event{Kind: kind, Lease: l}, nil
