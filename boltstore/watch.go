@@ -25,9 +25,9 @@ type watchState struct {
 
 // watchOp is what opWatch and opWatchExpire carry.
 type watchOp struct {
-	scope  watchhub.Scope // opWatch
-	sub    *watchhub.Sub // opWatch: the subscription, once taken
-	keys   []string      // opWatchExpire: keys whose expiry the clock reached
+	scope watchhub.Scope // opWatch
+	sub   *watchhub.Sub  // opWatch: the subscription, once taken
+	keys  []string       // opWatchExpire: keys whose expiry the clock reached
 }
 
 // storeClock is the store's clock as a lease.Clock.

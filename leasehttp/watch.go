@@ -364,7 +364,9 @@ func forwardWatch(ctx context.Context, w lease.Watcher, prefix string, exact boo
 	}
 	seq := w.Watch
 	if exact {
-		seq = func(ctx context.Context, key string) iter.Seq2[lease.Event, error] { return lease.WatchKey(ctx, w, key) }
+		seq = func(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+			return lease.WatchKey(ctx, w, key)
+		}
 	}
 	for ev, err := range seq(ctx, prefix) {
 		if !send(watchItem{ev: ev, err: err}) || err != nil {

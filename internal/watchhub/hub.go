@@ -172,9 +172,9 @@ func (h *Hub) remove(s *Sub) {
 
 // Sub is one watcher's subscription.
 type Sub struct {
-	h      *Hub
-	scope  Scope
-	wake   chan struct{} // one token: something to read
+	h     *Hub
+	scope Scope
+	wake  chan struct{} // one token: something to read
 
 	mu     sync.Mutex
 	q      []item // q[head:] waits for the reader
