@@ -256,8 +256,12 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 		for {
 			select {
 			case <-due:
-				if cur.Token == 0 || e.clock.Now().Before(cur.Expires) {
-					continue // a timer of an earlier Expires
+				if cur.Token == 0 {
+					continue // a timer of a term already over
+				}
+				if e.clock.Now().Before(cur.Expires) {
+					arm() // a timer of an earlier Expires, or one that ran early
+					continue
 				}
 				stale, cur = cur, Leader{Key: key}
 				if synced && !yield(cur, nil) {
