@@ -3,9 +3,9 @@ package watchbench_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"encoding/json"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -258,7 +258,6 @@ func BenchmarkCompareStaleLeader(b *testing.B) {
 		benchutil.ReportRows(b, elapsed/time.Duration(rounds), out)
 	})
 }
-
 
 // BenchmarkCompareCancel measures, interleaved round by round, how soon a
 // caller that gives up a wait gets its answer from a hung server (the link
