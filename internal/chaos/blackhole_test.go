@@ -2,9 +2,7 @@ package chaos_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -68,7 +66,7 @@ func TestBlackholedWatcherAndWaiter(t *testing.T) {
 	wctx, giveUp := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() { _, err := c.AcquireWait(wctx, "busy", "waiter", time.Minute); waited <- err }()
-	for deadline := time.Now().Add(10 * time.Second); serverWaiters(t, hs.URL) == 0; {
+	for deadline := time.Now().Add(10 * time.Second); waiting(t, hs.URL) == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter never reached the server")
 		}
@@ -113,19 +111,11 @@ func TestBlackholedWatcherAndWaiter(t *testing.T) {
 	}
 }
 
-// serverWaiters is the waiters figure of the server's /v1/stats.
-func serverWaiters(t *testing.T, base string) int {
+func waiting(t *testing.T, base string) int {
 	t.Helper()
-	resp, err := http.Get(base + "/v1/stats")
+	n, err := chaos.ServerWaiters(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var st struct {
-		Waiters int `json:"waiters"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Waiters
+	return n
 }

@@ -3,12 +3,10 @@ package watchbench_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -145,32 +143,11 @@ func BenchmarkCompareSilence(b *testing.B) {
 				return 0, errors.New("the watch ended without an error")
 			}},
 		}
-		rounds := max(b.N, silenceRounds)
-		lat := make([][]time.Duration, len(rows))
-		b.ResetTimer()
-		start := time.Now()
-		for r := range rounds {
-			for k := range rows {
-				i := (r + k) % len(rows)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				d, err := rows[i].round(ctx)
-				cancel()
-				link.px.Reset()
-				if err != nil {
-					b.Fatalf("%s, round %d: %v", rows[i].name, r, err)
-				}
-				lat[i] = append(lat[i], d)
-			}
-		}
-		elapsed := time.Since(start)
-		b.StopTimer()
-		out := make([]benchutil.Row, len(rows))
+		names := make([]string, len(rows))
 		for i, row := range rows {
-			out[i] = benchutil.Row{Name: row.name, Latencies: lat[i], Extra: map[string]float64{
-				"p99-hb": float64(benchutil.Percentile(lat[i], 99)) / float64(silenceHeartbeat),
-			}}
+			names[i] = row.name
 		}
-		benchutil.ReportRows(b, elapsed/time.Duration(rounds), out)
+		interleaved(b, link.px, names, silenceHeartbeat, func(ctx context.Context, i, _ int) (time.Duration, error) { return rows[i].round(ctx) })
 	})
 }
 
@@ -230,32 +207,13 @@ func BenchmarkCompareStaleLeader(b *testing.B) {
 				return 0, errors.New("Observe ended without a report")
 			}},
 		}
-		rounds := max(b.N, silenceRounds)
-		lat := make([][]time.Duration, len(rows))
-		b.ResetTimer()
-		start := time.Now()
-		for r := range rounds {
-			for k := range rows {
-				i := (r + k) % len(rows)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				d, err := rows[i].round(ctx, fmt.Sprintf("leader-%d-%d", r, i))
-				cancel()
-				link.px.Reset()
-				if err != nil {
-					b.Fatalf("%s, round %d: %v", rows[i].name, r, err)
-				}
-				lat[i] = append(lat[i], d)
-			}
-		}
-		elapsed := time.Since(start)
-		b.StopTimer()
-		out := make([]benchutil.Row, len(rows))
+		names := make([]string, len(rows))
 		for i, row := range rows {
-			out[i] = benchutil.Row{Name: row.name, Latencies: lat[i], Extra: map[string]float64{
-				"p99-hb": float64(benchutil.Percentile(lat[i], 99)) / float64(silenceHeartbeat),
-			}}
+			names[i] = row.name
 		}
-		benchutil.ReportRows(b, elapsed/time.Duration(rounds), out)
+		interleaved(b, link.px, names, silenceHeartbeat, func(ctx context.Context, i, r int) (time.Duration, error) {
+			return rows[i].round(ctx, fmt.Sprintf("leader-%d-%d", r, i))
+		})
 	})
 }
 
@@ -283,18 +241,11 @@ func BenchmarkCompareCancel(b *testing.B) {
 			b.Fatal(err)
 		}
 		waiters := func() int {
-			resp, err := http.Get(link.hs.URL + "/v1/stats")
+			n, err := chaos.ServerWaiters(link.hs.URL)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer resp.Body.Close()
-			var st struct {
-				Waiters int `json:"waiters"`
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-				b.Fatal(err)
-			}
-			return st.Waiters
+			return n
 		}
 		rows := []struct {
 			name string
@@ -303,39 +254,65 @@ func BenchmarkCompareCancel(b *testing.B) {
 			{"ctx-floor", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
 			{"campaign-leasehttp", func(ctx context.Context) error { _, err := e.Campaign(ctx, "held", "candidate"); return err }},
 		}
-		rounds := max(b.N, silenceRounds)
-		lat := make([][]time.Duration, len(rows))
-		b.ResetTimer()
-		start := time.Now()
-		for r := range rounds {
-			for k := range rows {
-				i := (r + k) % len(rows)
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan time.Time, 1)
-				var werr error
-				go func() { werr = rows[i].wait(ctx); done <- time.Now() }()
-				if rows[i].name != "ctx-floor" {
-					for waiters() == 0 {
-						time.Sleep(time.Millisecond) // real time: the wait crosses real sockets
-					}
-				}
-				link.hole(b)
-				at := time.Now()
-				cancel()
-				end := <-done
-				link.px.Reset()
-				if !errors.Is(werr, context.Canceled) {
-					b.Fatalf("%s, round %d: %v, want context.Canceled", rows[i].name, r, werr)
-				}
-				lat[i] = append(lat[i], end.Sub(at))
-			}
-		}
-		elapsed := time.Since(start)
-		b.StopTimer()
-		out := make([]benchutil.Row, len(rows))
+		names := make([]string, len(rows))
 		for i, row := range rows {
-			out[i] = benchutil.Row{Name: row.name, Latencies: lat[i]}
+			names[i] = row.name
 		}
-		benchutil.ReportRows(b, elapsed/time.Duration(rounds), out)
+		interleaved(b, link.px, names, 0, func(ctx context.Context, i, _ int) (time.Duration, error) {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan time.Time, 1)
+			var werr error
+			go func() { werr = rows[i].wait(ctx); done <- time.Now() }()
+			if rows[i].name != "ctx-floor" {
+				for waiters() == 0 {
+					time.Sleep(time.Millisecond) // real time: the wait crosses real sockets
+				}
+			}
+			link.hole(b)
+			at := time.Now()
+			cancel()
+			end := <-done
+			if !errors.Is(werr, context.Canceled) {
+				return 0, fmt.Errorf("%w, want context.Canceled", werr)
+			}
+			return end.Sub(at), nil
+		})
 	})
+}
+
+// interleaved plays rounds of the named rows, each round one of each row
+// starting from the next row each round, calling round for row i in round
+// r under a fresh context and px.Reset after it, and reports their
+// latencies; with hb > 0 also each row's p99 in heartbeat intervals
+// ("p99-hb").
+func interleaved(b *testing.B, px *chaos.Proxies, names []string, hb time.Duration, round func(ctx context.Context, i, r int) (time.Duration, error)) {
+	b.Helper()
+	rounds := max(b.N, silenceRounds)
+	lat := make([][]time.Duration, len(names))
+	b.ResetTimer()
+	start := time.Now()
+	for r := range rounds {
+		for k := range names {
+			i := (r + k) % len(names)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			d, err := round(ctx, i, r)
+			cancel()
+			px.Reset()
+			if err != nil {
+				b.Fatalf("%s, round %d: %v", names[i], r, err)
+			}
+			lat[i] = append(lat[i], d)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	out := make([]benchutil.Row, len(names))
+	for i, name := range names {
+		out[i] = benchutil.Row{Name: name, Latencies: lat[i]}
+		if hb > 0 {
+			out[i].Extra = map[string]float64{"p99-hb": float64(benchutil.Percentile(lat[i], 99)) / float64(hb)}
+		}
+	}
+	benchutil.ReportRows(b, elapsed/time.Duration(rounds), out)
 }
