@@ -253,6 +253,13 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 				timer.Stop()
 			}
 		}()
+		// freshen makes cur no leader if its Expires has already passed:
+		// a term told late (a slow stream, a skewed clock) is not reported.
+		freshen := func() {
+			if cur.Token != 0 && !e.clock.Now().Before(cur.Expires) {
+				stale, cur = cur, Leader{Key: key}
+			}
+		}
 		for {
 			select {
 			case <-due:
@@ -283,6 +290,7 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 				ev := it.ev
 				if ev.Kind == lease.Synced {
 					synced = true
+					freshen()
 					arm()
 					if !yield(cur, nil) {
 						return
@@ -313,7 +321,12 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 					}
 					next = Leader{Key: key}
 				}
+				prev := cur
 				cur = next
+				freshen()
+				if cur.Token == prev.Token {
+					continue // nothing new to report
+				}
 				if synced {
 					arm()
 					if !yield(cur, nil) {
