@@ -669,15 +669,6 @@ func pathKey(r *http.Request) (string, error) {
 	return k, nil
 }
 
-// listPrefix reads a query that may hold a prefix and nothing else (GET
-// /v1/watch). An empty or absent prefix means every key.
-func listPrefix(r *http.Request) (string, error) {
-	q, err := queryOf(r, "prefix")
-	if err != nil {
-		return "", err
-	}
-	return queryPrefix(q)
-}
 
 // watchQuery reads the query of GET /v1/watch: prefix, or key for a watch
 // of exactly one key (lease.KeyWatcher), not both, each at most once.
