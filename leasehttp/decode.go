@@ -669,7 +669,6 @@ func pathKey(r *http.Request) (string, error) {
 	return k, nil
 }
 
-
 // watchQuery reads the query of GET /v1/watch: prefix, or key for a watch
 // of exactly one key (lease.KeyWatcher), not both, each at most once.
 func watchQuery(r *http.Request) (target string, exact bool, err error) {
