@@ -35,6 +35,8 @@ export type WatchEventKind = WatchEvent["kind"];
 export interface WatchOptions {
   /** Ends the watch: the iteration then ends without an error. */
   readonly signal?: AbortSignal;
+  /** Watch exactly the key given as the prefix (GET /v1/watch?key=), not every key starting with it. */
+  readonly exact?: boolean;
 }
 
 const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEventKind>(["held", "acquired", "renewed", "released", "expired"]);
@@ -46,7 +48,7 @@ const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEventKind>(["held", "acqu
  * UnexpectedAnswerError, since skipping it would leave the picture
  * incomplete.
  */
-export function decodeWatchEvent(prefix: string, msg: EventStreamMessage): WatchEvent {
+export function decodeWatchEvent(prefix: string, msg: EventStreamMessage, exact = false): WatchEvent {
   const what = `watch ${JSON.stringify(prefix)}`;
   if (msg.event === "end" || msg.event === "error") throw errorFromEvent(what, msg.data);
   if (msg.event === "synced") return { kind: "synced" };
@@ -62,6 +64,9 @@ export function decodeWatchEvent(prefix: string, msg: EventStreamMessage): Watch
   const lease = info(v as Parameters<typeof info>[0], undefined);
   if (!lease.key.startsWith(prefix)) {
     throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event of key ${JSON.stringify(lease.key)}, outside the prefix`);
+  }
+  if (exact && lease.key !== prefix) {
+    throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event of key ${JSON.stringify(lease.key)}, not the key watched`);
   }
   return { kind: msg.event as LeaseEventKind, lease };
 }
@@ -91,11 +96,11 @@ export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undef
   readonly #run: AsyncGenerator<WatchEvent, undefined, undefined>;
 
   /** Made by LeaseClient.watch, not by applications. */
-  constructor(key: typeof watchKey, api: Api, prefix: string, signal: AbortSignal | undefined) {
+  constructor(key: typeof watchKey, api: Api, prefix: string, signal: AbortSignal | undefined, exact = false) {
     if (key !== watchKey) throw new TypeError("lease: a Watch comes from LeaseClient.watch");
     this.prefix = prefix;
     const stop = signal === undefined ? this.#stop.signal : AbortSignal.any([signal, this.#stop.signal]);
-    this.#run = run(api, prefix, stop);
+    this.#run = run(api, prefix, stop, exact);
   }
 
   /** next returns the next event; see the class for how a watch ends. */
@@ -120,12 +125,12 @@ export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undef
 }
 
 /** run reads the watch's stream until stop aborts or it breaks. */
-async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator<WatchEvent, undefined, undefined> {
+async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean): AsyncGenerator<WatchEvent, undefined, undefined> {
   if (stop.aborted) return undefined;
   const what = `watch ${JSON.stringify(prefix)}`;
   let opened: { body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number };
   try {
-    opened = await api.stream("watchLeases", prefix === "" ? {} : { prefix }, stop);
+    opened = await api.stream("watchLeases", exact ? { key: prefix } : prefix === "" ? {} : { prefix }, stop);
   } catch (err) {
     if (stop.aborted) return undefined;
     throw err;
@@ -171,7 +176,7 @@ async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator
       for (const msg of messages) {
         let ev: WatchEvent;
         try {
-          ev = decodeWatchEvent(prefix, msg);
+          ev = decodeWatchEvent(prefix, msg, exact);
         } catch (err) {
           if (err instanceof UnavailableError) api.moveOn(opened.at);
           throw err;

@@ -264,3 +264,15 @@ test("an EventSource-style reader gets the server's reason in an event apart fro
   // What an onerror handler gets is only the connection's end: no data to confuse with the server's.
   assert.deepEqual(es.seen.filter((e) => e.type === "error"), [{ type: "error", data: undefined }]);
 });
+
+test("exact: a watch of one key is told nothing of the keys that start with it", async (t) => {
+  const own = await startLease(t);
+  const c = new LeaseClient({ server: own.url, owner: "watcher" });
+  const k = unique("svc");
+  await rawAcquire(own.url, k + "-cache/x", 60_000);
+  await using w = c.watch(k, { exact: true });
+  assert.equal(describe(await step(w)), "synced");
+  await rawAcquire(own.url, k + "2", 60_000);
+  const token = await rawAcquire(own.url, k, 60_000);
+  assert.equal(describe(await step(w)), `acquired ${k} raw ${token}`);
+});
