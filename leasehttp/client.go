@@ -205,7 +205,9 @@ func (c *Client) failedAt(i int) {
 }
 
 // Close closes the idle connections of the Client's own HTTP client (not
-// one given with WithHTTPClient). It always returns nil.
+// one given with WithHTTPClient), and cuts short the waits its callers gave
+// up that are still ending in the background (AcquireWait): a lease granted
+// to one of them then expires after its TTL. It always returns nil.
 func (c *Client) Close() error {
 	c.left.close()
 	if c.ownHC {
