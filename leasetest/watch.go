@@ -935,7 +935,8 @@ func (s *suite) watchKeyExact(t *testing.T, b lease.Backend, w lease.Watcher) {
 	for _, o := range []string{k + "-cache/x", k + "2", k + "/slots/0"} {
 		others = append(others, mustAcquire(t, b, o, "other", longTTL))
 	}
-	l := mustAcquire(t, b, k, "leader", longTTL)
+	// Held through the renewals below, which take a while over HTTP.
+	l := mustAcquire(t, b, k, "leader", time.Hour)
 	st := startKeyWatch(t, kw, k)
 	if held := st.synced(); len(held) != 1 || held[0].Key != k {
 		t.Fatalf("WatchKey(%q) state %+v, want its one lease", k, held)
