@@ -182,8 +182,9 @@ func leaderOf(l lease.Lease) Leader {
 // known", without waiting for the backend's word; a renewal of that term
 // that arrives later reports it again (same token). Expires is on the
 // backend's clock, so a skew between the two clocks moves that moment by
-// as much. Reading instead of watching, it reads the leader again at its
-// Expires.
+// as much. Reading instead of watching (a backend that cannot watch), it
+// reads the leader again at its Expires and reports what it finds; a read
+// that hangs holds the last report until it fails.
 //
 // It ends without an error when ctx ends, and with one error when the
 // backend fails or its watch breaks (a silent leasehttp stream among
