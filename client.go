@@ -144,6 +144,10 @@ func (c *Client) Owner() string { return c.owner }
 // Backend returns the backend the Client acquires from.
 func (c *Client) Backend() Backend { return c.backend }
 
+// Clock returns the clock the Client judges its deadlines by (WithClock),
+// for recipes built on it whose own waits must run on the same time.
+func (c *Client) Clock() Clock { return c.clock }
+
 // margin returns the drift margin for ttl.
 func (c *Client) margin(ttl time.Duration) time.Duration {
 	return time.Duration(c.driftFrac*float64(ttl)) + c.driftMin

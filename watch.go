@@ -94,3 +94,41 @@ func ValidatePrefix(prefix string) error {
 	}
 	return validateName("prefix", prefix)
 }
+
+// KeyWatcher is implemented by backends that can watch one key exactly:
+// unlike Watch with the key as its prefix, the changes to other keys that
+// start with it (svc-cache/x, svc2 for svc) never reach the watch, so
+// they neither show in it nor fill its buffer. It is optional; WatchKey
+// falls back to a prefix watch where a backend lacks it.
+type KeyWatcher interface {
+	// WatchKey is Watch of exactly one key: its lease, if held, as one
+	// Held event, then Synced, then its changes, with Watch's break and
+	// end. A bad key (see ValidateKey) yields one error matching
+	// ErrInvalid.
+	WatchKey(ctx context.Context, key string) iter.Seq2[Event, error]
+}
+
+// WatchKey watches exactly key on w: through w's WatchKey where w is a
+// KeyWatcher, else through w's Watch of the prefix key, skipping the other
+// keys that start with it. In the fallback those keys' changes still pass
+// through the backend's buffer, so enough of them can break the watch
+// (ErrUnavailable) as they would a prefix watch.
+func WatchKey(ctx context.Context, w Watcher, key string) iter.Seq2[Event, error] {
+	if kw, ok := w.(KeyWatcher); ok {
+		return kw.WatchKey(ctx, key)
+	}
+	return func(yield func(Event, error) bool) {
+		if err := ValidateKey(key); err != nil {
+			yield(Event{}, err)
+			return
+		}
+		for ev, err := range w.Watch(ctx, key) {
+			if err == nil && ev.Kind != Synced && ev.Lease.Key != key {
+				continue
+			}
+			if !yield(ev, err) {
+				return
+			}
+		}
+	}
+}

@@ -25,9 +25,9 @@ type watchState struct {
 
 // watchOp is what opWatch and opWatchExpire carry.
 type watchOp struct {
-	prefix string        // opWatch
-	sub    *watchhub.Sub // opWatch: the subscription, once taken
-	keys   []string      // opWatchExpire: keys whose expiry the clock reached
+	scope watchhub.Scope // opWatch
+	sub   *watchhub.Sub  // opWatch: the subscription, once taken
+	keys  []string       // opWatchExpire: keys whose expiry the clock reached
 }
 
 // storeClock is the store's clock as a lease.Clock.
@@ -73,13 +73,22 @@ func (w *watchState) close(err error) {
 // unread is cut off with an error matching lease.ErrUnavailable, as every
 // watcher is when the store is closed or fails.
 func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
-	return watchhub.Watch(ctx, prefix, func(ctx context.Context, prefix string) (*watchhub.Sub, error) {
-		o := &op{kind: opWatch, watch: &watchOp{prefix: prefix}}
-		if err := s.submit(ctx, o); err != nil {
-			return nil, err
-		}
-		return o.watch.sub, o.err
-	})
+	return watchhub.Watch(ctx, prefix, s.startWatch)
+}
+
+// WatchKey implements lease.KeyWatcher: Watch of exactly key, whose
+// changes alone reach the watcher's buffer.
+func (s *Store) WatchKey(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return watchhub.WatchKey(ctx, key, s.startWatch)
+}
+
+// startWatch subscribes from the commit loop (snapshot).
+func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Sub, error) {
+	o := &op{kind: opWatch, watch: &watchOp{scope: sc}}
+	if err := s.submit(ctx, o); err != nil {
+		return nil, err
+	}
+	return o.watch.sub, o.err
 }
 
 // noteWatch notes a change the commit loop applied, to publish once its
@@ -152,16 +161,15 @@ func (s *Store) publishWatch(batch []*op, err error) {
 	}
 	for _, o := range batch {
 		if o.kind == opWatch {
-			o.watch.sub, o.err = s.snapshot(o.watch.prefix)
+			o.watch.sub, o.err = s.snapshot(o.watch.scope)
 		}
 	}
 }
 
-// snapshot subscribes a watcher of prefix and records the leases live
-// under it. Leases no longer live whose expiry watchers await are
+// snapshot subscribes a watcher of sc and records the leases live in it. Leases no longer live whose expiry watchers await are
 // reported first, to the watchers already there: the new one's state
 // does not hold them, and it is not told of them.
-func (s *Store) snapshot(prefix string) (*watchhub.Sub, error) {
+func (s *Store) snapshot(sc watchhub.Scope) (*watchhub.Sub, error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	if s.live == nil { // a failed checkpoint left none
@@ -172,7 +180,7 @@ func (s *Store) snapshot(prefix string) (*watchhub.Sub, error) {
 	}
 	now := s.now()
 	var live []lease.Lease
-	p := []byte(prefix)
+	p := []byte(sc.Prefix)
 	c := s.live.leases.Cursor()
 	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 		rec, err := decodeRecord(string(k), v)
@@ -180,12 +188,14 @@ func (s *Store) snapshot(prefix string) (*watchhub.Sub, error) {
 			return nil, err
 		}
 		if rec.live(now) {
-			live = append(live, rec.lease(string(k)))
+			if sc.Matches(string(k)) {
+				live = append(live, rec.lease(string(k)))
+			}
 		} else if s.watch.expiries.Take(string(k), rec.token) {
 			s.watch.hub.Publish(lease.Expired, rec.lease(string(k)))
 		}
 	}
-	sub, err := s.watch.hub.Subscribe(prefix)
+	sub, err := s.watch.hub.SubscribeScope(sc)
 	if err != nil {
 		return nil, err
 	}

@@ -10,11 +10,12 @@
 //
 // Campaign waits through lease.Client.Acquire: the backend's FIFO wait or
 // its notifications where it has them, a paced poll otherwise. Observe
-// follows the backend's watch where it has one (lease.Watcher) and does not
-// refuse it as unsupported (a leasehttp.Client whose server's backend cannot
-// watch), and otherwise reads the leader again when the backend notifies a change, at
-// the leader's expiry, and, while there is none, at a backoff from 5 to
-// 500 ms: it never polls without a pause.
+// follows the backend's watch of exactly its key where it has one
+// (lease.WatchKey: other keys that start with it never reach it) and does
+// not refuse it as unsupported (a leasehttp.Client whose server's backend
+// cannot watch), and otherwise reads the leader again when the backend
+// notifies a change, at the leader's expiry, and, while there is none, at a
+// backoff from 5 to 500 ms: it never polls without a pause.
 package election
 
 import (
@@ -48,6 +49,7 @@ type Elector struct {
 	backend lease.Backend
 	opts    []lease.Option
 	ttl     time.Duration
+	clock   lease.Clock // the Client's (lease.WithClock): Observe's expiry timers
 }
 
 // New returns an Elector whose terms last ttl between renewals. opts
@@ -62,29 +64,83 @@ func New(b lease.Backend, ttl time.Duration, opts ...lease.Option) (*Elector, er
 		return nil, err
 	}
 	// Built once here so that a bad option fails New, not each Campaign.
-	if _, err := lease.NewClient(b, opts...); err != nil {
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
 		return nil, err
 	}
-	return &Elector{backend: b, opts: opts, ttl: ttl}, nil
+	return &Elector{backend: b, opts: opts, ttl: ttl, clock: c.Clock()}, nil
 }
 
 // Term is a won election: a lease on the key, held and renewed until
 // Resign or its loss.
 type Term struct {
 	*lease.Hold
-	value string
+	value   string
+	backend lease.Backend
+	unbind  func() bool // Lead's: stops resigning when its ctx ends
 }
 
 // Value returns what the leader announced.
 func (t *Term) Value() string { return t.value }
 
-// Resign ends the term at once, so that the next candidate is elected
-// without waiting for the TTL. It fails with an error matching
-// lease.ErrNotHeld if the term was already lost.
-func (t *Term) Resign(ctx context.Context) error { return t.Release(ctx) }
+// Resign ends the term (its Context first, with cause lease.ErrReleased)
+// and frees its lease on the backend, so that the next candidate is elected
+// without waiting out the TTL.
+//
+// It returns nil once the lease is known not to be held for this term any
+// more: released now, or already gone (expired, or superseded by a later
+// term). That holds after a loss too — whether the term had been lost
+// before is Err's to say (lease.ErrLost), not Resign's; a term the client
+// gave up at its safe deadline while the backend still held it is freed
+// here all the same. It returns an error only when it cannot tell: the
+// backend failed or ctx ended before the backend answered (the error
+// matches lease.ErrUnavailable or ctx's); the lease then ends at the latest
+// at its TTL. Calling it again returns nil.
+func (t *Term) Resign(ctx context.Context) error {
+	if t.unbind != nil {
+		t.unbind()
+	}
+	err := t.Release(ctx)
+	if errors.Is(err, lease.ErrLost) {
+		// Release reports the loss, not the backend's answer to its
+		// release: ask again, which is answered ErrNotHeld if it went
+		// through.
+		err = t.backend.Release(ctx, t.Lease())
+	}
+	if err == nil || errors.Is(err, lease.ErrNotHeld) {
+		return nil
+	}
+	return fmt.Errorf("election: resigning %q: %w", t.Lease().Key, err)
+}
+
+// resignTimeout bounds Lead's resignation when its ctx ends.
+const resignTimeout = 10 * time.Second
+
+// Lead is Campaign for a term that lasts at most as long as ctx: when ctx
+// ends (a process shutting down), the term is resigned at once in the
+// background — its Context ends first, with cause lease.ErrReleased — so
+// that the next candidate, or this process restarted with the same value,
+// is elected without waiting out the TTL. Campaign's ctx, by contrast,
+// bounds only the wait (a timeout for it is common): a term Campaign wins
+// lasts until Resign or its loss.
+func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
+	t, err := e.Campaign(ctx, key, value)
+	if err != nil {
+		return nil, err
+	}
+	t.unbind = context.AfterFunc(ctx, func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+		defer cancel()
+		_ = t.Resign(rctx) // nothing to tell: the lease ends at its TTL at the latest
+	})
+	return t, nil
+}
 
 // Campaign waits until it is elected leader of key, announcing value, or
-// until ctx ends. value is checked as a lease's owner is (lease.ValidateOwner).
+// until ctx ends; ctx bounds the wait alone, not the term it wins (see Lead
+// for a term that ends with ctx). Given up, it returns at once, even from a
+// hung server (a lease granted as it gave up is given back). value is
+// checked as a lease's owner is (lease.ValidateOwner).
 func (e *Elector) Campaign(ctx context.Context, key, value string) (*Term, error) {
 	c, err := lease.NewClient(e.backend, append(e.opts[:len(e.opts):len(e.opts)], lease.WithOwner(value))...)
 	if err != nil {
@@ -94,7 +150,7 @@ func (e *Elector) Campaign(ctx context.Context, key, value string) (*Term, error
 	if err != nil {
 		return nil, err
 	}
-	return &Term{Hold: h, value: value}, nil
+	return &Term{Hold: h, value: value, backend: e.backend}, nil
 }
 
 // Leader returns key's leader now, or an error matching ErrNoLeader.
@@ -116,10 +172,23 @@ func leaderOf(l lease.Lease) Leader {
 // Observe streams key's leadership: the leader now (a zero Leader, with
 // only Key set, when there is none), then each change — a new term, or the
 // end of one (again a zero Leader) — as the backend reports it. Renewals
-// of a term are not changes. Tokens of successive leaders only rise.
+// of a term are not changes. Tokens of successive leaders only rise. It
+// follows exactly key: other keys that start with it (key-cache/x, key2, a
+// semaphore named key) are neither told nor able to break it.
+//
+// A leader is never reported past its Expires: when the Elector's clock
+// (lease.WithClock) passes it with no renewal seen — the leader died, or
+// the watch went silent — Observe reports a zero Leader, "no leader
+// known", without waiting for the backend's word; a renewal of that term
+// that arrives later reports it again (same token). Expires is on the
+// backend's clock, so a skew between the two clocks moves that moment by
+// as much. Reading instead of watching (a backend that cannot watch), it
+// reads the leader again at its Expires and reports what it finds; a read
+// that hangs holds the last report until it fails.
 //
 // It ends without an error when ctx ends, and with one error when the
-// backend fails; observing again starts from the leader of that moment.
+// backend fails or its watch breaks (a silent leasehttp stream among
+// them); observing again starts from the leader of that moment.
 func (e *Elector) Observe(ctx context.Context, key string) iter.Seq2[Leader, error] {
 	if err := lease.ValidateKey(key); err != nil {
 		return func(yield func(Leader, error) bool) { yield(Leader{}, err) }
@@ -130,51 +199,141 @@ func (e *Elector) Observe(ctx context.Context, key string) iter.Seq2[Leader, err
 	return e.observePoll(ctx, key)
 }
 
-// observeWatch follows the backend's watch of key. A prefix watch also
-// sees keys that extend key; those are skipped. A watch refused as
+// observeWatch follows the backend's watch of exactly key (lease.WatchKey),
+// with a timer at the reported leader's Expires. A watch refused as
 // unsupported (a leasehttp.Client whose server's backend cannot watch)
 // gives way to reading the leader.
 func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
-		cur := Leader{Key: key}
-		synced := false
-		for ev, err := range w.Watch(ctx, key) {
-			if err != nil {
-				if !synced && errors.Is(err, errors.ErrUnsupported) {
-					e.observePoll(ctx, key)(yield)
+		wctx, cancel := context.WithCancel(ctx)
+		type item struct {
+			ev  lease.Event
+			err error
+		}
+		items := make(chan item)
+		go func() {
+			defer close(items)
+			for ev, err := range lease.WatchKey(wctx, w, key) {
+				select {
+				case items <- item{ev, err}:
+				case <-wctx.Done():
 					return
 				}
-				yield(Leader{}, err)
+			}
+		}()
+		defer func() {
+			cancel()
+			for range items { // the watch ends with wctx
+			}
+		}()
+		var (
+			cur    = Leader{Key: key} // what was last reported, once synced
+			stale  Leader             // the term cur was until its Expires passed unrenewed
+			synced bool
+			timer  lease.Timer
+			due    = make(chan struct{}, 1)
+		)
+		// arm sets the timer at cur's Expires on the Elector's clock.
+		arm := func() {
+			if timer != nil {
+				timer.Stop()
+				timer = nil
+			}
+			if cur.Token == 0 {
 				return
 			}
-			if ev.Kind == lease.Synced {
-				synced = true
-				if !yield(cur, nil) {
+			timer = e.clock.AfterFunc(cur.Expires.Sub(e.clock.Now()), func() {
+				select {
+				case due <- struct{}{}:
+				default:
+				}
+			})
+		}
+		defer func() {
+			if timer != nil {
+				timer.Stop()
+			}
+		}()
+		// freshen makes cur no leader if its Expires has already passed:
+		// a term told late (a slow stream, a skewed clock) is not reported.
+		freshen := func() {
+			if cur.Token != 0 && !e.clock.Now().Before(cur.Expires) {
+				stale, cur = cur, Leader{Key: key}
+			}
+		}
+		for {
+			select {
+			case <-due:
+				if cur.Token == 0 {
+					continue // a timer of a term already over
+				}
+				if e.clock.Now().Before(cur.Expires) {
+					arm() // a timer of an earlier Expires, or one that ran early
+					continue
+				}
+				stale, cur = cur, Leader{Key: key}
+				if synced && !yield(cur, nil) {
 					return
 				}
 				continue
-			}
-			if ev.Lease.Key != key {
-				continue
-			}
-			next := cur
-			switch ev.Kind {
-			case lease.Held, lease.Acquired:
-				next = leaderOf(ev.Lease)
-			case lease.Renewed:
-				if ev.Lease.Token == cur.Token {
-					cur.Expires = ev.Lease.Expires
+			case it, ok := <-items:
+				if !ok {
+					return // ctx ended
 				}
-				continue
-			case lease.Released, lease.Expired:
-				if ev.Lease.Token != cur.Token {
-					continue // the end of a term already superseded
+				if it.err != nil {
+					if !synced && errors.Is(it.err, errors.ErrUnsupported) {
+						e.observePoll(ctx, key)(yield)
+						return
+					}
+					yield(Leader{}, it.err)
+					return
 				}
-				next = Leader{Key: key}
-			}
-			cur = next
-			if synced && !yield(cur, nil) {
-				return
+				ev := it.ev
+				if ev.Kind == lease.Synced {
+					synced = true
+					freshen()
+					arm()
+					if !yield(cur, nil) {
+						return
+					}
+					continue
+				}
+				next := cur
+				switch ev.Kind {
+				case lease.Held, lease.Acquired:
+					next = leaderOf(ev.Lease)
+				case lease.Renewed:
+					switch {
+					case ev.Lease.Token == cur.Token:
+						cur.Expires = ev.Lease.Expires
+						arm()
+						continue
+					case cur.Token == 0 && ev.Lease.Token == stale.Token && e.clock.Now().Before(ev.Lease.Expires):
+						next = leaderOf(ev.Lease) // the term went on after all
+					default:
+						continue
+					}
+				case lease.Released, lease.Expired:
+					if ev.Lease.Token == stale.Token {
+						stale = Leader{}
+					}
+					if ev.Lease.Token != cur.Token {
+						continue // the end of a term already superseded or reported over
+					}
+					next = Leader{Key: key}
+				}
+				prev := cur
+				cur = next
+				freshen()
+				if cur.Token == prev.Token {
+					continue // nothing new to report
+				}
+				if synced {
+					arm()
+					if !yield(cur, nil) {
+						return
+					}
+				}
 			}
 		}
 	}

@@ -67,6 +67,22 @@ func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event,
 	}
 }
 
+// WatchKey implements lease.KeyWatcher: Watch of exactly key, whose
+// changes alone reach the watcher's buffer. The etcd watch still covers
+// the key's prefix (its entries and marks are keys under it); the changes
+// of other keys are dropped before the buffer.
+func (s *Store) WatchKey(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for ev, err := range watchhub.WatchKey(wctx, key, s.startWatch) {
+			if !yield(ev, err) {
+				return
+			}
+		}
+	}
+}
+
 // releasedOp marks key's release, in the Txn that deletes its holder's entry.
 func (s *Store) releasedOp(key string) clientv3.Op {
 	return clientv3.OpPut(s.path(kindReleased, key), "")
@@ -75,7 +91,8 @@ func (s *Store) releasedOp(key string) clientv3.Op {
 // startWatch reads the state at one revision, records it in a hub of the
 // watch's own and starts the goroutine that publishes the changes after
 // it; the goroutine ends with ctx.
-func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, error) {
+func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Sub, error) {
+	prefix := sc.Prefix
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
@@ -88,7 +105,7 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 		return nil, err
 	}
 	hub := watchhub.New("etcdstore", watchhub.DefaultBuffer)
-	sub, err := hub.Subscribe(prefix)
+	sub, err := hub.SubscribeScope(sc)
 	if err != nil {
 		return nil, err
 	}

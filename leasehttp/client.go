@@ -45,6 +45,7 @@ type Client struct {
 	clientConfig
 	attempts int
 	backoff  time.Duration
+	left     givenUp // waits the callers gave up, ending in the background
 }
 
 // clientConfig is what ClientOptions set, before the Client exists.
@@ -204,8 +205,11 @@ func (c *Client) failedAt(i int) {
 }
 
 // Close closes the idle connections of the Client's own HTTP client (not
-// one given with WithHTTPClient). It always returns nil.
+// one given with WithHTTPClient), and cuts short the waits its callers gave
+// up that are still ending in the background (AcquireWait): a lease granted
+// to one of them then expires after its TTL. It always returns nil.
 func (c *Client) Close() error {
+	c.left.close()
 	if c.ownHC {
 		c.hc.CloseIdleConnections()
 	}
@@ -528,16 +532,18 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
 	body := acquireBody{Owner: owner, TTLms: ttlMillis(ttl), WaitMS: wait.Milliseconds()}
-	rctx, h := ctx, (*hangUp)(nil)
 	if wait > 0 {
-		rctx, h = newHangUp(ctx, c.timeout) // see waitcancel.go
+		return c.acquireWaiting(ctx, key, body, wait) // see waitcancel.go
 	}
 	resp, err, _ := c.retry(ctx, false, func() (*response, error) {
-		return c.roundTrip(rctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
+		return c.roundTrip(ctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
 	})
-	if h != nil && h.finish() && err == nil {
-		return c.waitLeft(ctx, key, resp)
-	}
+	return acquireAnswer(key, resp, err)
+}
+
+// acquireAnswer is the outcome of an acquire request: its lease, or its
+// error.
+func acquireAnswer(key string, resp *response, err error) (lease.Lease, error) {
 	switch {
 	case errors.Is(err, errNotSent):
 		return lease.Lease{}, transportError("acquire", key, err, " (not granted: the request never reached the server)")
@@ -553,14 +559,15 @@ func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.
 // AcquireWait implements lease.WaitAcquirer: the server waits for the key,
 // FIFO among its waiters, for up to the chunk (WithWaitChunk) or until just
 // before ctx's deadline, whichever is sooner, and the Client asks again
-// until ctx ends. When ctx ends during a wait, the Client hangs up its side
-// of the connection and reads the server's last answer (waitcancel.go): the
-// server ends the wait and releases a lease it grants at that moment, and a
-// lease granted before the server saw the hang-up the Client gives back
-// itself; the error is then ctx's, and nothing is held. Only when no answer
-// comes within the Client's timeout, or the connection cannot be
-// half-closed (HTTP/2), does the error also match lease.ErrUnavailable and
-// say the outcome is unknown. A server
+// until ctx ends. When ctx ends during a wait, AcquireWait returns at once
+// with ctx's error, however slow or hung the server, and the wait ends in
+// the background (waitcancel.go): the Client hangs up its side of the
+// connection and reads the server's last answer; the server ends the wait
+// and releases a lease it grants at that moment, and a lease granted before
+// the server saw the hang-up the Client gives back itself. Only when no
+// answer comes within the Client's timeout, or the connection cannot be
+// half-closed (HTTP/2), is the outcome unknown: a lease granted then
+// expires after its TTL. Close stops the background work. A server
 // that answers held at once (waiting turned off, or closing) is asked again
 // after a backoff of 5 ms doubling to 500 ms, not back to back. When ctx's
 // deadline is near it returns the server's *lease.HeldError.
@@ -591,6 +598,9 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			return l, nil
 		}
 		if ctx.Err() != nil {
+			if errors.Is(err, errLeftBehind) {
+				return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), err)
+			}
 			if errors.Is(err, lease.ErrUnavailable) && !errors.Is(err, errNotSent) {
 				// The request was in flight when ctx ended: the server may
 				// have granted the lease and answered before it saw the

@@ -680,14 +680,25 @@ func pathKey(r *http.Request) (string, error) {
 	return k, nil
 }
 
-// listPrefix reads a query that may hold a prefix and nothing else (GET
-// /v1/watch). An empty or absent prefix means every key.
-func listPrefix(r *http.Request) (string, error) {
-	q, err := queryOf(r, "prefix")
+// watchQuery reads the query of GET /v1/watch: prefix, or key for a watch
+// of exactly one key (lease.KeyWatcher), not both, each at most once.
+func watchQuery(r *http.Request) (target string, exact bool, err error) {
+	q, err := queryOf(r, "prefix", "key")
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	return queryPrefix(q)
+	k, ok := q["key"]
+	if !ok {
+		p, err := queryPrefix(q)
+		return p, false, err
+	}
+	if _, both := q["prefix"]; both {
+		return "", false, badRequest("prefix and key together: a watch follows a prefix or one key")
+	}
+	if err := lease.ValidateKey(k[0]); err != nil {
+		return "", false, badRequest("key: %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
+	}
+	return k[0], true, nil
 }
 
 // listQuery reads the query of GET /v1/leases: prefix, limit (a decimal

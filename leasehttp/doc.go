@@ -94,7 +94,8 @@
 // hang-up would still be answered to nobody, so Client.AcquireWait hangs up
 // only its own side of the connection (a half-close) and reads the answer:
 // 499 says nothing is held for it, and a lease that crossed the hang-up it
-// releases at once. Close ends every pending wait with 503 so that
+// releases at once. It does so in the background: its caller gets its
+// context's error at once, however slow or hung the server. Close ends every pending wait with 503 so that
 // http.Server.Shutdown can drain quickly. A waiting request has its wait
 // added to the read and write deadlines of the http.Server serving it, so
 // its ReadTimeout and WriteTimeout need not allow for waits.
@@ -119,7 +120,11 @@
 // write must be taken within the heartbeat plus the http.Server's
 // WriteTimeout (the heartbeat again without one) or the stream ends. The
 // http.Server's read and write timeouts are moved forward as the stream
-// goes, so they do not cut it.
+// goes, so they do not cut it. The answer's Lease-Heartbeat-Ms header
+// (HeartbeatHeader) says the heartbeat, and the Client takes a stream that
+// stays silent for MissedHeartbeats heartbeats plus SilenceSlack for
+// broken (ErrUnavailable): a connection that stops delivering without
+// closing is noticed within about two heartbeats.
 //
 // The prefix is scoped like a list's: narrowed to the credential's
 // prefixes inside it (the snapshots of several then come as one, in key
@@ -129,17 +134,19 @@
 // too_many_watchers until one of them ends. A backend that is not a
 // lease.Watcher answers 501 unsupported: list the prefix instead.
 //
-// A stream ends with an error event, whose data is the error body of an
-// HTTP answer and which has no id:
+// A stream ends with an end event (EndEvent; not "error", which an
+// EventSource fires for its own connection errors, so a browser would lose
+// the reason), whose data is the error body of an HTTP answer and which
+// has no id:
 //
-//	event: error
+//	event: end
 //	data: {"error":{"code":"unavailable","message":"…"}}
 //
 // when the backend's watch breaks (the backend failed, or the stream fell
 // so far behind that the backend would not keep its changes), when the
 // server closes (Close ends every stream at once), and when SetCredentials
 // removes or changes the credential the stream was opened with. In each
-// case the client watches again and gets the current state; after an error
+// case the client watches again and gets the current state; after an end
 // event or a dropped connection an EventSource does so by itself after a
 // second.
 //

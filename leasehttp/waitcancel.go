@@ -148,3 +148,98 @@ func (c *Client) waitLeft(ctx context.Context, key string, resp *response) (leas
 	}
 	return lease.Lease{}, answerError("acquire", key, resp)
 }
+
+// acquireWaiting sends a waiting acquire and returns its outcome, or, as
+// soon as ctx ends, ctx's error: a caller that gives up a wait does not
+// wait for a slow or hung server to confirm it. The request goes on in the
+// background, where the hang-up ends it (hangUp) and a lease the server
+// granted anyway is given back (waitLeft), within the Client's timeout.
+func (c *Client) acquireWaiting(ctx context.Context, key string, body acquireBody, wait time.Duration) (lease.Lease, error) {
+	rctx, h := newHangUp(ctx, c.timeout)
+	type outcome struct {
+		l   lease.Lease
+		err error
+	}
+	done := make(chan outcome, 1)
+	var (
+		mu        sync.Mutex
+		abandoned bool
+	)
+	stop := c.left.start(func() { h.cancel(errClientClosed) })
+	go func() {
+		defer stop()
+		resp, err, _ := c.retry(ctx, false, func() (*response, error) {
+			return c.roundTrip(rctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
+		})
+		var o outcome
+		if h.finish() && err == nil {
+			o.l, o.err = c.waitLeft(ctx, key, resp)
+		} else {
+			o.l, o.err = acquireAnswer(key, resp, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			if o.err == nil { // granted just before the hang-up: nobody takes it
+				_ = c.Release(context.WithoutCancel(ctx), o.l)
+			}
+			return
+		}
+		done <- o
+	}()
+	select {
+	case o := <-done:
+		return o.l, o.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case o := <-done: // it finished as ctx ended: its outcome stands
+		return o.l, o.err
+	default:
+	}
+	abandoned = true
+	return lease.Lease{}, fmt.Errorf("%w; %w", context.Cause(ctx), errLeftBehind)
+}
+
+// errLeftBehind says what happens to a wait its caller gave up.
+var errLeftBehind = errors.New("the wait ends in the background, where a lease granted as it was given up is given back (or, if no answer comes, expires after its TTL)")
+
+// errClientClosed ends the background work of a closed Client.
+var errClientClosed = fmt.Errorf("%w: leasehttp: the client is closed", lease.ErrUnavailable)
+
+// givenUp is a Client's background work on waits its callers gave up:
+// each ends within the Client's timeout by itself, and Close cuts short the
+// work running then (a lease granted to one of them expires after its TTL).
+type givenUp struct {
+	mu      sync.Mutex
+	next    int
+	cancels map[int]func()
+}
+
+// start registers work that cancel cuts short; done unregisters it.
+func (g *givenUp) start(cancel func()) (done func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cancels == nil {
+		g.cancels = map[int]func(){}
+	}
+	id := g.next
+	g.next++
+	g.cancels[id] = cancel
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		delete(g.cancels, id)
+	}
+}
+
+// close cuts the work running now short.
+func (g *givenUp) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, cancel := range g.cancels {
+		cancel()
+	}
+}

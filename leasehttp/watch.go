@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"slices"
 	"strconv"
@@ -160,9 +161,10 @@ type watchItem struct {
 	err error
 }
 
-// handleWatch streams the changes under ?prefix= that the credential covers
-// as Server-Sent Events; see the package documentation. The prefix is
-// narrowed as a list's is, one backend watch per prefix.
+// handleWatch streams the changes under ?prefix= that the credential covers,
+// or those of exactly ?key=, as Server-Sent Events; see the package
+// documentation. The prefix is narrowed as a list's is, one backend watch
+// per prefix; a key must be covered whole.
 func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	// Loaded before authorize reads the set: a swap in between then shows
 	// as a change, and c is checked against the new set.
@@ -171,13 +173,21 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	prefix, err := listPrefix(r)
+	prefix, exact, err := watchQuery(r)
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	prefixes := c.listPrefixes(prefix)
+	var prefixes []string
+	if !exact {
+		prefixes = c.listPrefixes(prefix)
+	} else if c.covers(prefix) {
+		prefixes = []string{prefix}
+	}
 	switch {
+	case len(prefixes) == 0 && exact:
+		s.writeError(w, fmt.Errorf("%w: this credential does not cover key %s", ErrForbidden, quoteName(prefix)))
+		return
 	case len(prefixes) == 0:
 		s.writeError(w, fmt.Errorf("%w: this credential covers no key under prefix %s", ErrForbidden, quoteName(prefix)))
 		return
@@ -188,7 +198,7 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 		s.writeError(w, errShuttingDown)
 		return
 	case r.Method == http.MethodHead:
-		streamHeaders(w)
+		streamHeaders(w, s.watches.heartbeat)
 		return
 	}
 	var slot [sha256.Size]byte
@@ -218,7 +228,7 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	snaps := make([]chan watchItem, len(prefixes))
 	for i, p := range prefixes {
 		snaps[i] = make(chan watchItem)
-		wg.Go(func() { forwardWatch(ctx, s.watches.watcher, p, snaps[i], changes) })
+		wg.Go(func() { forwardWatch(ctx, s.watches.watcher, p, exact, snaps[i], changes) })
 	}
 
 	st := newEventStream(w, r, s.watches.heartbeat)
@@ -338,10 +348,11 @@ func (s *Server) credentialKept(c *credential, seen **[]credential) bool {
 	return false
 }
 
-// forwardWatch runs the backend's watch of prefix, sending its snapshot and
-// Synced on snap and then its changes on changes, until ctx ends or the
-// watch breaks (its error is sent on).
-func forwardWatch(ctx context.Context, w lease.Watcher, prefix string, snap, changes chan<- watchItem) {
+// forwardWatch runs the backend's watch of prefix (of exactly that key, if
+// exact: lease.WatchKey), sending its snapshot and Synced on snap and then
+// its changes on changes, until ctx ends or the watch breaks (its error is
+// sent on).
+func forwardWatch(ctx context.Context, w lease.Watcher, prefix string, exact bool, snap, changes chan<- watchItem) {
 	out := snap
 	send := func(it watchItem) bool {
 		select {
@@ -351,7 +362,13 @@ func forwardWatch(ctx context.Context, w lease.Watcher, prefix string, snap, cha
 			return false
 		}
 	}
-	for ev, err := range w.Watch(ctx, prefix) {
+	seq := w.Watch
+	if exact {
+		seq = func(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+			return lease.WatchKey(ctx, w, key)
+		}
+	}
+	for ev, err := range seq(ctx, prefix) {
 		if !send(watchItem{ev: ev, err: err}) || err != nil {
 			return
 		}
@@ -426,8 +443,9 @@ func (st *eventStream) extend() {
 	}
 }
 
-func streamHeaders(w http.ResponseWriter) {
+func streamHeaders(w http.ResponseWriter, heartbeat time.Duration) {
 	h := w.Header()
+	h.Set(HeartbeatHeader, strconv.FormatInt(heartbeat.Milliseconds(), 10))
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -439,7 +457,7 @@ func streamHeaders(w http.ResponseWriter) {
 // client knows its watch was accepted before the snapshot is read.
 func (st *eventStream) start(resumed bool) {
 	st.extend()
-	streamHeaders(st.w)
+	streamHeaders(st.w, st.heartbeat)
 	_, _ = st.w.Write([]byte(streamRetry))
 	if resumed {
 		// Last-Event-ID names an event of an earlier stream; no history is
@@ -491,12 +509,19 @@ func (st *eventStream) flush() error {
 	return nil
 }
 
-// fail ends the stream with an error event, whose data is the error body
-// of an HTTP answer; it has no id, being no lease event.
+// EndEvent names the last message of a watch stream, whose data is the
+// error body of an HTTP answer saying why the server ended it. Not
+// "error": an EventSource fires its own "error" event when the connection
+// drops, and a listener for the server's would get both, without the
+// reason in the browser's.
+const EndEvent = "end"
+
+// fail ends the stream with an end event, whose data is the error body of
+// an HTTP answer; it has no id, being no lease event.
 func (st *eventStream) fail(code, msg string) {
 	body, _ := json.Marshal(errorJSON{Error: errorDetail{Code: code, Message: msg}})
 	st.extend()
-	_, _ = st.w.Write([]byte("event: error\ndata: "))
+	_, _ = st.w.Write([]byte("event: " + EndEvent + "\ndata: "))
 	_, _ = st.w.Write(body)
 	_, _ = st.w.Write([]byte("\n\n"))
 	_ = st.rc.Flush()

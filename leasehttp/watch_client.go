@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +24,37 @@ import (
 // further behind is cut off, as a backend's watcher is.
 const WatchBuffer = 1024
 
-var _ lease.Watcher = (*Client)(nil)
+// HeartbeatHeader is the header of a watch stream's answer that says the
+// server's heartbeat in whole milliseconds: the longest the server stays
+// silent while nothing happens before it sends a comment line. A Client
+// that does not find it assumes DefaultHeartbeat.
+const HeartbeatHeader = "Lease-Heartbeat-Ms"
+
+// MissedHeartbeats is how many heartbeat intervals a Client's watch lets
+// pass with nothing from the server (no byte: no event, no heartbeat)
+// before it takes the stream for broken, plus SilenceSlack for the
+// delivery of the last one: a connection that stops delivering without
+// closing (a frozen peer, a blackholed network, a hung server) is then
+// told as a break within about two heartbeats, not after minutes of TCP
+// keep-alive.
+const MissedHeartbeats = 2
+
+// SilenceSlack is added to MissedHeartbeats intervals before a silent
+// stream counts as broken, so that a heartbeat a busy machine delays a
+// little does not cut a sound stream.
+const SilenceSlack = 250 * time.Millisecond
+
+// silenceLimit is how long a watch may hear nothing for a server whose
+// heartbeat is hb.
+func silenceLimit(hb time.Duration) time.Duration { return MissedHeartbeats*hb + SilenceSlack }
+
+// errSilent cuts a watch whose stream stayed silent past its limit.
+var errSilent = errors.New("the stream stayed silent")
+
+var (
+	_ lease.Watcher    = (*Client)(nil)
+	_ lease.KeyWatcher = (*Client)(nil)
+)
 
 // Watch implements lease.Watcher through GET /v1/watch: the current state
 // (Held events, then Synced) and then each change, as the server's backend
@@ -31,8 +62,10 @@ var _ lease.Watcher = (*Client)(nil)
 // only the keys it covers, as List does.
 //
 // The stream ends without an error when ctx ends or the caller stops. A
-// break — the connection lost, the server shutting down or its backend's
-// watch cut off, or the caller more than WatchBuffer events behind — yields
+// break — the connection lost or silent (nothing, not even a heartbeat, for
+// MissedHeartbeats heartbeat intervals plus SilenceSlack; the server says
+// its heartbeat in HeartbeatHeader), the server shutting down or its
+// backend's watch cut off, or the caller more than WatchBuffer events behind — yields
 // one error matching lease.ErrUnavailable after the events received before
 // it; Watch does not reconnect by itself, since what happened meanwhile is
 // unknown: call it again for the current state. A refused watch yields one
@@ -44,17 +77,29 @@ var _ lease.Watcher = (*Client)(nil)
 // http.Client given with WithHTTPClient must have no Timeout, which would
 // cut every stream.
 func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return c.watch(ctx, prefix, false, lease.ValidatePrefix(prefix))
+}
+
+// WatchKey implements lease.KeyWatcher through GET /v1/watch?key=: Watch of
+// exactly key, so that the changes of other keys that start with it never
+// reach the stream, let alone the Client's buffer. The key must be covered
+// by the credential (ErrForbidden otherwise).
+func (c *Client) WatchKey(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return c.watch(ctx, key, true, lease.ValidateKey(key))
+}
+
+func (c *Client) watch(ctx context.Context, prefix string, exact bool, invalid error) iter.Seq2[lease.Event, error] {
 	return func(yield func(lease.Event, error) bool) {
-		if err := lease.ValidatePrefix(prefix); err != nil {
-			yield(lease.Event{}, err)
+		if invalid != nil {
+			yield(lease.Event{}, invalid)
 			return
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		sctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		body, err := c.openWatch(sctx, prefix)
+		sctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		body, hb, err := c.openWatch(sctx, prefix, exact)
 		if err != nil {
 			if ctx.Err() == nil {
 				yield(lease.Event{}, err)
@@ -66,10 +111,12 @@ func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event
 		go func() {
 			defer close(items)
 			defer body.Close()
-			brk = readWatch(sctx, body, prefix, items)
+			sr := newSilenceReader(body, silenceLimit(hb), func() { cancel(errSilent) })
+			defer sr.stop()
+			brk = readWatch(sctx, sr, prefix, exact, items)
 		}()
 		defer func() {
-			cancel()
+			cancel(nil)
 			for range items { // the reader ends once its request is cancelled
 			}
 		}()
@@ -84,31 +131,74 @@ func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event
 	}
 }
 
+// silenceReader reads a stream, calling cut when a read waits limit with
+// no byte: the cut ends the stream's request, so the blocked read returns.
+// Only the wait inside Read counts, not a caller slow to take what was read.
+type silenceReader struct {
+	r     io.Reader
+	limit time.Duration
+	timer *time.Timer
+}
+
+func newSilenceReader(r io.Reader, limit time.Duration, cut func()) *silenceReader {
+	t := time.AfterFunc(limit, cut)
+	t.Stop()
+	return &silenceReader{r: r, limit: limit, timer: t}
+}
+
+func (s *silenceReader) Read(p []byte) (int, error) {
+	s.timer.Reset(s.limit)
+	n, err := s.r.Read(p)
+	s.timer.Stop()
+	return n, err
+}
+
+func (s *silenceReader) stop() { s.timer.Stop() }
+
+// heartbeatOf reads the server's heartbeat from a watch answer's headers:
+// DefaultHeartbeat when it says none (a server from before the header), an
+// error when it says one this client cannot use.
+func heartbeatOf(h http.Header) (time.Duration, error) {
+	v := h.Get(HeartbeatHeader)
+	if v == "" {
+		return DefaultHeartbeat, nil
+	}
+	ms, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || time.Duration(ms)*time.Millisecond < MinHeartbeat || time.Duration(ms)*time.Millisecond > MaxHeartbeat {
+		return 0, fmt.Errorf("the answer's %s %q is not a heartbeat in [%v, %v]", HeartbeatHeader, v, MinHeartbeat, MaxHeartbeat)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // errWatchHeaders cuts a watch whose answer did not begin within the
 // Client's timeout.
 var errWatchHeaders = errors.New("no answer within the client's timeout")
 
-// openWatch asks for the stream, retrying as Get does, and returns its body.
-func (c *Client) openWatch(ctx context.Context, prefix string) (io.ReadCloser, error) {
+// openWatch asks for the stream, retrying as Get does, and returns its body
+// and the server's heartbeat.
+func (c *Client) openWatch(ctx context.Context, prefix string, exact bool) (io.ReadCloser, time.Duration, error) {
 	path := "/v1/watch"
-	if prefix != "" {
+	switch {
+	case exact:
+		path += "?key=" + url.QueryEscape(prefix)
+	case prefix != "":
 		path += "?prefix=" + url.QueryEscape(prefix)
 	}
 	backoff := c.backoff
 	for attempt := 1; ; attempt++ {
-		body, resp, err := c.openWatchOnce(ctx, path)
+		body, hb, resp, err := c.openWatchOnce(ctx, path)
 		if body != nil {
-			return body, nil
+			return body, hb, nil
 		}
 		again := errors.Is(err, errNotSent) || (err == nil && resp.status == http.StatusServiceUnavailable)
 		if !again || attempt >= c.attempts*len(c.endpoints) || ctx.Err() != nil {
 			if err != nil {
-				return nil, transportError("watch", prefix, err, "")
+				return nil, 0, transportError("watch", prefix, err, "")
 			}
-			return nil, answerError("watch", prefix, resp)
+			return nil, 0, answerError("watch", prefix, resp)
 		}
 		if !c.pause(ctx, attempt, &backoff) {
-			return nil, transportError("watch", prefix, context.Cause(ctx), "")
+			return nil, 0, transportError("watch", prefix, context.Cause(ctx), "")
 		}
 	}
 }
@@ -116,20 +206,19 @@ func (c *Client) openWatch(ctx context.Context, prefix string) (io.ReadCloser, e
 // openWatchOnce sends one watch request: it returns the stream's body, or
 // the error answer, or the failure to get either. A failure to get an
 // answer, and a 503, move later requests on to the next endpoint.
-func (c *Client) openWatchOnce(ctx context.Context, path string) (io.ReadCloser, *response, error) {
+func (c *Client) openWatchOnce(ctx context.Context, path string) (io.ReadCloser, time.Duration, *response, error) {
 	i, base := c.endpoint()
-	body, resp, err := c.openWatchAt(ctx, base, path)
+	body, hb, resp, err := c.openWatchAt(ctx, base, path)
 	switch {
 	case resp != nil && resp.status == http.StatusServiceUnavailable,
 		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
 		c.failedAt(i)
 	}
-	return body, resp, err
+	return body, hb, resp, err
 }
 
 // openWatchAt is openWatchOnce to the endpoint base.
-
-func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadCloser, *response, error) {
+func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadCloser, time.Duration, *response, error) {
 	// The request's context lives as long as the stream; until the answer
 	// begins it is also bounded by the Client's timeout.
 	rctx, cancel := context.WithCancelCause(ctx)
@@ -138,7 +227,7 @@ func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadClo
 	if err != nil {
 		timer.Stop()
 		cancel(nil)
-		return nil, nil, fmt.Errorf("%w: leasehttp: %v", lease.ErrInvalid, err)
+		return nil, 0, nil, fmt.Errorf("%w: leasehttp: %v", lease.ErrInvalid, err)
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	if c.auth != "" {
@@ -151,31 +240,37 @@ func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadClo
 		cancel(nil)
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
-			return nil, nil, fmt.Errorf("%w: %w", errNotSent, err)
+			return nil, 0, nil, fmt.Errorf("%w: %w", errNotSent, err)
 		}
 		if !inTime {
-			return nil, nil, errWatchHeaders
+			return nil, 0, nil, errWatchHeaders
 		}
-		return nil, nil, err
+		return nil, 0, nil, err
 	case !inTime:
 		resp.Body.Close()
 		cancel(nil)
-		return nil, nil, errWatchHeaders
+		return nil, 0, nil, errWatchHeaders
 	case resp.StatusCode != http.StatusOK:
 		defer cancel(nil)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if err != nil {
-			return nil, nil, fmt.Errorf("reading the answer: %w", err)
+			return nil, 0, nil, fmt.Errorf("reading the answer: %w", err)
 		}
-		return nil, &response{status: resp.StatusCode, body: b}, nil
+		return nil, 0, &response{status: resp.StatusCode, body: b}, nil
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		resp.Body.Close()
 		cancel(nil)
-		return nil, nil, fmt.Errorf("the answer is %q, not an event stream", resp.Header.Get("Content-Type"))
+		return nil, 0, nil, fmt.Errorf("the answer is %q, not an event stream", resp.Header.Get("Content-Type"))
 	}
-	return cancelBody{resp.Body, func() { cancel(nil) }}, nil, nil
+	hb, err := heartbeatOf(resp.Header)
+	if err != nil {
+		resp.Body.Close()
+		cancel(nil)
+		return nil, 0, nil, err
+	}
+	return cancelBody{resp.Body, func() { cancel(nil) }}, hb, nil, nil
 }
 
 // cancelBody ends the request's context when the body is closed.
@@ -194,12 +289,16 @@ func (b cancelBody) Close() error {
 // break to yield after them (nil when ctx ended). Until Synced it waits for
 // the caller to take each event, as the snapshot may be larger than the
 // buffer; after it, a full buffer is a caller too far behind.
-func readWatch(ctx context.Context, body io.Reader, prefix string, items chan<- watchItem) error {
+func readWatch(ctx context.Context, body io.Reader, prefix string, exact bool, items chan<- watchItem) error {
 	sr := newSSEReader(body)
 	synced := false
 	for {
 		msg, err := sr.next()
 		if err != nil {
+			if errors.Is(context.Cause(ctx), errSilent) {
+				return fmt.Errorf("leasehttp: watch %s: %w: %w for %d heartbeat intervals; the connection is taken for lost",
+					quoteName(prefix), lease.ErrUnavailable, errSilent, MissedHeartbeats)
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -208,7 +307,7 @@ func readWatch(ctx context.Context, body io.Reader, prefix string, items chan<- 
 			}
 			return fmt.Errorf("leasehttp: watch %s: %w: %w", quoteName(prefix), lease.ErrUnavailable, err)
 		}
-		ev, err := decodeWatchEvent(prefix, msg)
+		ev, err := decodeWatchEvent(prefix, exact, msg)
 		if err != nil {
 			return err
 		}
@@ -230,13 +329,13 @@ func readWatch(ctx context.Context, body io.Reader, prefix string, items chan<- 
 }
 
 // decodeWatchEvent turns one message of the stream into an event, or into
-// the error that ends the watch: the server's error event, or a message
+// the error that ends the watch: the server's end event, or a message
 // this client cannot read (which would leave its picture incomplete).
-func decodeWatchEvent(prefix string, msg sseMessage) (lease.Event, error) {
+func decodeWatchEvent(prefix string, exact bool, msg sseMessage) (lease.Event, error) {
 	malformed := func(format string, args ...any) error {
 		return fmt.Errorf("leasehttp: watch %s: %w: malformed stream: %s", quoteName(prefix), lease.ErrUnavailable, fmt.Sprintf(format, args...))
 	}
-	if msg.event == "error" {
+	if msg.event == EndEvent || msg.event == "error" { // "error": a server from before EndEvent
 		var body errorJSON
 		_ = json.Unmarshal([]byte(msg.data), &body)
 		k, ok := kindByCode(body.Error.Code)
@@ -265,6 +364,9 @@ func decodeWatchEvent(prefix string, msg sseMessage) (lease.Event, error) {
 	}
 	if !strings.HasPrefix(l.Key, prefix) {
 		return lease.Event{}, malformed("%s event of %s, outside the prefix", kind, quoteName(l.Key))
+	}
+	if exact && l.Key != prefix {
+		return lease.Event{}, malformed("%s event of %s, another key than the one watched", kind, quoteName(l.Key))
 	}
 	l.ID = lease.ID{} // never expected, never passed on (I4)
 	return lease.Event{Kind: kind, Lease: l}, nil

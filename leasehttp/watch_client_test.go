@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -52,7 +53,7 @@ func TestClientWatchReadsAnyWellFormedStream(t *testing.T) {
 		"id: 2\revent: synced\rdata: {}\r\r",
 		": ping\n\n",
 		"id:3\nevent:acquired\nfoo: bar\ndata:"+leaseB+"\n\n",
-		"event: error\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"going away\"}}\n\n")
+		"event: end\ndata: {\"error\":{\"code\":\"unavailable\",\"message\":\"going away\"}}\n\n")
 	ch, _ := goWatch(t, newClient(t, url), "jobs/")
 	var got []string
 	for {
@@ -118,5 +119,57 @@ func TestClientWatchTimeoutBoundsOnlyTheStart(t *testing.T) {
 	ch, _ = goWatch(t, newClient(t, hang.URL, leasehttp.WithTimeout(100*time.Millisecond)), "jobs/")
 	if err := watchErr(t, ch, "the timeout"); !errors.Is(err, lease.ErrUnavailable) {
 		t.Errorf("a server that does not answer: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestClientWatchReportsASilentStream: a connection that stops delivering
+// without closing (here a proxy that holds every byte) ends the watch with
+// ErrUnavailable once MissedHeartbeats heartbeat intervals pass with
+// nothing, where before the watch went on with its old picture for as long
+// as TCP let it. A stream that is quiet but sound, its heartbeats
+// arriving, is not cut.
+func TestClientWatchReportsASilentStream(t *testing.T) {
+	mem := memtest.New(t)
+	const hb = 50 * time.Millisecond
+	_, hs := startServer(t, mem, leasehttp.WithHeartbeat(hb))
+	px := newFreezeProxy(t, hs.Listener.Addr().String())
+	ch, _ := goWatch(t, newClient(t, px.URL()), "jobs/")
+	syncedKeys(t, ch)
+
+	// Quiet for well past the silence limit, with heartbeats: still open.
+	// Real time, as the server's heartbeats run on it.
+	time.Sleep(4 * (leasehttp.MissedHeartbeats*hb + leasehttp.SilenceSlack))
+	mustAcquire(t, mem, "jobs/a")
+	if it, ok := nextItem(t, ch, "the acquire after a quiet spell"); !ok || it.err != nil || it.ev.Kind != lease.Acquired {
+		t.Fatalf("%+v (open %v), want the Acquired: a quiet stream with heartbeats is sound", it, ok)
+	}
+
+	px.freeze()
+	frozen := time.Now()
+	err := watchErr(t, ch, "the silent stream's break")
+	took := time.Since(frozen)
+	if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "silent") {
+		t.Errorf("error %v, want ErrUnavailable saying the stream went silent", err)
+	}
+	// The bound is generous for a shared machine; the benchmark measures it.
+	if limit := 2 * time.Second; took > limit {
+		t.Errorf("the break came %v after the freeze, want under %v", took, limit)
+	}
+}
+
+// TestClientWatchHeartbeatHeader: the client reads the server's heartbeat
+// from the answer and refuses one it cannot use, rather than guessing.
+func TestClientWatchHeartbeatHeader(t *testing.T) {
+	for _, v := range []string{"0", "abc", "-5", "99999999999"} {
+		hs := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set(leasehttp.HeartbeatHeader, v)
+			_, _ = w.Write([]byte("event: synced\ndata: {}\n\n"))
+		}))
+		ch, _ := goWatch(t, newClient(t, hs.URL), "jobs/")
+		if err := watchErr(t, ch, "the refusal"); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), leasehttp.HeartbeatHeader) {
+			t.Errorf("%s %q: %v, want ErrUnavailable naming the header", leasehttp.HeartbeatHeader, v, err)
+		}
+		hs.Close()
 	}
 }

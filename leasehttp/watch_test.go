@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -523,7 +524,7 @@ func TestWatchEndsOnServerClose(t *testing.T) {
 
 	srv.Close()
 	m := raw.next("the error event")
-	if m.event != "error" || m.id != "" || !strings.Contains(m.data, `"code":"unavailable"`) || !strings.Contains(m.data, "shutting down") {
+	if m.event != leasehttp.EndEvent || m.id != "" || !strings.Contains(m.data, `"code":"unavailable"`) || !strings.Contains(m.data, "shutting down") {
 		t.Errorf("message %+v, want an error event without id, code unavailable, saying the server shuts down", m)
 	}
 	raw.ended("the end after the error event")
@@ -655,4 +656,46 @@ func TestWatchEndsWhenCredentialsChange(t *testing.T) {
 	if it, ok := nextItem(t, streams["token-kept"], "the kept stream's event"); !ok || it.err != nil || it.ev.Lease.Key != "after" {
 		t.Errorf("the stream of a credential kept: %+v (open %v), want the Acquired", it, ok)
 	}
+}
+
+// TestWatchKeyQuery: ?key= is a watch of exactly one key, refused with
+// prefix beside it, with a bad key, and for a key the credential does not
+// cover.
+func TestWatchKeyQuery(t *testing.T) {
+	mem := memtest.New(t)
+	_, hs := startServer(t, mem, leasehttp.WithCredentials([]leasehttp.Credential{
+		{Token: "tok-svc-0123456789abcdef", Prefixes: []string{"svc"}},
+	}))
+	for _, tc := range []struct {
+		query  string
+		status int
+	}{
+		{"?key=svc&prefix=svc", 400},
+		{"?key=", 400},
+		{"?key=svc&key=svc", 400},
+		{"?key=other", 403},
+	} {
+		if status, body := call(t, "GET", hs.URL+"/v1/watch"+tc.query, "tok-svc-0123456789abcdef", ""); status != tc.status {
+			t.Errorf("GET /v1/watch%s: HTTP %d %s, want %d", tc.query, status, body, tc.status)
+		}
+	}
+	mustAcquire(t, mem, "svc2")
+	mustAcquire(t, mem, "svc-cache/x")
+	c := newClient(t, hs.URL, leasehttp.WithAuthToken("tok-svc-0123456789abcdef"))
+	ch, _ := goWatch(t, keyWatcher{c}, "svc")
+	if keys := syncedKeys(t, ch); len(keys) != 0 {
+		t.Errorf("WatchKey(svc) state %q, want none: svc2 and svc-cache/x are other keys", keys)
+	}
+	mustAcquire(t, mem, "svc/slots/0")
+	l := mustAcquire(t, mem, "svc")
+	if it, ok := nextItem(t, ch, "svc's Acquired"); !ok || it.err != nil || it.ev.Kind != lease.Acquired || it.ev.Lease.Key != "svc" || it.ev.Lease.Token != l.Token {
+		t.Fatalf("%+v (open %v), want the Acquired of svc alone", it, ok)
+	}
+}
+
+// keyWatcher shows a KeyWatcher's WatchKey as a Watcher's Watch, for goWatch.
+type keyWatcher struct{ lease.KeyWatcher }
+
+func (k keyWatcher) Watch(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return k.WatchKey(ctx, key)
 }

@@ -2,7 +2,9 @@ package leasetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -66,6 +68,7 @@ func (s *suite) watch(t *testing.T) {
 		{"Expiry", s.watchExpiry},
 		{"RenewedNotExpired", s.watchRenewedNotExpired},
 		{"SnapshotConsistent", s.watchSnapshotConsistent},
+		{"KeyExact", s.watchKeyExact},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := s.newBackend(t)
@@ -101,6 +104,7 @@ type watchItem struct {
 type stream struct {
 	t      *testing.T
 	prefix string
+	exact  bool // a watch of the key prefix alone (lease.KeyWatcher)
 	ch     chan watchItem
 	cancel context.CancelFunc
 	ended  bool
@@ -108,11 +112,22 @@ type stream struct {
 
 func startWatch(t *testing.T, w lease.Watcher, prefix string) *stream {
 	t.Helper()
+	return startSeq(t, &stream{t: t, prefix: prefix}, func(ctx context.Context) iter.Seq2[lease.Event, error] { return w.Watch(ctx, prefix) })
+}
+
+// startKeyWatch is startWatch of w.WatchKey(key).
+func startKeyWatch(t *testing.T, w lease.KeyWatcher, key string) *stream {
+	t.Helper()
+	return startSeq(t, &stream{t: t, prefix: key, exact: true}, func(ctx context.Context) iter.Seq2[lease.Event, error] { return w.WatchKey(ctx, key) })
+}
+
+func startSeq(t *testing.T, st *stream, seq func(ctx context.Context) iter.Seq2[lease.Event, error]) *stream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &stream{t: t, prefix: prefix, ch: make(chan watchItem), cancel: cancel}
+	st.ch, st.cancel = make(chan watchItem), cancel
 	go func() {
 		defer close(st.ch)
-		for ev, err := range w.Watch(ctx, prefix) {
+		for ev, err := range seq(ctx) {
 			st.ch <- watchItem{ev: ev, err: err, at: time.Now()}
 		}
 	}()
@@ -170,6 +185,8 @@ func (st *stream) event(d time.Duration, what string) watchItem {
 		st.t.Fatalf("watch of %q: %v event of %q carries the lease's secret ID (I4)", st.prefix, it.ev.Kind, it.ev.Lease.Key)
 	case !strings.HasPrefix(it.ev.Lease.Key, st.prefix) && it.ev.Kind != lease.Synced:
 		st.t.Fatalf("watch of %q: %v event of %q, a key outside the prefix", st.prefix, it.ev.Kind, it.ev.Lease.Key)
+	case st.exact && it.ev.Lease.Key != st.prefix && it.ev.Kind != lease.Synced:
+		st.t.Fatalf("watch of exactly %q: %v event of %q, another key", st.prefix, it.ev.Kind, it.ev.Lease.Key)
 	}
 	return it
 }
@@ -901,5 +918,48 @@ func (wit *witness) check(t *testing.T, b lease.Backend, w lease.Watcher) *witne
 			t.Fatalf("the witness watch's state %v, replayed from its events, is not List's %v %v after the changes stopped: the watches that started beside it disturbed it", got, want, watchWait)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// watchKeyExact: a lease.KeyWatcher's WatchKey(k) tells k alone — not the
+// keys that extend it (k-cache/x, k2, k/slots/0), in its state or its
+// changes — and their changes do not count against its buffer: far more
+// renewals of them than the buffer holds leave it unbroken.
+func (s *suite) watchKeyExact(t *testing.T, b lease.Backend, w lease.Watcher) {
+	kw, ok := w.(lease.KeyWatcher)
+	if !ok {
+		t.Skip("not a lease.KeyWatcher")
+	}
+	k := key(t, "svc")
+	var others []lease.Lease
+	for _, o := range []string{k + "-cache/x", k + "2", k + "/slots/0"} {
+		others = append(others, mustAcquire(t, b, o, "other", longTTL))
+	}
+	// Held through the renewals below, which take a while over HTTP.
+	l := mustAcquire(t, b, k, "leader", time.Hour)
+	st := startKeyWatch(t, kw, k)
+	if held := st.synced(); len(held) != 1 || held[0].Key != k {
+		t.Fatalf("WatchKey(%q) state %+v, want its one lease", k, held)
+	}
+	for i := range 2*s.cfg.watchBuffer + 100 {
+		o := &others[i%len(others)]
+		r, err := b.Renew(ctxFor(t), *o, longTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*o = r
+	}
+	if err := b.Release(ctxFor(t), l); err != nil {
+		t.Fatal(err)
+	}
+	st.expect(lease.Released, l)
+	again := mustAcquire(t, b, k, "next", longTTL)
+	st.expect(lease.Acquired, again)
+	for _, bad := range []string{"", strings.Repeat("k", lease.MaxKeyLen+1)} {
+		for _, err := range kw.WatchKey(ctxFor(t), bad) {
+			if !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("WatchKey(%.20q): %v, want ErrInvalid", bad, err)
+			}
+		}
 	}
 }

@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"iter"
-	"strings"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/watchhub"
@@ -35,18 +34,24 @@ func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event,
 	return watchhub.Watch(ctx, prefix, s.subscribe)
 }
 
+// WatchKey implements lease.KeyWatcher: Watch of exactly key, whose
+// changes alone reach the watcher's buffer.
+func (s *Store) WatchKey(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return watchhub.WatchKey(ctx, key, s.subscribe)
+}
+
 // subscribe adds a watcher and then records each key's state under the
 // key's lock: changes published for the key before that are in it (the
 // hub drops them), changes after it are not. Entries added to the index
 // after the table is read start after the subscription, so all their
 // changes reach the watcher.
-func (s *Store) subscribe(_ context.Context, prefix string) (*watchhub.Sub, error) {
-	sub, err := s.watch.Subscribe(prefix)
+func (s *Store) subscribe(_ context.Context, sc watchhub.Scope) (*watchhub.Sub, error) {
+	sub, err := s.watch.SubscribeScope(sc)
 	if err != nil {
 		return nil, err
 	}
 	s.idx.entries(func(e *entry) {
-		if !strings.HasPrefix(e.key, prefix) {
+		if !sc.Matches(e.key) {
 			return
 		}
 		e.mu.Lock()

@@ -60,6 +60,12 @@ func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event,
 	return watchhub.Watch(ctx, prefix, s.startWatch)
 }
 
+// WatchKey implements lease.KeyWatcher: Watch of exactly key, whose
+// changes alone reach the watcher's buffer.
+func (s *Store) WatchKey(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return watchhub.WatchKey(ctx, key, s.startWatch)
+}
+
 // watcher is a Store's listening side of Watch: at most one live feed at
 // a time, replaced after it breaks.
 type watcher struct {
@@ -71,7 +77,8 @@ type watcher struct {
 	pid    uint32 // the listening connection's backend PID, for tests
 }
 
-func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, error) {
+func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Sub, error) {
+	prefix := sc.Prefix
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
@@ -79,7 +86,7 @@ func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, e
 	if err != nil {
 		return nil, err
 	}
-	sub, err := feed.Start(ctx, prefix,
+	sub, err := feed.Start(ctx, sc,
 		func(ctx context.Context) ([]watchhub.Entry, error) { return s.watchSnapshot(ctx, prefix) },
 		func(ctx context.Context) error {
 			return feed.WaitBarrier(ctx, func(ctx context.Context, name string) error {

@@ -68,6 +68,12 @@ func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event,
 	return watchhub.Watch(ctx, prefix, s.startWatch)
 }
 
+// WatchKey implements lease.KeyWatcher: Watch of exactly key, whose
+// changes alone reach the watcher's buffer.
+func (s *Store) WatchKey(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
+	return watchhub.WatchKey(ctx, key, s.startWatch)
+}
+
 // watcher is a Store's subscription for Watch: at most one live feed at a
 // time, replaced after it breaks.
 type watcher struct {
@@ -78,12 +84,13 @@ type watcher struct {
 	closed bool
 }
 
-func (s *Store) startWatch(ctx context.Context, prefix string) (*watchhub.Sub, error) {
+func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Sub, error) {
+	prefix := sc.Prefix
 	feed, err := s.watchFeed(ctx)
 	if err != nil {
 		return nil, s.fail(ctx, "watch", prefix, err)
 	}
-	sub, err := feed.Start(ctx, prefix,
+	sub, err := feed.Start(ctx, sc,
 		func(ctx context.Context) ([]watchhub.Entry, error) { return s.watchSnapshot(ctx, prefix) },
 		func(ctx context.Context) error { return s.barrier(ctx, feed) })
 	if err != nil {

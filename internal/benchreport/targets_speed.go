@@ -17,6 +17,25 @@ func init() {
 			Floor: "sse-floor",
 			Note:  "issue 17: an event reaches an HTTP watcher within 2 ms (p50) of its commit on boltstore; c = watchers"})
 	}
+	Targets = append(Targets,
+		Target{Group: "Silence", Clients: 1, Impl: "leasehttp-watch", Cmp: "<=", Ratio: 3, Metric: "p99-hb", Floor: "deadline-floor",
+			Note: "issue 29: a watch stream that stops delivering without closing is reported broken within 3 heartbeat intervals (p99)"},
+		Target{Group: "StaleLeader", Clients: 1, Impl: "observe-leasehttp", Cmp: "<=", Ratio: 1, Metric: "p99-hb", Floor: "expires-floor",
+			Note: "issue 29: behind a silent link, no leader is reported past its Expires + one heartbeat (p99)"},
+	)
+	Targets = append(Targets, Target{Group: "Cancel", Clients: 1, Impl: "campaign-leasehttp", Cmp: "<=", Ratio: 100000, Metric: "p99-µs", Floor: "ctx-floor",
+		Note: "issue 29: a waiting Campaign given up returns within 100 ms (p99) even against a hung server (the link blackholed)"})
+	groupNotes["Cancel"] = "The same server and proxy; each round a Campaign waits at the server for a held key, the link is blackholed both ways (a hung server), and the caller cancels. " +
+		"Latency = from the cancel to the call's return. ctx-floor = a goroutine blocked on the context alone; campaign-leasehttp = election.Elector.Campaign through leasehttp.Client " +
+		"(its wait then ends in the background). Interleaved: each round one of each row, 20 rounds."
+	groupNotes["Silence"] = "leasehttp on memstore, heartbeat 500 ms, behind toxiproxy; each round a watch syncs, and after a random phase within a heartbeat the link is blackholed both ways " +
+		"(timeout toxics with no timeout: no byte passes, nothing closes). Latency = from the blackhole to the break reported; p99-hb = p99 in heartbeat intervals. " +
+		"deadline-floor = a raw reader of the same stream with the socket's read deadline at the same silence limit (2 heartbeats + 250 ms) before each read: the rule with nothing in between; " +
+		"leasehttp-watch = leasehttp.Client.Watch's ErrUnavailable. Interleaved: each round one break of each row, 20 rounds."
+	groupNotes["StaleLeader"] = "The same server and proxy; each round a leader is acquired for 1 s and never renewed, an observer syncs, and the link is blackholed after a random phase within a heartbeat. " +
+		"Latency = how long past the leader's Expires it was still reported current (0 when the report of no leader, or the observation's error, came before). " +
+		"expires-floor = a timer at the Expires: the least an observer that does not ask again must do; observe-leasehttp = election.Elector.Observe through leasehttp.Client. " +
+		"Interleaved: each round one of each row, 20 rounds."
 	groupNotes["Election"] = "A graceful hand-off on one embedded etcd node: from the leader's resignation to the next leader's Campaign returning, " +
 		"the next candidate queued for a term of 120 ms first (longer than etcd's 100 ms watch resync: concurrency.Election's waiter watches from a past revision, " +
 		"so it joins etcd's unsynced watchers and is synced only at the next resync, which a term that short would charge it). " +

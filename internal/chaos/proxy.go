@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -113,4 +114,21 @@ func (p *Proxies) Close() {
 		px.Stop()
 	}
 	p.proxies = nil
+}
+
+// ServerWaiters is the waiters figure of a lease server's GET /v1/stats at
+// base (asked directly, not through a proxy): how many acquires wait there.
+func ServerWaiters(base string) (int, error) {
+	resp, err := http.Get(base + "/v1/stats")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Waiters int `json:"waiters"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, fmt.Errorf("chaos: the stats of %s: %w", base, err)
+	}
+	return st.Waiters, nil
 }

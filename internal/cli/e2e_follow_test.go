@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -15,13 +17,14 @@ import (
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/semaphore"
 )
 
 // startServeBinary runs `lease serve` as a process on dataDir at addr
 // ("127.0.0.1:0" for a free port) and returns it with its base URL.
-func startServeBinary(t *testing.T, dataDir, addr string) (*process, string) {
+func startServeBinary(t *testing.T, dataDir, addr string, flags ...string) (*process, string) {
 	t.Helper()
-	p := startBinary(t, nil, "serve", "--addr", addr, "--data-dir", dataDir)
+	p := startBinary(t, nil, append([]string{"serve", "--addr", addr, "--data-dir", dataDir}, flags...)...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := listeningRE.FindStringSubmatch(p.stderr.String()); m != nil {
@@ -174,6 +177,30 @@ func TestBinaryWatchLeaderAndSlots(t *testing.T) {
 	}
 }
 
+// TestBinaryWatchReportsASilentServer: lease watch and lease leader --watch
+// behind a server that stops delivering without closing (SIGSTOPped: its
+// sockets stay open) report the broken stream, where they used to print
+// nothing for as long as TCP kept the connection: with --no-resume they
+// exit 1 with one line saying the stream went silent.
+func TestBinaryWatchReportsASilentServer(t *testing.T) {
+	serve, base := startServeBinary(t, filepath.Join(t.TempDir(), "data"), "127.0.0.1:0", "--watch-heartbeat", "50ms")
+	env := []string{EnvServer + "=" + base}
+	watch := startBinary(t, env, "watch", "jobs/", "--no-resume")
+	leader := startBinary(t, env, "leader", "db/primary", "--watch", "--no-resume")
+	linesOf(t, "watch", watch.stdout, 1)
+	linesOf(t, "leader --watch", leader.stdout, 1)
+	if err := serve.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.cmd.Process.Signal(syscall.SIGCONT) })
+	for _, p := range []*process{watch, leader} {
+		if code := p.wait(t, 20*time.Second); code != ExitFailure {
+			t.Errorf("%v: exit %d behind a silent server, want %d", p.cmd.Args[1:], code, ExitFailure)
+		}
+		oneErrorLine(t, result{stderr: p.stderr.String()}, "silent")
+	}
+}
+
 // TestServeWithoutWatch: behind a server whose backend cannot watch (every
 // engine of lease serve can; a backend of one's own may not), lease watch
 // refuses with one line, while lease leader --watch and lease run --slots
@@ -243,4 +270,69 @@ func TestServeWithoutWatch(t *testing.T) {
 		t.Errorf("lease run --slots 1 --wait: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
 	var _ lease.Watcher = c // the client says it watches; the server refuses
+}
+
+// TestCancelWaitOnAHungServer: a caller that gives up a wait — Campaign,
+// semaphore Acquire, lease.Client.Acquire through leasehttp — gets its
+// answer at once even from a server that stopped answering (SIGSTOPped:
+// its sockets stay open), where it used to wait out the request timeout
+// (10 s). The bound here is generous for a shared machine; the benchmark
+// measures the p99.
+func TestCancelWaitOnAHungServer(t *testing.T) {
+	serve, base := startServeBinary(t, filepath.Join(t.TempDir(), "data"), "127.0.0.1:0")
+	c := httpClient(t, base)
+	ctx := t.Context()
+	for _, k := range []string{"db/primary", "render/queue", "jobs/a"} {
+		if _, err := c.Acquire(ctx, k, "holder", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := election.New(c, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := semaphore.New(c, "render", 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lease.NewClient(c, lease.WithOwner("waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := map[string]func(ctx context.Context) error{
+		"Campaign":             func(ctx context.Context) error { _, err := e.Campaign(ctx, "db/primary", "node-2"); return err },
+		"semaphore Acquire":    func(ctx context.Context) error { _, err := sem.Acquire(ctx); return err },
+		"lease.Client.Acquire": func(ctx context.Context) error { _, err := lc.Acquire(ctx, "jobs/a", time.Minute); return err },
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type ended struct {
+		name string
+		err  error
+		at   time.Time
+	}
+	done := make(chan ended, len(waits))
+	for name, wait := range waits {
+		go func() { err := wait(wctx); done <- ended{name, err, time.Now()} }()
+	}
+	waitMetric(t, base, "lease_waiters 3")
+	if err := serve.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.cmd.Process.Signal(syscall.SIGCONT) })
+	cancelled := time.Now()
+	cancel()
+	for range waits {
+		select {
+		case r := <-done:
+			if !errors.Is(r.err, context.Canceled) {
+				t.Errorf("%s given up: %v, want context.Canceled", r.name, r.err)
+			}
+			if took := r.at.Sub(cancelled); took > 2*time.Second {
+				t.Errorf("%s returned %v after its context was cancelled, want under 2 s", r.name, took)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a wait given up has not returned after 20 s")
+		}
+	}
 }

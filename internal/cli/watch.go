@@ -11,11 +11,12 @@ import (
 	"github.com/spf13/cobra"
 )
 
-const resumeHelp = `When the stream breaks (the connection is lost, the server restarts), a line on
-stderr says so and the command watches again, after a pause of 100ms doubling
-to 5s while it keeps failing; the new stream starts from the current state,
-since what happened meanwhile is not known. With --no-resume it exits 1
-instead. SIGINT or SIGTERM ends it with status 0.`
+const resumeHelp = `When the stream breaks (the connection is lost, the server restarts, or nothing,
+not even a heartbeat, arrives for two of the server's heartbeats: a hung server
+or a dead link), a line on stderr says so and the command watches again, after
+a pause of 100ms doubling to 5s while it keeps failing; the new stream starts
+from the current state, since what happened meanwhile is not known. With
+--no-resume it exits 1 instead. SIGINT or SIGTERM ends it with status 0.`
 
 func newWatchCommand(a *app) *cobra.Command {
 	var (

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"iter"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -76,13 +77,27 @@ func (s *Sim) observer(c *simClient, done chan<- struct{}) {
 		panic(err)
 	}
 	var last lease.Token // the last non-zero token reported
+	defer func() {
+		s.mu.Lock()
+		delete(s.observing, c)
+		s.mu.Unlock()
+	}()
+	observe := e.Observe
+	if s.cfg.NaiveObserver {
+		observe = func(ctx context.Context, key string) iter.Seq2[election.Leader, error] {
+			return naiveObserve(ctx, s.backend(c, observerLane), key)
+		}
+	}
 	for c.ctx.Err() == nil {
-		for l, err := range e.Observe(c.ctx, electionKey) {
+		for l, err := range observe(c.ctx, electionKey) {
 			if err != nil {
 				break
 			}
 			s.observed(c, l, &last)
 		}
+		s.mu.Lock()
+		delete(s.observing, c) // reporting nothing until it observes again
+		s.mu.Unlock()
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
 		case <-t.C:
@@ -96,6 +111,7 @@ func (s *Sim) observed(c *simClient, l election.Leader, last *lease.Token) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Observed++
+	s.observing[c] = l
 	who := c.name()
 	if l.Token == 0 {
 		s.asideLocked(c.idx, observerLane, "%s observes no leader", who)
@@ -112,4 +128,69 @@ func (s *Sim) observed(c *simClient, l election.Leader, last *lease.Token) {
 		s.violateLocked(ObservedOrder, "%s observed leader token %d as %q, but it was granted to %q", who, l.Token, l.Value, g.owner)
 	}
 	*last = l.Token
+}
+
+// checkObserved checks E4 (ObservedFresh) for every observer that follows
+// a watch (one that reads instead reads again at Expires, and its read may
+// be slow): the leader it
+// reports as current must not have expired on the backend by the
+// observer's own clock (the clock Observe judges Expires on; a drift
+// between it and the backend's moves the moment by as much).
+func (s *Sim) checkObserved() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c, l := range s.observing {
+		if l.Token == 0 || c.crashed || !c.watch {
+			continue
+		}
+		g := s.grants[generation{electionKey, l.Token}]
+		if g == nil {
+			continue // ObservedOrder says so
+		}
+		if now := c.clock.Now(); now.Sub(g.expires) > time.Millisecond {
+			s.violateLocked(ObservedFresh, "%s still reports leader token %d, %v after its term expired on the backend (by its own clock)",
+				c.name(), l.Token, now.Sub(g.expires))
+			return
+		}
+	}
+}
+
+// naiveObserve is the NaiveObserver control: Observe as it was before it
+// timed Expires. It believes the watch (or, without one, reports once).
+func naiveObserve(ctx context.Context, b lease.Backend, key string) iter.Seq2[election.Leader, error] {
+	return func(yield func(election.Leader, error) bool) {
+		w, ok := b.(lease.Watcher)
+		if !ok {
+			<-ctx.Done()
+			return
+		}
+		cur := election.Leader{Key: key}
+		synced := false
+		for ev, err := range lease.WatchKey(ctx, w, key) {
+			if err != nil {
+				yield(election.Leader{}, err)
+				return
+			}
+			switch ev.Kind {
+			case lease.Synced:
+				synced = true
+				if !yield(cur, nil) {
+					return
+				}
+				continue
+			case lease.Held, lease.Acquired:
+				cur = election.Leader{Key: key, Value: ev.Lease.Owner, Token: ev.Lease.Token, Expires: ev.Lease.Expires}
+			case lease.Released, lease.Expired:
+				if ev.Lease.Token != cur.Token {
+					continue
+				}
+				cur = election.Leader{Key: key}
+			default:
+				continue
+			}
+			if synced && !yield(cur, nil) {
+				return
+			}
+		}
+	}
 }

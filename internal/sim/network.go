@@ -116,7 +116,7 @@ func (s *Sim) deliverableLocked(now time.Time) []*message {
 	}
 	for _, st := range s.streams {
 		st.canonLocked()
-		if st.broken || waits(st.id.client) {
+		if st.broken || st.silent || waits(st.id.client) {
 			continue
 		}
 		n := min(len(st.out), 1)

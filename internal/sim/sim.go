@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -98,6 +99,13 @@ const (
 	// non-zero token is at least the previous non-zero one, and each is a
 	// term the backend granted, announced with the value it was granted to.
 	ObservedOrder Property = "observed order"
+	// ObservedFresh (E4): an observer never reports as current a leader
+	// whose term has expired on the backend, judged on the observer's own
+	// clock (Observe's contract: it reports "no leader known" once the
+	// Expires it saw passes with no renewal seen), even when its watch has
+	// gone silent (Config.SilentLinks). Checked at every driver decision,
+	// for observers that follow a watch.
+	ObservedFresh Property = "observed fresh"
 	// AtMostN (S1): at no instant of the backend's clock are more than N
 	// leases under the semaphore's slots unexpired and unreleased, counted
 	// from the backend's own grants, renewals and releases.
@@ -133,6 +141,15 @@ type Config struct {
 	// deliver a watch's events in any order rather than the backend's (a
 	// negative control of Observe).
 	UnorderedWatch bool
+	// SilentLinks adds a fault: a watch's connection goes silent, its
+	// events no longer delivered yet the connection never closed (a frozen
+	// proxy, a hung server, a blackholed network).
+	SilentLinks bool
+	// NaiveObserver replaces Observe by one that believes its watch: it
+	// reports the leader the stream last told of until the stream says
+	// otherwise, with no timer at the leader's Expires (a negative control
+	// of E4, with SilentLinks).
+	NaiveObserver bool
 	// CountingSemaphore replaces the semaphore by one that counts instead
 	// of holding a slot's lease: a worker lists the leases under the slots'
 	// prefix and, if it finds fewer than N, acquires a fresh key of its own
@@ -157,8 +174,8 @@ type Stats struct {
 	Terms, Observed int
 	// Semaphore: slots taken, and grants that left all N slots held.
 	Slots, Full int
-	// Watches: events delivered, watches broken.
-	Events, Breaks int
+	// Watches: events delivered, watches broken, watches gone silent.
+	Events, Breaks, Silenced int
 }
 
 // Add adds o to s.
@@ -178,6 +195,7 @@ func (s *Stats) Add(o Stats) {
 	s.Full += o.Full
 	s.Events += o.Events
 	s.Breaks += o.Breaks
+	s.Silenced += o.Silenced
 }
 
 const lockKey = "job"
@@ -205,6 +223,8 @@ type Sim struct {
 	// network.
 	highestGrant map[string]lease.Token // highest token granted per key
 	grants       map[generation]*granted
+	// What each client's observer reports as current now (Election).
+	observing map[*simClient]election.Leader
 }
 
 type simClient struct {
@@ -215,6 +235,7 @@ type simClient struct {
 	cancel      context.CancelFunc
 	client      *lease.Client
 	opts        []lease.Option // client's options, for election and semaphore
+	clock       lease.Clock    // the client's clock, in opts
 	watch       bool           // its backend offers lease.Watcher
 	step        chan struct{}
 	waiting     bool // blocked waiting for a step
@@ -274,6 +295,7 @@ func run(cfg Config, store *memstore.Store) Result {
 		registers:    map[string]*register{},
 		highestGrant: map[string]lease.Token{},
 		grants:       map[generation]*granted{},
+		observing:    map[*simClient]election.Leader{},
 	}
 	for i := range cfg.Clients {
 		s.clients = append(s.clients, nil)
@@ -382,8 +404,9 @@ func (s *Sim) startClient(i int) {
 		c.watch = s.cfg.UnorderedWatch || c.rng.IntN(2) == 0
 	}
 	var jmu sync.Mutex // an election's terms each have a Client, all on this source
+	c.clock = newDriftClock(1 - drift)
 	c.opts = []lease.Option{
-		lease.WithClock(newDriftClock(1 - drift)),
+		lease.WithClock(c.clock),
 		lease.WithJitter(func() float64 {
 			jmu.Lock()
 			defer jmu.Unlock()
@@ -423,6 +446,10 @@ func (s *Sim) step() {
 	s.mu.Unlock()
 
 	faults := !s.cfg.NoFaults
+	s.checkObserved()
+	if faults && s.cfg.SilentLinks && s.rng.IntN(100) < 3 {
+		s.silenceLink()
+	}
 	switch r := s.rng.IntN(100); {
 	case r < 35 && len(ready) > 0:
 		c := ready[s.rng.IntN(len(ready))]

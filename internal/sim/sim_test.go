@@ -232,3 +232,26 @@ func TestNegativeControlSemaphoreClientPastDeadline(t *testing.T) {
 func TestNegativeControlSemaphoreUnguarded(t *testing.T) {
 	findViolation(t, sim.Config{Workload: sim.Semaphore, Unguarded: true}, sim.GuardOrder, 2000)
 }
+
+// TestSimulationSilentLinks: watches that go silent (no event, no break)
+// leave no observer reporting a leader past its term's expiry (E4).
+func TestSimulationSilentLinks(t *testing.T) {
+	var total sim.Stats
+	for seed := uint64(1); seed <= uint64(share(t, 8)); seed++ {
+		r := sim.Run(t, sim.Config{Seed: seed, Workload: sim.Election, SilentLinks: true})
+		if r.Violation != "" {
+			t.Fatal(r.Report(seed, 40))
+		}
+		total.Add(r.Stats)
+	}
+	t.Logf("%+v", total)
+	if total.Silenced == 0 || total.Observed == 0 {
+		t.Fatalf("the schedules never silenced a watch or observed a leader: %+v", total)
+	}
+}
+
+// Negative control of E4: an observer that believes its watch, with no
+// timer at the leader's Expires, reports a dead leader behind a silent link.
+func TestNegativeControlObserveBelievesSilentWatch(t *testing.T) {
+	findViolation(t, sim.Config{Workload: sim.Election, SilentLinks: true, NaiveObserver: true}, sim.ObservedFresh, 2000)
+}

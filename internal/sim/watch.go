@@ -24,6 +24,7 @@ type stream struct {
 	canon  int           // out[:canon] is in canonical order (canonLocked)
 	in     []lease.Event // delivered, not yet read
 	broken bool
+	silent bool          // the connection stopped delivering, without closing
 	wake   chan struct{} // something was delivered, or the stream broke
 	stop   context.CancelFunc
 	done   chan struct{} // the backend's side has stopped
@@ -193,4 +194,26 @@ func (s *Sim) breakLocked(st *stream) {
 	case st.wake <- struct{}{}:
 	default:
 	}
+}
+
+// silenceLink makes one open watch, chosen by the seed, go silent: its
+// events stay at the far end and its client hears nothing more, not even a
+// break, until the client gives the watch up (or the backend restarts,
+// which breaks every connection).
+func (s *Sim) silenceLink() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var open []*stream
+	for _, st := range s.streams {
+		if !st.broken && !st.silent {
+			open = append(open, st)
+		}
+	}
+	if len(open) == 0 {
+		return
+	}
+	st := open[s.rng.IntN(len(open))]
+	st.silent = true
+	s.stats.Silenced++
+	s.tracefLocked("%s goes silent", st.desc)
 }

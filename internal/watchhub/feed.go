@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -209,7 +208,7 @@ func (f *Feed) Join(sub *Sub, snap []Entry) error {
 	}
 	for _, e := range snap {
 		k := e.Lease.Key
-		if !strings.HasPrefix(k, sub.Prefix()) {
+		if !sub.Matches(k) {
 			continue
 		}
 		st := e
@@ -232,13 +231,13 @@ func (f *Feed) Join(sub *Sub, snap []Entry) error {
 	return nil
 }
 
-// Start is a new watch of prefix on the feed, in the order Feed needs:
+// Start is a new watch of sc on the feed, in the order Feed needs:
 // subscribe, read the state (snapshot), pass a barrier (barrier, which
 // returns once every change made before it began has reached the feed),
 // and join the two. On any error the subscription is closed and the error
 // returned as it is, for the backend to wrap.
-func (f *Feed) Start(ctx context.Context, prefix string, snapshot func(ctx context.Context) ([]Entry, error), barrier func(ctx context.Context) error) (*Sub, error) {
-	sub, err := f.hub.Subscribe(prefix)
+func (f *Feed) Start(ctx context.Context, sc Scope, snapshot func(ctx context.Context) ([]Entry, error), barrier func(ctx context.Context) error) (*Sub, error) {
+	sub, err := f.hub.SubscribeScope(sc)
 	if err != nil {
 		return nil, err
 	}

@@ -43,8 +43,8 @@ func newTestFeed(t *testing.T) (*Feed, *fakeclock.Clock, *checks) {
 // joinWith is a Start that subscribes, lets between run (the stream's
 // changes while the snapshot is read), and joins snap.
 func joinWith(f *Feed, between func(), snap ...Entry) Start {
-	return func(_ context.Context, prefix string) (*Sub, error) {
-		sub, err := f.Hub().Subscribe(prefix)
+	return func(_ context.Context, sc Scope) (*Sub, error) {
+		sub, err := f.Hub().SubscribeScope(sc)
 		if err != nil {
 			return nil, err
 		}

@@ -64,7 +64,23 @@ func New(name string, buffer int) *Hub {
 // need not build its event.
 func (h *Hub) Active() bool { return h.subs.Load() != nil }
 
-// Publish gives the event to every watcher whose prefix l.Key starts with,
+// Scope is what one watch follows: the keys starting with Prefix, or,
+// Exact, the key Prefix alone (lease.KeyWatcher), so that the changes to
+// keys that merely start with it never enter the watcher's buffer.
+type Scope struct {
+	Prefix string
+	Exact  bool
+}
+
+// Matches reports whether key is in the scope.
+func (sc Scope) Matches(key string) bool {
+	if sc.Exact {
+		return key == sc.Prefix
+	}
+	return strings.HasPrefix(key, sc.Prefix)
+}
+
+// Publish gives the event to every watcher whose scope holds l.Key,
 // with a zero ID (I4), and reports whether there was any. It never waits
 // for a reader. The caller orders Publish calls for one key as the backend
 // ordered the changes.
@@ -76,7 +92,7 @@ func (h *Hub) Publish(kind lease.EventKind, l lease.Lease) bool {
 	l.ID = lease.ID{}
 	matched := false
 	for _, s := range *subs {
-		if strings.HasPrefix(l.Key, s.prefix) {
+		if s.scope.Matches(l.Key) {
 			s.push(lease.Event{Kind: kind, Lease: l})
 			matched = true
 		}
@@ -84,25 +100,30 @@ func (h *Hub) Publish(kind lease.EventKind, l lease.Lease) bool {
 	return matched
 }
 
-// Watched reports whether any watcher's prefix key starts with.
+// Watched reports whether any watcher's scope holds key.
 func (h *Hub) Watched(key string) bool {
 	subs := h.subs.Load()
 	if subs == nil {
 		return false
 	}
 	for _, s := range *subs {
-		if strings.HasPrefix(key, s.prefix) {
+		if s.scope.Matches(key) {
 			return true
 		}
 	}
 	return false
 }
 
-// Subscribe adds a watcher of prefix, which receives every Publish from
-// now on, and takes its snapshot (Held, Free) before Watch reads it. It
-// fails with the error Close was given once the hub is closed.
-func (h *Hub) Subscribe(prefix string) (*Sub, error) {
-	s := &Sub{h: h, prefix: prefix, wake: make(chan struct{}, 1)}
+// Subscribe adds a watcher of the keys under prefix: SubscribeScope of
+// Scope{Prefix: prefix}.
+func (h *Hub) Subscribe(prefix string) (*Sub, error) { return h.SubscribeScope(Scope{Prefix: prefix}) }
+
+// SubscribeScope adds a watcher of sc, which receives every Publish in its
+// scope from now on, and takes its snapshot (Held, Free) before Watch reads
+// it; snapshot entries outside the scope are ignored. It fails with the
+// error Close was given once the hub is closed.
+func (h *Hub) SubscribeScope(sc Scope) (*Sub, error) {
+	s := &Sub{h: h, scope: sc, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed != nil {
@@ -151,9 +172,9 @@ func (h *Hub) remove(s *Sub) {
 
 // Sub is one watcher's subscription.
 type Sub struct {
-	h      *Hub
-	prefix string
-	wake   chan struct{} // one token: something to read
+	h     *Hub
+	scope Scope
+	wake  chan struct{} // one token: something to read
 
 	mu     sync.Mutex
 	q      []item // q[head:] waits for the reader
@@ -178,8 +199,11 @@ type mark struct {
 	seq  uint64
 }
 
-// Prefix returns the prefix watched.
-func (s *Sub) Prefix() string { return s.prefix }
+// Prefix returns the prefix watched (the key, for an exact scope).
+func (s *Sub) Prefix() string { return s.scope.Prefix }
+
+// Matches reports whether key is in the watch's scope.
+func (s *Sub) Matches(key string) bool { return s.scope.Matches(key) }
 
 // Held records in the snapshot that l is held. Called for a key in the
 // order the backend publishes that key's changes (under its lock), so that
@@ -195,6 +219,9 @@ func (s *Sub) Held(l lease.Lease) {
 func (s *Sub) Free(key string) { s.addMark(mark{l: lease.Lease{Key: key}}) }
 
 func (s *Sub) addMark(m mark) {
+	if !s.scope.Matches(m.l.Key) {
+		return // a key that extends an exact scope's: not watched
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.synced {
@@ -212,7 +239,7 @@ func (s *Sub) push(ev lease.Event) {
 		s.mu.Unlock()
 		return
 	case len(s.q)-s.head >= s.h.buffer:
-		s.err = fmt.Errorf("%w: %s: a watch of %q fell more than %d events behind; watch again", lease.ErrUnavailable, s.h.name, s.prefix, s.h.buffer)
+		s.err = fmt.Errorf("%w: %s: a watch of %q fell more than %d events behind; watch again", lease.ErrUnavailable, s.h.name, s.scope.Prefix, s.h.buffer)
 	default:
 		if s.head > 0 && len(s.q) == cap(s.q) { // reuse what the reader has taken
 			n := copy(s.q, s.q[s.head:])

@@ -51,8 +51,8 @@ func want(t *testing.T, next func() (lease.Event, error, bool), w ...got) {
 
 // start subscribes and records the snapshot that snap gives, in order.
 func start(h *Hub, snap func(s *Sub)) Start {
-	return func(_ context.Context, prefix string) (*Sub, error) {
-		s, err := h.Subscribe(prefix)
+	return func(_ context.Context, sc Scope) (*Sub, error) {
+		s, err := h.SubscribeScope(sc)
 		if err != nil {
 			return nil, err
 		}

@@ -9,10 +9,11 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// Start subscribes a watcher of prefix and takes its snapshot, in the
-// backend's order (see the package comment). Its error ends the watch: a
-// ctx error quietly, any other as a break.
-type Start func(ctx context.Context, prefix string) (*Sub, error)
+// Start subscribes a watcher of sc (Hub.SubscribeScope) and takes its
+// snapshot of the keys under sc.Prefix, in the backend's order (see the
+// package comment); the Sub drops what is outside an exact scope. Its
+// error ends the watch: a ctx error quietly, any other as a break.
+type Start func(ctx context.Context, sc Scope) (*Sub, error)
 
 // Watch is lease.Watcher.Watch for a backend that feeds a Hub: it checks
 // prefix, calls start when the caller begins to range, and yields the
@@ -22,15 +23,26 @@ type Start func(ctx context.Context, prefix string) (*Sub, error)
 // bad prefix, and with one matching ErrUnavailable (after the events
 // buffered before it) when the watch breaks. It starts no goroutine.
 func Watch(ctx context.Context, prefix string, start Start) iter.Seq2[lease.Event, error] {
+	return watch(ctx, Scope{Prefix: prefix}, lease.ValidatePrefix(prefix), start)
+}
+
+// WatchKey is lease.KeyWatcher.WatchKey for a backend that feeds a Hub: as
+// Watch, of exactly key, whose changes alone reach the watcher's buffer. A
+// bad key yields one error matching ErrInvalid.
+func WatchKey(ctx context.Context, key string, start Start) iter.Seq2[lease.Event, error] {
+	return watch(ctx, Scope{Prefix: key, Exact: true}, lease.ValidateKey(key), start)
+}
+
+func watch(ctx context.Context, sc Scope, invalid error, start Start) iter.Seq2[lease.Event, error] {
 	return func(yield func(lease.Event, error) bool) {
-		if err := lease.ValidatePrefix(prefix); err != nil {
-			yield(lease.Event{}, err)
+		if invalid != nil {
+			yield(lease.Event{}, invalid)
 			return
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		sub, err := start(ctx, prefix)
+		sub, err := start(ctx, sc)
 		if err != nil {
 			if ctx.Err() == nil {
 				yield(lease.Event{}, unavailable(err))

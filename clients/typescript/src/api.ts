@@ -13,6 +13,12 @@ import { operations, type Operations } from "./openapi.js";
 import type * as wire from "./openapi.js";
 
 /** A lease as the server shows it to anyone allowed to see its key: without its secret. */
+/** HEARTBEAT_HEADER says a watch stream's heartbeat in milliseconds. */
+export const HEARTBEAT_HEADER = "Lease-Heartbeat-Ms";
+
+/** DEFAULT_HEARTBEAT_MS is the heartbeat assumed of a server that does not say its own (leasehttp.DefaultHeartbeat). */
+export const DEFAULT_HEARTBEAT_MS = 15_000;
+
 export interface LeaseInfo {
   readonly key: string;
   readonly owner: string;
@@ -335,7 +341,7 @@ export class Api {
    * unread, and the endpoint it came from. An error answer throws its
    * class, an answer that is not an event stream UnexpectedAnswerError.
    */
-  async stream(op: Op, query: Record<string, string>, signal: AbortSignal): Promise<{ body: ReadableStream<Uint8Array>; at: number }> {
+  async stream(op: Op, query: Record<string, string>, signal: AbortSignal): Promise<{ body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number }> {
     const { res, text, at } = await this.#exchange(op, undefined, this.#init(op, "text/event-stream", signal), signal, query, true);
     if (res.status !== 200) {
       let parsed: unknown;
@@ -351,7 +357,16 @@ export class Api {
       await res.body?.cancel().catch(() => undefined);
       throw new UnexpectedAnswerError(`lease: ${op}: HTTP 200 of type ${JSON.stringify(type)}, not an event stream`, { status: 200 });
     }
-    return { body: res.body, at };
+    const hb = res.headers.get(HEARTBEAT_HEADER);
+    let heartbeatMs = DEFAULT_HEARTBEAT_MS;
+    if (hb !== null) {
+      heartbeatMs = /^[0-9]{1,7}$/.test(hb) ? Number(hb) : NaN;
+      if (!(heartbeatMs >= 10 && heartbeatMs <= 3_600_000)) {
+        await res.body.cancel().catch(() => undefined);
+        throw new UnexpectedAnswerError(`lease: ${op}: the answer's ${HEARTBEAT_HEADER} ${JSON.stringify(hb)} is not a heartbeat in [10, 3600000] ms`, { status: 200 });
+      }
+    }
+    return { body: res.body, at, heartbeatMs };
   }
 
   #init(op: Op, accept: string, signal: AbortSignal | undefined): RequestInit {

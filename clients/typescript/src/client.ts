@@ -257,11 +257,13 @@ export class LeaseClient {
    * class (TooManyWatchersError, UnsupportedError, UnauthorizedError,
    * ForbiddenError). `break`, `await using` or the signal close it without
    * an error; a break of the stream throws an UnavailableError, and a new
-   * watch starts again from the current state. See Watch.
+   * watch starts again from the current state. With `exact: true`, prefix
+   * is one key watched exactly (GET /v1/watch?key=): keys that merely start
+   * with it never reach the stream. See Watch.
    */
   watch(prefix = "", options?: WatchOptions): Watch {
-    if (prefix !== "") checkName("prefix", prefix);
-    return new Watch(watchKey, this.#api, prefix, options?.signal);
+    if (prefix !== "" || options?.exact === true) checkName(options?.exact === true ? "key" : "prefix", prefix);
+    return new Watch(watchKey, this.#api, prefix, options?.signal, options?.exact === true);
   }
 }
 

@@ -32,4 +32,4 @@ export {
 } from "./errors.js";
 export { FencedResource, type FencedResourceOptions } from "./fenced.js";
 export { fencedFetch, TOKEN_HEADER } from "./fetch.js";
-export { Watch, type LeaseEventKind, type WatchEvent, type WatchEventKind, type WatchOptions } from "./watch.js";
+export { MISSED_HEARTBEATS, SILENCE_SLACK_MS, Watch, type LeaseEventKind, type WatchEvent, type WatchEventKind, type WatchOptions } from "./watch.js";

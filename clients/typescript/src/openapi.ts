@@ -279,7 +279,7 @@ export const operations = {
   healthz: { method: "GET", path: "/healthz", pathParams: [], query: [] },
   readyz: { method: "GET", path: "/readyz", pathParams: [], query: [] },
   metrics: { method: "GET", path: "/metrics", pathParams: [], query: [] },
-  watchLeases: { method: "GET", path: "/v1/watch", pathParams: [], query: ["prefix"] },
+  watchLeases: { method: "GET", path: "/v1/watch", pathParams: [], query: ["prefix","key"] },
   getStats: { method: "GET", path: "/v1/stats", pathParams: [], query: ["prefix"] },
 } as const;
 

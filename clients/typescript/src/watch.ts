@@ -1,6 +1,17 @@
 // client.watch: GET /v1/watch read as an async iterator of typed events.
 
 import { type Api, errText, info, type LeaseInfo } from "./api.js";
+
+/**
+ * MISSED_HEARTBEATS is how many of the server's heartbeat intervals a watch
+ * lets pass with nothing from the server, plus SILENCE_SLACK_MS, before it
+ * takes the stream for broken (as leasehttp.MissedHeartbeats and
+ * SilenceSlack): a connection that stops delivering without closing is an
+ * UnavailableError within about two heartbeats.
+ */
+export const MISSED_HEARTBEATS = 2;
+/** SILENCE_SLACK_MS: see MISSED_HEARTBEATS. */
+export const SILENCE_SLACK_MS = 250;
 import { errorFromEvent, UnavailableError, UnexpectedAnswerError } from "./errors.js";
 import { type EventStreamMessage, EventStreamParser } from "./sse.js";
 
@@ -24,20 +35,22 @@ export type WatchEventKind = WatchEvent["kind"];
 export interface WatchOptions {
   /** Ends the watch: the iteration then ends without an error. */
   readonly signal?: AbortSignal;
+  /** Watch exactly the key given as the prefix (GET /v1/watch?key=), not every key starting with it. */
+  readonly exact?: boolean;
 }
 
 const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEventKind>(["held", "acquired", "renewed", "released", "expired"]);
 
 /**
  * decodeWatchEvent turns one message of a watch stream into its event, or
- * throws: the server's `error` event as its class (an UnavailableError when
+ * throws: the server's `end` event (`error` from a server before it) as its class (an UnavailableError when
  * the stream broke), and a message no lease server sends as an
  * UnexpectedAnswerError, since skipping it would leave the picture
  * incomplete.
  */
-export function decodeWatchEvent(prefix: string, msg: EventStreamMessage): WatchEvent {
+export function decodeWatchEvent(prefix: string, msg: EventStreamMessage, exact = false): WatchEvent {
   const what = `watch ${JSON.stringify(prefix)}`;
-  if (msg.event === "error") throw errorFromEvent(what, msg.data);
+  if (msg.event === "end" || msg.event === "error") throw errorFromEvent(what, msg.data);
   if (msg.event === "synced") return { kind: "synced" };
   if (!LEASE_EVENTS.has(msg.event)) {
     throw new UnexpectedAnswerError(`lease: ${what}: the stream sent an event ${JSON.stringify(msg.event.slice(0, 100))}, not one of a lease server`);
@@ -52,6 +65,9 @@ export function decodeWatchEvent(prefix: string, msg: EventStreamMessage): Watch
   if (!lease.key.startsWith(prefix)) {
     throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event of key ${JSON.stringify(lease.key)}, outside the prefix`);
   }
+  if (exact && lease.key !== prefix) {
+    throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event of key ${JSON.stringify(lease.key)}, not the key watched`);
+  }
   return { kind: msg.event as LeaseEventKind, lease };
 }
 
@@ -65,7 +81,9 @@ export const watchKey: unique symbol = Symbol("lease.Watch");
  * throws its class — and is closed by return() (a `break` out of
  * `for await`), by `await using`'s end of scope, or by the signal, which all
  * end the iteration without an error. A stream that breaks (the connection
- * lost, the server closing, its backend's watch cut off) throws an
+ * lost, or silent — nothing, not even a heartbeat, for MISSED_HEARTBEATS of
+ * the server's heartbeats plus SILENCE_SLACK_MS —, the server closing, its
+ * backend's watch cut off) throws an
  * UnavailableError after the events that came before it; the watch does
  * not reopen by itself, since what happened meanwhile is unknown: watch
  * again for the current state.
@@ -78,11 +96,11 @@ export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undef
   readonly #run: AsyncGenerator<WatchEvent, undefined, undefined>;
 
   /** Made by LeaseClient.watch, not by applications. */
-  constructor(key: typeof watchKey, api: Api, prefix: string, signal: AbortSignal | undefined) {
+  constructor(key: typeof watchKey, api: Api, prefix: string, signal: AbortSignal | undefined, exact = false) {
     if (key !== watchKey) throw new TypeError("lease: a Watch comes from LeaseClient.watch");
     this.prefix = prefix;
     const stop = signal === undefined ? this.#stop.signal : AbortSignal.any([signal, this.#stop.signal]);
-    this.#run = run(api, prefix, stop);
+    this.#run = run(api, prefix, stop, exact);
   }
 
   /** next returns the next event; see the class for how a watch ends. */
@@ -107,12 +125,12 @@ export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undef
 }
 
 /** run reads the watch's stream until stop aborts or it breaks. */
-async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator<WatchEvent, undefined, undefined> {
+async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean): AsyncGenerator<WatchEvent, undefined, undefined> {
   if (stop.aborted) return undefined;
   const what = `watch ${JSON.stringify(prefix)}`;
-  let opened: { body: ReadableStream<Uint8Array>; at: number };
+  let opened: { body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number };
   try {
-    opened = await api.stream("watchLeases", prefix === "" ? {} : { prefix }, stop);
+    opened = await api.stream("watchLeases", exact ? { key: prefix } : prefix === "" ? {} : { prefix }, stop);
   } catch (err) {
     if (stop.aborted) return undefined;
     throw err;
@@ -124,14 +142,25 @@ async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator
     return new UnavailableError(`lease: ${what}: the stream broke: ${why}; watch again for the current state`,
       cause === undefined ? undefined : { cause });
   };
+  const silenceMs = MISSED_HEARTBEATS * opened.heartbeatMs + SILENCE_SLACK_MS;
   try {
     for (;;) {
-      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      let chunk: Awaited<ReturnType<typeof reader.read>> | "silent";
+      let timer: ReturnType<typeof setTimeout> | undefined;
       try {
-        chunk = await reader.read();
+        const silent = new Promise<"silent">((res) => {
+          timer = setTimeout(() => res("silent"), silenceMs);
+        });
+        chunk = await Promise.race([reader.read(), silent]);
       } catch (err) {
         if (stop.aborted) return undefined;
         throw broke(errText(err), err);
+      } finally {
+        clearTimeout(timer);
+      }
+      if (chunk === "silent") {
+        if (stop.aborted) return undefined;
+        throw broke(`the stream stayed silent for ${MISSED_HEARTBEATS} heartbeat intervals (${silenceMs} ms); the connection is taken for lost`);
       }
       if (chunk.done) {
         parser.end();
@@ -147,7 +176,7 @@ async function* run(api: Api, prefix: string, stop: AbortSignal): AsyncGenerator
       for (const msg of messages) {
         let ev: WatchEvent;
         try {
-          ev = decodeWatchEvent(prefix, msg);
+          ev = decodeWatchEvent(prefix, msg, exact);
         } catch (err) {
           if (err instanceof UnavailableError) api.moveOn(opened.at);
           throw err;

@@ -102,12 +102,14 @@ test("watch messages decode to typed events; errors and strangers throw their cl
   const withId = decodeWatchEvent("", m(JSON.stringify({ ...lease, id: "0123456789abcdef0123456789abcdef" }), "held"));
   assert.equal(withId.kind === "held" && "id" in withId.lease, false, "an id in the data was passed on");
 
-  const err = (code: string) => m(JSON.stringify({ error: { code, message: "said so" } }), "error");
+  const err = (code: string) => m(JSON.stringify({ error: { code, message: "said so" } }), "end");
   assert.throws(() => decodeWatchEvent("", err("unavailable")), (e) => e instanceof UnavailableError && /said so/.test(e.message));
   assert.throws(() => decodeWatchEvent("", err("forbidden")), ForbiddenError);
   assert.throws(() => decodeWatchEvent("", err("too_many_watchers")), TooManyWatchersError);
   assert.throws(() => decodeWatchEvent("", err("some_new_code")), UnavailableError);
-  assert.throws(() => decodeWatchEvent("", m("not json", "error")), UnavailableError);
+  assert.throws(() => decodeWatchEvent("", m("not json", "end")), UnavailableError);
+  // A server from before the end event named it error.
+  assert.throws(() => decodeWatchEvent("", m(JSON.stringify({ error: { code: "forbidden", message: "m" } }), "error")), ForbiddenError);
 
   assert.throws(() => decodeWatchEvent("", m(JSON.stringify(lease), "message")), UnexpectedAnswerError);
   assert.throws(() => decodeWatchEvent("", m("{", "held")), UnexpectedAnswerError);

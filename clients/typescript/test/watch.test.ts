@@ -19,6 +19,7 @@ import {
   type Watch,
   type WatchEvent,
 } from "../src/index.js";
+import { EventStreamParser } from "../src/sse.js";
 import { metric, postgresURL, startLease, unique, waitFor } from "./harness.js";
 
 // Heartbeats every 10 ms: the stream is mostly comments between the events.
@@ -204,4 +205,74 @@ test("a stream no lease server sends throws UnexpectedAnswerError, and is closed
   void gone.then(() => (isGone = true));
   await waitFor("the client closes the stream", () => isGone, 5_000);
   assert.deepEqual(await w.next(), { done: true, value: undefined });
+});
+
+test("a server that stops delivering without closing (SIGSTOP): the watch throws UnavailableError within the silence limit", async (t) => {
+  const own = await startLease(t, { args: ["--watch-heartbeat", "50ms"] });
+  const c = new LeaseClient({ server: own.url, owner: "watcher" });
+  const w = c.watch("");
+  assert.equal(describe(await step(w)), "synced");
+  own.proc.kill("SIGSTOP"); // the harness's stop sends SIGCONT first
+  const frozen = Date.now();
+  await assert.rejects(step(w), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.match(err.message, /silent/);
+    return true;
+  });
+  // 2 × 50 ms + 250 ms; the bound is generous for a shared machine.
+  const took = Date.now() - frozen;
+  assert.ok(took < 2_000, `the break came ${took} ms after SIGSTOP, want under 2 s`);
+  own.proc.kill("SIGCONT");
+});
+
+/**
+ * EventSourceLike dispatches a stream's messages by event name as a
+ * browser's EventSource does, and fires its own "error" (with no data) when
+ * the connection ends: what a page listening with addEventListener sees.
+ */
+class EventSourceLike {
+  readonly seen: { type: string; data: string | undefined }[] = [];
+  readonly done: Promise<void>;
+  constructor(url: string) {
+    this.done = (async () => {
+      const res = await fetch(url, { headers: { Accept: "text/event-stream" } });
+      const parser = new EventStreamParser();
+      const reader = res.body!.getReader();
+      try {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          for (const m of parser.push(value)) this.seen.push({ type: m.event, data: m.data });
+        }
+      } catch {
+        // a connection error, told as the "error" below
+      }
+      this.seen.push({ type: "error", data: undefined }); // EventSource's own, with no reason
+    })();
+  }
+}
+
+test("an EventSource-style reader gets the server's reason in an event apart from its own connection error", async (t) => {
+  const own = await startLease(t);
+  const es = new EventSourceLike(`${own.url}/v1/watch`);
+  await waitFor("the stream is open", async () => (await metric(own, "lease_watchers")) === 1);
+  own.proc.kill("SIGTERM");
+  await es.done;
+  const ends = es.seen.filter((e) => e.type === "end");
+  assert.equal(ends.length, 1, JSON.stringify(es.seen));
+  assert.match(ends[0]!.data ?? "", /"code":"unavailable".*shutting down/);
+  // What an onerror handler gets is only the connection's end: no data to confuse with the server's.
+  assert.deepEqual(es.seen.filter((e) => e.type === "error"), [{ type: "error", data: undefined }]);
+});
+
+test("exact: a watch of one key is told nothing of the keys that start with it", async (t) => {
+  const own = await startLease(t);
+  const c = new LeaseClient({ server: own.url, owner: "watcher" });
+  const k = unique("svc");
+  await rawAcquire(own.url, k + "-cache/x", 60_000);
+  await using w = c.watch(k, { exact: true });
+  assert.equal(describe(await step(w)), "synced");
+  await rawAcquire(own.url, k + "2", 60_000);
+  const token = await rawAcquire(own.url, k, 60_000);
+  assert.equal(describe(await step(w)), `acquired ${k} raw ${token}`);
 });

@@ -1,0 +1,243 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/election"
+	"github.com/leasehq/lease/memstore"
+)
+
+// silentAfterSync is a backend whose watch goes silent after its current
+// state, without breaking: a frozen link, a hung server. It offers Watch
+// alone (not WatchKey, which would bypass it).
+type silentAfterSync struct {
+	lease.Backend
+	w lease.Watcher
+}
+
+func (s silentAfterSync) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		for ev, err := range s.w.Watch(ctx, prefix) {
+			if !yield(ev, err) {
+				return
+			}
+			if ev.Kind == lease.Synced {
+				<-ctx.Done()
+				return
+			}
+		}
+	}
+}
+
+// TestObserveNeverReportsALeaderPastExpires: a leader whose Expires passes
+// with no renewal seen is no longer reported, whether or not the backend's
+// watch tells its expiry (here it tells nothing more at all): Observe
+// reports "no leader known" at Expires, on the Elector's clock (fake time).
+func TestObserveNeverReportsALeaderPastExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := election.New(silentAfterSync{store, store}, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := store.Acquire(t.Context(), "svc", "a", time.Second) // nobody renews it
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		seen := make(chan election.Leader, 10)
+		go func() {
+			for ld, err := range e.Observe(ctx, "svc") {
+				if err != nil {
+					t.Errorf("Observe: %v", err)
+					return
+				}
+				seen <- ld
+			}
+		}()
+		synctest.Wait()
+		if ld := <-seen; ld.Value != "a" || ld.Token != l.Token {
+			t.Fatalf("first report %+v, want a", ld)
+		}
+		time.Sleep(time.Until(l.Expires) - time.Millisecond)
+		synctest.Wait()
+		select {
+		case ld := <-seen:
+			t.Fatalf("reported %+v before a's Expires", ld)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		select {
+		case ld := <-seen:
+			if ld.Token != 0 || ld.Key != "svc" {
+				t.Fatalf("at a's Expires: %+v, want no leader known", ld)
+			}
+		default:
+			t.Fatal("a is still reported as leader at its Expires, with no renewal seen")
+		}
+		cancel()
+		synctest.Wait()
+	})
+}
+
+// TestObserveFollowsExactlyItsKey: Observe("svc") is not told of
+// svc-cache/x, svc2 or a semaphore named svc, and thousands of their
+// changes, more than a watch buffers, do not break it while its reader
+// is away.
+func TestObserveFollowsExactlyItsKey(t *testing.T) {
+	ctx := ctxFor(t)
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newElector(t, store, time.Minute)
+	next, stop := iter.Pull2(e.Observe(ctx, "svc"))
+	defer stop()
+	if ld, err, ok := next(); !ok || err != nil || ld.Token != 0 {
+		t.Fatalf("first report %+v, %v (open %v), want no leader", ld, err, ok)
+	}
+	var others []lease.Lease
+	for _, k := range []string{"svc-cache/x", "svc2", "svc/slots/0", "svc/queue"} {
+		l, err := store.Acquire(ctx, k, "other", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, l)
+	}
+	for i := range 2000 { // the reader is away meanwhile
+		o := &others[i%len(others)]
+		if *o, err = store.Renew(ctx, *o, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	term, err := e.Campaign(ctx, "svc", "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Resign(ctx)
+	if ld, err, ok := next(); !ok || err != nil || ld.Value != "leader" || ld.Token != term.Token() {
+		t.Fatalf("after other keys' changes: %+v, %v (open %v); want svc's leader and nothing else", ld, err, ok)
+	}
+}
+
+// failRelease refuses every release, as an unreachable backend would.
+type failRelease struct{ lease.Backend }
+
+func (failRelease) Release(context.Context, lease.Lease) error { return lease.ErrUnavailable }
+
+// TestResignContract: Resign returns nil whenever the lease is known freed
+// or gone — after a loss only the client saw (the backend still held it:
+// Resign frees it), after the backend's expiry — and an error only when it
+// cannot tell (the backend failed).
+func TestResignContract(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const ttl = time.Second
+		a, err := newElector(t, failRenew{store}, ttl).Campaign(ctx, "svc", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-a.Done() // its safe deadline, before the backend's expiry
+		if !errors.Is(a.Err(), lease.ErrLost) {
+			t.Fatalf("a's term ended with %v, want ErrLost", a.Err())
+		}
+		if _, err := store.Get(ctx, "svc"); err != nil {
+			t.Fatalf("the backend no longer holds a's lease at a's safe deadline: %v", err)
+		}
+		if err := a.Resign(ctx); err != nil {
+			t.Errorf("Resign after a loss only the client saw: %v, want nil", err)
+		}
+		if l, err := store.Get(ctx, "svc"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("after Resign the backend holds %+v (%v), want the lease freed", l, err)
+		}
+		if err := a.Resign(ctx); err != nil {
+			t.Errorf("Resign again: %v, want nil", err)
+		}
+
+		b, err := newElector(t, failRenew{store}, ttl).Campaign(ctx, "svc", "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * ttl) // past the backend's expiry too
+		if err := b.Resign(ctx); err != nil {
+			t.Errorf("Resign after the backend's expiry: %v, want nil", err)
+		}
+
+		c, err := newElector(t, failRelease{store}, ttl).Campaign(ctx, "svc", "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Resign(ctx); !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("Resign through a backend that cannot release: %v, want ErrUnavailable", err)
+		}
+		d, err := newElector(t, failRelease{failRenew{store}}, ttl).Campaign(ctx, "other", "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-d.Done()
+		if err := d.Resign(ctx); !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("Resign of a lost term through a backend that cannot release: %v, want ErrUnavailable", err)
+		}
+	})
+}
+
+// TestLeadEndsWithItsContext: a term won with Lead ends when Lead's ctx
+// does, and its lease is freed at once: the same candidate, restarted, is
+// elected again without waiting out the TTL. Campaign's ctx bounds only
+// the wait.
+func TestLeadEndsWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newElector(t, store, time.Hour)
+		ctx, cancel := context.WithCancel(t.Context())
+		term, err := e.Lead(ctx, "svc", "node-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		synctest.Wait()
+		if !errors.Is(term.Err(), lease.ErrReleased) {
+			t.Fatalf("the term after Lead's ctx ended: %v, want ErrReleased", term.Err())
+		}
+		if _, err := store.Get(t.Context(), "svc"); !errors.Is(err, lease.ErrNotFound) {
+			t.Fatalf("after Lead's ctx ended the lease is still held (%v)", err)
+		}
+		actx, acancel := context.WithTimeout(t.Context(), time.Millisecond)
+		again, err := e.Campaign(actx, "svc", "node-1")
+		acancel()
+		if err != nil {
+			t.Fatalf("the restarted candidate: %v, want elected at once", err)
+		}
+		defer again.Resign(t.Context())
+
+		wctx, wcancel := context.WithTimeout(t.Context(), time.Second)
+		held, err := e.Campaign(wctx, "svc2", "node-1")
+		wcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := held.Err(); err != nil {
+			t.Fatalf("a Campaign whose ctx ended after it won: %v, want the term still held", err)
+		}
+		_ = held.Resign(t.Context())
+	})
+}

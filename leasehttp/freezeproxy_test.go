@@ -1,0 +1,111 @@
+package leasehttp_test
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// freezeProxy forwards loopback TCP connections to an upstream address
+// until frozen: then it stops delivering bytes either way while keeping
+// every connection open, as a hung peer or a blackholed network does.
+type freezeProxy struct {
+	ln       net.Listener
+	upstream string
+
+	mu     sync.Mutex
+	frozen chan struct{} // closed while thawed; open while frozen
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newFreezeProxy(t testing.TB, upstream string) *freezeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	thawed := make(chan struct{})
+	close(thawed)
+	p := &freezeProxy{ln: ln, upstream: upstream, frozen: thawed}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+// URL is the proxy's address as an http URL.
+func (p *freezeProxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+func (p *freezeProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", p.upstream)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, u)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(u, c) })
+		p.wg.Go(func() { p.pipe(c, u) })
+	}
+}
+
+// pipe copies src to dst, holding each chunk while the proxy is frozen.
+func (p *freezeProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			gate := p.frozen
+			p.mu.Unlock()
+			<-gate
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				dst.Close()
+			}
+			if tc, ok := dst.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
+			return
+		}
+	}
+}
+
+// freeze stops delivery until thaw; the connections stay open.
+func (p *freezeProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = make(chan struct{})
+}
+
+func (p *freezeProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.frozen:
+	default:
+		close(p.frozen)
+	}
+}
+
+func (p *freezeProxy) close() {
+	p.ln.Close()
+	p.thaw()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
