@@ -1,0 +1,188 @@
+"""The sync client's transport: http.client connections kept alive in a pool
+per server, the multi-endpoint rules (_endpoints), and error answers as
+their classes. Imported when the first LeaseClient is made, not with the
+package: http.client and ssl cost more to import than the rest of it."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import threading
+import time
+from typing import Final
+
+from ._endpoints import Endpoints, Plan
+from ._errors import LeaseError, UnavailableError, error_from_answer
+
+IDLE_KEEP: Final = 60.0
+"""A pooled connection idle this long is closed rather than reused: well
+inside lease serve's 2 min idle timeout, so the server never closes one a
+request is about to be sent on."""
+
+
+class Answer:
+    __slots__ = ("status", "body")
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+
+
+class _Failed(Exception):
+    """A request that got no answer; never_left says it never reached a server."""
+
+    def __init__(self, cause: BaseException, never_left: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.never_left = never_left
+
+
+class Transport:
+    def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
+        self.endpoints = endpoints
+        self.timeout = timeout
+        self._ssl = ssl_context
+        self._idle: list[list[tuple[http.client.HTTPConnection, float]]] = [[] for _ in endpoints.all]
+        self._lock = threading.Lock()
+        self.headers: dict[str, str] = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token is not None:
+            self.headers["Authorization"] = "Bearer " + token
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
+        for conns in idle:
+            for c, _ in conns:
+                c.close()
+
+    def connect(self, i: int, timeout: float) -> http.client.HTTPConnection:
+        ep = self.endpoints.all[i]
+        c: http.client.HTTPConnection
+        if ep.tls:
+            ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
+            c = http.client.HTTPSConnection(ep.host, ep.port, timeout=timeout, context=ctx)
+        else:
+            c = http.client.HTTPConnection(ep.host, ep.port, timeout=timeout)
+        try:
+            c.connect()
+        except (OSError, http.client.HTTPException) as e:
+            c.close()
+            raise _Failed(e, True) from e
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return c
+
+    def _get(self, i: int, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        now = time.monotonic()
+        c: http.client.HTTPConnection | None = None
+        with self._lock:
+            pool = self._idle[i]
+            while pool:
+                old, since = pool.pop()
+                if now - since < IDLE_KEEP:
+                    c = old
+                    break
+                old.close()
+        if c is not None:
+            c.timeout = timeout
+            if c.sock is not None:
+                c.sock.settimeout(timeout)
+            return c, True
+        return self.connect(i, timeout), False
+
+    def _put(self, i: int, c: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle[i].append((c, time.monotonic()))
+
+    def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float) -> Answer:
+        c, reused = self._get(i, timeout)
+        ep = self.endpoints.all[i]
+        try:
+            c.request(method, ep.path + path, body, self.headers)
+            r = c.getresponse()
+            data = r.read()
+        except (OSError, http.client.HTTPException) as e:
+            c.close()
+            # A pooled connection the server had closed fails at once; the
+            # request may not have been read, but nobody can tell.
+            raise _Failed(e, False) from e
+        if r.will_close:
+            c.close()
+        else:
+            self._put(i, c)
+        return Answer(r.status, data)
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
+    ) -> Answer:
+        """Sends a request by the multi-endpoint rules and returns a 2xx answer;
+        an error answer raises its class, a request that got none an
+        UnavailableError."""
+        n = len(self.endpoints.all)
+        plan = Plan(n, repeatable)
+        t = self.timeout if timeout is None else timeout
+        while True:
+            i = self.endpoints.current()
+            try:
+                a = self._once(i, method, path, body, t)
+            except _Failed as f:
+                self.endpoints.move_on(i)
+                pause = plan.again(f.never_left)
+                if pause is None:
+                    what = "could not reach" if f.never_left else "lost the answer of"
+                    outcome = "" if f.never_left or repeatable else "; its outcome is unknown"
+                    raise UnavailableError(
+                        f"lease: {method} {path}: {what} {self.endpoints.all[i].url}: {f.cause!r}{outcome}"
+                    ) from f.cause
+                if pause:
+                    time.sleep(pause)
+                continue
+            if a.status < 300:
+                return a
+            err = error_from_answer(a.status, a.body)
+            if a.status == 503:
+                self.endpoints.move_on(i)
+                pause = plan.again(False)
+                if pause is not None:
+                    if pause:
+                        time.sleep(pause)
+                    continue
+            raise err
+
+    def stream(self, path: str, timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, int]:
+        """Opens an event stream on a connection of its own (never pooled), by
+        the same rules; every failure to open it is repeatable."""
+        plan = Plan(len(self.endpoints.all), True)
+        headers = dict(self.headers, Accept="text/event-stream")
+        del headers["Content-Type"]
+        while True:
+            i = self.endpoints.current()
+            ep = self.endpoints.all[i]
+            err: LeaseError | None = None
+            try:
+                c = self.connect(i, timeout)
+                try:
+                    c.request("GET", ep.path + path, None, headers)
+                    r = c.getresponse()
+                except (OSError, http.client.HTTPException) as e:
+                    c.close()
+                    raise _Failed(e, False) from e
+            except _Failed as f:
+                self.endpoints.move_on(i)
+                pause = plan.again(True)
+                if pause is None:
+                    raise UnavailableError(f"lease: watch: could not reach {ep.url}: {f.cause!r}") from f.cause
+                time.sleep(pause)
+                continue
+            if r.status == 200:
+                return c, r, i
+            err = error_from_answer(r.status, r.read())
+            c.close()
+            if r.status == 503:
+                self.endpoints.move_on(i)
+                pause = plan.again(False)
+                if pause is not None:
+                    time.sleep(pause)
+                    continue
+            raise err
+
