@@ -357,9 +357,9 @@ class AsyncHold:
             self._arm()
 
     async def release(self) -> None:
-        """Stops renewal, marks the hold released and releases the lease on the
-        server; raises the LeaseLostError if it had been lost. Calling it again
-        does nothing."""
+        """As Hold.release: stops renewal, marks the hold released and releases
+        the lease on the server; raises the LeaseLostError, sending nothing,
+        if it had been lost. Calling it again does nothing."""
         if self._released:
             return
         self._released = True
@@ -371,19 +371,11 @@ class AsyncHold:
         if self._timer is not None:
             self._timer.cancel()
         self._renewer.holds.discard(self)
-        failure: LeaseError | None = None
-        try:
-            await self._renewer.transport.request(
-                "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True, timeout=RELEASE_TIMEOUT
-            )
-        except NotHeldError as e:
-            failure = None if lost is not None else e
-        except LeaseError as e:
-            failure = e
         if lost is not None:
-            raise lost
-        if failure is not None:
-            raise failure
+            raise lost  # as Hold.release: too late to matter
+        await self._renewer.transport.request(
+            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True, timeout=RELEASE_TIMEOUT
+        )
 
     async def __aenter__(self) -> AsyncHold:
         self._scope = asyncio.current_task()
