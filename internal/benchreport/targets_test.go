@@ -192,3 +192,37 @@ func TestSpeedTargetsJudged(t *testing.T) {
 		}
 	}
 }
+
+// TestPythonTargetsJudged: issue 32's targets name the rows that
+// clients/python's BenchmarkComparePython and BenchmarkComparePythonImport
+// report, the import time in its own unit.
+func TestPythonTargetsJudged(t *testing.T) {
+	var out string
+	for _, c := range []string{"1", "16"} {
+		for _, r := range []string{"http-pair-mem", "py-mem", "http-pair-bolt", "py-bolt", "redis-py-lock"} {
+			out += "BenchmarkComparePython/c=" + c + "/" + r + "-2 \t 1000 \t 300000 ns/op \t 3333 ops/s\n"
+		}
+	}
+	out += "BenchmarkComparePythonImport/c=1/leasehq_lease-2 \t 3 \t 900000000 ns/op \t 12.5 import-ms\n"
+	parsed, err := Parse(strings.NewReader(out), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	judged := map[string]int{}
+	for _, o := range Evaluate(Targets, Aggregate(parsed.Samples), 2) {
+		if o.Group == "Python" || o.Group == "PythonImport" {
+			judged[o.Group]++
+			if o.Status != "met" {
+				t.Errorf("%s c=%d %s vs %s: %s", o.Group, o.Clients, o.Impl, o.Versus, o.Status)
+			}
+		}
+	}
+	if want := map[string]int{"Python": 6, "PythonImport": 1}; !maps.Equal(judged, want) {
+		t.Errorf("targets judged %v, want %v", judged, want)
+	}
+	for _, g := range []string{"Python", "PythonImport"} {
+		if groupNotes[g] == "" {
+			t.Errorf("group %s has no note", g)
+		}
+	}
+}

@@ -10,7 +10,7 @@ from leasehq_lease import MAX_TOKEN, FencedResource, InvalidError, StaleTokenErr
 
 
 def test_at_least_admits_the_same_token_again_strict_does_not() -> None:
-    r: FencedResource[str] = FencedResource()
+    r: FencedResource[str | None] = FencedResource()
     assert r.mode == "at-least" and r.read() == (None, 0)
     r.write(3, "a")
     r.write(3, "b")
@@ -37,7 +37,11 @@ def test_update_is_atomic_and_a_raising_function_changes_nothing() -> None:
     with pytest.raises(RuntimeError):
         r.update(1, boom)
     assert r.read() == (0, 0)
-    threads = [threading.Thread(target=lambda: [r.update(5, lambda v: v + 1) for _ in range(1000)]) for _ in range(4)]
+    def add() -> None:
+        for _ in range(1000):
+            r.update(5, lambda v: v + 1)
+
+    threads = [threading.Thread(target=add) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:

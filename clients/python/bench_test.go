@@ -1,0 +1,186 @@
+package python_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease/internal/cli"
+	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/leasehttp"
+)
+
+// worker is bench/worker.py, running under the venv's Python with the
+// wheel installed: it does what a job asks and answers the elapsed time.
+type worker struct {
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+type job struct {
+	Impl    string `json:"impl"`
+	Server  string `json:"server,omitempty"`
+	Redis   string `json:"redis,omitempty"`
+	Clients int    `json:"clients"`
+	N       int    `json:"n"`
+}
+
+func (w *worker) run(j job) (time.Duration, error) {
+	line, _ := json.Marshal(j)
+	if _, err := w.in.Write(append(line, '\n')); err != nil {
+		return 0, err
+	}
+	if !w.out.Scan() {
+		return 0, fmt.Errorf("bench/worker.py ended: %v", w.out.Err())
+	}
+	var ans struct {
+		NS    int64  `json:"ns"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(w.out.Bytes(), &ans); err != nil {
+		return 0, fmt.Errorf("bench/worker.py answered %q: %v", w.out.Text(), err)
+	}
+	if ans.Error != "" {
+		return 0, fmt.Errorf("bench/worker.py: %s", ans.Error)
+	}
+	return time.Duration(ans.NS), nil
+}
+
+// row is one implementation measured: a job without its size.
+type row struct {
+	name string
+	job  job
+}
+
+// setup starts the servers the rows use and the Python worker, all stopped
+// when tb ends, and returns the rows in report order, each floor before
+// what it bounds.
+func setup(tb testing.TB) (*worker, []row) {
+	b := build(tb)
+
+	// The leasehttp server over memstore, where the client's own cost shows
+	// (lease serve has no memory store: it would lose tokens).
+	api, err := leasehttp.NewServer(memtest.New(tb), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	mem := httptest.NewServer(api)
+	tb.Cleanup(func() {
+		api.Close()
+		mem.Close()
+	})
+	// lease serve itself, in process, on its embedded store (fsync on); and
+	// a durable Redis (appendonly yes, appendfsync always) for redis-py.
+	cfg := cli.ServeConfig{Addr: "127.0.0.1:0", DataDir: filepath.Join(tb.TempDir(), "data"), ShutdownTimeout: 10 * time.Second,
+		ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
+		MaxConnections: cli.DefaultMaxConnections, WatchHeartbeat: cli.DefaultWatchHeartbeat, MaxWatchers: cli.DefaultMaxWatchers,
+		Logger: slog.New(slog.DiscardHandler)}
+	s, err := cli.NewServer(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Run(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	bolt := "http://" + s.Addr()
+	rds := redistest.Start(tb)
+
+	cmd := exec.Command(b.python, filepath.Join("bench", "worker.py"))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		in.Close() // the worker ends at the end of its input
+		if err := cmd.Wait(); err != nil {
+			tb.Errorf("bench/worker.py: %v: %s", err, stderr.String())
+		}
+	})
+	if v, err := exec.Command(b.python, "--version").Output(); err == nil {
+		tb.Logf("engine: %s", strings.TrimSpace(string(v)))
+	}
+	return &worker{in: in, out: bufio.NewScanner(out)}, []row{
+		{"http-pair-mem", job{Impl: "http-pair", Server: mem.URL}},
+		{"py-mem", job{Impl: "py", Server: mem.URL}},
+		{"http-pair-bolt", job{Impl: "http-pair", Server: bolt}},
+		{"py-bolt", job{Impl: "py", Server: bolt}},
+		{"redis-py-lock", job{Impl: "redis-lock", Redis: rds.Addr}},
+	}
+}
+
+// BenchmarkComparePython: one op = one acquire+release pair from Python, on
+// a key of the thread's own, at 1 and 16 threads in one process; rows are
+// interleaved, each floor beside what it bounds. See groupNotes in
+// internal/benchreport.
+func BenchmarkComparePython(b *testing.B) {
+	w, rows := setup(b)
+	for _, c := range []int{1, 16} {
+		for _, r := range rows {
+			b.Run(fmt.Sprintf("c=%d/%s", c, r.name), func(b *testing.B) {
+				j := r.job
+				j.Clients, j.N = c, b.N
+				d, err := w.run(j)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
+				b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
+			})
+		}
+	}
+}
+
+// BenchmarkComparePythonImport: the import time of leasehq_lease (as
+// `from leasehq_lease import LeaseClient, FencedResource, …` in a fresh
+// interpreter), the best of 5 runs per op, from -X importtime.
+func BenchmarkComparePythonImport(b *testing.B) {
+	w, _ := setup(b)
+	b.Run("c=1/leasehq_lease", func(b *testing.B) {
+		var best time.Duration
+		for i := 0; i < b.N; i++ {
+			d, err := w.run(job{Impl: "import", Clients: 1, N: 5})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if i == 0 || d < best {
+				best = d
+			}
+		}
+		b.ReportMetric(float64(best.Microseconds())/1000, "import-ms")
+	})
+}
+
+// TestBenchRowsWork runs every row of the benchmark a few times from a few
+// threads, so that a broken benchmark fails make test, not make bench.
+func TestBenchRowsWork(t *testing.T) {
+	w, rows := setup(t)
+	for _, r := range append(rows, row{"import", job{Impl: "import"}}) {
+		j := r.job
+		j.Clients, j.N = 3, 9
+		if j.Impl == "import" {
+			j.Clients, j.N = 1, 1
+		}
+		if _, err := w.run(j); err != nil {
+			t.Errorf("%s: %v", r.name, err)
+		}
+	}
+}
