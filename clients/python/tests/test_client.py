@@ -251,3 +251,14 @@ def test_release_after_a_loss_raises_the_loss(server: Server, proxy_to: object) 
     p.frozen.clear()
     with pytest.raises(LeaseLostError):
         h.release()
+
+
+def test_a_short_hold_after_a_long_one_is_renewed(server: Server) -> None:
+    # The idle renewer thread looks for new holds at a sixth of the last
+    # hold's TTL; a hold due sooner than that must wake it.
+    c = LeaseClient(server.url)
+    c.try_acquire(unique("long"), 60.0).release()
+    time.sleep(0.1)  # the thread is idle now, next looking in 10 s
+    with c.try_acquire(unique("short"), 0.2) as h:
+        time.sleep(1.0)
+        h.check()

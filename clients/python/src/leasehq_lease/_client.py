@@ -25,6 +25,7 @@ from ._wire import (
     check_ttl,
     check_usable,
     default_owner,
+    dumps,
     granted_of,
     jittered,
     key_path,
@@ -88,6 +89,7 @@ class LeaseClient:
 
         self.owner: str = check_name("owner", default_owner() if owner is None else owner)
         """The owner name acquisitions are made under."""
+        self._owner_json = dumps(self.owner)
         if token is not None and (not isinstance(token, str) or token == "" or any(c.isspace() for c in token)):
             raise _invalid("token must be printable ASCII without spaces")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -174,7 +176,7 @@ class LeaseClient:
 
     def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
         a = self._transport.request(
-            "POST", key_path(key, "acquire"), acquire_body(owner, ttl, wait),
+            "POST", key_path(key, "acquire"), acquire_body(self._owner_json if owner == self.owner else owner, ttl, wait),
             repeatable=False, timeout=self._transport.timeout + wait,
         )
         g = granted_of(loads_object(a.body, "acquire"), "acquire")

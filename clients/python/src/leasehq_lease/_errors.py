@@ -141,7 +141,7 @@ class LeaseReleasedError(LeaseError):
     code = "released"
 
     def __init__(self, key: str, token: int) -> None:
-        super().__init__(f"lease: {quote(key)} (token {token}) was released")
+        super().__init__(f"lease: {key!r} (token {token}) was released")
         self.key = key
         self.token = token
 

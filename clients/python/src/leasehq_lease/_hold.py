@@ -28,6 +28,8 @@ RELEASE_TIMEOUT: Final = 10.0
 """Seconds a release may take: past it the lease expires at its TTL anyway."""
 IDLE_EXIT: Final = 30.0
 """Seconds the renewer thread waits without holds before it ends (a new hold starts another)."""
+MIN_IDLE_TICK: Final = 0.05
+"""The shortest pause of an idle renewer thread between looks for new holds."""
 
 
 class HoldState:
@@ -192,11 +194,17 @@ class Renewer:
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
+        # An idle thread looks for new holds every _idle_tick (a sixth of the
+        # last hold's TTL), so that adding a hold that is due later than
+        # that need not wake it: a lone caller that takes and frees holds in
+        # a loop costs the thread nothing.
+        self._idle_tick = IDLE_EXIT
         self.on_lost: Callable[[Hold], None] | None = None
 
     def add(self, h: Hold) -> None:
         with self._cond:
             self._holds.add(h)
+            self._idle_tick = max(MIN_IDLE_TICK, min(IDLE_EXIT, h._state.effective_ttl() / 6))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="leasehq-lease-renewer", daemon=True)
                 self._wake_at = h._state.renew_at
@@ -226,15 +234,19 @@ class Renewer:
             self.on_lost(h)
 
     def _run(self) -> None:
+        idle_since = time.monotonic()
         while True:
             with self._cond:
                 if not self._holds:
-                    self._wake_at = time.monotonic() + IDLE_EXIT
-                    self._cond.wait(IDLE_EXIT)
-                    if not self._holds:
+                    now = time.monotonic()
+                    if now - idle_since >= IDLE_EXIT:
                         self._thread = None
                         return
-                now = time.monotonic()
+                    tick = min(self._idle_tick, idle_since + IDLE_EXIT - now)
+                    self._wake_at = now + tick
+                    self._cond.wait(tick)
+                    continue
+                now = idle_since = time.monotonic()
                 holds = list(self._holds)
             expired = [h for h in holds if now >= h._state.deadline]
             for h in expired:

@@ -45,9 +45,10 @@ class Transport:
         self._ssl = ssl_context
         self._idle: list[list[tuple[http.client.HTTPConnection, float]]] = [[] for _ in endpoints.all]
         self._lock = threading.Lock()
-        self.headers: dict[str, str] = {"Content-Type": "application/json", "Accept": "application/json"}
+        self.get_headers: dict[str, str] = {}
         if token is not None:
-            self.headers["Authorization"] = "Bearer " + token
+            self.get_headers["Authorization"] = "Bearer " + token
+        self.headers = dict(self.get_headers, **{"Content-Type": "application/json"})
 
     def close(self) -> None:
         with self._lock:
@@ -98,7 +99,7 @@ class Transport:
         c, reused = self._get(i, timeout)
         ep = self.endpoints.all[i]
         try:
-            c.request(method, ep.path + path, body, self.headers)
+            c.request(method, ep.path + path, body, self.headers if body is not None else self.get_headers)
             r = c.getresponse()
             data = r.read()
         except (OSError, http.client.HTTPException) as e:
@@ -153,8 +154,7 @@ class Transport:
         """Opens an event stream on a connection of its own (never pooled), by
         the same rules; every failure to open it is repeatable."""
         plan = Plan(len(self.endpoints.all), True)
-        headers = dict(self.headers, Accept="text/event-stream")
-        del headers["Content-Type"]
+        headers = dict(self.get_headers, Accept="text/event-stream")
         while True:
             i = self.endpoints.current()
             ep = self.endpoints.all[i]

@@ -57,6 +57,8 @@ def check_name(what: str, name: object) -> str:
     """Checks a key, owner or prefix as the server does: 1-512 bytes of UTF-8 without control characters."""
     if not isinstance(name, str):
         raise InvalidError(f"lease: {what} must be a str, got {type(name).__name__}")
+    if 0 < len(name) <= MAX_NAME_BYTES and name.isascii() and name.isprintable():
+        return name  # the common case: printable ASCII, one byte a character
     try:
         n = len(name.encode("utf-8"))
     except UnicodeEncodeError:
@@ -117,6 +119,7 @@ def jittered(s: float) -> float:
 
 
 _SAFE: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~")
+_SAFE_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~")
 
 
 def key_path(key: str, action: str = "") -> str:
@@ -124,6 +127,8 @@ def key_path(key: str, action: str = "") -> str:
     %2F, a key "." or ".." as %2E)."""
     if key in (".", ".."):
         seg = "%2E" * len(key)
+    elif _SAFE_CHARS.issuperset(key):
+        seg = key
     else:
         seg = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in key.encode("utf-8"))
     return f"/v1/leases/{seg}/{action}" if action else f"/v1/leases/{seg}"
@@ -175,8 +180,11 @@ def granted_of(v: object, what: str) -> Granted:
     return Granted(lease, lid)
 
 
-def acquire_body(owner: str, ttl: float, wait: float) -> bytes:
-    return b'{"owner":%s,"ttl_ms":%d,"wait_ms":%d}' % (dumps(owner), ttl_ms(ttl), round(wait * 1000))
+def acquire_body(owner: str | bytes, ttl: float, wait: float) -> bytes:
+    """The body of an acquire; owner as a str, or already as its JSON."""
+    return b'{"owner":%s,"ttl_ms":%d,"wait_ms":%d}' % (
+        owner if isinstance(owner, bytes) else dumps(owner), ttl_ms(ttl), round(wait * 1000)
+    )
 
 
 def ttl_ms(ttl: float) -> int:
