@@ -262,3 +262,16 @@ def test_a_short_hold_after_a_long_one_is_renewed(server: Server) -> None:
     with c.try_acquire(unique("short"), 0.2) as h:
         time.sleep(1.0)
         h.check()
+
+
+def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_server: StartServer) -> None:
+    # The pooled keep-alive connections die with the server; the next
+    # acquire must go out on a new one, not fail with an unknown outcome.
+    s = start_server()
+    c = LeaseClient(s.url)
+    for i in range(3):
+        c.try_acquire(unique("warm"), 5.0).release()
+    s.stop()
+    start_server(port=s.port, data_dir=s.data_dir)
+    with c.try_acquire(unique("after"), 5.0) as h:
+        assert h.token >= 1

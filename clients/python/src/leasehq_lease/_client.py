@@ -310,8 +310,11 @@ class Watch:
         self._closed = True
         c = self._conn
         if c is not None:
-            c.close()
-        self._gen.close()
+            c.close()  # a read blocked in another thread ends, and the iteration with it
+        try:
+            self._gen.close()
+        except ValueError:
+            pass  # the generator is running in another thread, which the closed connection ends
 
     def __enter__(self) -> Watch:
         return self

@@ -6,6 +6,7 @@ package: http.client and ssl cost more to import than the rest of it."""
 from __future__ import annotations
 
 import http.client
+import select
 import socket
 import ssl
 import threading
@@ -80,7 +81,7 @@ class Transport:
             pool = self._idle[i]
             while pool:
                 old, since = pool.pop()
-                if now - since < IDLE_KEEP:
+                if now - since < IDLE_KEEP and not _closed_by_peer(old):
                     c = old
                     break
                 old.close()
@@ -186,3 +187,16 @@ class Transport:
                     continue
             raise err
 
+
+def _closed_by_peer(c: http.client.HTTPConnection) -> bool:
+    """Whether an idle keep-alive connection has something to read: the
+    server's close (a restart, its idle timeout), since it sends nothing
+    unasked. Such a connection is dropped before a request is written to it,
+    so that an acquire is not lost to it with an unknown outcome."""
+    if c.sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([c.sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
