@@ -12,19 +12,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import random
 import ssl
 import time
-from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Final, Generator, Sequence, TypeVar
 
-from ._client import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, _invalid
-from ._election import MAX_SLOTS, POLL_FIRST, POLL_MAX, Leader, leader_of
-from ._endpoints import Endpoints, Plan, parse_servers
+from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
+from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
+from ._endpoints import Endpoints, Failed, Plan, unanswered
 from ._errors import (
     HeldError,
-    InvalidError,
     LeaseError,
     LeaseLostError,
     LeaseReleasedError,
@@ -36,20 +33,15 @@ from ._errors import (
     error_from_answer,
 )
 from ._events import EVENT_SYNCED, RESET, EventStreamParser, WatchEvent, decode
-from ._hold import RELEASE_TIMEOUT, HoldState, _results
+from ._hold import RELEASE_TIMEOUT, HoldBase, _results
 from ._wire import (
     MAX_RENEW_BATCH,
-    WAIT_CHUNK,
     DriftMargin,
     Granted,
     Lease,
     LeasePage,
-    acquire_body,
-    check_margin,
     check_name,
     check_ttl,
-    check_usable,
-    default_owner,
     granted_of,
     jittered,
     key_path,
@@ -57,7 +49,6 @@ from ._wire import (
     list_path,
     loads_object,
     page_of,
-    query,
     release_body,
     renew_batch_body,
     renew_body,
@@ -69,13 +60,6 @@ IDLE_KEEP: Final = 60.0
 MAX_HEADER: Final = 64 << 10
 
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-class _Failed(Exception):
-    def __init__(self, cause: BaseException, never_left: bool) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-        self.never_left = never_left
 
 
 class _Answer:
@@ -125,6 +109,18 @@ async def _read_chunk(r: asyncio.StreamReader) -> bytes:
     return data
 
 
+async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> tuple[bytes, bool]:
+    """An answer's body, and whether the connection ends with it (no length given)."""
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        parts = []
+        while chunk := await _read_chunk(r):
+            parts.append(chunk)
+        return b"".join(parts), False
+    if "content-length" in headers:
+        return await r.readexactly(int(headers["content-length"])), False
+    return await r.read(), True
+
+
 class _Transport:
     def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
         self.endpoints = endpoints
@@ -150,7 +146,7 @@ class _Transport:
                 asyncio.open_connection(ep.host, ep.port, ssl=ctx, server_hostname=ep.host if ctx else None), timeout
             )
         except (OSError, asyncio.TimeoutError) as e:
-            raise _Failed(e, True) from e
+            raise Failed(e, True) from e
 
     def _get(self, i: int) -> _Conn | None:
         pool = self._idle[i]
@@ -180,7 +176,7 @@ class _Transport:
             a = await asyncio.wait_for(self._answer(r), timeout)
             ok = True
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
-            raise _Failed(e, False) from e
+            raise Failed(e, False) from e
         finally:
             if not ok:
                 w.close()  # also on cancellation: the server sees the hang-up
@@ -192,17 +188,8 @@ class _Transport:
 
     async def _answer(self, r: asyncio.StreamReader) -> _Answer:
         status, headers = await _read_head(r)
-        close = headers.get("connection", "").lower() == "close"
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while chunk := await _read_chunk(r):
-                parts.append(chunk)
-            body = b"".join(parts)
-        elif "content-length" in headers:
-            body = await r.readexactly(int(headers["content-length"]))
-        else:
-            body, close = await r.read(), True
-        return _Answer(status, body, close)
+        body, close = await _read_body(r, headers)
+        return _Answer(status, body, close or headers.get("connection", "").lower() == "close")
 
     async def request(
         self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
@@ -213,15 +200,12 @@ class _Transport:
             i = self.endpoints.current()
             try:
                 a = await self._once(i, method, path, body, t)
-            except _Failed as f:
+            except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
                 if pause is None:
-                    what = "could not reach" if f.never_left else "lost the answer of"
-                    outcome = "" if f.never_left or repeatable else "; its outcome is unknown"
-                    raise UnavailableError(
-                        f"lease: {method} {path}: {what} {self.endpoints.all[i].url}: {f.cause!r}{outcome}"
-                    ) from f.cause
+                    url = self.endpoints.all[i].url
+                    raise unanswered(method, path, url, f.cause, f.never_left, repeatable) from f.cause
                 await asyncio.sleep(pause)
                 continue
             if a.status < 300:
@@ -246,8 +230,8 @@ class _Transport:
                     status, headers = await asyncio.wait_for(_read_head(c[0]), timeout)
                 except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     c[1].close()
-                    raise _Failed(e, False) from e
-            except _Failed as f:
+                    raise Failed(e, False) from e
+            except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
                 if pause is None:
@@ -257,7 +241,7 @@ class _Transport:
             if status == 200:
                 return c, headers, i
             try:
-                a = await asyncio.wait_for(self._rest(c[0], headers), timeout)
+                a, _ = await asyncio.wait_for(_read_body(c[0], headers), timeout)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
                 a = b""
             c[1].close()
@@ -270,18 +254,8 @@ class _Transport:
                     continue
             raise err
 
-    async def _rest(self, r: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while chunk := await _read_chunk(r):
-                parts.append(chunk)
-            return b"".join(parts)
-        if "content-length" in headers:
-            return await r.readexactly(int(headers["content-length"]))
-        return await r.read()
 
-
-class AsyncHold:
+class AsyncHold(HoldBase):
     """A lease the asyncio client holds and renews in the background (one task
     per client renewing all its holds, batched). ``lost`` is an asyncio.Event
     set at the I5 deadline or when the server says the lease is gone; inside
@@ -291,52 +265,19 @@ class AsyncHold:
     be gone. The end of the block releases the lease (quietly after a loss)."""
 
     def __init__(self, renewer: _Renewer, g: Granted, sent: float, ttl: float, margin: DriftMargin) -> None:
+        super().__init__(g, sent, ttl, margin)
         self._renewer = renewer
-        self._state = HoldState(g, sent, ttl, margin)
-        self._released = False
         self._timer: asyncio.TimerHandle | None = None
         self._scope: asyncio.Task[Any] | None = None
         self._cancelled = False
         self.lost = asyncio.Event()
         """Set when the lease may be gone."""
-        self.key: str = g.lease.key
-        self.token: int = g.lease.token
-        """The fencing token; renewal never changes it."""
-        self.owner: str = g.lease.owner
         self._arm()
-
-    def __repr__(self) -> str:
-        return f"<AsyncHold key={self.key!r} token={self.token} held={self.held}>"
-
-    @property
-    def lease(self) -> Lease:
-        return self._state.granted.lease
-
-    @property
-    def deadline(self) -> float:
-        """The safe deadline on time.monotonic()'s clock (the event loop's)."""
-        return self._state.deadline
-
-    @property
-    def held(self) -> bool:
-        self._judge()
-        return self._state.ended is None
-
-    def check(self) -> None:
-        """Raises LeaseLostError if the lease may be gone (LeaseReleasedError after release())."""
-        self._judge()
-        if self._state.ended is not None:
-            raise self._state.ended
 
     def _arm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = asyncio.get_running_loop().call_at(self._state.deadline, self._judge)
-
-    def _judge(self) -> None:
-        s = self._state
-        if s.ended is None and time.monotonic() >= s.deadline:
-            self._lose("no successful renewal before the safe deadline")
 
     def _lose(self, why: str) -> None:
         s = self._state
@@ -486,7 +427,7 @@ class _Acquiring:
         await self._hold.__aexit__(et, e, tb)
 
 
-class AsyncLeaseClient:
+class AsyncLeaseClient(ClientBase):
     """The asyncio client, with LeaseClient's arguments and methods as coroutines
     (see LeaseClient). Make it inside the event loop that uses it."""
 
@@ -502,29 +443,12 @@ class AsyncLeaseClient:
         heartbeat: float = DEFAULT_HEARTBEAT,
         missed_heartbeats: int = MISSED_HEARTBEATS,
     ) -> None:
-        self.owner: str = check_name("owner", default_owner() if owner is None else owner)
-        if token is not None and (not isinstance(token, str) or token == "" or any(c.isspace() for c in token)):
-            raise _invalid("token must be printable ASCII without spaces")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise _invalid(f"timeout must be positive seconds, got {timeout!r}")
-        if not (isinstance(heartbeat, (int, float)) and heartbeat > 0) or not (
-            isinstance(missed_heartbeats, int) and missed_heartbeats >= 1
-        ):
-            raise _invalid("heartbeat must be positive seconds and missed_heartbeats at least 1")
-        self.drift_margin = check_margin(drift_margin)
-        self.heartbeat = float(heartbeat)
-        self.missed_heartbeats = missed_heartbeats
-        self._transport = _Transport(Endpoints(parse_servers(servers)), token, ssl_context, float(timeout))
+        super().__init__(
+            servers, owner=owner, token=token, ssl_context=ssl_context, timeout=timeout,
+            drift_margin=drift_margin, heartbeat=heartbeat, missed_heartbeats=missed_heartbeats,
+        )
+        self._transport = _Transport(self._endpoints, token, ssl_context, self._timeout)
         self._renewer = _Renewer(self._transport)
-
-    @property
-    def servers(self) -> list[str]:
-        return [e.url for e in self._transport.endpoints.all]
-
-    @property
-    def server(self) -> str:
-        e = self._transport.endpoints
-        return e.all[e.current()].url
 
     async def close(self) -> None:
         """Stops renewing (holds then run to their deadlines) and closes the pooled connections."""
@@ -537,41 +461,26 @@ class AsyncLeaseClient:
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
-    def _check(self, key: str, ttl: float, owner: str | None) -> tuple[float, str]:
-        check_name("key", key)
-        ttl = check_ttl(ttl)
-        check_usable(self.drift_margin, ttl)
-        return ttl, self.owner if owner is None else check_name("owner", owner)
-
     def acquire(self, key: str, ttl: float = 10.0, *, wait: float | None = None, owner: str | None = None) -> _Acquiring:
         """Waits until it holds key (see LeaseClient.acquire): ``hold = await
         client.acquire(key)``, or ``async with client.acquire(key) as hold:``,
         whose block is cancelled if the lease is lost. Cancelling the wait
         hangs up, and the server releases a lease granted at that moment."""
         ttl, owner = self._check(key, ttl, owner)
-        if wait is not None and not (isinstance(wait, (int, float)) and wait >= 0):
-            raise _invalid(f"wait must be seconds >= 0, got {wait!r}")
-        return _Acquiring(functools.partial(self._acquire_wait, key, ttl, wait, owner))
+        return _Acquiring(functools.partial(self._acquire_wait, key, ttl, WaitPlan(wait), owner))
 
-    async def _acquire_wait(self, key: str, ttl: float, wait: float | None, owner: str) -> AsyncHold:
-        until = float("inf") if wait is None else time.monotonic() + wait
-        backoff = 0.005
+    async def _acquire_wait(self, key: str, ttl: float, plan: WaitPlan, owner: str) -> AsyncHold:
         while True:
-            chunk = max(0.0, min(until - time.monotonic(), WAIT_CHUNK))
-            sent = time.monotonic()
+            chunk = plan.chunk()
             try:
                 g = await self._acquire(key, owner, ttl, chunk)
             except HeldError:
-                now = time.monotonic()
-                if now >= until:
+                pause = plan.held()
+                if pause is None:
                     raise
-                if now - sent + 0.005 < chunk:
-                    await asyncio.sleep(min(jittered(backoff), max(0.0, until - now)))
-                    backoff = min(backoff * 2, 0.5)
-                else:
-                    backoff = 0.005
+                await asyncio.sleep(pause)
                 continue
-            h = await self._hold(g, sent, ttl)
+            h = await self._hold(g, plan.sent, ttl)
             if h is not None:
                 return h
 
@@ -589,14 +498,8 @@ class AsyncLeaseClient:
         return h
 
     async def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
-        a = await self._transport.request(
-            "POST", key_path(key, "acquire"), acquire_body(owner, ttl, wait),
-            repeatable=False, timeout=self._transport.timeout + wait,
-        )
-        g = granted_of(loads_object(a.body, "acquire"), "acquire")
-        if g.lease.key != key:
-            raise UnexpectedAnswerError(f"lease: acquire {key!r} was answered with key {g.lease.key!r}")
-        return g
+        path, body, timeout = self._acquire_request(key, owner, ttl, wait)
+        return self._granted((await self._transport.request("POST", path, body, repeatable=False, timeout=timeout)).body, key)
 
     async def _hold(self, g: Granted, sent: float, ttl: float) -> AsyncHold | None:
         """As LeaseClient._hold."""
@@ -734,8 +637,7 @@ class AsyncWatch:
     async def _stream(self) -> AsyncIterator[WatchEvent]:
         c = self._client
         t = c._transport
-        silence = c.heartbeat * c.missed_heartbeats
-        path = "/v1/watch" + ("?prefix=" + query({"p": self.prefix})[3:] if self.prefix else "")
+        path, silence = c._watch(self.prefix)
         (r, w), headers, used = await t.stream(path, min(silence, t.timeout))
         what = f"watch {json.dumps(self.prefix)}"
         chunked = headers.get("transfer-encoding", "").lower() == "chunked"
@@ -798,40 +700,23 @@ class AsyncElector:
     async def observe(self, key: str) -> AsyncIterator[Leader]:
         """As Elector.observe."""
         check_name("key", key)
-        last: Leader | None = None
-        cur = Leader(key)
-        synced = False
+        f = Follower(key)
         w = self.client.watch(key)
         try:
             async for ev in w:
-                if ev.kind == RESET:
-                    cur, synced = Leader(key), False
-                    continue
-                if ev.kind == EVENT_SYNCED:
-                    synced = True
-                elif ev.lease is None or ev.lease.key != key:
-                    continue
-                elif ev.kind in ("held", "acquired"):
-                    cur = leader_of(ev.lease)
-                elif ev.kind == "renewed":
-                    continue
-                elif ev.lease.token == cur.token:
-                    cur = Leader(key)
-                else:
-                    continue
-                if synced and (last is None or (cur.token, cur.value) != (last.token, last.value)):
-                    last = cur
-                    yield cur
+                leader = f.feed(ev)
+                if leader is not None:
+                    yield leader
         except UnsupportedError:
             pass
         finally:
             await w.aclose()
         pause = POLL_FIRST
         while True:
-            cur = await self.leader(key) or Leader(key)
-            if last is None or (cur.token, cur.value) != (last.token, last.value):
-                last, pause = cur, POLL_FIRST
-                yield cur
+            leader = f.polled(await self.leader(key) or Leader(key))
+            if leader is not None:
+                pause = POLL_FIRST
+                yield leader
             await asyncio.sleep(jittered(pause))
             pause = min(pause * 2, POLL_MAX)
 
@@ -881,39 +766,27 @@ class AsyncSlot(AsyncHold):
     number: int
 
 
-class AsyncSemaphore:
+class AsyncSemaphore(SemaphoreBase):
     """Semaphore on the asyncio client (see Semaphore): it follows the server's
     watch of the slots to know when one frees, and polls where it cannot watch."""
 
     def __init__(self, client: AsyncLeaseClient, name: str, n: int, ttl: float = 10.0) -> None:
-        check_name("semaphore name", name + "/slots/" + str(MAX_SLOTS))
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SLOTS:
-            raise InvalidError(f"lease: semaphore {name!r}: n must be 1 to {MAX_SLOTS}, got {n!r}")
+        super().__init__(name, n, ttl)
         self.client = client
-        self.name = name
-        self.n = n
-        self.ttl = check_ttl(ttl)
-
-    def slot_key(self, i: int) -> str:
-        return f"{self.name}/slots/{i}"
 
     async def try_acquire(self) -> AsyncSlot:
         slot, _ = await self._try_all()
         if slot is None:
-            raise HeldError(f"lease: semaphore {self.name!r}: all {self.n} slots are held")
+            raise self._all_held()
         return slot
 
     async def _try_all(self) -> tuple[AsyncSlot | None, float]:
         soonest = float("inf")
-        start = random.randrange(self.n)
-        for j in range(self.n):
-            i = (start + j) % self.n
+        for i in self._order():
             try:
                 h = await self.client.try_acquire(self.slot_key(i), self.ttl)
             except HeldError as e:
-                if e.holder is not None:
-                    left = (e.holder.expires_at - datetime.now(timezone.utc)).total_seconds()
-                    soonest = min(soonest, max(left, 0.0))
+                soonest = self._until_free(e, soonest)
                 continue
             h.__class__ = AsyncSlot
             assert isinstance(h, AsyncSlot)
@@ -926,7 +799,7 @@ class AsyncSemaphore:
         then, at the head of the line, tries the slots whenever the watch says
         one freed. Cancel it (asyncio.timeout) to stop waiting; the turn's
         loss ends it with LeaseLostError."""
-        async with self.client.acquire(self.name + "/queue", self.ttl):
+        async with self.client.acquire(self.queue_key, self.ttl):
             try:
                 w = self.client.watch(self.name + "/slots/", reconnect=False)
                 try:

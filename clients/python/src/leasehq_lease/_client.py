@@ -7,25 +7,18 @@ from __future__ import annotations
 import functools
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Final, Generator, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, TypeVar
 
-from ._endpoints import Endpoints, parse_servers
-from ._errors import HeldError, LeaseError, quote, NotFoundError, NotHeldError, UnavailableError, UnexpectedAnswerError
+from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
+from ._errors import HeldError, LeaseError, NotFoundError, NotHeldError, UnavailableError, quote
 from ._events import RESET, EventStreamParser, WatchEvent, decode
 from ._hold import Hold, Renewer
 from ._wire import (
-    WAIT_CHUNK,
     DriftMargin,
     Granted,
     Lease,
     LeasePage,
-    acquire_body,
-    check_margin,
     check_name,
-    check_ttl,
-    check_usable,
-    default_owner,
-    dumps,
     granted_of,
     jittered,
     key_path,
@@ -46,16 +39,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-DEFAULT_HEARTBEAT: Final = 15.0
-"""lease serve's default --watch-heartbeat, in seconds."""
-MISSED_HEARTBEATS: Final = 3
-"""A watch stream silent for this many heartbeats is broken."""
-RESUME_FIRST: Final = 0.1
-RESUME_MAX: Final = 5.0
-"""A broken watch is opened again after 100 ms, doubling to 5 s (as lease watch does)."""
 
 
-class LeaseClient:
+class LeaseClient(ClientBase):
     """Acquires leases from a lease server (``lease serve``) and reads them.
 
     ``servers`` is a URL (``http://127.0.0.1:7420``; a path prefix is kept), a
@@ -87,33 +73,12 @@ class LeaseClient:
     ) -> None:
         from ._http import Transport
 
-        self.owner: str = check_name("owner", default_owner() if owner is None else owner)
-        """The owner name acquisitions are made under."""
-        self._owner_json = dumps(self.owner)
-        if token is not None and (not isinstance(token, str) or token == "" or any(c.isspace() for c in token)):
-            raise _invalid("token must be printable ASCII without spaces")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise _invalid(f"timeout must be positive seconds, got {timeout!r}")
-        if not (isinstance(heartbeat, (int, float)) and heartbeat > 0) or not (
-            isinstance(missed_heartbeats, int) and missed_heartbeats >= 1
-        ):
-            raise _invalid("heartbeat must be positive seconds and missed_heartbeats at least 1")
-        self.drift_margin = check_margin(drift_margin)
-        self.heartbeat = float(heartbeat)
-        self.missed_heartbeats = missed_heartbeats
-        self._transport = Transport(Endpoints(parse_servers(servers)), token, ssl_context, float(timeout))
+        super().__init__(
+            servers, owner=owner, token=token, ssl_context=ssl_context, timeout=timeout,
+            drift_margin=drift_margin, heartbeat=heartbeat, missed_heartbeats=missed_heartbeats,
+        )
+        self._transport = Transport(self._endpoints, token, ssl_context, self._timeout)
         self._renewer = Renewer(self._transport)
-
-    @property
-    def servers(self) -> list[str]:
-        """Every server's URL, in the order given."""
-        return [e.url for e in self._transport.endpoints.all]
-
-    @property
-    def server(self) -> str:
-        """The server requests go to first: the one that last answered."""
-        e = self._transport.endpoints
-        return e.all[e.current()].url
 
     def close(self) -> None:
         """Closes the pooled connections. Holds still renew (on new connections)."""
@@ -125,12 +90,6 @@ class LeaseClient:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def _check(self, key: str, ttl: float, owner: str | None) -> tuple[float, str]:
-        check_name("key", key)
-        ttl = check_ttl(ttl)
-        check_usable(self.drift_margin, ttl)
-        return ttl, self.owner if owner is None else check_name("owner", owner)
-
     def acquire(self, key: str, ttl: float = 10.0, *, wait: float | None = None, owner: str | None = None) -> Hold:
         """Waits until it holds key for ttl seconds, up to wait seconds (default:
         for ever), first come first served, and returns the Hold, which renews
@@ -139,27 +98,18 @@ class LeaseClient:
         holder; any other error ends the wait at once. owner overrides the
         client's for this lease."""
         ttl, owner = self._check(key, ttl, owner)
-        if wait is not None and not (isinstance(wait, (int, float)) and wait >= 0):
-            raise _invalid(f"wait must be seconds >= 0, got {wait!r}")
-        until = float("inf") if wait is None else time.monotonic() + wait
-        backoff = 0.005
+        plan = WaitPlan(wait)
         while True:
-            chunk = max(0.0, min(until - time.monotonic(), WAIT_CHUNK))
-            sent = time.monotonic()
+            chunk = plan.chunk()
             try:
                 g = self._acquire(key, owner, ttl, chunk)
             except HeldError:
-                now = time.monotonic()
-                if now >= until:
+                pause = plan.held()
+                if pause is None:
                     raise
-                if now - sent + 0.005 < chunk:
-                    # The server answered before the wait asked for: pace the asking.
-                    time.sleep(min(jittered(backoff), max(0.0, until - now)))
-                    backoff = min(backoff * 2, 0.5)
-                else:
-                    backoff = 0.005
+                time.sleep(pause)
                 continue
-            h = self._hold(g, sent, ttl)
+            h = self._hold(g, plan.sent, ttl)
             if h is not None:
                 return h
             # It expired before we could use it: queue again.
@@ -175,14 +125,8 @@ class LeaseClient:
         return h
 
     def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
-        a = self._transport.request(
-            "POST", key_path(key, "acquire"), acquire_body(self._owner_json if owner == self.owner else owner, ttl, wait),
-            repeatable=False, timeout=self._transport.timeout + wait,
-        )
-        g = granted_of(loads_object(a.body, "acquire"), "acquire")
-        if g.lease.key != key:
-            raise UnexpectedAnswerError(f"lease: acquire {key!r} was answered with key {g.lease.key!r}")
-        return g
+        path, body, timeout = self._acquire_request(key, owner, ttl, wait)
+        return self._granted(self._transport.request("POST", path, body, repeatable=False, timeout=timeout).body, key)
 
     def _hold(self, g: Granted, sent: float, ttl: float) -> Hold | None:
         """A Hold of g, granted to a request sent at sent. A grant that came long
@@ -347,8 +291,7 @@ class Watch:
 
     def _stream(self) -> Iterator[WatchEvent]:
         c = self._client
-        silence = c.heartbeat * c.missed_heartbeats
-        path = "/v1/watch" + ("?prefix=" + _quote(self.prefix) if self.prefix else "")
+        path, silence = c._watch(self.prefix)
         t = c._transport
         conn, resp, used = t.stream(path, min(silence, t.timeout))
         self._conn = conn
@@ -386,14 +329,3 @@ class Watch:
             self._conn = None
             conn.close()
 
-
-def _quote(s: str) -> str:
-    from ._wire import query
-
-    return query({"p": s})[3:]
-
-
-def _invalid(msg: str) -> LeaseError:
-    from ._errors import InvalidError
-
-    return InvalidError("lease: " + msg)

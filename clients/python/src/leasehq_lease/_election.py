@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Callable, Final, Iterator, NamedTuple
 
 from ._errors import HeldError, InvalidError, UnsupportedError
-from ._events import EVENT_SYNCED, RESET
+from ._events import EVENT_SYNCED, RESET, WatchEvent
 from ._wire import Lease, check_name, check_ttl, jittered
 
 if TYPE_CHECKING:
@@ -42,6 +42,46 @@ class Leader(NamedTuple):
 
 def leader_of(lease: Lease) -> Leader:
     return Leader(lease.key, lease.owner, lease.token, lease.expires_at)
+
+
+class Follower:
+    """Follows one key's leadership through a watch of it, as Go's
+    election.Observe does: feed() takes each event and returns the leader to
+    report, or None. Renewals are not changes; the end of a term already
+    superseded is skipped; a reset forgets the picture; nothing is reported
+    before the picture is complete (synced), nor the same leader twice."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.cur = Leader(key)
+        self.last: Leader | None = None
+        self.synced = False
+
+    def feed(self, ev: WatchEvent) -> Leader | None:
+        key = self.key
+        if ev.kind == RESET:
+            self.cur, self.synced = Leader(key), False
+            return None
+        if ev.kind == EVENT_SYNCED:
+            self.synced = True
+        elif ev.lease is None or ev.lease.key != key:
+            return None  # a prefix watch also sees keys that extend key
+        elif ev.kind in ("held", "acquired"):
+            self.cur = leader_of(ev.lease)
+        elif ev.kind == "renewed":
+            return None
+        elif ev.lease.token == self.cur.token:  # released, expired: the end of this term
+            self.cur = Leader(key)
+        else:
+            return None  # the end of a term already superseded
+        return self.polled(self.cur) if self.synced else None
+
+    def polled(self, cur: Leader) -> Leader | None:
+        """cur, read by polling, if it differs from the last reported."""
+        if self.last is not None and (cur.token, cur.value) == (self.last.token, self.last.value):
+            return None
+        self.last = cur
+        return cur
 
 
 class _HoldView:
@@ -105,43 +145,23 @@ class Elector:
         (opened again when it breaks), or reads the leader at a pace where the
         server cannot watch."""
         check_name("key", key)
-        last: Leader | None = None
-        cur = Leader(key)
-        synced = False
+        f = Follower(key)
         w = self.client.watch(key)
         try:
             for ev in w:
-                if ev.kind == RESET:
-                    cur, synced = Leader(key), False
-                    continue
-                if ev.kind == EVENT_SYNCED:
-                    synced = True
-                elif ev.lease is None or ev.lease.key != key:
-                    continue  # a prefix watch also sees keys that extend key
-                elif ev.kind in ("held", "acquired"):
-                    cur = leader_of(ev.lease)
-                elif ev.kind == "renewed":
-                    continue
-                elif ev.lease.token == cur.token:  # released, expired: the end of this term
-                    cur = Leader(key)
-                else:
-                    continue  # the end of a term already superseded
-                if synced and (last is None or (cur.token, cur.value) != (last.token, last.value)):
-                    last = cur
-                    yield cur
+                leader = f.feed(ev)
+                if leader is not None:
+                    yield leader
         except UnsupportedError:
             pass
         finally:
             w.close()
-        yield from self._observe_poll(key, last)
-
-    def _observe_poll(self, key: str, last: Leader | None) -> Iterator[Leader]:
         pause = POLL_FIRST
         while True:
-            cur = self.leader(key) or Leader(key)
-            if last is None or (cur.token, cur.value) != (last.token, last.value):
-                last, pause = cur, POLL_FIRST
-                yield cur
+            leader = f.polled(self.leader(key) or Leader(key))
+            if leader is not None:
+                pause = POLL_FIRST
+                yield leader
             time.sleep(jittered(pause))
             pause = min(pause * 2, POLL_MAX)
 
@@ -180,15 +200,14 @@ class Slot(_HoldView):
         return self
 
 
-class Semaphore:
-    """At most n holders at once under name: n leases name/slots/0..n-1, each
-    with its own fencing token, held for ttl seconds between renewals."""
+class SemaphoreBase:
+    """What Semaphore and AsyncSemaphore share: the name, the slots' keys and
+    the order and hints of a try of every slot."""
 
-    def __init__(self, client: LeaseClient, name: str, n: int, ttl: float = 10.0) -> None:
+    def __init__(self, name: str, n: int, ttl: float) -> None:
         check_name("semaphore name", name + "/slots/" + str(MAX_SLOTS))
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SLOTS:
             raise InvalidError(f"lease: semaphore {name!r}: n must be 1 to {MAX_SLOTS}, got {n!r}")
-        self.client = client
         self.name = name
         self.n = n
         self.ttl = check_ttl(ttl)
@@ -200,30 +219,52 @@ class Semaphore:
     def queue_key(self) -> str:
         return self.name + "/queue"
 
+    def _order(self) -> list[int]:
+        """The slots in the order to try them: from a random one on, so that
+        callers do not all contend for slot 0."""
+        import random
+
+        start = random.randrange(self.n)
+        return [(start + j) % self.n for j in range(self.n)]
+
+    @staticmethod
+    def _until_free(e: HeldError, soonest: float) -> float:
+        """soonest, or the seconds until e's holder expires if sooner (on the server's clock)."""
+        if e.holder is None:
+            return soonest
+        from datetime import datetime, timezone
+
+        return min(soonest, max(0.0, (e.holder.expires_at - datetime.now(timezone.utc)).total_seconds()))
+
+    def _all_held(self) -> HeldError:
+        return HeldError(f"lease: semaphore {self.name!r}: all {self.n} slots are held")
+
+
+class Semaphore(SemaphoreBase):
+    """At most n holders at once under name: n leases name/slots/0..n-1, each
+    with its own fencing token, held for ttl seconds between renewals."""
+
+    def __init__(self, client: LeaseClient, name: str, n: int, ttl: float = 10.0) -> None:
+        super().__init__(name, n, ttl)
+        self.client = client
+
     def try_acquire(self) -> Slot:
         """Takes a free slot at once, or raises HeldError when all are held. It
         tries the slots from a random one on, so that callers do not all
         contend for slot 0."""
         slot, _ = self._try_all()
         if slot is None:
-            raise HeldError(f"lease: semaphore {self.name!r}: all {self.n} slots are held")
+            raise self._all_held()
         return slot
 
     def _try_all(self) -> tuple[Slot | None, float]:
         """A slot, or None and the seconds until the earliest holder's expiry (inf if unknown)."""
-        import random
-        from datetime import datetime, timezone
-
         soonest = float("inf")
-        start = random.randrange(self.n)
-        for j in range(self.n):
-            i = (start + j) % self.n
+        for i in self._order():
             try:
                 return Slot(self.client.try_acquire(self.slot_key(i), self.ttl), i), 0.0
             except HeldError as e:
-                if e.holder is not None:
-                    left = (e.holder.expires_at - datetime.now(timezone.utc)).total_seconds()
-                    soonest = min(soonest, max(left, 0.0))
+                soonest = self._until_free(e, soonest)
         return None, soonest
 
     def acquire(self, *, wait: float | None = None) -> Slot:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Final, NamedTuple, Sequence
 
-from ._errors import InvalidError
+from ._errors import InvalidError, UnavailableError
 
 RETRY_ROUNDS: Final = 3
 """A retried request goes round every endpoint at most this many times."""
@@ -72,6 +72,15 @@ class Endpoints:
                 self._cur = (used + 1) % len(self.all)
 
 
+class Failed(Exception):
+    """A request that got no answer; never_left says it never reached a server."""
+
+    def __init__(self, cause: BaseException, never_left: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.never_left = never_left
+
+
 class Plan:
     """Whether a failed request is sent again (rule 4): one that never left,
     always; one that lost its answer or was answered 503, only if it is
@@ -94,3 +103,10 @@ class Plan:
         if self.tries % self.n:
             return 0.0
         return float(RETRY_BACKOFF * 4.0 ** (self.tries // self.n - 1))
+
+
+def unanswered(method: str, path: str, url: str, cause: BaseException, never_left: bool, repeatable: bool) -> UnavailableError:
+    """The error of a request that got no answer and will not be sent again."""
+    what = "could not reach" if never_left else "lost the answer of"
+    outcome = "" if never_left or repeatable else "; its outcome is unknown"
+    return UnavailableError(f"lease: {method} {path}: {what} {url}: {cause!r}{outcome}")

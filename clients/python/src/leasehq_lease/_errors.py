@@ -214,21 +214,25 @@ BY_CODE: Final[dict[str, Callable[[str, dict[str, Any], int | None], LeaseError]
 }
 
 
+def _detail(body: bytes | str) -> dict[str, Any] | None:
+    """The error object of an error body {"error":{...}}, or None."""
+    import json
+
+    try:
+        v = json.loads(body)
+    except ValueError:
+        return None
+    d = v.get("error") if isinstance(v, dict) else None
+    return d if isinstance(d, dict) else None
+
+
 def error_from_answer(status: int, body: bytes) -> LeaseError:
     """The class of an error answer: by the API's error body
     ``{"error":{"code","message",...}}`` when there is one, else by the status
     alone, as leasehttp's kindByStatus guesses, and never a 404 or a 409
     class, which a proxy's page could not mean."""
-    import json
-
-    detail: object = None
-    try:
-        v = json.loads(body)
-        if isinstance(v, dict):
-            detail = v.get("error")
-    except ValueError:
-        pass
-    if isinstance(detail, dict):
+    detail = _detail(body)
+    if detail is not None:
         code = detail.get("code")
         msg = detail.get("message")
         message = msg if isinstance(msg, str) and msg else f"lease: HTTP {status} {code}"
@@ -253,16 +257,7 @@ def error_from_answer(status: int, body: bytes) -> LeaseError:
 def error_from_event(what: str, data: str) -> LeaseError:
     """The class of the error event that ends a watch stream (its data an error
     body): by its code, else an UnavailableError, since the stream broke."""
-    import json
-
-    detail: object = None
-    try:
-        v = json.loads(data)
-        if isinstance(v, dict):
-            detail = v.get("error")
-    except ValueError:
-        pass
-    d = detail if isinstance(detail, dict) else {}
+    d = _detail(data) or {}
     code = d.get("code")
     said = d.get("message") if isinstance(d.get("message"), str) and d.get("message") else repr(data[:200])
     message = f"lease: {what}: the server ended the stream ({code if isinstance(code, str) else 'no code'}): {said}"

@@ -95,35 +95,20 @@ class _LossEvent(threading.Event):
             super().wait(max(left, 0.0005))
 
 
-class Hold:
-    """A lease the client holds and renews in the background (one thread per
-    client, renewing its holds together at about a third of their TTLs).
+class HoldBase:
+    """What Hold and AsyncHold share: the lease, its token, and the judgement
+    of its deadline, which the hold makes itself whenever asked."""
 
-    ``lost`` is a threading.Event set as soon as the client can no longer be
-    sure it holds the lease: when the server says it is gone, or when the safe
-    deadline (send time of the last successful acquire or renew + TTL - drift
-    margin, on this process's monotonic clock; I5) passes without a renewal.
-    Both come before the server could give the lease to anyone else.
-    ``check()`` raises LeaseLostError then. Pass ``token`` with every write to
-    the protected resource.
-
-    ``with`` releases the hold at the end of the block, quietly if it was lost
-    (``lost`` and ``check()`` already said so); ``release()`` says what
-    happened."""
-
-    def __init__(self, renewer: Renewer, g: Granted, sent: float, ttl: float, margin: DriftMargin) -> None:
-        self._renewer = renewer
+    def __init__(self, g: Granted, sent: float, ttl: float, margin: DriftMargin) -> None:
         self._state = HoldState(g, sent, ttl, margin)
         self._released = False
-        self.lost: threading.Event = _LossEvent(self)
-        """Set when the lease may be gone (see the class)."""
         self.key: str = g.lease.key
         self.token: int = g.lease.token
         """The fencing token; renewal never changes it."""
         self.owner: str = g.lease.owner
 
     def __repr__(self) -> str:
-        return f"<Hold key={self.key!r} token={self.token} held={self.held}>"
+        return f"<{type(self).__name__} key={self.key!r} token={self.token} held={self.held}>"
 
     @property
     def lease(self) -> Lease:
@@ -132,7 +117,7 @@ class Hold:
 
     @property
     def deadline(self) -> float:
-        """The safe deadline on time.monotonic()'s clock: the latest instant the client still counts the lease held."""
+        """The safe deadline on time.monotonic()'s clock (the event loop's): the latest instant the client still counts the lease held."""
         return self._state.deadline
 
     @property
@@ -150,7 +135,36 @@ class Hold:
     def _judge(self) -> None:
         s = self._state
         if s.ended is None and time.monotonic() >= s.deadline:
-            self._renewer.lose(self, "no successful renewal before the safe deadline")
+            self._lose("no successful renewal before the safe deadline")
+
+    def _lose(self, why: str) -> None:
+        raise NotImplementedError
+
+
+class Hold(HoldBase):
+    """A lease the client holds and renews in the background (one thread per
+    client, renewing its holds together at about a third of their TTLs).
+
+    ``lost`` is a threading.Event set as soon as the client can no longer be
+    sure it holds the lease: when the server says it is gone, or when the safe
+    deadline (send time of the last successful acquire or renew + TTL - drift
+    margin, on this process's monotonic clock; I5) passes without a renewal.
+    Both come before the server could give the lease to anyone else.
+    ``check()`` raises LeaseLostError then. Pass ``token`` with every write to
+    the protected resource.
+
+    ``with`` releases the hold at the end of the block, quietly if it was lost
+    (``lost`` and ``check()`` already said so); ``release()`` says what
+    happened."""
+
+    def __init__(self, renewer: Renewer, g: Granted, sent: float, ttl: float, margin: DriftMargin) -> None:
+        super().__init__(g, sent, ttl, margin)
+        self._renewer = renewer
+        self.lost: threading.Event = _LossEvent(self)
+        """Set when the lease may be gone (see the class)."""
+
+    def _lose(self, why: str) -> None:
+        self._renewer.lose(self, why)
 
     def release(self) -> None:
         """Stops renewal, marks the hold released (check() then raises

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Final
 
-from ._endpoints import Endpoints, Plan
+from ._endpoints import Endpoints, Failed, Plan, unanswered
 from ._errors import LeaseError, UnavailableError, error_from_answer
 
 IDLE_KEEP: Final = 60.0
@@ -28,15 +28,6 @@ class Answer:
     def __init__(self, status: int, body: bytes) -> None:
         self.status = status
         self.body = body
-
-
-class _Failed(Exception):
-    """A request that got no answer; never_left says it never reached a server."""
-
-    def __init__(self, cause: BaseException, never_left: bool) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-        self.never_left = never_left
 
 
 class Transport:
@@ -70,7 +61,7 @@ class Transport:
             c.connect()
         except (OSError, http.client.HTTPException) as e:
             c.close()
-            raise _Failed(e, True) from e
+            raise Failed(e, True) from e
         c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return c
 
@@ -107,7 +98,7 @@ class Transport:
             c.close()
             # A pooled connection the server had closed fails at once; the
             # request may not have been read, but nobody can tell.
-            raise _Failed(e, False) from e
+            raise Failed(e, False) from e
         if r.will_close:
             c.close()
         else:
@@ -127,15 +118,12 @@ class Transport:
             i = self.endpoints.current()
             try:
                 a = self._once(i, method, path, body, t)
-            except _Failed as f:
+            except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
                 if pause is None:
-                    what = "could not reach" if f.never_left else "lost the answer of"
-                    outcome = "" if f.never_left or repeatable else "; its outcome is unknown"
-                    raise UnavailableError(
-                        f"lease: {method} {path}: {what} {self.endpoints.all[i].url}: {f.cause!r}{outcome}"
-                    ) from f.cause
+                    url = self.endpoints.all[i].url
+                    raise unanswered(method, path, url, f.cause, f.never_left, repeatable) from f.cause
                 if pause:
                     time.sleep(pause)
                 continue
@@ -167,8 +155,8 @@ class Transport:
                     r = c.getresponse()
                 except (OSError, http.client.HTTPException) as e:
                     c.close()
-                    raise _Failed(e, False) from e
-            except _Failed as f:
+                    raise Failed(e, False) from e
+            except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
                 if pause is None:

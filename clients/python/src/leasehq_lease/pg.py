@@ -19,10 +19,9 @@ caller retries the transaction. The module imports psycopg only for types."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
 
-from ._errors import NotFoundError, StaleTokenError, UnavailableError
+from ._errors import NotFoundError, StaleTokenError, UnavailableError, quote
 from ._errors import InvalidError as _Invalid
 from ._fenced import AT_LEAST, STRICT, admits, check_mode, check_token
 from ._wire import check_name
@@ -62,6 +61,13 @@ def _table(table: str | Sequence[str]) -> tuple[str, str]:
     if not 1 <= len(parts) <= 2:
         raise _Invalid("lease: pg: table must be a name or (schema, name)")
     return ".".join(ident("table", p) for p in parts), ".".join(parts)
+
+
+def _stale(resource: str, token: int, highest: int, mode: str) -> StaleTokenError:
+    return StaleTokenError(
+        f"lease: pg: stale token {token} for {quote(resource)}: the highest accepted is {highest} (mode {mode})",
+        resource=resource, token=token, highest=highest, mode=mode,
+    )
 
 
 def _numbered(sql: str) -> str:
@@ -133,11 +139,7 @@ class PgGuard:
         check_token(token)
         if conn.execute(self._upsert.encode(), (resource, token)).fetchone() is not None:
             return
-        highest = self.highest(conn, resource)
-        raise StaleTokenError(
-            f"lease: pg: stale token {token} for {json.dumps(resource)}: highest accepted is {highest} (mode {self.mode})",
-            resource=resource, token=token, highest=highest, mode=self.mode,
-        )
+        raise _stale(resource, token, self.highest(conn, resource), self.mode)
 
     def highest(self, conn: Executor, resource: str) -> int:
         """The highest token accepted for resource, as conn sees it; 0 if none."""
@@ -223,8 +225,5 @@ def update_row(
             raise NotFoundError(f"lease: pg: no row {where}")
         highest = int(row[0])
         if not admits(mode, token, highest):
-            raise StaleTokenError(
-                f"lease: pg: stale token {token} for {json.dumps(where)}: the row has {highest} (mode {mode})",
-                resource=where, token=token, highest=highest, mode=mode,
-            )
+            raise _stale(where, token, highest, mode)
     raise UnavailableError(f"lease: pg: {where} kept changing under the update")
