@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease/internal/benchutil"
 	"github.com/leasehq/lease/internal/cli"
 	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/internal/redistest"
@@ -128,24 +129,37 @@ func setup(tb testing.TB) (*worker, []row) {
 }
 
 // BenchmarkComparePython: one op = one acquire+release pair from Python, on
-// a key of the thread's own, at 1 and 16 threads in one process; rows are
-// interleaved, each floor beside what it bounds. See groupNotes in
+// a key of the thread's own, at 1 and 16 threads in one process. Each round
+// runs every row for a batch of pairs, in an order that turns each round, so
+// that a slow spell of the shared machine falls on every row alike; a row's
+// latency samples are its batches' time per pair. See groupNotes in
 // internal/benchreport.
 func BenchmarkComparePython(b *testing.B) {
 	w, rows := setup(b)
 	for _, c := range []int{1, 16} {
-		for _, r := range rows {
-			b.Run(fmt.Sprintf("c=%d/%s", c, r.name), func(b *testing.B) {
-				j := r.job
-				j.Clients, j.N = c, b.N
-				d, err := w.run(j)
-				if err != nil {
-					b.Fatal(err)
+		batch := 25 * c
+		b.Run(fmt.Sprintf("c=%d/interleaved", c), func(b *testing.B) {
+			lat := make([][]time.Duration, len(rows))
+			var total time.Duration
+			for round := range b.N {
+				for k := range rows {
+					i := (round + k) % len(rows)
+					j := rows[i].job
+					j.Clients, j.N = c, batch
+					d, err := w.run(j)
+					if err != nil {
+						b.Fatalf("%s: %v", rows[i].name, err)
+					}
+					total += d
+					lat[i] = append(lat[i], d/time.Duration(batch))
 				}
-				b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
-				b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
-			})
-		}
+			}
+			out := make([]benchutil.Row, len(rows))
+			for i, r := range rows {
+				out[i] = benchutil.Row{Name: r.name, Latencies: lat[i]}
+			}
+			benchutil.ReportRows(b, total/time.Duration(b.N), out)
+		})
 	}
 }
 

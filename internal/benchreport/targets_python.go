@@ -19,11 +19,12 @@ func init() {
 	Targets = append(Targets, Target{Group: "PythonImport", Clients: 1, Impl: "leasehq_lease", Cmp: "<=", Ratio: 50, Metric: "import-ms",
 		Note: "issue 32: importing leasehq_lease (LeaseClient, FencedResource, the errors) takes at most 50 ms"})
 	groupNotes["Python"] = "From CPython (Debian's python3, the wheel installed in a venv), one process, c threads; one op = one acquire+release pair on the thread's own key. " +
+		"Interleaved: each round runs every row for a batch of 25×c pairs, in an order that turns each round; ns/op is a row's mean time per pair over its batches. " +
 		"http-pair-mem / http-pair-bolt: two raw http.client round trips doing the same acquire and release (JSON parsed, nothing checked), one kept-alive connection per thread — the HTTP path's limit from Python. " +
 		"py-mem: LeaseClient.try_acquire + Hold.release against the leasehttp server over memstore (lease serve has no memory store); " +
 		"py-bolt: the same against lease serve's embedded store (fsync on). " +
 		"redis-py-lock: redis-py's Lock acquire + release (one connection pool) on Redis with appendonly yes and appendfsync always; no fencing token. " +
-		"allocs/op and B/op are the Go process's (the servers in it), not Python's."
+		"p50/p99 are of the batches' time per pair."
 	groupNotes["PythonImport"] = "`python3 -X importtime -c 'from leasehq_lease import LeaseClient, FencedResource, StaleTokenError, LeaseLostError'` in a fresh interpreter: " +
-		"the package's cumulative import time, the best of 5 runs per op (http.client, ssl and asyncio are imported when a client is made, not by the import)."
+		"the package's cumulative import time; one op is one interpreter (at most 20 a run), import-ms the best of them (http.client, ssl and asyncio are imported when a client is made, not by the import)."
 }

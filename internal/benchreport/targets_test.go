@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"strings"
@@ -199,9 +200,11 @@ func TestSpeedTargetsJudged(t *testing.T) {
 func TestPythonTargetsJudged(t *testing.T) {
 	var out string
 	for _, c := range []string{"1", "16"} {
-		for _, r := range []string{"http-pair-mem", "py-mem", "http-pair-bolt", "py-bolt", "redis-py-lock"} {
-			out += "BenchmarkComparePython/c=" + c + "/" + r + "-2 \t 1000 \t 300000 ns/op \t 3333 ops/s\n"
+		out += "BenchmarkComparePython/c=" + c + "/interleaved-2 \t 3 \t 900000 ns/op"
+		for i, r := range []string{"http-pair-mem", "py-mem", "http-pair-bolt", "py-bolt", "redis-py-lock"} {
+			out += fmt.Sprintf(" \t 300000 %s:ns/op \t 3333 %s:ops/s \t 300 %s:p50-µs \t %d %s:row", r, r, r, i, r)
 		}
+		out += "\n"
 	}
 	out += "BenchmarkComparePythonImport/c=1/leasehq_lease-2 \t 3 \t 900000000 ns/op \t 12.5 import-ms\n"
 	parsed, err := Parse(strings.NewReader(out), 2)

@@ -138,6 +138,9 @@ class Proxy:
     def __init__(self, target_port: int) -> None:
         self.target = target_port
         self.frozen = threading.Event()
+        self.refuse = threading.Event()
+        """While set, every new connection is closed at once (and counted in refused)."""
+        self.refused = 0
         self._ls = socket.socket()
         self._ls.bind(("127.0.0.1", 0))
         self._ls.listen(64)
@@ -153,6 +156,10 @@ class Proxy:
                 c, _ = self._ls.accept()
             except OSError:
                 return
+            if self.refuse.is_set():
+                self.refused += 1
+                c.close()
+                continue
             try:
                 u = socket.create_connection(("127.0.0.1", self.target))
             except OSError:
@@ -185,6 +192,14 @@ class Proxy:
         self._ls.close()
         for s in self._socks:
             s.close()
+
+    def cut(self) -> None:
+        """Closes every connection open now."""
+        for s in self._socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 @pytest.fixture

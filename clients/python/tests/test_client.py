@@ -275,3 +275,20 @@ def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_serve
     start_server(port=s.port, data_dir=s.data_dir)
     with c.try_acquire(unique("after"), 5.0) as h:
         assert h.token >= 1
+
+
+def test_failed_renewals_are_retried_at_a_pace(server: Server, proxy_to: object) -> None:
+    # A server that hangs up on every request: the renewer retries at about
+    # a tenth of the TTL until the deadline, not in a tight loop.
+    from conftest import Proxy
+
+    p: Proxy = proxy_to(server)  # type: ignore[operator]
+    c = LeaseClient(p.url)
+    h = c.try_acquire(unique("pace"), 3.0)
+    p.refuse.set()
+    p.cut()
+    assert h.lost.wait(5)
+    # A renewal every 0.3 s from the first failure, each request tried 3
+    # times (25 and 100 ms apart): about 20 connections, not one every
+    # 40 ms or so.
+    assert 1 <= p.refused <= 40, p.refused

@@ -33,7 +33,7 @@ from ._errors import (
     error_from_answer,
 )
 from ._events import EVENT_SYNCED, RESET, EventStreamParser, WatchEvent, decode
-from ._hold import RELEASE_TIMEOUT, HoldBase, _results
+from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now
 from ._wire import (
     MAX_RENEW_BATCH,
     DriftMargin,
@@ -366,7 +366,7 @@ class _Renewer:
     async def _run(self) -> None:
         while self.holds:
             now = time.monotonic()
-            due = [h for h in self.holds if h._state.renew_at <= now + h._state.effective_ttl() / 6]
+            due = [h for h in due_now(self.holds, now) if isinstance(h, AsyncHold)]
             if not due:
                 self._wake_at = min(h._state.renew_at for h in self.holds)
                 self._wake.clear()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Final
+from typing import TYPE_CHECKING, Callable, Final, Iterable
 
 from ._errors import LeaseError, quote, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError
 from ._wire import (
@@ -63,6 +63,18 @@ class HoldState:
     def lost_error(self, why: str) -> LeaseLostError:
         lease = self.granted.lease
         return LeaseLostError(lease.key, lease.token, f"lease: lost {quote(lease.key)} (token {lease.token}): {why}")
+
+
+def due_now(holds: Iterable[HoldBase], now: float) -> list[HoldBase]:
+    """The holds to renew at now: none unless one is due; then also those due
+    within a sixth of their TTL, which costs nothing and lets holds due at
+    about the same time share a request. (A renewal that failed is retried
+    at its own time, never early, or a dead server would be asked in a
+    tight loop.)"""
+    live = [h for h in holds if h._state.ended is None]
+    if not any(h._state.renew_at <= now for h in live):
+        return []
+    return [h for h in live if h._state.renew_at <= now + h._state.effective_ttl() / 6]
 
 
 class _LossEvent(threading.Event):
@@ -265,9 +277,7 @@ class Renewer:
             expired = [h for h in holds if now >= h._state.deadline]
             for h in expired:
                 self.lose(h, "no successful renewal before the safe deadline")
-            # Renewing up to a sixth of a TTL early costs nothing and lets
-            # holds due at about the same time share a request.
-            due = [h for h in holds if h._state.ended is None and h._state.renew_at <= now + h._state.effective_ttl() / 6]
+            due = due_now(holds, now)
             if not due:
                 with self._cond:
                     live = [h._state for h in self._holds]
@@ -282,7 +292,7 @@ class Renewer:
                 self._wake_at = float("-inf")  # busy: no need to wake it
             due.sort(key=lambda h: h._state.renew_at)
             for i in range(0, len(due), MAX_RENEW_BATCH):
-                self._renew(due[i : i + MAX_RENEW_BATCH])
+                self._renew([h for h in due[i : i + MAX_RENEW_BATCH] if isinstance(h, Hold)])
 
     def _renew(self, batch: list[Hold]) -> None:
         sent = time.monotonic()
