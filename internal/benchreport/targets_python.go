@@ -19,7 +19,7 @@ func init() {
 	Targets = append(Targets, Target{Group: "PythonImport", Clients: 1, Impl: "leasehq_lease", Cmp: "<=", Ratio: 50, Metric: "import-ms",
 		Note: "issue 32: importing leasehq_lease (LeaseClient, FencedResource, the errors) takes at most 50 ms"})
 	groupNotes["Python"] = "From CPython (Debian's python3, the wheel installed in a venv), one process, c threads; one op = one acquire+release pair on the thread's own key. " +
-		"Interleaved: each round runs every row for a batch of 25×c pairs, in an order that turns each round; ns/op is a row's mean time per pair over its batches. " +
+		"Interleaved: after a round that warms every row up, each round (at least 10) runs every row for a batch of 10×c pairs, in an order that turns each round, on clients, connections and keys kept from batch to batch; ns/op is a row's mean time per pair over its batches. " +
 		"http-pair-mem / http-pair-bolt: two raw http.client round trips doing the same acquire and release (JSON parsed, nothing checked), one kept-alive connection per thread — the HTTP path's limit from Python. " +
 		"py-mem: LeaseClient.try_acquire + Hold.release against the leasehttp server over memstore (lease serve has no memory store); " +
 		"py-bolt: the same against lease serve's embedded store (fsync on). " +

@@ -99,14 +99,25 @@ def import_time(n: int) -> int:
     return best * 1000
 
 
+_makers: dict[tuple[str, str], Callable[[str], Callable[[], None]]] = {}
+_ops: dict[tuple[str, str, int], Callable[[], None]] = {}
+
+
 def run(job: dict[str, object]) -> int:
     impl, clients, n = str(job["impl"]), int(str(job["clients"])), int(str(job["n"]))
     if impl == "import":
         return import_time(n)
     target = str(job.get("server") or job.get("redis"))
-    make = {"http-pair": http_pair, "py": py, "redis-lock": redis_lock}[impl](target)
-    run_id = uuid.uuid4().hex[:8]
-    ops = [make(f"bench-{impl}-{run_id}-{i}") for i in range(clients)]
+    # Clients, connections and keys are kept from job to job, so that a
+    # batch measures pairs, not connection set-up.
+    if (impl, target) not in _makers:
+        _makers[impl, target] = {"http-pair": http_pair, "py": py, "redis-lock": redis_lock}[impl](target)
+    make = _makers[impl, target]
+    ops = []
+    for i in range(clients):
+        if (impl, target, i) not in _ops:
+            _ops[impl, target, i] = make(f"bench-{impl}-{uuid.uuid4().hex[:8]}-{i}")
+        ops.append(_ops[impl, target, i])
     counts = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
     errors: list[BaseException] = []
     start = threading.Barrier(clients + 1)

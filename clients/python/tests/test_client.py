@@ -292,3 +292,36 @@ def test_failed_renewals_are_retried_at_a_pace(server: Server, proxy_to: object)
     # times (25 and 100 ms apart): about 20 connections, not one every
     # 40 ms or so.
     assert 1 <= p.refused <= 40, p.refused
+
+
+def test_a_forked_child_does_not_inherit_the_parents_holds(server: Server) -> None:
+    # A prefork worker pool forks after the client (and maybe a hold) exist:
+    # the child's copy of the hold is lost (the lease stays with the parent),
+    # and the client works in the child with a renewer and connections of its own.
+    import os
+
+    c = LeaseClient(server.url)
+    h = c.try_acquire(unique("parent"), 0.5)
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status
+        code = 0
+        try:
+            if not h.lost.is_set():
+                code |= 1
+            try:
+                h.check()
+                code |= 2
+            except LeaseLostError:
+                pass
+            with c.try_acquire(unique("child"), 0.3) as ch:
+                time.sleep(0.8)
+                if not ch.held:
+                    code |= 4
+        except BaseException:  # noqa: BLE001
+            code |= 8
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    time.sleep(0.6)
+    h.check()  # the parent still holds it, renewed by its own thread
+    h.release()

@@ -3,8 +3,10 @@ that keeps every hold of that client alive through POST /v1/renew."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Callable, Final, Iterable
 
@@ -208,6 +210,20 @@ class Hold(HoldBase):
             pass  # a loss was told by lost/check(); an unreleased lease expires at its TTL
 
 
+_renewers: weakref.WeakSet[Renewer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a prefork worker pool, multiprocessing) has no renewer
+    thread, and the leases its holds name stay with the parent: every hold it
+    inherited is lost in the child, and its client starts afresh."""
+    for r in list(_renewers):
+        r._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Renewer:
     """One thread per client that renews all its holds, batched through POST
     /v1/renew (up to 256 a request), each at about a third of its TTL; it
@@ -226,6 +242,20 @@ class Renewer:
         # a loop costs the thread nothing.
         self._idle_tick = IDLE_EXIT
         self.on_lost: Callable[[Hold], None] | None = None
+        _renewers.add(self)
+
+    def _forked(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._thread = None
+        self._wake_at = float("inf")
+        holds, self._holds = self._holds, set()
+        for h in holds:
+            s = h._state
+            if s.ended is None:
+                s.ended = s.lost_error("the process forked: the lease stays with the parent")
+            h.lost._at_fork_reinit()  # type: ignore[attr-defined]
+            threading.Event.set(h.lost)
+        self.transport.forked()
 
     def add(self, h: Hold) -> None:
         with self._cond:

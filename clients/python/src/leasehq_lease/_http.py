@@ -42,6 +42,11 @@ class Transport:
             self.get_headers["Authorization"] = "Bearer " + token
         self.headers = dict(self.get_headers, **{"Content-Type": "application/json"})
 
+    def forked(self) -> None:
+        """In a forked child: the pooled connections are the parent's; forget them."""
+        self._lock = threading.Lock()
+        self._idle = [[] for _ in self.endpoints.all]
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
