@@ -132,14 +132,19 @@ func setup(tb testing.TB) (*worker, []row) {
 // a key of the thread's own, at 1 and 16 threads in one process. Each round
 // runs every row for a batch of pairs, in an order that turns each round, so
 // that a slow spell of the shared machine falls on every row alike; a row's
-// latency samples are its batches' time per pair. A first round warms every
-// row up (connections, threads) and is not counted, and there are at least
-// minRounds. See groupNotes in internal/benchreport.
+// latency samples are its batches' time per pair (at c=1 a batch is one
+// pair). A first round warms every row up (connections, threads) and is not
+// counted, and there are at least minRounds. See groupNotes in
+// internal/benchreport.
 func BenchmarkComparePython(b *testing.B) {
-	const minRounds = 10
 	w, rows := setup(b)
+	// One thread alternates the rows pair by pair; 16 threads run a batch of
+	// each row at a time, so that a row's throughput is its own.
 	for _, c := range []int{1, 16} {
-		batch := 10 * c
+		batch, minRounds := 1, 200
+		if c > 1 {
+			batch, minRounds = 10*c, 10
+		}
 		b.Run(fmt.Sprintf("c=%d/interleaved", c), func(b *testing.B) {
 			for _, r := range rows {
 				j := r.job

@@ -19,12 +19,12 @@ func init() {
 	Targets = append(Targets, Target{Group: "PythonImport", Clients: 1, Impl: "leasehq_lease", Cmp: "<=", Ratio: 50, Metric: "import-ms",
 		Note: "issue 32: importing leasehq_lease (LeaseClient, FencedResource, the errors) takes at most 50 ms"})
 	groupNotes["Python"] = "From CPython (Debian's python3, the wheel installed in a venv), one process, c threads; one op = one acquire+release pair on the thread's own key. " +
-		"Interleaved: after a round that warms every row up, each round (at least 10) runs every row for a batch of 10×c pairs, in an order that turns each round, on clients, connections and keys kept from batch to batch; ns/op is a row's mean time per pair over its batches. " +
+		"Interleaved: after a round that warms every row up, each round runs every row in an order that turns each round, on clients, connections and keys kept throughout: at c=1 one pair each (at least 200 rounds), at c=16 a batch of 160 pairs each (at least 10 rounds); ns/op is a row's mean time per pair, p50/p99 of its pairs (c=1) or batches (c=16). " +
 		"http-pair-mem / http-pair-bolt: two raw http.client round trips doing the same acquire and release (JSON parsed, nothing checked), one kept-alive connection per thread — the HTTP path's limit from Python. " +
 		"py-mem: LeaseClient.try_acquire + Hold.release against the leasehttp server over memstore (lease serve has no memory store); " +
 		"py-bolt: the same against lease serve's embedded store (fsync on). " +
 		"redis-py-lock: redis-py's Lock acquire + release (one connection pool) on Redis with appendonly yes and appendfsync always; no fencing token. " +
-		"p50/p99 are of the batches' time per pair."
+		"Means take every outlier of the shared machine; compare p50 too."
 	groupNotes["PythonImport"] = "`python3 -X importtime -c 'from leasehq_lease import LeaseClient, FencedResource, StaleTokenError, LeaseLostError'` in a fresh interpreter: " +
 		"the package's cumulative import time; one op is one interpreter (at most 20 a run), import-ms the best of them (http.client, ssl and asyncio are imported when a client is made, not by the import)."
 }
