@@ -325,3 +325,27 @@ def test_a_forked_child_does_not_inherit_the_parents_holds(server: Server) -> No
     time.sleep(0.6)
     h.check()  # the parent still holds it, renewed by its own thread
     h.release()
+
+
+def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: object) -> None:
+    from conftest import Proxy
+
+    p: Proxy = proxy_to(server)  # type: ignore[operator]
+    c = LeaseClient(p.url, timeout=0.3)
+    c.get("warm")  # a pooled connection, then the network stalls
+    p.frozen.set()
+    got: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            c.get("k")
+        except BaseException as e:  # noqa: BLE001 - checked below
+            got.append(e)
+
+    t = threading.Thread(target=read, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "a request to a stalled server hung past its timeout"
+    assert isinstance(got[0], UnavailableError) and time.monotonic() - t0 < 3
+    p.frozen.clear()

@@ -9,6 +9,7 @@ import http.client
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from typing import Final
@@ -68,6 +69,10 @@ class Transport:
             c.close()
             raise Failed(e, True) from e
         c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Blocking, with the kernel's timeouts rather than Python's: a Python
+        # timeout costs a poll before every send and receive.
+        c.sock.settimeout(None)
+        _set_timeout(c, timeout)
         return c
 
     def _get(self, i: int, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
@@ -82,9 +87,7 @@ class Transport:
                     break
                 old.close()
         if c is not None:
-            c.timeout = timeout
-            if c.sock is not None:
-                c.sock.settimeout(timeout)
+            _set_timeout(c, timeout)
             return c, True
         return self.connect(i, timeout), False
 
@@ -193,3 +196,16 @@ def _closed_by_peer(c: http.client.HTTPConnection) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
+
+
+def _set_timeout(c: http.client.HTTPConnection, timeout: float) -> None:
+    """Sets the kernel's send and receive timeouts of c's socket (SO_SNDTIMEO,
+    SO_RCVTIMEO), which then fail a stalled request with EAGAIN, an OSError.
+    Only a change costs a call."""
+    if c.sock is None or getattr(c, "_lease_timeout", None) == timeout:
+        return
+    sec = int(timeout)
+    tv = struct.pack("ll", sec, max(1, int((timeout - sec) * 1e6)) if sec == 0 else int((timeout - sec) * 1e6))
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    c._lease_timeout = timeout  # type: ignore[attr-defined]
