@@ -6,9 +6,16 @@ package main
 // redis-py's Lock on a durable Redis beside it, and the package's import time.
 func init() {
 	for _, c := range []int{1, 16} {
+		// One caller's pair is a latency, judged by its median as the Serve
+		// group's is (the shared machine's fsync stalls make means of a few
+		// hundred pairs swing 2×); 16 threads' pairs are a throughput.
+		metric := "ns/op"
+		if c == 1 {
+			metric = "p50-µs"
+		}
 		for _, store := range []string{"mem", "bolt"} {
 			Targets = append(Targets, Target{Group: "Python", Clients: c, Impl: "py-" + store, Versus: "http-pair-" + store,
-				Cmp: "<=", Ratio: 1.3, Metric: "ns/op",
+				Cmp: "<=", Ratio: 1.3, Metric: metric,
 				Note: "issue 32: the client's acquire+release within 1.3× of two raw http.client round trips to the same server"})
 		}
 		Targets = append(Targets, Target{Group: "Python", Clients: c, Impl: "py-bolt", Versus: "redis-py-lock",
