@@ -174,8 +174,20 @@ class Hold(HoldBase):
     def __init__(self, renewer: Renewer, g: Granted, sent: float, ttl: float, margin: DriftMargin) -> None:
         super().__init__(g, sent, ttl, margin)
         self._renewer = renewer
-        self.lost: threading.Event = _LossEvent(self)
+        self._lost: _LossEvent | None = None  # made when first asked for: most holds never are
+
+    @property
+    def lost(self) -> threading.Event:
         """Set when the lease may be gone (see the class)."""
+        ev = self._lost
+        if ev is None:
+            with self._renewer._cond:
+                if self._lost is None:
+                    self._lost = _LossEvent(self)
+                    if isinstance(self._state.ended, LeaseLostError):
+                        threading.Event.set(self._lost)
+                ev = self._lost
+        return ev
 
     def _lose(self, why: str) -> None:
         self._renewer.lose(self, why)
@@ -253,14 +265,15 @@ class Renewer:
             s = h._state
             if s.ended is None:
                 s.ended = s.lost_error("the process forked: the lease stays with the parent")
-            h.lost._at_fork_reinit()  # type: ignore[attr-defined]
-            threading.Event.set(h.lost)
+            if h._lost is not None:
+                h._lost._at_fork_reinit()  # type: ignore[attr-defined]
+                threading.Event.set(h._lost)
         self.transport.forked()
 
     def add(self, h: Hold) -> None:
         with self._cond:
             self._holds.add(h)
-            self._idle_tick = max(MIN_IDLE_TICK, min(IDLE_EXIT, h._state.effective_ttl() / 6))
+            self._idle_tick = max(MIN_IDLE_TICK, min(IDLE_EXIT, h._state.ttl / 6))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="leasehq-lease-renewer", daemon=True)
                 self._wake_at = h._state.renew_at
@@ -285,7 +298,9 @@ class Renewer:
                 return
             s.ended = s.lost_error(why)
             self._holds.discard(h)
-        threading.Event.set(h.lost)
+            ev = h._lost
+        if ev is not None:
+            threading.Event.set(ev)
         if self.on_lost is not None:
             self.on_lost(h)
 
