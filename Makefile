@@ -3,14 +3,15 @@ GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
 TS        := clients/typescript
+PY        := clients/python
 # redocly: no update check or telemetry from the test run.
 REDOCLY_ENV := REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
 
-.PHONY: test deps fmt-check vet staticcheck unit alloc-check sim-ci sim chaos short bench ts-deps ts-check openapi-lint
+.PHONY: test deps fmt-check vet staticcheck unit alloc-check sim-ci sim chaos short bench ts-deps ts-check openapi-lint py-check
 
 N ?= 100000
 
-test: deps fmt-check vet staticcheck ts-deps ts-check openapi-lint unit alloc-check sim-ci
+test: deps fmt-check vet staticcheck ts-deps ts-check openapi-lint py-check unit alloc-check sim-ci
 
 deps:
 	@scripts/deps.sh
@@ -35,6 +36,14 @@ ts-deps:
 ts-check:
 	cd $(TS) && npx --no-install tsc -p tsconfig.json --noEmit
 	cd $(TS) && node scripts/openapi-types.mjs --check
+
+# mypy --strict over the Python client, its tests and its benchmark worker
+# (Debian's mypy, which reads Debian's python3 packages: psycopg, redis,
+# pytest). Its tests run in `unit`, as the Go test clients/python, which
+# builds the wheel offline, installs it into a fresh venv and runs pytest
+# against the installed copy.
+py-check:
+	cd $(PY) && mypy --strict --cache-dir=/dev/null src tests bench
 
 # The OpenAPI document passes redocly's recommended rules, each an error.
 openapi-lint:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: PostgreSQL, Redis and
 # MariaDB server binaries, Prometheus's promtool (which checks deploy/'s
-# alert rules), systemd-analyze (its unit) and Chromium (the dashboard's
-# browser tests) from Debian's
+# alert rules), systemd-analyze (its unit), Chromium (the dashboard's
+# browser tests) and the Python modules and mypy that clients/python builds,
+# tests and checks with, from Debian's
 # packages (as root, via apt-get), and staticcheck through `go install`.
 # Tests start their own throwaway servers;
 # this script only makes the binaries available.
@@ -25,6 +26,19 @@ if [ -z "${LEASE_CHROMIUM:-}" ]; then
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
     command -v google-chrome >/dev/null 2>&1 || command -v google-chrome-stable >/dev/null 2>&1 || need+=(chromium)
 fi
+# The Python client (clients/python) is built, installed and tested with
+# Debian's python3 and its packages, offline: each module it imports, and the
+# package that has it. $LEASE_DEPS_PYTHON points elsewhere for the script's
+# own test.
+py=${LEASE_DEPS_PYTHON:-/usr/bin/python3}
+for pair in build:python3-build venv:python3-venv ensurepip:python3-venv setuptools:python3-setuptools \
+  wheel:python3-wheel pytest:python3-pytest psycopg:python3-psycopg redis:python3-redis; do
+  mod=${pair%%:*} pkg=${pair#*:}
+  if ! { [ -x "$py" ] && "$py" -c "import $mod" >/dev/null 2>&1; } && [[ " ${need[*]-} " != *" $pkg "* ]]; then
+    need+=("$pkg")
+  fi
+done
+command -v mypy >/dev/null 2>&1 || need+=(mypy)
 
 # service_of PACKAGE: the name of the service PACKAGE installs.
 service_of() { if [ "$1" = mariadb-server ]; then echo mariadb; else echo "$1"; fi; }

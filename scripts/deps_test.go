@@ -62,6 +62,8 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 		noPromtool  bool   // promtool is missing
 		noChromium  bool   // chromium is not installed
 		noSystemd   bool   // systemd-analyze is not installed
+		noPytest    bool   // Debian's python3 cannot import pytest
+		noMypy      bool   // mypy is not installed
 		running     string // services running before
 		policy      string // the system's policy-rc.d; empty: none
 		wantRunning string // services running after
@@ -108,6 +110,11 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			wantLog: "install postgresql\nstart postgresql\ninstall mariadb-server\nstart mariadb\nstop postgresql\nstop mariadb\n",
 		},
 		{
+			name:      "a Python module and mypy missing",
+			haveRedis: true, haveMariaDB: true, noPytest: true, noMypy: true,
+			wantLog: "install postgresql\ninstall python3-pytest\ninstall mypy\n",
+		},
+		{
 			// promtool comes in Debian's prometheus package, whose service
 			// the install must not leave running.
 			name:      "promtool missing, policy-rc.d allowing starts",
@@ -142,6 +149,15 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 			if !tc.noChromium {
 				files[filepath.Join(bin, "chromium")] = "#!/bin/sh\nexit 0\n"
 			}
+			if !tc.noMypy {
+				files[filepath.Join(bin, "mypy")] = "#!/bin/sh\nexit 0\n"
+			}
+			// A python3 that imports every module but, if asked, pytest.
+			python := filepath.Join(dir, "python3")
+			files[python] = "#!/bin/sh\nexit 0\n"
+			if tc.noPytest {
+				files[python] = "#!/bin/sh\n[ \"$2\" = \"import pytest\" ] && exit 1\nexit 0\n"
+			}
 			if tc.haveMariaDB {
 				files[filepath.Join(bin, "mariadb-install-db")] = "#!/bin/sh\nexit 0\n"
 				files[filepath.Join(bin, "mariadbd")] = "#!/bin/sh\nexit 0\n"
@@ -171,7 +187,7 @@ func TestDepsLeavesRunningServicesAlone(t *testing.T) {
 
 			cmd := exec.Command(bash, script)
 			cmd.Env = []string{"PATH=" + bin, "STATE=" + state, "POLICY=" + policy,
-				"LEASE_DEPS_POLICY_RC_D=" + policy, "GOPATH_STUB=" + gopath}
+				"LEASE_DEPS_POLICY_RC_D=" + policy, "GOPATH_STUB=" + gopath, "LEASE_DEPS_PYTHON=" + python}
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("deps.sh: %v\n%s", err, out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"strings"
@@ -187,6 +188,42 @@ func TestSpeedTargetsJudged(t *testing.T) {
 		t.Errorf("targets judged %v, want %v", judged, want)
 	}
 	for _, g := range []string{"Election", "ElectionCrash", "Watch"} {
+		if groupNotes[g] == "" {
+			t.Errorf("group %s has no note", g)
+		}
+	}
+}
+
+// TestPythonTargetsJudged: issue 32's targets name the rows that
+// clients/python's BenchmarkComparePython and BenchmarkComparePythonImport
+// report, the import time in its own unit.
+func TestPythonTargetsJudged(t *testing.T) {
+	var out string
+	for _, c := range []string{"1", "16"} {
+		out += "BenchmarkComparePython/c=" + c + "/interleaved-2 \t 3 \t 900000 ns/op"
+		for i, r := range []string{"http-pair-mem", "py-mem", "http-pair-bolt", "py-bolt", "redis-py-lock"} {
+			out += fmt.Sprintf(" \t 300000 %s:ns/op \t 3333 %s:ops/s \t 300 %s:p50-µs \t %d %s:row", r, r, r, i, r)
+		}
+		out += "\n"
+	}
+	out += "BenchmarkComparePythonImport/c=1/leasehq_lease-2 \t 3 \t 900000000 ns/op \t 12.5 import-ms\n"
+	parsed, err := Parse(strings.NewReader(out), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	judged := map[string]int{}
+	for _, o := range Evaluate(Targets, Aggregate(parsed.Samples), 2) {
+		if o.Group == "Python" || o.Group == "PythonImport" {
+			judged[o.Group]++
+			if o.Status != "met" {
+				t.Errorf("%s c=%d %s vs %s: %s", o.Group, o.Clients, o.Impl, o.Versus, o.Status)
+			}
+		}
+	}
+	if want := map[string]int{"Python": 6, "PythonImport": 1}; !maps.Equal(judged, want) {
+		t.Errorf("targets judged %v, want %v", judged, want)
+	}
+	for _, g := range []string{"Python", "PythonImport"} {
 		if groupNotes[g] == "" {
 			t.Errorf("group %s has no note", g)
 		}

@@ -1,0 +1,825 @@
+"""The asyncio client: AsyncLeaseClient, AsyncHold, AsyncWatch, AsyncElector
+and AsyncSemaphore, the sync API's names on asyncio, with no third-party
+library. HTTP/1.1 over asyncio streams, kept alive in a pool per server,
+by the same multi-endpoint rules as the sync client (_endpoints).
+
+A hold's loss sets its ``lost`` asyncio.Event and, inside ``async with``,
+cancels the task running the block: the block ends with LeaseLostError,
+as asyncio.timeout() ends one with TimeoutError."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import ssl
+import time
+from types import TracebackType
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Final, Generator, Sequence, TypeVar
+
+from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
+from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
+from ._endpoints import Endpoints, Failed, Plan, unanswered
+from ._errors import (
+    HeldError,
+    LeaseError,
+    LeaseLostError,
+    LeaseReleasedError,
+    NotFoundError,
+    NotHeldError,
+    UnavailableError,
+    UnexpectedAnswerError,
+    UnsupportedError,
+    error_from_answer,
+)
+from ._events import EVENT_SYNCED, RESET, EventStreamParser, WatchEvent, decode
+from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now
+from ._wire import (
+    MAX_RENEW_BATCH,
+    DriftMargin,
+    Granted,
+    Lease,
+    LeasePage,
+    check_name,
+    check_ttl,
+    granted_of,
+    jittered,
+    key_path,
+    lease_of,
+    list_path,
+    loads_object,
+    page_of,
+    release_body,
+    renew_batch_body,
+    renew_body,
+    same_lease,
+)
+
+T = TypeVar("T")
+IDLE_KEEP: Final = 60.0
+MAX_HEADER: Final = 64 << 10
+
+_Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class _Answer:
+    __slots__ = ("status", "body", "close")
+
+    def __init__(self, status: int, body: bytes, close: bool) -> None:
+        self.status = status
+        self.body = body
+        self.close = close
+
+
+async def _read_head(r: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    line = await r.readline()
+    if not line:
+        raise ConnectionResetError("the server closed the connection")
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise UnexpectedAnswerError(f"lease: not an HTTP answer: {line[:100]!r}")
+    status = int(parts[1])
+    headers: dict[str, str] = {}
+    size = 0
+    while True:
+        h = await r.readline()
+        size += len(h)
+        if size > MAX_HEADER or not h:
+            raise ConnectionResetError("the answer's header broke off")
+        if h in (b"\r\n", b"\n"):
+            break
+        name, _, value = h.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def _read_chunk(r: asyncio.StreamReader) -> bytes:
+    """One chunk of a chunked body; b"" at its end."""
+    size_line = await r.readline()
+    try:
+        size = int(size_line.split(b";")[0].strip(), 16)
+    except ValueError:
+        raise ConnectionResetError(f"bad chunk size {size_line[:40]!r}") from None
+    if size == 0:
+        while (await r.readline()) not in (b"\r\n", b"\n", b""):
+            pass
+        return b""
+    data = await r.readexactly(size)
+    await r.readexactly(2)
+    return data
+
+
+async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> tuple[bytes, bool]:
+    """An answer's body, and whether the connection ends with it (no length given)."""
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        parts = []
+        while chunk := await _read_chunk(r):
+            parts.append(chunk)
+        return b"".join(parts), False
+    if "content-length" in headers:
+        return await r.readexactly(int(headers["content-length"])), False
+    return await r.read(), True
+
+
+class _Transport:
+    def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
+        self.endpoints = endpoints
+        self.timeout = timeout
+        self._ssl = ssl_context
+        self._idle: list[list[tuple[_Conn, float]]] = [[] for _ in endpoints.all]
+        auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
+        self._head = [f"Host: {e.host_header}\r\n{auth}".encode("latin-1") for e in endpoints.all]
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
+        for conns in idle:
+            for (_, w), _ in conns:
+                w.close()
+
+    async def connect(self, i: int, timeout: float) -> _Conn:
+        ep = self.endpoints.all[i]
+        ctx: ssl.SSLContext | None = None
+        if ep.tls:
+            ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(ep.host, ep.port, ssl=ctx, server_hostname=ep.host if ctx else None), timeout
+            )
+        except (OSError, asyncio.TimeoutError) as e:
+            raise Failed(e, True) from e
+
+    def _get(self, i: int) -> _Conn | None:
+        pool = self._idle[i]
+        now = time.monotonic()
+        while pool:
+            c, since = pool.pop()
+            if now - since < IDLE_KEEP and not c[0].at_eof():
+                return c
+            c[1].close()
+        return None
+
+    def _request_bytes(self, i: int, method: str, path: str, body: bytes | None, accept: str) -> bytes:
+        ep = self.endpoints.all[i]
+        head = f"{method} {ep.path}{path} HTTP/1.1\r\nAccept: {accept}\r\n".encode("utf-8") + self._head[i]
+        if body is not None:
+            head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        return head + b"\r\n" + (body or b"")
+
+    async def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float) -> _Answer:
+        c = self._get(i)
+        if c is None:
+            c = await self.connect(i, timeout)
+        r, w = c
+        ok = False
+        try:
+            w.write(self._request_bytes(i, method, path, body, "application/json"))
+            a = await asyncio.wait_for(self._answer(r), timeout)
+            ok = True
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            raise Failed(e, False) from e
+        finally:
+            if not ok:
+                w.close()  # also on cancellation: the server sees the hang-up
+        if a.close:
+            w.close()
+        else:
+            self._idle[i].append((c, time.monotonic()))
+        return a
+
+    async def _answer(self, r: asyncio.StreamReader) -> _Answer:
+        status, headers = await _read_head(r)
+        body, close = await _read_body(r, headers)
+        return _Answer(status, body, close or headers.get("connection", "").lower() == "close")
+
+    async def request(
+        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
+    ) -> _Answer:
+        plan = Plan(len(self.endpoints.all), repeatable)
+        t = self.timeout if timeout is None else timeout
+        while True:
+            i = self.endpoints.current()
+            try:
+                a = await self._once(i, method, path, body, t)
+            except Failed as f:
+                self.endpoints.move_on(i)
+                pause = plan.again(f.never_left)
+                if pause is None:
+                    url = self.endpoints.all[i].url
+                    raise unanswered(method, path, url, f.cause, f.never_left, repeatable) from f.cause
+                await asyncio.sleep(pause)
+                continue
+            if a.status < 300:
+                return a
+            err = error_from_answer(a.status, a.body)
+            if a.status == 503:
+                self.endpoints.move_on(i)
+                pause = plan.again(False)
+                if pause is not None:
+                    await asyncio.sleep(pause)
+                    continue
+            raise err
+
+    async def stream(self, path: str, timeout: float) -> tuple[_Conn, dict[str, str], int]:
+        plan = Plan(len(self.endpoints.all), True)
+        while True:
+            i = self.endpoints.current()
+            try:
+                c = await self.connect(i, timeout)
+                try:
+                    c[1].write(self._request_bytes(i, "GET", path, None, "text/event-stream"))
+                    status, headers = await asyncio.wait_for(_read_head(c[0]), timeout)
+                except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+                    c[1].close()
+                    raise Failed(e, False) from e
+            except Failed as f:
+                self.endpoints.move_on(i)
+                pause = plan.again(True)
+                if pause is None:
+                    raise UnavailableError(f"lease: watch: could not reach {self.endpoints.all[i].url}: {f.cause!r}") from f.cause
+                await asyncio.sleep(pause)
+                continue
+            if status == 200:
+                return c, headers, i
+            try:
+                a, _ = await asyncio.wait_for(_read_body(c[0], headers), timeout)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                a = b""
+            c[1].close()
+            err = error_from_answer(status, a)
+            if status == 503:
+                self.endpoints.move_on(i)
+                pause = plan.again(False)
+                if pause is not None:
+                    await asyncio.sleep(pause)
+                    continue
+            raise err
+
+
+class AsyncHold(HoldBase):
+    """A lease the asyncio client holds and renews in the background (one task
+    per client renewing all its holds, batched). ``lost`` is an asyncio.Event
+    set at the I5 deadline or when the server says the lease is gone; inside
+    ``async with`` the loss also cancels the task running the block, which
+    then ends with LeaseLostError (from the CancelledError, which the caller
+    can await and catch). ``check()`` raises LeaseLostError once the lease may
+    be gone. The end of the block releases the lease (quietly after a loss)."""
+
+    def __init__(self, renewer: _Renewer, g: Granted, sent: float, ttl: float, margin: DriftMargin) -> None:
+        super().__init__(g, sent, ttl, margin)
+        self._renewer = renewer
+        self._timer: asyncio.TimerHandle | None = None
+        self._scope: asyncio.Task[Any] | None = None
+        self._cancelled = False
+        self.lost = asyncio.Event()
+        """Set when the lease may be gone."""
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(self._state.deadline, self._judge)
+
+    def _lose(self, why: str) -> None:
+        s = self._state
+        if s.ended is not None:
+            return
+        s.ended = s.lost_error(why)
+        self._renewer.holds.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        self.lost.set()
+        if self._scope is not None and not self._scope.done():
+            self._cancelled = True
+            self._scope.cancel(str(s.ended))
+
+    def _renewed(self, g: Granted, sent: float) -> None:
+        if self._state.ended is None:
+            self._state.renewed(g, sent)
+            self._arm()
+
+    async def release(self) -> None:
+        """As Hold.release: stops renewal, marks the hold released and releases
+        the lease on the server; raises the LeaseLostError, sending nothing,
+        if it had been lost. Calling it again does nothing."""
+        if self._released:
+            return
+        self._released = True
+        self._judge()
+        s = self._state
+        lost = s.ended if isinstance(s.ended, LeaseLostError) else None
+        if s.ended is None:
+            s.ended = LeaseReleasedError(self.key, self.token)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._renewer.holds.discard(self)
+        if lost is not None:
+            raise lost  # as Hold.release: too late to matter
+        await self._renewer.transport.request(
+            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True, timeout=RELEASE_TIMEOUT
+        )
+
+    async def __aenter__(self) -> AsyncHold:
+        self._scope = asyncio.current_task()
+        self._judge()
+        if self._state.ended is not None:
+            self._scope = None
+            raise self._state.ended
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        scope, self._scope = self._scope, None
+        try:
+            await self.release()
+        except LeaseError:
+            pass  # a loss is told below or was told by lost/check(); an unreleased lease expires at its TTL
+        if self._cancelled and isinstance(e, asyncio.CancelledError) and scope is not None and scope.uncancel() == 0:
+            ended = self._state.ended
+            assert isinstance(ended, LeaseLostError)
+            raise ended from e
+
+
+class _Renewer:
+    """One task per client renewing every hold, batched through POST /v1/renew."""
+
+    def __init__(self, transport: _Transport) -> None:
+        self.transport = transport
+        self.holds: set[AsyncHold] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._wake_at = float("inf")
+
+    def add(self, h: AsyncHold) -> None:
+        self.holds.add(h)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="leasehq-lease-renewer")
+        elif h._state.renew_at < self._wake_at:
+            self._wake.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        while self.holds:
+            now = time.monotonic()
+            due = [h for h in due_now(self.holds, now) if isinstance(h, AsyncHold)]
+            if not due:
+                self._wake_at = min(h._state.renew_at for h in self.holds)
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.0, self._wake_at - now))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            self._wake_at = float("-inf")
+            due.sort(key=lambda h: h._state.renew_at)
+            await asyncio.gather(*(self._renew(due[i : i + MAX_RENEW_BATCH]) for i in range(0, len(due), MAX_RENEW_BATCH)))
+
+    async def _renew(self, batch: list[AsyncHold]) -> None:
+        sent = time.monotonic()
+        granted = [h._state.granted for h in batch]
+        body = renew_batch_body([(g, h._state.ttl) for g, h in zip(granted, batch)])
+        timeout = max(0.01, min(h._state.deadline for h in batch) - sent)
+        try:
+            a = await self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout)
+            results = _results(a.body, len(batch))
+        except LeaseError:
+            now = time.monotonic()
+            for h in batch:
+                h._state.retry_soon(now)
+            return
+        now = time.monotonic()
+        for h, g, r in zip(batch, granted, results):
+            if isinstance(r, Granted):
+                if not same_lease(g, r):
+                    h._lose(f"the renewal was answered with another lease (token {r.lease.token})")
+                elif now >= h._state.deadline:
+                    h._lose("the renewal's answer came after the safe deadline")
+                else:
+                    h._renewed(r, sent)
+            elif r == "not_held":
+                h._lose("the server no longer holds it")
+            else:
+                h._state.retry_soon(now)
+
+
+class _Acquiring:
+    """What AsyncLeaseClient.acquire returns: await it for the hold, or use it
+    with ``async with`` to hold the lease for the block."""
+
+    def __init__(self, make: Callable[[], Coroutine[Any, Any, AsyncHold]]) -> None:
+        self._make = make
+        self._hold: AsyncHold | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncHold]:
+        return self._make().__await__()
+
+    async def __aenter__(self) -> AsyncHold:
+        self._hold = await self._make()
+        return await self._hold.__aenter__()
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        assert self._hold is not None
+        await self._hold.__aexit__(et, e, tb)
+
+
+class AsyncLeaseClient(ClientBase):
+    """The asyncio client, with LeaseClient's arguments and methods as coroutines
+    (see LeaseClient). Make it inside the event loop that uses it."""
+
+    def __init__(
+        self,
+        servers: str | Sequence[str],
+        *,
+        owner: str | None = None,
+        token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        timeout: float = 10.0,
+        drift_margin: DriftMargin = DriftMargin(),
+        heartbeat: float = DEFAULT_HEARTBEAT,
+        missed_heartbeats: int = MISSED_HEARTBEATS,
+    ) -> None:
+        super().__init__(
+            servers, owner=owner, token=token, ssl_context=ssl_context, timeout=timeout,
+            drift_margin=drift_margin, heartbeat=heartbeat, missed_heartbeats=missed_heartbeats,
+        )
+        self._transport = _Transport(self._endpoints, token, ssl_context, self._timeout)
+        self._renewer = _Renewer(self._transport)
+
+    async def close(self) -> None:
+        """Stops renewing (holds then run to their deadlines) and closes the pooled connections."""
+        await self._renewer.close()
+        await self._transport.close()
+
+    async def __aenter__(self) -> AsyncLeaseClient:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    def acquire(self, key: str, ttl: float = 10.0, *, wait: float | None = None, owner: str | None = None) -> _Acquiring:
+        """Waits until it holds key (see LeaseClient.acquire): ``hold = await
+        client.acquire(key)``, or ``async with client.acquire(key) as hold:``,
+        whose block is cancelled if the lease is lost. Cancelling the wait
+        hangs up, and the server releases a lease granted at that moment."""
+        ttl, owner = self._check(key, ttl, owner)
+        return _Acquiring(functools.partial(self._acquire_wait, key, ttl, WaitPlan(wait), owner))
+
+    async def _acquire_wait(self, key: str, ttl: float, plan: WaitPlan, owner: str) -> AsyncHold:
+        while True:
+            chunk = plan.chunk()
+            try:
+                g = await self._acquire(key, owner, ttl, chunk)
+            except HeldError:
+                pause = plan.held()
+                if pause is None:
+                    raise
+                await asyncio.sleep(pause)
+                continue
+            h = await self._hold(g, plan.sent, ttl)
+            if h is not None:
+                return h
+
+    def try_acquire(self, key: str, ttl: float = 10.0, *, owner: str | None = None) -> _Acquiring:
+        """Tries once: a held key raises HeldError at once. Await it, or use it with ``async with``."""
+        ttl, owner = self._check(key, ttl, owner)
+        return _Acquiring(functools.partial(self._try, key, ttl, owner))
+
+    async def _try(self, key: str, ttl: float, owner: str) -> AsyncHold:
+        sent = time.monotonic()
+        g = await self._acquire(key, owner, ttl, 0.0)
+        h = await self._hold(g, sent, ttl)
+        if h is None:
+            raise UnavailableError(f"lease: {json.dumps(key)} was granted (token {g.lease.token}) but expired before its answer could be used")
+        return h
+
+    async def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
+        path, body, timeout = self._acquire_request(key, owner, ttl, wait)
+        return self._granted((await self._transport.request("POST", path, body, repeatable=False, timeout=timeout)).body, key)
+
+    async def _hold(self, g: Granted, sent: float, ttl: float) -> AsyncHold | None:
+        """As LeaseClient._hold."""
+        if time.monotonic() - sent >= ttl / 3:
+            again = time.monotonic()
+            try:
+                a = await self._transport.request(
+                    "POST", key_path(g.lease.key, "renew"), renew_body(g, ttl), repeatable=True, timeout=ttl
+                )
+                r = granted_of(loads_object(a.body, "renew"), "renew")
+                if not same_lease(g, r):
+                    raise UnavailableError("lease: renewal answered with another lease")
+            except NotHeldError:
+                return None
+            except LeaseError:
+                await self._give_back(g)
+                raise
+            g, sent = r, again
+        h = AsyncHold(self._renewer, g, sent, ttl, self.drift_margin)
+        if time.monotonic() >= h.deadline:
+            await self._give_back(g)
+            raise UnavailableError(
+                f"lease: {json.dumps(g.lease.key)} was granted (token {g.lease.token}), but the answer came "
+                f"past the safe deadline of a {ttl} s lease; released it"
+            )
+        self._renewer.add(h)
+        return h
+
+    async def _give_back(self, g: Granted) -> None:
+        try:
+            await self._transport.request("POST", key_path(g.lease.key, "release"), release_body(g), repeatable=True)
+        except LeaseError:
+            pass
+
+    async def get(self, key: str) -> Lease | None:
+        """The unexpired lease on key, or None."""
+        check_name("key", key)
+        try:
+            a = await self._transport.request("GET", key_path(key), repeatable=True)
+        except NotFoundError:
+            return None
+        return lease_of(loads_object(a.body, "get"), "get")
+
+    async def list(self, prefix: str = "", *, limit: int | None = None, after: str = "") -> LeasePage:
+        """One page of the leases under prefix (see LeaseClient.list)."""
+        if prefix:
+            check_name("prefix", prefix)
+        a = await self._transport.request("GET", list_path(prefix, limit, after), repeatable=True)
+        return page_of(a.body)
+
+    async def all(self, prefix: str = "", *, limit: int | None = None) -> AsyncIterator[Lease]:
+        """Walks every page of list: ``async for lease in client.all("jobs/")``."""
+        after = ""
+        while True:
+            page = await self.list(prefix, limit=limit, after=after)
+            for lease in page.leases:
+                yield lease
+            if not page.next:
+                return
+            if page.next == after:
+                raise UnavailableError(f"lease: list {prefix!r}: the server's next did not move past {after!r}")
+            after = page.next
+
+    def watch(self, prefix: str = "", *, reconnect: bool = True) -> AsyncWatch:
+        """``async for ev in client.watch(prefix)``; see LeaseClient.watch."""
+        if prefix:
+            check_name("prefix", prefix)
+        return AsyncWatch(self, prefix, reconnect)
+
+    def holding(
+        self, key: str, ttl: float = 10.0, *, wait: float | None = None
+    ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Coroutine[Any, Any, T]]]:
+        """A decorator: the coroutine runs only while holding key, gets the hold as
+        its ``hold`` keyword argument, and is cancelled if the lease is lost
+        (the call then raises LeaseLostError), as ``lease run`` stops its
+        command. The lease is released when it returns."""
+        check_name("key", key)
+
+        def wrap(f: Callable[..., Awaitable[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
+            @functools.wraps(f)
+            async def run(*args: Any, **kwargs: Any) -> T:
+                async with self.acquire(key, ttl, wait=wait) as hold:
+                    return await f(*args, hold=hold, **kwargs)
+
+            return run
+
+        return wrap
+
+
+class AsyncWatch:
+    """One watch (AsyncLeaseClient.watch): an async iterator of WatchEvents; aclose() or ``async with`` ends it."""
+
+    def __init__(self, client: AsyncLeaseClient, prefix: str, reconnect: bool) -> None:
+        self.prefix = prefix
+        self._client = client
+        self._reconnect = reconnect
+        self._gen = self._run()
+
+    def __aiter__(self) -> AsyncWatch:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
+
+    async def __aenter__(self) -> AsyncWatch:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def _run(self) -> AsyncGenerator[WatchEvent, None]:
+        pause = RESUME_FIRST
+        broke: LeaseError | None = None
+        while True:
+            got_any = False
+            try:
+                async for ev in self._stream():
+                    if broke is not None:
+                        yield WatchEvent(RESET, error=broke)
+                        broke = None
+                    got_any = True
+                    yield ev
+            except UnavailableError as e:
+                if not self._reconnect:
+                    raise
+                broke = e
+                if got_any:
+                    pause = RESUME_FIRST
+                await asyncio.sleep(jittered(pause))
+                pause = min(pause * 2, RESUME_MAX)
+
+    async def _stream(self) -> AsyncIterator[WatchEvent]:
+        c = self._client
+        t = c._transport
+        path, silence = c._watch(self.prefix)
+        (r, w), headers, used = await t.stream(path, min(silence, t.timeout))
+        what = f"watch {json.dumps(self.prefix)}"
+        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        parser = EventStreamParser()
+        try:
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(_read_chunk(r) if chunked else r.read(65536), silence)
+                except asyncio.TimeoutError:
+                    t.endpoints.move_on(used)
+                    raise UnavailableError(
+                        f"lease: {what}: the stream broke: silent for {c.missed_heartbeats} heartbeats ({silence:g} s)"
+                    ) from None
+                except (OSError, asyncio.IncompleteReadError) as e:
+                    t.endpoints.move_on(used)
+                    raise UnavailableError(f"lease: {what}: the stream broke: {e!r}") from e
+                if not chunk:
+                    t.endpoints.move_on(used)
+                    raise UnavailableError(f"lease: {what}: the stream broke: the server ended it without saying why")
+                for m in parser.feed(chunk):
+                    try:
+                        ev = decode(self.prefix, m)
+                    except UnavailableError:
+                        t.endpoints.move_on(used)
+                        raise
+                    yield ev
+        finally:
+            w.close()
+
+
+class AsyncTerm(AsyncHold):
+    """A won election (AsyncElector.campaign): an AsyncHold with the leader's value."""
+
+    value: str
+
+    async def resign(self) -> None:
+        """Ends the term at once."""
+        await self.release()
+
+
+class AsyncElector:
+    """Elector on the asyncio client (see Elector)."""
+
+    def __init__(self, client: AsyncLeaseClient, ttl: float = 10.0) -> None:
+        self.client = client
+        self.ttl = check_ttl(ttl)
+
+    async def campaign(self, key: str, value: str, *, wait: float | None = None) -> AsyncTerm:
+        """Waits until elected leader of key, announcing value."""
+        h = await self.client.acquire(key, self.ttl, wait=wait, owner=value)
+        h.__class__ = AsyncTerm
+        assert isinstance(h, AsyncTerm)
+        h.value = value
+        return h
+
+    async def leader(self, key: str) -> Leader | None:
+        lease = await self.client.get(key)
+        return None if lease is None else leader_of(lease)
+
+    async def observe(self, key: str) -> AsyncIterator[Leader]:
+        """As Elector.observe."""
+        check_name("key", key)
+        f = Follower(key)
+        w = self.client.watch(key)
+        try:
+            async for ev in w:
+                leader = f.feed(ev)
+                if leader is not None:
+                    yield leader
+        except UnsupportedError:
+            pass
+        finally:
+            await w.aclose()
+        pause = POLL_FIRST
+        while True:
+            leader = f.polled(await self.leader(key) or Leader(key))
+            if leader is not None:
+                pause = POLL_FIRST
+                yield leader
+            await asyncio.sleep(jittered(pause))
+            pause = min(pause * 2, POLL_MAX)
+
+    async def run(
+        self,
+        key: str,
+        value: str,
+        lead: Callable[[AsyncTerm], Awaitable[None]],
+        *,
+        requeue: bool = False,
+        on_new_leader: Callable[[Leader], None] | None = None,
+    ) -> None:
+        """The leader runner: campaigns for key and runs lead(term) while leader,
+        inside the term's scope, so that a loss cancels it at once (no callback
+        races the loss: lead's task is the one cancelled). It resigns when lead
+        returns. With requeue it campaigns again after each term, until the
+        caller cancels run. on_new_leader hears every leader observed meanwhile,
+        this one's included."""
+        watcher: asyncio.Task[None] | None = None
+        if on_new_leader is not None:
+            tell_one = on_new_leader
+
+            async def tell() -> None:
+                async for leader in self.observe(key):
+                    tell_one(leader)
+
+            watcher = asyncio.get_running_loop().create_task(tell())
+        try:
+            while True:
+                term = await self.campaign(key, value)
+                try:
+                    async with term:
+                        await lead(term)
+                except LeaseLostError:
+                    if not requeue:
+                        raise
+                if not requeue:
+                    return
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+
+class AsyncSlot(AsyncHold):
+    """One of a semaphore's slots, held; number is 0 to N-1."""
+
+    number: int
+
+
+class AsyncSemaphore(SemaphoreBase):
+    """Semaphore on the asyncio client (see Semaphore): it follows the server's
+    watch of the slots to know when one frees, and polls where it cannot watch."""
+
+    def __init__(self, client: AsyncLeaseClient, name: str, n: int, ttl: float = 10.0) -> None:
+        super().__init__(name, n, ttl)
+        self.client = client
+
+    async def try_acquire(self) -> AsyncSlot:
+        slot, _ = await self._try_all()
+        if slot is None:
+            raise self._all_held()
+        return slot
+
+    async def _try_all(self) -> tuple[AsyncSlot | None, float]:
+        soonest = float("inf")
+        for i in self._order():
+            try:
+                h = await self.client.try_acquire(self.slot_key(i), self.ttl)
+            except HeldError as e:
+                soonest = self._until_free(e, soonest)
+                continue
+            h.__class__ = AsyncSlot
+            assert isinstance(h, AsyncSlot)
+            h.number = i
+            return h, 0.0
+        return None, soonest
+
+    async def acquire(self) -> AsyncSlot:
+        """Waits in line (the queue lease NAME/queue, first come first served),
+        then, at the head of the line, tries the slots whenever the watch says
+        one freed. Cancel it (asyncio.timeout) to stop waiting; the turn's
+        loss ends it with LeaseLostError."""
+        async with self.client.acquire(self.queue_key, self.ttl):
+            try:
+                w = self.client.watch(self.name + "/slots/", reconnect=False)
+                try:
+                    async for ev in w:
+                        if ev.kind in (EVENT_SYNCED, "released", "expired"):
+                            slot, _ = await self._try_all()
+                            if slot is not None:
+                                return slot
+                finally:
+                    await w.aclose()
+            except UnsupportedError:
+                pass
+            pause = POLL_FIRST
+            while True:
+                slot, soonest = await self._try_all()
+                if slot is not None:
+                    return slot
+                await asyncio.sleep(min(jittered(pause), soonest))
+                pause = min(pause * 2, POLL_MAX)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def holders(self) -> list[Lease]:
+        return [lease async for lease in self.client.all(self.name + "/slots/")]

@@ -1,0 +1,144 @@
+"""What LeaseClient and AsyncLeaseClient share: their arguments and checks,
+the servers, the acquire request and its answer, and the pace of a wait."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Final, Sequence
+
+from ._endpoints import Endpoints, parse_servers
+from ._errors import InvalidError, UnexpectedAnswerError
+from ._wire import (
+    WAIT_CHUNK,
+    DriftMargin,
+    Granted,
+    acquire_body,
+    check_margin,
+    check_name,
+    check_ttl,
+    check_usable,
+    default_owner,
+    dumps,
+    granted_of,
+    jittered,
+    key_path,
+    loads_object,
+    query,
+)
+
+if TYPE_CHECKING:
+    import ssl
+
+DEFAULT_HEARTBEAT: Final = 15.0
+"""lease serve's default --watch-heartbeat, in seconds."""
+MISSED_HEARTBEATS: Final = 3
+"""A watch stream silent for this many heartbeats is broken."""
+RESUME_FIRST: Final = 0.1
+RESUME_MAX: Final = 5.0
+"""A broken watch is opened again after 100 ms, doubling to 5 s (as lease watch does)."""
+
+
+def invalid(msg: str) -> InvalidError:
+    return InvalidError("lease: " + msg)
+
+
+class ClientBase:
+    """The arguments of a client, checked (see LeaseClient)."""
+
+    def __init__(
+        self,
+        servers: str | Sequence[str],
+        *,
+        owner: str | None,
+        token: str | None,
+        ssl_context: ssl.SSLContext | None,
+        timeout: float,
+        drift_margin: DriftMargin,
+        heartbeat: float,
+        missed_heartbeats: int,
+    ) -> None:
+        self.owner: str = check_name("owner", default_owner() if owner is None else owner)
+        """The owner name acquisitions are made under."""
+        self._owner_json = dumps(self.owner)
+        if token is not None and (not isinstance(token, str) or token == "" or any(c.isspace() for c in token)):
+            raise invalid("token must be printable ASCII without spaces")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise invalid(f"timeout must be positive seconds, got {timeout!r}")
+        if not (isinstance(heartbeat, (int, float)) and heartbeat > 0) or not (
+            isinstance(missed_heartbeats, int) and missed_heartbeats >= 1
+        ):
+            raise invalid("heartbeat must be positive seconds and missed_heartbeats at least 1")
+        self.drift_margin = check_margin(drift_margin)
+        self.heartbeat = float(heartbeat)
+        self.missed_heartbeats = missed_heartbeats
+        self._endpoints = Endpoints(parse_servers(servers))
+        self._token = token
+        self._ssl = ssl_context
+        self._timeout = float(timeout)
+
+    @property
+    def servers(self) -> list[str]:
+        """Every server's URL, in the order given."""
+        return [e.url for e in self._endpoints.all]
+
+    @property
+    def server(self) -> str:
+        """The server requests go to first: the one that last answered."""
+        e = self._endpoints
+        return e.all[e.current()].url
+
+    def _check(self, key: str, ttl: float, owner: str | None) -> tuple[float, str]:
+        check_name("key", key)
+        ttl = check_ttl(ttl)
+        check_usable(self.drift_margin, ttl)
+        return ttl, self.owner if owner is None else check_name("owner", owner)
+
+    def _acquire_request(self, key: str, owner: str, ttl: float, wait: float) -> tuple[str, bytes, float]:
+        """The path, body and timeout of an acquire that waits up to wait seconds."""
+        body = acquire_body(self._owner_json if owner == self.owner else owner, ttl, wait)
+        return key_path(key, "acquire"), body, self._timeout + wait
+
+    @staticmethod
+    def _granted(body: bytes, key: str) -> Granted:
+        g = granted_of(loads_object(body, "acquire"), "acquire")
+        if g.lease.key != key:
+            raise UnexpectedAnswerError(f"lease: acquire {key!r} was answered with key {g.lease.key!r}")
+        return g
+
+    def _watch(self, prefix: str) -> tuple[str, float]:
+        """A watch's path, and the silence that breaks its stream."""
+        path = "/v1/watch" + ("?prefix=" + query({"p": prefix})[3:] if prefix else "")
+        return path, self.heartbeat * self.missed_heartbeats
+
+
+class WaitPlan:
+    """The pace of a waiting acquire: each request waits at the server for up to
+    30 s (its chunk) of the caller's wait; a held answer that came before the
+    chunk was up (a server that does not wait, or not that long) is paced
+    with a backoff from 5 to 500 ms."""
+
+    def __init__(self, wait: float | None) -> None:
+        if wait is not None and not (isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait >= 0):
+            raise invalid(f"wait must be seconds >= 0, got {wait!r}")
+        self.until = float("inf") if wait is None else time.monotonic() + wait
+        self._backoff = 0.005
+        self.sent = 0.0
+        self._chunk = 0.0
+
+    def chunk(self) -> float:
+        """How long the next request waits; it also marks the request sent."""
+        self.sent = time.monotonic()
+        self._chunk = max(0.0, min(self.until - self.sent, WAIT_CHUNK))
+        return self._chunk
+
+    def held(self) -> float | None:
+        """After a held answer: the pause before asking again, or None when the wait is over."""
+        now = time.monotonic()
+        if now >= self.until:
+            return None
+        if now - self.sent + 0.005 < self._chunk:
+            pause = min(jittered(self._backoff), max(0.0, self.until - now))
+            self._backoff = min(self._backoff * 2, 0.5)
+            return pause
+        self._backoff = 0.005
+        return 0.0

@@ -1,0 +1,112 @@
+"""The servers a client talks to, and the multi-endpoint rules of DESIGN.md
+("Replicated serve and multi-endpoint clients") that the sync and asyncio
+transports share: which server is current, when it moves on, and which
+failures a request is sent again after."""
+
+from __future__ import annotations
+
+import threading
+from typing import Final, NamedTuple, Sequence
+
+from ._errors import InvalidError, UnavailableError
+
+RETRY_ROUNDS: Final = 3
+"""A retried request goes round every endpoint at most this many times."""
+RETRY_BACKOFF: Final = 0.025
+"""Seconds between rounds, times 4 each round."""
+
+
+class Endpoint(NamedTuple):
+    url: str
+    tls: bool
+    host: str
+    port: int
+    path: str
+    """A path prefix, kept before /v1/... ("" for none)."""
+    host_header: str
+
+
+def parse_servers(servers: str | Sequence[str]) -> list[Endpoint]:
+    """The endpoints of a URL, a comma-separated list of URLs, or a list of them."""
+    from urllib.parse import urlsplit
+
+    urls = [u.strip() for u in servers.split(",")] if isinstance(servers, str) else [str(u).strip() for u in servers]
+    if not urls or any(u == "" for u in urls):
+        raise InvalidError(f"lease: no server URL in {servers!r}")
+    out = []
+    for u in urls:
+        p = urlsplit(u)
+        if p.scheme not in ("http", "https") or not p.hostname:
+            raise InvalidError(f"lease: server URL {u!r} must be http:// or https:// with a host")
+        if p.query or p.fragment or p.username or p.password:
+            raise InvalidError(f"lease: server URL {u!r} may not have a query, a fragment or credentials (use token=)")
+        tls = p.scheme == "https"
+        try:
+            port = p.port or (443 if tls else 80)
+        except ValueError:
+            raise InvalidError(f"lease: server URL {u!r} has a bad port") from None
+        host = p.hostname
+        host_header = p.netloc
+        out.append(Endpoint(u, tls, host, port, p.path.rstrip("/"), host_header))
+    return out
+
+
+class Endpoints:
+    """Rule 1: every request goes to the current endpoint, at first the first
+    listed, then the one that last worked. Rules 2 and 3: a request that never
+    left, was answered 503 or lost its answer moves it on by one; several
+    failing on one endpoint at once move it on once (move_on names the index
+    the request went to)."""
+
+    def __init__(self, endpoints: list[Endpoint]) -> None:
+        self.all = endpoints
+        self._cur = 0
+        self._lock = threading.Lock()
+
+    def current(self) -> int:
+        return self._cur
+
+    def move_on(self, used: int) -> None:
+        with self._lock:
+            if self._cur == used:
+                self._cur = (used + 1) % len(self.all)
+
+
+class Failed(Exception):
+    """A request that got no answer; never_left says it never reached a server."""
+
+    def __init__(self, cause: BaseException, never_left: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.never_left = never_left
+
+
+class Plan:
+    """Whether a failed request is sent again (rule 4): one that never left,
+    always; one that lost its answer or was answered 503, only if it is
+    harmless to repeat (every request but acquire). Each retry goes to the
+    next endpoint at once; a backoff comes only after every endpoint has
+    failed in turn, up to RETRY_ROUNDS rounds."""
+
+    def __init__(self, n: int, repeatable: bool) -> None:
+        self.n = n
+        self.repeatable = repeatable
+        self.tries = 0
+
+    def again(self, never_left: bool) -> float | None:
+        """The pause before sending again, or None to give up."""
+        if not never_left and not self.repeatable:
+            return None
+        self.tries += 1
+        if self.tries >= self.n * RETRY_ROUNDS:
+            return None
+        if self.tries % self.n:
+            return 0.0
+        return float(RETRY_BACKOFF * 4.0 ** (self.tries // self.n - 1))
+
+
+def unanswered(method: str, path: str, url: str, cause: BaseException, never_left: bool, repeatable: bool) -> UnavailableError:
+    """The error of a request that got no answer and will not be sent again."""
+    what = "could not reach" if never_left else "lost the answer of"
+    outcome = "" if never_left or repeatable else "; its outcome is unknown"
+    return UnavailableError(f"lease: {method} {path}: {what} {url}: {cause!r}{outcome}")

@@ -1,0 +1,211 @@
+"""The sync client's transport: http.client connections kept alive in a pool
+per server, the multi-endpoint rules (_endpoints), and error answers as
+their classes. Imported when the first LeaseClient is made, not with the
+package: http.client and ssl cost more to import than the rest of it."""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import ssl
+import struct
+import threading
+import time
+from typing import Final
+
+from ._endpoints import Endpoints, Failed, Plan, unanswered
+from ._errors import LeaseError, UnavailableError, error_from_answer
+
+IDLE_KEEP: Final = 60.0
+"""A pooled connection idle this long is closed rather than reused: well
+inside lease serve's 2 min idle timeout, so the server never closes one a
+request is about to be sent on."""
+
+
+class Answer:
+    __slots__ = ("status", "body")
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+
+
+class Transport:
+    def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
+        self.endpoints = endpoints
+        self.timeout = timeout
+        self._ssl = ssl_context
+        self._idle: list[list[tuple[http.client.HTTPConnection, float]]] = [[] for _ in endpoints.all]
+        self._lock = threading.Lock()
+        self.get_headers: dict[str, str] = {}
+        if token is not None:
+            self.get_headers["Authorization"] = "Bearer " + token
+        self.headers = dict(self.get_headers, **{"Content-Type": "application/json"})
+
+    def forked(self) -> None:
+        """In a forked child: the pooled connections are the parent's; forget them."""
+        self._lock = threading.Lock()
+        self._idle = [[] for _ in self.endpoints.all]
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
+        for conns in idle:
+            for c, _ in conns:
+                c.close()
+
+    def connect(self, i: int, timeout: float) -> http.client.HTTPConnection:
+        ep = self.endpoints.all[i]
+        c: http.client.HTTPConnection
+        if ep.tls:
+            ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
+            c = http.client.HTTPSConnection(ep.host, ep.port, timeout=timeout, context=ctx)
+        else:
+            c = http.client.HTTPConnection(ep.host, ep.port, timeout=timeout)
+        try:
+            c.connect()
+        except (OSError, http.client.HTTPException) as e:
+            c.close()
+            raise Failed(e, True) from e
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Blocking, with the kernel's timeouts rather than Python's: a Python
+        # timeout costs a poll before every send and receive.
+        c.sock.settimeout(None)
+        _set_timeout(c, timeout)
+        return c
+
+    def _get(self, i: int, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+        now = time.monotonic()
+        c: http.client.HTTPConnection | None = None
+        with self._lock:
+            pool = self._idle[i]
+            while pool:
+                old, since = pool.pop()
+                if now - since < IDLE_KEEP and not _closed_by_peer(old):
+                    c = old
+                    break
+                old.close()
+        if c is not None:
+            _set_timeout(c, timeout)
+            return c, True
+        return self.connect(i, timeout), False
+
+    def _put(self, i: int, c: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle[i].append((c, time.monotonic()))
+
+    def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float) -> Answer:
+        c, reused = self._get(i, timeout)
+        ep = self.endpoints.all[i]
+        try:
+            c.request(method, ep.path + path, body, self.headers if body is not None else self.get_headers)
+            r = c.getresponse()
+            data = r.read()
+        except (OSError, http.client.HTTPException) as e:
+            c.close()
+            # A pooled connection the server had closed fails at once; the
+            # request may not have been read, but nobody can tell.
+            raise Failed(e, False) from e
+        if r.will_close:
+            c.close()
+        else:
+            self._put(i, c)
+        return Answer(r.status, data)
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
+    ) -> Answer:
+        """Sends a request by the multi-endpoint rules and returns a 2xx answer;
+        an error answer raises its class, a request that got none an
+        UnavailableError."""
+        n = len(self.endpoints.all)
+        plan = Plan(n, repeatable)
+        t = self.timeout if timeout is None else timeout
+        while True:
+            i = self.endpoints.current()
+            try:
+                a = self._once(i, method, path, body, t)
+            except Failed as f:
+                self.endpoints.move_on(i)
+                pause = plan.again(f.never_left)
+                if pause is None:
+                    url = self.endpoints.all[i].url
+                    raise unanswered(method, path, url, f.cause, f.never_left, repeatable) from f.cause
+                if pause:
+                    time.sleep(pause)
+                continue
+            if a.status < 300:
+                return a
+            err = error_from_answer(a.status, a.body)
+            if a.status == 503:
+                self.endpoints.move_on(i)
+                pause = plan.again(False)
+                if pause is not None:
+                    if pause:
+                        time.sleep(pause)
+                    continue
+            raise err
+
+    def stream(self, path: str, timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, int]:
+        """Opens an event stream on a connection of its own (never pooled), by
+        the same rules; every failure to open it is repeatable."""
+        plan = Plan(len(self.endpoints.all), True)
+        headers = dict(self.get_headers, Accept="text/event-stream")
+        while True:
+            i = self.endpoints.current()
+            ep = self.endpoints.all[i]
+            err: LeaseError | None = None
+            try:
+                c = self.connect(i, timeout)
+                try:
+                    c.request("GET", ep.path + path, None, headers)
+                    r = c.getresponse()
+                except (OSError, http.client.HTTPException) as e:
+                    c.close()
+                    raise Failed(e, False) from e
+            except Failed as f:
+                self.endpoints.move_on(i)
+                pause = plan.again(True)
+                if pause is None:
+                    raise UnavailableError(f"lease: watch: could not reach {ep.url}: {f.cause!r}") from f.cause
+                time.sleep(pause)
+                continue
+            if r.status == 200:
+                return c, r, i
+            err = error_from_answer(r.status, r.read())
+            c.close()
+            if r.status == 503:
+                self.endpoints.move_on(i)
+                pause = plan.again(False)
+                if pause is not None:
+                    time.sleep(pause)
+                    continue
+            raise err
+
+
+def _closed_by_peer(c: http.client.HTTPConnection) -> bool:
+    """Whether an idle keep-alive connection has something to read: the
+    server's close (a restart, its idle timeout), since it sends nothing
+    unasked. Such a connection is dropped before a request is written to it,
+    so that an acquire is not lost to it with an unknown outcome."""
+    if c.sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([c.sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _set_timeout(c: http.client.HTTPConnection, timeout: float) -> None:
+    """Sets the kernel's send and receive timeouts of c's socket (SO_SNDTIMEO,
+    SO_RCVTIMEO), which then fail a stalled request with EAGAIN, an OSError.
+    Only a change costs a call."""
+    if c.sock is None or getattr(c, "_lease_timeout", None) == timeout:
+        return
+    sec = int(timeout)
+    tv = struct.pack("ll", sec, max(1, int((timeout - sec) * 1e6)) if sec == 0 else int((timeout - sec) * 1e6))
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    c._lease_timeout = timeout  # type: ignore[attr-defined]

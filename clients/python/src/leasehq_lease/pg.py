@@ -1,0 +1,229 @@
+"""The PostgreSQL guard on psycopg 3 (the optional extra ``leasehq-lease[pg]``),
+on the same tables as Go's fence/pgfence, so that Go and Python writers guard
+one resource alike (I6):
+
+- ``PgGuard.check(conn, resource, token)`` admits a token inside the writer's
+  own transaction and records it in pgfence's table (``public.lease_fence``:
+  ``resource text COLLATE "C" PRIMARY KEY, token bigint``) with pgfence's
+  conditional upsert, which keeps the resource's row locked until the
+  transaction ends; use it when a write touches several rows or tables.
+- ``update_row(conn, table, id, values, token)`` is pgfence.UpdateRow: one
+  fenced UPDATE of a row that carries its own token column,
+  ``UPDATE t SET ..., fencing_token = $t WHERE id = $id AND
+  coalesce(fencing_token, 0) <= $t`` (< in "strict" mode).
+
+In READ COMMITTED (PostgreSQL's default) a check or update that waited for
+another writer's row lock sees that writer's committed token; in REPEATABLE
+READ or SERIALIZABLE it fails with a serialization error instead, and the
+caller retries the transaction. The module imports psycopg only for types."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
+
+from ._errors import NotFoundError, StaleTokenError, UnavailableError, quote
+from ._errors import InvalidError as _Invalid
+from ._fenced import AT_LEAST, STRICT, admits, check_mode, check_token
+from ._wire import check_name
+
+if TYPE_CHECKING:
+    from psycopg import Connection, Cursor
+
+    Executor = Connection[Any] | Cursor[Any]
+
+__all__ = ["DEFAULT_SCHEMA", "DEFAULT_TABLE", "PgGuard", "update_row", "update_row_sql"]
+
+DEFAULT_SCHEMA: Final = "public"
+DEFAULT_TABLE: Final = "lease_fence"
+"""pgfence's default table: public.lease_fence."""
+MAX_IDENT_BYTES: Final = 63
+"""PostgreSQL's NAMEDATALEN - 1."""
+
+
+def ident(what: str, name: object) -> str:
+    """name quoted as one identifier, checked as pgfence checks it."""
+    if not isinstance(name, str) or name == "":
+        raise _Invalid(f"lease: pg: {what} is empty")
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _Invalid(f"lease: pg: {what} is not valid Unicode") from None
+    if n > MAX_IDENT_BYTES:
+        raise _Invalid(f"lease: pg: {what} {name!r} is {n} bytes, more than PostgreSQL's {MAX_IDENT_BYTES}")
+    if "\0" in name:
+        raise _Invalid(f"lease: pg: {what} contains a NUL character")
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _table(table: str | Sequence[str]) -> tuple[str, str]:
+    """The quoted table and its name for errors: a name, or (schema, name)."""
+    parts = [table] if isinstance(table, str) else list(table)
+    if not 1 <= len(parts) <= 2:
+        raise _Invalid("lease: pg: table must be a name or (schema, name)")
+    return ".".join(ident("table", p) for p in parts), ".".join(parts)
+
+
+def _stale(resource: str, token: int, highest: int, mode: str) -> StaleTokenError:
+    return StaleTokenError(
+        f"lease: pg: stale token {token} for {quote(resource)}: the highest accepted is {highest} (mode {mode})",
+        resource=resource, token=token, highest=highest, mode=mode,
+    )
+
+
+def _numbered(sql: str) -> str:
+    """The statement with $1, $2, ... for psycopg's %s, as pgx writes it."""
+    out, n, i = [], 0, 0
+    while True:
+        j = sql.find("%s", i)
+        if j < 0:
+            out.append(sql[i:])
+            return "".join(out)
+        n += 1
+        out.append(sql[i:j] + f"${n}")
+        i = j + 2
+
+
+class PgGuard:
+    """Admits writes by fencing token inside PostgreSQL transactions, recording
+    the highest token per resource in pgfence's table (created, with its
+    schema, if missing, under the advisory lock pgfence.New takes). It holds
+    no connection and is safe to share."""
+
+    def __init__(
+        self,
+        conn: Connection[Any],
+        *,
+        mode: str = AT_LEAST,
+        schema: str = DEFAULT_SCHEMA,
+        table: str = DEFAULT_TABLE,
+    ) -> None:
+        self.mode: str = check_mode(mode)
+        self.table = ident("schema", schema) + "." + ident("table", table)
+        cmp = "<" if self.mode == STRICT else "<="
+        self._upsert = (
+            f"INSERT INTO {self.table} AS f (resource, token) VALUES (%s, %s)\n"
+            "ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token\n"
+            f"WHERE f.token {cmp} EXCLUDED.token\nRETURNING token"
+        )
+        self._select = f"SELECT token FROM {self.table} WHERE resource = %s"
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("pgfence " + self.table,))
+            row = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)",
+                (self.table, schema),
+            ).fetchone()
+            assert row is not None
+            if not row[0]:
+                if not row[1]:
+                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident('schema', schema)}".encode())
+                conn.execute(
+                    f"""CREATE TABLE IF NOT EXISTS {self.table} (
+			resource text COLLATE "C" PRIMARY KEY,
+			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
+		)""".encode()
+                )
+
+    @property
+    def upsert_sql(self) -> str:
+        """check's statement, with pgx's $n placeholders (the same as pgfence's)."""
+        return _numbered(self._upsert)
+
+    def check(self, conn: Executor, resource: str, token: int) -> None:
+        """Admits token for resource within conn's open transaction (a psycopg
+        Connection not in autocommit, inside ``with conn.transaction():``, or
+        a cursor of one) and records it as the highest accepted, to commit or
+        roll back with it; the resource stays locked against other checks
+        until the transaction ends. A refused token raises StaleTokenError
+        and records nothing; roll the transaction back."""
+        check_name("resource", resource)
+        check_token(token)
+        if conn.execute(self._upsert.encode(), (resource, token)).fetchone() is not None:
+            return
+        raise _stale(resource, token, self.highest(conn, resource), self.mode)
+
+    def highest(self, conn: Executor, resource: str) -> int:
+        """The highest token accepted for resource, as conn sees it; 0 if none."""
+        check_name("resource", resource)
+        row = conn.execute(self._select.encode(), (resource,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+
+def update_row_sql(
+    table: str | Sequence[str],
+    id: object,
+    values: Mapping[str, object],
+    token: int,
+    *,
+    id_column: str = "id",
+    token_column: str = "fencing_token",
+    mode: str = AT_LEAST,
+) -> tuple[str, list[object]]:
+    """update_row's statement, with psycopg's %s placeholders, and its
+    arguments: the statement of Go's pgfence.Update.SQL (columns set in name
+    order), except that the token is passed twice where pgx names $n twice."""
+    t, _ = _table(table)
+    idc, tok = ident("id column", id_column), ident("token column", token_column)
+    if id_column == token_column:
+        raise _Invalid(f"lease: pg: id column and token column are both {id_column!r}")
+    check_mode(mode)
+    if id is None:
+        raise _Invalid("lease: pg: row id is missing")
+    check_token(token)
+    sets, args = [], []
+    for c in sorted(values):
+        if c in (id_column, token_column):
+            raise _Invalid(f"lease: pg: set column {c!r} is the id or token column")
+        sets.append(f"{ident('set column', c)} = %s")
+        args.append(values[c])
+    sets.append(f"{tok} = %s")
+    cmp = "<" if mode == STRICT else "<="
+    sql = f"UPDATE {t} SET {', '.join(sets)} WHERE {idc} = %s AND coalesce({tok}, 0) {cmp} %s::bigint"
+    return sql, [*args, token, id, token]
+
+
+def go_sql(sql: str) -> str:
+    """sql with pgx's numbering: the token's second %s is the $n of its first, as pgfence writes it."""
+    n = sql.count("%s")
+    text = _numbered(sql)
+    # The last placeholder is the token again: pgx reuses the token's number (n - 2).
+    return text[: text.rfind(f"${n}")] + f"${n - 2}" + text[text.rfind(f"${n}") + len(f"${n}") :]
+
+
+def update_row(
+    conn: Executor,
+    table: str | Sequence[str],
+    id: object,
+    values: Mapping[str, object],
+    token: int,
+    *,
+    id_column: str = "id",
+    token_column: str = "fencing_token",
+    mode: str = AT_LEAST,
+) -> None:
+    """Writes values to the row of table whose id_column is id, with fencing
+    token token, in one statement (atomic without a transaction of the
+    caller's; conn may also be in one). It returns if the row was written; a
+    token older than the row's (per mode) raises StaleTokenError naming the
+    row's token and writes nothing; a missing row raises NotFoundError. Only a
+    refused update costs a second statement, a read of the row's token.
+    Interoperates with Go's pgfence.UpdateRow on the same table."""
+    sql, args = update_row_sql(table, id, values, token, id_column=id_column, token_column=token_column, mode=mode)
+    t, name = _table(table)
+    read = f"SELECT coalesce({ident('token column', token_column)}, 0) FROM {t} WHERE {ident('id column', id_column)} = %s"
+    where = f"{name}/{id}"
+    # Outside a transaction the row can change between the update and the
+    # read; a read that would have admitted the token means exactly that
+    # (tokens only rise): try again a few times.
+    for _ in range(3):
+        n = conn.execute(sql.encode(), args).rowcount
+        if n == 1:
+            return
+        if n > 1:
+            raise _Invalid(f"lease: pg: updating {where} changed {n} rows: {id_column!r} is not unique")
+        row = conn.execute(read.encode(), (id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"lease: pg: no row {where}")
+        highest = int(row[0])
+        if not admits(mode, token, highest):
+            raise _stale(where, token, highest, mode)
+    raise UnavailableError(f"lease: pg: {where} kept changing under the update")

@@ -1,0 +1,242 @@
+"""Real servers for the tests: ``lease serve`` (the binary the Go test built,
+$LEASE_TEST_BINARY, or one built here with ``go build``), each on a free
+loopback port in a temporary directory, stopped when its test ends; and the
+PostgreSQL the Go test started ($LEASE_TEST_POSTGRES_URL).
+
+Run them with ``go test ./clients/python`` (make test does), which builds the
+wheel, installs it into a fresh venv and runs pytest there."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+_built: dict[str, str] = {}
+
+
+def lease_binary() -> str:
+    given = os.environ.get("LEASE_TEST_BINARY")
+    if given:
+        return given
+    if "lease" not in _built:
+        out = Path(tempfile.mkdtemp(prefix="lease-py-bin-")) / "lease"
+        subprocess.run(["go", "build", "-o", str(out), "./cmd/lease"], cwd=REPO, check=True)
+        _built["lease"] = str(out)
+    return _built["lease"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Server:
+    """A running lease serve; stop() ends it (SIGCONT first, in case it is paused)."""
+
+    def __init__(self, args: list[str], data_dir: str, port: int) -> None:
+        self.data_dir = data_dir
+        self.args = args
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.log = ""
+        found = threading.Event()
+        self.url = ""
+
+        def read() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.log += line
+                m = re.search(r"msg=listening addr=(\S+)", line)
+                if m and not found.is_set():
+                    self.url = "http://" + m.group(1)
+                    found.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not found.wait(30):
+            self.stop()
+            raise RuntimeError(f"lease serve did not listen within 30 s:\n{self.log}")
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """A metric's value from /metrics (0 if absent)."""
+        text = urllib.request.urlopen(self.url + "/metrics").read().decode()
+        m = re.search("^" + re.escape(name + labels) + r" (\S+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+
+StartServer = Callable[..., Server]
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
+    """start_server(tokens=None, port=0, data_dir=None, args=()) starts lease serve until the test ends."""
+    running: list[Server] = []
+
+    def start(tokens: list[str] | None = None, port: int = 0, data_dir: str | None = None, args: tuple[str, ...] = ()) -> Server:
+        d = data_dir or str(tmp_path / f"data-{len(running)}")
+        argv = [lease_binary(), "serve", "--addr", f"127.0.0.1:{port}", "--data-dir", d, "--shutdown-timeout", "2s", *args]
+        if tokens is not None:
+            f = tmp_path / f"tokens-{len(running)}"
+            f.write_text("\n".join(tokens) + "\n")
+            f.chmod(0o600)
+            argv += ["--auth-tokens-file", str(f)]
+        s = Server(argv, d, port)
+        running.append(s)
+        return s
+
+    yield start
+    for s in running:
+        s.stop()
+
+
+@pytest.fixture
+def server(start_server: StartServer) -> Server:
+    return start_server()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(what: str, cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    until = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > until:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.005)
+
+
+class Proxy:
+    """A TCP proxy on loopback that can freeze: while frozen it forwards
+    nothing, as a stalled network does (DESIGN.md's problem, step 2)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.frozen = threading.Event()
+        self.refuse = threading.Event()
+        """While set, every new connection is closed at once (and counted in refused)."""
+        self.refused = 0
+        self._ls = socket.socket()
+        self._ls.bind(("127.0.0.1", 0))
+        self._ls.listen(64)
+        self.port = self._ls.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._socks: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                c, _ = self._ls.accept()
+            except OSError:
+                return
+            if self.refuse.is_set():
+                self.refused += 1
+                c.close()
+                continue
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                c.close()
+                continue
+            self._socks += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                while self.frozen.is_set() and not self._closed:
+                    time.sleep(0.005)
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._ls.close()
+        for s in self._socks:
+            s.close()
+
+    def cut(self) -> None:
+        """Closes every connection open now."""
+        for s in self._socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def proxy_to() -> Iterator[Callable[[Server], Proxy]]:
+    made: list[Proxy] = []
+
+    def make(s: Server) -> Proxy:
+        p = Proxy(s.port)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def postgres_url() -> str:
+    u = os.environ.get("LEASE_TEST_POSTGRES_URL")
+    if not u:
+        pytest.fail("LEASE_TEST_POSTGRES_URL is not set: run these tests with `go test ./clients/python`, which starts PostgreSQL")
+    return u
+
+
+@pytest.fixture
+def pg() -> Iterator[Any]:
+    import psycopg
+
+    conn = psycopg.connect(postgres_url(), autocommit=True)
+    yield conn
+    conn.close()
+
+
+def python_exe() -> str:
+    import sys
+
+    return sys.executable
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name)

@@ -1,0 +1,267 @@
+"""AsyncLeaseClient: the sync API's names on asyncio; a loss cancels the
+block that holds the lease, which ends with LeaseLostError."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+import pytest
+
+from leasehq_lease import (
+    AsyncElector,
+    AsyncLeaseClient,
+    AsyncSemaphore,
+    FencedResource,
+    HeldError,
+    LeaseLostError,
+    LeaseReleasedError,
+    StaleTokenError,
+    UnauthorizedError,
+    UnavailableError,
+)
+
+from conftest import Proxy, Server, StartServer, free_port, unique
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_acquire_renew_release(server: Server) -> None:
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url, owner="aa") as c:
+            key = unique("a")
+            async with c.acquire(key, 0.2) as h:
+                assert h.owner == "aa" and h.held
+                await asyncio.sleep(1.0)  # renewed by the client's one task
+                h.check()
+                got = await c.get(key)
+                assert got is not None and got.token == h.token
+                with pytest.raises(HeldError):
+                    await c.try_acquire(key, 1.0)
+            assert await c.get(key) is None
+            with pytest.raises(LeaseReleasedError):
+                h.check()
+            h2 = await c.acquire(key, 1.0)  # awaited, not a block
+            assert h2.token > h.token
+            await h2.release()
+
+    run(main())
+
+
+def test_a_loss_cancels_the_block(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    net = proxy_to(server)
+    resource: FencedResource[str] = FencedResource("initial")
+
+    async def main() -> None:
+        c = AsyncLeaseClient(net.url, timeout=0.5)
+        b = AsyncLeaseClient(server.url)
+        key = unique("loss")
+        reached = False
+        t0 = time.monotonic()
+        with pytest.raises(LeaseLostError) as e:
+            async with c.acquire(key, 0.5) as h:
+                net.frozen.set()
+                await asyncio.sleep(10)  # cancelled at the deadline
+                reached = True
+        assert not reached and h.lost.is_set() and time.monotonic() - t0 < 2
+        assert isinstance(e.value.__cause__, asyncio.CancelledError)
+        while await b.get(key) is not None:
+            await asyncio.sleep(0.01)
+        async with b.acquire(key, 5.0) as hb:
+            resource.write(hb.token, "written-by-b")
+            with pytest.raises(StaleTokenError):
+                resource.write(h.token, "written-by-a-late")
+        net.frozen.clear()
+        await c.close()
+        await b.close()
+
+    run(main())
+    assert resource.read().value == "written-by-b"
+
+
+def test_a_cancellation_from_outside_stays_a_cancellation(server: Server) -> None:
+    async def main() -> None:
+        c = AsyncLeaseClient(server.url)
+        key = unique("cancel")
+
+        async def body() -> None:
+            async with c.acquire(key, 5.0):
+                await asyncio.sleep(10)
+
+        t = asyncio.get_running_loop().create_task(body())
+        await asyncio.sleep(0.2)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        assert await c.get(key) is None  # released on the way out
+        await c.close()
+
+    run(main())
+
+
+def test_holding_runs_only_while_holding(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    net = proxy_to(server)
+
+    async def main() -> None:
+        c = AsyncLeaseClient(net.url, timeout=0.5)
+        key = unique("holding")
+        seen: list[int] = []
+
+        @c.holding(key, ttl=0.5)
+        async def job(n: int, *, hold: Any) -> int:
+            seen.append(hold.token)
+            if n == 2:
+                net.frozen.set()
+                await asyncio.sleep(10)
+            return n * 10
+
+        assert await job(1) == 10
+        with pytest.raises(LeaseLostError):
+            await job(2)
+        net.frozen.clear()
+        assert len(seen) == 2 and seen[1] > seen[0]
+        await c.close()
+
+    run(main())
+
+
+def test_waiting_acquire_and_its_cancellation(server: Server) -> None:
+    async def main() -> None:
+        c = AsyncLeaseClient(server.url)
+        key = unique("wait")
+        h = await c.acquire(key, 5.0)
+        with pytest.raises(HeldError):
+            await c.acquire(key, 5.0, wait=0.2)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await c.acquire(key, 5.0)
+        waiter = asyncio.get_running_loop().create_task(_wait(c, key))
+        await asyncio.sleep(0.2)
+        await h.release()
+        h2 = await waiter
+        assert h2.token > h.token
+        await h2.release()
+        await c.close()
+
+    async def _wait(c: AsyncLeaseClient, key: str) -> Any:
+        return await c.acquire(key, 5.0, wait=10)
+
+    run(main())
+
+
+def test_errors_and_several_servers(start_server: StartServer) -> None:
+    s = start_server(tokens=["t0ken-for-everything-0123456789 *"])
+
+    async def main() -> None:
+        with pytest.raises(UnauthorizedError):
+            await AsyncLeaseClient(s.url).get("k")
+        dead = f"http://127.0.0.1:{free_port()}"
+        c = AsyncLeaseClient([dead, s.url], token="t0ken-for-everything-0123456789")
+        async with c.acquire(unique("m"), 1.0):
+            assert c.server == s.url
+        with pytest.raises(UnavailableError):
+            await AsyncLeaseClient([dead]).get("k")
+        await c.close()
+
+    run(main())
+
+
+def test_list_all_and_watch(server: Server) -> None:
+    async def main() -> None:
+        c = AsyncLeaseClient(server.url)
+        prefix = unique("l") + "/"
+        holds = [await c.try_acquire(f"{prefix}{i}", 5.0) for i in range(5)]
+        assert [x.key async for x in c.all(prefix, limit=2)] == [f"{prefix}{i}" for i in range(5)]
+        page = await c.list(prefix, limit=3)
+        assert len(page.leases) == 3 and page.next
+        async with c.watch(prefix) as w:
+            kinds = []
+            async for ev in w:
+                kinds.append(ev.kind)
+                if ev.kind == "synced":
+                    await holds[0].release()
+                if ev.kind == "released":
+                    break
+        assert kinds == ["held"] * 5 + ["synced", "released"]
+        for h in holds[1:]:
+            await h.release()
+        await c.close()
+
+    run(main())
+
+
+def test_missed_heartbeats_break_an_async_watch(start_server: StartServer) -> None:
+    quiet = start_server(args=("--watch-heartbeat", "1h"))
+
+    async def main() -> None:
+        c = AsyncLeaseClient(quiet.url, heartbeat=0.1, missed_heartbeats=3)
+        w = c.watch(reconnect=False)
+        assert (await w.__anext__()).kind == "synced"
+        with pytest.raises(UnavailableError, match="heartbeats"):
+            await w.__anext__()
+        await c.close()
+
+    run(main())
+
+
+def test_async_election_and_semaphore(server: Server) -> None:
+    async def main() -> None:
+        c = AsyncLeaseClient(server.url)
+        e = AsyncElector(c, ttl=2.0)
+        key = unique("elect")
+        seen: list[Any] = []
+
+        async def observe() -> None:
+            async for leader in e.observe(key):
+                seen.append(leader)
+
+        obs = asyncio.get_running_loop().create_task(observe())
+        t1 = await e.campaign(key, "node-1")
+        assert t1.value == "node-1"
+        leader = await e.leader(key)
+        assert leader is not None and leader.value == "node-1" and leader.token == t1.token
+        second = asyncio.get_running_loop().create_task(e.campaign(key, "node-2"))
+        await asyncio.sleep(0.2)
+        assert not second.done()
+        await t1.resign()
+        t2 = await second
+        assert t2.token > t1.token
+        await asyncio.sleep(0.3)
+        await t2.resign()
+        await asyncio.sleep(0.3)
+        obs.cancel()
+        values = [x.value for x in seen]
+        assert values[:1] == [None] or values[0] == "node-1"
+        assert "node-1" in values and "node-2" in values and values[-1] is None
+        tokens = [x.token for x in seen if x.token]
+        assert tokens == sorted(tokens)
+
+        # The runner: lead runs inside the term and is cancelled by its loss.
+        ran: list[int] = []
+
+        async def lead(term: Any) -> None:
+            ran.append(term.token)
+
+        await e.run(unique("runner"), "node-3", lead)
+        assert len(ran) == 1
+
+        sem = AsyncSemaphore(c, unique("sem"), 2, ttl=2.0)
+        s1, s2 = await sem.try_acquire(), await sem.try_acquire()
+        assert {s1.number, s2.number} == {0, 1}
+        with pytest.raises(HeldError):
+            await sem.try_acquire()
+        waiting = asyncio.get_running_loop().create_task(sem.acquire())
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await s1.release()
+        s3 = await waiting
+        assert s3.number == s1.number and s3.token > s1.token
+        assert len(await sem.holders()) == 2
+        await s2.release()
+        await s3.release()
+        await c.close()
+
+    run(main())

@@ -1,0 +1,351 @@
+"""The sync client against a real lease serve: acquire, renew, release, wait,
+get, list, errors, several servers, auth, restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import leasehq_lease
+from leasehq_lease import (
+    DriftMargin,
+    ForbiddenError,
+    HeldError,
+    InvalidError,
+    LeaseClient,
+    LeaseLostError,
+    LeaseReleasedError,
+    UnauthorizedError,
+    UnavailableError,
+)
+
+from conftest import Server, StartServer, free_port, unique, wait_for
+
+
+def test_the_installed_package_is_tested() -> None:
+    # go test installs the wheel into a venv: the tests must not import the source tree.
+    here = Path(__file__).resolve().parents[1] / "src"
+    f = Path(leasehq_lease.__file__).resolve()
+    assert here not in f.parents, f"tests import {f}, the source tree, not the installed wheel"
+    assert (f.parent / "py.typed").exists()
+
+
+def test_acquire_release_and_tokens_rise(server: Server) -> None:
+    c = LeaseClient(server.url, owner="worker-a")
+    key = unique("job")
+    with c.acquire(key, ttl=5.0) as h:
+        assert h.key == key and h.owner == "worker-a" and h.token >= 1
+        assert h.held and not h.lost.is_set()
+        got = c.get(key)
+        assert got is not None and got.token == h.token and got.owner == "worker-a"
+        first = h.token
+    assert c.get(key) is None
+    with pytest.raises(LeaseReleasedError):
+        h.check()
+    h2 = c.try_acquire(key, 5.0)
+    assert h2.token > first
+    h2.release()
+    h2.release()  # again: nothing
+
+
+def test_try_acquire_of_a_held_key_names_the_holder(server: Server) -> None:
+    a = LeaseClient(server.url, owner="a")
+    b = LeaseClient(server.url, owner="b")
+    key = unique("held")
+    with a.acquire(key, 5.0) as h:
+        with pytest.raises(HeldError) as e:
+            b.try_acquire(key, 5.0)
+        assert e.value.code == "held" and e.value.status == 409
+        assert e.value.holder is not None and e.value.holder.owner == "a" and e.value.holder.token == h.token
+
+
+def test_renewal_keeps_a_short_lease_with_its_token(server: Server) -> None:
+    c = LeaseClient(server.url)
+    key = unique("renew")
+    with c.acquire(key, ttl=0.2) as h:
+        time.sleep(1.0)  # five TTLs
+        h.check()
+        assert not h.lost.is_set()
+        got = c.get(key)
+        assert got is not None and got.token == h.token
+
+
+def test_one_thread_renews_every_hold_through_batches(server: Server) -> None:
+    c = LeaseClient(server.url)
+    before = {t.ident for t in threading.enumerate()}
+    holds = [c.try_acquire(unique("batch"), 0.3) for _ in range(20)]
+    try:
+        time.sleep(1.2)
+        for h in holds:
+            h.check()
+        renewers = [t for t in threading.enumerate() if t.name == "leasehq-lease-renewer" and t.ident not in before]
+        assert len(renewers) == 1
+        batches = server.metric("lease_http_request_duration_seconds_count", '{code="200",route="POST /v1/renew"}')
+        single = server.metric("lease_http_request_duration_seconds_count", '{code="200",route="POST /v1/leases/{key}/renew"}')
+        # 20 holds renewed about 4 times each: in batches, not one request each.
+        assert single == 0
+        assert 2 <= batches <= 40, batches
+    finally:
+        for h in holds:
+            h.release()
+
+
+def test_a_waiting_acquire_gets_the_key_when_it_is_released(server: Server) -> None:
+    c = LeaseClient(server.url)
+    key = unique("wait")
+    h = c.acquire(key, 5.0)
+    got: list[int] = []
+
+    def waiter() -> None:
+        with c.acquire(key, 5.0, wait=10.0) as h2:
+            got.append(h2.token)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.2)
+    assert not got
+    h.release()
+    t.join(10)
+    assert got and got[0] > h.token
+
+
+def test_a_wait_that_runs_out_is_a_held_error(server: Server) -> None:
+    c = LeaseClient(server.url)
+    key = unique("timeout")
+    with c.acquire(key, 5.0):
+        t0 = time.monotonic()
+        with pytest.raises(HeldError):
+            c.acquire(key, 5.0, wait=0.3)
+        assert 0.25 <= time.monotonic() - t0 < 3
+
+
+def test_list_pages_and_all(server: Server) -> None:
+    c = LeaseClient(server.url)
+    prefix = unique("list") + "/"
+    keys = [f"{prefix}{i:02d}" for i in range(7)]
+    holds = [c.try_acquire(k, 10.0) for k in keys]
+    try:
+        page = c.list(prefix, limit=3)
+        assert [x.key for x in page.leases] == keys[:3] and page.next
+        page2 = c.list(prefix, limit=3, after=page.next)
+        assert [x.key for x in page2.leases] == keys[3:6]
+        assert [x.key for x in c.all(prefix, limit=2)] == keys
+        last = c.list(prefix, limit=10)
+        assert last.next == "" and len(last.leases) == 7
+    finally:
+        for h in holds:
+            h.release()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.try_acquire("", 1.0),
+        lambda c: c.try_acquire("k", 0.001),
+        lambda c: c.try_acquire("k", 100_000.0),
+        lambda c: c.try_acquire("k\n", 1.0),
+        lambda c: c.try_acquire("x" * 513, 1.0),
+        lambda c: c.list(limit=0),
+        # The drift margin would take more than half of the TTL.
+        lambda c: LeaseClient("http://127.0.0.1:1", drift_margin=DriftMargin(0.4, 0.01)).try_acquire("k", 0.02),
+        lambda c: LeaseClient("http://127.0.0.1:1", drift_margin=DriftMargin(0.5, 0)),
+    ],
+)
+def test_bad_arguments_are_invalid_errors(server: Server, call: object) -> None:
+    c = LeaseClient(server.url)
+    with pytest.raises(InvalidError):
+        call(c)  # type: ignore[operator]
+
+
+def test_bad_constructor_arguments() -> None:
+    for kw in ({"owner": ""}, {"timeout": 0}, {"token": "a b"}):
+        with pytest.raises(InvalidError):
+            LeaseClient("http://127.0.0.1:1", **kw)  # type: ignore[arg-type]
+    for url in ("", "ftp://x", "http://", "http://h?q=1"):
+        with pytest.raises(InvalidError):
+            LeaseClient(url)
+
+
+def test_keys_with_odd_bytes_travel_as_one_segment(server: Server) -> None:
+    c = LeaseClient(server.url)
+    for key in ["a/b", ".", "..", "sp ace", "pct%2F", "ü/ñ", "q?x#y"]:
+        k = unique("odd") + key if key not in (".", "..") else key
+        with c.try_acquire(k, 5.0) as h:
+            got = c.get(k)
+            assert got is not None and got.key == k and got.token == h.token
+
+
+def test_several_servers_with_one_dead(server: Server) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    c = LeaseClient([dead, server.url])
+    key = unique("multi")
+    with c.acquire(key, 5.0) as h:
+        assert c.server == server.url
+        time.sleep(0.5)
+        h.check()
+    assert c.get(key) is None
+    # Only dead servers: unavailable, for a read and for an acquire.
+    d = LeaseClient([dead, f"http://127.0.0.1:{free_port()}"])
+    with pytest.raises(UnavailableError):
+        d.get("x")
+    with pytest.raises(UnavailableError):
+        d.try_acquire("x", 1.0)
+
+
+def test_auth_errors(start_server: StartServer) -> None:
+    good, narrow = "t0ken-for-everything-0123456789", "t0ken-for-reports-0123456789"
+    s = start_server(tokens=[f"{good} *", f"{narrow} reports/"])
+    with pytest.raises(UnauthorizedError) as e:
+        LeaseClient(s.url).try_acquire("k", 1.0)
+    assert e.value.status == 401
+    with pytest.raises(UnauthorizedError):
+        LeaseClient(s.url, token="wrong-token-0123456789").get("k")
+    with pytest.raises(ForbiddenError) as f:
+        LeaseClient(s.url, token=narrow).try_acquire("other/k", 1.0)
+    assert f.value.status == 403
+    with LeaseClient(s.url, token=narrow).try_acquire("reports/k", 1.0) as h:
+        assert h.token >= 1
+    with LeaseClient(s.url, token=good).try_acquire("other/k", 1.0) as h:
+        time.sleep(0.5)
+        h.check()  # renewals carry the token too
+
+
+def test_server_restart(start_server: StartServer) -> None:
+    s = start_server()
+    c = LeaseClient(s.url)
+    key = unique("restart")
+    h = c.acquire(key, 3.0)
+    # A quick restart on the same port and data: the hold renews through it.
+    s.stop()
+    s2 = start_server(port=s.port, data_dir=s.data_dir)
+    time.sleep(2.5)
+    h.check()
+    got = c.get(key)
+    assert got is not None and got.token == h.token
+    # Down past the deadline: the hold reports the loss, and the key's next
+    # token after the restart is higher (I1 across restarts).
+    s2.stop()
+    t0 = time.monotonic()
+    assert h.lost.wait(10)
+    assert time.monotonic() - t0 < 3.0
+    with pytest.raises(LeaseLostError):
+        h.check()
+    start_server(port=s.port, data_dir=s.data_dir)
+    wait_for("the lease to expire", lambda: c.get(key) is None)
+    with c.try_acquire(key, 3.0) as h2:
+        assert h2.token > h.token
+    h.__exit__(None, None, None)  # quietly, after the loss
+
+
+def test_release_after_a_loss_raises_the_loss(server: Server, proxy_to: object) -> None:
+    from conftest import Proxy
+
+    p: Proxy = proxy_to(server)  # type: ignore[operator]
+    c = LeaseClient(p.url, timeout=1.0)
+    h = c.try_acquire(unique("lossrel"), 0.3)
+    p.frozen.set()
+    assert h.lost.wait(2)
+    p.frozen.clear()
+    with pytest.raises(LeaseLostError):
+        h.release()
+
+
+def test_a_short_hold_after_a_long_one_is_renewed(server: Server) -> None:
+    # The idle renewer thread looks for new holds at a sixth of the last
+    # hold's TTL; a hold due sooner than that must wake it.
+    c = LeaseClient(server.url)
+    c.try_acquire(unique("long"), 60.0).release()
+    time.sleep(0.1)  # the thread is idle now, next looking in 10 s
+    with c.try_acquire(unique("short"), 0.2) as h:
+        time.sleep(1.0)
+        h.check()
+
+
+def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_server: StartServer) -> None:
+    # The pooled keep-alive connections die with the server; the next
+    # acquire must go out on a new one, not fail with an unknown outcome.
+    s = start_server()
+    c = LeaseClient(s.url)
+    for i in range(3):
+        c.try_acquire(unique("warm"), 5.0).release()
+    s.stop()
+    start_server(port=s.port, data_dir=s.data_dir)
+    with c.try_acquire(unique("after"), 5.0) as h:
+        assert h.token >= 1
+
+
+def test_failed_renewals_are_retried_at_a_pace(server: Server, proxy_to: object) -> None:
+    # A server that hangs up on every request: the renewer retries at about
+    # a tenth of the TTL until the deadline, not in a tight loop.
+    from conftest import Proxy
+
+    p: Proxy = proxy_to(server)  # type: ignore[operator]
+    c = LeaseClient(p.url)
+    h = c.try_acquire(unique("pace"), 3.0)
+    p.refuse.set()
+    p.cut()
+    assert h.lost.wait(5)
+    # A renewal every 0.3 s from the first failure, each request tried 3
+    # times (25 and 100 ms apart): about 20 connections, not one every
+    # 40 ms or so.
+    assert 1 <= p.refused <= 40, p.refused
+
+
+def test_a_forked_child_does_not_inherit_the_parents_holds(server: Server) -> None:
+    # A prefork worker pool forks after the client (and maybe a hold) exist:
+    # the child's copy of the hold is lost (the lease stays with the parent),
+    # and the client works in the child with a renewer and connections of its own.
+    import os
+
+    c = LeaseClient(server.url)
+    h = c.try_acquire(unique("parent"), 0.5)
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status
+        code = 0
+        try:
+            if not h.lost.is_set():
+                code |= 1
+            try:
+                h.check()
+                code |= 2
+            except LeaseLostError:
+                pass
+            with c.try_acquire(unique("child"), 0.3) as ch:
+                time.sleep(0.8)
+                if not ch.held:
+                    code |= 4
+        except BaseException:  # noqa: BLE001
+            code |= 8
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    time.sleep(0.6)
+    h.check()  # the parent still holds it, renewed by its own thread
+    h.release()
+
+
+def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: object) -> None:
+    from conftest import Proxy
+
+    p: Proxy = proxy_to(server)  # type: ignore[operator]
+    c = LeaseClient(p.url, timeout=0.3)
+    c.get("warm")  # a pooled connection, then the network stalls
+    p.frozen.set()
+    got: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            c.get("k")
+        except BaseException as e:  # noqa: BLE001 - checked below
+            got.append(e)
+
+    t = threading.Thread(target=read, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "a request to a stalled server hung past its timeout"
+    assert isinstance(got[0], UnavailableError) and time.monotonic() - t0 < 3
+    p.frozen.clear()

@@ -1,0 +1,92 @@
+"""Elector and Semaphore over the HTTP API, as Go's election and semaphore packages."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from leasehq_lease import Elector, HeldError, Leader, LeaseClient, Semaphore
+
+from conftest import Server, unique, wait_for
+
+
+def test_campaign_leader_resign_and_observe(server: Server) -> None:
+    c = LeaseClient(server.url)
+    e = Elector(c, ttl=2.0)
+    key = unique("elect")
+    assert e.leader(key) is None
+    seen: list[Leader] = []
+    obs = e.observe(key)
+    seen.append(next(obs))  # the leader now: none
+    assert seen[0] == Leader(key)
+
+    def follow() -> None:
+        for leader in obs:
+            seen.append(leader)
+            if len(seen) == 5:
+                return
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    t1 = e.campaign(key, "node-1")
+    leader = e.leader(key)
+    assert leader is not None and (leader.value, leader.token) == ("node-1", t1.token)
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(e.campaign(key, "node-2", wait=10)))
+    waiter.start()
+    time.sleep(0.3)
+    assert not got
+    t1.resign()
+    waiter.join(10)
+    t2 = got[0]
+    assert t2.value == "node-2" and t2.token > t1.token
+    time.sleep(0.2)
+    t2.resign()
+    t.join(10)
+    assert [x.value for x in seen] == [None, "node-1", None, "node-2", None]
+    tokens = [x.token for x in seen if x.token]
+    assert tokens == sorted(tokens) == [t1.token, t2.token]
+
+
+def test_the_leader_runner(server: Server) -> None:
+    e = Elector(LeaseClient(server.url), ttl=1.0)
+    key = unique("run")
+    terms: list[int] = []
+    stop = threading.Event()
+
+    def lead(term: Any) -> None:
+        terms.append(term.token)
+        term.check()
+        if len(terms) == 3:
+            stop.set()
+
+    e.run(key, "me", lead, requeue=True, stop=stop)
+    assert len(terms) == 3 and terms == sorted(terms) and len(set(terms)) == 3
+    assert e.leader(key) is None  # resigned after each term
+
+
+def test_semaphore(server: Server) -> None:
+    c = LeaseClient(server.url)
+    sem = Semaphore(c, unique("sem"), 2, ttl=2.0)
+    s1, s2 = sem.try_acquire(), sem.try_acquire()
+    assert {s1.number, s2.number} == {0, 1}
+    with pytest.raises(HeldError):
+        sem.try_acquire()
+    with pytest.raises(HeldError):
+        sem.acquire(wait=0.3)
+    got: list[Any] = []
+    w = threading.Thread(target=lambda: got.append(sem.acquire(wait=10)))
+    w.start()
+    time.sleep(0.3)
+    assert not got
+    s1.release()
+    w.join(10)
+    s3 = got[0]
+    assert s3.number == s1.number and s3.token > s1.token
+    assert [x.key for x in sem.holders()] == sorted([sem.slot_key(0), sem.slot_key(1)])
+    for s in (s2, s3):
+        s.release()
+    wait_for("the slots to free", lambda: not sem.holders())

@@ -1,0 +1,91 @@
+"""The error classes: one per code of the server's table, mirrored from the
+OpenAPI document, and answers without the API's body judged by status as
+the Go client judges them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from leasehq_lease import (
+    ForbiddenError,
+    HeldError,
+    InvalidError,
+    LeaseError,
+    NotFoundError,
+    NotHeldError,
+    StaleTokenError,
+    TooManyWatchersError,
+    UnauthorizedError,
+    UnavailableError,
+    UnexpectedAnswerError,
+    UnsupportedError,
+)
+from leasehq_lease._errors import BY_CODE, error_from_answer, error_from_event
+
+from conftest import REPO
+
+CLASSES = {
+    "held": HeldError, "not_held": NotHeldError, "stale_token": StaleTokenError, "not_found": NotFoundError,
+    "invalid": InvalidError, "unauthorized": UnauthorizedError, "forbidden": ForbiddenError,
+    "too_many_watchers": TooManyWatchersError, "unsupported": UnsupportedError, "unavailable": UnavailableError,
+}
+
+
+def openapi_codes() -> set[str]:
+    doc = json.loads((REPO / "leasehttp" / "openapi.json").read_text())
+    codes: set[str] = set()
+
+    def walk(v: object) -> None:
+        if isinstance(v, dict):
+            code = v.get("properties", {}).get("code") if isinstance(v.get("properties"), dict) else None
+            if isinstance(code, dict) and isinstance(code.get("enum"), list):
+                codes.update(code["enum"])
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(doc)
+    return codes
+
+
+def test_every_code_of_the_api_has_its_class() -> None:
+    # Go's table (leasehttp/errors.go), row for row; the OpenAPI document
+    # lists the lease server's codes, all but stale_token (a fenced service's).
+    go = re.findall(r'\{"(\w+)", http\.Status', (REPO / "leasehttp" / "errors.go").read_text())
+    assert list(BY_CODE) == go
+    codes = openapi_codes()
+    assert codes and set(BY_CODE) - codes == {"stale_token"}
+    for code, cls in CLASSES.items():
+        e = error_from_answer(409, json.dumps({"error": {"code": code, "message": "m"}}).encode())
+        assert type(e) is cls and e.code == code and e.status == 409 and str(e) == "m"
+        assert isinstance(e, LeaseError)
+
+
+def test_held_names_the_holder_and_stale_its_tokens() -> None:
+    e = error_from_answer(409, b'{"error":{"code":"held","message":"m","holder":{"key":"k","owner":"o","token":7,"expires_at":"2026-01-02T03:04:05.678Z"}}}')
+    assert isinstance(e, HeldError) and e.holder is not None and (e.holder.owner, e.holder.token) == ("o", 7)
+    assert e.holder.expires_at.year == 2026 and e.holder.expires_at.microsecond == 678000
+    s = error_from_answer(409, b'{"error":{"code":"stale_token","message":"m","token":3,"highest":5,"resource":"r"}}')
+    assert isinstance(s, StaleTokenError) and (s.token, s.highest, s.resource) == (3, 5, "r")
+
+
+@pytest.mark.parametrize(
+    "status,cls",
+    [(502, UnavailableError), (503, UnavailableError), (400, InvalidError), (413, InvalidError), (401, UnauthorizedError),
+     (403, ForbiddenError), (404, UnexpectedAnswerError), (409, UnexpectedAnswerError), (429, UnexpectedAnswerError)],
+)
+def test_answers_without_the_body_by_status(status: int, cls: type) -> None:
+    e = error_from_answer(status, b"<html>proxy</html>")
+    assert type(e) is cls and e.status == status
+
+
+def test_unknown_codes() -> None:
+    assert type(error_from_answer(418, b'{"error":{"code":"teapot","message":"m"}}')) is UnexpectedAnswerError
+    assert type(error_from_answer(500, b'{"error":{"code":"teapot","message":"m"}}')) is UnavailableError
+    assert type(error_from_event("w", "not json")) is UnavailableError
+    assert type(error_from_event("w", '{"error":{"code":"forbidden","message":"m"}}')) is ForbiddenError

@@ -1,0 +1,134 @@
+"""client.watch: the event stream parsed as the HTML standard reads it, the
+server's events, reconnects after a break, and a stream silent for N
+heartbeats taken as broken."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+from leasehq_lease import LeaseClient, TooManyWatchersError, UnavailableError, WatchEvent
+from leasehq_lease._events import EventStreamParser, Message
+
+from conftest import Proxy, Server, StartServer, unique
+
+
+def test_parser_reads_chunks_cut_anywhere() -> None:
+    stream = "\ufeffretry: 1000\r\n: ping\r\nid: 1\r\nevent: held\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n" \
+        ": ping\n\nevent: synced\ndata: {}\n\nid: 3\revent: x\rdata: ü\r\r"
+    raw = stream.encode()
+    want = [Message("held", '{"a":\n1}', "1"), Message("synced", "{}", "1"), Message("x", "ü", "3")]
+    for _ in range(200):
+        p = EventStreamParser()
+        got: list[Message] = []
+        i = 0
+        while i < len(raw):
+            n = random.randint(1, 7)
+            got += p.feed(raw[i : i + n])
+            i += n
+        assert got == want
+        assert p.retry == 1.0
+
+
+def collect(w: object, until: Callable[[list[WatchEvent]], bool], timeout: float = 10.0) -> list[WatchEvent]:
+    got: list[WatchEvent] = []
+    t0 = time.monotonic()
+    for ev in w:  # type: ignore[attr-defined]
+        got.append(ev)
+        if until(got) or time.monotonic() - t0 > timeout:
+            break
+    return got
+
+
+def kinds(evs: list[WatchEvent]) -> list[str]:
+    return [e.kind for e in evs]
+
+
+def test_the_picture_then_the_changes(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    c = LeaseClient(server.url)
+    prefix = unique("w") + "/"
+    h1 = c.try_acquire(prefix + "a", 5.0)
+    with c.watch(prefix) as w:
+        first = collect(w, lambda g: g[-1].kind == "synced")
+        assert kinds(first) == ["held", "synced"] and first[0].lease is not None and first[0].lease.token == h1.token
+        h1.release()
+        net = proxy_to(server)
+        other = LeaseClient(net.url, timeout=0.5)
+        h2 = other.try_acquire(prefix + "b", 0.3)
+        net.frozen.set()  # no renewal arrives: the server expires it
+        evs = collect(w, lambda g: g[-1].kind == "expired")
+        ks = kinds(evs)
+        assert ks[0] == "released" and "acquired" in ks and ks[-1] == "expired"
+        assert evs[-1].lease is not None and evs[-1].lease.key == prefix + "b" and evs[-1].lease.token == h2.token
+        net.frozen.clear()
+
+
+def test_a_restarted_server_is_a_reset_and_a_new_picture(start_server: StartServer) -> None:
+    s = start_server()
+    c = LeaseClient(s.url)
+    prefix = unique("r") + "/"
+    with c.try_acquire(prefix + "a", 10.0):
+        with c.watch(prefix) as w:
+            assert kinds(collect(w, lambda g: g[-1].kind == "synced")) == ["held", "synced"]
+            s.stop()
+            start_server(port=s.port, data_dir=s.data_dir)
+            evs = collect(w, lambda g: g[-1].kind == "synced")
+            assert kinds(evs) == ["reset", "held", "synced"]
+            assert isinstance(evs[0].error, UnavailableError)
+
+
+def test_without_reconnect_a_break_raises(start_server: StartServer) -> None:
+    s = start_server()
+    w = LeaseClient(s.url).watch(reconnect=False)
+    assert kinds(collect(w, lambda g: g[-1].kind == "synced")) == ["synced"]
+    s.stop()
+    with pytest.raises(UnavailableError):
+        next(w)
+
+
+def test_missed_heartbeats_break_the_stream(start_server: StartServer) -> None:
+    # A server whose heartbeat is an hour stays silent; the client expects
+    # one every 100 ms and gives up after 3.
+    quiet = start_server(args=("--watch-heartbeat", "1h"))
+    w = LeaseClient(quiet.url, heartbeat=0.1, missed_heartbeats=3).watch(reconnect=False)
+    assert kinds(collect(w, lambda g: g[-1].kind == "synced")) == ["synced"]
+    t0 = time.monotonic()
+    with pytest.raises(UnavailableError, match="heartbeats"):
+        next(w)
+    assert 0.25 <= time.monotonic() - t0 < 3
+    w.close()
+
+
+def test_heartbeats_keep_a_quiet_stream_alive(start_server: StartServer) -> None:
+    # The negative control: the same client, a server that sends heartbeats.
+    s = start_server(args=("--watch-heartbeat", "50ms"))
+    w = LeaseClient(s.url, heartbeat=0.1, missed_heartbeats=3).watch(reconnect=False)
+    assert kinds(collect(w, lambda g: g[-1].kind == "synced")) == ["synced"]
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            for _ in w:
+                pass
+        except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+            errors.append(e)
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(1.0)
+    w.close()
+    t.join(5)
+    assert not errors or not isinstance(errors[0], UnavailableError) or "heartbeats" not in str(errors[0]), errors
+
+
+def test_too_many_watchers(start_server: StartServer) -> None:
+    s = start_server(args=("--max-watchers", "1"))
+    c = LeaseClient(s.url)
+    with c.watch() as w1:
+        collect(w1, lambda g: g[-1].kind == "synced")
+        with pytest.raises(TooManyWatchersError):
+            next(c.watch())
