@@ -193,15 +193,22 @@ def test_list_all_and_watch(server: Server) -> None:
     run(main())
 
 
-def test_missed_heartbeats_break_an_async_watch(start_server: StartServer) -> None:
-    quiet = start_server(args=("--watch-heartbeat", "1h"))
+def test_missed_heartbeats_break_an_async_watch(start_server: StartServer, proxy_to: Callable[[Server], Proxy]) -> None:
+    # The client's own heartbeat is the 15 s default: only the server's
+    # Lease-Heartbeat-Ms (100 ms) can make it notice a frozen link in time.
+    s = start_server(args=("--watch-heartbeat", "100ms"))
+    net = proxy_to(s)
 
     async def main() -> None:
-        c = AsyncLeaseClient(quiet.url, heartbeat=0.1, missed_heartbeats=3)
+        c = AsyncLeaseClient(net.url)
         w = c.watch(reconnect=False)
         assert (await w.__anext__()).kind == "synced"
+        net.frozen.set()
+        t0 = time.monotonic()
         with pytest.raises(UnavailableError, match="heartbeats"):
             await w.__anext__()
+        assert time.monotonic() - t0 < 10
+        net.frozen.clear()
         await c.close()
 
     run(main())

@@ -32,7 +32,7 @@ from ._errors import (
     UnsupportedError,
     error_from_answer,
 )
-from ._events import EVENT_SYNCED, RESET, EventStreamParser, WatchEvent, decode
+from ._events import EVENT_SYNCED, HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
 from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now
 from ._wire import (
     MAX_RENEW_BATCH,
@@ -639,6 +639,7 @@ class AsyncWatch:
         t = c._transport
         path, silence = c._watch(self.prefix)
         (r, w), headers, used = await t.stream(path, min(silence, t.timeout))
+        silence = c._silence(headers.get(HEARTBEAT_HEADER.lower()))
         what = f"watch {json.dumps(self.prefix)}"
         chunked = headers.get("transfer-encoding", "").lower() == "chunked"
         parser = EventStreamParser()

@@ -106,9 +106,19 @@ class ClientBase:
         return g
 
     def _watch(self, prefix: str) -> tuple[str, float]:
-        """A watch's path, and the silence that breaks its stream."""
+        """A watch's path, and the silence that breaks its stream before the
+        server's answer says its heartbeat."""
         path = "/v1/watch" + ("?prefix=" + query({"p": prefix})[3:] if prefix else "")
         return path, self.heartbeat * self.missed_heartbeats
+
+    def _silence(self, header: str | None) -> float:
+        """The silence that breaks a stream whose answer carried header as its
+        Lease-Heartbeat-Ms: the server's own heartbeat where it says one (a
+        positive whole number of milliseconds), else the client's heartbeat."""
+        beat = self.heartbeat
+        if header is not None and header.strip().isdigit() and int(header) > 0:
+            beat = int(header) / 1000.0
+        return beat * self.missed_heartbeats
 
 
 class WaitPlan:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, 
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._errors import HeldError, LeaseError, NotFoundError, NotHeldError, UnavailableError, quote
-from ._events import RESET, EventStreamParser, WatchEvent, decode
+from ._events import HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
 from ._hold import Hold, Renewer
 from ._wire import (
     DriftMargin,
@@ -53,8 +53,9 @@ class LeaseClient(ClientBase):
     request in seconds (a waiting acquire gets its wait on top).
     ``drift_margin`` is how much earlier than the server the client gives a
     lease up (default 1% + 2 ms, the Go client's). ``heartbeat`` is the
-    server's --watch-heartbeat: a watch silent for ``missed_heartbeats`` of
-    them is broken.
+    server's --watch-heartbeat for a server that does not say it (servers
+    say it in each watch answer's Lease-Heartbeat-Ms header, which wins): a
+    watch silent for ``missed_heartbeats`` of them is broken.
 
     The client may be shared between threads; ``close()`` (or ``with``) closes
     its pooled connections."""
@@ -295,6 +296,7 @@ class Watch:
         t = c._transport
         conn, resp, used = t.stream(path, min(silence, t.timeout))
         self._conn = conn
+        silence = c._silence(resp.getheader(HEARTBEAT_HEADER))
         what = f"watch {quote(self.prefix)}"
         try:
             if conn.sock is not None:

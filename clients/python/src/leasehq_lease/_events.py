@@ -15,8 +15,13 @@ from ._wire import Lease, lease_of
 # The server's event names. Only this block and decode() below know them.
 EVENT_SYNCED: Final = "synced"
 """Sent once, after the held events of the first picture."""
-EVENT_END: Final = "error"
+EVENT_END: Final = "end"
 """Ends a stream the server breaks (its data an error body, code unavailable)."""
+EVENT_END_OLD: Final = "error"
+"""The same event as servers before the rename sent it: a name every
+EventSource client mistakes for its own connection error."""
+HEARTBEAT_HEADER: Final = "Lease-Heartbeat-Ms"
+"""The watch answer's header that says the server's heartbeat in milliseconds."""
 LEASE_EVENTS: Final = frozenset({"held", "acquired", "renewed", "released", "expired"})
 """The events that carry a lease."""
 
@@ -137,7 +142,7 @@ def decode(prefix: str, m: Message) -> WatchEvent:
     import json
 
     what = f"watch {quote(prefix)}"
-    if m.event == EVENT_END:
+    if m.event in (EVENT_END, EVENT_END_OLD):
         raise error_from_event(what, m.data)
     if m.event == EVENT_SYNCED:
         return WatchEvent(EVENT_SYNCED)
