@@ -8,6 +8,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/leasetest/fakeclock"
+	"github.com/leasehq/lease/memstore"
 )
 
 // TestRunMinTTLIsTheClients: the minimum lease run states is the one its
@@ -50,7 +52,11 @@ func TestRunRefusesTTLBelowItsMinimum(t *testing.T) {
 			t.Errorf("--ttl %v: dialled %q despite the usage error", ttl, r.url)
 		}
 	}
-	r := cli(t, b, nil, nil, runArgs(t, "job", "--ttl", minRunTTL.String())...)
+	// The minimum runs: on a frozen clock shared by the store and lease
+	// run's Client, so that a machine too busy to renew every 16ms cannot
+	// turn "it runs" into a loss.
+	clk := fakeclock.New(time.Now())
+	r := cliOnClock(t, memtest.New(t, memstore.WithClock(clk)), clk, nil, nil, runArgs(t, "job", "--ttl", minRunTTL.String())...)
 	if r.code != ExitOK || !strings.HasPrefix(r.stdout, "key=job ") {
 		t.Errorf("--ttl %v: exit %d stdout %q stderr %q", minRunTTL, r.code, r.stdout, r.stderr)
 	}
