@@ -97,7 +97,10 @@ func TestLeaderWatch(t *testing.T) {
 			if err := first.Resign(t.Context()); err != nil {
 				t.Fatal(err)
 			}
+			// Both streams see the gap before the next term begins: a
+			// reader that polls sees a gap only while it lasts.
 			s.lines(t, 3)
+			js.lines(t, 3)
 			second := campaign(t, b, "db/primary", "node-2", time.Minute)
 			s.lines(t, 4)
 			js.lines(t, 4)
