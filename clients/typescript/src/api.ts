@@ -1,6 +1,7 @@
 // The wire: one method per operation of the OpenAPI document, with the
 // answers checked before anything else sees them. Paths and bodies come from
-// the types generated from the document (openapi.ts).
+// the types openapi-typescript generates from the document (openapi.ts),
+// through operations.ts.
 
 import {
   errorFromBody,
@@ -10,8 +11,8 @@ import {
   UnexpectedAnswerError,
 } from "./errors.js";
 import { defaultTransport, fetchTransport, type Transport, type WireAnswer } from "./fetch.js";
-import { operations, type Operations } from "./openapi.js";
 import type * as wire from "./openapi.js";
+import { type Op, operations, type Operations } from "./operations.js";
 
 /** A lease as the server shows it to anyone allowed to see its key: without its secret. */
 export interface LeaseInfo {
@@ -31,8 +32,6 @@ export interface Granted extends LeaseInfo {
 }
 
 type OK<O extends Op> = Operations[O]["responses"][200];
-
-type Op = keyof Operations;
 
 /** MIN_TTL_MS and MAX_TTL_MS bound a TTL: 10 ms to 24 h. */
 export const MIN_TTL_MS = 10;
