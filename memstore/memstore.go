@@ -214,12 +214,11 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 	return s.clock.AfterFunc(d, f)
 }
 
-// newID returns a fresh secret ID from the calling processor's source.
-func (s *Store) newID() lease.ID {
+// newID sets *id to a fresh secret ID from the calling processor's source.
+func (s *Store) newID(id *lease.ID) {
 	g := s.ids.Get().(*idSource)
-	id := g.next()
+	g.fill(id)
 	s.ids.Put(g)
-	return id
 }
 
 // locked returns key's live entry, locked, or nil if there is none and
@@ -469,7 +468,7 @@ func (s *Store) grantLocked(e *entry, owner string, ttl, now time.Duration) {
 	e.held = true
 	e.exp = now + ttl
 	e.owner = owner
-	e.id = s.newID()
+	s.newID(&e.id)
 	e.ttl = ttl
 	if s.publishLocked(e, lease.Acquired); e.watched {
 		s.armLocked(e, now)
