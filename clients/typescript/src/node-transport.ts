@@ -24,9 +24,13 @@ export interface Agents {
   readonly https: HttpsAgent;
 }
 
-/** newAgents returns keep-alive agents whose idle connections close after IDLE_SOCKET_MS. */
-export function newAgents(): Agents {
-  const opts = { keepAlive: true, timeout: IDLE_SOCKET_MS, scheduling: "lifo" as const };
+/**
+ * newAgents returns keep-alive agents whose idle connections close after
+ * idleMs. A request waiting for its answer longer than that is not cut: the
+ * agents close only connections in their pool.
+ */
+export function newAgents(idleMs = IDLE_SOCKET_MS): Agents {
+  const opts = { keepAlive: true, timeout: idleMs, scheduling: "lifo" as const };
   return { http: new HttpAgent(opts), https: new HttpsAgent(opts) };
 }
 

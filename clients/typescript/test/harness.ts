@@ -6,6 +6,8 @@
 
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import type { IncomingMessage } from "node:http";
+import { createServer as createTCPServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -168,4 +170,24 @@ export async function waitFor(what: string, cond: () => boolean | Promise<boolea
     if (performance.now() > until) throw new Error(`harness: ${what}: not within ${ms} ms`);
     await new Promise((r) => setTimeout(r, 5));
   }
+}
+
+/** closedPort returns the URL of a loopback port nothing listens on. */
+export async function closedPort(): Promise<string> {
+  const srv = createTCPServer();
+  await new Promise<void>((res) => srv.listen(0, "127.0.0.1", res));
+  const port = (srv.address() as AddressInfo).port;
+  await new Promise<void>((res) => srv.close(() => res()));
+  return `http://127.0.0.1:${port}`;
+}
+
+/** body reads the body of a request a test server received. */
+export function body(req: IncomingMessage): Promise<string> {
+  return new Promise((res, rej) => {
+    let s = "";
+    req.setEncoding("utf8");
+    req.on("data", (c: string) => (s += c));
+    req.on("end", () => res(s));
+    req.on("error", rej);
+  });
 }

@@ -7,12 +7,13 @@
 
 import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import { createServer as createTCPServer, type AddressInfo, type Socket } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { after, test } from "node:test";
 
 import { notSent } from "../src/api.js";
 import { defaultTransport, fetchTransport, isNode, type Transport } from "../src/fetch.js";
 import { defaultAgents, newAgents, nodeTransport } from "../src/node-transport.js";
+import { body, closedPort } from "./harness.js";
 
 /** A test server: what it answers per path, and the connections it has seen. */
 async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; connections: () => number }> {
@@ -32,24 +33,13 @@ async function serve(handler: (req: IncomingMessage, res: ServerResponse) => voi
   return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, connections: () => connections };
 }
 
-/** readBody reads a request's body. */
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((res, rej) => {
-    let s = "";
-    req.setEncoding("utf8");
-    req.on("data", (c: string) => (s += c));
-    req.on("end", () => res(s));
-    req.on("error", rej);
-  });
-}
-
 /** hung holds the requests to /hang, never answered, so that the test can see them end. */
 const hung: IncomingMessage[] = [];
 
 const server = await serve((req, res) => {
   switch (req.url) {
     case "/echo":
-      void readBody(req).then((body) => {
+      void body(req).then((body) => {
         res.writeHead(201, { "Content-Type": "application/json", "X-Seen": `${req.method} ${req.headers["content-type"]}` });
         res.end(JSON.stringify({ body, length: req.headers["content-length"] }));
       });
@@ -72,15 +62,6 @@ const server = await serve((req, res) => {
   res.writeHead(404);
   res.end();
 });
-
-/** closedPort returns the URL of a loopback port nothing listens on. */
-async function closedPort(): Promise<string> {
-  const srv = createTCPServer();
-  await new Promise<void>((res) => srv.listen(0, "127.0.0.1", res));
-  const port = (srv.address() as AddressInfo).port;
-  await new Promise<void>((res) => srv.close(() => res()));
-  return `http://127.0.0.1:${port}`;
-}
 
 const agents = newAgents();
 after(() => {
@@ -176,7 +157,7 @@ for (const [name, send] of transports) {
 }
 
 test("node: concurrent callers share the agent's connections, and later ones reuse them", async () => {
-  const s = await serve((req, res) => void readBody(req).then(() => res.end("{}")));
+  const s = await serve((req, res) => void body(req).then(() => res.end("{}")));
   const own = newAgents();
   after(() => own.http.destroy());
   const send = nodeTransport(own);
@@ -189,6 +170,23 @@ test("node: concurrent callers share the agent's connections, and later ones reu
   assert.equal(s.connections(), opened, "later rounds opened connections of their own");
   for (let i = 0; i < 20; i++) await send({ method: "POST", url: new URL(`${s.url}/x`), headers: {}, body: "{}", stream: false });
   assert.equal(s.connections(), opened, "one caller at a time opened connections of its own");
+});
+
+test("node: an idle connection closes after the agents' idle time, and an answer slower than that still comes", async () => {
+  const closed: Promise<void>[] = [];
+  const s = await serve((req, res) => {
+    closed.push(new Promise((r) => req.socket.once("close", () => r())));
+    void body(req).then(() => setTimeout(() => res.end("{}"), req.url === "/slow" ? 300 : 0));
+  });
+  const own = newAgents(100);
+  after(() => own.http.destroy());
+  const send = nodeTransport(own);
+  const slow = await send({ method: "POST", url: new URL(`${s.url}/slow`), headers: {}, body: "{}", stream: false });
+  assert.equal(slow.text, "{}");
+  const started = performance.now();
+  await closed[0];
+  const idle = performance.now() - started;
+  assert.ok(idle >= 50 && idle < 5_000, `the idle connection closed after ${idle} ms`);
 });
 
 test("in Node.js the default transport is node:http through the shared agents", async () => {
