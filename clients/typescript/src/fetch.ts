@@ -1,4 +1,5 @@
 import type { Hold } from "./hold.js";
+import { nodeAvailable, nodeTransport } from "./node-transport.js";
 
 /** TOKEN_HEADER is the header a fenced service reads the writer's token from. */
 export const TOKEN_HEADER = "Fencing-Token";
@@ -96,16 +97,11 @@ let shared: Transport | undefined;
 
 /**
  * defaultTransport is the transport a client uses unless given a fetch: in
- * Node.js, node:http and node:https through keep-alive agents that every
- * client shares (node-transport.ts: twice the requests per second of Node's
- * fetch); elsewhere (browsers, Deno, Bun), the runtime's fetch. The Node
- * module is loaded on the first request, so that no other runtime ever
- * imports node:http.
+ * Node.js (20.16 or later, which has process.getBuiltinModule), node:http
+ * and node:https through keep-alive agents that every client shares
+ * (node-transport.ts: twice the requests per second of Node's fetch);
+ * elsewhere (browsers, Deno, Bun, older Node.js), the runtime's fetch.
  */
 export function defaultTransport(): Transport {
-  if (shared !== undefined) return shared;
-  if (!isNode()) return (shared = fetchTransport(globalThis.fetch.bind(globalThis)));
-  let loaded: Transport | undefined;
-  const loading = import("./node-transport.js").then((m) => (loaded = m.nodeTransport()));
-  return (shared = (req) => (loaded !== undefined ? loaded(req) : loading.then((t) => t(req))));
+  return (shared ??= isNode() && nodeAvailable() ? nodeTransport() : fetchTransport(globalThis.fetch.bind(globalThis)));
 }

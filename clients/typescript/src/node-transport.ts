@@ -1,13 +1,39 @@
 // The transport in Node.js: node:http and node:https through keep-alive
 // agents, which do a request in about half the time Node's fetch takes
-// (docs/BENCHMARKS.md, the TypeScript group). fetch.ts loads this module
-// only in Node.js.
+// (docs/BENCHMARKS.md, the TypeScript group). It imports nothing from Node at
+// load time — the built-in modules come from process.getBuiltinModule when
+// first needed, node:https only for an https server — so that other
+// runtimes can load this module, and a first request waits for no import.
 
-import { Agent as HttpAgent, type IncomingMessage, request as httpRequest } from "node:http";
-import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
-import { Readable } from "node:stream";
+import type * as Http from "node:http";
+import type * as Https from "node:https";
+import type * as Stream from "node:stream";
 
 import type { Transport, WireAnswer } from "./fetch.js";
+
+type GetBuiltin = (id: string) => unknown;
+
+/** getBuiltin is process.getBuiltinModule (Node.js 20.16 and later), or undefined. */
+function getBuiltin(): GetBuiltin | undefined {
+  const p = (globalThis as { process?: { getBuiltinModule?: GetBuiltin } }).process;
+  return typeof p?.getBuiltinModule === "function" ? p.getBuiltinModule.bind(p) : undefined;
+}
+
+/** nodeAvailable reports whether this runtime gives Node's built-in modules synchronously. */
+export function nodeAvailable(): boolean {
+  return getBuiltin() !== undefined;
+}
+
+/** builtin returns Node's built-in module id; the caller has checked nodeAvailable. */
+function builtin<T>(id: string): T {
+  const get = getBuiltin();
+  if (get === undefined) throw new TypeError(`lease: ${id} is not available in this runtime`);
+  return get(id) as T;
+}
+
+let http: typeof Http | undefined;
+let https: typeof Https | undefined;
+let stream: typeof Stream | undefined;
 
 /**
  * IDLE_SOCKET_MS is how long a connection waits in the pool for its next
@@ -18,27 +44,43 @@ import type { Transport, WireAnswer } from "./fetch.js";
  */
 export const IDLE_SOCKET_MS = 4_000;
 
-/** Agents pool the connections of every request made through them. */
-export interface Agents {
-  readonly http: HttpAgent;
-  readonly https: HttpsAgent;
-}
-
 /**
- * newAgents returns keep-alive agents whose idle connections close after
- * idleMs. A request waiting for its answer longer than that is not cut: the
- * agents close only connections in their pool.
+ * Agents pool the connections of every request made through them: a
+ * keep-alive agent per protocol, made on first use, whose idle connections
+ * close after idleMs. A request waiting for its answer longer than that is
+ * not cut: an agent closes only connections in its pool.
  */
-export function newAgents(idleMs = IDLE_SOCKET_MS): Agents {
-  const opts = { keepAlive: true, timeout: idleMs, scheduling: "lifo" as const };
-  return { http: new HttpAgent(opts), https: new HttpsAgent(opts) };
+export class Agents {
+  readonly #options: Http.AgentOptions;
+  #http: Http.Agent | undefined;
+  #https: Https.Agent | undefined;
+
+  constructor(idleMs = IDLE_SOCKET_MS) {
+    this.#options = { keepAlive: true, timeout: idleMs, scheduling: "lifo" };
+  }
+
+  /** The agent of http:// requests. */
+  get http(): Http.Agent {
+    return (this.#http ??= new (http ??= builtin<typeof Http>("node:http")).Agent(this.#options));
+  }
+
+  /** The agent of https:// requests. */
+  get https(): Https.Agent {
+    return (this.#https ??= new (https ??= builtin<typeof Https>("node:https")).Agent(this.#options));
+  }
+
+  /** destroy closes every connection the agents made. */
+  destroy(): void {
+    this.#http?.destroy();
+    this.#https?.destroy();
+  }
 }
 
 let shared: Agents | undefined;
 
 /** defaultAgents returns the agents every client in the process shares, made on first use. */
 export function defaultAgents(): Agents {
-  return (shared ??= newAgents());
+  return (shared ??= new Agents());
 }
 
 /**
@@ -59,7 +101,9 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
       const headers: Record<string, string> = { ...req.headers };
       if (req.body !== undefined) headers["Content-Length"] = String(Buffer.byteLength(req.body));
       const options = { method: req.method, headers, agent: tls ? agents.https : agents.http };
-      const r = tls ? httpsRequest(req.url, options) : httpRequest(req.url, options);
+      const r = tls
+        ? (https ??= builtin<typeof Https>("node:https")).request(req.url, options)
+        : (http ??= builtin<typeof Http>("node:http")).request(req.url, options);
       let settled = false;
       const settle = () => {
         settled = true;
@@ -70,12 +114,12 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
       const fail = (err: unknown) => {
         if (settled) return;
         settle();
-        reject(signal?.aborted ? signal.reason : new TypeError(`request failed: ${errMessage(err)}`, { cause: err }));
+        reject(signal?.aborted ? signal.reason : new TypeError("request failed", { cause: err }));
       };
       const onAbort = () => r.destroy(signal?.reason instanceof Error ? signal.reason : new Error(String(signal?.reason)));
       signal?.addEventListener("abort", onAbort, { once: true });
       r.on("error", fail);
-      r.on("response", (res: IncomingMessage) => {
+      r.on("response", (res: Http.IncomingMessage) => {
         const status = res.statusCode ?? 0;
         const header = (name: string): string | null => {
           const v = res.headers[name.toLowerCase()];
@@ -86,6 +130,7 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
           // listener stays until the response closes.
           settled = true;
           res.once("close", () => signal?.removeEventListener("abort", onAbort));
+          const { Readable } = (stream ??= builtin<typeof Stream>("node:stream"));
           resolve({ status, header, text: "", body: Readable.toWeb(res) as ReadableStream<Uint8Array> });
           return;
         }
@@ -104,8 +149,4 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
       });
       r.end(req.body);
     });
-}
-
-function errMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

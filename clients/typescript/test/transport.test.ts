@@ -12,7 +12,7 @@ import { after, test } from "node:test";
 
 import { notSent } from "../src/api.js";
 import { defaultTransport, fetchTransport, isNode, type Transport } from "../src/fetch.js";
-import { defaultAgents, newAgents, nodeTransport } from "../src/node-transport.js";
+import { Agents, defaultAgents, nodeTransport } from "../src/node-transport.js";
 import { body, closedPort } from "./harness.js";
 
 /** A test server: what it answers per path, and the connections it has seen. */
@@ -63,11 +63,8 @@ const server = await serve((req, res) => {
   res.end();
 });
 
-const agents = newAgents();
-after(() => {
-  agents.http.destroy();
-  agents.https.destroy();
-});
+const agents = new Agents();
+after(() => agents.destroy());
 
 const transports: [string, Transport][] = [
   ["node", nodeTransport(agents)],
@@ -158,8 +155,8 @@ for (const [name, send] of transports) {
 
 test("node: concurrent callers share the agent's connections, and later ones reuse them", async () => {
   const s = await serve((req, res) => void body(req).then(() => res.end("{}")));
-  const own = newAgents();
-  after(() => own.http.destroy());
+  const own = new Agents();
+  after(() => own.destroy());
   const send = nodeTransport(own);
   const round = () =>
     Promise.all(Array.from({ length: 16 }, () => send({ method: "POST", url: new URL(`${s.url}/x`), headers: {}, body: "{}", stream: false })));
@@ -178,8 +175,8 @@ test("node: an idle connection closes after the agents' idle time, and an answer
     closed.push(new Promise((r) => req.socket.once("close", () => r())));
     void body(req).then(() => setTimeout(() => res.end("{}"), req.url === "/slow" ? 300 : 0));
   });
-  const own = newAgents(100);
-  after(() => own.http.destroy());
+  const own = new Agents(100);
+  after(() => own.destroy());
   const send = nodeTransport(own);
   const slow = await send({ method: "POST", url: new URL(`${s.url}/slow`), headers: {}, body: "{}", stream: false });
   assert.equal(slow.text, "{}");
@@ -196,5 +193,5 @@ test("in Node.js the default transport is node:http through the shared agents", 
   await new Promise((r) => setImmediate(r)); // the socket goes back to the pool
   const free = Object.values(defaultAgents().http.freeSockets).flat();
   assert.equal(free.length, 1, "the request left no connection in the shared agent's pool");
-  defaultAgents().http.destroy();
+  defaultAgents().destroy();
 });
