@@ -30,12 +30,14 @@ ts-deps:
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || \
 		{ echo "ts-deps: node and npm not found: install Node.js 20 or later (Debian: apt-get install nodejs npm)" >&2; exit 1; }
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(TS)/tools && npm ci --no-audit --no-fund --loglevel=error
 
 # tsc --noEmit in strict mode over the package, its tests and its benchmark,
-# and the wire types (src/openapi.ts) still what leasehttp/openapi.json gives.
+# and the wire types (src/openapi.ts) still what openapi-typescript makes of
+# leasehttp/openapi.json (it runs from $(TS)/tools: see $(TS)/README.md).
 ts-check:
 	cd $(TS) && npx --no-install tsc -p tsconfig.json --noEmit
-	cd $(TS) && node scripts/openapi-types.mjs --check
+	cd $(TS)/tools && npm run -s check:openapi
 
 # mypy --strict over the Python client, its tests and its benchmark worker
 # (Debian's mypy, which reads Debian's python3 packages: psycopg, redis,

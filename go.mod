@@ -102,4 +102,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-ignore ./clients/typescript/node_modules
+ignore (
+	./clients/typescript/node_modules
+	./clients/typescript/tools/node_modules
+)

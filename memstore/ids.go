@@ -35,16 +35,25 @@ func (g *idSource) init() {
 
 // next returns a fresh random ID, never the zero ID.
 func (g *idSource) next() lease.ID {
+	var id lease.ID
+	g.fill(&id)
+	return id
+}
+
+// fill sets *id to a fresh random ID, never the zero ID. It writes the ID
+// in place: returning one by value costs copies through the stack, which
+// the acquire path feels.
+func (g *idSource) fill(id *lease.ID) {
 	for {
 		if g.used == len(g.buf) {
 			clear(g.buf[:]) // keystream XOR zero is the keystream
 			g.ctr.XORKeyStream(g.buf[:], g.buf[:])
 			g.used = 0
 		}
-		id := lease.ID(g.buf[g.used:])
+		*id = lease.ID(g.buf[g.used:])
 		g.used += len(id)
 		if !id.IsZero() {
-			return id
+			return
 		}
 	}
 }

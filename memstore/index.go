@@ -96,7 +96,7 @@ func (x *index) insert(h uint64, key string, now time.Duration) *entry {
 	if sweep := x.n+1 >= x.sweepAt; sweep || (x.n+1)*2 > len(t.slots) {
 		t = x.rebuild(now, sweep)
 	}
-	e := &entry{entryState: entryState{hash: h, key: key, counter: x.floor}}
+	e := newEntry(h, key, x.floor)
 	put(t, e)
 	x.ord.add(e)
 	x.n++

@@ -51,9 +51,24 @@ var (
 // down by false sharing. It is kept that small because a store may hold
 // millions of idle leases (the Scale benchmarks measure bytes per lease):
 // what only waiting or watching needs lives in pending.
+//
+// The room left over holds the key's bytes when they fit (newEntry), so
+// that a lookup comparing the key reads the entry's own cache lines, which
+// the call goes on to use, rather than a string allocated apart.
 type entry struct {
 	entryState
-	_ [128 - unsafe.Sizeof(entryState{})%128]byte
+	inline [128 - unsafe.Sizeof(entryState{})%128]byte
+}
+
+// newEntry returns a new entry for key, whose hash is h, its counter at
+// floor; key's bytes are copied into the entry if they fit.
+func newEntry(h uint64, key string, floor lease.Token) *entry {
+	e := &entry{entryState: entryState{hash: h, key: key, counter: floor}}
+	if n := len(key); n <= len(e.inline) {
+		copy(e.inline[:], key)
+		e.key = unsafe.String(&e.inline[0], n)
+	}
+	return e
 }
 
 // entryState: key and hash never change; the rest is guarded by mu. Tokens
@@ -199,12 +214,11 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 	return s.clock.AfterFunc(d, f)
 }
 
-// newID returns a fresh secret ID from the calling processor's source.
-func (s *Store) newID() lease.ID {
+// newID sets *id to a fresh secret ID from the calling processor's source.
+func (s *Store) newID(id *lease.ID) {
 	g := s.ids.Get().(*idSource)
-	id := g.next()
+	g.fill(id)
 	s.ids.Put(g)
-	return id
 }
 
 // locked returns key's live entry, locked, or nil if there is none and
@@ -236,7 +250,7 @@ func (s *Store) lock(h uint64, key string, e *entry, create bool) *entry {
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // Acquire implements lease.Backend.
-func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration) (l lease.Lease, _ error) {
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
@@ -255,18 +269,26 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 		}
 	}
 	e = s.lock(h, key, e, true)
-	defer e.mu.Unlock()
+	// No defer: the hot path unlocks by hand, on every way out.
 	if !validated && (owner != e.owner || owner == "") {
 		if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
+			e.mu.Unlock()
 			return lease.Lease{}, err
 		}
 	}
 	now := s.now()
 	if s.expireLocked(e, now); e.held {
-		return lease.Lease{}, s.heldError(e)
+		err := s.heldError(e)
+		e.mu.Unlock()
+		return lease.Lease{}, err
 	}
 	s.grantLocked(e, owner, ttl, now)
-	return s.lease(e), nil
+	// Field by field into the result: s.lease(e) would be built on the
+	// stack with 8-byte stores and copied out with 16-byte loads, which
+	// cannot be forwarded from them and stall.
+	l.Key, l.Owner, l.Token, l.ID, l.TTL, l.Expires = e.key, e.owner, e.counter, e.id, e.ttl, s.base.Add(e.exp)
+	e.mu.Unlock()
+	return l, nil
 }
 
 // AcquireWait implements lease.WaitAcquirer: waiters are served in arrival
@@ -321,7 +343,7 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 		return lease.Lease{}, err
 	}
 	now := s.now()
-	e, err := s.current(l, now)
+	e, err := s.current(&l, now)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -338,11 +360,10 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 // Release implements lease.Backend.
 func (s *Store) Release(_ context.Context, l lease.Lease) error {
 	now := s.now()
-	e, err := s.current(l, now)
+	e, err := s.current(&l, now)
 	if err != nil {
 		return err
 	}
-	defer e.mu.Unlock()
 	e.held = false
 	s.publishLocked(e, lease.Released)
 	if e.waiting() > 0 {
@@ -353,6 +374,7 @@ func (s *Store) Release(_ context.Context, l lease.Lease) error {
 		t.Stop()
 		e.p.timer = nil // kept: a watched key's next grant arms a check again
 	}
+	e.mu.Unlock() // by hand, as in Acquire
 	return nil
 }
 
@@ -413,8 +435,12 @@ func (s *Store) List(_ context.Context, prefix string, page lease.Page) (lease.L
 // current returns the entry of l's key, locked, if l is its current
 // unexpired generation at now; ErrNotHeld if it is not, and an error
 // matching ErrInvalid if l is malformed. An expired generation is retired on
-// the way, handing the key to a waiter.
-func (s *Store) current(l lease.Lease, now time.Duration) (*entry, error) {
+// the way, handing the key to a waiter. It takes l by pointer: a Lease is
+// 88 bytes, which the compiler copies as five 16-byte moves and a sixth
+// overlapping the fifth, and copying a copy loads bytes that two stores
+// wrote, which cannot be forwarded and stalls (Release's caller has just
+// copied l).
+func (s *Store) current(l *lease.Lease, now time.Duration) (*entry, error) {
 	if e := s.locked(s.hash(l.Key), l.Key, false); e != nil {
 		s.expireLocked(e, now)
 		if e.held && e.counter == l.Token && e.id == l.ID {
@@ -422,7 +448,7 @@ func (s *Store) current(l lease.Lease, now time.Duration) (*entry, error) {
 		}
 		e.mu.Unlock()
 	}
-	if err := lease.ValidateLease(l); err != nil {
+	if err := lease.ValidateLease(*l); err != nil {
 		return nil, err
 	}
 	return nil, lease.ErrNotHeld
@@ -446,7 +472,7 @@ func (s *Store) grantLocked(e *entry, owner string, ttl, now time.Duration) {
 	e.held = true
 	e.exp = now + ttl
 	e.owner = owner
-	e.id = s.newID()
+	s.newID(&e.id)
 	e.ttl = ttl
 	if s.publishLocked(e, lease.Acquired); e.watched {
 		s.armLocked(e, now)

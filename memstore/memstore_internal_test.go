@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -36,6 +37,33 @@ func TestNewRefusesNilClock(t *testing.T) {
 func TestEntrySize(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 128 {
 		t.Errorf("entry is %d bytes, want 128", n)
+	}
+}
+
+// TestEntryKeyInline: a key that fits in the entry's spare room is kept
+// there, so that a lookup comparing it reads no other cache line; a longer
+// one is kept as given. Either way the entry and its leases carry the key.
+func TestEntryKeyInline(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	for _, key := range []string{"j", strings.Repeat("k", len(entry{}.inline)), strings.Repeat("l", len(entry{}.inline)+1)} {
+		l, err := s.Acquire(ctx, key, "w", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := s.idx.lookup(s.hash(key), key)
+		if e == nil || e.key != key || l.Key != key {
+			t.Fatalf("key %q: entry %v, lease key %q", key, e, l.Key)
+		}
+		start := uintptr(unsafe.Pointer(e))
+		p := uintptr(unsafe.Pointer(unsafe.StringData(e.key)))
+		inside := p >= start && p < start+unsafe.Sizeof(*e)
+		if want := len(key) <= len(e.inline); inside != want {
+			t.Errorf("key of %d bytes inside its entry: %v, want %v", len(key), inside, want)
+		}
+		if err := s.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -127,8 +127,11 @@ func setup(tb testing.TB) (*worker, []row) {
 		tb.Logf("engine: node %s", strings.TrimSpace(string(v)))
 	}
 	return &worker{in: in, out: bufio.NewScanner(out)}, []row{
+		{"http-pair-mem", job{Impl: "http-pair", Server: mem.URL}},
 		{"fetch-pair-mem", job{Impl: "fetch-pair", Server: mem.URL}},
 		{"ts-mem", job{Impl: "ts", Server: mem.URL}},
+		{"ts-fetch-mem", job{Impl: "ts-fetch", Server: mem.URL}},
+		{"http-pair-bolt", job{Impl: "http-pair", Server: bolt}},
 		{"fetch-pair-bolt", job{Impl: "fetch-pair", Server: bolt}},
 		{"ts-bolt", job{Impl: "ts", Server: bolt}},
 		{"ts-redis", job{Impl: "ts", Server: overRedis}},

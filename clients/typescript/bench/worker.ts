@@ -7,10 +7,13 @@
 // One op is one acquire+release pair on a key of the caller's own, so callers
 // never contend. impl is one of
 //
-//	fetch-pair  two raw fetch round trips: acquire and release, JSON parsed, nothing checked
+//	http-pair   the same two round trips through node:http with a keep-alive Agent: the floor
+//	fetch-pair  the same two round trips through fetch
 //	ts          LeaseClient.tryAcquire + Hold.release (background renewal armed and stopped)
+//	ts-fetch    the same with the client given fetch: its transport before issue 33
 //	redlock     redlock 4 lock + unlock on one ioredis client ("redis": host:port)
 
+import { Agent, request } from "node:http";
 import { createInterface } from "node:readline";
 
 import { Redis } from "ioredis";
@@ -19,7 +22,7 @@ import Redlock from "redlock";
 import { LeaseClient } from "../src/index.js";
 
 interface Job {
-  impl: "fetch-pair" | "ts" | "redlock";
+  impl: "http-pair" | "fetch-pair" | "ts" | "ts-fetch" | "redlock";
   server?: string;
   redis?: string;
   clients: number;
@@ -33,8 +36,40 @@ type Op = (worker: number) => Promise<void>;
 const clients = new Map<string, LeaseClient>();
 const redlocks = new Map<string, { r: Redlock; c: Redis }>();
 
+/** agent keeps the http-pair connections open between requests, shared by its callers. */
+const agent = new Agent({ keepAlive: true });
+
+/** post sends body to url through agent and resolves to the answer's status and text. */
+function post(url: string, body: string): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const headers = { "Content-Type": "application/json", "Content-Length": String(Buffer.byteLength(body)) };
+    const req = request(url, { method: "POST", headers, agent }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => (text += c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, text }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
 function op(job: Job): Op {
   switch (job.impl) {
+    case "http-pair": {
+      const base = job.server ?? "";
+      const body = JSON.stringify({ owner: "bench", ttl_ms: TTL_MS, wait_ms: 0 });
+      return async (w) => {
+        const key = encodeURIComponent(`bench/${w}`);
+        const acq = await post(`${base}/v1/leases/${key}/acquire`, body);
+        if (acq.status !== 200) throw new Error(`acquire: HTTP ${acq.status}`);
+        const l = JSON.parse(acq.text) as { id: string; token: number };
+        const rel = await post(`${base}/v1/leases/${key}/release`, JSON.stringify({ id: l.id, token: l.token }));
+        if (rel.status !== 200) throw new Error(`release: HTTP ${rel.status}`);
+        JSON.parse(rel.text);
+      };
+    }
     case "fetch-pair": {
       const base = job.server ?? "";
       const body = JSON.stringify({ owner: "bench", ttl_ms: TTL_MS, wait_ms: 0 });
@@ -53,12 +88,13 @@ function op(job: Job): Op {
         if (rel.status !== 200) throw new Error(`release: HTTP ${rel.status}`);
       };
     }
-    case "ts": {
+    case "ts":
+    case "ts-fetch": {
       const server = job.server ?? "";
-      let c = clients.get(server);
+      let c = clients.get(`${job.impl} ${server}`);
       if (!c) {
-        c = new LeaseClient({ server, owner: "bench" });
-        clients.set(server, c);
+        c = job.impl === "ts" ? new LeaseClient({ server, owner: "bench" }) : new LeaseClient({ server, owner: "bench", fetch: globalThis.fetch });
+        clients.set(`${job.impl} ${server}`, c);
       }
       const client = c;
       return async (w) => {
@@ -112,3 +148,4 @@ for await (const line of lines) {
   }
 }
 for (const { c } of redlocks.values()) c.disconnect();
+agent.destroy();

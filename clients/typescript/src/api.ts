@@ -1,6 +1,7 @@
 // The wire: one method per operation of the OpenAPI document, with the
 // answers checked before anything else sees them. Paths and bodies come from
-// the types generated from the document (openapi.ts).
+// the types openapi-typescript generates from the document (openapi.ts),
+// through operations.ts.
 
 import {
   errorFromBody,
@@ -9,8 +10,9 @@ import {
   UnavailableError,
   UnexpectedAnswerError,
 } from "./errors.js";
-import { operations, type Operations } from "./openapi.js";
+import { defaultTransport, fetchTransport, type Transport, type WireAnswer } from "./fetch.js";
 import type * as wire from "./openapi.js";
+import { type Op, operations, type Operations } from "./operations.js";
 
 /** A lease as the server shows it to anyone allowed to see its key: without its secret. */
 /** HEARTBEAT_HEADER says a watch stream's heartbeat in milliseconds. */
@@ -35,7 +37,6 @@ export interface Granted extends LeaseInfo {
   readonly id: string;
 }
 
-type Op = keyof Operations;
 type OK<O extends Op> = Operations[O]["responses"][200];
 
 /** MIN_TTL_MS and MAX_TTL_MS bound a TTL: 10 ms to 24 h. */
@@ -94,6 +95,8 @@ export function checkName(what: string, name: unknown): asserts name is string {
   if (m) {
     throw new InvalidError(`lease: ${what} has control character U+${m[0].charCodeAt(0).toString(16).padStart(4, "0")}`);
   }
+  // A UTF-16 code unit is at most 3 bytes of UTF-8: a short name needs no encoding to be measured.
+  if (name.length * 3 <= MAX_NAME_BYTES) return;
   const n = encoder.encode(name).length;
   if (n > MAX_NAME_BYTES) throw new InvalidError(`lease: ${what} is ${n} bytes, more than ${MAX_NAME_BYTES}`);
 }
@@ -177,12 +180,18 @@ export function notSent(err: unknown): boolean {
   return one(cause);
 }
 
-/** An answer: its status and, unless it is an open event stream, its body's text. */
+/** An answer, and the endpoint that gave it (an index of the Api's servers). */
 interface Answer {
-  readonly res: Response;
-  readonly text: string;
-  /** The endpoint that answered, an index of the Api's servers. */
+  readonly res: WireAnswer;
   readonly at: number;
+}
+
+/** The parts of a request that are the same whichever endpoint it goes to. */
+interface Init {
+  readonly method: string;
+  readonly headers: Record<string, string>;
+  body?: string;
+  readonly signal: AbortSignal | undefined;
 }
 
 /**
@@ -197,7 +206,7 @@ interface Answer {
 export class Api {
   readonly #bases: readonly URL[];
   readonly #auth: string | undefined;
-  readonly #fetch: typeof globalThis.fetch;
+  readonly #send: Transport;
   #preferred = 0;
 
   constructor(server: string | URL | readonly (string | URL)[], bearer: string | undefined, fetchImpl: typeof globalThis.fetch | undefined) {
@@ -214,7 +223,7 @@ export class Api {
       }
       this.#auth = `Bearer ${bearer}`;
     }
-    this.#fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
+    this.#send = fetchImpl === undefined ? defaultTransport() : fetchTransport(fetchImpl);
   }
 
   /** The base URL of the endpoint requests go to first: the first given until it fails a request, then the next, and so on. */
@@ -248,9 +257,9 @@ export class Api {
    * an answer is an UnavailableError (the signal's reason, if it was
    * aborted).
    */
-  async #exchange(op: Op, key: string | undefined, init: RequestInit, signal: AbortSignal | undefined,
-    query: Record<string, string> | undefined, stream: boolean): Promise<Answer> {
-    const what = key === undefined ? op : `${op} ${JSON.stringify(key)}`;
+  async #exchange(op: Op, key: string | undefined, init: Init, query: Record<string, string> | undefined, stream: boolean): Promise<Answer> {
+    const { signal } = init;
+    const what = () => describe(op, key);
     const resend = op !== "acquire"; // every other operation may be sent twice
     const n = this.#bases.length;
     const first = this.#preferred;
@@ -260,18 +269,16 @@ export class Api {
     for (let i = 0; i < n; i++) {
       const at = (first + i) % n;
       const origin = this.#bases[at]?.origin ?? "";
-      let res: Response | undefined;
-      let text = "";
+      let res: WireAnswer;
       try {
-        res = await this.#fetch(this.url(op, key, query, at), init);
-        if (!stream || res.status !== 200) text = await res.text();
+        res = await this.#send({ ...init, url: this.url(op, key, query, at), stream });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
         this.moveOn(at);
-        const never = res === undefined && notSent(err);
+        const never = notSent(err);
         if (!never && !resend) {
           throw new UnavailableError(
-            `lease: ${what}: no answer from ${origin}; the outcome is unknown: ${errText(err)}${tried(failed)}`,
+            `lease: ${what()}: no answer from ${origin}; the outcome is unknown: ${errText(err)}${tried(failed)}`,
             { cause: err },
           );
         }
@@ -290,11 +297,11 @@ export class Api {
           continue;
         }
       }
-      return { res, text, at };
+      return { res, at };
     }
     const outcome = operations[op].method !== "POST" ? "" : lost ? "; the outcome is unknown" : " (not sent: no server could be reached)";
     const from = n > 1 ? `any of ${n} servers` : (this.#bases[0]?.origin ?? "");
-    throw new UnavailableError(`lease: ${what}: no answer from ${from}${outcome}: ${failed.join("; ")}`, { cause });
+    throw new UnavailableError(`lease: ${what()}: no answer from ${from}${outcome}: ${failed.join("; ")}`, { cause });
   }
 
   /**
@@ -311,11 +318,11 @@ export class Api {
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
     if (body !== undefined) {
-      (init.headers as Record<string, string>)["Content-Type"] = "application/json";
+      init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    const what = key === undefined ? op : `${op} ${JSON.stringify(key)}`;
-    const { res, text, at } = await this.#exchange(op, key, init, signal, query, false);
+    const { res, at } = await this.#exchange(op, key, init, query, false);
+    const { text } = res;
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
@@ -325,13 +332,13 @@ export class Api {
     if (res.status !== 200) {
       const err = errorFromBody(res.status, parsed, text);
       if (op === "acquire" && err instanceof UnavailableError) {
-        throw new UnavailableError(`lease: ${what}: ${this.#bases[at]?.origin} answered HTTP ${res.status}; the outcome is unknown: ${err.message}`,
+        throw new UnavailableError(`lease: ${describe(op, key)}: ${this.#bases[at]?.origin} answered HTTP ${res.status}; the outcome is unknown: ${err.message}`,
           { status: res.status, cause: err });
       }
       throw err;
     }
     if (parsed === undefined) {
-      throw new UnexpectedAnswerError(`lease: ${what}: HTTP 200 whose body is not JSON`, { status: 200 });
+      throw new UnexpectedAnswerError(`lease: ${describe(op, key)}: HTTP 200 whose body is not JSON`, { status: 200 });
     }
     return parsed as OK<O>;
   }
@@ -342,7 +349,8 @@ export class Api {
    * class, an answer that is not an event stream UnexpectedAnswerError.
    */
   async stream(op: Op, query: Record<string, string>, signal: AbortSignal): Promise<{ body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number }> {
-    const { res, text, at } = await this.#exchange(op, undefined, this.#init(op, "text/event-stream", signal), signal, query, true);
+    const { res, at } = await this.#exchange(op, undefined, this.#init(op, "text/event-stream", signal), query, true);
+    const { text } = res;
     if (res.status !== 200) {
       let parsed: unknown;
       try {
@@ -352,12 +360,12 @@ export class Api {
       }
       throw errorFromBody(res.status, parsed, text);
     }
-    const type = res.headers.get("Content-Type") ?? "";
+    const type = res.header("Content-Type") ?? "";
     if (res.body === null || type.split(";")[0]?.trim().toLowerCase() !== "text/event-stream") {
       await res.body?.cancel().catch(() => undefined);
       throw new UnexpectedAnswerError(`lease: ${op}: HTTP 200 of type ${JSON.stringify(type)}, not an event stream`, { status: 200 });
     }
-    const hb = res.headers.get(HEARTBEAT_HEADER);
+    const hb = res.header(HEARTBEAT_HEADER);
     let heartbeatMs = DEFAULT_HEARTBEAT_MS;
     if (hb !== null) {
       heartbeatMs = /^[0-9]{1,7}$/.test(hb) ? Number(hb) : NaN;
@@ -369,12 +377,10 @@ export class Api {
     return { body: res.body, at, heartbeatMs };
   }
 
-  #init(op: Op, accept: string, signal: AbortSignal | undefined): RequestInit {
+  #init(op: Op, accept: string, signal: AbortSignal | undefined): Init {
     const headers: Record<string, string> = { Accept: accept };
     if (this.#auth !== undefined) headers["Authorization"] = this.#auth;
-    const init: RequestInit = { method: operations[op].method, headers };
-    if (signal !== undefined) init.signal = signal;
-    return init;
+    return { method: operations[op].method, headers, signal };
   }
 
   async acquire(key: string, owner: string, ttlMs: number, waitMs: number, signal?: AbortSignal): Promise<Granted> {
@@ -414,6 +420,11 @@ export class Api {
     }
     return { leases: v.leases.map((l) => info(l, undefined)), next: v.next };
   }
+}
+
+/** describe names a request in an error message: its operation, and its key if it has one. */
+function describe(op: Op, key: string | undefined): string {
+  return key === undefined ? op : `${op} ${JSON.stringify(key)}`;
 }
 
 /** tried names the endpoints tried before, if any. */

@@ -37,7 +37,7 @@ export interface LeaseClientOptions {
   readonly owner?: string;
   /** How much earlier than the server the client gives a lease up; default 1% + 2 ms. */
   readonly driftMargin?: DriftMargin;
-  /** The fetch to send requests with; default globalThis.fetch. */
+  /** The fetch to send requests with; default: keep-alive node:http in Node.js, globalThis.fetch elsewhere. */
   readonly fetch?: typeof globalThis.fetch;
 }
 

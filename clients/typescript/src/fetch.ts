@@ -1,4 +1,5 @@
 import type { Hold } from "./hold.js";
+import { nodeAvailable, nodeTransport } from "./node-transport.js";
 
 /** TOKEN_HEADER is the header a fenced service reads the writer's token from. */
 export const TOKEN_HEADER = "Fencing-Token";
@@ -31,4 +32,76 @@ export function fencedFetch(hold: Hold, fetchImpl: typeof globalThis.fetch = glo
     }
   };
   return f as typeof globalThis.fetch;
+}
+
+/**
+ * WireRequest is one HTTP request of the client's, as a Transport sends it.
+ * The signal ends it, whether it waits for its answer or (a stream) is
+ * being read; the transport then rejects with the signal's reason.
+ */
+export interface WireRequest {
+  readonly method: string;
+  readonly url: URL;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body?: string | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** stream: a 200 answer's body is handed over unread (an event stream); any other answer is read whole. */
+  readonly stream: boolean;
+}
+
+/** WireAnswer is the server's answer to a WireRequest. */
+export interface WireAnswer {
+  readonly status: number;
+  /** header returns the answer's header name (any case), or null. */
+  header(name: string): string | null;
+  /** text is the body, read whole; "" for a stream's 200. */
+  readonly text: string;
+  /** body is a stream's 200 body, unread; null otherwise. */
+  readonly body: ReadableStream<Uint8Array> | null;
+}
+
+/**
+ * Transport sends a request and returns its answer. It rejects when no whole
+ * answer came: with the signal's reason if the signal ended the request, or
+ * else with an Error whose cause is the failure (a connection refused or a
+ * name that did not resolve carries the system's code and syscall, as
+ * fetch's "fetch failed" does, so that the caller can tell a request that
+ * never left from one whose answer was lost).
+ */
+export type Transport = (req: WireRequest) => Promise<WireAnswer>;
+
+/** fetchTransport is a Transport over fetchImpl: the one every runtime has. */
+export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
+  return async (req) => {
+    const init: RequestInit = { method: req.method, headers: req.headers };
+    if (req.body !== undefined) init.body = req.body;
+    if (req.signal !== undefined) init.signal = req.signal;
+    const res = await fetchImpl(req.url, init);
+    const unread = req.stream && res.status === 200;
+    const text = unread ? "" : await res.text();
+    return { status: res.status, header: (name) => res.headers.get(name), text, body: unread ? res.body : null };
+  };
+}
+
+/**
+ * isNode reports whether this is Node.js itself, not a runtime that
+ * imitates its globals (Deno and Bun set process.versions.node too).
+ */
+export function isNode(): boolean {
+  const g = globalThis as { process?: { versions?: Record<string, string | undefined> }; Deno?: unknown; Bun?: unknown };
+  const v = g.process?.versions;
+  return typeof v?.node === "string" && v.bun === undefined && v.deno === undefined && g.Deno === undefined && g.Bun === undefined;
+}
+
+let shared: Transport | undefined;
+
+/**
+ * defaultTransport is the transport a client uses unless given a fetch: in
+ * Node.js (20.16 or later, which has process.getBuiltinModule), node:http
+ * and node:https through keep-alive agents that every client shares
+ * (node-transport.ts: twice the requests per second of Node's fetch);
+ * elsewhere (browsers, Deno, Bun, older Node.js), the runtime's fetch.
+ */
+export function defaultTransport(): Transport {
+  return (shared ??= isNode() && nodeAvailable() ? nodeTransport() : fetchTransport(globalThis.fetch.bind(globalThis)));
 }

@@ -6,12 +6,12 @@
 // the one resetting connections are plain Node servers in the test.
 
 import assert from "node:assert/strict";
-import { createServer as createHTTPServer, type IncomingMessage } from "node:http";
+import { createServer as createHTTPServer } from "node:http";
 import { createServer as createTCPServer, type AddressInfo, type Server } from "node:net";
 import { after, test } from "node:test";
 
 import { InvalidError, LeaseClient, UnavailableError } from "../src/index.js";
-import { postgresURL, startLease, unique } from "./harness.js";
+import { body, closedPort, postgresURL, startLease, unique } from "./harness.js";
 
 const live = await startLease({ after });
 
@@ -25,15 +25,6 @@ async function listen(srv: Server | ReturnType<typeof createHTTPServer>): Promis
   return `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
 }
 
-/** closedPort returns the URL of a loopback port nothing listens on. */
-async function closedPort(): Promise<string> {
-  const srv = createTCPServer();
-  await new Promise<void>((res) => srv.listen(0, "127.0.0.1", res));
-  const port = (srv.address() as AddressInfo).port;
-  await new Promise<void>((res) => srv.close(() => res()));
-  return `http://127.0.0.1:${port}`;
-}
-
 /** A ".invalid" name never resolves (RFC 6761). */
 const unresolvable = "http://lease-test.invalid:7420";
 
@@ -45,16 +36,6 @@ function recorder(): { fetch: typeof globalThis.fetch; sent: string[] } {
     return globalThis.fetch(input, init);
   };
   return { fetch: f as typeof globalThis.fetch, sent };
-}
-
-function body(req: IncomingMessage): Promise<string> {
-  return new Promise((res, rej) => {
-    let s = "";
-    req.setEncoding("utf8");
-    req.on("data", (c: string) => (s += c));
-    req.on("end", () => res(s));
-    req.on("error", rej);
-  });
 }
 
 /**

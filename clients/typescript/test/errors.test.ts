@@ -19,7 +19,7 @@ import {
   UnexpectedAnswerError,
   UnsupportedError,
 } from "../src/index.js";
-import { ErrorCodeValues } from "../src/openapi.js";
+import { errorCodeValues } from "../src/openapi.js";
 
 const classes = {
   held: HeldError,
@@ -35,7 +35,7 @@ const classes = {
 } as const;
 
 test("every code of the document has its class", () => {
-  for (const code of ErrorCodeValues) {
+  for (const code of errorCodeValues) {
     const err = errorFromBody(409, { error: { code, message: `lease: ${code}` } }, "");
     assert.ok(err instanceof classes[code], `${code}: ${err.name}`);
     assert.ok(err instanceof LeaseError);

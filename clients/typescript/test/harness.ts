@@ -5,7 +5,9 @@
 // temporary directory and stopped when the test ends.
 
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import type { IncomingMessage } from "node:http";
+import { createServer as createTCPServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -167,5 +169,54 @@ export async function waitFor(what: string, cond: () => boolean | Promise<boolea
   while (!(await cond())) {
     if (performance.now() > until) throw new Error(`harness: ${what}: not within ${ms} ms`);
     await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** closedPort returns the URL of a loopback port nothing listens on. */
+export async function closedPort(): Promise<string> {
+  const srv = createTCPServer();
+  await new Promise<void>((res) => srv.listen(0, "127.0.0.1", res));
+  const port = (srv.address() as AddressInfo).port;
+  await new Promise<void>((res) => srv.close(() => res()));
+  return `http://127.0.0.1:${port}`;
+}
+
+/** body reads the body of a request a test server received. */
+export function body(req: IncomingMessage): Promise<string> {
+  return new Promise((res, rej) => {
+    let s = "";
+    req.setEncoding("utf8");
+    req.on("data", (c: string) => (s += c));
+    req.on("end", () => res(s));
+    req.on("error", rej);
+  });
+}
+
+/**
+ * pause stops proc with SIGSTOP and waits until the kernel shows it stopped
+ * (/proc/PID/stat), so that nothing sent after pause returns is answered:
+ * the signal alone takes effect when each of the process's threads next
+ * enters the kernel, which on a busy machine can be after a request sent
+ * at once has been answered. Without /proc it returns after the signal.
+ */
+export async function pause(proc: ChildProcess): Promise<void> {
+  proc.kill("SIGSTOP");
+  const stat = `/proc/${proc.pid}/task`;
+  if (!existsSync(stat)) return;
+  const deadline = performance.now() + 5_000;
+  const stopped = (): boolean => {
+    try {
+      return readdirSync(stat).every((t) => {
+        const line = readFileSync(`${stat}/${t}/stat`, "utf8");
+        const state = line.slice(line.lastIndexOf(")") + 2, line.lastIndexOf(")") + 3);
+        return state === "T" || state === "t";
+      });
+    } catch {
+      return false;
+    }
+  };
+  while (!stopped()) {
+    if (performance.now() > deadline) throw new Error(`harness: process ${proc.pid} not stopped 5 s after SIGSTOP`);
+    await new Promise((r) => setTimeout(r, 2));
   }
 }

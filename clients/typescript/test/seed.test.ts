@@ -16,7 +16,7 @@ import {
   readError,
   StaleTokenError,
 } from "../src/index.js";
-import { startFencedService, startLease, unique, waitFor } from "./harness.js";
+import { pause, startFencedService, startLease, unique, waitFor } from "./harness.js";
 
 const server = await startLease({ after });
 
@@ -101,7 +101,7 @@ test("fencedFetch stamps the token, replaces the caller's, and aborts a request 
   assert.equal(res.status, 200, await res.text());
   assert.equal((await fetch(`${service.url}/stamped`)).headers.get("Fencing-Token"), String(hold.token));
 
-  service.proc.kill("SIGSTOP"); // the write hangs
+  await pause(service.proc); // the write hangs
   try {
     const inFlight = put(`${service.url}/stamped`, { method: "PUT", body: "w" }).then(
       () => new Error("the write went through"),
