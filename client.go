@@ -19,6 +19,7 @@ import (
 type Client struct {
 	backend Backend
 	clientConfig
+	sched renewScheduler
 
 	jitterMu sync.Mutex // guards clientConfig.jitter
 }
@@ -135,6 +136,7 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	c.sched.c = c
 	return c, nil
 }
 
