@@ -235,14 +235,17 @@ func TestTokenRange(t *testing.T) {
 
 func TestEtcdTTL(t *testing.T) {
 	for _, tc := range []struct {
-		ttl  time.Duration
-		want int64
+		ttl         time.Duration
+		want, tight int64
 	}{
-		{lease.MinTTL, 2}, {50 * time.Millisecond, 2}, {time.Second, 2},
-		{time.Second + time.Millisecond, 3}, {time.Minute, 61}, {lease.MaxTTL, 86401},
+		{lease.MinTTL, 2, 1}, {50 * time.Millisecond, 2, 1}, {time.Second, 2, 1},
+		{time.Second + time.Millisecond, 3, 2}, {time.Minute, 61, 60}, {lease.MaxTTL, 86401, 86400},
 	} {
-		if got := etcdTTL(tc.ttl); got != tc.want {
-			t.Errorf("etcdTTL(%v) = %d, want %d", tc.ttl, got, tc.want)
+		if got := etcdTTL(tc.ttl, false); got != tc.want {
+			t.Errorf("etcdTTL(%v, false) = %d, want %d", tc.ttl, got, tc.want)
+		}
+		if got := etcdTTL(tc.ttl, true); got != tc.tight {
+			t.Errorf("etcdTTL(%v, true) = %d, want %d", tc.ttl, got, tc.tight)
 		}
 	}
 }
@@ -312,7 +315,7 @@ func TestAcquireWithPooledLeaseGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.mu.Lock()
-			pooled := s.pool[etcdTTL(10*time.Second)]
+			pooled := s.pool[etcdTTL(10*time.Second, false)]
 			s.mu.Unlock()
 			if _, err := cli.Revoke(testCtx(t), pooled[len(pooled)-1].id); err != nil {
 				t.Fatal(err)
@@ -343,7 +346,7 @@ func storeWithOnePooled(t *testing.T) (*Store, *clientv3.Client, *etcdLease) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pooled := s.pool[etcdTTL(10*time.Second)]
+	pooled := s.pool[etcdTTL(10*time.Second, false)]
 	if len(pooled) != 1 {
 		t.Fatalf("%d pooled etcd leases after a release, want 1", len(pooled))
 	}
