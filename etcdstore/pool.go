@@ -41,7 +41,9 @@ func (el *etcdLease) expires() time.Time { return el.seen.Add(time.Duration(el.s
 // keepAliveDue is when a waiter keeps its etcd lease alive next: a third of
 // its etcd TTL after the last keep-alive was sent, as etcd's own Session
 // does.
-func (el *etcdLease) keepAliveDue() time.Time { return el.sent.Add(time.Duration(el.secs) * time.Second / 3) }
+func (el *etcdLease) keepAliveDue() time.Time {
+	return el.sent.Add(time.Duration(el.secs) * time.Second / 3)
+}
 
 // etcdTTL maps a lease TTL to the etcd lease TTL used for it: whole seconds
 // (etcd's granularity) rounded up. A tight lease (AcquireWait's: elections,
