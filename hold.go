@@ -118,7 +118,12 @@ func (h *Hold) Err() error {
 // — before the backend is told, so that work under the lease stops first — and
 // releases the lease on the backend. If the lease had already been lost it
 // returns that loss (matching ErrLost). Calling it again returns nil.
-func (h *Hold) Release(ctx context.Context) error {
+func (h *Hold) Release(ctx context.Context) error { return h.end(ctx, ErrReleased) }
+
+// end is Release with why as the context's cause (ErrReleased, or a
+// Session's loss for the holds that die with it). It returns the cause
+// the context had first, if not why, or the backend's error.
+func (h *Hold) end(ctx context.Context, why error) error {
 	h.mu.Lock()
 	if h.released {
 		h.mu.Unlock()
@@ -129,7 +134,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	// Cancel under the lock, so that a renewal finishing now cannot move the
 	// deadline or set a new timer; and judge by the cause whether the lease
 	// was lost first (the renewal loop may have said so a moment ago).
-	h.cancel(ErrReleased)
+	h.cancel(why)
 	cause := context.Cause(h.ctx)
 	lease := h.lease
 	h.mu.Unlock()
@@ -138,7 +143,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	// A renewal in flight is cancelled (alone) or its answer ignored (in a
 	// batch); the backend refuses it if it arrives after the release.
 	err := h.c.backend.Release(ctx, lease)
-	if cause != ErrReleased {
+	if cause != why {
 		return cause
 	}
 	return err
