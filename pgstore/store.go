@@ -42,7 +42,7 @@ var (
 	_ lease.Backend      = (*Store)(nil)
 	_ lease.Notifier     = (*Store)(nil)
 	_ lease.BatchRenewer = (*Store)(nil)
-	_ io.Closer      = (*Store)(nil)
+	_ io.Closer          = (*Store)(nil)
 )
 
 // Option configures a Store.
