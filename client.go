@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehq/lease/internal/dueheap"
 	"github.com/leasehq/lease/internal/wait"
 )
 
@@ -137,6 +138,7 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 		}
 	}
 	c.sched.c = c
+	c.sched.queue = dueheap.New(func(h *Hold) *dueheap.Entry { return &h.next })
 	return c, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasehq/lease/internal/dueheap"
 )
 
 // Hold is a lease the Client holds and renews in the background, at about a
@@ -36,11 +38,11 @@ type Hold struct {
 	timerGen uint64    // counts deadline timers; a stale one's callback does nothing
 	released bool
 
-	// The renewal scheduler's, under its lock: the Hold's place in its
-	// queue (-1 when not queued: in flight, lost or released) and its
-	// window for the next renewal.
-	index      int
-	early, due time.Time
+	// The renewal scheduler's, under its lock: the Hold's window for its
+	// next renewal, from early to next.Due, and its place in the queue (not
+	// queued while a renewal is in flight, or once lost or released).
+	next  dueheap.Entry
+	early time.Time
 }
 
 // hold starts renewing l, acquired by a request sent at sent, for ttl.
@@ -52,7 +54,7 @@ type Hold struct {
 // next contender at once rather than at expiry.
 func (c *Client) hold(ctx context.Context, l Lease, sent time.Time, ttl time.Duration) (*Hold, error) {
 	hctx, cancel := context.WithCancelCause(context.Background())
-	h := &Hold{c: c, ctx: hctx, cancel: cancel, key: l.Key, token: l.Token, ttl: ttl, lease: l, index: -1}
+	h := &Hold{c: c, ctx: hctx, cancel: cancel, key: l.Key, token: l.Token, ttl: ttl, lease: l}
 	h.mu.Lock()
 	h.setDeadlineLocked(sent)
 	if hctx.Err() == nil {

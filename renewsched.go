@@ -1,12 +1,13 @@
 package lease
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasehq/lease/internal/dueheap"
 )
 
 // renewScheduler renews a Client's holds: one heap of the holds waiting for
@@ -28,8 +29,8 @@ type renewScheduler struct {
 	c *Client
 
 	mu       sync.Mutex
-	queue    holdQueue // the holds waiting for a renewal, earliest due first
-	timer    Timer     // fires at timerAt for the head of the queue; nil when none
+	queue    dueheap.Heap[*Hold] // the holds waiting for a renewal, by Hold.next.Due
+	timer    Timer               // fires at timerAt for the head of the queue; nil when none
 	timerAt  time.Time
 	timerGen uint64 // counts timers; a stale one's callback does nothing
 }
@@ -46,7 +47,7 @@ const (
 // schedule queues h for its next renewal after a send at sent, with jitter
 // j in [0, 1).
 func (s *renewScheduler) schedule(h *Hold, sent time.Time, interval time.Duration, j float64) {
-	h.due = sent.Add(time.Duration(float64(interval) * (renewDueMin + renewDueSpread*j)))
+	h.next.Due = sent.Add(time.Duration(float64(interval) * (renewDueMin + renewDueSpread*j)))
 	h.early = sent.Add(time.Duration(float64(interval) * renewEarly))
 	s.push(h)
 }
@@ -54,7 +55,7 @@ func (s *renewScheduler) schedule(h *Hold, sent time.Time, interval time.Duratio
 // retry queues h for another attempt after a failed renewal at now.
 func (s *renewScheduler) retry(h *Hold, now time.Time, interval time.Duration, j float64) {
 	wait := time.Duration(float64(interval) * renewRetry * (renewDueMin + renewDueSpread*j))
-	h.due = now.Add(wait)
+	h.next.Due = now.Add(wait)
 	h.early = now.Add(wait * 8 / 10)
 	s.push(h)
 }
@@ -62,7 +63,7 @@ func (s *renewScheduler) retry(h *Hold, now time.Time, interval time.Duration, j
 func (s *renewScheduler) push(h *Hold) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	heap.Push(&s.queue, h)
+	s.queue.Push(h)
 	s.armLocked()
 }
 
@@ -70,17 +71,17 @@ func (s *renewScheduler) push(h *Hold) {
 func (s *renewScheduler) remove(h *Hold) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h.index < 0 {
+	if !h.next.Queued() {
 		return
 	}
-	heap.Remove(&s.queue, h.index)
+	s.queue.Remove(h)
 	s.armLocked()
 }
 
 // armLocked sets the timer for the head of the queue, or stops it when the
 // queue is empty.
 func (s *renewScheduler) armLocked() {
-	if len(s.queue) == 0 {
+	if s.queue.Len() == 0 {
 		if s.timer != nil {
 			s.timer.Stop()
 			s.timer = nil
@@ -88,7 +89,7 @@ func (s *renewScheduler) armLocked() {
 		}
 		return
 	}
-	at := s.queue[0].due
+	at := s.queue.Peek().next.Due
 	if s.timer != nil {
 		if s.timerAt.Equal(at) {
 			return
@@ -112,8 +113,8 @@ func (s *renewScheduler) fire(gen uint64) {
 	s.timer = nil // this one has fired
 	now := s.c.clock.Now()
 	var due []*Hold
-	for len(s.queue) > 0 && !s.queue[0].early.After(now) {
-		due = append(due, heap.Pop(&s.queue).(*Hold))
+	for s.queue.Len() > 0 && !s.queue.Peek().early.After(now) {
+		due = append(due, s.queue.Pop())
 	}
 	s.armLocked()
 	s.mu.Unlock()
@@ -224,29 +225,4 @@ func (h *Hold) renewed(sent time.Time, cur, renewed Lease, err error, j float64)
 			h.c.sched.retry(h, h.c.clock.Now(), h.grantedTTLLocked()/3, j)
 		}
 	}
-}
-
-// holdQueue is a min-heap of holds by due time (container/heap).
-type holdQueue []*Hold
-
-func (q holdQueue) Len() int           { return len(q) }
-func (q holdQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
-func (q holdQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
-}
-
-func (q *holdQueue) Push(x any) {
-	h := x.(*Hold)
-	h.index = len(*q)
-	*q = append(*q, h)
-}
-
-func (q *holdQueue) Pop() any {
-	old := *q
-	h := old[len(old)-1]
-	old[len(old)-1] = nil
-	h.index = -1
-	*q = old[:len(old)-1]
-	return h
 }
