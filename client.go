@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehq/lease/internal/dueheap"
 	"github.com/leasehq/lease/internal/wait"
 )
 
@@ -19,6 +20,7 @@ import (
 type Client struct {
 	backend Backend
 	clientConfig
+	sched renewScheduler
 
 	jitterMu sync.Mutex // guards clientConfig.jitter
 }
@@ -135,6 +137,8 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	c.sched.c = c
+	c.sched.queue = dueheap.New(func(h *Hold) *dueheap.Entry { return &h.next })
 	return c, nil
 }
 

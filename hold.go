@@ -2,19 +2,24 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasehq/lease/internal/dueheap"
 )
 
 // Hold is a lease the Client holds and renews in the background, at about a
-// third of its TTL with jitter, retrying failed renewals. Its Context is
-// cancelled, with cause matching ErrLost, as soon as the client can no longer
-// be sure it holds the lease: when the backend says it is gone, or when the
-// safe deadline — send time of the last successful acquire or renew + TTL −
-// drift margin (I5) — passes without a successful renewal. After Release the
-// cause is ErrReleased. No goroutine outlives the Hold.
+// third of its TTL with jitter (or a little earlier, together with the
+// Client's other holds that fall due close by: one batch through the
+// backend's RenewBatch where it has one), retrying failed renewals. Its
+// Context is cancelled, with cause matching ErrLost, as soon as the client
+// can no longer be sure it holds the lease: when the backend says it is
+// gone, or when the safe deadline — send time of the last successful acquire
+// or of the request (or batch) that last renewed it + TTL − drift margin (I5)
+// — passes without a successful renewal. A failed renewal of another hold in
+// the same batch does not touch it. After Release the cause is ErrReleased.
+// A Hold has no goroutine of its own: the Client's scheduler renews it.
 //
 // Pass Token with every write to the protected resource, and stop working
 // when Done is closed.
@@ -22,7 +27,6 @@ type Hold struct {
 	c      *Client
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	loop   chan struct{} // closed when the renewal goroutine has exited
 	key    string        // fixed for the Hold's life, read without the lock
 	token  Token         // likewise: renewal never changes it (I2)
 	ttl    time.Duration // the TTL asked for; every renewal asks for it again
@@ -33,6 +37,12 @@ type Hold struct {
 	timer    Timer     // fires at deadline
 	timerGen uint64    // counts deadline timers; a stale one's callback does nothing
 	released bool
+
+	// The renewal scheduler's, under its lock: the Hold's window for its
+	// next renewal, from early to next.Due, and its place in the queue (not
+	// queued while a renewal is in flight, or once lost or released).
+	next  dueheap.Entry
+	early time.Time
 }
 
 // hold starts renewing l, acquired by a request sent at sent, for ttl.
@@ -44,17 +54,18 @@ type Hold struct {
 // next contender at once rather than at expiry.
 func (c *Client) hold(ctx context.Context, l Lease, sent time.Time, ttl time.Duration) (*Hold, error) {
 	hctx, cancel := context.WithCancelCause(context.Background())
-	h := &Hold{c: c, ctx: hctx, cancel: cancel, loop: make(chan struct{}), key: l.Key, token: l.Token, ttl: ttl, lease: l}
+	h := &Hold{c: c, ctx: hctx, cancel: cancel, key: l.Key, token: l.Token, ttl: ttl, lease: l}
 	h.mu.Lock()
 	h.setDeadlineLocked(sent)
+	if hctx.Err() == nil {
+		c.sched.schedule(h, sent, h.grantedTTLLocked()/3, c.rand())
+	}
 	h.mu.Unlock()
 	if hctx.Err() != nil {
-		close(h.loop)
 		c.giveBack(ctx, l, ttl)
 		return nil, fmt.Errorf("%w: lease: %q was granted (token %d), but the answer came %v after the request, past the safe deadline of a %v lease; released it",
 			ErrUnavailable, l.Key, l.Token, c.clock.Now().Sub(sent), ttl)
 	}
-	go h.renewLoop(sent)
 	return h, nil
 }
 
@@ -109,7 +120,12 @@ func (h *Hold) Err() error {
 // — before the backend is told, so that work under the lease stops first — and
 // releases the lease on the backend. If the lease had already been lost it
 // returns that loss (matching ErrLost). Calling it again returns nil.
-func (h *Hold) Release(ctx context.Context) error {
+func (h *Hold) Release(ctx context.Context) error { return h.end(ctx, ErrReleased) }
+
+// end is Release with why as the context's cause (ErrReleased, or a
+// Session's loss for the holds that die with it). It returns the cause
+// the context had first, if not why, or the backend's error.
+func (h *Hold) end(ctx context.Context, why error) error {
 	h.mu.Lock()
 	if h.released {
 		h.mu.Unlock()
@@ -120,14 +136,16 @@ func (h *Hold) Release(ctx context.Context) error {
 	// Cancel under the lock, so that a renewal finishing now cannot move the
 	// deadline or set a new timer; and judge by the cause whether the lease
 	// was lost first (the renewal loop may have said so a moment ago).
-	h.cancel(ErrReleased)
+	h.cancel(why)
 	cause := context.Cause(h.ctx)
 	lease := h.lease
 	h.mu.Unlock()
+	h.c.sched.remove(h)
 
-	<-h.loop
+	// A renewal in flight is cancelled (alone) or its answer ignored (in a
+	// batch); the backend refuses it if it arrives after the release.
 	err := h.c.backend.Release(ctx, lease)
-	if cause != ErrReleased {
+	if cause != why {
 		return cause
 	}
 	return err
@@ -177,6 +195,7 @@ func (h *Hold) setDeadlineLocked(sent time.Time) {
 func (h *Hold) loseLocked() {
 	h.cancel(fmt.Errorf("%w: no successful renewal of %q (token %d) before the safe deadline",
 		ErrLost, h.key, h.token))
+	h.c.sched.remove(h)
 }
 
 // checkDeadline runs when a deadline timer fires. A renewal may have moved
@@ -196,77 +215,6 @@ func (h *Hold) checkDeadline(gen uint64) {
 		return
 	}
 	h.loseLocked()
-}
-
-// renewLoop renews the lease until it is lost or released.
-func (h *Hold) renewLoop(sent time.Time) {
-	defer close(h.loop)
-	h.mu.Lock()
-	granted := h.grantedTTLLocked() // renewals are paced by the TTL granted
-	h.mu.Unlock()
-	wake := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	// First renewal at about TTL/3 after the send time, jittered ±10%.
-	wait := h.jittered(granted/3) - h.c.clock.Now().Sub(sent)
-	for {
-		if wait > 0 {
-			t := h.c.clock.AfterFunc(wait, poke)
-			select {
-			case <-h.ctx.Done():
-				t.Stop()
-				return
-			case <-wake:
-			}
-		} else if h.ctx.Err() != nil {
-			return
-		}
-		sent := h.c.clock.Now()
-		cur := h.Lease()
-		renewed, err := h.c.backend.Renew(h.ctx, cur, h.ttl)
-		if err == nil {
-			err = sameGeneration(cur, renewed)
-		}
-		switch {
-		case errors.Is(err, errOtherGeneration):
-			h.cancel(fmt.Errorf("%w: %v", ErrLost, err))
-			return
-		case err == nil:
-			h.mu.Lock()
-			if h.ctx.Err() == nil {
-				if h.c.clock.Now().Before(h.deadline) {
-					h.lease = renewed
-					h.setDeadlineLocked(sent)
-				} else {
-					// The reply came after the deadline: the lease may
-					// have expired and been taken in between.
-					h.loseLocked()
-				}
-			}
-			granted = h.grantedTTLLocked()
-			h.mu.Unlock()
-			wait = h.jittered(granted/3) - h.c.clock.Now().Sub(sent)
-		case errors.Is(err, ErrNotHeld):
-			h.cancel(fmt.Errorf("%w: backend no longer holds %q for token %d: %v", ErrLost, cur.Key, cur.Token, err))
-			return
-		default:
-			if h.ctx.Err() != nil {
-				return
-			}
-			// Try again soon; the deadline timer ends the lease if we never
-			// get through.
-			wait = h.jittered(granted / 10)
-		}
-	}
-}
-
-// jittered returns d scaled by a random factor in [0.9, 1.1).
-func (h *Hold) jittered(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.9 + 0.2*h.c.rand()))
 }
 
 // errOtherGeneration marks a renewal answered with another lease than the

@@ -58,12 +58,14 @@ func ValidateRenewals(renewals []Renewal) error {
 }
 
 // renewAllParallel is how many Renew calls RenewAll has in flight on a
-// backend without RenewBatch: a batch of MaxRenewBatch costs 16 round
-// trips of the backend, not 256.
-const renewAllParallel = 16
+// backend without RenewBatch: a batch of MaxRenewBatch costs 4 round trips
+// of the backend, not 256, and a backend that commits concurrent calls
+// together (etcdstore's group commit, up to 64 operations a Txn) gets
+// them all at once.
+const renewAllParallel = 64
 
 // RenewAll renews renewals on b: in one RenewBatch call where b is a
-// BatchRenewer, else by one Renew each, up to 16 at a time. Its answer is
+// BatchRenewer, else by one Renew each, up to 64 at a time. Its answer is
 // RenewBatch's, in the renewals' order.
 func RenewAll(ctx context.Context, b Backend, renewals []Renewal) ([]RenewResult, error) {
 	if br, ok := b.(BatchRenewer); ok {

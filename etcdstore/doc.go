@@ -59,12 +59,20 @@
 //
 // Expiry is etcd's: each generation is attached to an etcd lease that the
 // leader expires on its own clock. etcd lease TTLs are whole seconds and at
-// least ceil(1.5 × election timeout) (1 s with the defaults), so a TTL maps
-// to ceil(TTL) + 1 s: expiry is never earlier than asked, and up to about
-// 2.5 s later (the extra second lets an idle etcd lease be reused without a
-// keep-alive; etcd checks expiry every 0.5 s; a new leader also extends every
-// lease by an election timeout). A 50 ms TTL is therefore held for about
-// 2 s. This only delays successors after a crash: the holder's client gives
+// least ceil(1.5 × election timeout) (1 s with the defaults). A waiting
+// acquisition's TTL (AcquireWait: package election's terms, queues, and
+// lease.Client.Acquire) maps to ceil(TTL), as an etcd Session of the TTL
+// would hold it, so that after a crash the successor takes over when etcd
+// would: up to about 1.5 s after the TTL (etcd checks expiry every 0.5 s).
+// A waiter keeps its etcd lease alive at a third of its etcd TTL; the lease
+// it comes to hold lasts at least the TTL from its call, and Expires says
+// until when (it may be sooner than the TTL from the hand-off: after a long
+// wait lease.Client renews at once). Acquire's TTL maps to ceil(TTL) + 1 s,
+// up to about 2.5 s later than asked: the extra second lets an idle pooled
+// etcd lease be reused without a keep-alive, which keeps a plain
+// acquire+release at two Txns. A new leader also extends every lease by an
+// election timeout. A 50 ms TTL is therefore held for about 1 or 2 s.
+// This only delays successors after a crash: the holder's client gives
 // the lease up at its own conservative deadline (send time + TTL − margin),
 // which is always before etcd's expiry. Lease.Expires is an estimate on the
 // local clock (receive time of the last grant or keep-alive + etcd TTL); for

@@ -16,14 +16,14 @@ import (
 // on one etcd lease — and checks that both took effect. It is etcd's share
 // of the Store's pair without the Store's own work, for benchmarks.
 func BareTxns(ctx context.Context, s *Store, key, owner string, ttl time.Duration) (func(context.Context) error, error) {
-	el, err := s.grant(ctx, time.Minute) // outlives a benchmark's rounds
+	el, err := s.grant(ctx, 60) // outlives a benchmark's rounds
 	if err != nil {
 		return nil, err
 	}
 	id := lease.NewID()
 	h := s.firstKey(key)
 	cmps := s.freeCmps(key)
-	then := []clientv3.Op{clientv3.OpPut(h, holderValue(id, owner, ttl, etcdTTL(ttl), s.estimate(el)), clientv3.WithLease(el.id))}
+	then := []clientv3.Op{clientv3.OpPut(h, holderValue(id, owner, ttl, etcdTTL(ttl, false), s.estimate(el)), clientv3.WithLease(el.id))}
 	els := []clientv3.Op{s.firstEntry(key)}
 	return func(ctx context.Context) error {
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()

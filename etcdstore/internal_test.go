@@ -235,14 +235,17 @@ func TestTokenRange(t *testing.T) {
 
 func TestEtcdTTL(t *testing.T) {
 	for _, tc := range []struct {
-		ttl  time.Duration
-		want int64
+		ttl         time.Duration
+		want, tight int64
 	}{
-		{lease.MinTTL, 2}, {50 * time.Millisecond, 2}, {time.Second, 2},
-		{time.Second + time.Millisecond, 3}, {time.Minute, 61}, {lease.MaxTTL, 86401},
+		{lease.MinTTL, 2, 1}, {50 * time.Millisecond, 2, 1}, {time.Second, 2, 1},
+		{time.Second + time.Millisecond, 3, 2}, {time.Minute, 61, 60}, {lease.MaxTTL, 86401, 86400},
 	} {
-		if got := etcdTTL(tc.ttl); got != tc.want {
-			t.Errorf("etcdTTL(%v) = %d, want %d", tc.ttl, got, tc.want)
+		if got := etcdTTL(tc.ttl, false); got != tc.want {
+			t.Errorf("etcdTTL(%v, false) = %d, want %d", tc.ttl, got, tc.want)
+		}
+		if got := etcdTTL(tc.ttl, true); got != tc.tight {
+			t.Errorf("etcdTTL(%v, true) = %d, want %d", tc.ttl, got, tc.tight)
 		}
 	}
 }
@@ -312,7 +315,7 @@ func TestAcquireWithPooledLeaseGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.mu.Lock()
-			pooled := s.pool[etcdTTL(10*time.Second)]
+			pooled := s.pool[etcdTTL(10*time.Second, false)]
 			s.mu.Unlock()
 			if _, err := cli.Revoke(testCtx(t), pooled[len(pooled)-1].id); err != nil {
 				t.Fatal(err)
@@ -343,7 +346,7 @@ func storeWithOnePooled(t *testing.T) (*Store, *clientv3.Client, *etcdLease) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pooled := s.pool[etcdTTL(10*time.Second)]
+	pooled := s.pool[etcdTTL(10*time.Second, false)]
 	if len(pooled) != 1 {
 		t.Fatalf("%d pooled etcd leases after a release, want 1", len(pooled))
 	}
@@ -556,5 +559,74 @@ func TestMovedEntryKeepsItsName(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("the waiter: %v", err)
+	}
+}
+
+// TestWaitingAcquireHoldsEtcdsOwnTTL: an election's term (AcquireWait, at
+// once or after a wait) is on an etcd lease of ceil(TTL), as etcd's own
+// Session of the TTL, so that a crashed leader's successor is not kept
+// waiting a second longer than etcd makes it; a try (Acquire) keeps the
+// pool's extra second. And the waiter, keeping its etcd lease alive at a
+// third of it, still holds a lease that lasts the TTL from its call.
+func TestWaitingAcquireHoldsEtcdsOwnTTL(t *testing.T) {
+	cli := etcdtest.NewClient(t, etcdtest.Start(t))
+	s := newTestStore(t, cli, testPrefix())
+	ctx := testCtx(t)
+	grantedTTL := func(l lease.Lease) int64 {
+		t.Helper()
+		s.mu.Lock()
+		el := s.held[l.ID]
+		s.mu.Unlock()
+		if el == nil {
+			t.Fatalf("no etcd lease recorded for %s", l.Key)
+		}
+		resp, err := cli.TimeToLive(ctx, el.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GrantedTTL
+	}
+	const ttl = 2 * time.Second
+	free, err := s.AcquireWait(ctx, "free", "leader", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := grantedTTL(free); got != 2 {
+		t.Errorf("AcquireWait of a free key: etcd lease of %d s for a TTL of %v, want 2 (etcd's own)", got, ttl)
+	}
+	tried, err := s.Acquire(ctx, "try", "o", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := grantedTTL(tried); got != 3 {
+		t.Errorf("Acquire: etcd lease of %d s for a TTL of %v, want 3 (the pool's second)", got, ttl)
+	}
+	leader, err := s.Acquire(ctx, "term", "leader", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := time.Now()
+	next := make(chan lease.Lease, 1)
+	go func() {
+		l, err := s.AcquireWait(ctx, "term", "next", ttl)
+		if err != nil {
+			t.Error(err)
+		}
+		next <- l
+	}()
+	waitForWaiters(t, s, "term", 1)
+	time.Sleep(3 * time.Second) // past the waiter's etcd TTL: only its keep-alives keep its place
+	if err := s.Release(ctx, leader); err != nil {
+		t.Fatal(err)
+	}
+	l := <-next
+	if l.Token == 0 {
+		t.FailNow()
+	}
+	if got := grantedTTL(l); got != 2 {
+		t.Errorf("AcquireWait after a wait: etcd lease of %d s for a TTL of %v, want 2", got, ttl)
+	}
+	if l.Expires.Before(called.Add(ttl)) {
+		t.Errorf("the waiter's lease expires %v after its call, before the TTL %v", l.Expires.Sub(called), ttl)
 	}
 }

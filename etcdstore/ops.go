@@ -59,14 +59,14 @@ func kvOf(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 
 // startAcquire is what Acquire and AcquireWait do first: check the
 // arguments and the store, and take an etcd lease for the TTL (takeEarly).
-func (s *Store) startAcquire(ctx context.Context, key, owner string, ttl time.Duration, early bool) (*etcdLease, *refresh, error) {
+func (s *Store) startAcquire(ctx context.Context, key, owner string, ttl time.Duration, tight, early bool) (*etcdLease, *refresh, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return nil, nil, err
 	}
 	if err := s.usable(); err != nil {
 		return nil, nil, err
 	}
-	el, ref, err := s.takeEarly(ctx, ttl, early)
+	el, ref, err := s.takeEarly(ctx, ttl, tight, early)
 	if err != nil {
 		return nil, nil, fail(ctx, "acquire", key, err)
 	}
@@ -79,7 +79,7 @@ func (s *Store) startAcquire(ctx context.Context, key, owner string, ttl time.Du
 // only when the Store has no idle etcd lease for the TTL; a pooled etcd
 // lease that needs a keep-alive gets it alongside the Txn (takeEarly).
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	el, ref, err := s.startAcquire(ctx, key, owner, ttl, true)
+	el, ref, err := s.startAcquire(ctx, key, owner, ttl, false, true)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -104,7 +104,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			// Refused, so not applied: the pooled etcd lease is gone
 			// (expired before its keep-alive, or revoked by another Store
 			// that moved a generation off it). Once more on a new one.
-			if el, err = s.grant(ctx, ttl); err != nil {
+			if el, err = s.grant(ctx, etcdTTL(ttl, false)); err != nil {
 				return lease.Lease{}, fail(ctx, "acquire", key, err)
 			}
 			continue
@@ -132,7 +132,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 				// The etcd lease expired after the Txn but before the
 				// keep-alive arrived, and took the generation with it. Once
 				// more on a new one.
-				if el, err = s.grant(ctx, ttl); err != nil {
+				if el, err = s.grant(ctx, etcdTTL(ttl, false)); err != nil {
 					return lease.Lease{}, fail(ctx, "acquire", key, err)
 				}
 				continue
@@ -237,7 +237,10 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 	out := l
 	out.Owner, out.TTL = in.Owner, ttl
 
-	if secs := etcdTTL(ttl); secs == in.EtcdTTL {
+	// A generation keeps its etcd lease while that fits the TTL, tight or
+	// not (etcdTTL), and is moved to a new one of its kind otherwise.
+	tight := in.EtcdTTL == etcdTTL(time.Duration(in.TTLms)*time.Millisecond, true)
+	if secs := in.EtcdTTL; secs == etcdTTL(ttl, tight) {
 		if err := s.keepAlive(ctx, el); err == errLeaseGone {
 			// Expired with the entry, or revoked by a concurrent Renew
 			// that moved the entry off it: read again to tell which.
@@ -272,7 +275,7 @@ func (s *Store) renew(ctx context.Context, l lease.Lease, ttl time.Duration) (_ 
 		return out, false, nil
 	}
 
-	nel, err := s.take(ctx, ttl)
+	nel, err := s.take(ctx, ttl, tight)
 	if err != nil {
 		return lease.Lease{}, false, fail(ctx, "renew", l.Key, err)
 	}

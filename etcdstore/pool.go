@@ -38,13 +38,27 @@ func (el *etcdLease) safeUntil() time.Time { return el.sent.Add(time.Duration(el
 // it is not kept alive: the value reported as lease.Lease.Expires.
 func (el *etcdLease) expires() time.Time { return el.seen.Add(time.Duration(el.secs) * time.Second) }
 
+// keepAliveDue is when a waiter keeps its etcd lease alive next: a third of
+// its etcd TTL after the last keep-alive was sent, as etcd's own Session
+// does.
+func (el *etcdLease) keepAliveDue() time.Time {
+	return el.sent.Add(time.Duration(el.secs) * time.Second / 3)
+}
+
 // etcdTTL maps a lease TTL to the etcd lease TTL used for it: whole seconds
-// (etcd's granularity) rounded up, plus one second, so that a lease taken
-// from the pool up to a second after its last refresh still outlives the
-// asked TTL. Expiry is therefore never earlier than asked, and at most about
-// 2 s (plus etcd's 0.5 s expiry check) later.
-func etcdTTL(ttl time.Duration) int64 {
-	return int64((ttl+time.Second-1)/time.Second) + 1
+// (etcd's granularity) rounded up. A tight lease (AcquireWait's: elections,
+// queues) gets just that, so that after a crash its successor takes over
+// as soon as etcd would for an etcd lease of the TTL. Otherwise
+// (Acquire's) one second more, so that an idle pooled etcd lease taken up
+// to a second after its last refresh still outlives the asked TTL without
+// a keep-alive. Expiry is therefore never earlier than asked, and at most
+// about 1 s (tight) or 2 s (plus etcd's 0.5 s expiry check) later.
+func etcdTTL(ttl time.Duration, tight bool) int64 {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	if tight {
+		return secs
+	}
+	return secs + 1
 }
 
 // poolCap bounds the idle leases kept per TTL; more are revoked.
@@ -54,9 +68,10 @@ const poolCap = 128
 var errLeaseGone = errors.New("etcdstore: etcd lease expired or revoked")
 
 // take returns an etcd lease with no keys that etcd keeps at least ttl from
-// now: an idle one from the pool, refreshed if needed, or a new grant.
-func (s *Store) take(ctx context.Context, ttl time.Duration) (*etcdLease, error) {
-	el, _, err := s.takeEarly(ctx, ttl, false)
+// now, of etcdTTL(ttl, tight): an idle one from the pool, refreshed if
+// needed, or a new grant.
+func (s *Store) take(ctx context.Context, ttl time.Duration, tight bool) (*etcdLease, error) {
+	el, _, err := s.takeEarly(ctx, ttl, tight, false)
 	return el, err
 }
 
@@ -68,8 +83,8 @@ func (s *Store) take(ctx context.Context, ttl time.Duration) (*etcdLease, error)
 // for until ref.wait says so; if etcd expires it before the keep-alive
 // arrives, the Txn was refused (etcd refuses a Put on an etcd lease it no
 // longer has) or what it created went with it.
-func (s *Store) takeEarly(ctx context.Context, ttl time.Duration, early bool) (el *etcdLease, ref *refresh, err error) {
-	secs := etcdTTL(ttl)
+func (s *Store) takeEarly(ctx context.Context, ttl time.Duration, tight, early bool) (el *etcdLease, ref *refresh, err error) {
+	secs := etcdTTL(ttl, tight)
 	for {
 		s.mu.Lock()
 		list := s.pool[secs]
@@ -95,14 +110,14 @@ func (s *Store) takeEarly(ctx context.Context, ttl time.Duration, early bool) (e
 			return nil, nil, err
 		}
 	}
-	el, err = s.grant(ctx, ttl)
+	el, err = s.grant(ctx, secs)
 	return el, nil, err
 }
 
-// grant returns a new etcd lease for ttl.
-func (s *Store) grant(ctx context.Context, ttl time.Duration) (*etcdLease, error) {
+// grant returns a new etcd lease of secs seconds.
+func (s *Store) grant(ctx context.Context, secs int64) (*etcdLease, error) {
 	sent := time.Now()
-	resp, err := s.cli.Grant(ctx, etcdTTL(ttl))
+	resp, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return nil, fmt.Errorf("granting an etcd lease: %w", err)
 	}

@@ -13,10 +13,6 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// keepAliveLead is how much longer than the TTL a waiter keeps its etcd
-// lease guaranteed, so that it still outlives the TTL when the claim lands.
-const keepAliveLead = 250 * time.Millisecond
-
 // AcquireWait implements lease.WaitAcquirer. Holder and waiters of a key
 // are its entries, each attached to its caller's own etcd lease and
 // ordered by create revision: the oldest holds. The first call is one Txn
@@ -36,10 +32,10 @@ const keepAliveLead = 250 * time.Millisecond
 // matching lease.ErrUnavailable instead of a lease (the bug Jepsen found
 // in etcd 3.4.3's Mutex, fixed in etcd PR #11408). While it waits it keeps
 // its etcd lease alive and writes its entry again with each keep-alive
-// (about once a second), so that the expiry its entry shows when it comes
+// (at a third of its etcd TTL), so that the expiry its entry shows when it comes
 // to hold is the one it returns.
 func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
-	el, _, err := s.startAcquire(ctx, key, owner, ttl, false)
+	el, _, err := s.startAcquire(ctx, key, owner, ttl, true, false)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -60,7 +56,7 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Refused, so not applied: the pooled etcd lease is gone (see
 			// Release). Once more on a new one.
-			if el, err = s.grant(ctx, ttl); err != nil {
+			if el, err = s.grant(ctx, etcdTTL(ttl, true)); err != nil {
 				return lease.Lease{}, fail(ctx, "acquire", key, err)
 			}
 			continue
@@ -122,7 +118,7 @@ func (q *waiter) wait(ctx context.Context) (lease.Lease, error) {
 	var older map[string]bool // the entries older than ours still there
 	var seen int64            // the revision older was read at
 	for {
-		if time.Until(q.el.safeUntil()) < q.ttl+keepAliveLead {
+		if !time.Now().Before(q.el.keepAliveDue()) {
 			if err := q.keepAlive(ctx); err != nil {
 				return lease.Lease{}, err
 			}
@@ -262,7 +258,7 @@ func (q *waiter) watch(ctx context.Context) (*queueWatch, error) {
 // anew), or an error: our own entry was deleted first, or ctx ended (then
 // it leaves the queue).
 func (q *waiter) waitOlder(ctx context.Context, w *queueWatch, older map[string]bool, seen int64) (at int64, ok bool, _ error) {
-	due := time.Until(q.el.safeUntil()) - q.ttl - keepAliveLead
+	due := time.Until(q.el.keepAliveDue())
 	t := time.NewTimer(max(due, 10*time.Millisecond))
 	defer t.Stop()
 	for {

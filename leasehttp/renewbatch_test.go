@@ -1,13 +1,20 @@
 package leasehttp_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -182,5 +189,78 @@ func TestRenewBatchReadsAnyJSONSpelling(t *testing.T) {
 		if l := held[i]; r.Err != nil || r.Lease.Key != l.Key || r.Lease.Token != l.Token || r.Lease.ID != l.ID || r.Lease.Owner != "o" || r.Lease.TTL != 2*time.Hour {
 			t.Errorf("RenewBatch result %d: %+v, %v; want %s renewed for 2h", i, r.Lease, r.Err, l.Key)
 		}
+	}
+}
+
+// TestClientRenewsManyHoldsInFewRequests: one lease.Client holding 1,000
+// leases at TTL 3 s through a server over boltstore (lease serve's default)
+// keeps them all for 9 s with at most 200 renew requests, where one request
+// per lease and third of a TTL made about 9,000.
+func TestClientRenewsManyHoldsInFewRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("9 s of renewals")
+	}
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "lease.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	srv := newServer(t, store)
+	var renews atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/renew" || strings.HasSuffix(r.URL.Path, "/renew") {
+			renews.Add(1)
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	c, err := lease.NewClient(newClient(t, hs.URL), lease.WithOwner("worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	holds := make([]*lease.Hold, 1000)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < len(holds); i += 16 {
+				h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%04d", i), 3*time.Second)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				holds[i] = h
+			}
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, h := range holds {
+			if h != nil {
+				_ = h.Release(ctx)
+			}
+		}
+	}()
+	if t.Failed() {
+		return
+	}
+	before := renews.Load()
+	time.Sleep(9 * time.Second)
+	n := renews.Load() - before
+	lost := 0
+	for _, h := range holds {
+		if h.Err() != nil {
+			lost++
+		}
+	}
+	t.Logf("%d renew requests in 9 s for 1,000 holds, %d lost", n, lost)
+	if lost != 0 {
+		t.Errorf("%d holds lost", lost)
+	}
+	if n == 0 || n > 200 {
+		t.Errorf("%d renew requests in 9 s, want 1 to 200", n)
 	}
 }

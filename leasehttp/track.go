@@ -1,11 +1,11 @@
 package leasehttp
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/dueheap"
 )
 
 // expiryGrace is how long past a lease's TTL (on this server's clock) the
@@ -30,7 +30,7 @@ type tracker struct {
 
 	mu     sync.Mutex
 	leases map[string]*tracked
-	dl     deadlines // the same entries, by deadline
+	dl     dueheap.Heap[*tracked] // the same entries, by deadline
 	timer  *time.Timer
 	at     time.Time // when timer fires
 	closed bool
@@ -42,37 +42,15 @@ type tracked struct {
 	token lease.Token
 	id    lease.ID  // the generation's secret: only its holder can renew or release it
 	at    time.Time // counted as expired then
-	// due orders the heap: at, or earlier when a renewal moved at later
-	// without moving the entry (a renewal, the common change, then costs
-	// no heap work; sweep moves the entry on when due comes).
-	due   time.Time
-	index int // in the deadlines heap
-}
-
-// deadlines is a min-heap of the tracked leases by due.
-type deadlines []*tracked
-
-func (d deadlines) Len() int           { return len(d) }
-func (d deadlines) Less(i, j int) bool { return d[i].due.Before(d[j].due) }
-func (d deadlines) Swap(i, j int) {
-	d[i], d[j] = d[j], d[i]
-	d[i].index, d[j].index = i, j
-}
-func (d *deadlines) Push(x any) {
-	e := x.(*tracked)
-	e.index = len(*d)
-	*d = append(*d, e)
-}
-func (d *deadlines) Pop() any {
-	old := *d
-	e := old[len(old)-1]
-	old[len(old)-1] = nil // let the entry go
-	*d = old[:len(old)-1]
-	return e
+	// due.Due orders the heap: at, or earlier when a renewal moved at
+	// later without moving the entry (a renewal, the common change, then
+	// costs no heap work; sweep moves the entry on when due comes).
+	due dueheap.Entry
 }
 
 func newTracker(m *metrics) *tracker {
-	return &tracker{m: m, now: time.Now, leases: map[string]*tracked{}}
+	return &tracker{m: m, now: time.Now, leases: map[string]*tracked{},
+		dl: dueheap.New(func(e *tracked) *dueheap.Entry { return &e.due })}
 }
 
 // granted records a new generation on l.Key. A previous generation still
@@ -149,21 +127,21 @@ func (t *tracker) setAtLocked(l lease.Lease, now time.Time) {
 	at := now.Add(l.TTL + expiryGrace)
 	if e, ok := t.leases[l.Key]; ok {
 		e.token, e.id, e.at = l.Token, l.ID, at
-		if at.Before(e.due) {
-			e.due = at
-			heap.Fix(&t.dl, e.index)
+		if at.Before(e.due.Due) {
+			e.due.Due = at
+			t.dl.Fix(e)
 		}
 	} else {
-		e := &tracked{key: l.Key, token: l.Token, id: l.ID, at: at, due: at}
+		e := &tracked{key: l.Key, token: l.Token, id: l.ID, at: at, due: dueheap.Entry{Due: at}}
 		t.leases[l.Key] = e
-		heap.Push(&t.dl, e)
+		t.dl.Push(e)
 		t.m.active.Set(float64(len(t.leases)))
 	}
 	t.armLocked()
 }
 
 func (t *tracker) removeLocked(e *tracked) {
-	heap.Remove(&t.dl, e.index)
+	t.dl.Remove(e)
 	delete(t.leases, e.key)
 	t.m.active.Set(float64(len(t.leases)))
 	// The timer may now fire for nothing; sweep then arms it anew.
@@ -171,10 +149,10 @@ func (t *tracker) removeLocked(e *tracked) {
 
 // armLocked makes the timer fire at the earliest deadline.
 func (t *tracker) armLocked() {
-	if len(t.dl) == 0 || t.closed {
+	if t.dl.Len() == 0 || t.closed {
 		return
 	}
-	first := t.dl[0].due
+	first := t.dl.Peek().due.Due
 	if t.timer != nil && !t.at.After(first) {
 		return // already due no later
 	}
@@ -191,13 +169,13 @@ func (t *tracker) sweep() {
 	defer t.mu.Unlock()
 	t.timer = nil
 	now := t.now()
-	for len(t.dl) > 0 && !t.dl[0].due.After(now) {
-		if e := t.dl[0]; e.at.After(now) {
-			e.due = e.at // renewed since it was placed
-			heap.Fix(&t.dl, 0)
+	for t.dl.Len() > 0 && !t.dl.Peek().due.Due.After(now) {
+		if e := t.dl.Peek(); e.at.After(now) {
+			e.due.Due = e.at // renewed since it was placed
+			t.dl.Fix(e)
 			continue
 		}
-		e := heap.Pop(&t.dl).(*tracked)
+		e := t.dl.Pop()
 		delete(t.leases, e.key)
 		t.m.expirations.Inc()
 	}

@@ -41,10 +41,10 @@ func testTracker(t *testing.T) (*tracker, *time.Time) {
 func checkTracked(t *testing.T, tr *tracker, live int, expired float64) {
 	t.Helper()
 	tr.mu.Lock()
-	inMap, inHeap := len(tr.leases), len(tr.dl)
-	for i, e := range tr.dl {
-		if e.index != i || tr.leases[e.key] != e {
-			t.Errorf("heap entry %d (%s) has index %d, map entry %p, want itself %p", i, e.key, e.index, tr.leases[e.key], e)
+	inMap, inHeap := len(tr.leases), tr.dl.Len()
+	for k, e := range tr.leases {
+		if !e.due.Queued() || e.key != k {
+			t.Errorf("map entry %s (key %s): in the heap %v, want in it under its own key", k, e.key, e.due.Queued())
 		}
 	}
 	tr.mu.Unlock()
@@ -153,8 +153,8 @@ func TestTrackerRenewalsMoveDeadlines(t *testing.T) {
 		tr.sweep()
 		checkTracked(t, tr, step.live, step.expired)
 		tr.mu.Lock()
-		if step.firstRemaining != "" && (len(tr.dl) == 0 || tr.dl[0].key != step.firstRemaining || !tr.at.Equal(tr.dl[0].due)) {
-			t.Errorf("at %v: first entry %v, timer at %v; want %s's entry, the timer at its due", step.at, tr.dl, tr.at.Sub(start), step.firstRemaining)
+		if step.firstRemaining != "" && (tr.dl.Len() == 0 || tr.dl.Peek().key != step.firstRemaining || !tr.at.Equal(tr.dl.Peek().due.Due)) {
+			t.Errorf("at %v: %d entries, timer at %v; want %s's entry first, the timer at its due", step.at, tr.dl.Len(), tr.at.Sub(start), step.firstRemaining)
 		}
 		tr.mu.Unlock()
 	}

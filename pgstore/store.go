@@ -39,9 +39,10 @@ type Store struct {
 }
 
 var (
-	_ lease.Backend  = (*Store)(nil)
-	_ lease.Notifier = (*Store)(nil)
-	_ io.Closer      = (*Store)(nil)
+	_ lease.Backend      = (*Store)(nil)
+	_ lease.Notifier     = (*Store)(nil)
+	_ lease.BatchRenewer = (*Store)(nil)
+	_ io.Closer          = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -317,6 +318,45 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("renewing %q", l.Key), err)
 	}
 	return r, nil
+}
+
+// RenewBatch implements lease.BatchRenewer: one renew statement over
+// arrays for the whole batch (the statement a group of concurrent Renews
+// shares), in one transaction. A key named twice in the batch is renewed
+// the second time by a statement of its own after the first, as two Renews
+// one after the other would be.
+func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	calls := make([]*call[renewReq, lease.Lease], len(renewals))
+	for i, r := range renewals {
+		calls[i] = &call[renewReq, lease.Lease]{ctx: ctx, key: r.Lease.Key, req: renewReq{l: r.Lease, ttl: r.TTL}}
+	}
+	for rest := calls; len(rest) > 0; {
+		seen := make(map[string]bool, len(rest))
+		var now, later []*call[renewReq, lease.Lease]
+		for _, c := range rest {
+			if seen[c.key] {
+				later = append(later, c)
+				continue
+			}
+			seen[c.key] = true
+			now = append(now, c)
+		}
+		if err := s.execRenew(ctx, now); err != nil {
+			return nil, s.fail(ctx, fmt.Sprintf("renewing a batch of %d", len(renewals)), err)
+		}
+		rest = later
+	}
+	out := make([]lease.RenewResult, len(calls))
+	for i, c := range calls {
+		out[i] = lease.RenewResult{Lease: c.res, Err: c.err}
+	}
+	return out, nil
 }
 
 type renewReq struct {

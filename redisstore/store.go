@@ -66,9 +66,10 @@ type Store struct {
 }
 
 var (
-	_ lease.Backend  = (*Store)(nil)
-	_ lease.Notifier = (*Store)(nil)
-	_ io.Closer      = (*Store)(nil)
+	_ lease.Backend      = (*Store)(nil)
+	_ lease.Notifier     = (*Store)(nil)
+	_ lease.BatchRenewer = (*Store)(nil)
+	_ io.Closer          = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -234,7 +235,12 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err := errors.Join(lease.ValidateLease(l), lease.ValidateTTL(ttl)); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	res, err := s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl), s.changesArg).Text()
+	return s.renewed(ctx, l, ttl, s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl), s.changesArg))
+}
+
+// renewed reads cmd, the reply of renew.lua to renewing l for ttl.
+func (s *Store) renewed(ctx context.Context, l lease.Lease, ttl time.Duration, cmd *redis.Cmd) (lease.Lease, error) {
+	res, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew %q (token %d): %w", l.Key, l.Token, lease.ErrNotHeld)
 	}
@@ -250,6 +256,31 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	}
 	l.Owner, l.TTL, l.Expires = v.owner, ttl, v.expires
 	return l, nil
+}
+
+// RenewBatch implements lease.BatchRenewer: one pipeline of renew.lua
+// calls, one per renewal (each script atomic by itself; on Cluster, one
+// pipeline per master), so a batch costs one round trip. A renewal the
+// server fails (its lease value malformed, say) fails the batch.
+func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	calls := make([]*call, len(renewals))
+	for i, r := range renewals {
+		calls[i] = &call{ctx: ctx, script: renewScript, keys: []string{s.leaseKey(r.Lease.Key)},
+			args: []any{proof(r.Lease), ttlMillis(r.TTL), s.changesArg}, ready: make(chan struct{})}
+	}
+	s.batch.exec(calls)
+	out := make([]lease.RenewResult, len(renewals))
+	for i, r := range renewals {
+		l, err := s.renewed(ctx, r.Lease, r.TTL, calls[i].cmd)
+		if err != nil && !errors.Is(err, lease.ErrNotHeld) {
+			return nil, err
+		}
+		out[i] = lease.RenewResult{Lease: l, Err: err}
+	}
+	return out, nil
 }
 
 // Release implements lease.Backend in one script call, which also publishes

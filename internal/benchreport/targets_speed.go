@@ -12,6 +12,13 @@ func init() {
 			Floor: "expiry-floor",
 			Note:  "issue 17: a crashed leader's hand-off within the TTL + 2 backend round trips (p50 beyond the 1 s TTL, in put-rtt p50s)"},
 	)
+	for _, g := range []string{"ElectionCrash", "ElectionCrash10"} {
+		for _, m := range []string{"p50-µs", "p99-µs"} {
+			Targets = append(Targets, Target{Group: g, Clients: 1, Impl: "election-etcdstore", Versus: "etcd-election", Cmp: "<=", Ratio: 1.15, Metric: m,
+				Floor: "expiry-floor",
+				Note:  "issue 31: a crashed leader's successor takes over within 1.15× of concurrency.Election's time on the same etcd (" + m + ")"})
+		}
+	}
 	for _, c := range []int{1, 1000} {
 		Targets = append(Targets, Target{Group: "Watch", Clients: c, Impl: "leasehttp-bolt", Cmp: "<=", Ratio: 2000, Metric: "p50-µs",
 			Floor: "sse-floor",
@@ -49,9 +56,10 @@ func init() {
 		"right after its Campaign returned, and the hand-off counts from just before its first request (its lease's grant) to the next leader's Campaign returning; TTL 1 s, " +
 		"the least etcd grants here (ceil(1.5 × the 100 ms election timeout)). expiry-floor = an etcd lease of 1 s granted, a key put on it and never kept alive, " +
 		"and the key's deletion reaching a synced watcher: the least any election on etcd must wait for (etcd's lessor revokes expired leases every 500 ms, so up to half a second beyond the TTL); " +
-		"etcd-election = concurrency.Election with a 1 s session; election-etcdstore = package election on etcdstore with a 1 s TTL, which etcdstore maps to an etcd lease of ceil(TTL) + 1 s (see etcdstore's package documentation). " +
+		"etcd-election = concurrency.Election with a 1 s session; election-etcdstore = package election on etcdstore with a 1 s TTL, which etcdstore maps to an etcd lease of ceil(TTL) for a waiting acquisition as the election's (ceil(TTL) + 1 s before issue 31; see etcdstore's package documentation). " +
 		"put-rtt = one Put round trip on the same etcd, 50 timed between rounds: over-ttl-rtt is a row's p50 beyond the TTL in put-rtt p50s, over-ttl-ms the same in ms. " +
 		"Each round runs 4 hand-offs of every row at once, instance i of each row starting at the same random offset in etcd's 500 ms tick; 6 rounds."
+	groupNotes["ElectionCrash10"] = "ElectionCrash with a TTL of 10 s for every row (the expiry floor's etcd lease, the Election's session, the election's term)."
 	groupNotes["Watch"] = "c = watchers. One change = an acquisition on boltstore (fsync on), made in process; its latency at a watcher runs from Store.Acquire returning to the watcher receiving the Acquired event " +
 		"(boltstore publishes a batch's changes once durable, just before answering, so a watcher can be first: a latency may be negative). " +
 		"sse-floor = no store: per stream a handler woken through a channel writes and flushes the bytes leasehttp would send for the event, each watcher reading them off its own loopback stream " +

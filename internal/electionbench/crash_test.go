@@ -18,13 +18,13 @@ import (
 )
 
 // The crash rows' TTL is the least etcd grants with etcdtest's election
-// timeout (ceil(1.5 × 100 ms) = 1 s): a longer one only adds time to
-// every row alike. Each round runs crashInstances hand-offs of every row
+// timeout (ceil(1.5 × 100 ms) = 1 s), and 10 s in the group ElectionCrash10,
+// where a fixed overhead would weigh less and one that grows with the TTL
+// more. Each round runs crashInstances hand-offs of every row
 // at once, instance i of each row starting at the same random offset in
 // etcd's 500 ms expiry tick (its lessor revokes expired leases twice a
 // second), so that the rows meet the tick at the same phases.
 const (
-	crashTTL       = 1 // seconds
 	crashRounds    = 6
 	crashInstances = 4
 	rttPerRound    = 50 // Put round trips timed between rounds: the RTT floor
@@ -45,11 +45,11 @@ type crash struct {
 //     never kept alive, and the key's deletion (etcd expiring the lease)
 //     reaching a watcher that was waiting for it: the least any election
 //     on etcd must wait for;
-//   - etcd-election: concurrency.Election; the leader's session (TTL 1 s)
+//   - etcd-election: concurrency.Election; the leader's session (the TTL)
 //     on a client of its own, closed right after Campaign returned (the
 //     process stopped: keep-alives end, the lease is not revoked); the next
 //     candidate on a session of its own;
-//   - election-etcdstore: package election on etcdstore, TTL 1 s; the
+//   - election-etcdstore: package election on etcdstore, the same TTL; the
 //     leader's Store on a client of its own, closed right after Campaign
 //     returned (its renewals fail, it never releases); the next candidate
 //     on a Store of its own.
@@ -57,13 +57,20 @@ type crash struct {
 // Each row's hand-off counts from just before the leader's first request.
 // put-rtt is a Put round trip on the same etcd, timed between rounds: the
 // unit of over-ttl-rtt, each row's p50 beyond the TTL in round trips.
-func BenchmarkCompareElectionCrash(b *testing.B) {
+func BenchmarkCompareElectionCrash(b *testing.B) { electionCrash(b, 1) }
+
+// BenchmarkCompareElectionCrash10 is BenchmarkCompareElectionCrash with a
+// TTL of 10 s.
+func BenchmarkCompareElectionCrash10(b *testing.B) { electionCrash(b, 10) }
+
+// electionCrash runs the crash rows with a TTL of crashTTL seconds.
+func electionCrash(b *testing.B, crashTTL int64) {
 	eps := etcdtest.Start(b)
 	ctx := context.Background()
 	pfx := uniquePrefix()
 	cli, watchCli := etcdtest.NewClient(b, eps), etcdtest.NewClient(b, eps)
 	storePfx := pfx + "store/"
-	next := newElector(b, etcdtest.NewClient(b, eps), storePfx, crashTTL*time.Second)
+	next := newElector(b, etcdtest.NewClient(b, eps), storePfx, time.Duration(crashTTL)*time.Second)
 	// process returns a client to stop like a process: closed without
 	// revoking its leases.
 	process := func() (*clientv3.Client, error) {
@@ -108,7 +115,7 @@ func BenchmarkCompareElectionCrash(b *testing.B) {
 				return 0, err
 			}
 			t0 := time.Now()
-			sessL, err := concurrency.NewSession(leaderCli, concurrency.WithTTL(crashTTL))
+			sessL, err := concurrency.NewSession(leaderCli, concurrency.WithTTL(int(crashTTL)))
 			if err != nil {
 				leaderCli.Close()
 				return 0, err
@@ -135,7 +142,7 @@ func BenchmarkCompareElectionCrash(b *testing.B) {
 			if err != nil {
 				return 0, err
 			}
-			leader := newElectorOn(leaderCli, storePfx, crashTTL*time.Second)
+			leader := newElectorOn(leaderCli, storePfx, time.Duration(crashTTL)*time.Second)
 			if leader.err != nil {
 				leaderCli.Close()
 				return 0, leader.err
@@ -210,7 +217,7 @@ func BenchmarkCompareElectionCrash(b *testing.B) {
 		unit := benchutil.Percentile(rtt, 50)
 		out := []benchutil.Row{{Name: "put-rtt", Latencies: rtt}}
 		for i, row := range rows {
-			over := benchutil.Percentile(lat[i], 50) - crashTTL*time.Second
+			over := benchutil.Percentile(lat[i], 50) - time.Duration(crashTTL)*time.Second
 			out = append(out, benchutil.Row{Name: row.name, Latencies: lat[i], Extra: map[string]float64{
 				"over-ttl-ms":  float64(over) / 1e6,
 				"over-ttl-rtt": float64(over) / float64(unit),

@@ -7,6 +7,7 @@ import {
   errorFromBody,
   InvalidError,
   isToken,
+  NotHeldError,
   UnavailableError,
   UnexpectedAnswerError,
 } from "./errors.js";
@@ -389,6 +390,26 @@ export class Api {
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {
     return granted(g.key, await this.call("renew", g.key, { id: g.id, token: g.token, ttl_ms: ttlMs }, signal));
+  }
+
+  /**
+   * renewBatch renews every lease of items in one request (POST /v1/renew,
+   * at most 256), answering each in order: the renewed lease,
+   * or a NotHeldError for one that is no longer held. A failure of the
+   * request as a whole throws, as renew does.
+   */
+  async renewBatch(items: readonly { g: Granted; ttlMs: number }[], signal?: AbortSignal): Promise<(Granted | NotHeldError)[]> {
+    const body = { renewals: items.map(({ g, ttlMs }) => ({ key: g.key, id: g.id, token: g.token, ttl_ms: ttlMs })) };
+    const v = await this.call("renewBatch", undefined, body, signal);
+    if (typeof v !== "object" || v === null || !Array.isArray(v.results) || v.results.length !== items.length) {
+      throw new UnexpectedAnswerError(`lease: renew: a batch of ${items.length} answered without as many results`);
+    }
+    return v.results.map((r, i) => {
+      const key = items[i]?.g.key ?? "";
+      if ("lease" in r) return granted(key, r.lease);
+      if ("error" in r && r.error?.code === "not_held") return new NotHeldError(`lease: renew ${JSON.stringify(key)}: ${r.error.message}`);
+      throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is neither a lease nor not_held`);
+    });
   }
 
   async release(g: Granted, signal?: AbortSignal): Promise<void> {

@@ -17,7 +17,7 @@ import {
   sleep,
 } from "./api.js";
 import { HeldError, InvalidError, NotFoundError, NotHeldError, UnavailableError } from "./errors.js";
-import { DEFAULT_DRIFT_MARGIN, type DriftMargin, Hold, holdKey, marginOf } from "./hold.js";
+import { DEFAULT_DRIFT_MARGIN, type DriftMargin, Hold, holdKey, marginOf, Renewer } from "./hold.js";
 import { Watch, watchKey, type WatchOptions } from "./watch.js";
 
 /** What a LeaseClient talks to, and as whom. */
@@ -83,11 +83,13 @@ export class LeaseClient {
   /** The owner name acquisitions are made under. */
   readonly owner: string;
   readonly #api: Api;
+  readonly #renewer: Renewer; // one timer and one request per batch for all the holds
   readonly #margin: DriftMargin;
 
   constructor(options: LeaseClientOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidError("lease: LeaseClient needs options with a server URL");
     this.#api = new Api(options.server, options.token, options.fetch);
+    this.#renewer = new Renewer(this.#api);
     this.owner = options.owner ?? defaultOwner();
     checkName("owner", this.owner);
     const m = options.driftMargin ?? DEFAULT_DRIFT_MARGIN;
@@ -192,7 +194,7 @@ export class LeaseClient {
         throw err;
       }
     }
-    const h = new Hold(holdKey, this.#api, g, sent, ttlMs, this.#margin);
+    const h = new Hold(holdKey, this.#api, this.#renewer, g, sent, ttlMs, this.#margin);
     if (h.signal.aborted) {
       await this.#giveBack(g);
       throw new UnavailableError(

@@ -21,10 +21,6 @@ export function marginOf(m: DriftMargin, ttlMs: number): number {
   return m.fraction * ttlMs + m.minMs;
 }
 
-/** jittered scales ms by a random factor in [0.9, 1.1). */
-function jittered(ms: number): number {
-  return ms * (0.9 + 0.2 * Math.random());
-}
 
 /**
  * quietly makes an error without capturing a stack: the reason of a
@@ -46,11 +42,14 @@ export const holdKey: unique symbol = Symbol("lease.Hold");
 
 /**
  * Hold is a lease the client holds and renews in the background, at about a
- * third of its TTL with jitter, retrying failed renewals. Its `signal` is
+ * third of its TTL with jitter (or a little earlier, in one POST /v1/renew
+ * with the client's other holds that fall due close by: see Renewer),
+ * retrying failed renewals. Its `signal` is
  * aborted with a LeaseLostError as soon as the client can no longer be sure
  * it holds the lease — when the server says it is gone, or when the safe
- * deadline (send time of the last successful acquire or renew + TTL − drift
- * margin, on this process's monotonic clock) passes without a successful
+ * deadline (send time of the last successful acquire or of the request that
+ * last renewed it + TTL − drift margin, on this process's monotonic clock)
+ * passes without a successful
  * renewal — and with a LeaseReleasedError by release(). Both come before the
  * server could give the lease to anyone else.
  *
@@ -69,20 +68,20 @@ export class Hold implements AsyncDisposable {
   readonly signal: AbortSignal;
 
   readonly #api: Api;
+  readonly #renewer: Renewer;
+  readonly #ticket: Ticket;
   readonly #ttlMs: number; // asked for; every renewal asks for it again
   readonly #margin: DriftMargin;
   readonly #ctl = new AbortController();
   #lease: Granted;
   #deadline = 0; // performance.now() scale
-  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
-  #renewTimer: ReturnType<typeof setTimeout> | undefined;
-  #renewing: Promise<void> | undefined;
   #released = false;
 
   /** Made by LeaseClient.acquire and tryAcquire, not by applications. */
-  constructor(key: typeof holdKey, api: Api, lease: Granted, sentAt: number, ttlMs: number, margin: DriftMargin) {
+  constructor(key: typeof holdKey, api: Api, renewer: Renewer, lease: Granted, sentAt: number, ttlMs: number, margin: DriftMargin) {
     if (key !== holdKey) throw new TypeError("lease: a Hold comes from LeaseClient.acquire");
     this.#api = api;
+    this.#renewer = renewer;
     this.#lease = lease;
     this.#ttlMs = ttlMs;
     this.#margin = margin;
@@ -90,8 +89,21 @@ export class Hold implements AsyncDisposable {
     this.token = lease.token;
     this.owner = lease.owner;
     this.signal = this.#ctl.signal;
+    this.#ticket = {
+      early: 0,
+      due: 0,
+      queued: false,
+      deadline: () => this.#deadline,
+      judge: () => this.#judge(),
+      lease: () => this.#lease,
+      ttlMs: this.#ttlMs,
+      renewed: (sent, r, j) => this.#renewed(sent, r, j),
+    };
     this.#setDeadline(sentAt);
-    if (!this.signal.aborted) this.#schedule(jittered(this.#grantedTTL() / 3) - (performance.now() - sentAt));
+    if (!this.signal.aborted) {
+      renewer.add(this.#ticket);
+      renewer.schedule(this.#ticket, sentAt, this.#grantedTTL() / 3, Math.random());
+    }
   }
 
   /** When the lease expires on the server's clock, as its last grant or renewal said. */
@@ -134,10 +146,12 @@ export class Hold implements AsyncDisposable {
     if (this.#released) return;
     this.#released = true;
     this.#judge();
-    this.#clearTimers();
+    this.#renewer.remove(this.#ticket);
     const lost: unknown = this.signal.aborted ? this.signal.reason : undefined;
     if (lost === undefined) this.#ctl.abort(quietly(() => new LeaseReleasedError(this.key, this.token)));
-    await this.#renewing;
+    // A renewal in flight is answered to nobody: its batch's answer for this
+    // hold is ignored, and the server refuses it if it comes after the
+    // release.
     let failure: unknown;
     const ctl = new AbortController();
     const timer = setTimeout(
@@ -173,96 +187,171 @@ export class Hold implements AsyncDisposable {
   #setDeadline(sentAt: number): void {
     const ttl = this.#grantedTTL();
     this.#deadline = sentAt + ttl - marginOf(this.#margin, ttl);
-    this.#armDeadline();
+    this.#judge();
   }
 
-  #armDeadline(): void {
-    clearTimeout(this.#deadlineTimer);
-    const left = this.#deadline - performance.now();
-    if (left <= 0) {
-      this.#lose("no successful renewal before the safe deadline");
-      return;
-    }
-    // A timer may fire a little early by performance.now(); #judge sets it
-    // again for the rest.
-    this.#deadlineTimer = setTimeout(() => {
-      this.#deadlineTimer = undefined;
-      this.#judge();
-    }, left);
-  }
-
-  /** #judge ends the lease if its deadline has passed. */
+  /** #judge ends the lease if its deadline has passed; the Renewer's timer calls it at the deadline. */
   #judge(): void {
     if (this.signal.aborted) return;
-    if (performance.now() >= this.#deadline) {
-      this.#lose("no successful renewal before the safe deadline");
-    } else if (this.#deadlineTimer === undefined && !this.#released) {
-      this.#armDeadline();
-    }
+    if (performance.now() >= this.#deadline) this.#lose("no successful renewal before the safe deadline");
   }
 
   #lose(why: string, cause?: unknown): void {
     if (this.signal.aborted) return;
-    this.#clearTimers();
+    this.#renewer.remove(this.#ticket);
     const msg = `lease: lost ${JSON.stringify(this.key)} (token ${this.token}): ${why}`;
     this.#ctl.abort(new LeaseLostError(this.key, this.token, msg, cause === undefined ? undefined : { cause }));
   }
 
-  #clearTimers(): void {
-    clearTimeout(this.#deadlineTimer);
-    clearTimeout(this.#renewTimer);
-    this.#deadlineTimer = undefined;
-    this.#renewTimer = undefined;
-  }
-
-  #schedule(ms: number): void {
-    clearTimeout(this.#renewTimer);
-    this.#renewTimer = setTimeout(() => {
-      this.#renewTimer = undefined;
-      this.#renewing = this.#renew().finally(() => {
-        this.#renewing = undefined;
-      });
-    }, Math.max(0, ms));
-  }
-
-  async #renew(): Promise<void> {
+  /**
+   * #renewed records the outcome of a renewal of the lease sent at sent:
+   * the renewed lease, a NotHeldError, or another failure (retried). j is
+   * the jitter of the next renewal.
+   */
+  #renewed(sent: number, r: Granted | NotHeldError | { failed: unknown }, j: number): void {
     if (this.signal.aborted) return;
-    const sent = performance.now();
     const cur = this.#lease;
-    // The request ends with the hold, and at the deadline at the latest:
-    // an answer after it could not be used.
-    const req = new AbortController();
-    const stop = () => req.abort(this.signal.reason);
-    this.signal.addEventListener("abort", stop, { once: true });
-    const cutoff = setTimeout(
-      () => req.abort(new UnavailableError("lease: renewal unanswered at the safe deadline")),
-      Math.max(0, this.#deadline - sent),
-    );
-    try {
-      const r = await this.#api.renew(cur, this.#ttlMs, req.signal);
-      if (this.signal.aborted) return;
-      if (r.key !== cur.key || r.token !== cur.token || r.id.toLowerCase() !== cur.id.toLowerCase()) {
-        this.#lose(`the renewal was answered with another lease (token ${r.token}); a lease keeps its key, token and id`);
-        return;
-      }
-      if (performance.now() >= this.#deadline) {
-        this.#lose("the renewal's answer came after the safe deadline");
-        return;
-      }
-      this.#lease = r;
-      this.#setDeadline(sent);
-      this.#schedule(jittered(this.#grantedTTL() / 3) - (performance.now() - sent));
-    } catch (err) {
-      if (this.signal.aborted) return;
-      if (err instanceof NotHeldError) {
-        this.#lose("the server no longer holds it", err);
-        return;
-      }
+    if (r instanceof NotHeldError) {
+      this.#lose("the server no longer holds it", r);
+      return;
+    }
+    if ("failed" in r) {
       // Try again soon; the deadline ends the lease if we never get through.
-      this.#schedule(jittered(this.#grantedTTL() / 10));
+      this.#renewer.retry(this.#ticket, performance.now(), this.#grantedTTL() / 3, j);
+      return;
+    }
+    if (r.key !== cur.key || r.token !== cur.token || r.id.toLowerCase() !== cur.id.toLowerCase()) {
+      this.#lose(`the renewal was answered with another lease (token ${r.token}); a lease keeps its key, token and id`);
+      return;
+    }
+    if (performance.now() >= this.#deadline) {
+      this.#lose("the renewal's answer came after the safe deadline");
+      return;
+    }
+    this.#lease = r;
+    this.#setDeadline(sent);
+    if (!this.signal.aborted) this.#renewer.schedule(this.#ticket, sent, this.#grantedTTL() / 3, j);
+  }
+}
+
+/** A hold as the Renewer sees it. */
+export interface Ticket {
+  early: number; // performance.now() scale: may join a batch from then
+  due: number; // renews by then
+  queued: boolean; // waiting for a renewal (not in flight)
+  readonly deadline: () => number;
+  readonly judge: () => void;
+  readonly lease: () => Granted;
+  readonly ttlMs: number;
+  readonly renewed: (sent: number, r: Granted | NotHeldError | { failed: unknown }, j: number) => void;
+}
+
+/** MAX_RENEW_BATCH is the most renewals one POST /v1/renew takes. */
+const MAX_RENEW_BATCH = 256;
+
+/**
+ * Renewer renews a LeaseClient's holds on one timer, set for the earliest
+ * of their renewals and safe deadlines. Each hold's window for its next
+ * renewal opens 0.7 × TTL/3 after the send time of its last one and closes
+ * 0.9–1.1 × TTL/3 after it, where a lone hold renewed before batching; when
+ * the timer fires for the first window to close, every hold whose window is
+ * open is renewed with it, up to 256 in one POST /v1/renew. A hold is thus
+ * never renewed later than before, and the holds of one batch share its
+ * send time and its jitter, so they fall due together again. Each is judged
+ * by its own answer and deadline: one the server refuses is lost alone, and
+ * a batch that fails as a whole is retried for each of its holds after
+ * TTL/10.
+ */
+export class Renewer {
+  readonly #api: Api;
+  readonly #holds = new Set<Ticket>();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #timerAt = Infinity;
+  #settling = false; // handing out a batch's answers: arm once, after
+
+  constructor(api: Api) {
+    this.#api = api;
+  }
+
+  /** add starts watching t's deadline. */
+  add(t: Ticket): void {
+    this.#holds.add(t);
+  }
+
+  /** remove forgets t: released or lost. */
+  remove(t: Ticket): void {
+    if (this.#holds.delete(t) && this.#holds.size === 0) this.#arm();
+  }
+
+  /** schedule queues t's next renewal after one sent at sent, renewing every intervalMs; j in [0, 1) jitters it. */
+  schedule(t: Ticket, sent: number, intervalMs: number, j: number): void {
+    t.due = sent + intervalMs * (0.9 + 0.2 * j);
+    t.early = sent + intervalMs * 0.7;
+    t.queued = true;
+    if (!this.#settling) this.#arm();
+  }
+
+  /** retry queues another attempt after a renewal that failed at now. */
+  retry(t: Ticket, now: number, intervalMs: number, j: number): void {
+    const wait = intervalMs * 0.3 * (0.9 + 0.2 * j);
+    t.due = now + wait;
+    t.early = now + wait * 0.8;
+    t.queued = true;
+    if (!this.#settling) this.#arm();
+  }
+
+  /** #arm sets the timer for the earliest renewal or deadline, or clears it with no hold left. */
+  #arm(): void {
+    let at = Infinity;
+    for (const t of this.#holds) at = Math.min(at, t.queued ? t.due : Infinity, t.deadline());
+    if (at === this.#timerAt && this.#timer !== undefined) return;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#timerAt = at;
+    if (at === Infinity) return;
+    this.#timer = setTimeout(() => this.#fire(), Math.max(0, at - performance.now()));
+  }
+
+  #fire(): void {
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+    const now = performance.now();
+    const open: Ticket[] = [];
+    for (const t of [...this.#holds]) {
+      t.judge(); // a deadline passed: lost (and removed)
+      if (this.#holds.has(t) && t.queued && t.early <= now) {
+        t.queued = false;
+        open.push(t);
+      }
+    }
+    for (let i = 0; i < open.length; i += MAX_RENEW_BATCH) void this.#renew(open.slice(i, i + MAX_RENEW_BATCH));
+    this.#arm();
+  }
+
+  /** #renew renews batch in one request, which ends at the last of their deadlines: no answer after it is of use. */
+  async #renew(batch: Ticket[]): Promise<void> {
+    const sent = performance.now();
+    const items = batch.map((t) => ({ g: t.lease(), ttlMs: t.ttlMs }));
+    const last = Math.max(...batch.map((t) => t.deadline()));
+    const req = new AbortController();
+    const cutoff = setTimeout(() => req.abort(new UnavailableError("lease: renewal unanswered at the safe deadline")), Math.max(0, last - sent));
+    const j = Math.random(); // one jitter for the batch, so that its holds stay together
+    let results: (Granted | NotHeldError | { failed: unknown })[];
+    try {
+      results = await this.#api.renewBatch(items, req.signal);
+    } catch (err) {
+      results = batch.map(() => ({ failed: err }));
     } finally {
       clearTimeout(cutoff);
-      this.signal.removeEventListener("abort", stop);
     }
+    this.#settling = true;
+    try {
+      for (const [i, t] of batch.entries()) {
+        if (this.#holds.has(t)) t.renewed(sent, results[i] ?? { failed: undefined }, j);
+      }
+    } finally {
+      this.#settling = false;
+    }
+    this.#arm();
   }
 }

@@ -1,0 +1,228 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasehq/lease/internal/dueheap"
+)
+
+// renewScheduler renews a Client's holds: one heap of the holds waiting for
+// their next renewal and one timer for the earliest of them, whatever the
+// number of holds. When the timer fires, every hold whose window has opened
+// is renewed with it: in batches of up to MaxRenewBatch through the
+// backend's RenewBatch where it is a BatchRenewer (one request or commit per
+// batch), else by one Renew each. A goroutine lives only while a renewal is
+// in flight.
+//
+// Each hold's window runs from early to due: due is when it renews today
+// alone (TTL/3 after the send time, jittered ±10%), early 0.7 × TTL/3 after
+// it. A batch therefore renews a hold at its due time or before, never
+// after; and the holds of one batch share its send time and its jitter, so
+// they fall due together again and stay one batch.
+//
+// Lock order: a Hold's mu before the scheduler's.
+type renewScheduler struct {
+	c *Client
+
+	mu       sync.Mutex
+	queue    dueheap.Heap[*Hold] // the holds waiting for a renewal, by Hold.next.Due
+	timer    Timer               // fires at timerAt for the head of the queue; nil when none
+	timerAt  time.Time
+	timerGen uint64 // counts timers; a stale one's callback does nothing
+}
+
+// Coalescing bounds, as fractions of a hold's renewal interval (a third of
+// its granted TTL).
+const (
+	renewEarly     = 0.7 // a hold may join a batch from 0.7 intervals after its last send
+	renewDueMin    = 0.9 // it renews alone 0.9 to 1.1 intervals after it, as before batching
+	renewDueSpread = 0.2
+	renewRetry     = 0.3 // a failed renewal is retried after 0.3 intervals (TTL/10), jittered
+)
+
+// schedule queues h for its next renewal after a send at sent, with jitter
+// j in [0, 1).
+func (s *renewScheduler) schedule(h *Hold, sent time.Time, interval time.Duration, j float64) {
+	h.next.Due = sent.Add(time.Duration(float64(interval) * (renewDueMin + renewDueSpread*j)))
+	h.early = sent.Add(time.Duration(float64(interval) * renewEarly))
+	s.push(h)
+}
+
+// retry queues h for another attempt after a failed renewal at now.
+func (s *renewScheduler) retry(h *Hold, now time.Time, interval time.Duration, j float64) {
+	wait := time.Duration(float64(interval) * renewRetry * (renewDueMin + renewDueSpread*j))
+	h.next.Due = now.Add(wait)
+	h.early = now.Add(wait * 8 / 10)
+	s.push(h)
+}
+
+func (s *renewScheduler) push(h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue.Push(h)
+	s.armLocked()
+}
+
+// remove takes h out of the queue, if it is there.
+func (s *renewScheduler) remove(h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !h.next.Queued() {
+		return
+	}
+	s.queue.Remove(h)
+	s.armLocked()
+}
+
+// armLocked sets the timer for the head of the queue, or stops it when the
+// queue is empty.
+func (s *renewScheduler) armLocked() {
+	if s.queue.Len() == 0 {
+		if s.timer != nil {
+			s.timer.Stop()
+			s.timer = nil
+			s.timerGen++
+		}
+		return
+	}
+	at := s.queue.Peek().next.Due
+	if s.timer != nil {
+		if s.timerAt.Equal(at) {
+			return
+		}
+		s.timer.Stop()
+	}
+	s.timerGen++
+	gen := s.timerGen
+	s.timer, s.timerAt = s.c.clock.AfterFunc(at.Sub(s.c.clock.Now()), func() { s.fire(gen) }), at
+}
+
+// fire takes every hold whose window has opened and renews them. A timer
+// that was stopped or replaced after its callback had started does nothing:
+// the current one covers the queue.
+func (s *renewScheduler) fire(gen uint64) {
+	s.mu.Lock()
+	if gen != s.timerGen {
+		s.mu.Unlock()
+		return
+	}
+	s.timer = nil // this one has fired
+	now := s.c.clock.Now()
+	var due []*Hold
+	for s.queue.Len() > 0 && !s.queue.Peek().early.After(now) {
+		due = append(due, s.queue.Pop())
+	}
+	s.armLocked()
+	s.mu.Unlock()
+
+	if len(due) == 0 {
+		return
+	}
+	if br, ok := s.c.backend.(BatchRenewer); ok {
+		for len(due) > 0 {
+			n := min(len(due), MaxRenewBatch)
+			go s.renewBatch(br, due[:n:n])
+			due = due[n:]
+		}
+		return
+	}
+	for _, h := range due {
+		go s.renewOne(h)
+	}
+}
+
+// renewOne renews h alone, on a backend without RenewBatch. Release
+// cancels the request through the Hold's context.
+func (s *renewScheduler) renewOne(h *Hold) {
+	if h.ctx.Err() != nil {
+		return
+	}
+	sent := s.c.clock.Now()
+	cur := h.Lease()
+	renewed, err := s.c.backend.Renew(h.ctx, cur, h.ttl)
+	h.renewed(sent, cur, renewed, err, s.c.rand())
+}
+
+// renewBatch renews holds in one RenewBatch call. The call ends when it is
+// answered or when the last of the holds' safe deadlines passes, after which
+// none of them could use its answer.
+func (s *renewScheduler) renewBatch(br BatchRenewer, holds []*Hold) {
+	renewals := make([]Renewal, 0, len(holds))
+	live := holds[:0]
+	var last time.Time
+	for _, h := range holds {
+		h.mu.Lock()
+		if h.ctx.Err() == nil {
+			live = append(live, h)
+			renewals = append(renewals, Renewal{Lease: h.lease, TTL: h.ttl})
+			if h.deadline.After(last) {
+				last = h.deadline
+			}
+		}
+		h.mu.Unlock()
+	}
+	if len(live) == 0 {
+		return
+	}
+	sent := s.c.clock.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := s.c.clock.AfterFunc(last.Sub(sent), cancel)
+	res, err := br.RenewBatch(ctx, renewals)
+	stop.Stop()
+	cancel()
+	if err == nil && len(res) != len(live) {
+		err = fmt.Errorf("%w: lease: a batch of %d renewals was answered with %d", ErrUnavailable, len(live), len(res))
+	}
+	j := s.c.rand() // one jitter for the batch, so that its holds stay together
+	for i, h := range live {
+		if err != nil {
+			h.renewed(sent, renewals[i].Lease, Lease{}, err, j)
+			continue
+		}
+		h.renewed(sent, renewals[i].Lease, res[i].Lease, res[i].Err, j)
+	}
+}
+
+// renewed records the outcome of renewing cur with a request sent at sent:
+// the new deadline and the next renewal, a retry, or the loss. j is the
+// jitter for the next renewal.
+func (h *Hold) renewed(sent time.Time, cur, renewed Lease, err error, j float64) {
+	if err == nil {
+		err = sameGeneration(cur, renewed)
+	}
+	switch {
+	case errors.Is(err, errOtherGeneration):
+		h.cancel(fmt.Errorf("%w: %v", ErrLost, err))
+	case errors.Is(err, ErrNotHeld):
+		h.cancel(fmt.Errorf("%w: backend no longer holds %q for token %d: %v", ErrLost, cur.Key, cur.Token, err))
+	case err == nil:
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.ctx.Err() != nil {
+			return
+		}
+		if !h.c.clock.Now().Before(h.deadline) {
+			// The reply came after the deadline: the lease may have
+			// expired and been taken in between.
+			h.loseLocked()
+			return
+		}
+		h.lease = renewed
+		h.setDeadlineLocked(sent)
+		if h.ctx.Err() == nil {
+			h.c.sched.schedule(h, sent, h.grantedTTLLocked()/3, j)
+		}
+	default:
+		// Try again soon; the deadline timer ends the lease if we never
+		// get through.
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.ctx.Err() == nil {
+			h.c.sched.retry(h, h.c.clock.Now(), h.grantedTTLLocked()/3, j)
+		}
+	}
+}

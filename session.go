@@ -1,0 +1,164 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Session is a group of holds that live and die together, as the keys
+// attached to one etcd concurrency.Session do: when one of its holds is
+// lost, the session ends — its context is cancelled with that loss as
+// cause (matching ErrLost) — and every other hold in it is released at once,
+// its own context cancelled with a cause matching ErrLost too, so that no
+// work goes on under part of the group. Close ends it on purpose.
+//
+// A Session adds nothing to renewal: the holds of a Client are renewed
+// together anyway (Hold), each judged by its own deadline; a Session only
+// ties their ends together. A hold released by itself (Hold.Release) just
+// leaves the session. A Session is safe for concurrent use.
+type Session struct {
+	c      *Client
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu    sync.Mutex
+	holds map[*Hold]func() bool // each live hold → stops its watch
+	ended bool
+}
+
+// NewSession starts an empty session of holds acquired through c.
+func (c *Client) NewSession() *Session {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Session{c: c, ctx: ctx, cancel: cancel, holds: map[*Hold]func() bool{}}
+}
+
+// Context returns a context cancelled when the session ends: with a cause
+// matching ErrLost when one of its holds was lost, ErrReleased after Close.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Done is closed when the session ends.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Err returns nil while the session lives, and afterwards the cause of its
+// end (matching ErrLost or ErrReleased). Like Hold.Err it judges each
+// hold's deadline itself, so a hold whose deadline has passed ends the
+// session even before its timer has run.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	holds := make([]*Hold, 0, len(s.holds))
+	for h := range s.holds {
+		holds = append(holds, h)
+	}
+	s.mu.Unlock()
+	for _, h := range holds {
+		_ = h.Err() // a loss it finds cancels h, and the watch ends the session
+	}
+	if s.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(s.ctx)
+}
+
+// Acquire is Client.Acquire for a hold in the session. After the session
+// has ended it fails with the cause of the end, holding nothing.
+func (s *Session) Acquire(ctx context.Context, key string, ttl time.Duration) (*Hold, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	h, err := s.c.Acquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return s.join(ctx, h)
+}
+
+// TryAcquire is Client.TryAcquire for a hold in the session. After the
+// session has ended it fails with the cause of the end, holding nothing.
+func (s *Session) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Hold, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	h, err := s.c.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return s.join(ctx, h)
+}
+
+// join adds h to the session, or releases it if the session ended
+// meanwhile.
+func (s *Session) join(ctx context.Context, h *Hold) (*Hold, error) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		_ = h.end(context.WithoutCancel(ctx), fmt.Errorf("%w: lease: the session ended while %q was acquired", ErrLost, h.key))
+		return nil, context.Cause(s.ctx)
+	}
+	s.holds[h] = context.AfterFunc(h.ctx, func() { s.ended1(h) })
+	s.mu.Unlock()
+	return h, nil
+}
+
+// ended1 runs when h's context ends: a hold released by itself leaves the
+// session, a lost one ends it.
+func (s *Session) ended1(h *Hold) {
+	s.mu.Lock()
+	if _, ok := s.holds[h]; !ok {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.holds, h)
+	s.mu.Unlock()
+	cause := context.Cause(h.ctx)
+	if errors.Is(cause, ErrReleased) {
+		return
+	}
+	_ = s.finish(context.Background(), fmt.Errorf("%w: lease: %q, in the same session, was lost: %w", ErrLost, h.key, cause), cause)
+}
+
+// finish ends the session's context with ctxCause and releases every hold
+// still in it on ctx's values, each ended with cause.
+func (s *Session) finish(ctx context.Context, cause, ctxCause error) error {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return nil
+	}
+	s.ended = true
+	s.cancel(ctxCause)
+	holds := s.holds
+	s.holds = nil
+	s.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for h, stop := range holds {
+		stop()
+		wg.Go(func() {
+			// At most the hold's TTL: by then its lease has expired anyway.
+			ctx, cancel := context.WithTimeout(ctx, h.ttl)
+			defer cancel()
+			if err := h.end(ctx, cause); err != nil && !errors.Is(err, ErrNotHeld) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Close ends the session with cause ErrReleased and releases every hold in
+// it, each as Hold.Release does (for at most its TTL). It returns the
+// holds' losses and the backend's errors, joined; calling it again, or
+// after the session ended by a loss, returns nil (the loss is the
+// session's Err).
+func (s *Session) Close(ctx context.Context) error {
+	return s.finish(ctx, ErrReleased, ErrReleased)
+}

@@ -1,0 +1,129 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/memtest"
+)
+
+// refuseKey refuses the renewals of one key with ErrNotHeld, as a backend
+// that lost that lease would.
+type refuseKey struct {
+	lease.Backend
+	key atomic.Pointer[string]
+}
+
+func (b *refuseKey) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if k := b.key.Load(); k != nil && *k == l.Key {
+		return lease.Lease{}, fmt.Errorf("%w: refused for the test", lease.ErrNotHeld)
+	}
+	return b.Backend.Renew(ctx, l, ttl)
+}
+
+// TestSessionDiesTogether: when one hold of a session is lost, the session
+// ends with that loss, and every other hold in it is released at once (its
+// key free for others) with a cause matching ErrLost.
+func TestSessionDiesTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		b := &refuseKey{Backend: store}
+		c := newClient(t, b, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		var holds []*lease.Hold
+		for _, k := range []string{"shard/a", "shard/b", "shard/c"} {
+			h, err := s.TryAcquire(ctx, k, 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holds = append(holds, h)
+		}
+		time.Sleep(5 * time.Second)
+		if err := s.Err(); err != nil {
+			t.Fatalf("session ended while every renewal succeeded: %v", err)
+		}
+		lost := "shard/b"
+		b.key.Store(&lost)
+		select {
+		case <-s.Done():
+		case <-time.After(5 * time.Second):
+			t.Error("session still live 5 s after one of its holds was refused")
+		}
+		synctest.Wait()
+		if err := s.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("session's Err = %v, want ErrLost", err)
+		}
+		for _, h := range holds {
+			if err := h.Err(); !errors.Is(err, lease.ErrLost) {
+				t.Errorf("%s: Err = %v after its session lost %s, want ErrLost", h.Key(), err, lost)
+			}
+			if h.Key() == lost {
+				continue
+			}
+			if _, err := store.Get(ctx, h.Key()); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("%s still held on the backend after its session ended: %v", h.Key(), err)
+			}
+		}
+		if _, err := s.TryAcquire(ctx, "shard/d", 3*time.Second); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("TryAcquire in an ended session: %v, want its ErrLost", err)
+		}
+		if _, err := store.Get(ctx, "shard/d"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("an ended session acquired shard/d: %v", err)
+		}
+		for _, h := range holds {
+			_ = h.Release(ctx)
+		}
+	})
+}
+
+// TestSessionClose: Close releases every hold with ErrReleased; a hold
+// released by itself before just leaves the session.
+func TestSessionClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		c := newClient(t, store, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		a, err := s.TryAcquire(ctx, "a", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Acquire(ctx, "b", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if err := s.Err(); err != nil {
+			t.Fatalf("a hold released by itself ended the session: %v", err)
+		}
+		if err := b.Err(); err != nil {
+			t.Fatalf("b: %v", err)
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Err(); !errors.Is(err, lease.ErrReleased) {
+			t.Errorf("session's Err after Close = %v, want ErrReleased", err)
+		}
+		if err := b.Err(); !errors.Is(err, lease.ErrReleased) {
+			t.Errorf("b's Err after Close = %v, want ErrReleased", err)
+		}
+		if _, err := store.Get(ctx, "b"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("b still held after Close: %v", err)
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("second Close = %v", err)
+		}
+	})
+}
