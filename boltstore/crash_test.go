@@ -47,6 +47,8 @@ func crashChild() bool {
 		os.Exit(2)
 	}
 	switch mode {
+	case "grant":
+		grantChild(s)
 	case "hold":
 		fmt.Println("ready")
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')

@@ -110,6 +110,7 @@ type config struct {
 	checkpointAlways bool                // tests only
 	checkpointEvery  time.Duration       // tests only; 0: DefaultCheckpointEvery
 	noLog            bool                // benchmarks only (export_test.go)
+	hostClock        func() time.Time    // tests only; nil: time.Now, for the floor (floor.go)
 }
 
 // DefaultCheckpointEvery is how often, at most, the open transaction is
@@ -220,6 +221,29 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 			return nil, err
 		}
 	}
+	// lease.db is looked at before bbolt maps it (dbfile.go), and must be
+	// there if its log is: bbolt would start a new file, and the tokens
+	// the old one issued over again.
+	var lost *CorruptError
+	dbSize, err := checkDBFile(path)
+	if errors.As(err, &lost) && cfg.acceptLogLoss != nil {
+		if err := moveAside(path); err != nil {
+			return nil, err
+		}
+		dbSize = 0
+	} else if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(walPath(path)); dbSize == 0 && err == nil && lost == nil {
+		what := "is missing"
+		if _, err := os.Lstat(path); err == nil {
+			what = "is empty"
+		}
+		lost = &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: what + ", but its log is there: the file held every token issued before the log's last checkpoint (put it back, or restore a backup into a new data directory)"}
+		if cfg.acceptLogLoss == nil {
+			return nil, lost
+		}
+	}
 	var (
 		bf      boltFile
 		db      *bolt.DB
@@ -269,7 +293,14 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 	if err := makePrivate(bf.f, path); err != nil {
 		return nil, err
 	}
-	w, floor, logCreated, err := recoverLog(db, path, version, cfg.acceptLogLoss)
+	hostClock := time.Now
+	if cfg.hostClock != nil {
+		hostClock = cfg.hostClock
+	}
+	w, floor, logCreated, err := recoverLog(db, recovery{
+		path: path, version: version, fresh: dbSize == 0, lost: lost,
+		accept: cfg.acceptLogLoss, now: hostClock,
+	})
 	if logCreated {
 		created = append(created, walPath(path))
 	}
@@ -379,11 +410,11 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		if err != nil {
 			return err
 		}
-		if v == 1 { // schema 1 had no log: it is schema 3 without one
-			if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
-				return unavailablef(err, "boltstore: cannot upgrade %s to schema version %d", path, schemaVersion)
+		if v == 1 { // schema 1 had no log: it is schema 3 without one, which recoverLog upgrades
+			if err := meta.Put(keyVersion, encodeUint64(3)); err != nil {
+				return unavailablef(err, "boltstore: cannot upgrade %s to schema version %d", path, 3)
 			}
-			v = schemaVersion
+			v = 3
 		}
 		switch {
 		case v > schemaVersion:
@@ -392,7 +423,11 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 			return unavailablef(nil, "boltstore: %s has unknown schema version %d", path, v)
 		}
 		version = v
-		for _, name := range [][]byte{bucketTokens, bucketLeases} {
+		names := [][]byte{bucketLeases}
+		if v < 4 {
+			names = append(names, bucketTokens) // folded by upgrade
+		}
+		for _, name := range names {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return unavailablef(err, "boltstore: cannot initialise bucket %q in %s", name, path)
 			}
@@ -400,6 +435,20 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		return nil
 	})
 	return version, err
+}
+
+// moveAside renames the damaged bbolt file at path out of the way, for
+// AcceptLogLoss: kept for whoever looks into the damage, and replaced by a
+// new file.
+func moveAside(path string) error {
+	to := fmt.Sprintf("%s.damaged-%d", path, time.Now().Unix())
+	if err := os.Rename(path, to); err != nil {
+		return unavailablef(err, "boltstore: cannot move the damaged %s aside", path)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return unavailablef(err, "boltstore: cannot move the damaged %s aside", path)
+	}
+	return nil
 }
 
 // boltFile opens the bbolt file for bbolt (bolt.Options.OpenFile) as
