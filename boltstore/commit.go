@@ -138,6 +138,8 @@ func (s *Store) run() {
 		case <-tick.C:
 			if s.checkpointDue() {
 				s.checkpoint()
+			} else {
+				s.idleSweep()
 			}
 			continue
 		case <-s.quit:
@@ -187,7 +189,10 @@ func (s *Store) checkpoint() {
 	}
 	epoch := s.wal.epoch + 1
 	meta := s.live.tx.Bucket(bucketMeta)
-	err := putMeta(meta, keyWALEpoch, epoch)
+	_, err := s.sweep(s.live)
+	if err == nil {
+		err = putMeta(meta, keyWALEpoch, epoch)
+	}
 	if err == nil {
 		err = s.live.tx.Commit()
 	}

@@ -65,6 +65,7 @@ type Store struct {
 	checkpointEvery  time.Duration
 	checkpointAlways bool // tests only: a checkpoint after every batch that wrote
 	lastCheckpoint   time.Time
+	sweepAfter       []byte // where the next sweep reads on from (sweep.go); nil: the first key
 
 	syncHook func() // tests only: runs before each batch's log write
 
