@@ -102,21 +102,19 @@ func nextToken(t *testing.T, path string, opts ...boltstore.Option) (lease.Token
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for {
-		l, err := s.Acquire(ctx, damageKey, "parent", time.Minute)
-		var held *lease.HeldError
-		if errors.As(err, &held) {
-			// The child's last lease, held for an hour: a restart keeps it,
-			// so a new owner gets the key only through a new token anyway;
-			// take a fresh key's token instead, which I1 bounds the same
-			// way through the floor.
-			l, err = s.Acquire(ctx, damageKey+"/other", "parent", time.Minute)
-		}
-		if err != nil {
-			t.Fatalf("Acquire after reopen: %v", err)
-		}
-		return l.Token, nil
+	l, err := s.Acquire(ctx, damageKey, "parent", time.Minute)
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		// The child's last lease, held for an hour: a restart keeps it,
+		// so a new owner gets the key only through a new token anyway;
+		// take a fresh key's token instead, which I1 bounds the same way
+		// through the floor.
+		l, err = s.Acquire(ctx, damageKey+"/other", "parent", time.Minute)
 	}
+	if err != nil {
+		t.Fatalf("Acquire after reopen: %v", err)
+	}
+	return l.Token, nil
 }
 
 // wantRefusal checks that err is Open's refusal of damage: a

@@ -331,13 +331,3 @@ func dropDamaged(tx *bolt.Tx) error {
 func putMeta(meta *bolt.Bucket, key []byte, v uint64) error {
 	return meta.Put(key, seal(key, encodeUint64(v)))
 }
-
-// highestToken returns the highest token the file has issued for any
-// key: its floor, or a lease's.
-func highestToken(tx *bolt.Tx, path string) (uint64, error) {
-	st, bad, err := readMeta(tx, path, schemaVersion)
-	if err == nil && bad != nil {
-		err = bad
-	}
-	return st.top, err
-}
