@@ -36,6 +36,8 @@ type CorruptError struct {
 	// Floor is set when the loss was accepted: every key's next token,
 	// whether or not the store knows the key, is above it.
 	Floor lease.Token
+
+	aside bool // File is a bbolt file that cannot be opened: AcceptLogLoss moves it aside
 }
 
 // what names the damage: the file and what is wrong with it.

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,7 +191,7 @@ func AllowSharedDir() Option {
 // schema, and with one matching ErrCorrupt too if the log is damaged (see
 // AcceptLogLoss). An Open that fails removes the files it created. Close
 // releases the file.
-func Open(path string, opts ...Option) (s *Store, err error) {
+func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore: empty path", lease.ErrInvalid)
 	}
@@ -203,6 +204,22 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 			return nil, err
 		}
 	}
+	s, err := open(path, cfg, nil)
+	var bad *CorruptError
+	if errors.As(err, &bad) && bad.aside && cfg.acceptLogLoss != nil {
+		// bbolt cannot open the file: a new one takes its place, above
+		// every token the host clock allows (floor.go).
+		if err := moveAside(path); err != nil {
+			return nil, err
+		}
+		return open(path, cfg, bad)
+	}
+	return s, err
+}
+
+// open is Open once its options are read; lost is a damaged bbolt file
+// already moved aside (AcceptLogLoss), or nil.
+func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	if err := checkDir(path, cfg.allowSharedDir); err != nil {
 		return nil, err
 	}
@@ -225,14 +242,8 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 	// lease.db is looked at before bbolt maps it (dbfile.go), and must be
 	// there if its log is: bbolt would start a new file, and the tokens
 	// the old one issued over again.
-	var lost *CorruptError
 	dbSize, err := checkDBFile(path)
-	if errors.As(err, &lost) && cfg.acceptLogLoss != nil {
-		if err := moveAside(path); err != nil {
-			return nil, err
-		}
-		dbSize = 0
-	} else if err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if _, err := os.Lstat(walPath(path)); dbSize == 0 && err == nil && lost == nil {
@@ -389,7 +400,15 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		return 0, unavailablef(err, "boltstore: cannot read %s", path)
 	}
 	if len(checkErrs) > 0 {
-		return 0, unavailablef(errors.Join(checkErrs...), "boltstore: %s is corrupt (bbolt consistency check failed)", path)
+		// One line, as every refusal: the first few of bbolt's findings.
+		var msgs []string
+		for _, e := range checkErrs[:min(len(checkErrs), 3)] {
+			msgs = append(msgs, strings.ReplaceAll(e.Error(), "\n", " "))
+		}
+		if len(checkErrs) > 3 {
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(checkErrs)-3))
+		}
+		return 0, &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: "is corrupt: bbolt's consistency check failed (" + strings.Join(msgs, "; ") + ")", aside: true}
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
