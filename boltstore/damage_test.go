@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,18 +61,7 @@ func grantChild(s *boltstore.Store) {
 // with SIGKILL once it has printed them, and returns the last token.
 func crashAfterGrants(t *testing.T, path string, n int, env ...string) lease.Token {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=grant:"+path, grantsEnv+"="+strconv.Itoa(n))
-	cmd.Env = append(cmd.Env, env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdout, stderr := startChild(t, append([]string{childEnv + "=grant:" + path, grantsEnv + "=" + strconv.Itoa(n)}, env...)...)
 	var last lease.Token
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() && sc.Text() != "done" {

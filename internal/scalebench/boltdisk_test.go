@@ -1,12 +1,9 @@
 package scalebench
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,34 +106,8 @@ func BenchmarkCompareScaleBoltDisk(b *testing.B) {
 	})
 }
 
-// useOnce acquires n distinct keys on s from childFillers goroutines, each
-// for ttl, releasing each at once if release.
+// useOnce acquires n distinct keys under prefix on s, each for ttl,
+// releasing each at once if release.
 func useOnce(s *boltstore.Store, n int, prefix string, ttl time.Duration, release bool) error {
-	ctx := context.Background()
-	var (
-		next    atomic.Int64
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		first   error
-	)
-	for range childFillers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				l, err := s.Acquire(ctx, fmt.Sprintf("%s/%07d", prefix, i), "worker-1", ttl)
-				if err == nil && release {
-					err = s.Release(ctx, l)
-				}
-				if err != nil {
-					errOnce.Do(func() { first = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return first
+	return acquireAll(s, n, func(i int) string { return fmt.Sprintf("%s/%07d", prefix, i) }, ttl, release)
 }
