@@ -686,3 +686,42 @@ func TestUpgradeSchema2(t *testing.T) {
 		return nil
 	})
 }
+
+// TestLogKeepsItsSize: a batch whose record does not fit in the space
+// left in the log is made durable by a checkpoint, and the log keeps the
+// size the file recorded, which a reopen after a crash finds.
+func TestLogKeepsItsSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path, logAlone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := s.wal.size
+	first := true
+	s.syncHook = func() { // in the commit loop, before the batch's log write
+		if first {
+			first = false
+			s.wal.off = s.wal.size - walBlock // room for one block: the record needs two
+		}
+	}
+	owner := strings.Repeat("o", 500)
+	l, err := s.Acquire(context.Background(), "k", owner, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.checkpoints.Load(); n != 1 {
+		t.Fatalf("%d checkpoints; want the batch made durable by one", n)
+	}
+	crash(t, s)
+	if fi, err := os.Stat(walPath(path)); err != nil || fi.Size() != size {
+		t.Fatalf("log after the batch: %v, %v; want %d bytes, as before", fi, err, size)
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Get(context.Background(), "k"); err != nil || got.Token != l.Token {
+		t.Fatalf("after a crash Get = %+v, %v; want token %d", got, err, l.Token)
+	}
+}
