@@ -223,8 +223,15 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 			return unavailablef(err, "boltstore: replaying the log %s into %s", w.path, r.path)
 		}
 		for _, e := range entries {
-			if e.bucket == 'l' && e.op == 'p' && len(e.value) >= 8 {
-				top = max(top, beUint64(e.value))
+			switch {
+			case e.bucket == 'l' && e.op == 'p' && len(e.value) >= 8:
+				top = max(top, beUint64(e.value)) // a grant's token
+			case e.bucket == 'm' && e.op == 'p' && string(e.key) == string(keyTokenFloor):
+				// A release's fold. Its token was granted, so a lease put
+				// above or the file holds it too; read all the same.
+				if v, ok := unseal(e.key, e.value); ok && len(v) == 8 {
+					top = max(top, beUint64(v))
+				}
 			}
 		}
 		if r.version < 4 {
