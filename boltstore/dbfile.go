@@ -31,6 +31,7 @@ const (
 // boltMeta is what Open needs of a meta page.
 type boltMeta struct {
 	pageSize uint32
+	freelist uint64
 	pgid     uint64
 	txid     uint64
 }
@@ -48,7 +49,7 @@ func parseBoltMeta(b []byte) (boltMeta, bool) {
 	if ne.Uint32(m[0:]) != boltMagic || ne.Uint32(m[4:]) != boltVersion || ne.Uint64(m[boltMetaSize-8:]) != h.Sum64() {
 		return boltMeta{}, false
 	}
-	meta := boltMeta{pageSize: ne.Uint32(m[8:]), pgid: ne.Uint64(m[40:]), txid: ne.Uint64(m[48:])}
+	meta := boltMeta{pageSize: ne.Uint32(m[8:]), freelist: ne.Uint64(m[32:]), pgid: ne.Uint64(m[40:]), txid: ne.Uint64(m[48:])}
 	if meta.pageSize < 512 || meta.pageSize&(meta.pageSize-1) != 0 {
 		return boltMeta{}, false
 	}
@@ -114,5 +115,27 @@ func checkDBFile(path string) (int64, error) {
 			return size, damaged("is corrupt: cut short to %d bytes, but its pages reach %d", size, need)
 		}
 	}
+	// The freelist bbolt loads at open, of the meta it will use: one it
+	// cannot read makes it panic with the file mapped, and the mapping
+	// keeps the file's lock until the process ends.
+	use := metas[0]
+	for _, m := range metas[1:] {
+		if m.txid > use.txid {
+			use = m
+		}
+	}
+	if use.freelist != boltNoFreelist {
+		h := make([]byte, boltPageHeader)
+		_, err := f.ReadAt(h, int64(use.freelist)*int64(use.pageSize))
+		ne := binary.NativeEndian
+		if err != nil || use.freelist >= use.pgid || ne.Uint64(h) != use.freelist || ne.Uint16(h[8:])&boltFreelistPage == 0 {
+			return size, damaged("is corrupt: its freelist, page %d, is not one", use.freelist)
+		}
+	}
 	return size, nil
 }
+
+const (
+	boltNoFreelist   = ^uint64(0)
+	boltFreelistPage = 0x10
+)

@@ -281,6 +281,12 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 		}
 		if db != nil {
 			_ = db.Close()
+		} else if bf.f != nil {
+			// bbolt panicked with the file open and locked: close it.
+			// (If it had mapped the file, the mapping keeps the lock
+			// until the process ends: checkDBFile refuses first what is
+			// known to make it panic there, a freelist it cannot read.)
+			_ = bf.f.Close()
 		}
 		bf.release()
 	}()
@@ -350,9 +356,13 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 // starting a server can act on. bbolt may panic on some malformed files
 // rather than return an error; that is reported as corruption too.
 func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
+	corrupt := func(cause any) error {
+		return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
+			Reason: strings.ReplaceAll(fmt.Sprintf("is corrupt or not a bbolt database (%v)", cause), "\n", " ")}
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			db, err = nil, unavailablef(fmt.Errorf("%v", r), "boltstore: %s is corrupt or not a bbolt database", path)
+			db, err = nil, corrupt(r)
 		}
 	}()
 	// NoSync stays false: every commit is fsynced before its callers are
@@ -371,7 +381,7 @@ func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 		}
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, unavailablef(err, "boltstore: %s is corrupt or not a bbolt database", path)
+		return nil, corrupt(err)
 	default:
 		// Other errors: a directory, a missing parent, permissions, or a
 		// file too short to be a database; bbolt's text says which.
