@@ -220,6 +220,11 @@ func TestFlippedBitRefused(t *testing.T) {
 			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
 			s, err := boltstore.Open(path) // a clean shutdown: all in lease.db
 			must(t, err)
+			// The key the flipped name becomes, held too: the file then
+			// has two records under one name.
+			twin := damageKey[:len(damageKey)-1] + "d"
+			_, err = s.Acquire(context.Background(), twin, "o", time.Hour)
+			must(t, err)
 			must(t, s.Close())
 			b, err := os.ReadFile(path)
 			must(t, err)
@@ -244,6 +249,16 @@ func TestFlippedBitRefused(t *testing.T) {
 			}
 			wantRefusal(t, err, path)
 			wantAbove(t, path, last)
+			// And the store serves every key, the twin's included.
+			s, err = boltstore.Open(path)
+			must(t, err)
+			defer s.Close()
+			if _, err := s.Get(context.Background(), twin); err != nil && !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("Get(%s) after the accepted loss: %v", twin, err)
+			}
+			if _, err := s.Acquire(context.Background(), twin, "o2", time.Minute); err != nil && !errors.Is(err, lease.ErrHeld) {
+				t.Fatalf("Acquire(%s) after the accepted loss: %v", twin, err)
+			}
 		})
 	}
 }

@@ -314,20 +314,29 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 // checksum: the log cannot be told from another's, and is dropped.
 const reasonMetaEpoch = "holds a wal-epoch that fails its checksum"
 
-// dropDamaged deletes the lease records that fail their checksum: their
-// leases are forgotten, and their tokens are below the floor the loss
-// raises.
+// dropDamaged rebuilds the leases bucket of the records that pass their
+// checksum: the others' leases are forgotten, and their tokens are below
+// the floor the loss raises. Rebuilt, not deleted from: a flipped bit in
+// a key's name can leave two records under one name, or one out of
+// order, which bbolt's Delete would take for the other.
 func dropDamaged(tx *bolt.Tx) error {
-	b := tx.Bucket(bucketLeases)
-	var bad [][]byte
-	c := b.Cursor()
+	type kv struct{ k, v []byte }
+	var good []kv
+	c := tx.Bucket(bucketLeases).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if plain, ok := unseal(k, v); !ok || len(plain) < recordHeader {
-			bad = append(bad, append([]byte(nil), k...))
+		if plain, ok := unseal(k, v); ok && len(plain) >= recordHeader {
+			good = append(good, kv{append([]byte(nil), k...), append([]byte(nil), v...)})
 		}
 	}
-	for _, k := range bad {
-		if err := b.Delete(k); err != nil {
+	if err := tx.DeleteBucket(bucketLeases); err != nil {
+		return err
+	}
+	b, err := tx.CreateBucket(bucketLeases)
+	if err != nil {
+		return err
+	}
+	for _, r := range good {
+		if err := b.Put(r.k, r.v); err != nil {
 			return err
 		}
 	}
