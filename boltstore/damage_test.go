@@ -141,6 +141,18 @@ func wantAbove(t *testing.T, path string, last lease.Token) {
 	}
 }
 
+// refusedThenAbove checks that path is refused, naming file, and that with
+// AcceptLogLoss it opens and issues tokens above last.
+func refusedThenAbove(t *testing.T, path, file string, last lease.Token) {
+	t.Helper()
+	got, err := nextToken(t, path)
+	if err == nil {
+		t.Fatalf("Open succeeded and issued token %d (%d was issued before); want a refusal", got, last)
+	}
+	wantRefusal(t, err, file)
+	wantAbove(t, path, last)
+}
+
 func TestDamageRefused(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -164,12 +176,7 @@ func TestDamageRefused(t *testing.T) {
 			path := t.TempDir() + "/lease.db"
 			last := crashAfterGrants(t, path, 30)
 			tc.damage(t, path)
-			got, err := nextToken(t, path)
-			if err == nil {
-				t.Fatalf("Open succeeded and issued token %d (%d was issued before); want a refusal", got, last)
-			}
-			wantRefusal(t, err, tc.file(path))
-			wantAbove(t, path, last)
+			refusedThenAbove(t, path, tc.file(path), last)
 		})
 	}
 }
@@ -194,12 +201,7 @@ func TestOlderDBRefused(t *testing.T) {
 	must(t, err)
 	last := crashAfterGrants(t, path, 30)
 	must(t, os.WriteFile(path, old, 0o600))
-	got, err := nextToken(t, path)
-	if err == nil {
-		t.Fatalf("Open succeeded and issued token %d (%d was issued before); want a refusal", got, last)
-	}
-	wantRefusal(t, err, path)
-	wantAbove(t, path, last)
+	refusedThenAbove(t, path, path, last)
 }
 
 // TestFlippedBitRefused flips one bit, after a clean shutdown, in every
@@ -243,12 +245,7 @@ func TestFlippedBitRefused(t *testing.T) {
 				t.Fatalf("%x not found in %s", needle, path)
 			}
 			must(t, os.WriteFile(path, b, 0o600))
-			got, err := nextToken(t, path)
-			if err == nil {
-				t.Fatalf("Open succeeded and issued token %d (%d was issued before); want a refusal", got, last)
-			}
-			wantRefusal(t, err, path)
-			wantAbove(t, path, last)
+			refusedThenAbove(t, path, path, last)
 			// And the store serves every key, the twin's included.
 			s, err = boltstore.Open(path)
 			must(t, err)
