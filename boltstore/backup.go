@@ -184,7 +184,7 @@ func (s *Store) takeSnapshot(req chan<- snapshot) {
 
 // RestoreReport says what Restore made of a backup.
 type RestoreReport struct {
-	Keys   int         // keys the backup knows a token for
+	Keys   int         // keys the backup held a lease record for (a key without one is in the floor)
 	Top    lease.Token // the highest token the backup knows (its floor included)
 	Floor  lease.Token // every token the restored store issues is above it
 	Leases int         // leases the backup held that had not expired by the restore, all released by it
@@ -297,36 +297,38 @@ func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error)
 		for cerr := range tx.Check() {
 			return fmt.Errorf("%w: boltstore: restore: %s is damaged: %v", lease.ErrInvalid, name, cerr)
 		}
-		meta, tokens, leases := tx.Bucket(bucketMeta), tx.Bucket(bucketTokens), tx.Bucket(bucketLeases)
-		if meta == nil || tokens == nil || leases == nil {
+		meta, leases := tx.Bucket(bucketMeta), tx.Bucket(bucketLeases)
+		if meta == nil || leases == nil {
 			return fmt.Errorf("%w: boltstore: restore: %s is not a backup of a lease store", lease.ErrInvalid, name)
 		}
 		version, err := decodeUint64("version in "+name, meta.Get(keyVersion))
 		if err != nil {
 			return err
 		}
-		if version != schemaVersion {
-			// Backup writes files of this build's schema after a
+		if version != schemaVersion && version != 3 {
+			// Backup writes files of the writing build's schema after a
 			// checkpoint, which upgrades older ones on Open.
-			return fmt.Errorf("%w: boltstore: restore: %s has schema version %d; this build restores version %d", lease.ErrInvalid, name, version, schemaVersion)
+			return fmt.Errorf("%w: boltstore: restore: %s has schema version %d; this build restores versions 3 and %d", lease.ErrInvalid, name, version, schemaVersion)
 		}
-		var top uint64
-		if v := meta.Get(keyTokenFloor); v != nil {
-			if top, err = decodeUint64("token floor in "+name, v); err != nil {
+		st, bad, err := readMeta(tx, name, version)
+		if err != nil {
+			return err
+		}
+		if bad != nil {
+			return fmt.Errorf("%w: boltstore: restore: the backup %s", lease.ErrInvalid, bad.what())
+		}
+		top := st.top
+		if version < schemaVersion {
+			t, err := upgrade(tx, name)
+			if err != nil {
 				return err
 			}
-		}
-		if err := tokens.ForEach(func(k, v []byte) error {
-			t, err := decodeUint64("token of "+string(k)+" in "+name, v)
 			top = max(top, t)
-			rep.Keys++
-			return err
-		}); err != nil {
-			return err
 		}
+		rep.Keys = leases.Stats().KeyN
 		// Only live leases have holders to tell: an expired record stays
-		// until its key is acquired again, and releasing it takes nothing
-		// from anyone.
+		// until its key is acquired again or swept, and releasing it takes
+		// nothing from anyone.
 		now := time.Now()
 		if err := leases.ForEach(func(k, v []byte) error {
 			r, err := decodeRecord(string(k), v)
@@ -348,10 +350,15 @@ func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error)
 		if _, err := tx.CreateBucket(bucketLeases); err != nil {
 			return err
 		}
-		if err := meta.Delete(keyWALEpoch); err != nil {
+		for _, k := range [][]byte{keyWALEpoch, keyWALSize} {
+			if err := meta.Delete(k); err != nil {
+				return err
+			}
+		}
+		if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
 			return err
 		}
-		return meta.Put(keyTokenFloor, encodeUint64(floor))
+		return putMeta(meta, keyTokenFloor, floor)
 	})
 	return rep, err
 }

@@ -82,8 +82,9 @@ func TestRestoreNeverTurnsTokensBack(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Restore: %v", err)
 			}
-			if rep.Keys != 2 || rep.Leases != 1 || rep.Top != held.Token || uint64(rep.Floor) != uint64(rep.Top)+tc.bump {
-				t.Fatalf("Restore reported %+v; want 2 keys, 1 lease, top %d, floor top+%d", rep, held.Token, tc.bump)
+			// jobs/a, released, is in the floor; jobs/held has its record.
+			if rep.Keys != 1 || rep.Leases != 1 || rep.Top != held.Token || uint64(rep.Floor) != uint64(rep.Top)+tc.bump {
+				t.Fatalf("Restore reported %+v; want 1 key, 1 lease, top %d, floor top+%d", rep, held.Token, tc.bump)
 			}
 			r := openAt(t, restored)
 			for _, key := range []string{"jobs/a", "jobs/new", "jobs/never"} {
@@ -167,7 +168,7 @@ func TestBackupIsConsistentUnderLoad(t *testing.T) {
 		for _, v := range before {
 			top = max(top, v)
 		}
-		if rep.Top < top || rep.Keys != 4 {
+		if rep.Top < top {
 			t.Fatalf("round %d: backup knows %d keys up to token %d; %d was answered before Backup was called (%v)", round, rep.Keys, rep.Top, top, before)
 		}
 	}

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"time"
 
@@ -57,7 +58,7 @@ type op struct {
 // wal.go), and committed to the bbolt file at checkpoints.
 type txn struct {
 	tx     *bolt.Tx
-	tokens *bolt.Bucket
+	meta   *bolt.Bucket
 	leases *bolt.Bucket
 	wal    *wal
 	grants []*grant     // this batch's hand-overs to waiters, delivered once it is durable
@@ -66,7 +67,7 @@ type txn struct {
 	key    []byte       // putLease's key, reused: bbolt and the log copy it
 }
 
-// put writes key in bucket b (tokens or leases), and records it in the log.
+// put writes key in bucket b (meta or leases), and records it in the log.
 func (t *txn) put(b *bolt.Bucket, key, value []byte) error {
 	if err := b.Put(key, value); err != nil {
 		return err
@@ -85,8 +86,8 @@ func (t *txn) delete(b *bolt.Bucket, key []byte) error {
 }
 
 func (t *txn) walBucket(b *bolt.Bucket) byte {
-	if b == t.tokens {
-		return 't'
+	if b == t.meta {
+		return 'm'
 	}
 	return 'l'
 }
@@ -137,6 +138,8 @@ func (s *Store) run() {
 		case <-tick.C:
 			if s.checkpointDue() {
 				s.checkpoint()
+			} else {
+				s.idleSweep()
 			}
 			continue
 		case <-s.quit:
@@ -186,7 +189,10 @@ func (s *Store) checkpoint() {
 	}
 	epoch := s.wal.epoch + 1
 	meta := s.live.tx.Bucket(bucketMeta)
-	err := meta.Put(keyWALEpoch, encodeUint64(epoch))
+	_, err := s.sweep(s.live)
+	if err == nil {
+		err = putMeta(meta, keyWALEpoch, epoch)
+	}
 	if err == nil {
 		err = s.live.tx.Commit()
 	}
@@ -300,8 +306,8 @@ func (s *Store) begin() (*txn, error) {
 	if err != nil {
 		return nil, unavailablef(err, "boltstore: write transaction on %s", s.path)
 	}
-	t := &txn{tx: tx, tokens: tx.Bucket(bucketTokens), leases: tx.Bucket(bucketLeases), wal: s.wal}
-	if t.tokens == nil || t.leases == nil {
+	t := &txn{tx: tx, meta: tx.Bucket(bucketMeta), leases: tx.Bucket(bucketLeases), wal: s.wal}
+	if t.meta == nil || t.leases == nil {
 		_ = tx.Rollback()
 		return nil, unavailablef(nil, "boltstore: %s lost its buckets", s.path)
 	}
@@ -324,7 +330,15 @@ func (s *Store) finish(t *txn, batch []*op) error {
 	if s.noLog {
 		write = s.commitLive
 	}
-	if err := write(); err != nil {
+	err := write()
+	if errors.Is(err, errLogFull) {
+		// The log keeps the size the file recorded (wal.go): a record
+		// that does not fit is made durable by a checkpoint instead.
+		t.wal.buf = t.wal.buf[:0]
+		s.checkpoint()
+		err = s.failure()
+	}
+	if err != nil {
 		// After a failed write or fdatasync the log's state on disk is
 		// unknown (the kernel may have dropped pages it could not write),
 		// and the open transaction holds writes that may never be
@@ -409,8 +423,8 @@ func (s *Store) apply(t *txn, o *op) {
 		case !held || rec.token != o.l.Token || rec.id != o.l.ID:
 			o.err = lease.ErrNotHeld
 		default:
-			if err := t.delete(t.leases, []byte(o.l.Key)); err != nil {
-				o.err = unavailablef(err, "boltstore: delete lease %q", o.l.Key)
+			if err := s.fold(t, o.l.Key, rec.token); err != nil {
+				o.err = err
 				return
 			}
 			s.noteWatch(lease.Released, rec.lease(o.l.Key))
@@ -495,28 +509,39 @@ func (s *Store) handOver(t *txn, key string, now time.Time) error {
 	return nil
 }
 
-// grant issues a new generation on key: the next token above the key's
-// high-water mark and the store's floor, a fresh secret ID, expiry ttl
-// after now.
-func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Time) (lease.Lease, error) {
-	k := []byte(key)
-	var last uint64
-	if b := t.tokens.Get(k); b != nil {
-		var err error
-		if last, err = decodeUint64("token high-water mark of "+key, b); err != nil {
-			return lease.Lease{}, err
-		}
+// fold deletes key's lease record, of token, and raises the floor to
+// token: the record was the key's high-water mark, and the floor keeps it
+// (I1) for this key and every other, in the same batch.
+func (s *Store) fold(t *txn, key string, token lease.Token) error {
+	if err := t.delete(t.leases, []byte(key)); err != nil {
+		return unavailablef(err, "boltstore: delete lease %q", key)
 	}
-	// Above the floor too: it stands for tokens the store issued but lost
-	// the record of (AcceptLogLoss).
+	if uint64(token) <= s.floor {
+		return nil
+	}
+	s.floor = uint64(token)
+	if err := t.put(t.meta, keyTokenFloor, seal(keyTokenFloor, encodeUint64(s.floor))); err != nil {
+		return unavailablef(err, "boltstore: raise the token floor")
+	}
+	return nil
+}
+
+// grant issues a new generation on key: the next token above the key's
+// last (the token of its lease record, live or expired, if it has one)
+// and the store's floor, which holds the last tokens of the keys without
+// one, a fresh secret ID, expiry ttl after now.
+func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Time) (lease.Lease, error) {
+	var last uint64
+	if rec, ok, err := t.getLease(key); err != nil {
+		return lease.Lease{}, err
+	} else if ok {
+		last = uint64(rec.token)
+	}
 	last = max(last, s.floor)
 	if last >= uint64(lease.MaxToken) {
 		return lease.Lease{}, unavailablef(nil, "boltstore: tokens of key %q are exhausted at %d", key, last)
 	}
 	rec := record{token: lease.Token(last + 1), expires: now.Add(ttl), ttl: ttl, id: lease.NewID(), owner: owner}
-	if err := t.put(t.tokens, k, encodeUint64(uint64(rec.token))); err != nil {
-		return lease.Lease{}, unavailablef(err, "boltstore: store token of %q", key)
-	}
 	if err := s.putLease(t, key, rec); err != nil {
 		return lease.Lease{}, err
 	}
@@ -527,7 +552,7 @@ func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Tim
 
 func (s *Store) putLease(t *txn, key string, rec record) error {
 	t.key = append(t.key[:0], key...)
-	if err := t.put(t.leases, t.key, rec.encode()); err != nil {
+	if err := t.put(t.leases, t.key, rec.encode(t.key)); err != nil {
 		return unavailablef(err, "boltstore: store lease %q", key)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -47,6 +48,8 @@ func crashChild() bool {
 		os.Exit(2)
 	}
 	switch mode {
+	case "grant":
+		grantChild(s)
 	case "hold":
 		fmt.Println("ready")
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
@@ -155,25 +158,35 @@ func testCrash(t *testing.T, noLog bool) {
 	}
 }
 
+// startChild starts this test binary as a child process with env added
+// to its environment, and returns it, its standard output and what it
+// writes to standard error.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, io.Reader, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := new(strings.Builder)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdout, stderr
+}
+
 // crashRound runs the child until it has reported a random number of
 // acquisitions (none, in the first round: killed while opening or starting),
 // kills it with SIGKILL and returns the whole lines it printed.
 func crashRound(t *testing.T, path string, round int, noLog bool) []string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=crash:"+path)
+	env := []string{childEnv + "=crash:" + path}
 	if noLog {
-		cmd.Env = append(cmd.Env, childNoLogEnv+"=1")
+		env = append(env, childNoLogEnv+"=1")
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdout, stderr := startChild(t, env...)
 	killAfter := 0
 	if round > 0 {
 		killAfter = 1 + rand.IntN(400)
@@ -194,7 +207,7 @@ func crashRound(t *testing.T, path string, round int, noLog bool) []string {
 			lines = append(lines, line)
 		}
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child did not die of SIGKILL: %v; stderr: %s", err, stderr.String())
 	}

@@ -16,23 +16,36 @@
 // second while writes arrive, when the log passes 4 MiB, and at Close, and
 // the log starts over. Open replays the records left since the last
 // checkpoint, stopping at the first torn or missing one, so a batch is kept
-// whole or not at all, zeroes the rest of the log (a log left beside a new
-// or replaced file is never replayed into it), and checkpoints; it refuses
-// a file that has had a log when the log is missing, as the log may hold
-// acknowledged writes (the two files are one store: copy them together).
-// wal.go and walblock.go have the format and the rules.
+// whole or not at all, zeroes the rest of the log, and checkpoints. The
+// two files are one store: wal.go and walblock.go have the format and the
+// rules, and the next section what Open refuses.
 //
-// # A damaged log
+// # Damage, and files that vouch for each other
 //
 // The log is written in checksummed 512-byte blocks, each naming its
 // record, so Open tells what a crash leaves (the last record cut short,
 // its blocks each new or as they were) from damage: a block that fails its
 // checksum, anywhere, or a record missing before one written after it.
-// Dropping such a record silently could issue its tokens again, so Open
-// refuses the store with a *CorruptError (ErrCorrupt) that names the log,
-// the offset and the way out: AcceptLogLoss drops the records from the
-// damage on and raises a floor, kept in the file, above every token they
-// could have issued, for every key, known or not (recover.go).
+// Every value in the bbolt file is sealed with the CRC-32C of its key and
+// bytes (record.go), and Open reads each once. The file records the log's
+// size, which does not change after Open (a batch that does not fit is
+// checkpointed instead), and the epoch its log's records carry, which
+// only rises. So Open refuses, with a *CorruptError (ErrCorrupt) whose one
+// line names the file, what is wrong and the way out: a damaged log block;
+// a log missing, emptied, cut or of another size than recorded; a bbolt
+// file missing or empty beside its log, shorter than its meta pages say
+// (checked before bbolt maps it, dbfile.go), holding a value that fails its
+// checksum, or older than its log (a record of a later epoch). Serving on
+// could issue again tokens that the lost writes issued. AcceptLogLoss drops
+// what cannot be read or trusted and raises a floor, kept in the file,
+// above every token it could have issued, for every key, known or not
+// (recover.go).
+//
+// What no local check can tell from a crash (the log's last records
+// zeroed, an older copy of the log, both files copied back together) is
+// covered by the floor each Open of an existing store takes from the host
+// clock (floor.go): a rollback can issue a token again only if the host
+// clock at the reopen reads earlier than when that token was issued.
 //
 // A release is the exception: it is answered as soon as the commit loop has
 // applied it, before its batch's record is durable. A release lost in a
@@ -91,9 +104,10 @@
 //
 // # What survives a restart
 //
-// The highest token ever issued per key (kept for good, never deleted on
-// release or expiry) and every lease with its owner, token, secret ID, TTL and
-// expiry. Expiry is stored as absolute time on the store's clock, so a lease
+// Every lease with its owner, token, secret ID, TTL and expiry, and a
+// floor below which no token is issued again: a key's lease record is its
+// high-water mark, and releasing the key, or sweeping its lease a minute
+// after it expired (sweep.go), folds its token into the floor. Expiry is stored as absolute time on the store's clock, so a lease
 // keeps expiring while the server is down and is still held after a restart
 // if its time has not come. The store's clock (unless WithClock is given) is
 // the wall clock read at Open plus the monotonic time since: while the
@@ -104,8 +118,11 @@
 // that stops the store.
 //
 // A released lease's record is deleted; an expired one stays until its key
-// is next written. The high-water marks make the file grow with the number of
-// distinct keys ever used, a few dozen bytes each.
+// is next written or the sweep comes to it. The file grows with the leases
+// held, not with the keys ever used: a million distinct keys, each
+// acquired and released once, leave a file of 256 KiB. A new store's
+// tokens start at 1; each later Open raises them above the host clock's
+// microseconds.
 //
 // # Its files
 //
@@ -124,7 +141,8 @@
 // Restore makes a store of such a copy whose tokens, for every key, start
 // above the copy's highest plus a bump (DefaultBump, 2^40), and which holds
 // no leases: a copy served as it was would issue again the tokens issued
-// after it was taken, so Open refuses one (its log is missing). backup.go.
+// after it was taken, so Open refuses one (its log is missing), and a copy
+// of both files, served, is floored at the host clock. backup.go.
 //
 // # One process per file
 //

@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
 )
 
-// Tokens keep rising across release and restart: the file remembers the
-// highest token of every key.
+// Tokens keep rising across release and restart. A new store starts at 1;
+// each later start raises every key's tokens above the host clock's
+// microseconds, so that a store rolled back (both files copied back)
+// cannot issue a token again either.
 func ExampleOpen() {
 	dir, err := os.MkdirTemp("", "boltstore-example")
 	if err != nil {
@@ -21,7 +24,9 @@ func ExampleOpen() {
 	defer func() { _ = os.RemoveAll(dir) }()
 	path := filepath.Join(dir, "lease.db")
 	ctx := context.Background()
+	start := time.Now()
 
+	var last lease.Token
 	for run := 1; run <= 2; run++ {
 		s, err := boltstore.Open(path)
 		if err != nil {
@@ -33,7 +38,12 @@ func ExampleOpen() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("run %d: token %d\n", run, l.Token)
+		if run == 1 {
+			fmt.Printf("run %d: token %d\n", run, l.Token)
+		} else {
+			fmt.Printf("run %d: token above %d: %v, above the clock's microseconds at the start: %v\n", run, last, l.Token > last, uint64(l.Token) > uint64(start.UnixMicro()))
+		}
+		last = l.Token
 		if err := s.Release(ctx, l); err != nil {
 			fmt.Println(err)
 		}
@@ -43,5 +53,5 @@ func ExampleOpen() {
 	}
 	// Output:
 	// run 1: token 1
-	// run 2: token 2
+	// run 2: token above 1: true, above the clock's microseconds at the start: true
 }

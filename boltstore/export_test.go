@@ -1,5 +1,17 @@
 package boltstore
 
+import "time"
+
+// WithHostClock makes Open read the host clock, for its floor (floor.go),
+// from now: a test can set it back, as the one condition under which a
+// rolled-back store could issue a token again.
+func WithHostClock(now func() time.Time) Option {
+	return func(c *config) error {
+		c.hostClock = now
+		return nil
+	}
+}
+
 // WithoutLogForBench makes Open's store write nothing to its log: each
 // batch is made durable by committing the bbolt transaction (bbolt's own
 // fsyncs), with the same commit loop and group commit. It exists to

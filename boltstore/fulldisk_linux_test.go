@@ -54,7 +54,7 @@ func TestFullDisk(t *testing.T) {
 		}
 	}
 
-	resize(4 << 20)
+	resize(16 << 20) // the log takes 5 MiB
 	s, err := boltstore.Open(path)
 	if err != nil {
 		t.Fatalf("Open with room: %v", err)

@@ -3,26 +3,41 @@ package boltstore
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	"github.com/leasehq/lease"
 )
 
-// Bucket and key names of schema version 3. A file holds three top-level
+// Bucket and key names of schema version 4. A file holds two top-level
 // buckets and nothing else:
 //
 //	meta    "version" → uint64 big-endian schema version
-//	        "wal-epoch" → uint64 big-endian: the log's epoch (see wal.go)
-//	        "token-floor" → uint64 big-endian, if set: every token issued
-//	        from then on is above it (AcceptLogLoss, recover.go)
-//	tokens  key → uint64 big-endian: the highest token ever issued for key,
-//	        never deleted, so tokens rise across release, expiry and restart (I1)
-//	leases  key → the current lease record (see record), deleted on release
+//	        "wal-epoch" → sealed uint64: the log's epoch (see wal.go)
+//	        "wal-size" → sealed uint64: the log's size, which only Open
+//	        changes (see wal.go)
+//	        "token-floor" → sealed uint64, if set: every token issued from
+//	        then on is above it
+//	leases  key → the sealed lease record (see record), live or expired
+//
+// Every value but the version is sealed: its bytes, then the CRC-32C of
+// the key and the bytes (seal), so that a flipped bit in a value or in a
+// key's name is found (bbolt's data pages carry no checksum). Open reads
+// every value once and refuses the store if one fails (ErrCorrupt).
+//
+// A key's lease record is its high-water mark: the token of its last
+// grant. Releasing a key deletes the record and raises the floor to its
+// token, and so does sweeping a lease long expired (fold): a key that
+// holds nothing takes no room, and its next token, like any new key's, is
+// above the floor (I1). The file grows with the leases held, not with the
+// keys ever used.
 var (
 	bucketMeta   = []byte("meta")
-	bucketTokens = []byte("tokens")
 	bucketLeases = []byte("leases")
 	keyVersion   = []byte("version")
+	// bucketTokens is schema 3's: key → uint64 high-water mark, kept for
+	// good. Open folds it into the floor (upgrade.go).
+	bucketTokens = []byte("tokens")
 )
 
 // schemaVersion is the layout this build reads and writes. Files with a newer
@@ -31,9 +46,32 @@ var (
 // batches since the last checkpoint of a store that crashed, so it must
 // refuse such a file. Version 3 writes the log in blocks (walblock.go) and
 // may hold a token floor, both of which a build of version 2 would misread
-// as an empty log and ignore. Files of versions 1 and 2 are upgraded on
-// Open, after the log of a version 2 file is replayed in its own format.
-const schemaVersion = 3
+// as an empty log and ignore. Version 4 seals every value and keeps no
+// high-water mark but the lease records and the floor, which a build of
+// version 3 would misread as keys never used. Files of versions 1 to 3 are
+// upgraded on Open, after the log of a version 2 or 3 file is replayed in
+// its own format.
+const schemaVersion = 4
+
+// sealSize is the bytes seal appends.
+const sealSize = 4
+
+// seal appends to v, the value of key, the CRC-32C of key and v.
+func seal(key, v []byte) []byte {
+	crc := crc32.Update(crc32.Checksum(key, walCRC), walCRC, v)
+	return binary.BigEndian.AppendUint32(v, crc)
+}
+
+// unseal returns the value sealed in b, the stored value of key, and
+// whether it is intact.
+func unseal(key, b []byte) ([]byte, bool) {
+	if len(b) < sealSize {
+		return nil, false
+	}
+	v := b[:len(b)-sealSize]
+	crc := crc32.Update(crc32.Checksum(key, walCRC), walCRC, v)
+	return v, binary.BigEndian.Uint32(b[len(v):]) == crc
+}
 
 // record is a lease as stored: expiry is absolute time on the store's clock
 // (Unix nanoseconds), so it means the same thing after a restart.
@@ -50,13 +88,14 @@ type record struct {
 
 const recordHeader = 8 + 8 + 8 + len(lease.ID{})
 
-func (r record) encode() []byte {
-	b := make([]byte, recordHeader, recordHeader+len(r.owner))
+// encode returns the record of key, sealed.
+func (r record) encode(key []byte) []byte {
+	b := make([]byte, recordHeader, recordHeader+len(r.owner)+sealSize)
 	binary.BigEndian.PutUint64(b[0:], uint64(r.token))
 	binary.BigEndian.PutUint64(b[8:], uint64(r.expires.UnixNano()))
 	binary.BigEndian.PutUint64(b[16:], uint64(r.ttl))
 	copy(b[24:], r.id[:])
-	return append(b, r.owner...)
+	return seal(key, append(b, r.owner...))
 }
 
 // decodeRecord copies what it needs out of b, which bbolt owns only for the
@@ -67,6 +106,16 @@ func decodeRecord(key string, b []byte) (record, error) { return decodeRecordOwn
 // for an owner of the same bytes, and keeping the owner there for the
 // next: leases renewed together mostly share one owner.
 func decodeRecordOwner(key string, b []byte, last *string) (record, error) {
+	b, ok := unseal([]byte(key), b)
+	if !ok {
+		return record{}, unavailablef(nil, "boltstore: the lease record of key %q fails its checksum: the file is damaged (restart to have it checked)", key)
+	}
+	return decodePlainRecord(key, b, last)
+}
+
+// decodePlainRecord decodes an unsealed record (schema 3's, or one
+// unsealed).
+func decodePlainRecord(key string, b []byte, last *string) (record, error) {
 	if len(b) < recordHeader {
 		return record{}, unavailablef(nil, "boltstore: corrupt lease record for key %q: %d bytes, want at least %d", key, len(b), recordHeader)
 	}

@@ -208,7 +208,8 @@ func TestTornLastWrite(t *testing.T) {
 					copy(log[b:b+walBlock], run.before[b:b+walBlock])
 				}
 			}
-			s, err := Open(run.place(t, log))
+			// No floor from the clock: the log alone is under test.
+			s, err := Open(run.place(t, log), WithHostClock(func() time.Time { return time.Unix(0, 0) }))
 			if err != nil {
 				t.Fatalf("Open after a torn last write: %v", err)
 			}
@@ -222,8 +223,8 @@ func TestTornLastWrite(t *testing.T) {
 			if err != nil || l.Token != run.tokens["late"] {
 				t.Fatalf("Acquire(late) = %d, %v; want %d, the token of the torn record, issued again as it never was answered", l.Token, err, run.tokens["late"])
 			}
-			if l, err := s.AcquireWait(ctx, "k", "o", time.Hour); err != nil || l.Token != run.tokens["k"]+1 {
-				t.Fatalf("Acquire(k) = %d, %v; want %d", l.Token, err, run.tokens["k"]+1)
+			if l, err := s.AcquireWait(ctx, "k", "o", time.Hour); err != nil || l.Token <= run.tokens["k"] {
+				t.Fatalf("Acquire(k) = %d, %v; want above %d", l.Token, err, run.tokens["k"])
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,7 @@ type Store struct {
 	checkpointEvery  time.Duration
 	checkpointAlways bool // tests only: a checkpoint after every batch that wrote
 	lastCheckpoint   time.Time
+	sweepAfter       []byte // where the next sweep reads on from (sweep.go); nil: the first key
 
 	syncHook func() // tests only: runs before each batch's log write
 
@@ -110,6 +112,7 @@ type config struct {
 	checkpointAlways bool                // tests only
 	checkpointEvery  time.Duration       // tests only; 0: DefaultCheckpointEvery
 	noLog            bool                // benchmarks only (export_test.go)
+	hostClock        func() time.Time    // tests only; nil: time.Now, for the floor (floor.go)
 }
 
 // DefaultCheckpointEvery is how often, at most, the open transaction is
@@ -188,7 +191,7 @@ func AllowSharedDir() Option {
 // schema, and with one matching ErrCorrupt too if the log is damaged (see
 // AcceptLogLoss). An Open that fails removes the files it created. Close
 // releases the file.
-func Open(path string, opts ...Option) (s *Store, err error) {
+func Open(path string, opts ...Option) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: boltstore: empty path", lease.ErrInvalid)
 	}
@@ -201,6 +204,22 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 			return nil, err
 		}
 	}
+	s, err := open(path, cfg, nil)
+	var bad *CorruptError
+	if errors.As(err, &bad) && bad.aside && cfg.acceptLogLoss != nil {
+		// bbolt cannot open the file: a new one takes its place, above
+		// every token the host clock allows (floor.go).
+		if err := moveAside(path); err != nil {
+			return nil, err
+		}
+		return open(path, cfg, bad)
+	}
+	return s, err
+}
+
+// open is Open once its options are read; lost is a damaged bbolt file
+// already moved aside (AcceptLogLoss), or nil.
+func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	if err := checkDir(path, cfg.allowSharedDir); err != nil {
 		return nil, err
 	}
@@ -218,6 +237,23 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+	}
+	// lease.db is looked at before bbolt maps it (dbfile.go), and must be
+	// there if its log is: bbolt would start a new file, and the tokens
+	// the old one issued over again.
+	dbSize, err := checkDBFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(walPath(path)); dbSize == 0 && err == nil && lost == nil {
+		what := "is missing"
+		if _, err := os.Lstat(path); err == nil {
+			what = "is empty"
+		}
+		lost = &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: what + ", but its log is there: the file held every token issued before the log's last checkpoint (put it back, or restore a backup into a new data directory)"}
+		if cfg.acceptLogLoss == nil {
+			return nil, lost
 		}
 	}
 	var (
@@ -245,6 +281,12 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 		}
 		if db != nil {
 			_ = db.Close()
+		} else if bf.f != nil {
+			// bbolt panicked with the file open and locked: close it.
+			// (If it had mapped the file, the mapping keeps the lock
+			// until the process ends: checkDBFile refuses first what is
+			// known to make it panic there, a freelist it cannot read.)
+			_ = bf.f.Close()
 		}
 		bf.release()
 	}()
@@ -269,7 +311,14 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 	if err := makePrivate(bf.f, path); err != nil {
 		return nil, err
 	}
-	w, floor, logCreated, err := recoverLog(db, path, version, cfg.acceptLogLoss)
+	hostClock := time.Now
+	if cfg.hostClock != nil {
+		hostClock = cfg.hostClock
+	}
+	w, floor, logCreated, err := recoverLog(db, recovery{
+		path: path, version: version, fresh: dbSize == 0, lost: lost,
+		accept: cfg.acceptLogLoss, now: hostClock,
+	})
 	if logCreated {
 		created = append(created, walPath(path))
 	}
@@ -307,9 +356,13 @@ func Open(path string, opts ...Option) (s *Store, err error) {
 // starting a server can act on. bbolt may panic on some malformed files
 // rather than return an error; that is reported as corruption too.
 func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
+	corrupt := func(cause any) error {
+		return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
+			Reason: strings.ReplaceAll(fmt.Sprintf("is corrupt or not a bbolt database (%v)", cause), "\n", " ")}
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			db, err = nil, unavailablef(fmt.Errorf("%v", r), "boltstore: %s is corrupt or not a bbolt database", path)
+			db, err = nil, corrupt(r)
 		}
 	}()
 	// NoSync stays false: every commit is fsynced before its callers are
@@ -328,7 +381,7 @@ func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 		}
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, unavailablef(err, "boltstore: %s is corrupt or not a bbolt database", path)
+		return nil, corrupt(err)
 	default:
 		// Other errors: a directory, a missing parent, permissions, or a
 		// file too short to be a database; bbolt's text says which.
@@ -357,7 +410,15 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		return 0, unavailablef(err, "boltstore: cannot read %s", path)
 	}
 	if len(checkErrs) > 0 {
-		return 0, unavailablef(errors.Join(checkErrs...), "boltstore: %s is corrupt (bbolt consistency check failed)", path)
+		// One line, as every refusal: the first few of bbolt's findings.
+		var msgs []string
+		for _, e := range checkErrs[:min(len(checkErrs), 3)] {
+			msgs = append(msgs, strings.ReplaceAll(e.Error(), "\n", " "))
+		}
+		if len(checkErrs) > 3 {
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(checkErrs)-3))
+		}
+		return 0, &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: "is corrupt: bbolt's consistency check failed (" + strings.Join(msgs, "; ") + ")", aside: true}
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
@@ -379,11 +440,11 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		if err != nil {
 			return err
 		}
-		if v == 1 { // schema 1 had no log: it is schema 3 without one
-			if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
-				return unavailablef(err, "boltstore: cannot upgrade %s to schema version %d", path, schemaVersion)
+		if v == 1 { // schema 1 had no log: it is schema 3 without one, which recoverLog upgrades
+			if err := meta.Put(keyVersion, encodeUint64(3)); err != nil {
+				return unavailablef(err, "boltstore: cannot upgrade %s to schema version %d", path, 3)
 			}
-			v = schemaVersion
+			v = 3
 		}
 		switch {
 		case v > schemaVersion:
@@ -392,7 +453,11 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 			return unavailablef(nil, "boltstore: %s has unknown schema version %d", path, v)
 		}
 		version = v
-		for _, name := range [][]byte{bucketTokens, bucketLeases} {
+		names := [][]byte{bucketLeases}
+		if v < 4 {
+			names = append(names, bucketTokens) // folded by upgrade
+		}
+		for _, name := range names {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return unavailablef(err, "boltstore: cannot initialise bucket %q in %s", name, path)
 			}
@@ -400,6 +465,20 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		return nil
 	})
 	return version, err
+}
+
+// moveAside renames the damaged bbolt file at path out of the way, for
+// AcceptLogLoss: kept for whoever looks into the damage, and replaced by a
+// new file.
+func moveAside(path string) error {
+	to := fmt.Sprintf("%s.damaged-%d", path, time.Now().Unix())
+	if err := os.Rename(path, to); err != nil {
+		return unavailablef(err, "boltstore: cannot move the damaged %s aside", path)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return unavailablef(err, "boltstore: cannot move the damaged %s aside", path)
+	}
+	return nil
 }
 
 // boltFile opens the bbolt file for bbolt (bolt.Options.OpenFile) as

@@ -46,16 +46,31 @@ import (
 // another life. Once the epoch is raised it zeroes the records it replayed
 // too, so each run starts on a log of zeros.
 
+// The log's size. Open allocates the log (zeros, fsynced) to at least
+// walReserve and records its size in the bbolt file (meta "wal-size") in
+// its recovery commit; from then on the size never changes: a batch whose
+// record does not fit in the space left is made durable by a checkpoint
+// instead (finish). So a log of any other size than the file recorded has
+// been cut short (truncated, copied in part) or replaced, whatever its
+// content, and Open refuses it: a truncation cannot erase the record of
+// how long the log was.
 const (
-	walChunk        = 1 << 20 // the log file grows by this much, zeroed, when a record needs room
-	checkpointBytes = 4 << 20 // a log past this size is checkpointed after the batch
+	walChunk        = 1 << 20                    // what a checkpoint leaves room for past checkpointBytes
+	checkpointBytes = 4 << 20                    // a log past this size is checkpointed after the batch
+	walReserve      = checkpointBytes + walChunk // the least size Open gives the log
 )
 
 var (
 	walCRC        = crc32.MakeTable(crc32.Castagnoli)
 	keyWALEpoch   = []byte("wal-epoch")
+	keyWALSize    = []byte("wal-size")
 	keyTokenFloor = []byte("token-floor")
+	keyClockLead  = []byte("clock-lead")
 )
+
+// errLogFull is write's answer to a record that does not fit in the log:
+// nothing was written, and the batch must be made durable another way.
+var errLogFull = errors.New("boltstore: the record does not fit in the log")
 
 // wal is the log file. Only the commit loop writes it (Open and Close
 // before and after the loop runs).
@@ -82,15 +97,16 @@ type walEntry struct {
 func walPath(dbPath string) string { return dbPath + "-wal" }
 
 // openWAL opens the log of the store at dbPath, whose bbolt file is at
-// epoch, creating it if the store never had one, reports whether it did,
-// and returns what the file holds.
-func openWAL(dbPath string, epoch uint64) (w *wal, data []byte, created bool, err error) {
+// epoch, creating it if the store never had one (or, with create, if it
+// had), reports whether it did, and returns what the file holds.
+func openWAL(dbPath string, epoch uint64, create bool) (w *wal, data []byte, created bool, err error) {
 	path := walPath(dbPath)
-	if _, err := os.Lstat(path); epoch > 0 && errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(path); epoch > 0 && !create && errors.Is(err, os.ErrNotExist) {
 		// The file has had a log, which may hold batches acknowledged
 		// since its last checkpoint: opening without it could issue their
-		// tokens again.
-		return nil, nil, false, unavailablef(err, "boltstore: %s has a log but %s is missing; it may hold writes made after the file's last checkpoint (move it back). If this very store was closed cleanly, nothing is lost: create it empty to open it (install -m 600 /dev/null %s). A lease.db copied from elsewhere or from an earlier time is not such a store: bring it back with lease restore, which keeps tokens rising", dbPath, path, path)
+		// tokens again. (An empty log made in its place is refused too: it
+		// is not of the size the file recorded.)
+		return nil, nil, false, &CorruptError{File: path, Log: path, Offset: -1, Reason: fmt.Sprintf("is missing, but %s has had a log, which may hold writes made after its last checkpoint (if it was moved, move it back)", dbPath)}
 	}
 	f, created, err := openOwnFile(path)
 	if err != nil {
@@ -110,16 +126,18 @@ func openWAL(dbPath string, epoch uint64) (w *wal, data []byte, created bool, er
 	return w, data, created, nil
 }
 
-// prepare makes the log ready for records once the file holds what it
-// replayed: its first chunk allocated if it is new or empty, and its name
-// durable.
-func (w *wal) prepare() error {
-	if w.size == 0 {
-		// Records overwrite allocated space from the start.
-		if err := w.grow(walChunk); err != nil {
-			return err
-		}
+// reserve allocates the log to walReserve if it is smaller: records
+// overwrite allocated space from the start, and the log keeps this size.
+func (w *wal) reserve() error {
+	if w.size >= walReserve {
+		return nil
 	}
+	return w.grow(walReserve - w.size)
+}
+
+// prepare makes the log ready for records once the file holds what it
+// replayed: its name durable.
+func (w *wal) prepare() error {
 	// Its name too, on every Open: a log created by hand or moved into
 	// place, or one whose creator crashed before this sync, may have a
 	// name that a power cut would undo, and with it the records to come.
@@ -154,7 +172,7 @@ func decodeEntries(b []byte) ([]walEntry, error) {
 			return nil, errors.New("short entry")
 		}
 		e := walEntry{bucket: b[0], op: b[1]}
-		if (e.bucket != 't' && e.bucket != 'l') || (e.op != 'p' && e.op != 'd') {
+		if (e.bucket != 't' && e.bucket != 'l' && e.bucket != 'm') || (e.op != 'p' && e.op != 'd') {
 			return nil, fmt.Errorf("unknown entry %q %q", e.bucket, e.op)
 		}
 		var ok bool
@@ -181,14 +199,24 @@ func cutField(b []byte) (field, rest []byte, ok bool) {
 	return b[4 : 4+n], b[4+n:], true
 }
 
-// applyEntries makes the log's writes in tx.
-func applyEntries(tx *bolt.Tx, es []walEntry) error {
+// applyEntries makes the log's writes in tx, a file of schema version.
+func applyEntries(tx *bolt.Tx, es []walEntry, version uint64) error {
 	for _, e := range es {
-		name := bucketTokens
-		if e.bucket == 'l' {
+		var name []byte
+		switch {
+		case e.bucket == 'l':
 			name = bucketLeases
+		case e.bucket == 't' && version < 4:
+			name = bucketTokens
+		case e.bucket == 'm' && version >= 4:
+			name = bucketMeta
+		default:
+			return fmt.Errorf("an entry of bucket %q in a log of schema version %d", e.bucket, version)
 		}
 		b := tx.Bucket(name)
+		if b == nil {
+			return fmt.Errorf("no bucket %q", name)
+		}
 		var err error
 		if e.op == 'p' {
 			err = b.Put(e.key, e.value)
@@ -220,10 +248,8 @@ func (w *wal) write() error {
 	rec := appendRecord(w.out[:0], w.epoch, w.seq+1, w.buf)
 	w.out = rec
 	w.buf = w.buf[:0]
-	if need := w.off + int64(len(rec)); need > w.size {
-		if err := w.grow(max(walChunk, need-w.size)); err != nil {
-			return err
-		}
+	if w.off+int64(len(rec)) > w.size {
+		return errLogFull
 	}
 	if _, err := w.f.WriteAt(rec, w.off); err != nil {
 		return unavailablef(err, "boltstore: writing the log %s", w.path)
@@ -238,6 +264,7 @@ func (w *wal) write() error {
 
 // grow extends the file by n zeroed bytes, durably: records then overwrite
 // allocated space, and their fdatasync has no size or extent to record.
+// Only Open grows the log (reserve).
 func (w *wal) grow(n int64) error {
 	if _, err := w.f.WriteAt(make([]byte, n), w.size); err != nil {
 		return unavailablef(err, "boltstore: growing the log %s", w.path)

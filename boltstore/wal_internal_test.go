@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -24,13 +25,16 @@ import (
 func logOf(t *testing.T, epoch uint64, batches ...[]string) ([]byte, []int64) {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "x.db")
-	w, data, _, err := openWAL(db, 0)
+	w, data, _, err := openWAL(db, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.close()
 	if len(data) != 0 {
 		t.Fatalf("a new log holds %d bytes", len(data))
+	}
+	if err := w.reserve(); err != nil {
+		t.Fatal(err)
 	}
 	if err := w.prepare(); err != nil {
 		t.Fatal(err)
@@ -276,10 +280,14 @@ func TestLogCarriesBatches(t *testing.T) {
 			if err := os.WriteFile(p, dbData, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(walPath(p), logData[:cut], 0o600); err != nil {
+			// The log keeps its size: the records past the cut never came.
+			kept := append([]byte(nil), logData...)
+			clear(kept[cut:])
+			if err := os.WriteFile(walPath(p), kept, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			s, err := Open(p)
+			// The log alone must keep tokens rising: no floor from the clock.
+			s, err := Open(p, WithHostClock(func() time.Time { return time.Unix(0, 0) }))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -361,8 +369,9 @@ func TestCheckpoint(t *testing.T) {
 }
 
 // TestStaleLogIgnored: a log left beside a new bbolt file (the old one
-// deleted or replaced) holds records of epochs that the new file's own
-// epochs reach again, and none of them may be replayed into it. Here the
+// deleted or replaced) is refused; accepted (AcceptLogLoss), it holds
+// records of epochs that the new file's own epochs reach again, and none
+// of them may be replayed into it. Here the
 // old log's records 7 and 8, of epoch 1 like the new store's first run,
 // follow records 1 to 6 that the new store overwrote with ones of the same
 // lengths, and give "a" a lower token than the new store issued.
@@ -403,7 +412,10 @@ func TestStaleLogIgnored(t *testing.T) {
 	if err := os.WriteFile(walPath(path), oldLog, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = Open(path); err != nil {
+	if _, err = Open(path); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open of a log without its bbolt file = %v; want ErrCorrupt", err)
+	}
+	if s, err = Open(path, AcceptLogLoss(func(*CorruptError) {})); err != nil {
 		t.Fatal(err)
 	}
 	issued := cycles(s, "a", 3) // records 1 to 6: tokens 1 to 3 of "a"
@@ -434,6 +446,7 @@ func TestUpgradeSchema1(t *testing.T) {
 		}
 	}
 	setVersion(1)
+	asOldSchema(t, path, 1)
 	s, err := Open(path)
 	if err != nil {
 		t.Fatalf("open schema 1: %v", err)
@@ -480,20 +493,90 @@ func TestMissingLogRefused(t *testing.T) {
 		t.Fatalf("Open without the log: %v, want ErrUnavailable", err)
 	} else {
 		t.Logf("Open error: %v", err)
-		if want := "install -m 600 /dev/null " + walPath(path); !strings.Contains(err.Error(), want) {
-			t.Errorf("Open error does not suggest %q", want)
+		if want := "--accept-log-loss"; !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "install") {
+			t.Errorf("Open error does not suggest %q alone", want)
 		}
 	}
+	// The advice this refusal used to give, an empty log: after a crash
+	// it lost the log's records silently. Refused too.
 	if err := os.WriteFile(walPath(path), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(path)
+	if _, err := Open(path); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open with an empty log = %v; want ErrCorrupt", err)
+	}
+	var loss *CorruptError
+	s, err = Open(path, AcceptLogLoss(func(c *CorruptError) { loss = c }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	if got, err := s.Get(context.Background(), "k"); err != nil || got.Token != l.Token {
-		t.Fatalf("after a clean close and an empty log: %+v, %v; want token %d", got, err, l.Token)
+		t.Fatalf("after a clean close and an accepted loss of the log: %+v, %v; want token %d", got, err, l.Token)
+	}
+	if n, err := s.Acquire(context.Background(), "new", "o", time.Hour); err != nil || loss == nil || n.Token <= loss.Floor {
+		t.Fatalf("Acquire(new) = %v, %v; want a token above the floor of %+v", n, err, loss)
+	}
+}
+
+// asOldSchema rewrites the closed store at path as a file of schema
+// version v (1 to 3) would hold it: plain values, the lease records'
+// tokens as high-water marks, and no values it did not have.
+func asOldSchema(t *testing.T, path string, v uint64) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		for _, k := range [][]byte{keyWALEpoch, keyTokenFloor, keyWALSize, keyClockLead} {
+			sealed := meta.Get(k)
+			if sealed == nil {
+				continue
+			}
+			plain, ok := unseal(k, sealed)
+			if !ok {
+				t.Fatalf("%s does not unseal", k)
+			}
+			var err error
+			switch {
+			case bytes.Equal(k, keyWALSize), bytes.Equal(k, keyClockLead), v == 1 && bytes.Equal(k, keyWALEpoch):
+				err = meta.Delete(k)
+			default:
+				err = meta.Put(k, append([]byte(nil), plain...))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := meta.Put(keyVersion, encodeUint64(v)); err != nil {
+			return err
+		}
+		tokens, err := tx.CreateBucketIfNotExists(bucketTokens)
+		if err != nil {
+			return err
+		}
+		leases := tx.Bucket(bucketLeases)
+		type kv struct{ k, v []byte }
+		var plain []kv
+		_ = leases.ForEach(func(k, v []byte) error {
+			p, _ := unseal(k, v)
+			plain = append(plain, kv{append([]byte(nil), k...), append([]byte(nil), p...)})
+			return nil
+		})
+		for _, r := range plain {
+			if err := leases.Put(r.k, r.v); err != nil {
+				return err
+			}
+			if err := tokens.Put(r.k, r.v[:8]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -551,14 +634,16 @@ func TestUpgradeSchema2(t *testing.T) {
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
-		epoch, _ = decodeUint64("epoch", meta.Get(keyWALEpoch))
-		return meta.Put(keyVersion, encodeUint64(2))
+		plain, _ := unseal(keyWALEpoch, meta.Get(keyWALEpoch))
+		epoch, _ = decodeUint64("epoch", plain)
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	asOldSchema(t, path, 2)
 	// Two records of the file's epoch: token 7 of "k", then token 8 of
 	// "k" and token 3 of "j"; then a record of another epoch, ignored.
 	v2 := func(epoch, seq uint64, tokens ...any) []byte {
@@ -576,13 +661,14 @@ func TestUpgradeSchema2(t *testing.T) {
 	if err := os.WriteFile(walPath(path), log, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(path)
+	// The log alone must keep tokens rising: no floor from the clock.
+	s, err := Open(path, WithHostClock(func() time.Time { return time.Unix(0, 0) }))
 	if err != nil {
 		t.Fatalf("open schema 2 with its log: %v", err)
 	}
-	for key, want := range map[string]lease.Token{"k": 9, "j": 4} {
-		if l, err := s.Acquire(context.Background(), key, "o", time.Hour); err != nil || l.Token != want {
-			t.Errorf("Acquire(%s) after the upgrade = %d, %v; want %d", key, l.Token, err, want)
+	for key, above := range map[string]lease.Token{"k": 8, "j": 3} {
+		if l, err := s.Acquire(context.Background(), key, "o", time.Hour); err != nil || l.Token <= above {
+			t.Errorf("Acquire(%s) after the upgrade = %d, %v; want above %d", key, l.Token, err, above)
 		}
 	}
 	crash(t, s)
@@ -599,4 +685,43 @@ func TestUpgradeSchema2(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLogKeepsItsSize: a batch whose record does not fit in the space
+// left in the log is made durable by a checkpoint, and the log keeps the
+// size the file recorded, which a reopen after a crash finds.
+func TestLogKeepsItsSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.db")
+	s, err := Open(path, logAlone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := s.wal.size
+	first := true
+	s.syncHook = func() { // in the commit loop, before the batch's log write
+		if first {
+			first = false
+			s.wal.off = s.wal.size - walBlock // room for one block: the record needs two
+		}
+	}
+	owner := strings.Repeat("o", 500)
+	l, err := s.Acquire(context.Background(), "k", owner, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.checkpoints.Load(); n != 1 {
+		t.Fatalf("%d checkpoints; want the batch made durable by one", n)
+	}
+	crash(t, s)
+	if fi, err := os.Stat(walPath(path)); err != nil || fi.Size() != size {
+		t.Fatalf("log after the batch: %v, %v; want %d bytes, as before", fi, err, size)
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Get(context.Background(), "k"); err != nil || got.Token != l.Token {
+		t.Fatalf("after a crash Get = %+v, %v; want token %d", got, err, l.Token)
+	}
 }

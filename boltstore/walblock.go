@@ -101,6 +101,7 @@ type logDamage struct {
 	at     int64 // where: the damaged block, or the missing record
 	from   int64 // where the records that may be lost begin: the end of those replayed
 	reason string
+	newer  bool // a record of a later checkpoint than the bbolt file's: the file is older than its log
 }
 
 // replay returns the entries of the records of epoch in data, numbered from
@@ -181,10 +182,17 @@ func classify(data []byte, end int, epoch, next uint64) *logDamage {
 		switch {
 		case !ok:
 			return damage(b, "the 512-byte block there fails its checksum")
+		case h.epoch > epoch:
+			// A checkpoint commits the file's epoch before any record of
+			// it is written, and Open zeroes the log before it raises the
+			// epoch: a record of a later epoch means the file is older
+			// than its log (a copy put back), and lacks what its later
+			// checkpoints committed.
+			d := damage(b, "is older than its log: the log holds records of epoch %d, the file is at epoch %d (was an older copy of it put back?)", h.epoch, epoch)
+			d.newer = true
+			return d
 		case h.epoch != epoch:
-			// Of an earlier checkpoint's records. (A later epoch than the
-			// file's means a log beside a file that replaced the one it
-			// belonged to; it is zeroed, as it always was.)
+			// Of an earlier checkpoint's records.
 			continue
 		case h.seq == next && h.index == uint32((b-end)/walBlock) && (count == 0 || h.count == count):
 			count = h.count
@@ -207,16 +215,28 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// minGrantBytes is the fewest bytes of entries a grant writes: a token put
-// (bucket, op, key length, a key of at least one byte, value length, 8
-// bytes) and a lease put (the same with a record of at least
-// recordHeader bytes and a one-byte owner). Every token issued is in one.
-const minGrantBytes = (2 + 4 + 1 + 4 + 8) + (2 + 4 + 1 + 4 + recordHeader + 1)
+// minGrantBytes is the fewest bytes of entries a grant writes: a lease
+// put (bucket, op, key length, a key of at least one byte, value length,
+// a record of at least recordHeader bytes with a one-byte owner, sealed).
+// Every token issued is in one.
+const minGrantBytes = 2 + 4 + 1 + 4 + recordHeader + 1 + sealSize
 
-// lostTokens bounds how many tokens, for any one key, records in n bytes of
-// the log can have issued: each token is one grant, and each grant at
-// least minGrantBytes of the blocks' payloads.
+// lostTokens bounds how far above the highest token the store still knows
+// records in n bytes of the log can have issued: each grant issues one
+// token above what the store knew before it (a key's last token, or the
+// floor), and takes at least minGrantBytes of the blocks' payloads.
 func lostTokens(n int64) uint64 {
-	blocks := (uint64(n) + walBlock - 1) / walBlock
+	blocks := (uint64(max(n, 0)) + walBlock - 1) / walBlock
 	return blocks * walPayload / uint64(minGrantBytes)
+}
+
+// maxEpoch returns the highest epoch of any intact block in data.
+func maxEpoch(data []byte) uint64 {
+	var top uint64
+	for b := 0; b+walBlock <= len(data); b += walBlock {
+		if h, ok := parseBlock(data[b : b+walBlock]); ok {
+			top = max(top, h.epoch)
+		}
+	}
+	return top
 }

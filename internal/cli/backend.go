@@ -160,8 +160,8 @@ func openBolt(cfg ServeConfig) (*openedBackend, error) {
 			accepted = true
 			// Loud, and once: the next start must not need the flag, and
 			// whoever reads the log must learn what was given up.
-			cfg.Logger.Error("--accept-log-loss: the damaged part of the log is dropped; leases it granted are forgotten, and every key's next token is raised above any it could have issued",
-				"log", loss.Log, "offset", loss.Offset, "damage", loss.Reason,
+			cfg.Logger.Error("--accept-log-loss: what could not be read or trusted is dropped; leases it granted are forgotten, and every key's next token is raised above any it could have issued",
+				"file", loss.File, "log", loss.Log, "offset", loss.Offset, "damage", loss.Reason,
 				"tokens_lost_per_key_at_most", loss.Lost, "token_floor", uint64(loss.Floor))
 		}))
 	}

@@ -136,7 +136,7 @@ what it had and logs why.`,
 	f.DurationVar(&cfg.WatchHeartbeat, "watch-heartbeat", DefaultWatchHeartbeat, "how long a watch stream may stay silent before a heartbeat comment is sent")
 	f.IntVar(&cfg.MaxWatchers, "max-watchers", DefaultMaxWatchers, "at most `N` watch streams open at once per token (without --auth-tokens-file, in total)")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, the `HOSTS` (names or addresses, comma-separated) answered besides loopback")
-	f.BoolVar(&cfg.AcceptLogLoss, "accept-log-loss", false, "start on a damaged log of the embedded store: drop what cannot be read and raise every key's next token above any it could have issued (see docs/SERVE.md)")
+	f.BoolVar(&cfg.AcceptLogLoss, "accept-log-loss", false, "start the embedded store on damaged files (a damaged, cut or missing log; a lease.db damaged, missing or older than its log): drop what cannot be read or trusted and raise every key's next token above any it could have issued (see docs/SERVE.md)")
 	f.BoolVar(&cfg.AllowSharedDataDir, "allow-shared-data-dir", false, "use a --data-dir that other users may write to, which is otherwise refused")
 	return cmd
 }

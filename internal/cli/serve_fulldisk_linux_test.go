@@ -21,7 +21,7 @@ import (
 func TestServeFullDisk(t *testing.T) {
 	var logs syncBuffer
 	cfg := serveConfig(t, &logs)
-	cfg.DataDir, _ = disktest.SmallDisk(t, 4<<20)
+	cfg.DataDir, _ = disktest.SmallDisk(t, 16<<20) // the log takes 5 MiB
 	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,11 @@ func fillChild() {
 }
 
 // fill acquires idle leases 0..n-1 on b from childFillers goroutines.
-func fill(b lease.Backend, n int) error {
+func fill(b lease.Backend, n int) error { return acquireAll(b, n, idleKey, lease.MaxTTL, false) }
+
+// acquireAll acquires key(0)..key(n-1) on b from childFillers goroutines,
+// each for ttl, releasing each at once if release.
+func acquireAll(b lease.Backend, n int, key func(int) string, ttl time.Duration, release bool) error {
 	ctx := context.Background()
 	var (
 		next    atomic.Int64
@@ -68,7 +72,11 @@ func fill(b lease.Backend, n int) error {
 				if i >= n {
 					return
 				}
-				if _, err := b.Acquire(ctx, idleKey(i), "worker-1", lease.MaxTTL); err != nil {
+				l, err := b.Acquire(ctx, key(i), "worker-1", ttl)
+				if err == nil && release {
+					err = b.Release(ctx, l)
+				}
+				if err != nil {
 					errOnce.Do(func() { first = err })
 					return
 				}

@@ -1,0 +1,430 @@
+package boltstore_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/boltstore"
+)
+
+// Issue 28's table: damage done to the store's files after a kill -9 (or
+// a clean shutdown), and what Open must make of it. Each case either must
+// be refused, with one line naming the file and --accept-log-loss, and
+// with AcceptLogLoss open and issue only tokens above every token issued
+// before; or is one no local check can tell from a crash, and must open
+// and issue only such tokens (the floor derived from the host clock at
+// each open: see floor.go).
+
+// grantsEnv is how many leases the "grant" child takes on damageKey, each
+// released but, if holdLastEnv is set, the last, which it leaves held.
+const (
+	grantsEnv   = "BOLTSTORE_TEST_GRANTS"
+	holdLastEnv = "BOLTSTORE_TEST_HOLD_LAST"
+)
+
+const damageKey = "damage/flip-me"
+
+// grantChild acquires damageKey grantsEnv times, printing each token, then
+// "done", and waits to be killed.
+func grantChild(s *boltstore.Store) {
+	n, _ := strconv.Atoi(os.Getenv(grantsEnv))
+	for i := range n {
+		l, err := s.Acquire(context.Background(), damageKey, "child", time.Hour)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(2)
+		}
+		fmt.Printf("%d\n", l.Token)
+		if i < n-1 || os.Getenv(holdLastEnv) == "" {
+			if err := s.Release(context.Background(), l); err != nil {
+				fmt.Fprintln(os.Stderr, "child:", err)
+				os.Exit(2)
+			}
+		}
+	}
+	fmt.Println("done")
+	select {}
+}
+
+// crashAfterGrants runs the grant child on path for n grants, kills it
+// with SIGKILL once it has printed them, and returns the last token.
+func crashAfterGrants(t *testing.T, path string, n int, env ...string) lease.Token {
+	t.Helper()
+	cmd, stdout, stderr := startChild(t, append([]string{childEnv + "=grant:" + path, grantsEnv + "=" + strconv.Itoa(n)}, env...)...)
+	var last lease.Token
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && sc.Text() != "done" {
+		v, err := strconv.ParseUint(sc.Text(), 10, 64)
+		if err != nil {
+			t.Fatalf("child printed %q", sc.Text())
+		}
+		last = lease.Token(v)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if last == 0 {
+		t.Fatalf("child gave no token; stderr: %s", stderr.String())
+	}
+	return last
+}
+
+// nextToken opens path (with opts) and returns the next token of
+// damageKey, once its lease, if one is left, is out of the way.
+func nextToken(t *testing.T, path string, opts ...boltstore.Option) (lease.Token, error) {
+	t.Helper()
+	s, err := boltstore.Open(path, opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := s.Acquire(ctx, damageKey, "parent", time.Minute)
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		// The child's last lease, held for an hour: a restart keeps it,
+		// so a new owner gets the key only through a new token anyway;
+		// take a fresh key's token instead, which I1 bounds the same way
+		// through the floor.
+		l, err = s.Acquire(ctx, damageKey+"/other", "parent", time.Minute)
+	}
+	if err != nil {
+		t.Fatalf("Acquire after reopen: %v", err)
+	}
+	return l.Token, nil
+}
+
+// wantRefusal checks that err is Open's refusal of damage: a
+// *CorruptError on one line that names file and --accept-log-loss.
+func wantRefusal(t *testing.T, err error, file string) {
+	t.Helper()
+	var ce *boltstore.CorruptError
+	if err == nil || !errors.As(err, &ce) || !errors.Is(err, boltstore.ErrCorrupt) || !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("Open = %v; want a refusal (*CorruptError, ErrCorrupt, lease.ErrUnavailable)", err)
+	}
+	msg := err.Error()
+	t.Logf("refused: %s", msg)
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, file+" ") || !strings.Contains(msg, "--accept-log-loss") {
+		t.Errorf("refusal %q is not one line naming %s and --accept-log-loss", msg, file)
+	}
+}
+
+// wantAbove checks that, with AcceptLogLoss, path opens and its next token
+// is above last.
+func wantAbove(t *testing.T, path string, last lease.Token) {
+	t.Helper()
+	var loss *boltstore.CorruptError
+	got, err := nextToken(t, path, boltstore.AcceptLogLoss(func(c *boltstore.CorruptError) { loss = c }))
+	if err != nil {
+		t.Fatalf("Open with AcceptLogLoss: %v", err)
+	}
+	if loss == nil || loss.Floor == 0 {
+		t.Errorf("AcceptLogLoss reported %+v; want the loss with a floor", loss)
+	}
+	if got <= last {
+		t.Fatalf("with AcceptLogLoss the next token is %d; %d was issued before (I1)", got, last)
+	}
+	// And the next start needs no flag.
+	if got2, err := nextToken(t, path); err != nil || got2 <= got {
+		t.Fatalf("the start after AcceptLogLoss: token %d, %v; want above %d", got2, err, got)
+	}
+}
+
+// refusedThenAbove checks that path is refused, naming file, and that with
+// AcceptLogLoss it opens and issues tokens above last.
+func refusedThenAbove(t *testing.T, path, file string, last lease.Token) {
+	t.Helper()
+	got, err := nextToken(t, path)
+	if err == nil {
+		t.Fatalf("Open succeeded and issued token %d (%d was issued before); want a refusal", got, last)
+	}
+	wantRefusal(t, err, file)
+	wantAbove(t, path, last)
+}
+
+func TestDamageRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		file   func(path string) string // the file the refusal names
+		damage func(t *testing.T, path string)
+	}{
+		{"lease.db removed", db, func(t *testing.T, path string) { must(t, os.Remove(path)) }},
+		{"lease.db emptied", db, func(t *testing.T, path string) { must(t, os.Truncate(path, 0)) }},
+		{"lease.db cut to 16384 bytes", db, func(t *testing.T, path string) { must(t, os.Truncate(path, 16384)) }},
+		{"log cut to 0", wal, func(t *testing.T, path string) { must(t, os.Truncate(path+"-wal", 0)) }},
+		{"log cut inside its records", wal, func(t *testing.T, path string) { must(t, os.Truncate(path+"-wal", 4096)) }},
+		{"log removed and made again empty", wal, func(t *testing.T, path string) {
+			// The advice a missing log used to get: after a crash, silent loss.
+			must(t, os.Remove(path+"-wal"))
+			must(t, os.WriteFile(path+"-wal", nil, 0o600))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/lease.db"
+			last := crashAfterGrants(t, path, 30)
+			tc.damage(t, path)
+			refusedThenAbove(t, path, tc.file(path), last)
+		})
+	}
+}
+
+func db(path string) string  { return path }
+func wal(path string) string { return path + "-wal" }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOlderDBRefused puts back a copy of lease.db taken at an earlier
+// kill -9, beside the current log.
+func TestOlderDBRefused(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/lease.db"
+	crashAfterGrants(t, path, 10)
+	old, err := os.ReadFile(path)
+	must(t, err)
+	last := crashAfterGrants(t, path, 30)
+	must(t, os.WriteFile(path, old, 0o600))
+	refusedThenAbove(t, path, path, last)
+}
+
+// TestFlippedBitRefused flips one bit, after a clean shutdown, in every
+// place lease.db holds the key's token, or its name.
+func TestFlippedBitRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		find func(last lease.Token) []byte
+		bit  int // of the last byte found
+	}{
+		{"in the token", func(last lease.Token) []byte { return binary.BigEndian.AppendUint64(nil, uint64(last)) }, 4},
+		{"in the key's name", func(lease.Token) []byte { return []byte(damageKey) }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/lease.db"
+			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
+			s, err := boltstore.Open(path) // a clean shutdown: all in lease.db
+			must(t, err)
+			// The key the flipped name becomes, held too: the file then
+			// has two records under one name.
+			twin := damageKey[:len(damageKey)-1] + "d"
+			_, err = s.Acquire(context.Background(), twin, "o", time.Hour)
+			must(t, err)
+			must(t, s.Close())
+			b, err := os.ReadFile(path)
+			must(t, err)
+			needle := tc.find(last)
+			n := 0
+			for i := 0; ; {
+				j := bytes.Index(b[i:], needle)
+				if j < 0 {
+					break
+				}
+				b[i+j+len(needle)-1] ^= 1 << tc.bit
+				i += j + len(needle)
+				n++
+			}
+			if n == 0 {
+				t.Fatalf("%x not found in %s", needle, path)
+			}
+			must(t, os.WriteFile(path, b, 0o600))
+			refusedThenAbove(t, path, path, last)
+			// And the store serves every key, the twin's included.
+			s, err = boltstore.Open(path)
+			must(t, err)
+			defer s.Close()
+			if _, err := s.Get(context.Background(), twin); err != nil && !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("Get(%s) after the accepted loss: %v", twin, err)
+			}
+			if _, err := s.Acquire(context.Background(), twin, "o2", time.Minute); err != nil && !errors.Is(err, lease.ErrHeld) {
+				t.Fatalf("Acquire(%s) after the accepted loss: %v", twin, err)
+			}
+		})
+	}
+}
+
+// TestUndetectableLossHarmless is damage no local check can tell from a
+// crash: the log's last records zeroed, an older copy of the log, both
+// files copied back (a VM snapshot). The floor derived from the host clock
+// at each open keeps tokens above every token issued.
+func TestUndetectableLossHarmless(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, path string) lease.Token
+	}{
+		{"log's last records zeroed", func(t *testing.T, path string) lease.Token {
+			last := crashAfterGrants(t, path, 30)
+			b, err := os.ReadFile(path + "-wal")
+			must(t, err)
+			end := len(b)
+			for end > 0 && b[end-1] == 0 {
+				end--
+			}
+			start := max(0, (end-2048)/512*512)
+			clear(b[start:end])
+			must(t, os.WriteFile(path+"-wal", b, 0o600))
+			return last
+		}},
+		{"older copy of the log", func(t *testing.T, path string) lease.Token {
+			crashAfterGrants(t, path, 10)
+			old, err := os.ReadFile(path + "-wal")
+			must(t, err)
+			last := crashAfterGrants(t, path, 30)
+			must(t, os.WriteFile(path+"-wal", old, 0o600))
+			return last
+		}},
+		{"both files copied back", func(t *testing.T, path string) lease.Token {
+			crashAfterGrants(t, path, 10)
+			oldDB, err := os.ReadFile(path)
+			must(t, err)
+			oldLog, err := os.ReadFile(path + "-wal")
+			must(t, err)
+			last := crashAfterGrants(t, path, 30)
+			must(t, os.WriteFile(path, oldDB, 0o600))
+			must(t, os.WriteFile(path+"-wal", oldLog, 0o600))
+			return last
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/lease.db"
+			last := tc.run(t, path)
+			// The control: with the host clock set back to 1970, the floor
+			// from the clock is no floor, and the loss shows.
+			back := t.TempDir() + "/lease.db"
+			copyFile(t, path, back)
+			copyFile(t, path+"-wal", back+"-wal")
+			if got, err := nextToken(t, back, boltstore.WithHostClock(func() time.Time { return time.Unix(0, 0) })); err != nil || got > last {
+				t.Fatalf("with the host clock set back: token %d, %v; want a token issued before (<= %d): without the clock's floor this damage must show", got, err, last)
+			}
+			got, err := nextToken(t, path)
+			if errors.Is(err, boltstore.ErrCorrupt) {
+				t.Logf("refused: %v", err)
+				wantAbove(t, path, last)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got <= last {
+				t.Fatalf("next token %d; %d was issued before (I1)", got, last)
+			}
+		})
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	must(t, err)
+	must(t, os.WriteFile(to, b, 0o600))
+}
+
+// TestCutDBRefusedCleanly: a lease.db of many pages cut to 16384 bytes is
+// refused with one line; bbolt used to map it and die of SIGBUS with a
+// goroutine dump.
+func TestCutDBRefusedCleanly(t *testing.T) {
+	t.Parallel()
+	s, path := open(t)
+	ctx := context.Background()
+	for i := range 2000 {
+		if _, err := s.Acquire(ctx, fmt.Sprintf("key/%06d", i), "o", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, s.Close())
+	fi, err := os.Stat(path)
+	must(t, err)
+	must(t, os.Truncate(path, 16384))
+	_, err = boltstore.Open(path)
+	wantRefusal(t, err, path)
+	t.Logf("%d bytes cut to 16384", fi.Size())
+}
+
+// TestRollbackAfterRestore: a restored store's floor is far above the
+// host clock (the bump); a copy of both files taken after that, put back
+// once more tokens were issued, must still not issue them again: the floor
+// at each open keeps the lead the store has over the clock.
+func TestRollbackAfterRestore(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t)
+	acquireRelease(t, s, "k")
+	backup := backupTo(t, s)
+	path := t.TempDir() + "/lease.db"
+	// A bump that puts the floor past the clock's microseconds.
+	if _, err := boltstore.Restore(backup, path, boltstore.Bump(1<<52)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := boltstore.Open(path)
+	must(t, err)
+	acquireRelease(t, r, "k")
+	must(t, r.Close())
+	snap := t.TempDir() + "/lease.db"
+	copyFile(t, path, snap)
+	copyFile(t, path+"-wal", snap+"-wal")
+	r, err = boltstore.Open(path)
+	must(t, err)
+	var last lease.Token
+	for range 50 {
+		last = max(last, acquireRelease(t, r, "k"))
+	}
+	must(t, r.Close())
+	copyFile(t, snap, path)
+	copyFile(t, snap+"-wal", path+"-wal")
+	r, err = boltstore.Open(path)
+	must(t, err)
+	defer r.Close()
+	if got := acquireRelease(t, r, "k"); got <= last {
+		t.Fatalf("after both files were copied back: token %d; %d was issued before (I1)", got, last)
+	}
+}
+
+// TestZeroedDBPageRefused: a page of lease.db zeroed, after a clean
+// shutdown, is refused on one line with the way out, and the way out
+// works (the file is moved aside for a new one above every token).
+func TestZeroedDBPageRefused(t *testing.T) {
+	t.Parallel()
+	for page := int64(2); page < 8; page++ {
+		t.Run(fmt.Sprint("page ", page), func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/lease.db"
+			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
+			s, err := boltstore.Open(path)
+			must(t, err)
+			must(t, s.Close())
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			must(t, err)
+			_, err = f.WriteAt(make([]byte, 4096), page*4096)
+			must(t, err)
+			must(t, f.Close())
+			got, err := nextToken(t, path)
+			if err == nil {
+				// A page the file does not use: harmless, if tokens rise.
+				if got <= last {
+					t.Fatalf("next token %d; %d was issued before (I1)", got, last)
+				}
+				return
+			}
+			wantRefusal(t, err, path)
+			wantAbove(t, path, last)
+		})
+	}
+}
