@@ -2,6 +2,7 @@ package damage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -165,22 +166,51 @@ var classes = []class{
 	{"flip-db-mark", func(dir string, src *State, _ []*State, rng *rand.Rand) (string, error) {
 		// bbolt stores a value right after its key: the 8 bytes after a
 		// key's name are its high-water mark (tokens bucket) or its
-		// lease's token (leases bucket), big-endian.
+		// lease's token (leases bucket), big-endian. Pages a checkpoint
+		// freed keep old copies: half the time every copy is struck.
 		path := filepath.Join(dir, DBFile)
-		key, at, ok, err := findKey(path, src.Keys, rng)
+		key, at, ok, err := findKey(path, src, rng)
 		if err != nil || !ok {
 			return "lease.db holds no key name: nothing flipped", err
 		}
-		bit := rng.IntN(16) // the bits today's tokens use
-		if rng.IntN(4) == 0 {
-			bit = rng.IntN(64)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
 		}
-		off := at + int64(len(key)) + 7 - int64(bit/8)
-		return fmt.Sprintf("lease.db bit %d of the 8 bytes after %q at %d flipped", bit, key, at), flip(path, off, bit%8)
+		mark := at + int64(len(key))
+		if mark+8 > int64(len(b)) {
+			return "lease.db's last key name has no value after it: nothing flipped", nil
+		}
+		// Mostly a set bit of those today's tokens use, which lowers the
+		// value: the dangerous way; else any bit.
+		bit := rng.IntN(64)
+		var set []int
+		for i := range 16 {
+			if b[mark+7-int64(i/8)]&(1<<(i%8)) != 0 {
+				set = append(set, i)
+			}
+		}
+		if len(set) > 0 && rng.IntN(4) != 0 {
+			bit = set[rng.IntN(len(set))]
+		}
+		where := []int64{at}
+		what := fmt.Sprintf("at %d", at)
+		if rng.IntN(2) == 0 {
+			where, what = keyPlaces(b, key), "in every copy"
+		}
+		for _, at := range where {
+			if at+int64(len(key))+8 > int64(len(b)) {
+				continue
+			}
+			if err := flip(path, at+int64(len(key))+7-int64(bit/8), bit%8); err != nil {
+				return "", err
+			}
+		}
+		return fmt.Sprintf("lease.db bit %d of the 8 bytes after %q %s flipped", bit, key, what), nil
 	}},
 	{"flip-db-name", func(dir string, src *State, _ []*State, rng *rand.Rand) (string, error) {
 		path := filepath.Join(dir, DBFile)
-		key, at, ok, err := findKey(path, src.Keys, rng)
+		key, at, ok, err := findKey(path, src, rng)
 		if err != nil || !ok {
 			return "lease.db holds no key name: nothing flipped", err
 		}
@@ -237,33 +267,49 @@ func extent(path string) (int64, error) {
 	return int64(end), nil
 }
 
-// findKey picks, with rng, one place where one of keys is written in the
-// file at path.
-func findKey(path string, keys []string, rng *rand.Rand) (key string, at int64, ok bool, err error) {
+// findKey picks, with rng, one place where one of src's keys is written
+// in the file at path: half the time one followed by the key's highest
+// token issued, its live high-water mark most likely (if there is one),
+// else any.
+func findKey(path string, src *State, rng *rand.Rand) (key string, at int64, ok bool, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", 0, false, err
 	}
 	type hit struct {
 		key string
-		at  int
+		at  int64
 	}
-	var hits []hit
-	for _, k := range keys {
-		for from := 0; ; {
-			i := bytes.Index(b[from:], []byte(k))
-			if i < 0 {
-				break
+	var hits, marks []hit
+	for _, k := range src.Keys {
+		for _, at := range keyPlaces(b, k) {
+			hits = append(hits, hit{k, at})
+			if v := at + int64(len(k)); v+8 <= int64(len(b)) && binary.BigEndian.Uint64(b[v:]) == uint64(src.Issued[k]) {
+				marks = append(marks, hit{k, at})
 			}
-			hits = append(hits, hit{k, from + i})
-			from += i + 1
 		}
+	}
+	if len(marks) > 0 && rng.IntN(2) == 0 {
+		hits = marks
 	}
 	if len(hits) == 0 {
 		return "", 0, false, nil
 	}
 	h := hits[rng.IntN(len(hits))]
-	return h.key, int64(h.at), true, nil
+	return h.key, h.at, true, nil
+}
+
+// keyPlaces are the offsets where key is written in b.
+func keyPlaces(b []byte, key string) []int64 {
+	var at []int64
+	for from := 0; ; {
+		i := bytes.Index(b[from:], []byte(key))
+		if i < 0 {
+			return at
+		}
+		at = append(at, int64(from+i))
+		from += i + 1
+	}
 }
 
 // flip inverts bit (0 is the lowest) of the byte at off.

@@ -28,6 +28,9 @@ type State struct {
 	Issued map[string]lease.Token
 	// Acquisitions counts the acknowledged acquisitions.
 	Acquisitions int
+	// LastGrant is the latest instant, on the server's clock, at which a
+	// client was granted a lease.
+	LastGrant time.Time
 
 	snaps []snapshot
 }
@@ -147,6 +150,9 @@ func Prepare(ctx context.Context, bin, root, point string, seed uint64) (*State,
 	st.Acquisitions = len(acqs)
 	for _, a := range acqs {
 		st.Issued[a.Key] = max(st.Issued[a.Key], lease.Token(a.Token))
+		if a.Grant().After(st.LastGrant) {
+			st.LastGrant = a.Grant()
+		}
 	}
 	if bad := crashtest.Check(acqs); len(bad) > 0 {
 		return nil, fmt.Errorf("damage: the history of %s, before any damage, breaks I1 or I3: %v", point, bad)

@@ -143,6 +143,12 @@ func RunTrial(ctx context.Context, bin, dir string, st *State, states []*State, 
 		return t, fmt.Errorf("damage: %s: %w", r.Name(), err)
 	}
 	t.Where = where
+	// A floor taken from the host clock at Open (the store's defence
+	// against a rollback of both files) holds only while the clock is
+	// ahead of every grant: were it not, the judgement would prove nothing.
+	if now := time.Now(); !now.After(st.LastGrant) {
+		return t, fmt.Errorf("damage: %s: the clock (%v) is not past the last grant (%v): no judgement", r.Name(), now, st.LastGrant)
+	}
 	t.First = Judge(ctx, bin, data, st.Issued)
 	if t.First.Outcome == Refused {
 		rec := Judge(ctx, bin, data, st.Issued, RecoveryFlag)
@@ -162,10 +168,13 @@ func Judge(ctx context.Context, bin, data string, issued map[string]lease.Token,
 		if code == 0 {
 			return Start{Outcome: Broken, Detail: "exited 0 without serving: " + srv.Log()}
 		}
-		s := Start{Outcome: Refused}
-		s.Line, s.Clear, s.Why = RefusalLine(srv.Lines(), code, data)
 		// Every trial has a data directory of its own: say $DATA.
-		s.Line, s.Why = strings.ReplaceAll(s.Line, data, "$DATA"), strings.ReplaceAll(s.Why, data, "$DATA")
+		lines := srv.Lines()
+		for i := range lines {
+			lines[i] = strings.ReplaceAll(lines[i], data, "$DATA")
+		}
+		s := Start{Outcome: Refused}
+		s.Line, s.Clear, s.Why = RefusalLine(lines, code, "$DATA")
 		return s
 	}
 	if err != nil {
