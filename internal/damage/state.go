@@ -72,6 +72,7 @@ func Prepare(ctx context.Context, bin, root, point string, seed uint64) (*State,
 	if err := os.MkdirAll(st.Dir, 0o700); err != nil {
 		return nil, err
 	}
+	started := time.Now()
 	srv, err := crashtest.StartServe(bin, st.Dir, startBound)
 	if err != nil {
 		return nil, fmt.Errorf("damage: starting lease serve for %s: %w", point, err)
@@ -156,6 +157,13 @@ func Prepare(ctx context.Context, bin, root, point string, seed uint64) (*State,
 	}
 	if bad := crashtest.Check(acqs); len(bad) > 0 {
 		return nil, fmt.Errorf("damage: the history of %s, before any damage, breaks I1 or I3: %v", point, bad)
+	}
+	// The other condition of a clock floor: no key granted more than once
+	// per microsecond on average (a new store's tokens start at 1).
+	for k, tok := range st.Issued {
+		if us := st.LastGrant.Sub(started).Microseconds(); int64(tok) > us {
+			return nil, fmt.Errorf("damage: %s: %q reached token %d in %d µs, faster than a clock floor allows", point, k, tok, us)
+		}
 	}
 	if len(st.Issued) != len(st.Keys) {
 		return nil, fmt.Errorf("damage: the load on %s acquired only %d of %d keys", point, len(st.Issued), len(st.Keys))

@@ -194,7 +194,7 @@ func Judge(ctx context.Context, bin, data string, issued map[string]lease.Token,
 			l, err := c.AcquireWait(wctx, key, "judge", 2*time.Second)
 			cancel()
 			if err != nil {
-				return Start{Outcome: Broken, Detail: fmt.Sprintf("started, but acquiring %q: %v", key, err)}
+				return Start{Outcome: Broken, Detail: fmt.Sprintf("started, but acquiring %q: %v; the server's last error: %s", key, err, lastError(srv.Lines()))}
 			}
 			if l.Token <= above[key] {
 				return Start{Outcome: Reissued, Detail: fmt.Sprintf("%s got token %d, but %d was issued before", key, l.Token, above[key])}
@@ -207,6 +207,16 @@ func Judge(ctx context.Context, bin, data string, issued map[string]lease.Token,
 		}
 	}
 	return Start{Outcome: Clean, Detail: strings.Join(got, " ")}
+}
+
+// lastError is the last ERROR record of a server's log, or "none".
+func lastError(lines []string) string {
+	for _, l := range slices.Backward(lines) {
+		if strings.Contains(l, " level=ERROR ") {
+			return clip(l, 300)
+		}
+	}
+	return "none"
 }
 
 // logRecord is a line of the server's own structured log (log/slog's text
