@@ -28,30 +28,32 @@ type Recipe struct {
 func (r Recipe) Name() string { return fmt.Sprintf("#%d %s on %s", r.n, r.Class, r.State) }
 
 // class is one kind of damage: apply does it to the files in dir, drawing
-// what it needs (an offset, a bit, a snapshot) from rng, and says what it
-// did.
+// what it needs (an offset, a bit) from rng, and says what it did. Where
+// it has a few discrete choices (a snapshot, a size) it takes them in turn
+// by round, the recipe's count among those of its class, so that a short
+// run makes each choice once rather than by chance.
 type class struct {
 	name  string
-	apply func(dir string, src *State, others []*State, rng *rand.Rand) (string, error)
+	apply func(dir string, src *State, others []*State, rng *rand.Rand, round int) (string, error)
 }
 
 // classes are the kinds of damage, every row of issue 28's table and more:
 // files removed, emptied, cut, rolled back, swapped, zero-filled, and bits
 // flipped where the tokens are.
 var classes = []class{
-	{"rm-db", func(dir string, _ *State, _ []*State, _ *rand.Rand) (string, error) {
+	{"rm-db", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
 		return "lease.db removed", os.Remove(filepath.Join(dir, DBFile))
 	}},
-	{"empty-db", func(dir string, _ *State, _ []*State, _ *rand.Rand) (string, error) {
+	{"empty-db", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
 		return "lease.db emptied", os.Truncate(filepath.Join(dir, DBFile), 0)
 	}},
-	{"rm-log", func(dir string, _ *State, _ []*State, _ *rand.Rand) (string, error) {
+	{"rm-log", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
 		return "lease.db-wal removed", os.Remove(filepath.Join(dir, LogFile))
 	}},
-	{"empty-log", func(dir string, _ *State, _ []*State, _ *rand.Rand) (string, error) {
+	{"empty-log", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
 		return "lease.db-wal emptied (install -m 600 /dev/null)", os.Truncate(filepath.Join(dir, LogFile), 0)
 	}},
-	{"cut-log", func(dir string, _ *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"cut-log", func(dir string, _ *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, LogFile)
 		end, err := extent(path)
 		if err != nil {
@@ -67,17 +69,17 @@ var classes = []class{
 		}
 		return fmt.Sprintf("lease.db-wal cut at %d of %d written", at, end), os.Truncate(path, at)
 	}},
-	{"zero-log-tail", func(dir string, _ *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"zero-log-tail", func(dir string, _ *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, LogFile)
 		end, err := extent(path)
 		if err != nil {
 			return "", err
 		}
-		blocks := 1 + rng.Int64N(4)
+		blocks := 1 + int64((round+round/len(CrashPoints))%4)
 		from := max(0, (end+511)/512*512-blocks*512)
 		return fmt.Sprintf("lease.db-wal's last %d written blocks zeroed (%d to %d)", blocks, from, end), zero(path, from, end-from)
 	}},
-	{"zero-log-page", func(dir string, _ *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"zero-log-page", func(dir string, _ *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, LogFile)
 		end, err := extent(path)
 		if err != nil {
@@ -86,7 +88,7 @@ var classes = []class{
 		at := rng.Int64N(max(1, (end+4095)/4096)) * 4096
 		return fmt.Sprintf("lease.db-wal's 4 KiB at %d zeroed (%d written)", at, end), zero(path, at, 4096)
 	}},
-	{"flip-log", func(dir string, _ *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"flip-log", func(dir string, _ *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, LogFile)
 		end, err := extent(path)
 		if err != nil {
@@ -95,16 +97,16 @@ var classes = []class{
 		at, bit := rng.Int64N(max(1, end)), rng.IntN(8)
 		return fmt.Sprintf("lease.db-wal bit %d of byte %d flipped (%d written)", bit, at, end), flip(path, at, bit)
 	}},
-	{"old-db", func(dir string, src *State, _ []*State, rng *rand.Rand) (string, error) {
-		snap := src.snapshot(rng)
+	{"old-db", func(dir string, src *State, _ []*State, rng *rand.Rand, round int) (string, error) {
+		snap := src.snapshot(round)
 		return "lease.db replaced by its " + snap.name + " copy", copyFile(filepath.Join(snap.dir, DBFile), filepath.Join(dir, DBFile))
 	}},
-	{"old-log", func(dir string, src *State, _ []*State, rng *rand.Rand) (string, error) {
-		snap := src.snapshot(rng)
+	{"old-log", func(dir string, src *State, _ []*State, rng *rand.Rand, round int) (string, error) {
+		snap := src.snapshot(round)
 		return "lease.db-wal replaced by its " + snap.name + " copy", copyFile(filepath.Join(snap.dir, LogFile), filepath.Join(dir, LogFile))
 	}},
-	{"old-both", func(dir string, src *State, _ []*State, rng *rand.Rand) (string, error) {
-		snap := src.snapshot(rng)
+	{"old-both", func(dir string, src *State, _ []*State, rng *rand.Rand, round int) (string, error) {
+		snap := src.snapshot(round)
 		for _, f := range []string{DBFile, LogFile} {
 			if err := copyFile(filepath.Join(snap.dir, f), filepath.Join(dir, f)); err != nil {
 				return "", err
@@ -112,14 +114,14 @@ var classes = []class{
 		}
 		return "both files rolled back to their " + snap.name + " copies", nil
 	}},
-	{"foreign-db", func(dir string, src *State, others []*State, rng *rand.Rand) (string, error) {
+	{"foreign-db", func(dir string, src *State, others []*State, rng *rand.Rand, round int) (string, error) {
 		o := others[rng.IntN(len(others))]
 		for o == src && len(others) > 1 {
 			o = others[rng.IntN(len(others))]
 		}
 		return "lease.db replaced by the one of crash state " + o.Name, copyFile(filepath.Join(o.Dir, DBFile), filepath.Join(dir, DBFile))
 	}},
-	{"swap", func(dir string, _ *State, _ []*State, _ *rand.Rand) (string, error) {
+	{"swap", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
 		db, log, tmp := filepath.Join(dir, DBFile), filepath.Join(dir, LogFile), filepath.Join(dir, "swap")
 		for _, mv := range [][2]string{{db, tmp}, {log, db}, {tmp, log}} {
 			if err := os.Rename(mv[0], mv[1]); err != nil {
@@ -128,17 +130,17 @@ var classes = []class{
 		}
 		return "lease.db and lease.db-wal swapped", nil
 	}},
-	{"cut-db", func(dir string, _ *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"cut-db", func(dir string, _ *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, DBFile)
 		fi, err := os.Stat(path)
 		if err != nil {
 			return "", err
 		}
 		sizes := []int64{16384, 4096, 8192, 12288, fi.Size() - 4096, fi.Size() / 2, 1 + rng.Int64N(max(1, fi.Size()-1))}
-		size := max(0, sizes[rng.IntN(len(sizes))])
+		size := max(0, sizes[round%len(sizes)])
 		return fmt.Sprintf("lease.db cut to %d of %d bytes", size, fi.Size()), os.Truncate(path, size)
 	}},
-	{"zero-db-page", func(dir string, _ *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"zero-db-page", func(dir string, _ *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, DBFile)
 		fi, err := os.Stat(path)
 		if err != nil {
@@ -150,7 +152,7 @@ var classes = []class{
 		}
 		return fmt.Sprintf("lease.db page %d of %d zeroed", page, fi.Size()/4096), zero(path, page*4096, 4096)
 	}},
-	{"flip-db", func(dir string, _ *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"flip-db", func(dir string, _ *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, DBFile)
 		fi, err := os.Stat(path)
 		if err != nil {
@@ -163,7 +165,7 @@ var classes = []class{
 		bit := rng.IntN(8)
 		return fmt.Sprintf("lease.db bit %d of byte %d flipped", bit, at), flip(path, at, bit)
 	}},
-	{"flip-db-mark", func(dir string, src *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"flip-db-mark", func(dir string, src *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		// bbolt stores a value right after its key: the 8 bytes after a
 		// key's name are its high-water mark (tokens bucket) or its
 		// lease's token (leases bucket), big-endian. Pages a checkpoint
@@ -208,7 +210,7 @@ var classes = []class{
 		}
 		return fmt.Sprintf("lease.db bit %d of the 8 bytes after %q %s flipped", bit, key, what), nil
 	}},
-	{"flip-db-name", func(dir string, src *State, _ []*State, rng *rand.Rand) (string, error) {
+	{"flip-db-name", func(dir string, src *State, _ []*State, rng *rand.Rand, round int) (string, error) {
 		path := filepath.Join(dir, DBFile)
 		key, at, ok, err := findKey(path, src, rng)
 		if err != nil || !ok {
@@ -247,7 +249,7 @@ func (r Recipe) Apply(dir string, src *State, others []*State) (string, error) {
 	rng := rand.New(rand.NewPCG(r.seed, uint64(r.n)))
 	for _, c := range classes {
 		if c.name == r.Class {
-			return c.apply(dir, src, others, rng)
+			return c.apply(dir, src, others, rng, r.n/len(classes))
 		}
 	}
 	return "", fmt.Errorf("damage: no class %q", r.Class)

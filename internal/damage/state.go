@@ -41,7 +41,11 @@ type snapshot struct {
 	dir  string
 }
 
-func (s *State) snapshot(rng *rand.Rand) snapshot { return s.snaps[rng.IntN(len(s.snaps))] }
+// snapshot is the snapshot of round: every crash state gets each in turn
+// (the states themselves go round by round, Recipes).
+func (s *State) snapshot(round int) snapshot {
+	return s.snaps[(round+round/len(CrashPoints))%len(s.snaps)]
+}
 
 // CrashPoints are the moments a State's server is stopped:
 //
