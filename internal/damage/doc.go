@@ -35,6 +35,14 @@
 //   - BROKEN: it neither refuses nor serves (exits 0, hangs, or serves but
 //     cannot grant).
 //
+// Both files rolled back together (a VM or file-system snapshot) leave a
+// store no local check can tell from one that was simply not used since;
+// its defence, a floor taken from the host clock at every Open, holds only
+// while the clock is past every grant and no key is granted more than once
+// a microsecond on average. RunTrial checks the first and Prepare the
+// second, so a rollback is judged as strictly as any other damage: a run
+// where either failed would prove nothing, and errors instead.
+//
 // The test (campaign_test.go) runs a short form in make test and a long one
 // in make chaos (LEASE_CHAOS_LONG=1), and fails, listing the recipes, on
 // any trial but a clean start or a clear refusal that --accept-log-loss
