@@ -248,7 +248,7 @@ func checkpointed(ctx context.Context, c *leasehttp.Client, key, db string, h *c
 	if err := c.Release(ctx, l); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		fi, err := os.Stat(db)
 		if err != nil {
@@ -259,7 +259,7 @@ func checkpointed(ctx context.Context, c *leasehttp.Client, key, db string, h *c
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("damage: %s not checkpointed within 5 s of a write", db)
+			return fmt.Errorf("damage: %s not checkpointed within 10 s of a write", db)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
