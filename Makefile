@@ -75,9 +75,11 @@ sim-ci:
 sim:
 	LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./internal/sim
 
-# Chaos on real engines, the long form (a short form runs in make test).
+# Chaos on real engines, and the damage campaign of the default store's
+# files (504 recipes), the long forms (short forms run in make test).
 chaos:
 	LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Chaos' -v ./internal/chaos
+	LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestCampaign' -v ./internal/damage
 
 # Without engines: tests that need PostgreSQL, Redis or etcd skip.
 short:

@@ -1,7 +1,6 @@
 package crashtest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,11 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -249,122 +244,36 @@ func (c *client) post(ctx context.Context, key, op string, body any, out any) er
 }
 
 // buildLease builds cmd/lease into a temporary directory.
-func buildLease(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build lease: %v (put /usr/local/go/bin on PATH)", err)
-	}
-	bin := filepath.Join(t.TempDir(), "lease")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/leasehq/lease/cmd/lease")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build lease: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildLease(t *testing.T) string { t.Helper(); return BuildLease(t) }
 
-// server is one `lease serve` child process.
+// server is one `lease serve` child process, killed when the test ends.
 type server struct {
-	cmd    *exec.Cmd
-	url    string
-	logMu  sync.Mutex
-	log    []string // its stderr, for failure reports
-	exited chan struct{}
+	*Serve
+	url string
 }
-
-var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 func startServer(t *testing.T, bin, dataDir string, flags ...string) *server {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, flags...)...)
-	stderr, err := cmd.StderrPipe()
+	s, err := StartServe(bin, dataDir, startBound, flags...)
+	if errors.Is(err, ErrExited) {
+		t.Fatalf("lease serve exited before it was ready:\n%s", s.Log())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{cmd: cmd, exited: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		defer close(s.exited)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			s.logMu.Lock()
-			s.log = append(s.log, line)
-			s.logMu.Unlock()
-			if m := listeningRE.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-	}()
-	t.Cleanup(func() { s.kill(t) })
-	select {
-	case a := <-addr:
-		s.url = "http://" + a
-	case <-s.exited:
-		t.Fatalf("lease serve exited before listening:\n%s", s.logText())
-	case <-time.After(startBound):
-		t.Fatalf("lease serve not listening %v after start:\n%s", startBound, s.logText())
-	}
-	if err := s.ready(startBound - time.Since(start)); err != nil {
-		t.Fatalf("lease serve not ready within %v: %v\n%s", startBound, err, s.logText())
-	}
-	return s
-}
-
-// ready polls /readyz until it answers 200.
-func (s *server) ready(within time.Duration) error {
-	deadline := time.Now().Add(within)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr, Timeout: time.Second}
-	for {
-		resp, err := c.Get(s.url + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	t.Cleanup(s.Kill)
+	return &server{Serve: s, url: s.URL}
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (s *server) kill(t *testing.T) {
-	t.Helper()
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-}
+func (s *server) kill(*testing.T) { s.Kill() }
 
 // stop asks for a graceful shutdown and checks the server ends by itself.
 func (s *server) stop(t *testing.T) {
 	t.Helper()
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-s.exited:
-		if code := s.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("lease serve exited %d after SIGINT:\n%s", code, s.logText())
-		}
-	case <-time.After(15 * time.Second):
-		t.Errorf("lease serve still running 15s after SIGINT:\n%s", s.logText())
-		s.kill(t)
+	if err := s.Stop(15 * time.Second); err != nil {
+		t.Error(err)
 	}
 }
 
-func (s *server) logText() string {
-	s.logMu.Lock()
-	defer s.logMu.Unlock()
-	return strings.Join(s.log, "\n")
-}
+func (s *server) logText() string { return s.Log() }
