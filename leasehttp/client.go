@@ -464,6 +464,8 @@ type acquireBody struct {
 	Owner  string `json:"owner"`
 	TTLms  int64  `json:"ttl_ms"`
 	WaitMS int64  `json:"wait_ms,omitempty"`
+	Ticket string `json:"ticket,omitempty"`
+	Last   bool   `json:"last,omitempty"`
 }
 
 // ttlMillis is ttl in whole milliseconds, rounded up: the API counts in
@@ -482,11 +484,14 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	return c.acquire(ctx, key, owner, ttl, 0)
+	return c.acquire(ctx, key, owner, ttl, 0, lease.ID{}, false)
 }
 
-func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
+func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, error) {
 	body := acquireBody{Owner: owner, TTLms: ttlMillis(ttl), WaitMS: wait.Milliseconds()}
+	if !ticket.IsZero() {
+		body.Ticket, body.Last = ticket.Reveal(), last
+	}
 	rctx, h := ctx, (*hangUp)(nil)
 	if wait > 0 {
 		rctx, h = newHangUp(ctx, c.timeout) // see waitcancel.go
@@ -512,7 +517,9 @@ func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.
 // AcquireWait implements lease.WaitAcquirer: the server waits for the key,
 // FIFO among its waiters, for up to the chunk (WithWaitChunk) or until just
 // before ctx's deadline, whichever is sooner, and the Client asks again
-// until ctx ends. When ctx ends during a wait, the Client hangs up its side
+// until ctx ends. Every request of one AcquireWait carries the same ticket,
+// so a server that keeps tickets (WithWaitGrace) keeps the wait's place in
+// line however many requests it takes. When ctx ends during a wait, the Client hangs up its side
 // of the connection and reads the server's last answer (waitcancel.go): the
 // server ends the wait and releases a lease it grants at that moment, and a
 // lease granted before the server saw the hang-up the Client gives back
@@ -528,6 +535,9 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 		return lease.Lease{}, err
 	}
 	var held error
+	// Every request of this wait carries one ticket, so that the server
+	// keeps the wait's place in line from one request to the next.
+	ticket := lease.NewID()
 	// Paces the requests only while the server answers at once.
 	loop := wait.Loop{Pacer: wait.NewPacer(pollMin, pollMax, nil)}
 	for {
@@ -545,7 +555,7 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			chunk = max(chunk, 0)
 		}
 		sent := time.Now()
-		l, err := c.acquire(ctx, key, owner, ttl, chunk)
+		l, err := c.acquire(ctx, key, owner, ttl, chunk, ticket, last)
 		if err == nil {
 			return l, nil
 		}

@@ -94,7 +94,10 @@
 // hang-up would still be answered to nobody, so Client.AcquireWait hangs up
 // only its own side of the connection (a half-close) and reads the answer:
 // 499 says nothing is held for it, and a lease that crossed the hang-up it
-// releases at once. Close ends every pending wait with 503 so that
+// releases at once. A wait longer than the server's max wait takes several
+// requests; those that carry one "ticket" keep the wait's place in line
+// from one to the next (see WithWaitGrace and docs/DESIGN.md), which
+// Client.AcquireWait does. Close ends every pending wait with 503 so that
 // http.Server.Shutdown can drain quickly. A waiting request has its wait
 // added to the read and write deadlines of the http.Server serving it, so
 // its ReadTimeout and WriteTimeout need not allow for waits.

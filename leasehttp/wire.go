@@ -107,6 +107,12 @@ type acquireRequest struct {
 	Owner string
 	TTL   time.Duration
 	Wait  time.Duration // 0: try once; already capped at the server's max wait
+	// Ticket names a wait that outlives this request (zero: none); see
+	// WithWaitGrace.
+	Ticket lease.ID
+	// Last says the client will not ask again with Ticket: a wait that
+	// ends without the lease leaves the line at once.
+	Last bool
 }
 
 type renewRequest struct {
