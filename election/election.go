@@ -7,13 +7,6 @@
 //
 // The leader's value (an address, a name) travels as the lease's owner, so
 // Leader and Observe read it from the backend with no storage of their own.
-// For the same reason there is no Proclaim (etcd's change of the value
-// within a term): no backend operation changes a held lease's owner. A
-// leader announces a new value by resigning and campaigning again with it,
-// which starts a new term with a new token.
-//
-// Run is the leader loop (campaign, lead, stop on loss, campaign again),
-// in the shape of client-go's RunOrDie and Curator's LeaderSelector.
 //
 // Campaign waits through lease.Client.Acquire: the backend's FIFO wait or
 // its notifications where it has them, a paced poll otherwise. Observe

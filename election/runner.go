@@ -106,6 +106,11 @@ func KeepTermOnCancel() RunOption {
 // process that merely seems dead (paused, cut off) would lead alongside.
 // So Run never does it; a term resigned on shutdown (the default) is
 // handed over at once, which is what a restart needs.
+//
+// There is no Proclaim (etcd's change of the leader's value within a
+// term): the value is the lease's owner, and no backend operation changes
+// a held lease's owner. A leader announces a new value by returning nil
+// from lead and campaigning again with it (a new term, with a new token).
 func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ...RunOption) error {
 	if lead == nil {
 		return fmt.Errorf("%w: election: Run with a nil Lead", lease.ErrInvalid)
