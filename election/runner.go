@@ -139,7 +139,7 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 		}()
 		defer func() { stop(); <-done }()
 	}
-	pacer := wait.NewPacer(cfg.minBackoff, cfg.maxBackoff, cfg.jitter)
+	requeue := wait.Loop{Pacer: wait.NewPacer(cfg.minBackoff, cfg.maxBackoff, cfg.jitter)}
 	for {
 		t, err := e.Campaign(ctx, key, value)
 		switch {
@@ -151,19 +151,19 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 		case err != nil && permanent(err):
 			return err
 		case err != nil:
-			if sleep(ctx, pacer.Held(time.Now(), time.Time{})) != nil {
+			if requeue.Wait(ctx, time.Time{}) != nil {
 				return nil
 			}
 			continue
 		}
-		pacer.Reset()
+		requeue.Pacer.Reset()
 		gaveUp, err := e.lead(ctx, t, lead, &cfg)
 		switch {
 		case err != nil:
 			return err
 		case ctx.Err() != nil:
 			return nil
-		case !gaveUp && sleep(ctx, pacer.Held(time.Now(), time.Time{})) != nil:
+		case !gaveUp && requeue.Wait(ctx, time.Time{}) != nil:
 			return nil
 		}
 	}
@@ -222,16 +222,16 @@ func (cfg *runConfig) stopped(t *Term, cause error) {
 // notifyLeaders calls f with each leader Observe reports, observing again
 // after a backoff when the observation breaks, until ctx ends.
 func (e *Elector) notifyLeaders(ctx context.Context, key string, f func(Leader)) {
-	pacer := wait.NewPacer(50*time.Millisecond, 5*time.Second, rand.Float64)
+	again := wait.Loop{Pacer: wait.NewPacer(50*time.Millisecond, 5*time.Second, rand.Float64)}
 	for ctx.Err() == nil {
 		for l, err := range e.Observe(ctx, key) {
 			if err != nil {
 				break
 			}
-			pacer.Reset()
+			again.Pacer.Reset()
 			f(l)
 		}
-		if sleep(ctx, pacer.Held(time.Now(), time.Time{})) != nil {
+		if again.Wait(ctx, time.Time{}) != nil {
 			return
 		}
 	}
@@ -241,16 +241,4 @@ func (e *Elector) notifyLeaders(ctx context.Context, key string, f func(Leader))
 // cannot mend.
 func permanent(err error) bool {
 	return errors.Is(err, lease.ErrInvalid) || errors.Is(err, lease.ErrConflict)
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/recipetest"
 	"github.com/leasehq/lease/semaphore"
 )
 
@@ -173,51 +174,14 @@ func TestResizeIsExplicit(t *testing.T) {
 	}
 }
 
-// deadAfterTurn is a backend as a process sees it that dies while at the
-// head of a semaphore's line: it cannot renew or give anything back.
-type deadAfterTurn struct{ lease.Backend }
-
-func (deadAfterTurn) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease, error) {
-	return lease.Lease{}, lease.ErrUnavailable
-}
-
-func (deadAfterTurn) Release(context.Context, lease.Lease) error { return lease.ErrUnavailable }
-
-// TestDeadHeadHoldsUpTheLineAtMostMaxLineTTL: a waiter that dies at the
-// head of the line, with a slot about to come free, holds the next waiter
-// up at most MaxLineTTL, not the slots' TTL of a minute.
-func TestDeadHeadHoldsUpTheLineAtMostMaxLineTTL(t *testing.T) {
+// TestDeadHeadLeavesTheLine runs the recipe suite's check that a waiter
+// dying at the head of the line holds it up at most MaxLineTTL (its
+// control is in internal/recipetest).
+func TestDeadHeadLeavesTheLine(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.Name, func(t *testing.T) {
-			ctx := ctxFor(t)
-			b := be.New(t)
-			holder, err := newSem(t, b, 1, time.Minute).TryAcquire(ctx)
-			if err != nil {
+			if err := recipetest.SemaphoreDeadHeadLeavesTheLine(t, be.New(t), recipetest.Options{}); err != nil {
 				t.Fatal(err)
-			}
-			dctx, die := context.WithCancel(ctx)
-			dead := make(chan error, 1)
-			go func() {
-				_, err := newSem(t, deadAfterTurn{b}, 1, time.Minute).Acquire(dctx)
-				dead <- err
-			}()
-			waitFor(t, func() bool { // the doomed waiter is at the head
-				_, err := b.Get(ctx, "jobs/queue")
-				return err == nil
-			})
-			die()
-			<-dead
-			if err := holder.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			slot, err := newSem(t, b, 1, time.Minute).Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer slot.Release(ctx)
-			if d := time.Since(start); d > semaphore.MaxLineTTL+time.Second {
-				t.Fatalf("the next waiter waited %v behind a dead head; want at most MaxLineTTL (%v)", d, semaphore.MaxLineTTL)
 			}
 		})
 	}

@@ -135,11 +135,7 @@ func runnerHandoff(ctx context.Context, e *election.Elector, key string) (time.D
 
 // BenchmarkCompareRunnerHandoff: see the package documentation.
 func BenchmarkCompareRunnerHandoff(b *testing.B) {
-	type row struct {
-		name string
-		run  func(ctx context.Context, round int) (time.Duration, error)
-	}
-	var rows []row
+	var rows []benchutil.Timed
 	for _, be := range backends(b) {
 		e, err := election.New(be.be, 30*time.Second)
 		if err != nil {
@@ -147,31 +143,14 @@ func BenchmarkCompareRunnerHandoff(b *testing.B) {
 		}
 		prefix := "handoff/" + strconv.FormatInt(time.Now().UnixNano(), 36) + "/" + be.name + "/"
 		rows = append(rows,
-			row{"campaign-" + be.name, func(ctx context.Context, r int) (time.Duration, error) {
+			benchutil.Timed{Name: "campaign-" + be.name, Run: func(ctx context.Context, r int) (time.Duration, error) {
 				return bareHandoff(ctx, e, prefix+"bare/"+strconv.Itoa(r))
 			}},
-			row{"runner-" + be.name, func(ctx context.Context, r int) (time.Duration, error) {
+			benchutil.Timed{Name: "runner-" + be.name, Run: func(ctx context.Context, r int) (time.Duration, error) {
 				return runnerHandoff(ctx, e, prefix+"runner/"+strconv.Itoa(r))
 			}})
 	}
 	b.Run("c=1/interleaved", func(b *testing.B) {
-		ctx := context.Background()
-		lat := make([][]time.Duration, len(rows))
-		start := time.Now()
-		for r := range handoffRounds {
-			for k := range rows {
-				i := (r + k) % len(rows)
-				d, err := rows[i].run(ctx, r)
-				if err != nil {
-					b.Fatalf("%s, round %d: %v", rows[i].name, r, err)
-				}
-				lat[i] = append(lat[i], d)
-			}
-		}
-		out := make([]benchutil.Row, len(rows))
-		for i, row := range rows {
-			out[i] = benchutil.Row{Name: row.name, Latencies: lat[i]}
-		}
-		benchutil.ReportRows(b, time.Since(start)/handoffRounds, out)
+		benchutil.InterleaveRounds(b, context.Background(), handoffRounds, rows)
 	})
 }
