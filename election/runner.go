@@ -173,9 +173,12 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 // the term or ctx ends. gaveUp says lead returned nil of itself; err is
 // lead's error when it returned one of itself.
 func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) (gaveUp bool, err error) {
-	tctx, cancel := context.WithCancelCause(t.Context())
+	// A child of ctx, so that a shutdown reaches lead in the canceller's
+	// own goroutine (the hand-off's path); the term's loss, rarer, through
+	// AfterFunc.
+	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	stop := context.AfterFunc(t.Context(), func() { cancel(context.Cause(t.Context())) })
 	defer stop()
 	err = lead(tctx, t)
 	ended := tctx.Err() != nil // the term or ctx ended first: lead's error is its answer to that

@@ -19,5 +19,5 @@ func init() {
 		"serve-no-tickets = the same with --wait-grace 0, the server before issue 29, where a re-sent wait joins the back."
 	groupNotes["RunnerHandoff"] = "A graceful hand-off on each backend, the next candidate queued 30 ms before the leader steps down; TTL 30 s. " +
 		"campaign-X = the leader's Term.Resign to the next Campaign returning; runner-X = the leader's election.Run context cancelled (its Lead returns, then Run resigns) " +
-		"to the next Run's Lead starting. Interleaved: each round one hand-off of each row, starting from the next row each round, 40 rounds; ns/op is the mean."
+		"to the next Run's Lead starting. Interleaved: each round one hand-off of each row, starting from the next row each round, 100 rounds; ns/op is the mean."
 }

@@ -23,7 +23,7 @@ import (
 )
 
 const (
-	handoffRounds = 40
+	handoffRounds = 100
 	// handoffQueue is how long the next candidate has to queue before the
 	// leader steps down, so that the hand-off starts with it in line.
 	handoffQueue = 30 * time.Millisecond
