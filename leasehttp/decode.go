@@ -569,7 +569,7 @@ func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration
 		return acquireRequest{}, badRequest("field \"wait_ms\" is %d; want 0 to %d milliseconds", wait, MaxMaxWait.Milliseconds())
 	}
 	if wait >= uint64(maxWait/time.Millisecond) {
-		req.Wait = maxWait
+		req.Wait, req.Capped = maxWait, wait > uint64(maxWait/time.Millisecond)
 	} else {
 		req.Wait = time.Duration(wait) * time.Millisecond
 	}

@@ -95,7 +95,7 @@ func (s *Server) acquireTicket(rctx context.Context, key string, req acquireRequ
 	select {
 	case <-tw.done:
 	case <-timer.C:
-		if req.Last {
+		if req.Last && !req.Capped {
 			// The client will not come back: the wait leaves the line.
 			s.tickets.remove(tk, tw)
 			tw.cancel(errWaitOver)

@@ -223,3 +223,29 @@ func peekBody(t *testing.T, r *http.Request) string {
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	return string(b)
 }
+
+// TestLastRequestLeavesOnlyWhenItRanWhole: "last" says the client will not
+// ask again once its wait_ms has run. A last request the server cuts short
+// at its max wait keeps the wait in line (the client will ask again); one
+// that runs its whole wait_ms takes it out.
+func TestLastRequestLeavesOnlyWhenItRanWhole(t *testing.T) {
+	_, hs := startServer(t, newMem(t), leasehttp.WithMaxWait(50*time.Millisecond), leasehttp.WithWaitGrace(time.Minute))
+	c := newClient(t, hs.URL)
+	holder, err := c.Acquire(ctxFor(t), "last", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release(context.Background(), holder)
+	const capped = `{"owner":"w","ttl_ms":60000,"wait_ms":60000,"ticket":"000000000000000000000000000000aa","last":true}`
+	if status, body := call(t, "POST", hs.URL+"/v1/leases/last/acquire", "", capped); status != http.StatusConflict {
+		t.Fatalf("a capped last request: HTTP %d %s, want 409", status, body)
+	}
+	if n := metric(t, hs.URL, "lease_waiters"); n != 1 {
+		t.Fatalf("after a last request cut short at the server's max wait, %v waits in line; want it kept (1)", n)
+	}
+	const whole = `{"owner":"w","ttl_ms":60000,"wait_ms":20,"ticket":"000000000000000000000000000000aa","last":true}`
+	if status, body := call(t, "POST", hs.URL+"/v1/leases/last/acquire", "", whole); status != http.StatusConflict {
+		t.Fatalf("a last request that ran whole: HTTP %d %s, want 409", status, body)
+	}
+	eventually(t, "the wait left the line", func() bool { return metric(t, hs.URL, "lease_waiters") == 0 })
+}
