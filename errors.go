@@ -36,6 +36,12 @@ var ErrStaleToken = errors.New("lease: stale fencing token")
 // with control characters, a TTL outside [MinTTL, MaxTTL], a zero token or ID.
 var ErrInvalid = errors.New("lease: invalid argument")
 
+// ErrConflict means a caller's settings for something shared disagree with
+// the ones stored for it by those already using it: a semaphore opened with
+// a limit other than the one its holders were admitted under. Nothing was
+// taken; changing the setting is an explicit operation (semaphore.WithResize).
+var ErrConflict = errors.New("lease: conflicting settings")
+
 // ErrUnavailable means the backend could not be reached or could not answer.
 // The outcome of the operation may be unknown; see the wrapped error.
 var ErrUnavailable = errors.New("lease: backend unavailable")

@@ -509,6 +509,8 @@ type acquireBody struct {
 	Owner  string `json:"owner"`
 	TTLms  int64  `json:"ttl_ms"`
 	WaitMS int64  `json:"wait_ms,omitempty"`
+	Ticket string `json:"ticket,omitempty"`
+	Last   bool   `json:"last,omitempty"`
 }
 
 // ttlMillis is ttl in whole milliseconds, rounded up: the API counts in
@@ -527,11 +529,14 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	return c.acquire(ctx, key, owner, ttl, 0)
+	return c.acquire(ctx, key, owner, ttl, 0, lease.ID{}, false)
 }
 
-func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
+func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, error) {
 	body := acquireBody{Owner: owner, TTLms: ttlMillis(ttl), WaitMS: wait.Milliseconds()}
+	if !ticket.IsZero() {
+		body.Ticket, body.Last = ticket.Reveal(), last
+	}
 	if wait > 0 {
 		return c.acquireWaiting(ctx, key, body, wait) // see waitcancel.go
 	}
@@ -559,15 +564,18 @@ func acquireAnswer(key string, resp *response, err error) (lease.Lease, error) {
 // AcquireWait implements lease.WaitAcquirer: the server waits for the key,
 // FIFO among its waiters, for up to the chunk (WithWaitChunk) or until just
 // before ctx's deadline, whichever is sooner, and the Client asks again
-// until ctx ends. When ctx ends during a wait, AcquireWait returns at once
-// with ctx's error, however slow or hung the server, and the wait ends in
-// the background (waitcancel.go): the Client hangs up its side of the
-// connection and reads the server's last answer; the server ends the wait
-// and releases a lease it grants at that moment, and a lease granted before
-// the server saw the hang-up the Client gives back itself. Only when no
-// answer comes within the Client's timeout, or the connection cannot be
-// half-closed (HTTP/2), is the outcome unknown: a lease granted then
-// expires after its TTL. Close stops the background work. A server
+// until ctx ends. Every request of one AcquireWait carries the same ticket,
+// so a server that keeps tickets (WithWaitGrace) keeps the wait's place in
+// line however many requests it takes. When ctx ends during a wait,
+// AcquireWait returns at once with ctx's error, however slow or hung the
+// server, and the wait ends in the background (waitcancel.go): the Client
+// hangs up its side of the connection and reads the server's last answer;
+// the server ends the wait and releases a lease it grants at that moment,
+// and a lease granted before the server saw the hang-up the Client gives
+// back itself. Only when no answer comes within the Client's timeout, or
+// the connection cannot be half-closed (HTTP/2), is the outcome unknown: a
+// lease granted then expires after its TTL. Close stops the background
+// work. A server
 // that answers held at once (waiting turned off, or closing) is asked again
 // after a backoff of 5 ms doubling to 500 ms, not back to back. When ctx's
 // deadline is near it returns the server's *lease.HeldError.
@@ -576,6 +584,9 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 		return lease.Lease{}, err
 	}
 	var held error
+	// Every request of this wait carries one ticket, so that the server
+	// keeps the wait's place in line from one request to the next.
+	ticket := lease.NewID()
 	// Paces the requests only while the server answers at once.
 	loop := wait.Loop{Pacer: wait.NewPacer(pollMin, pollMax, nil)}
 	for {
@@ -593,7 +604,7 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			chunk = max(chunk, 0)
 		}
 		sent := time.Now()
-		l, err := c.acquire(ctx, key, owner, ttl, chunk)
+		l, err := c.acquire(ctx, key, owner, ttl, chunk, ticket, last)
 		if err == nil {
 			return l, nil
 		}

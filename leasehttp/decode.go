@@ -1,6 +1,7 @@
 package leasehttp
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -66,6 +67,7 @@ type field struct {
 	required bool
 	str      *string
 	num      *uint64
+	boolean  *bool // set instead of str and num: true or false
 	// raw, set instead of str, receives a string's contents as bytes:
 	// a slice of the body when it needs no decoding, so valid only as
 	// long as the body is.
@@ -426,6 +428,16 @@ func (f *field) set(s *scanner) error {
 		}
 		return f.array(s)
 	}
+	if f.boolean != nil {
+		for _, lit := range []string{"true", "false"} {
+			if bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
+				s.i += len(lit)
+				*f.boolean = lit == "true"
+				return nil
+			}
+		}
+		return badRequest("field %q must be true or false", f.name)
+	}
 	if f.str != nil || f.raw != nil {
 		if c != '"' {
 			return badRequest("field %q must be a string", f.name)
@@ -528,22 +540,35 @@ func parseID(s string) (lease.ID, error) {
 	return id, nil
 }
 
-// decodeAcquire reads {"owner","ttl_ms","wait_ms"}; wait_ms is optional
-// (0 = try once), at most MaxMaxWait, and capped at maxWait.
+// decodeAcquire reads {"owner","ttl_ms","wait_ms","ticket","last"};
+// wait_ms is optional (0 = try once), at most MaxMaxWait, and capped at
+// maxWait; ticket is optional, 32 hex digits; last is optional, and only
+// with a ticket.
 func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration) (acquireRequest, error) {
-	var owner string
+	var owner, ticket string
 	var ttl, wait uint64
+	var last bool
 	err := decodeBody(w, r,
 		&field{name: "owner", required: true, str: &owner, text: true},
 		&field{name: "ttl_ms", required: true, num: &ttl},
-		&field{name: "wait_ms", num: &wait})
+		&field{name: "wait_ms", num: &wait},
+		&field{name: "ticket", str: &ticket},
+		&field{name: "last", boolean: &last})
 	if err != nil {
 		return acquireRequest{}, err
 	}
 	if err := lease.ValidateOwner(owner); err != nil {
 		return acquireRequest{}, badRequest("field \"owner\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
 	}
-	req := acquireRequest{Owner: owner}
+	req := acquireRequest{Owner: owner, Last: last}
+	if last && ticket == "" {
+		return acquireRequest{}, badRequest("field \"last\" needs a \"ticket\"")
+	}
+	if ticket != "" {
+		if req.Ticket, err = lease.ParseID(ticket); err != nil {
+			return acquireRequest{}, badRequest("field \"ticket\" is not 32 hex digits (not all zero)")
+		}
+	}
 	if req.TTL, err = millisTTL("ttl_ms", ttl); err != nil {
 		return acquireRequest{}, err
 	}
@@ -555,7 +580,7 @@ func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration
 		return acquireRequest{}, badRequest("field \"wait_ms\" is %d; want 0 to %d milliseconds", wait, MaxMaxWait.Milliseconds())
 	}
 	if wait >= uint64(maxWait/time.Millisecond) {
-		req.Wait = maxWait
+		req.Wait, req.Capped = maxWait, wait > uint64(maxWait/time.Millisecond)
 	} else {
 		req.Wait = time.Duration(wait) * time.Millisecond
 	}

@@ -95,7 +95,11 @@
 // only its own side of the connection (a half-close) and reads the answer:
 // 499 says nothing is held for it, and a lease that crossed the hang-up it
 // releases at once. It does so in the background: its caller gets its
-// context's error at once, however slow or hung the server. Close ends every pending wait with 503 so that
+// context's error at once, however slow or hung the server. A wait longer
+// than the server's max wait takes several requests; those that carry one
+// "ticket" keep the wait's place in line from one to the next (see
+// WithWaitGrace and docs/DESIGN.md), which Client.AcquireWait does. Close
+// ends every pending wait with 503 so that
 // http.Server.Shutdown can drain quickly. A waiting request has its wait
 // added to the read and write deadlines of the http.Server serving it, so
 // its ReadTimeout and WriteTimeout need not allow for waits.

@@ -83,7 +83,8 @@ func (q *queues) released(key string) {
 }
 
 // acquireQueued waits in key's queue until it acquires the key or ctx ends.
-// It returns the last HeldError seen (for the 409 answer) with ctx's cause.
+// It then returns the last HeldError seen (for the 409 answer), or ctx's
+// cause if it saw none.
 // Each try is made with a context that ctx's end does not cut short, so a
 // try is never abandoned halfway with its outcome unknown; a lease won as
 // ctx ended is returned, and the caller decides what to do with it.
@@ -94,7 +95,7 @@ func (s *Server) acquireQueued(ctx context.Context, key, owner string, ttl time.
 	select {
 	case <-w.turn:
 	case <-ctx.Done():
-		return lease.Lease{}, s.waitEnded(ctx, key, nil)
+		return lease.Lease{}, context.Cause(ctx)
 	}
 	loop := wait.Loop{
 		Pacer:     wait.NewPacer(pollMin, pollMax, nil),
@@ -114,7 +115,7 @@ func (s *Server) acquireQueued(ctx context.Context, key, owner string, ttl time.
 		}
 		lastHeld = err
 		if ctx.Err() != nil || loop.Wait(ctx, lease.HolderExpires(err)) != nil {
-			return lease.Lease{}, s.waitEnded(ctx, key, lastHeld)
+			return lease.Lease{}, lastHeld
 		}
 	}
 }

@@ -47,6 +47,7 @@ type Server struct {
 	hosts    hostSet            // Hosts answered without credentials besides loopback
 	log      *slog.Logger
 	maxWait  time.Duration
+	tickets  *tickets // waits kept in line between their requests
 	mux      *http.ServeMux
 	routes   map[string]http.Handler // by pattern, as registered in mux
 	badPath  http.Handler            // answers a /v1/ path with an empty or dot segment
@@ -76,6 +77,7 @@ type serverConfig struct {
 	reg      prometheus.Registerer
 	gat      prometheus.Gatherer
 	maxWait  time.Duration
+	grace    time.Duration
 	hosts    hostSet
 	watch    watchConfig
 }
@@ -152,14 +154,14 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: leasehttp: backend is nil", lease.ErrInvalid)
 	}
-	cfg := serverConfig{log: slog.Default(), maxWait: DefaultMaxWait}
+	cfg := serverConfig{log: slog.Default(), maxWait: DefaultMaxWait, grace: DefaultWaitGrace}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
 	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, hosts: cfg.hosts, mux: http.NewServeMux(),
-		routes: map[string]http.Handler{}, queues: newQueues()}
+		routes: map[string]http.Handler{}, queues: newQueues(), tickets: newTickets(cfg.grace)}
 	s.waitAcq, _ = b.(lease.WaitAcquirer)
 	s.notifier, _ = b.(lease.Notifier)
 	if cfg.credsSet {
@@ -614,6 +616,9 @@ func (s *Server) acquireOnce(ctx context.Context, key, owner string, ttl time.Du
 // acquireWaiting waits up to req.Wait for key: through the backend's own
 // FIFO wait if it has one, else in this server's queue for the key.
 func (s *Server) acquireWaiting(rctx context.Context, key string, req acquireRequest) (lease.Lease, error) {
+	if !req.Ticket.IsZero() && s.tickets.grace > 0 {
+		return s.acquireTicket(rctx, key, req)
+	}
 	cctx, cancelCause := context.WithCancelCause(rctx)
 	defer cancelCause(nil)
 	stop := context.AfterFunc(s.closing, func() { cancelCause(errShuttingDown) })
@@ -621,22 +626,26 @@ func (s *Server) acquireWaiting(rctx context.Context, key string, req acquireReq
 	ctx, cancel := context.WithTimeoutCause(cctx, req.Wait, errWaitOver)
 	defer cancel()
 
+	l, err := s.waitFor(ctx, key, req.Owner, req.TTL)
+	if err != nil && ctx.Err() != nil {
+		return lease.Lease{}, s.waitEnded(ctx, key, heldOrNil(err))
+	}
+	return l, err
+}
+
+// waitFor waits in line for key until it acquires it or ctx ends: in the
+// backend's own FIFO wait if it has one, else in this server's queue. On
+// ctx's end it returns an error, matching lease.ErrHeld if it saw the key
+// held, and holds nothing; a lease won as ctx ended is returned.
+func (s *Server) waitFor(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	s.metrics.waiters.Inc()
 	defer s.metrics.waiters.Dec()
 	s.waiting.add(key, 1)
 	defer s.waiting.add(key, -1)
 	if s.waitAcq == nil {
-		return s.acquireQueued(ctx, key, req.Owner, req.TTL)
+		return s.acquireQueued(ctx, key, owner, ttl)
 	}
-	l, err := s.waitAcq.AcquireWait(ctx, key, req.Owner, req.TTL)
-	if err != nil && ctx.Err() != nil {
-		var held error
-		if errors.Is(err, lease.ErrHeld) {
-			held = err
-		}
-		return lease.Lease{}, s.waitEnded(ctx, key, held)
-	}
-	return l, err
+	return s.waitAcq.AcquireWait(ctx, key, owner, ttl)
 }
 
 // waitEnded is the error for a wait whose context ended: 409 held (with the

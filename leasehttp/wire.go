@@ -107,6 +107,16 @@ type acquireRequest struct {
 	Owner string
 	TTL   time.Duration
 	Wait  time.Duration // 0: try once; already capped at the server's max wait
+	// Ticket names a wait that outlives this request (zero: none); see
+	// WithWaitGrace.
+	Ticket lease.ID
+	// Last says the client will not ask again with Ticket once this
+	// request's wait_ms has run: a wait that runs it whole leaves the line
+	// at once (one that Capped cuts short is kept, as the client asks
+	// again).
+	Last bool
+	// Capped says Wait is the server's max wait, shorter than wait_ms.
+	Capped bool
 }
 
 type renewRequest struct {

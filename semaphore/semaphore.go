@@ -8,12 +8,23 @@
 // lease.Hold, renewed in the background and lost as a Hold is (I5); guard
 // what a slot's holder writes per slot, with the slot's token.
 //
-// Acquire waits in line: waiters first take the lease NAME/queue, which
-// the backend hands out first come, first served where it can
-// (lease.WaitAcquirer), and only the one at the head of the line looks for
-// a free slot, woken by the backend's watch (lease.Watcher) or, without
+// Acquire waits in line: waiters first take the lease NAME/queue (for at
+// most MaxLineTTL, so that a waiter that dies at the head holds up the line
+// no longer), which the backend hands out first come, first served where
+// it can (lease.WaitAcquirer), and only the one at the head of the line
+// looks for a free slot, woken by the backend's watch (lease.Watcher) or, without
 // one or with one refused as unsupported, at the slots' expiries and a backoff from 5 to 500 ms. TryAcquire
 // does not wait in line: it takes any free slot at once, or fails.
+//
+// The limit N is stored with the slots: each is held under its holder's
+// owner with the limit appended ("worker-7 #limit=3"), and a process whose
+// N differs admits nobody while such holders remain and gets an error
+// matching lease.ErrConflict; WithResize changes the limit explicitly.
+// Admission lists the holders before it takes a slot and again after, and
+// gives the slot up if they disagree or number more than N, so processes
+// that disagree never have more than the stored N admitted at once. An
+// idle semaphore (no slot held) stores no limit: the first holder's N is
+// the limit from then on.
 package semaphore
 
 import (
@@ -32,12 +43,22 @@ import (
 // MaxSlots is the most slots a semaphore may have.
 const MaxSlots = 1024
 
+// MaxLineTTL bounds the TTL of the lease NAME/queue that the head of the
+// line holds while it looks for a slot: a waiter that dies at the head
+// (and so cannot give the turn back) holds up the line at most this long,
+// not a slot's TTL. Slots shorter than it use their own TTL.
+const MaxLineTTL = 2 * time.Second
+
 // Semaphore is N slots under one name on a backend.
 type Semaphore struct {
-	client *lease.Client
+	client *lease.Client // takes the turn, and lists
+	slots  *lease.Client // takes slots, under the owner with the limit
 	name   string
 	n      int
 	ttl    time.Duration
+	resize bool // WithResize
+
+	skipCheck bool // a broken semaphore for negative controls (export_test.go)
 
 	rmu sync.Mutex // rng is not safe for concurrent use
 	rng *rand.Rand // nil: math/rand/v2's global source
@@ -47,6 +68,7 @@ type Semaphore struct {
 type config struct {
 	client []lease.Option
 	src    rand.Source
+	resize bool
 }
 
 // Option configures a Semaphore in New.
@@ -78,7 +100,10 @@ func WithRand(src rand.Source) Option {
 }
 
 // New returns the semaphore name of n slots (1 to MaxSlots) on b, whose
-// slots are held for ttl between renewals.
+// slots are held for ttl between renewals. n is checked against the limit
+// that the semaphore's holders were admitted under (see checkLimit): a
+// process that disagrees admits nobody and gets an error matching
+// lease.ErrConflict, unless WithResize makes its n the new limit.
 func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...Option) (*Semaphore, error) {
 	if n < 1 || n > MaxSlots {
 		return nil, fmt.Errorf("%w: semaphore: %d slots, want 1 to %d", lease.ErrInvalid, n, MaxSlots)
@@ -104,7 +129,10 @@ func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...Option)
 	if err != nil {
 		return nil, err
 	}
-	s.client = c
+	s.client, s.resize = c, cfg.resize
+	if s.slots, err = lease.NewClient(b, append(cfg.client[:len(cfg.client):len(cfg.client)], lease.WithOwner(slotOwner(c.Owner(), n)))...); err != nil {
+		return nil, fmt.Errorf("semaphore: the owner with its limit: %w", err)
+	}
 	if cfg.src != nil {
 		s.rng = rand.New(cfg.src)
 	}
@@ -152,15 +180,23 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Slot, error) {
 	return slot, err
 }
 
-// tryAll tries every slot once. When all are held it also returns the
-// earliest expiry among their holders, on the backend's clock.
+// tryAll tries every slot once, checking the limit before and after (see
+// checkLimit). When all are held it also returns the earliest expiry among
+// their holders, on the backend's clock.
 func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
+	if err := s.checkLimit(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
 	var soonest time.Time
 	start := s.intN(s.n)
 	for j := range s.n {
 		i := (start + j) % s.n
-		h, err := s.client.TryAcquire(ctx, s.slotKey(i), s.ttl)
+		h, err := s.slots.TryAcquire(ctx, s.slotKey(i), s.ttl)
 		if err == nil {
+			if err := s.checkLimit(ctx); err != nil {
+				_ = h.Release(context.WithoutCancel(ctx))
+				return nil, time.Time{}, err
+			}
 			return &Slot{Hold: h, n: i}, time.Time{}, nil
 		}
 		if !errors.Is(err, lease.ErrHeld) {
@@ -175,7 +211,7 @@ func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
 
 // Acquire waits in line for a slot until it has one or ctx ends.
 func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
-	turn, err := s.client.Acquire(ctx, s.queueKey(), s.ttl)
+	turn, err := s.client.Acquire(ctx, s.queueKey(), min(s.ttl, MaxLineTTL))
 	if err != nil {
 		return nil, err
 	}

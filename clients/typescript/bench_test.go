@@ -86,7 +86,7 @@ func setup(tb testing.TB) (*worker, []row) {
 		cfg := cli.ServeConfig{Addr: "127.0.0.1:0", DataDir: dataDir, Backend: backend, ShutdownTimeout: 10 * time.Second,
 			ReadHeaderTimeout: cli.DefaultReadHeaderTimeout, ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
 			MaxConnections: cli.DefaultMaxConnections, WatchHeartbeat: cli.DefaultWatchHeartbeat, MaxWatchers: cli.DefaultMaxWatchers,
-			Logger: slog.New(slog.DiscardHandler)}
+			MaxWait: cli.DefaultMaxWait, WaitGrace: cli.DefaultWaitGrace, Logger: slog.New(slog.DiscardHandler)}
 		s, err := cli.NewServer(cfg)
 		if err != nil {
 			tb.Fatal(err)

@@ -17,6 +17,7 @@ package benchutil
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"runtime"
 	"slices"
@@ -210,6 +211,41 @@ type Row struct {
 	// Extra are further metrics of the row by unit, e.g. "over-ttl-rtt";
 	// units must not contain a colon or white space.
 	Extra map[string]float64
+}
+
+// Timed is one row of InterleaveRounds: Run does the row's operation of
+// round r and returns how long the part that counts took.
+type Timed struct {
+	Name string
+	Run  func(ctx context.Context, round int) (time.Duration, error)
+}
+
+// InterleaveRounds runs rounds rounds of rows, each round one operation of
+// every row, starting from the next row each round (as Interleave does),
+// and reports them with ReportRows. For operations whose time is not
+// simply a call's (a hand-off timed from one event to another).
+func InterleaveRounds(b *testing.B, ctx context.Context, rounds int, rows []Timed) {
+	b.Helper()
+	lat := make([][]time.Duration, len(rows))
+	b.ResetTimer()
+	start := time.Now()
+	for r := range rounds {
+		for k := range rows {
+			i := (r + k) % len(rows)
+			d, err := rows[i].Run(ctx, r)
+			if err != nil {
+				b.Fatalf("%s, round %d: %v", rows[i].Name, r, err)
+			}
+			lat[i] = append(lat[i], d)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	out := make([]Row, len(rows))
+	for i, row := range rows {
+		out[i] = Row{Name: row.Name, Latencies: lat[i]}
+	}
+	ReportRows(b, elapsed/time.Duration(rounds), out)
 }
 
 // ReportRows reports rows in Interleave's format, so that

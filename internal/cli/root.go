@@ -116,6 +116,7 @@ func newRoot(a *app) *cobra.Command {
 		newWatchCommand(a),
 		newLeaderCommand(a),
 		newRunCommand(a),
+		newCampaignCommand(a),
 		newBackupCommand(a),
 		newRestoreCommand(a),
 		newBumpCommand(a),

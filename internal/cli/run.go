@@ -89,55 +89,7 @@ forbidden) or answered as no lease server does, which retrying will not fix;
 				// TTL: the refusal of a longer grace is for one asked for.
 				o.grace = min(o.grace, o.ttl)
 			}
-			if err := o.check(); err != nil {
-				return err
-			}
-			b, err := rf.backend(a)
-			if err != nil {
-				// A server URL or token that cannot be used: a retry
-				// will not fix it, so not 75.
-				return err
-			}
-			defer closeBackend(b)
-			c, err := newRunClient(b, o.owner, a.clock)
-			if err != nil {
-				return err
-			}
-			var sem *semaphore.Semaphore
-			if o.slots > 0 {
-				sem, err = semaphore.New(b, o.key, o.slots, o.ttl, semaphore.WithClientOptions(runClientOptions(c.Owner(), a.clock)...))
-				if err != nil {
-					return err
-				}
-			}
-			sigs := a.signals
-			if sigs == nil {
-				ch := make(chan os.Signal, 4)
-				signal.Notify(ch, forwardedSignals...)
-				defer signal.Stop(ch)
-				sigs = ch
-			}
-			clock := a.clock
-			if clock == nil {
-				clock = lease.SystemClock{}
-			}
-			r := &runner{
-				client:  c,
-				sem:     sem,
-				clock:   clock,
-				opts:    o,
-				stdin:   a.stdin,
-				stdout:  a.stdout,
-				stderr:  a.stderr,
-				env:     os.Environ(),
-				signals: sigs,
-				timeout: rf.timeout,
-			}
-			code := r.run(cmd.Context())
-			if code != ExitOK {
-				return &ExitError{Code: code}
-			}
-			return nil
+			return runUnder(cmd.Context(), a, &rf, o)
 		},
 	}
 	rf.add(cmd, false)
@@ -148,6 +100,61 @@ forbidden) or answered as no lease server does, which retrying will not fix;
 	addOwnerFlag(cmd, &o.owner)
 	cmd.Flags().IntVar(&o.slots, "slots", 0, "hold one of `N` slots of the semaphore KEY (1 to "+strconv.Itoa(semaphore.MaxSlots)+") instead of the lease KEY")
 	return cmd
+}
+
+// runUnder is lease run (and lease campaign) once its flags are read:
+// it holds the lease (or slot) while o.argv runs, and returns the exit
+// status as an *ExitError.
+func runUnder(ctx context.Context, a *app, rf *remoteFlags, o runOptions) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	b, err := rf.backend(a)
+	if err != nil {
+		// A server URL or token that cannot be used: a retry
+		// will not fix it, so not 75.
+		return err
+	}
+	defer closeBackend(b)
+	c, err := newRunClient(b, o.owner, a.clock)
+	if err != nil {
+		return err
+	}
+	var sem *semaphore.Semaphore
+	if o.slots > 0 {
+		sem, err = semaphore.New(b, o.key, o.slots, o.ttl, semaphore.WithClientOptions(runClientOptions(c.Owner(), a.clock)...))
+		if err != nil {
+			return err
+		}
+	}
+	sigs := a.signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 4)
+		signal.Notify(ch, forwardedSignals...)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+	clock := a.clock
+	if clock == nil {
+		clock = lease.SystemClock{}
+	}
+	r := &runner{
+		client:  c,
+		sem:     sem,
+		clock:   clock,
+		opts:    o,
+		stdin:   a.stdin,
+		stdout:  a.stdout,
+		stderr:  a.stderr,
+		env:     os.Environ(),
+		signals: sigs,
+		timeout: rf.timeout,
+	}
+	code := r.run(ctx)
+	if code != ExitOK {
+		return &ExitError{Code: code}
+	}
+	return nil
 }
 
 // Drift margin of lease run: it gives the lease up (and sends SIGTERM) when

@@ -37,6 +37,8 @@ const (
 	DefaultMaxConnections    = 4096
 	DefaultWatchHeartbeat    = leasehttp.DefaultHeartbeat
 	DefaultMaxWatchers       = leasehttp.DefaultMaxWatchers
+	DefaultMaxWait           = leasehttp.DefaultMaxWait
+	DefaultWaitGrace         = leasehttp.DefaultWaitGrace
 )
 
 func newServeCommand(a *app) *cobra.Command {
@@ -134,6 +136,8 @@ what it had and logs why.`,
 	f.IntVar(&cfg.MaxConnections, "max-connections", DefaultMaxConnections, "at most `N` connections open at once, in total (0: no limit); at the limit the one waiting longest for its headers, else the longest idle, is closed")
 	f.IntVar(&cfg.MaxConnectionsPerAddress, "max-connections-per-address", 0, "at most `N` connections open at once from one client IP address (0: a quarter of --max-connections, at least 1; behind a proxy, set it to --max-connections)")
 	f.DurationVar(&cfg.WatchHeartbeat, "watch-heartbeat", DefaultWatchHeartbeat, "how long a watch stream may stay silent before a heartbeat comment is sent")
+	f.DurationVar(&cfg.MaxWait, "max-wait", DefaultMaxWait, "how long one waiting acquire request may wait before the client asks again (0: acquires never wait)")
+	f.DurationVar(&cfg.WaitGrace, "wait-grace", DefaultWaitGrace, "how long a wait keeps its place in line between one request and the next (0: a re-sent wait joins the back)")
 	f.IntVar(&cfg.MaxWatchers, "max-watchers", DefaultMaxWatchers, "at most `N` watch streams open at once per token (without --auth-tokens-file, in total)")
 	f.StringSliceVar(&cfg.AllowedHosts, "allowed-hosts", nil, "without --auth-tokens-file, the `HOSTS` (names or addresses, comma-separated) answered besides loopback")
 	f.BoolVar(&cfg.AcceptLogLoss, "accept-log-loss", false, "start the embedded store on damaged files (a damaged, cut or missing log; a lease.db damaged, missing or older than its log): drop what cannot be read or trusted and raise every key's next token above any it could have issued (see docs/SERVE.md)")
@@ -176,6 +180,10 @@ type ServeConfig struct {
 	WatchHeartbeat time.Duration
 	// MaxWatchers is leasehttp.WithMaxWatchers's; at least 1.
 	MaxWatchers int
+	// MaxWait is leasehttp.WithMaxWait's, within [0, leasehttp.MaxMaxWait].
+	MaxWait time.Duration
+	// WaitGrace is leasehttp.WithWaitGrace's, within [0, leasehttp.MaxWaitGrace].
+	WaitGrace time.Duration
 	// AllowedHosts are Host names or addresses, besides loopback and the
 	// host of Addr, that a server without credentials answers.
 	AllowedHosts []string
@@ -245,6 +253,12 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	}
 	if cfg.WatchHeartbeat < leasehttp.MinHeartbeat || cfg.WatchHeartbeat > leasehttp.MaxHeartbeat {
 		return nil, usageError(fmt.Errorf("--watch-heartbeat must be within [%v, %v], got %v", leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat, cfg.WatchHeartbeat))
+	}
+	if cfg.MaxWait < 0 || cfg.MaxWait > leasehttp.MaxMaxWait {
+		return nil, usageError(fmt.Errorf("--max-wait must be within [0, %v], got %v", leasehttp.MaxMaxWait, cfg.MaxWait))
+	}
+	if cfg.WaitGrace < 0 || cfg.WaitGrace > leasehttp.MaxWaitGrace {
+		return nil, usageError(fmt.Errorf("--wait-grace must be within [0, %v], got %v", leasehttp.MaxWaitGrace, cfg.WaitGrace))
 	}
 	if cfg.MaxWatchers < 1 {
 		return nil, usageError(fmt.Errorf("--max-watchers must be at least 1, got %d", cfg.MaxWatchers))
@@ -338,6 +352,8 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		leasehttp.WithGatherer(reg),
 		leasehttp.WithHeartbeat(s.cfg.WatchHeartbeat),
 		leasehttp.WithMaxWatchers(s.cfg.MaxWatchers),
+		leasehttp.WithMaxWait(s.cfg.MaxWait),
+		leasehttp.WithWaitGrace(s.cfg.WaitGrace),
 	}
 	if len(creds) > 0 {
 		apiOpts = append(apiOpts, leasehttp.WithCredentials(creds))

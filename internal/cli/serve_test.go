@@ -64,6 +64,8 @@ func serveConfig(t *testing.T, logs io.Writer) ServeConfig {
 		MaxConnections:    DefaultMaxConnections,
 		WatchHeartbeat:    DefaultWatchHeartbeat,
 		MaxWatchers:       DefaultMaxWatchers,
+		MaxWait:           DefaultMaxWait,
+		WaitGrace:         DefaultWaitGrace,
 		Logger:            slog.New(slog.NewTextHandler(logs, nil)),
 	}
 }
@@ -236,6 +238,8 @@ func TestServeRefusals(t *testing.T) {
 		{"negative max connections per address", func(c *ServeConfig) { c.MaxConnectionsPerAddress = -1 }, ExitUsage, "--max-connections-per-address"},
 		{"zero watch heartbeat", func(c *ServeConfig) { c.WatchHeartbeat = 0 }, ExitUsage, "--watch-heartbeat"},
 		{"zero max watchers", func(c *ServeConfig) { c.MaxWatchers = 0 }, ExitUsage, "--max-watchers"},
+		{"negative max wait", func(c *ServeConfig) { c.MaxWait = -time.Second }, ExitUsage, "--max-wait"},
+		{"wait grace too long", func(c *ServeConfig) { c.WaitGrace = time.Hour }, ExitUsage, "--wait-grace"},
 		{"allowed host with port", func(c *ServeConfig) { c.AllowedHosts = []string{"lease.internal:7420"} }, ExitUsage, "--allowed-hosts"},
 		{"allowed hosts with credentials", func(c *ServeConfig) { c.AuthTokensFile, c.AllowedHosts = empty, []string{"lease.internal"} }, ExitUsage, "--allowed-hosts"},
 	} {

@@ -192,27 +192,11 @@ func BenchmarkCompareElection(b *testing.B) {
 		}},
 	}
 
+	timed := make([]benchutil.Timed, len(rows))
+	for i, r := range rows {
+		timed[i] = benchutil.Timed{Name: r.name, Run: r.run}
+	}
 	b.Run("c=1/interleaved", func(b *testing.B) {
-		rounds := max(b.N, handoffRounds)
-		lat := make([][]time.Duration, len(rows))
-		b.ResetTimer()
-		start := time.Now()
-		for r := range rounds {
-			for k := range rows {
-				i := (r + k) % len(rows)
-				d, err := rows[i].run(ctx, r)
-				if err != nil {
-					b.Fatalf("%s, round %d: %v", rows[i].name, r, err)
-				}
-				lat[i] = append(lat[i], d)
-			}
-		}
-		elapsed := time.Since(start)
-		b.StopTimer()
-		out := make([]benchutil.Row, len(rows))
-		for i, row := range rows {
-			out[i] = benchutil.Row{Name: row.name, Latencies: lat[i]}
-		}
-		benchutil.ReportRows(b, elapsed/time.Duration(rounds), out)
+		benchutil.InterleaveRounds(b, ctx, max(b.N, handoffRounds), timed)
 	})
 }

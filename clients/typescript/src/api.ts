@@ -384,8 +384,25 @@ export class Api {
     return { method: operations[op].method, headers, signal };
   }
 
-  async acquire(key: string, owner: string, ttlMs: number, waitMs: number, signal?: AbortSignal): Promise<Granted> {
-    return granted(key, await this.call("acquire", key, { owner, ttl_ms: ttlMs, wait_ms: waitMs }, signal));
+  /**
+   * acquire asks for key. A ticket (32 hex digits, the same in every
+   * request of one wait) keeps the wait's place in line from one request to
+   * the next; last says no request with it will follow.
+   */
+  async acquire(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    waitMs: number,
+    signal?: AbortSignal,
+    ticket?: { ticket: string; last: boolean },
+  ): Promise<Granted> {
+    const body: wire.AcquireRequest = { owner, ttl_ms: ttlMs, wait_ms: waitMs };
+    if (ticket !== undefined) {
+      body.ticket = ticket.ticket;
+      if (ticket.last) body.last = true;
+    }
+    return granted(key, await this.call("acquire", key, body, signal));
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {

@@ -129,6 +129,9 @@ export class LeaseClient {
     this.#check(key, ttlMs);
     if (waitMs !== undefined) checkInt("waitMs", waitMs, 0, Number.MAX_SAFE_INTEGER);
     const until = waitMs === undefined ? Infinity : performance.now() + waitMs;
+    // One ticket for every request of this wait: a server keeps the wait's
+    // place in line from one request to the next.
+    const ticket = newTicket();
     let backoff = 5;
     for (;;) {
       signal?.throwIfAborted();
@@ -137,7 +140,8 @@ export class LeaseClient {
       const sent = performance.now();
       let g: Granted;
       try {
-        g = await this.#api.acquire(key, this.owner, ttlMs, chunk, signal);
+        const last = left <= Math.min(WAIT_CHUNK_MS, MAX_WAIT_MS);
+        g = await this.#api.acquire(key, this.owner, ttlMs, chunk, signal, chunk > 0 ? { ticket, last } : undefined);
       } catch (err) {
         if (!(err instanceof HeldError) || performance.now() >= until) throw err;
         if (performance.now() - sent + 5 < chunk) {
@@ -271,4 +275,10 @@ export class LeaseClient {
 
 function jittered(ms: number): number {
   return ms * (0.9 + 0.2 * Math.random());
+}
+
+/** newTicket returns 128 random bits as 32 hex digits: a wait's ticket. */
+function newTicket(): string {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }

@@ -279,6 +279,10 @@ export interface components {
             ttl_ms: components["schemas"]["TTL"];
             /** @description How long to wait for a held key, in milliseconds: 0 (the default) tries once; at most 3600000, and each server waits at most its own maximum wait (30 s by default), then answers `held`. */
             wait_ms?: number;
+            /** @description Names a wait that spans several requests (32 hex digits, chosen at random by the client, the same in every request of one wait). When a wait with a ticket reaches the server's maximum wait, the server keeps its place in line for a grace (2 s by default): a request with the same ticket, owner and ttl_ms within it takes the wait over where it stands, so a wait of any length stays first come, first served. A client that does not come back within the grace leaves the line, and a lease granted to it meanwhile is released. A lease granted between requests is renewed as it is handed over, so its expiry counts from the request that receives it. One request at a time per ticket; another is refused with 400. */
+            ticket?: string;
+            /** @description With `ticket`: the client will not ask again once this request's `wait_ms` has run (its own deadline), so a wait that runs its whole `wait_ms` without the lease leaves the line at once instead of being kept for the grace. A wait the server cuts short at its own maximum wait is kept as usual: the client asks again. Default false. */
+            last?: boolean;
         };
         RenewRequest: {
             id: components["schemas"]["ID"];

@@ -213,3 +213,28 @@ test("credentials: no token is 401, a key outside the token's prefixes 403", asy
   assert.deepEqual(seen.leases.map((l) => l.key), ["reports/x"]);
   await hold.release();
 });
+
+test("a wait re-sent at the server's wait cap keeps its place in line", async (t) => {
+  // A cap of 30 ms: each wait below is re-sent about fifty times.
+  const capped = await startLease(t, { args: ["--max-wait", "30ms"] });
+  const key = unique("line");
+  const at = (owner: string) => client(owner, { server: capped.url });
+  const holder = await at("holder").tryAcquire(key, { ttlMs: 60_000 });
+  const served: string[] = [];
+  const waits: Promise<void>[] = [];
+  for (const who of ["w1", "w2", "w3", "w4", "w5"]) {
+    waits.push(
+      at(who)
+        .acquire(key, { ttlMs: 60_000, waitMs: 20_000 })
+        .then(async (h) => {
+          served.push(who);
+          await h.release();
+        }),
+    );
+    await new Promise((r) => setTimeout(r, 60));
+  }
+  await new Promise((r) => setTimeout(r, 1500));
+  await holder.release();
+  await Promise.all(waits);
+  assert.deepEqual(served, ["w1", "w2", "w3", "w4", "w5"]);
+});

@@ -1,0 +1,19 @@
+package etcdstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/etcdstore"
+	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/recipetest"
+)
+
+// TestRecipes runs the recipe suite (election and semaphore under faults).
+func TestRecipes(t *testing.T) {
+	eps := etcdtest.Start(t)
+	prefix := uniquePrefix(t)
+	recipetest.Run(t, func(t *testing.T) lease.Backend { return open(t, eps, etcdstore.WithPrefix(prefix)) },
+		recipetest.Options{Settle: 200 * time.Millisecond, ExpiryLag: 2 * time.Second})
+}
