@@ -81,10 +81,7 @@ func setup(tb testing.TB) (*worker, []row) {
 	})
 	// lease serve itself, in process, on its embedded store (fsync on); and
 	// a durable Redis (appendonly yes, appendfsync always) for redis-py.
-	cfg := cli.ServeConfig{Addr: "127.0.0.1:0", DataDir: filepath.Join(tb.TempDir(), "data"), ShutdownTimeout: 10 * time.Second,
-		ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
-		MaxConnections: cli.DefaultMaxConnections, WatchHeartbeat: cli.DefaultWatchHeartbeat, MaxWatchers: cli.DefaultMaxWatchers,
-		Logger: slog.New(slog.DiscardHandler)}
+	cfg := cli.DefaultServeConfig(filepath.Join(tb.TempDir(), "data"), slog.New(slog.DiscardHandler))
 	s, err := cli.NewServer(cfg)
 	if err != nil {
 		tb.Fatal(err)

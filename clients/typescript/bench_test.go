@@ -83,10 +83,8 @@ func setup(tb testing.TB) (*worker, []row) {
 	// Redis with appendfsync always, the Redis redlock runs on too.
 	rds := redistest.Start(tb)
 	serve := func(dataDir, backend string) string {
-		cfg := cli.ServeConfig{Addr: "127.0.0.1:0", DataDir: dataDir, Backend: backend, ShutdownTimeout: 10 * time.Second,
-			ReadHeaderTimeout: cli.DefaultReadHeaderTimeout, ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
-			MaxConnections: cli.DefaultMaxConnections, WatchHeartbeat: cli.DefaultWatchHeartbeat, MaxWatchers: cli.DefaultMaxWatchers,
-			MaxWait: cli.DefaultMaxWait, WaitGrace: cli.DefaultWaitGrace, Logger: slog.New(slog.DiscardHandler)}
+		cfg := cli.DefaultServeConfig(dataDir, slog.New(slog.DiscardHandler))
+		cfg.Backend = backend
 		s, err := cli.NewServer(cfg)
 		if err != nil {
 			tb.Fatal(err)

@@ -197,6 +197,28 @@ type ServeConfig struct {
 	Logger *slog.Logger
 }
 
+// DefaultServeConfig is the configuration `lease serve` runs with when
+// given no flags, on 127.0.0.1:0 (a free port) with dataDir as the embedded
+// store's directory and logs to logger: what a test or a benchmark starts
+// before it changes the fields it is about.
+func DefaultServeConfig(dataDir string, logger *slog.Logger) ServeConfig {
+	return ServeConfig{
+		Addr:              "127.0.0.1:0",
+		DataDir:           dataDir,
+		ShutdownTimeout:   DefaultShutdownTimeout,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxConnections:    DefaultMaxConnections,
+		WatchHeartbeat:    DefaultWatchHeartbeat,
+		MaxWatchers:       DefaultMaxWatchers,
+		MaxWait:           DefaultMaxWait,
+		WaitGrace:         DefaultWaitGrace,
+		Logger:            logger,
+	}
+}
+
 // Server is a running `lease serve`: a listener, an HTTP server, the lease
 // API handler and the backend it serves. Tests start it on port 0 with Run
 // and stop it with Close.

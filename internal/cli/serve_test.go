@@ -53,21 +53,7 @@ func (s *syncBuffer) String() string {
 }
 
 func serveConfig(t *testing.T, logs io.Writer) ServeConfig {
-	return ServeConfig{
-		Addr:              "127.0.0.1:0",
-		DataDir:           filepath.Join(t.TempDir(), "data"),
-		ShutdownTimeout:   10 * time.Second,
-		ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		ReadTimeout:       DefaultReadTimeout,
-		WriteTimeout:      DefaultWriteTimeout,
-		IdleTimeout:       DefaultIdleTimeout,
-		MaxConnections:    DefaultMaxConnections,
-		WatchHeartbeat:    DefaultWatchHeartbeat,
-		MaxWatchers:       DefaultMaxWatchers,
-		MaxWait:           DefaultMaxWait,
-		WaitGrace:         DefaultWaitGrace,
-		Logger:            slog.New(slog.NewTextHandler(logs, nil)),
-	}
+	return DefaultServeConfig(filepath.Join(t.TempDir(), "data"), slog.New(slog.NewTextHandler(logs, nil)))
 }
 
 // startServe runs a Server until the test ends.

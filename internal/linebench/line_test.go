@@ -39,10 +39,8 @@ func envDuration(tb testing.TB, name string, def time.Duration) time.Duration {
 // serve starts `lease serve` on the embedded store with the given wait cap
 // and grace, and returns its URL.
 func serve(tb testing.TB, maxWait, grace time.Duration) string {
-	cfg := cli.ServeConfig{Addr: "127.0.0.1:0", DataDir: filepath.Join(tb.TempDir(), "data"), ShutdownTimeout: 10 * time.Second,
-		ReadTimeout: cli.DefaultReadTimeout, WriteTimeout: cli.DefaultWriteTimeout, IdleTimeout: cli.DefaultIdleTimeout,
-		MaxConnections: cli.DefaultMaxConnections, WatchHeartbeat: cli.DefaultWatchHeartbeat, MaxWatchers: cli.DefaultMaxWatchers,
-		MaxWait: maxWait, WaitGrace: grace, Logger: slog.New(slog.DiscardHandler)}
+	cfg := cli.DefaultServeConfig(filepath.Join(tb.TempDir(), "data"), slog.New(slog.DiscardHandler))
+	cfg.MaxWait, cfg.WaitGrace = maxWait, grace
 	s, err := cli.NewServer(cfg)
 	if err != nil {
 		tb.Fatal(err)

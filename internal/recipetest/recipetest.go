@@ -129,7 +129,15 @@ func startRunner(t *testing.T, e *election.Elector, key, value string, opts Opti
 		}
 	}
 	ropts := append([]election.RunOption{
-		election.OnStoppedLeading(func(_ *election.Term, cause error) { r.stopped <- cause }),
+		// A runner that requeues fast fills the buffer while the check
+		// looks elsewhere: the callback then waits for the runner's end
+		// rather than block Run past it.
+		election.OnStoppedLeading(func(_ *election.Term, cause error) {
+			select {
+			case r.stopped <- cause:
+			case <-ctx.Done():
+			}
+		}),
 		election.WithRequeueBackoff(10*time.Millisecond, 100*time.Millisecond),
 	}, opts.RunOptions...)
 	go func() {
@@ -281,7 +289,10 @@ func RunnerRequeuesWhenLeadGivesUp(t *testing.T, b lease.Backend, opts Options) 
 	}
 	terms := make(chan *election.Term, 16)
 	giver := startRunner(t, e, key, "giver", opts, func(ctx context.Context, term *election.Term) error {
-		terms <- term
+		select { // it leads again and again: past the buffer, until Run ends
+		case terms <- term:
+		case <-ctx.Done():
+		}
 		return nil
 	})
 	var first *election.Term

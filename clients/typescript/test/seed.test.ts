@@ -4,7 +4,7 @@
 // seed's final state is { value: "written-by-b", lastToken: 2 }.
 
 import assert from "node:assert/strict";
-import { after, test } from "node:test";
+import { after, test, type TestContext } from "node:test";
 
 import {
   FencedResource,
@@ -31,10 +31,16 @@ function stall(ms: number): void {
   }
 }
 
-/** scenario runs the seed's timeline on key and returns A's and B's holds. */
-async function scenario(key: string): Promise<{ a: Hold; b: Hold }> {
-  const A = new LeaseClient({ server: server.url, owner: "worker-a" });
-  const B = new LeaseClient({ server: server.url, owner: "worker-b" });
+/**
+ * scenario runs the seed's timeline on key and returns A's and B's holds. It
+ * starts a store of its own: a fresh store's first token is 1, as in the
+ * seed, while one that has released keys issues new keys' tokens above the
+ * floor those releases raised (docs/SERVE.md).
+ */
+async function scenario(t: TestContext, key: string): Promise<{ a: Hold; b: Hold }> {
+  const own = await startLease(t);
+  const A = new LeaseClient({ server: own.url, owner: "worker-a" });
+  const B = new LeaseClient({ server: own.url, owner: "worker-b" });
   const a = await A.tryAcquire(key, { ttlMs: 100 });
   assert.equal(a.token, 1);
   stall(150); // A pauses past its TTL; the server's clock runs on
@@ -55,8 +61,8 @@ async function scenario(key: string): Promise<{ a: Hold; b: Hold }> {
 }
 
 for (const mode of ["strict", "at-least"] as const) {
-  test(`seed scenario with FencedResource (${mode})`, async () => {
-    const { a, b } = await scenario(unique(`seed-${mode}`));
+  test(`seed scenario with FencedResource (${mode})`, async (t) => {
+    const { a, b } = await scenario(t, unique(`seed-${mode}`));
     const resource = new FencedResource("initial", { mode });
     resource.write(b.token, "written-by-b");
     assert.throws(
@@ -70,7 +76,7 @@ for (const mode of ["strict", "at-least"] as const) {
 
 test("seed scenario against a service guarded by fence.Middleware, through fencedFetch", async (t) => {
   const service = await startFencedService(t);
-  const { a, b } = await scenario(unique("seed-http"));
+  const { a, b } = await scenario(t, unique("seed-http"));
   const url = `${service.url}/job`;
 
   const ok = await fencedFetch(b)(url, { method: "PUT", body: "written-by-b" });
