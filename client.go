@@ -217,7 +217,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 	}
 	for {
 		sent := c.clock.Now()
-		l, err := c.backend.Acquire(ctx, key, c.owner, ttl)
+		l, err := c.acquireOnce(ctx, key, ttl)
 		if err == nil {
 			return c.hold(ctx, l, sent, ttl)
 		}
@@ -227,6 +227,38 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 		if err := loop.Wait(ctx, HolderExpires(err)); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// acquireOnce sends one Acquire of a waiting Acquire's polls, which ctx
+// does not cut short: a statement cancelled as it commits (pgx, go-redis)
+// would leave a lease granted to nobody, held until its TTL — a phantom
+// term that a cancelled Campaign leaves in everyone's way. When ctx ends
+// first, acquireOnce returns ctx's cause at once and gives a grant that
+// arrives later back in the background; the request is bounded by the TTL,
+// past which a grant has expired anyway.
+func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration) (Lease, error) {
+	type result struct {
+		l   Lease
+		err error
+	}
+	done := make(chan result, 1)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	go func() {
+		defer cancel()
+		l, err := c.backend.Acquire(actx, key, c.owner, ttl)
+		done <- result{l, err}
+	}()
+	select {
+	case r := <-done:
+		return r.l, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				c.giveBack(ctx, r.l, ttl)
+			}
+		}()
+		return Lease{}, context.Cause(ctx)
 	}
 }
 

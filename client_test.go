@@ -440,3 +440,62 @@ func (n *notifying) WaitChange(ctx context.Context, key string) error {
 		return ctx.Err()
 	}
 }
+
+// cancelRacesCommit wraps a real backend whose Acquire, like a statement
+// that commits just as its context is cancelled (pgx, go-redis), grants the
+// lease once gate opens but answers ctx's error if ctx ended meanwhile. It
+// hides the backend's optional interfaces, so Acquire polls.
+type cancelRacesCommit struct {
+	lease.Backend
+	gate chan struct{}
+}
+
+func (b cancelRacesCommit) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	<-b.gate
+	l, err := b.Backend.Acquire(context.Background(), key, owner, ttl)
+	if ctx.Err() != nil {
+		return lease.Lease{}, ctx.Err()
+	}
+	return l, err
+}
+
+// TestCancelledAcquireLeavesNoPhantom: a waiting Acquire whose context ends
+// while its request is in flight returns at once, and a grant the backend
+// makes as the request ends is given back, not left held by nobody until
+// its TTL (a cancelled Campaign's phantom term, which the recipe suite found
+// on PostgreSQL).
+func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
+	b := cancelRacesCommit{Backend: memtest.New(t), gate: make(chan struct{})}
+	c, err := lease.NewClient(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "job", time.Minute)
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Acquire after cancel = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		close(b.gate)
+		t.Fatal("Acquire did not return when its context ended with its request in flight")
+	}
+	close(b.gate)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := b.Backend.Get(t.Context(), "job")
+		if errors.Is(err, lease.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Get(job) = %v, want ErrNotFound: the grant made as the Acquire was cancelled is still held", err)
+		}
+		time.Sleep(5 * time.Millisecond) // the give-back runs in the background
+	}
+}

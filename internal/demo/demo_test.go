@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/leasehq/lease/internal/cli"
@@ -72,7 +73,9 @@ func TestDemoRejectsArguments(t *testing.T) {
 	if code := cli.Main([]string{"demo", "extra"}, nil, &stdout, &stderr); code == 0 {
 		t.Fatal("lease demo extra: exit 0")
 	}
-	if lines := bytes.Count(stderr.Bytes(), []byte("\n")); lines != 1 {
-		t.Errorf("error output is %d lines, want one: %q", lines, stderr.String())
+	// One error line, then the command's usage line (a wrong argument count).
+	errLine, usage, ok := strings.Cut(stderr.String(), "\n")
+	if !ok || !strings.HasPrefix(errLine, "lease: ") || usage != "usage: lease demo [flags]\n" {
+		t.Errorf("error output %q, want one error line and lease demo's usage line", stderr.String())
 	}
 }
