@@ -107,13 +107,22 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithJitter replaces the source of randomness for renewal and backoff
 // jitter; f must return values in [0, 1). Simulations pass a seeded source
-// to make runs reproducible.
+// to make runs reproducible. f need not be safe for concurrent use: it is
+// called under a lock that every Client given this Option shares (an
+// election.Elector makes a Client per Campaign from the same options, and
+// one term's renewals run beside the next Campaign).
 func WithJitter(f func() float64) Option {
+	var mu sync.Mutex
+	locked := func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return f()
+	}
 	return func(c *clientConfig) error {
 		if f == nil {
 			return invalidf("jitter source is nil")
 		}
-		c.jitter = f
+		c.jitter = locked
 		return nil
 	}
 }

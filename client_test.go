@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -498,4 +499,32 @@ func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // the give-back runs in the background
 	}
+}
+
+// TestJitterSharedAcrossClients: one WithJitter option given to several
+// Clients (as an election.Elector gives its options to a Client per
+// Campaign) may carry a source that is not safe for concurrent use; under
+// -race, Clients that each locked only their own use of it raced.
+func TestJitterSharedAcrossClients(t *testing.T) {
+	src := rand.New(rand.NewPCG(1, 2))
+	opt := lease.WithJitter(src.Float64)
+	b := memtest.New(t)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		c, err := lease.NewClient(b, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for j := range 50 {
+				h, err := c.TryAcquire(t.Context(), "jitter/"+strconv.Itoa(i)+"/"+strconv.Itoa(j), time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = h.Release(t.Context())
+			}
+		})
+	}
+	wg.Wait()
 }

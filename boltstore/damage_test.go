@@ -40,7 +40,17 @@ const damageKey = "damage/flip-me"
 func grantChild(s *boltstore.Store) {
 	n, _ := strconv.Atoi(os.Getenv(grantsEnv))
 	for i := range n {
-		l, err := s.Acquire(context.Background(), damageKey, "child", time.Hour)
+		// A lease the child releases gets a short TTL: a release is
+		// answered before its record is durable, so one killed right
+		// after it may leave the lease held for a later child, which then
+		// waits out the TTL rather than fail on it.
+		ttl := time.Hour
+		if i < n-1 || os.Getenv(holdLastEnv) == "" {
+			ttl = 5 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		l, err := s.AcquireWait(ctx, damageKey, "child", ttl)
+		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(2)
