@@ -111,11 +111,14 @@ func TestPackBuildsOnInstall(t *testing.T) {
 // checkout (the tarball npm pack writes here, the data dir of the restore
 // example) is ignored by git, not left untracked.
 func TestReadmeLeftoversIgnored(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not found")
+	if testing.Short() {
+		t.Skip("-short: asks git")
 	}
-	if err := exec.Command("git", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
-		t.Skip("not a git checkout")
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git not found: install it (Debian: apt-get install git)")
+	}
+	if out, err := exec.Command("git", "rev-parse", "--is-inside-work-tree").CombinedOutput(); err != nil {
+		t.Fatalf("not a git checkout: the test reads the repository's ignore rules (%v: %s)", err, out)
 	}
 	for _, p := range []string{"leasehq-lease-0.1.0.tgz", "../../lease-data-2/lease.db", "../../lease-data/lease.db"} {
 		err := exec.Command("git", "check-ignore", "-q", p).Run()
