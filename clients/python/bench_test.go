@@ -1,10 +1,7 @@
 package python_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os/exec"
@@ -20,52 +17,16 @@ import (
 	"github.com/leasehq/lease/leasehttp"
 )
 
-// worker is bench/worker.py, running under the venv's Python with the
-// wheel installed: it does what a job asks and answers the elapsed time.
-type worker struct {
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-type job struct {
-	Impl    string `json:"impl"`
-	Server  string `json:"server,omitempty"`
-	Redis   string `json:"redis,omitempty"`
-	Clients int    `json:"clients"`
-	N       int    `json:"n"`
-}
-
-func (w *worker) run(j job) (time.Duration, error) {
-	line, _ := json.Marshal(j)
-	if _, err := w.in.Write(append(line, '\n')); err != nil {
-		return 0, err
-	}
-	if !w.out.Scan() {
-		return 0, fmt.Errorf("bench/worker.py ended: %v", w.out.Err())
-	}
-	var ans struct {
-		NS    int64  `json:"ns"`
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(w.out.Bytes(), &ans); err != nil {
-		return 0, fmt.Errorf("bench/worker.py answered %q: %v", w.out.Text(), err)
-	}
-	if ans.Error != "" {
-		return 0, fmt.Errorf("bench/worker.py: %s", ans.Error)
-	}
-	return time.Duration(ans.NS), nil
-}
-
 // row is one implementation measured: a job without its size.
 type row struct {
 	name string
-	job  job
+	job  benchutil.Job
 }
 
 // setup starts the servers the rows use and the Python worker, all stopped
 // when tb ends, and returns the rows in report order, each floor before
 // what it bounds.
-func setup(tb testing.TB) (*worker, []row) {
+func setup(tb testing.TB) (*benchutil.Worker, []row) {
 	b := build(tb)
 
 	// The leasehttp server over memstore, where the client's own cost shows
@@ -81,47 +42,20 @@ func setup(tb testing.TB) (*worker, []row) {
 	})
 	// lease serve itself, in process, on its embedded store (fsync on); and
 	// a durable Redis (appendonly yes, appendfsync always) for redis-py.
-	cfg := cli.DefaultServeConfig(filepath.Join(tb.TempDir(), "data"), slog.New(slog.DiscardHandler))
-	s, err := cli.NewServer(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := s.Run(tb.Context()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	bolt := "http://" + s.Addr()
+	bolt := serve(tb, filepath.Join(tb.TempDir(), "data"), "")
 	rds := redistest.Start(tb)
 
 	cmd := exec.Command(b.python, filepath.Join("bench", "worker.py"))
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		in.Close() // the worker ends at the end of its input
-		if err := cmd.Wait(); err != nil {
-			tb.Errorf("bench/worker.py: %v: %s", err, stderr.String())
-		}
-	})
+	w := benchutil.StartWorker(tb, "bench/worker.py", cmd)
 	if v, err := exec.Command(b.python, "--version").Output(); err == nil {
 		tb.Logf("engine: %s", strings.TrimSpace(string(v)))
 	}
-	return &worker{in: in, out: bufio.NewScanner(out)}, []row{
-		{"http-pair-mem", job{Impl: "http-pair", Server: mem.URL}},
-		{"py-mem", job{Impl: "py", Server: mem.URL}},
-		{"http-pair-bolt", job{Impl: "http-pair", Server: bolt}},
-		{"py-bolt", job{Impl: "py", Server: bolt}},
-		{"redis-py-lock", job{Impl: "redis-lock", Redis: rds.Addr}},
+	return w, []row{
+		{"http-pair-mem", benchutil.Job{Impl: "http-pair", Server: mem.URL}},
+		{"py-mem", benchutil.Job{Impl: "py", Server: mem.URL}},
+		{"http-pair-bolt", benchutil.Job{Impl: "http-pair", Server: bolt}},
+		{"py-bolt", benchutil.Job{Impl: "py", Server: bolt}},
+		{"redis-py-lock", benchutil.Job{Impl: "redis-lock", Redis: rds.Addr}},
 	}
 }
 
@@ -146,7 +80,7 @@ func BenchmarkComparePython(b *testing.B) {
 			for _, r := range rows {
 				j := r.job
 				j.Clients, j.N = c, batch
-				if _, err := w.run(j); err != nil {
+				if _, err := w.Run(j); err != nil {
 					b.Fatalf("%s: %v", r.name, err)
 				}
 			}
@@ -158,7 +92,7 @@ func BenchmarkComparePython(b *testing.B) {
 					i := (round + k) % len(rows)
 					j := rows[i].job
 					j.Clients, j.N = c, batch
-					d, err := w.run(j)
+					d, err := w.Run(j)
 					if err != nil {
 						b.Fatalf("%s: %v", rows[i].name, err)
 					}
@@ -186,7 +120,7 @@ func BenchmarkComparePythonImport(b *testing.B) {
 		n := min(b.N, 20)
 		var best, total time.Duration
 		for i := range n {
-			d, err := w.run(job{Impl: "import", Clients: 1, N: 1})
+			d, err := w.Run(benchutil.Job{Impl: "import", Clients: 1, N: 1})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -204,14 +138,31 @@ func BenchmarkComparePythonImport(b *testing.B) {
 // threads, so that a broken benchmark fails make test, not make bench.
 func TestBenchRowsWork(t *testing.T) {
 	w, rows := setup(t)
-	for _, r := range append(rows, row{"import", job{Impl: "import"}}) {
+	for _, r := range append(rows, row{"import", benchutil.Job{Impl: "import"}}) {
 		j := r.job
 		j.Clients, j.N = 3, 9
 		if j.Impl == "import" {
 			j.Clients, j.N = 1, 1
 		}
-		if _, err := w.run(j); err != nil {
+		if _, err := w.Run(j); err != nil {
 			t.Errorf("%s: %v", r.name, err)
 		}
 	}
+}
+
+// serve starts lease serve in process with its defaults, on dataDir's
+// embedded store or, where backend is not empty, on that engine's URL,
+// closed when tb ends, and returns its URL.
+func serve(tb testing.TB, dataDir, backend string) string {
+	cfg := cli.DefaultServeConfig(dataDir, slog.New(slog.DiscardHandler))
+	cfg.Backend = backend
+	s, err := cli.NewServer(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Run(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return "http://" + s.Addr()
 }

@@ -1,10 +1,7 @@
 package typescript_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -12,59 +9,23 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/leasehq/lease/internal/benchutil"
 	"github.com/leasehq/lease/internal/cli"
 	"github.com/leasehq/lease/internal/memtest"
 	"github.com/leasehq/lease/internal/redistest"
 	"github.com/leasehq/lease/leasehttp"
 )
 
-// worker is bench/worker.js, running: it does what a job asks and answers
-// the elapsed time.
-type worker struct {
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-type job struct {
-	Impl    string `json:"impl"`
-	Server  string `json:"server,omitempty"`
-	Redis   string `json:"redis,omitempty"`
-	Clients int    `json:"clients"`
-	N       int    `json:"n"`
-}
-
-func (w *worker) run(j job) (time.Duration, error) {
-	line, _ := json.Marshal(j)
-	if _, err := w.in.Write(append(line, '\n')); err != nil {
-		return 0, err
-	}
-	if !w.out.Scan() {
-		return 0, fmt.Errorf("bench/worker.js ended: %v", w.out.Err())
-	}
-	var ans struct {
-		NS    int64  `json:"ns"`
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(w.out.Bytes(), &ans); err != nil {
-		return 0, fmt.Errorf("bench/worker.js answered %q: %v", w.out.Text(), err)
-	}
-	if ans.Error != "" {
-		return 0, fmt.Errorf("bench/worker.js: %s", ans.Error)
-	}
-	return time.Duration(ans.NS), nil
-}
-
 // row is one implementation measured: a job without its size.
 type row struct {
 	name string
-	job  job
+	job  benchutil.Job
 }
 
 // setup starts the servers the rows use and the Node.js worker, all stopped
 // when tb ends, and returns the rows in report order, the baseline first.
-func setup(tb testing.TB) (*worker, []row) {
+func setup(tb testing.TB) (*benchutil.Worker, []row) {
 	b := build(tb)
 
 	// The leasehttp server over memstore, as lease serve serves a backend
@@ -82,58 +43,27 @@ func setup(tb testing.TB) (*worker, []row) {
 	// lease serve itself, in process: the embedded store (fsync on), and
 	// Redis with appendfsync always, the Redis redlock runs on too.
 	rds := redistest.Start(tb)
-	serve := func(dataDir, backend string) string {
-		cfg := cli.DefaultServeConfig(dataDir, slog.New(slog.DiscardHandler))
-		cfg.Backend = backend
-		s, err := cli.NewServer(cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := s.Run(tb.Context()); err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { _ = s.Close() })
-		return "http://" + s.Addr()
-	}
-	bolt := serve(filepath.Join(tb.TempDir(), "data"), "")
-	overRedis := serve("", "redis://"+rds.Addr)
+	bolt := serve(tb, filepath.Join(tb.TempDir(), "data"), "")
+	overRedis := serve(tb, "", "redis://"+rds.Addr)
 
 	// LEASE_BENCH_NODE_FLAGS passes flags to the worker's node, such as
 	// "--cpu-prof --cpu-prof-dir=/tmp/prof" to see where its time goes.
 	args := append(strings.Fields(os.Getenv("LEASE_BENCH_NODE_FLAGS")), filepath.Join(b.js, "bench", "worker.js"))
 	cmd := exec.Command(b.node, args...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		in.Close() // the worker ends at the end of its input
-		if err := cmd.Wait(); err != nil {
-			tb.Errorf("bench/worker.js: %v: %s", err, stderr.String())
-		}
-	})
+	w := benchutil.StartWorker(tb, "bench/worker.js", cmd)
 	if v, err := exec.Command(b.node, "--version").Output(); err == nil {
 		tb.Logf("engine: node %s", strings.TrimSpace(string(v)))
 	}
-	return &worker{in: in, out: bufio.NewScanner(out)}, []row{
-		{"http-pair-mem", job{Impl: "http-pair", Server: mem.URL}},
-		{"fetch-pair-mem", job{Impl: "fetch-pair", Server: mem.URL}},
-		{"ts-mem", job{Impl: "ts", Server: mem.URL}},
-		{"ts-fetch-mem", job{Impl: "ts-fetch", Server: mem.URL}},
-		{"http-pair-bolt", job{Impl: "http-pair", Server: bolt}},
-		{"fetch-pair-bolt", job{Impl: "fetch-pair", Server: bolt}},
-		{"ts-bolt", job{Impl: "ts", Server: bolt}},
-		{"ts-redis", job{Impl: "ts", Server: overRedis}},
-		{"redlock", job{Impl: "redlock", Redis: rds.Addr}},
+	return w, []row{
+		{"http-pair-mem", benchutil.Job{Impl: "http-pair", Server: mem.URL}},
+		{"fetch-pair-mem", benchutil.Job{Impl: "fetch-pair", Server: mem.URL}},
+		{"ts-mem", benchutil.Job{Impl: "ts", Server: mem.URL}},
+		{"ts-fetch-mem", benchutil.Job{Impl: "ts-fetch", Server: mem.URL}},
+		{"http-pair-bolt", benchutil.Job{Impl: "http-pair", Server: bolt}},
+		{"fetch-pair-bolt", benchutil.Job{Impl: "fetch-pair", Server: bolt}},
+		{"ts-bolt", benchutil.Job{Impl: "ts", Server: bolt}},
+		{"ts-redis", benchutil.Job{Impl: "ts", Server: overRedis}},
+		{"redlock", benchutil.Job{Impl: "redlock", Redis: rds.Addr}},
 	}
 }
 
@@ -147,7 +77,7 @@ func BenchmarkCompareTypeScript(b *testing.B) {
 			b.Run(fmt.Sprintf("c=%d/%s", c, r.name), func(b *testing.B) {
 				j := r.job
 				j.Clients, j.N = c, b.N
-				d, err := w.run(j)
+				d, err := w.Run(j)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -165,8 +95,25 @@ func TestBenchRowsWork(t *testing.T) {
 	for _, r := range rows {
 		j := r.job
 		j.Clients, j.N = 3, 9
-		if _, err := w.run(j); err != nil {
+		if _, err := w.Run(j); err != nil {
 			t.Errorf("%s: %v", r.name, err)
 		}
 	}
+}
+
+// serve starts lease serve in process with its defaults, on dataDir's
+// embedded store or, where backend is not empty, on that engine's URL,
+// closed when tb ends, and returns its URL.
+func serve(tb testing.TB, dataDir, backend string) string {
+	cfg := cli.DefaultServeConfig(dataDir, slog.New(slog.DiscardHandler))
+	cfg.Backend = backend
+	s, err := cli.NewServer(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Run(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return "http://" + s.Addr()
 }
