@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
 // pipelineCounter is a go-redis hook that counts the pipelines of script

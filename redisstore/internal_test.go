@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
 // TestAcquireRetryIsIdempotent runs the acquire script twice with one lease

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasetest"
 	"github.com/leasehq/lease/redisstore"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/benchutil"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
 // BenchmarkWatchPublishCost measures what Watch costs a store nobody

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/semaphore"
 )
 

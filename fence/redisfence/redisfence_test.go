@@ -14,7 +14,7 @@ import (
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/redisfence"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/redisstore"
 )
 

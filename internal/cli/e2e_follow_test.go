@@ -15,7 +15,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/semaphore"
 )

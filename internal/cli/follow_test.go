@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 )
 
 // streaming is a command running in process whose output is read as it

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
 	"go.uber.org/goleak"
 )
 
