@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -113,8 +114,56 @@ func (t *Term) Resign(ctx context.Context) error {
 	return fmt.Errorf("election: resigning %q: %w", t.Lease().Key, err)
 }
 
-// resignTimeout bounds Lead's resignation when its ctx ends.
+// resignTimeout bounds the resignation of a term whose ctx ended (Lead's,
+// Run's).
 const resignTimeout = 10 * time.Second
+
+// resignOnEnd resigns t because ctx ended, within resignTimeout. The bound
+// is a lazyDeadline: a backend that answers without looking at its context
+// (memstore, boltstore) sets no timer, whose setup (the runtime wakes a
+// thread to see the new earliest timer) would otherwise be a good part of
+// an in-process hand-off.
+func resignOnEnd(ctx context.Context, t *Term) error {
+	rctx := &lazyDeadline{parent: context.WithoutCancel(ctx), deadline: time.Now().Add(resignTimeout)}
+	defer rctx.stop()
+	return t.Resign(rctx)
+}
+
+// lazyDeadline is context.WithDeadline(parent, deadline), made the first
+// time it is asked for more than its deadline: for Done, Err or a Value
+// (context.WithCancel and its kin ask for Done, so that a child of it is
+// the real context's child).
+type lazyDeadline struct {
+	parent   context.Context
+	deadline time.Time
+
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (l *lazyDeadline) real() context.Context {
+	l.once.Do(func() { l.ctx, l.cancel = context.WithDeadline(l.parent, l.deadline) })
+	return l.ctx
+}
+
+// stop ends it (its timer, if made); asked afterwards, it is cancelled.
+func (l *lazyDeadline) stop() {
+	l.once.Do(func() { l.ctx, l.cancel = context.WithCancel(l.parent) })
+	l.cancel()
+}
+
+// Deadline implements context.Context.
+func (l *lazyDeadline) Deadline() (time.Time, bool) { return l.deadline, true }
+
+// Done implements context.Context.
+func (l *lazyDeadline) Done() <-chan struct{} { return l.real().Done() }
+
+// Err implements context.Context.
+func (l *lazyDeadline) Err() error { return l.real().Err() }
+
+// Value implements context.Context.
+func (l *lazyDeadline) Value(key any) any { return l.real().Value(key) }
 
 // Lead is Campaign for a term that lasts at most as long as ctx: when ctx
 // ends (a process shutting down), the term is resigned at once in the
@@ -129,9 +178,7 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 		return nil, err
 	}
 	t.unbind = context.AfterFunc(ctx, func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
-		defer cancel()
-		_ = t.Resign(rctx) // nothing to tell: the lease ends at its TTL at the latest
+		_ = resignOnEnd(ctx, t) // nothing to tell: the lease ends at its TTL at the latest
 	})
 	return t, nil
 }

@@ -1,0 +1,64 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+type ctxKey struct{}
+
+// TestLazyDeadlineIsADeadline: made or not, a lazyDeadline behaves as
+// context.WithDeadline: its deadline, its parent's values, Done and Err at
+// the deadline, children that end with it, and stop as the cancel.
+func TestLazyDeadlineIsADeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		parent := context.WithValue(context.Background(), ctxKey{}, "v")
+		at := time.Now().Add(time.Second)
+		l := &lazyDeadline{parent: parent, deadline: at}
+		defer l.stop()
+		if d, ok := l.Deadline(); !ok || !d.Equal(at) {
+			t.Errorf("Deadline() = %v, %v; want %v, true", d, ok, at)
+		}
+		if v := l.Value(ctxKey{}); v != "v" {
+			t.Errorf("Value = %v, want the parent's v", v)
+		}
+		child, cancel := context.WithCancel(l)
+		defer cancel()
+		time.Sleep(time.Second - time.Nanosecond)
+		if l.Err() != nil || child.Err() != nil {
+			t.Fatalf("ended before its deadline: %v, child %v", l.Err(), child.Err())
+		}
+		<-l.Done()
+		<-child.Done()
+		if !time.Now().Equal(at) {
+			t.Errorf("Done at %v, want %v", time.Now(), at)
+		}
+		if !errors.Is(l.Err(), context.DeadlineExceeded) || !errors.Is(child.Err(), context.DeadlineExceeded) {
+			t.Errorf("Err() = %v, child %v; want the deadline's", l.Err(), child.Err())
+		}
+	})
+	t.Run("stopped unused", func(t *testing.T) {
+		l := &lazyDeadline{parent: context.Background(), deadline: time.Now().Add(time.Hour)}
+		l.stop()
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("Done not closed after stop")
+		}
+		if !errors.Is(l.Err(), context.Canceled) {
+			t.Errorf("Err() after stop = %v, want context.Canceled", l.Err())
+		}
+	})
+	t.Run("stopped in use", func(t *testing.T) {
+		l := &lazyDeadline{parent: context.Background(), deadline: time.Now().Add(time.Hour)}
+		done := l.Done()
+		l.stop()
+		<-done
+		if !errors.Is(l.Err(), context.Canceled) {
+			t.Errorf("Err() after stop = %v, want context.Canceled", l.Err())
+		}
+	})
+}
