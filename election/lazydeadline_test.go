@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -38,6 +39,25 @@ func TestLazyDeadlineIsADeadline(t *testing.T) {
 		}
 		if !errors.Is(l.Err(), context.DeadlineExceeded) || !errors.Is(child.Err(), context.DeadlineExceeded) {
 			t.Errorf("Err() = %v, child %v; want the deadline's", l.Err(), child.Err())
+		}
+	})
+	t.Run("children attach", func(t *testing.T) {
+		// A child of a context the package cannot see into is watched by
+		// a goroutine of its own; a child of a lazyDeadline must be the
+		// real context's child, as a backend's request contexts are.
+		l := &lazyDeadline{parent: context.Background(), deadline: time.Now().Add(time.Hour)}
+		defer l.stop()
+		before := runtime.NumGoroutine()
+		var cancels []context.CancelFunc
+		for range 100 {
+			_, cancel := context.WithCancel(l)
+			cancels = append(cancels, cancel)
+		}
+		if n := runtime.NumGoroutine() - before; n >= 50 {
+			t.Errorf("100 children started %d goroutines", n)
+		}
+		for _, cancel := range cancels {
+			cancel()
 		}
 	})
 	t.Run("stopped unused", func(t *testing.T) {
