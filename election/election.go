@@ -119,51 +119,63 @@ func (t *Term) Resign(ctx context.Context) error {
 const resignTimeout = 10 * time.Second
 
 // resignOnEnd resigns t because ctx ended, within resignTimeout. The bound
-// is a lazyDeadline: a backend that answers without looking at its context
+// is a lazyTimeout: a backend that answers without looking at its context
 // (memstore, boltstore) sets no timer, whose setup (the runtime wakes a
 // thread to see the new earliest timer) would otherwise be a good part of
 // an in-process hand-off.
 func resignOnEnd(ctx context.Context, t *Term) error {
-	rctx := &lazyDeadline{parent: context.WithoutCancel(ctx), deadline: time.Now().Add(resignTimeout)}
+	rctx := &lazyTimeout{parent: context.WithoutCancel(ctx), timeout: resignTimeout}
 	defer rctx.stop()
 	return t.Resign(rctx)
 }
 
-// lazyDeadline is context.WithDeadline(parent, deadline), made the first
-// time it is asked for more than its deadline: for Done, Err or a Value
-// (context.WithCancel and its kin ask for Done, so that a child of it is
-// the real context's child).
-type lazyDeadline struct {
-	parent   context.Context
-	deadline time.Time
+// lazyTimeout is context.WithTimeout(parent, timeout), made the first time
+// it is asked anything (so the timeout runs from then: for a backend's
+// request, from its start). context.WithCancel and its kin ask for Done
+// and Value, so that a child of it is the real context's child.
+type lazyTimeout struct {
+	parent  context.Context
+	timeout time.Duration
 
-	once   sync.Once
-	ctx    context.Context
-	cancel context.CancelFunc
+	mu      sync.Mutex
+	ctx     context.Context // nil until asked
+	cancel  context.CancelFunc
+	stopped bool
 }
 
-func (l *lazyDeadline) real() context.Context {
-	l.once.Do(func() { l.ctx, l.cancel = context.WithDeadline(l.parent, l.deadline) })
+func (l *lazyTimeout) real() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithTimeout(l.parent, l.timeout)
+		if l.stopped {
+			l.cancel()
+		}
+	}
 	return l.ctx
 }
 
-// stop ends it (its timer, if made); asked afterwards, it is cancelled.
-func (l *lazyDeadline) stop() {
-	l.once.Do(func() { l.ctx, l.cancel = context.WithCancel(l.parent) })
-	l.cancel()
+// stop ends it, as WithTimeout's cancel; asked afterwards, it has ended.
+func (l *lazyTimeout) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.cancel != nil {
+		l.cancel()
+	}
 }
 
 // Deadline implements context.Context.
-func (l *lazyDeadline) Deadline() (time.Time, bool) { return l.deadline, true }
+func (l *lazyTimeout) Deadline() (time.Time, bool) { return l.real().Deadline() }
 
 // Done implements context.Context.
-func (l *lazyDeadline) Done() <-chan struct{} { return l.real().Done() }
+func (l *lazyTimeout) Done() <-chan struct{} { return l.real().Done() }
 
 // Err implements context.Context.
-func (l *lazyDeadline) Err() error { return l.real().Err() }
+func (l *lazyTimeout) Err() error { return l.real().Err() }
 
 // Value implements context.Context.
-func (l *lazyDeadline) Value(key any) any { return l.real().Value(key) }
+func (l *lazyTimeout) Value(key any) any { return l.real().Value(key) }
 
 // Lead is Campaign for a term that lasts at most as long as ctx: when ctx
 // ends (a process shutting down), the term is resigned at once in the

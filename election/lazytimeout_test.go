@@ -11,15 +11,16 @@ import (
 
 type ctxKey struct{}
 
-// TestLazyDeadlineIsADeadline: made or not, a lazyDeadline behaves as
-// context.WithDeadline: its deadline, its parent's values, Done and Err at
-// the deadline, children that end with it, and stop as the cancel.
-func TestLazyDeadlineIsADeadline(t *testing.T) {
+// TestLazyTimeoutIsATimeout: a lazyTimeout behaves as context.WithTimeout
+// made when it is first asked: its deadline, its parent's values, Done and
+// Err at the deadline, children that end with it, and stop as the cancel.
+func TestLazyTimeoutIsATimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent := context.WithValue(context.Background(), ctxKey{}, "v")
-		at := time.Now().Add(time.Second)
-		l := &lazyDeadline{parent: parent, deadline: at}
+		l := &lazyTimeout{parent: parent, timeout: time.Second}
 		defer l.stop()
+		time.Sleep(time.Minute) // not asked yet: the timeout has not started
+		at := time.Now().Add(time.Second)
 		if d, ok := l.Deadline(); !ok || !d.Equal(at) {
 			t.Errorf("Deadline() = %v, %v; want %v, true", d, ok, at)
 		}
@@ -43,9 +44,9 @@ func TestLazyDeadlineIsADeadline(t *testing.T) {
 	})
 	t.Run("children attach", func(t *testing.T) {
 		// A child of a context the package cannot see into is watched by
-		// a goroutine of its own; a child of a lazyDeadline must be the
+		// a goroutine of its own; a child of a lazyTimeout must be the
 		// real context's child, as a backend's request contexts are.
-		l := &lazyDeadline{parent: context.Background(), deadline: time.Now().Add(time.Hour)}
+		l := &lazyTimeout{parent: context.Background(), timeout: time.Hour}
 		defer l.stop()
 		before := runtime.NumGoroutine()
 		var cancels []context.CancelFunc
@@ -61,7 +62,7 @@ func TestLazyDeadlineIsADeadline(t *testing.T) {
 		}
 	})
 	t.Run("stopped unused", func(t *testing.T) {
-		l := &lazyDeadline{parent: context.Background(), deadline: time.Now().Add(time.Hour)}
+		l := &lazyTimeout{parent: context.Background(), timeout: time.Hour}
 		l.stop()
 		select {
 		case <-l.Done():
@@ -73,7 +74,7 @@ func TestLazyDeadlineIsADeadline(t *testing.T) {
 		}
 	})
 	t.Run("stopped in use", func(t *testing.T) {
-		l := &lazyDeadline{parent: context.Background(), deadline: time.Now().Add(time.Hour)}
+		l := &lazyTimeout{parent: context.Background(), timeout: time.Hour}
 		done := l.Done()
 		l.stop()
 		<-done
