@@ -106,7 +106,7 @@ func queueNext(ctx context.Context, e *election.Elector, key string) <-chan led 
 // candidate queued in Campaign; the time from Resign to that Campaign
 // returning. Not a floor for the runner, which must stop its Lead before
 // it resigns (so must a hand-written leader): the other two rows' excess
-// over it is that, a wake-up of the leader's goroutine.
+// over it is mostly that, a wake-up of the leader's goroutine.
 func resignHandoff(ctx context.Context, e *election.Elector, key string) (time.Duration, error) {
 	leader, err := e.Campaign(ctx, key, "leader")
 	if err != nil {
