@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -113,8 +114,68 @@ func (t *Term) Resign(ctx context.Context) error {
 	return fmt.Errorf("election: resigning %q: %w", t.Lease().Key, err)
 }
 
-// resignTimeout bounds Lead's resignation when its ctx ends.
+// resignTimeout bounds the resignation of a term whose ctx ended (Lead's,
+// Run's).
 const resignTimeout = 10 * time.Second
+
+// resignOnEnd resigns t because ctx ended, within resignTimeout. The bound
+// is a lazyTimeout: a backend that answers without looking at its context
+// (memstore, boltstore) sets no timer, whose setup (the runtime wakes a
+// thread to see the new earliest timer) would otherwise be a good part of
+// an in-process hand-off.
+func resignOnEnd(ctx context.Context, t *Term) error {
+	rctx := &lazyTimeout{parent: context.WithoutCancel(ctx), timeout: resignTimeout}
+	defer rctx.stop()
+	return t.Resign(rctx)
+}
+
+// lazyTimeout is context.WithTimeout(parent, timeout), made the first time
+// it is asked anything (so the timeout runs from then: for a backend's
+// request, from its start). context.WithCancel and its kin ask for Done
+// and Value, so that a child of it is the real context's child.
+type lazyTimeout struct {
+	parent  context.Context
+	timeout time.Duration
+
+	mu      sync.Mutex
+	ctx     context.Context // nil until asked
+	cancel  context.CancelFunc
+	stopped bool
+}
+
+func (l *lazyTimeout) real() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithTimeout(l.parent, l.timeout)
+		if l.stopped {
+			l.cancel()
+		}
+	}
+	return l.ctx
+}
+
+// stop ends it, as WithTimeout's cancel; asked afterwards, it has ended.
+func (l *lazyTimeout) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.cancel != nil {
+		l.cancel()
+	}
+}
+
+// Deadline implements context.Context.
+func (l *lazyTimeout) Deadline() (time.Time, bool) { return l.real().Deadline() }
+
+// Done implements context.Context.
+func (l *lazyTimeout) Done() <-chan struct{} { return l.real().Done() }
+
+// Err implements context.Context.
+func (l *lazyTimeout) Err() error { return l.real().Err() }
+
+// Value implements context.Context.
+func (l *lazyTimeout) Value(key any) any { return l.real().Value(key) }
 
 // Lead is Campaign for a term that lasts at most as long as ctx: when ctx
 // ends (a process shutting down), the term is resigned at once in the
@@ -129,9 +190,7 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 		return nil, err
 	}
 	t.unbind = context.AfterFunc(ctx, func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
-		defer cancel()
-		_ = t.Resign(rctx) // nothing to tell: the lease ends at its TTL at the latest
+		_ = resignOnEnd(ctx, t) // nothing to tell: the lease ends at its TTL at the latest
 	})
 	return t, nil
 }

@@ -182,6 +182,9 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 	defer stop()
 	err = lead(tctx, t)
 	ended := tctx.Err() != nil // the term or ctx ended first: lead's error is its answer to that
+	// Before resigning: Resign ends the term's context, which would start
+	// the AfterFunc in a goroutine of its own on the hand-off's path.
+	stop()
 	cancel(nil)
 	switch {
 	case ctx.Err() != nil:
@@ -209,9 +212,7 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 // KeepTermOnCancel, then OnStoppedLeading with ctx's cause.
 func (e *Elector) stop(ctx context.Context, t *Term, cfg *runConfig) {
 	if !cfg.keepOnCancel {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_ = t.Resign(rctx)
-		cancel()
+		_ = resignOnEnd(ctx, t)
 	}
 	cfg.stopped(t, context.Cause(ctx))
 }

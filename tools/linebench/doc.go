@@ -12,8 +12,11 @@
 //     serve-no-tickets (--wait-grace 0, the server before issue 29).
 //   - BenchmarkCompareRunnerHandoff: a graceful hand-off with
 //     election.Run (the leader's runner shut down, to the next runner's
-//     lead starting) beside the bare one (Resign to the next Campaign
-//     returning), interleaved round by round, on every backend.
+//     Lead starting) beside the same hand-off written by hand with
+//     Campaign and Resign, as safe as Run (the leader's work stopped, then
+//     Resign; to the next one's work starting), and a bare Resign with no
+//     work to stop (to the next Campaign returning), interleaved round by
+//     round, on every backend.
 //
 // A shorter LINEBENCH_WAIT (e.g. 20s) is for iterating.
 package linebench
