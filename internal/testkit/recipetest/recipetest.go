@@ -88,6 +88,24 @@ func Run(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts Options
 	}
 }
 
+// newElector is an Elector on a Client of its own on b, made with opts.
+func newElector(b lease.Backend, ttl time.Duration, opts ...lease.Option) (*election.Elector, error) {
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return election.New(c, ttl)
+}
+
+// newSemaphore is a Semaphore on a Client of its own on b, made with opts.
+func newSemaphore(b lease.Backend, name string, n int, ttl time.Duration, opts ...lease.Option) (*semaphore.Semaphore, error) {
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return semaphore.New(c, name, n, ttl)
+}
+
 // unique returns name with a random suffix, so that checks sharing one
 // store (a database, an etcd prefix) never meet.
 func unique(name string) string {
@@ -156,7 +174,7 @@ func startRunner(t *testing.T, e *election.Elector, key, value string, opts Opti
 // not at the TTL (a minute here), with a higher token.
 func RunnerHandsOverOnShutdown(t *testing.T, b lease.Backend, opts Options) error {
 	key := unique("handover")
-	e, err := election.New(b, time.Minute)
+	e, err := newElector(b, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -207,7 +225,7 @@ func (failRenew) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease
 func RunnerStopsLeadingOnLoss(t *testing.T, b lease.Backend, opts Options) error {
 	key := unique("loss")
 	const ttl = 500 * time.Millisecond
-	cut, err := election.New(failRenew{b}, ttl)
+	cut, err := newElector(failRenew{b}, ttl)
 	if err != nil {
 		return err
 	}
@@ -283,7 +301,7 @@ func RunnerStopsLeadingOnLoss(t *testing.T, b lease.Backend, opts Options) error
 // that returns an error ends Run with it.
 func RunnerRequeuesWhenLeadGivesUp(t *testing.T, b lease.Backend, opts Options) error {
 	key := unique("giveup")
-	e, err := election.New(b, time.Minute)
+	e, err := newElector(b, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -327,7 +345,7 @@ func RunnerRequeuesWhenLeadGivesUp(t *testing.T, b lease.Backend, opts Options) 
 func SemaphoreRefusesAnotherLimit(t *testing.T, b lease.Backend, opts Options) error {
 	ctx := ctxFor(t)
 	name := unique("limit")
-	three, err := semaphore.New(b, name, 3, time.Minute)
+	three, err := newSemaphore(b, name, 3, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -338,7 +356,7 @@ func SemaphoreRefusesAnotherLimit(t *testing.T, b lease.Backend, opts Options) e
 		}
 		t.Cleanup(func() { _ = slot.Release(context.Background()) })
 	}
-	five, err := semaphore.New(b, name, 5, time.Minute)
+	five, err := newSemaphore(b, name, 5, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -376,7 +394,7 @@ func (deadAfterTurn) Release(context.Context, lease.Lease) error { return lease.
 func SemaphoreDeadHeadLeavesTheLine(t *testing.T, b lease.Backend, opts Options) error {
 	ctx := ctxFor(t)
 	name := unique("deadhead")
-	sem := func(b lease.Backend) (*semaphore.Semaphore, error) { return semaphore.New(b, name, 1, time.Minute) }
+	sem := func(b lease.Backend) (*semaphore.Semaphore, error) { return newSemaphore(b, name, 1, time.Minute) }
 	live, err := sem(b)
 	if err != nil {
 		return err
@@ -433,7 +451,7 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 	}
 	ctx := ctxFor(t)
 	name := unique("fifo")
-	newSem := func() (*semaphore.Semaphore, error) { return semaphore.New(b, name, 1, time.Minute) }
+	newSem := func() (*semaphore.Semaphore, error) { return newSemaphore(b, name, 1, time.Minute) }
 	s, err := newSem()
 	if err != nil {
 		return err
