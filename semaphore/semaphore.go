@@ -75,10 +75,11 @@ type Option func(*config) error
 
 // WithRand makes the semaphore draw its random choices — the slot
 // TryAcquire and Acquire try first, and the jitter of a polled wait — from
-// src instead of math/rand/v2's global source and the Client's jitter
-// (lease.WithJitter), so that a seeded src makes them repeat with no other
-// user of the source in between (the simulator replays a seed this way).
-// The semaphore uses src under a lock of its own; nobody else may use it.
+// src, instead of math/rand/v2's global source (the slot) and the Client's
+// jitter (lease.WithJitter; the wait), so that a seeded src makes them
+// repeat with no other user of the source in between (the simulator
+// replays a seed this way). The semaphore uses src under a lock of its
+// own; nobody else may use it.
 func WithRand(src rand.Source) Option {
 	return func(c *config) error {
 		if src == nil {
