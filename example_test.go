@@ -20,6 +20,7 @@ func ExampleClient() {
 		fmt.Println(err)
 		return
 	}
+	defer store.Close()
 	report := fence.NewResource("nightly-report", "", fence.AtLeast)
 
 	// An earlier worker took the lease (token 1), then stalled past its TTL.

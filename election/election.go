@@ -14,8 +14,9 @@
 // (lease.WatchKey: other keys that start with it never reach it) and does
 // not refuse it as unsupported (a leasehttp.Client whose server's backend
 // cannot watch), and otherwise reads the leader again when the backend
-// notifies a change, at the leader's expiry, and, while there is none, at a
-// backoff from 5 to 500 ms: it never polls without a pause.
+// notifies a change, at the leader's expiry, and, while there is none, at
+// the Client's backoff (lease.WithBackoff; 5 to 500 ms by default), on the
+// Client's clock: it never polls without a pause.
 package election
 
 import (
@@ -45,31 +46,29 @@ type Leader struct {
 	Expires time.Time
 }
 
-// Elector campaigns for and observes elections on one backend.
+// Elector campaigns for and observes elections through one lease.Client,
+// whose options reach everything it does: the Client's clock (its
+// lease.WithClock) times Observe's expiries and every wait, its backoff and
+// jitter (lease.WithBackoff, lease.WithJitter) pace Observe's reads and
+// Run's requeues, and its scheduler renews the terms.
 type Elector struct {
+	client  *lease.Client
 	backend lease.Backend
-	opts    []lease.Option
 	ttl     time.Duration
 	clock   lease.Clock // the Client's (lease.WithClock): Observe's expiry timers
 }
 
-// New returns an Elector whose terms last ttl between renewals. opts
-// configure the lease.Client each Campaign runs (clock, drift margin,
-// backoff); the owner it acquires as is always the value that Campaign
-// announces, whatever lease.WithOwner says.
-func New(b lease.Backend, ttl time.Duration, opts ...lease.Option) (*Elector, error) {
-	if b == nil {
-		return nil, fmt.Errorf("%w: election: backend is nil", lease.ErrInvalid)
+// New returns an Elector that campaigns through c, whose terms last ttl
+// between renewals. A term is held under the value Campaign announces, not
+// c's owner (lease.Client.WithOwner), and renewed with c's other holds.
+func New(c *lease.Client, ttl time.Duration) (*Elector, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: election: client is nil", lease.ErrInvalid)
 	}
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	// Built once here so that a bad option fails New, not each Campaign.
-	c, err := lease.NewClient(b, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Elector{backend: b, opts: opts, ttl: ttl, clock: c.Clock()}, nil
+	return &Elector{client: c, backend: c.Backend(), ttl: ttl, clock: c.Clock()}, nil
 }
 
 // Term is a won election: a lease on the key, held and renewed until
@@ -201,7 +200,7 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 // hung server (a lease granted as it gave up is given back). value is
 // checked as a lease's owner is (lease.ValidateOwner).
 func (e *Elector) Campaign(ctx context.Context, key, value string) (*Term, error) {
-	c, err := lease.NewClient(e.backend, append(e.opts[:len(e.opts):len(e.opts)], lease.WithOwner(value))...)
+	c, err := e.client.WithOwner(value)
 	if err != nil {
 		return nil, err
 	}
@@ -398,10 +397,17 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 	}
 }
 
+// loop returns a wait paced by p on the Elector's clock.
+func (e *Elector) loop(p *wait.Pacer) wait.Loop {
+	return wait.OnClock(p, e.clock.Now, e.clock.AfterFunc)
+}
+
 // observePoll reads the leader again whenever it may have changed.
 func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
-		loop := wait.Loop{Pacer: wait.NewPacer(5*time.Millisecond, 500*time.Millisecond, nil), NotifyMax: 5 * time.Second}
+		lo, hi := e.client.Backoff()
+		loop := e.loop(wait.NewPacer(lo, hi, nil))
+		loop.NotifyMax = 5 * time.Second
 		notifier, _ := e.backend.(lease.Notifier)
 		var (
 			cur   Leader

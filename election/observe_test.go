@@ -45,10 +45,7 @@ func TestObserveNeverReportsALeaderPastExpires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := election.New(silentAfterSync{store, store}, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := newElector(t, silentAfterSync{store, store}, time.Second)
 		l, err := store.Acquire(t.Context(), "svc", "a", time.Second) // nobody renews it
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/memstore"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
 // TestRunTellsOfNewLeaders: OnNewLeader hears the leader of the moment,
@@ -130,4 +133,52 @@ func TestShutdownResignIsBounded(t *testing.T) {
 			})
 		})
 	}
+}
+
+// failAcquire is a backend whose acquisitions fail as an unreachable one's
+// do, counting them; it hides the backend's other abilities.
+type failAcquire struct {
+	lease.Backend
+	calls atomic.Int32
+}
+
+func (f *failAcquire) Acquire(context.Context, string, string, time.Duration) (lease.Lease, error) {
+	f.calls.Add(1)
+	return lease.Lease{}, lease.ErrUnavailable
+}
+
+// TestRunRequeuesOnTheClientsClock: after a failed campaign, Run waits
+// its requeue backoff on the Elector's Client's clock, jittered from the
+// Client's source: with the fake clock standing still it does not campaign
+// again, and once the clock passes the backoff it does.
+func TestRunRequeuesOnTheClientsClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := fakeclock.New(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+		t0 := clk.Now()
+		b := &failAcquire{Backend: memtest.New(t)}
+		e := newElector(t, b, time.Minute, lease.WithClock(clk), lease.WithJitter(func() float64 { return 0 }))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error { return nil },
+				election.WithRequeueBackoff(time.Hour, time.Hour))
+		}()
+		synctest.Wait()
+		if n := b.calls.Load(); n != 1 {
+			t.Fatalf("%d campaigns before the backoff, want 1", n)
+		}
+		// No jitter: half the backoff.
+		if p := clk.Pending(); len(p) != 1 || !p[0].Equal(t0.Add(30*time.Minute)) {
+			t.Fatalf("timers pending on the Client's clock: %v, want the requeue at %v", p, t0.Add(30*time.Minute))
+		}
+		clk.Advance(30 * time.Minute)
+		synctest.Wait()
+		if n := b.calls.Load(); n != 2 {
+			t.Fatalf("%d campaigns once the fake clock passed the backoff, want 2", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
 }

@@ -23,15 +23,32 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // backends are the ways election and semaphore must work on a backend.
 var backends = memtest.Ways
 
+// newClient is a Client on b, made with opts.
+func newClient(t *testing.T, b lease.Backend, opts ...lease.Option) *lease.Client {
+	t.Helper()
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
+// newSem is the semaphore "jobs" on a Client of its own on b.
 func newSem(t *testing.T, b lease.Backend, n int, ttl time.Duration, opts ...semaphore.Option) *semaphore.Semaphore {
 	t.Helper()
-	s, err := semaphore.New(b, "jobs", n, ttl, opts...)
+	return newSemAs(t, b, lease.DefaultOwner(), n, ttl, opts...)
+}
+
+// newSemAs is newSem on a Client that acquires as owner.
+func newSemAs(t *testing.T, b lease.Backend, owner string, n int, ttl time.Duration, opts ...semaphore.Option) *semaphore.Semaphore {
+	t.Helper()
+	s, err := semaphore.New(newClient(t, b, lease.WithOwner(owner)), "jobs", n, ttl, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +102,7 @@ func TestAcquireInLine(t *testing.T) {
 	got := make(chan string, 2)
 	var slots sync.Map
 	for _, name := range []string{"w1", "w2"} {
-		s := newSem(t, store, 1, time.Minute, semaphore.WithClientOptions(lease.WithOwner(name)))
+		s := newSemAs(t, store, name, 1, time.Minute)
 		go func() {
 			slot, err := s.Acquire(ctx)
 			if err != nil {
@@ -235,6 +252,9 @@ func TestAcquireEndsWithItsContext(t *testing.T) {
 
 func TestNewRefusesNonsense(t *testing.T) {
 	b := memtest.New(t)
+	if _, err := semaphore.New(nil, "jobs", 1, time.Second); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("New with a nil Client: %v, want ErrInvalid", err)
+	}
 	for _, tc := range []struct {
 		name string
 		n    int
@@ -246,7 +266,7 @@ func TestNewRefusesNonsense(t *testing.T) {
 		{"bad\x00name", 1, time.Second},
 		{strings.Repeat("k", lease.MaxKeyLen), 1, time.Second},
 	} {
-		if _, err := semaphore.New(b, tc.name, tc.n, tc.ttl); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := semaphore.New(newClient(t, b), tc.name, tc.n, tc.ttl); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("New(%.20q, %d, %v): %v, want ErrInvalid", tc.name, tc.n, tc.ttl, err)
 		}
 	}
@@ -281,7 +301,7 @@ func TestWithRandRepeats(t *testing.T) {
 
 func TestNewRefusesNilOptions(t *testing.T) {
 	for _, opt := range []semaphore.Option{nil, semaphore.WithRand(nil)} {
-		if _, err := semaphore.New(memtest.New(t), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := semaphore.New(newClient(t, memtest.New(t)), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("New with a nil option or source: %v, want ErrInvalid", err)
 		}
 	}

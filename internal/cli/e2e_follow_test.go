@@ -83,7 +83,7 @@ func TestBinaryWatchLeaderAndSlots(t *testing.T) {
 	linesOf(t, "watch --no-resume", once.stdout, 2)
 	linesOf(t, "leader --watch", leader.stdout, 1)
 
-	e, err := election.New(c, time.Minute)
+	e, err := election.New(newLeaseClient(t, c), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestServeWithoutWatch(t *testing.T) {
 	if got := s.lines(t, 1); got[0] != "key=db/primary token=0" {
 		t.Fatalf("first line %q", got[0])
 	}
-	e, err := election.New(c, time.Minute)
+	e, err := election.New(newLeaseClient(t, c), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,15 +287,15 @@ func TestCancelWaitOnAHungServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e, err := election.New(c, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := semaphore.New(c, "render", 1, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lc, err := lease.NewClient(c, lease.WithOwner("waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := election.New(lc, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := semaphore.New(lc, "render", 1, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

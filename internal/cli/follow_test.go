@@ -33,7 +33,7 @@ func cliStream(t *testing.T, b lease.Backend, args ...string) *streaming {
 		signals: s.sigs,
 	}
 	if b != nil {
-		a.dial = func(string, string, time.Duration) (lease.Backend, error) { return b, nil }
+		a.dial = func(string, string, time.Duration) (lease.Backend, error) { return shared(b), nil }
 	}
 	go func() { s.done <- execute(newRoot(a), args, s.stderr) }()
 	t.Cleanup(func() {

@@ -72,7 +72,11 @@ and, while there is none, every 5 to 500ms.
 // elector observes elections on b; its TTL is for campaigns, which the
 // CLI does not run.
 func elector(b lease.Backend) (*election.Elector, error) {
-	return election.New(b, lease.MinTTL)
+	c, err := lease.NewClient(b)
+	if err != nil {
+		return nil, err
+	}
+	return election.New(c, lease.MinTTL)
 }
 
 func (a *app) printLeader(ctx context.Context, b lease.Backend, key string, rf remoteFlags) error {

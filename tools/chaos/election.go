@@ -289,9 +289,15 @@ func (r *electionRun) campaignLoop(ctx context.Context, w *candidate) {
 			}
 			return
 		}
-		e, err := election.New(freezable(b, w.freezer), r.cfg.TTL,
+		lc, err := lease.NewClient(freezable(b, w.freezer),
 			lease.WithJitter(rand.New(rand.NewPCG(r.cfg.Seed^0x9e3779b97f4a7c15, uint64(w.id))).Float64),
 			lease.WithBackoff(5*time.Millisecond, r.cfg.TTL/2))
+		if err != nil {
+			closeFn()
+			r.fail(err)
+			return
+		}
+		e, err := election.New(lc, r.cfg.TTL)
 		if err != nil {
 			closeFn()
 			r.fail(err)
@@ -458,7 +464,13 @@ func (r *electionRun) observe(ctx context.Context, id int) {
 			}
 			return
 		}
-		e, err := election.New(b, r.cfg.TTL)
+		lc, err := lease.NewClient(b)
+		if err != nil {
+			closeFn()
+			r.fail(err)
+			return
+		}
+		e, err := election.New(lc, r.cfg.TTL)
 		if err != nil {
 			closeFn()
 			r.fail(err)

@@ -131,7 +131,7 @@ func (r mariadbRegister) Read(ctx context.Context) (string, lease.Token, error) 
 func redisGuard(t *testing.T) guardFunc {
 	rdb := redistest.Start(t).Client(t)
 	return func(t testing.TB, key string, mode fence.Mode) chaos.Register {
-		g, err := redisfence.New(rdb, redisfence.WithMode(mode), redisfence.WithPrefix("chaos-guard:"))
+		g, err := redisfence.New(context.Background(), rdb, redisfence.WithMode(mode), redisfence.WithPrefix("chaos-guard:"))
 		if err != nil {
 			t.Fatal(err)
 		}

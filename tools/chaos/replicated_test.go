@@ -492,7 +492,11 @@ func replicasElect(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 	defer cancel()
 	var electors []*election.Elector
 	for i := range 3 {
-		e, err := election.New(rs.client(t, i), 2*time.Second)
+		lc, err := lease.NewClient(rs.client(t, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := election.New(lc, 2*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

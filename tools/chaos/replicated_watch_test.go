@@ -299,7 +299,11 @@ func replicasObserve(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 	const key, ttl = "observed", 2 * time.Second
 	via := perReplica(t, rs, leasehttp.WithTimeout(time.Second))
 	elector := func(b lease.Backend) *election.Elector {
-		e, err := election.New(b, ttl)
+		lc, err := lease.NewClient(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := election.New(lc, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
@@ -40,7 +41,7 @@ func newElector(b *testing.B, cli *clientv3.Client, prefix string, ttl time.Dura
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = s.Close() })
-	e, err := election.New(s, ttl)
+	e, err := electorOf(s, ttl)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,10 +68,19 @@ func newElectorOn(cli *clientv3.Client, prefix string, ttl time.Duration) electo
 	if err != nil {
 		return electorOn{err: err}
 	}
-	e, err := election.New(s, ttl)
+	e, err := electorOf(s, ttl)
 	if err != nil {
 		_ = s.Close()
 		return electorOn{err: err}
 	}
 	return electorOn{store: s, el: e}
+}
+
+// electorOf is an Elector on a Client of its own on s.
+func electorOf(s lease.Backend, ttl time.Duration) (*election.Elector, error) {
+	c, err := lease.NewClient(s)
+	if err != nil {
+		return nil, err
+	}
+	return election.New(c, ttl)
 }

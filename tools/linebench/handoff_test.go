@@ -205,7 +205,11 @@ func runner(e *election.Elector) candidate {
 func BenchmarkCompareRunnerHandoff(b *testing.B) {
 	var rows []benchutil.Timed
 	for _, be := range backends(b) {
-		e, err := election.New(be.be, 30*time.Second)
+		lc, err := lease.NewClient(be.be)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := election.New(lc, 30*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -39,7 +39,7 @@ func benchCompare(b *testing.B, srv *redistest.Server, opts ...redisstore.Option
 	// same pool, large enough for 32 clients.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
-	store, err := redisstore.New(ctx, rdb, append(opts, redisstore.WithNamespace(testNamespace()))...)
+	store, err := redisstore.New(rdb, append(opts, redisstore.WithNamespace(testNamespace()))...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func (s *Sim) electionWorker(c *simClient) {
 	observed := make(chan struct{})
 	go s.observer(c, observed)
 	defer func() { <-observed }()
-	e, err := election.New(s.backend(c, workerLane), s.cfg.TTL, c.opts...)
+	e, err := election.New(c.client, s.cfg.TTL)
 	if err != nil {
 		panic(err) // valid by construction, as for the Client
 	}
@@ -72,7 +72,11 @@ func (s *Sim) electionWorker(c *simClient) {
 // Observe starts from the leader of its moment, never an older one.
 func (s *Sim) observer(c *simClient, done chan<- struct{}) {
 	defer close(done)
-	e, err := election.New(s.backend(c, observerLane), s.cfg.TTL, c.opts...)
+	lc, err := lease.NewClient(s.backend(c, observerLane), c.opts...)
+	if err != nil {
+		panic(err) // valid by construction, as for the worker's
+	}
+	e, err := election.New(lc, s.cfg.TTL)
 	if err != nil {
 		panic(err)
 	}

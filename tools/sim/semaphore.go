@@ -29,8 +29,11 @@ const (
 // the backend and GuardOrder at each slot's register (S3).
 func (s *Sim) semaphoreWorker(c *simClient) {
 	defer close(c.done)
-	sem, err := semaphore.New(s.semaphoreBackend(c), semName, s.cfg.Slots, s.cfg.TTL,
-		semaphore.WithClientOptions(append([]lease.Option{lease.WithOwner(c.name())}, c.opts...)...),
+	lc, err := lease.NewClient(s.semaphoreBackend(c), append([]lease.Option{lease.WithOwner(c.name())}, c.opts...)...)
+	if err != nil {
+		panic(err) // valid by construction, as for the worker's Client
+	}
+	sem, err := semaphore.New(lc, semName, s.cfg.Slots, s.cfg.TTL,
 		// The semaphore's own choices come from the seed too, so that a
 		// replay is exact.
 		semaphore.WithRand(rand.NewPCG(s.cfg.Seed^0x2545f4914f6cdd1d, uint64(c.idx)<<32|uint64(c.gen))))

@@ -403,7 +403,7 @@ func (s *Sim) startClient(i int) {
 	if s.cfg.Workload != Lock {
 		c.watch = s.cfg.UnorderedWatch || c.rng.IntN(2) == 0
 	}
-	var jmu sync.Mutex // an election's terms each have a Client, all on this source
+	var jmu sync.Mutex // the worker's Client and the observer's or semaphore's draw from this source
 	c.clock = newDriftClock(1 - drift)
 	c.opts = []lease.Option{
 		lease.WithClock(c.clock),

@@ -187,7 +187,11 @@ func BenchmarkCompareStaleLeader(b *testing.B) {
 					return 0, err
 				}
 				defer c.Close()
-				e, err := election.New(c, ttl)
+				lc, err := lease.NewClient(c)
+				if err != nil {
+					return 0, err
+				}
+				e, err := election.New(lc, ttl)
 				if err != nil {
 					return 0, err
 				}
@@ -233,7 +237,11 @@ func BenchmarkCompareCancel(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { c.Close() })
-		e, err := election.New(c, time.Minute)
+		lc, err := lease.NewClient(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := election.New(lc, time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}

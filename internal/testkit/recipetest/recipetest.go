@@ -1,9 +1,11 @@
 // Package recipetest is the conformance suite of the recipes built on a
-// lease.Backend — package election (Campaign and its runner) and package
+// lease.Client — package election (Campaign and its runner) and package
 // semaphore — under the faults they must survive: a leader that shuts
 // down, a term lost to failing renewals, processes that disagree on a
 // semaphore's limit, a waiter that dies at the head of the line, and a
-// long line served first come, first served. Each backend's tests run it
+// long line served first come, first served; and with their Client's
+// options reaching their own waits (a fake clock that alone moves an
+// Observe's reads and a semaphore's polls, at the Client's backoff). Each backend's tests run it
 // (memstore, boltstore, pgstore, redisstore, etcdstore, and leasehttp
 // over a server with a short wait cap), as they run leasetest.
 //
@@ -26,6 +28,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/semaphore"
 )
 
@@ -75,6 +78,8 @@ var Checks = []struct {
 	{"SemaphoreRefusesAnotherLimit", SemaphoreRefusesAnotherLimit},
 	{"SemaphoreDeadHeadLeavesTheLine", SemaphoreDeadHeadLeavesTheLine},
 	{"SemaphoreServesInOrder", SemaphoreServesInOrder},
+	{"ObserveReadsOnTheClientsClock", ObserveReadsOnTheClientsClock},
+	{"SemaphorePollsOnTheClientsClock", SemaphorePollsOnTheClientsClock},
 }
 
 // Run runs every check on backends newBackend makes, one subtest each.
@@ -86,6 +91,24 @@ func Run(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts Options
 			}
 		})
 	}
+}
+
+// newElector is an Elector on a Client of its own on b, made with opts.
+func newElector(b lease.Backend, ttl time.Duration, opts ...lease.Option) (*election.Elector, error) {
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return election.New(c, ttl)
+}
+
+// newSemaphore is a Semaphore on a Client of its own on b, made with opts.
+func newSemaphore(b lease.Backend, name string, n int, ttl time.Duration, opts ...lease.Option) (*semaphore.Semaphore, error) {
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return semaphore.New(c, name, n, ttl)
 }
 
 // unique returns name with a random suffix, so that checks sharing one
@@ -156,7 +179,7 @@ func startRunner(t *testing.T, e *election.Elector, key, value string, opts Opti
 // not at the TTL (a minute here), with a higher token.
 func RunnerHandsOverOnShutdown(t *testing.T, b lease.Backend, opts Options) error {
 	key := unique("handover")
-	e, err := election.New(b, time.Minute)
+	e, err := newElector(b, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -207,7 +230,7 @@ func (failRenew) Renew(context.Context, lease.Lease, time.Duration) (lease.Lease
 func RunnerStopsLeadingOnLoss(t *testing.T, b lease.Backend, opts Options) error {
 	key := unique("loss")
 	const ttl = 500 * time.Millisecond
-	cut, err := election.New(failRenew{b}, ttl)
+	cut, err := newElector(failRenew{b}, ttl)
 	if err != nil {
 		return err
 	}
@@ -283,7 +306,7 @@ func RunnerStopsLeadingOnLoss(t *testing.T, b lease.Backend, opts Options) error
 // that returns an error ends Run with it.
 func RunnerRequeuesWhenLeadGivesUp(t *testing.T, b lease.Backend, opts Options) error {
 	key := unique("giveup")
-	e, err := election.New(b, time.Minute)
+	e, err := newElector(b, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -327,7 +350,7 @@ func RunnerRequeuesWhenLeadGivesUp(t *testing.T, b lease.Backend, opts Options) 
 func SemaphoreRefusesAnotherLimit(t *testing.T, b lease.Backend, opts Options) error {
 	ctx := ctxFor(t)
 	name := unique("limit")
-	three, err := semaphore.New(b, name, 3, time.Minute)
+	three, err := newSemaphore(b, name, 3, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -338,7 +361,7 @@ func SemaphoreRefusesAnotherLimit(t *testing.T, b lease.Backend, opts Options) e
 		}
 		t.Cleanup(func() { _ = slot.Release(context.Background()) })
 	}
-	five, err := semaphore.New(b, name, 5, time.Minute)
+	five, err := newSemaphore(b, name, 5, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -376,7 +399,7 @@ func (deadAfterTurn) Release(context.Context, lease.Lease) error { return lease.
 func SemaphoreDeadHeadLeavesTheLine(t *testing.T, b lease.Backend, opts Options) error {
 	ctx := ctxFor(t)
 	name := unique("deadhead")
-	sem := func(b lease.Backend) (*semaphore.Semaphore, error) { return semaphore.New(b, name, 1, time.Minute) }
+	sem := func(b lease.Backend) (*semaphore.Semaphore, error) { return newSemaphore(b, name, 1, time.Minute) }
 	live, err := sem(b)
 	if err != nil {
 		return err
@@ -433,7 +456,7 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 	}
 	ctx := ctxFor(t)
 	name := unique("fifo")
-	newSem := func() (*semaphore.Semaphore, error) { return semaphore.New(b, name, 1, time.Minute) }
+	newSem := func() (*semaphore.Semaphore, error) { return newSemaphore(b, name, 1, time.Minute) }
 	s, err := newSem()
 	if err != nil {
 		return err
@@ -478,4 +501,138 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 		prev = got.slot.Hold
 	}
 	return prev.Release(ctx)
+}
+
+// polled is a backend with its abilities hidden (wait, notify, watch), so
+// that the recipes on it poll: their own waits are what a check sees.
+type polled struct{ lease.Backend }
+
+// pendingWithin returns the first of clk's pending timers due in [from,
+// to], waiting up to 10 s for one to be set.
+func pendingWithin(clk *fakeclock.Clock, from, to time.Time) (time.Time, bool) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for _, at := range clk.Pending() {
+			if !at.Before(from) && !at.After(to) {
+				return at, true
+			}
+		}
+	}
+	return time.Time{}, false
+}
+
+// ObserveReadsOnTheClientsClock: an Elector that reads the leader (on a
+// backend without a watch) pauses between reads at its Client's backoff
+// (lease.WithBackoff) on its Client's clock (lease.WithClock), as the
+// Client's own waits do: the pause is a timer on the fake clock at the
+// backoff, and a leader elected meanwhile is reported once the fake clock
+// is moved past it — an hour of fake time, no real wait.
+func ObserveReadsOnTheClientsClock(t *testing.T, b lease.Backend, opts Options) error {
+	ctx := ctxFor(t)
+	key := unique("clock-observe")
+	const backoff = time.Hour
+	clk := fakeclock.New(time.Now())
+	t0 := clk.Now()
+	e, err := newElector(polled{b}, time.Minute, lease.WithClock(clk), lease.WithBackoff(backoff, backoff))
+	if err != nil {
+		return err
+	}
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := make(chan election.Leader, 16)
+	go func() {
+		defer close(seen)
+		for l, err := range e.Observe(octx, key) {
+			if err != nil {
+				return
+			}
+			seen <- l
+		}
+	}()
+	select {
+	case l := <-seen:
+		if l.Token != 0 {
+			return fmt.Errorf("an Observe of a fresh key reported %+v first, want no leader", l)
+		}
+	case <-time.After(10 * time.Second):
+		return errors.New("an Observe reported nothing within 10 s")
+	}
+	if _, ok := pendingWithin(clk, t0.Add(backoff/2), t0.Add(backoff)); !ok {
+		return fmt.Errorf("an Observe set no timer on its Client's clock at the Client's backoff (%v) before its next read; pending: %v",
+			backoff, clk.Pending())
+	}
+	leader, err := newElector(b, time.Minute)
+	if err != nil {
+		return err
+	}
+	term, err := leader.Campaign(ctx, key, "leader")
+	if err != nil {
+		return err
+	}
+	defer term.Resign(context.WithoutCancel(ctx))
+	clk.Advance(backoff)
+	select {
+	case l, ok := <-seen:
+		if !ok || l.Value != "leader" || l.Token != term.Token() {
+			return fmt.Errorf("an Observe after the fake clock passed its pause: %+v (ended: %v), want the new leader", l, !ok)
+		}
+	case <-time.After(10 * time.Second):
+		return errors.New("an Observe did not report the new leader within 10 s of the fake clock passing its pause")
+	}
+	return nil
+}
+
+// SemaphorePollsOnTheClientsClock: the head of a semaphore's line, on a
+// backend without a watch, polls for a slot at its Client's backoff on its
+// Client's clock: its pause is a timer on the fake clock, and a slot freed
+// meanwhile is taken once the fake clock is moved past it.
+func SemaphorePollsOnTheClientsClock(t *testing.T, b lease.Backend, opts Options) error {
+	ctx := ctxFor(t)
+	name := unique("clock-semaphore")
+	// Below the line lease's first renewal (0.6 s on the fake clock with
+	// no jitter: its TTL is MaxLineTTL), so that only the poll is due.
+	const backoff = 500 * time.Millisecond
+	clk := fakeclock.New(time.Now())
+	t0 := clk.Now()
+	holder, err := newSemaphore(b, name, 1, time.Minute)
+	if err != nil {
+		return err
+	}
+	slot, err := holder.TryAcquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer slot.Release(context.WithoutCancel(ctx))
+	waiter, err := newSemaphore(polled{b}, name, 1, time.Minute,
+		lease.WithClock(clk), lease.WithBackoff(backoff, backoff), lease.WithJitter(func() float64 { return 0 }))
+	if err != nil {
+		return err
+	}
+	type got struct {
+		slot *semaphore.Slot
+		err  error
+	}
+	out := make(chan got, 1)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		s, err := waiter.Acquire(wctx)
+		out <- got{s, err}
+	}()
+	if _, ok := pendingWithin(clk, t0.Add(backoff/2), t0.Add(backoff)); !ok {
+		return fmt.Errorf("the semaphore's poll set no timer on its Client's clock at the Client's backoff (%v); pending: %v",
+			backoff, clk.Pending())
+	}
+	if err := slot.Release(ctx); err != nil {
+		return err
+	}
+	clk.Advance(backoff)
+	select {
+	case g := <-out:
+		if g.err != nil {
+			return fmt.Errorf("the waiter after the fake clock passed its poll's pause: %v", g.err)
+		}
+		return g.slot.Release(ctx)
+	case <-time.After(10 * time.Second):
+		return errors.New("the waiter did not take the freed slot within 10 s of the fake clock passing its poll's pause")
+	}
 }
