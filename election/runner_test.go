@@ -9,9 +9,9 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
-	"github.com/leasehq/lease/memstore"
 	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
+	"github.com/leasehq/lease/memstore"
 )
 
 // TestRunTellsOfNewLeaders: OnNewLeader hears the leader of the moment,
