@@ -55,10 +55,15 @@ const (
 	// Expired is a lease whose TTL ran out on the backend's clock, as it
 	// was before.
 	Expired
+	// Resync is Follow's own, never a Watcher's: the watch broke and was
+	// started again, and the Held events and the Synced after it are the
+	// current state, which replaces everything told before. Its Lease is
+	// zero.
+	Resync
 )
 
 var eventKindNames = [...]string{Held: "held", Synced: "synced", Acquired: "acquired",
-	Renewed: "renewed", Released: "released", Expired: "expired"}
+	Renewed: "renewed", Released: "released", Expired: "expired", Resync: "resync"}
 
 // String returns the kind's name as the HTTP API spells it ("acquired").
 func (k EventKind) String() string {
@@ -68,10 +73,11 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// ParseEventKind is the inverse of EventKind.String. The error matches
-// ErrInvalid.
+// ParseEventKind is the inverse of EventKind.String for the kinds a Watcher
+// yields, Held to Expired: the names of the HTTP API's stream. Resync, which
+// no stream carries, is refused. The error matches ErrInvalid.
 func ParseEventKind(s string) (EventKind, error) {
-	for k, name := range eventKindNames {
+	for k, name := range eventKindNames[:Expired+1] {
 		if name != "" && name == s {
 			return EventKind(k), nil
 		}
