@@ -100,22 +100,38 @@ func FollowKey(ctx context.Context, w Watcher, key string, opts ...FollowOption)
 // context lasted, which the Watcher contract rules out.
 var errEndedAlone = fmt.Errorf("%w: lease: the watch ended by itself", ErrUnavailable)
 
+// ValidateFollowOptions reports whether opts are fit for Follow: none nil,
+// each valid. The error matches ErrInvalid. Follow checks them itself; a
+// caller that may not call it (election.Observe, which reads instead of
+// watching a backend that cannot watch) checks them here.
+func ValidateFollowOptions(opts ...FollowOption) error {
+	_, err := newFollowConfig(opts)
+	return err
+}
+
+func newFollowConfig(opts []FollowOption) (followConfig, error) {
+	cfg := followConfig{min: followMin, max: followMax, clock: SystemClock{}}
+	for _, opt := range opts {
+		if opt == nil {
+			return cfg, invalidf("follow: option is nil")
+		}
+		if err := opt(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
 func follow(ctx context.Context, w Watcher, opts []FollowOption, watch func() iter.Seq2[Event, error]) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		cfg := followConfig{min: followMin, max: followMax, clock: SystemClock{}}
 		if w == nil {
 			yield(Event{}, invalidf("follow: watcher is nil"))
 			return
 		}
-		for _, opt := range opts {
-			if opt == nil {
-				yield(Event{}, invalidf("follow: option is nil"))
-				return
-			}
-			if err := opt(&cfg); err != nil {
-				yield(Event{}, err)
-				return
-			}
+		cfg, err := newFollowConfig(opts)
+		if err != nil {
+			yield(Event{}, err)
+			return
 		}
 		pacer := wait.NewPacer(cfg.min, cfg.max, rand.Float64)
 		told := false // whether an event was yielded: a new picture needs a Resync first

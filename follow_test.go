@@ -273,6 +273,9 @@ func TestFollowEndsForGood(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
+				if err := lease.ValidateFollowOptions(tc.opts...); (err != nil) != (tc.watches == 0) || (err != nil && !errors.Is(err, lease.ErrInvalid)) {
+					t.Errorf("ValidateFollowOptions: %v", err)
+				}
 				w := &scripted{scripts: []script{{steps: tc.steps}}}
 				var errs []error
 				for _, err := range lease.Follow(t.Context(), w, "", tc.opts...) {
