@@ -24,6 +24,7 @@ type FollowOption func(*followConfig) error
 type followConfig struct {
 	min, max time.Duration
 	clock    Clock
+	jitter   func() float64 // in [0, 1)
 	onBreak  func(err error, pause time.Duration) error
 }
 
@@ -50,6 +51,20 @@ func FollowClock(clk Clock) FollowOption {
 			return invalidf("follow clock is nil")
 		}
 		c.clock = clk
+		return nil
+	}
+}
+
+// FollowClient makes the pauses run on c's clock (WithClock) and take their
+// jitter from c's source (WithJitter), as c's own waits do: what a recipe
+// built on a Client passes, so that a simulation that seeds the Client
+// replays its watches' pauses too.
+func FollowClient(c *Client) FollowOption {
+	return func(cfg *followConfig) error {
+		if c == nil {
+			return invalidf("follow client is nil")
+		}
+		cfg.clock, cfg.jitter = c.clock, c.rand
 		return nil
 	}
 }
@@ -110,7 +125,7 @@ func ValidateFollowOptions(opts ...FollowOption) error {
 }
 
 func newFollowConfig(opts []FollowOption) (followConfig, error) {
-	cfg := followConfig{min: followMin, max: followMax, clock: SystemClock{}}
+	cfg := followConfig{min: followMin, max: followMax, clock: SystemClock{}, jitter: rand.Float64}
 	for _, opt := range opts {
 		if opt == nil {
 			return cfg, invalidf("follow: option is nil")
@@ -133,7 +148,7 @@ func follow(ctx context.Context, w Watcher, opts []FollowOption, watch func() it
 			yield(Event{}, err)
 			return
 		}
-		pacer := wait.NewPacer(cfg.min, cfg.max, rand.Float64)
+		pacer := wait.NewPacer(cfg.min, cfg.max, cfg.jitter)
 		told := false // whether an event was yielded: a new picture needs a Resync first
 		for {
 			var broke error

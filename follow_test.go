@@ -246,6 +246,45 @@ func TestFollowPausesOnTheGivenClock(t *testing.T) {
 	})
 }
 
+// TestFollowClient: FollowClient's Client gives the pauses its clock and
+// its jitter source: a source that always says 0 makes each pause half its
+// backoff, on the Client's clock.
+func TestFollowClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := fakeclock.New(time.Unix(1e9, 0))
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := lease.NewClient(store, lease.WithClock(clk), lease.WithJitter(func() float64 { return 0 }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &scripted{scripts: []script{{steps: []step{broken}}, {steps: []step{broken}}, {steps: []step{synced}}}}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		pauses := make(chan time.Duration)
+		done := make(chan []string)
+		go func() {
+			got, _ := collect(lease.Follow(ctx, w, "", lease.FollowClient(c), lease.FollowOnBreak(func(_ error, d time.Duration) error {
+				pauses <- d
+				return nil
+			})), 1, cancel)
+			done <- got
+		}()
+		for _, want := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
+			if d := <-pauses; d != want {
+				t.Errorf("pause %v, want %v (half the backoff)", d, want)
+			}
+			synctest.Wait()
+			clk.Advance(want)
+		}
+		if got := <-done; !slices.Equal(got, []string{"synced"}) {
+			t.Errorf("Follow yielded %q, want [synced]", got)
+		}
+	})
+}
+
 // TestFollowEndsForGood: an error that watching again cannot mend is
 // yielded once and ends Follow with no second watch and no break heard;
 // so is the error FollowOnBreak returns, and a bad option.
@@ -268,6 +307,7 @@ func TestFollowEndsForGood(t *testing.T) {
 		{"backoff", nil, []lease.FollowOption{lease.FollowBackoff(0, time.Second)}, lease.ErrInvalid, 0},
 		{"backoff max below min", nil, []lease.FollowOption{lease.FollowBackoff(time.Second, time.Millisecond)}, lease.ErrInvalid, 0},
 		{"nil clock", nil, []lease.FollowOption{lease.FollowClock(nil)}, lease.ErrInvalid, 0},
+		{"nil client", nil, []lease.FollowOption{lease.FollowClient(nil)}, lease.ErrInvalid, 0},
 		{"nil hook", nil, []lease.FollowOption{lease.FollowOnBreak(nil)}, lease.ErrInvalid, 0},
 		{"nil option", nil, []lease.FollowOption{nil}, lease.ErrInvalid, 0},
 	} {

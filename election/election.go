@@ -50,7 +50,8 @@ type Elector struct {
 	backend lease.Backend
 	opts    []lease.Option
 	ttl     time.Duration
-	clock   lease.Clock // the Client's (lease.WithClock): Observe's expiry timers
+	clock   lease.Clock        // the Client's (lease.WithClock): Observe's expiry timers
+	follow  lease.FollowOption // the Client's clock and jitter for Observe's pauses
 }
 
 // New returns an Elector whose terms last ttl between renewals. opts
@@ -69,7 +70,7 @@ func New(b lease.Backend, ttl time.Duration, opts ...lease.Option) (*Elector, er
 	if err != nil {
 		return nil, err
 	}
-	return &Elector{backend: b, opts: opts, ttl: ttl, clock: c.Clock()}, nil
+	return &Elector{backend: b, opts: opts, ttl: ttl, clock: c.Clock(), follow: lease.FollowClient(c)}, nil
 }
 
 // Term is a won election: a lease on the key, held and renewed until
@@ -190,7 +191,7 @@ func leaderOf(l lease.Lease) Leader {
 //
 // A watch that breaks (the backend failed or restarted, a leasehttp stream
 // went silent) is watched again (lease.FollowKey) after a pause on the
-// Elector's clock, as a failed read is read again; meanwhile the leader
+// Elector's clock, jittered from its source (lease.FollowClient), as a failed read is read again; meanwhile the leader
 // last reported stands until its Expires, and the new watch's leader is
 // reported if it is another. opts tune that (lease.FollowBackoff), or hear
 // each break (lease.FollowOnBreak, whose error ends Observe with it); they
@@ -206,7 +207,7 @@ func (e *Elector) Observe(ctx context.Context, key string, opts ...lease.FollowO
 		return func(yield func(Leader, error) bool) { yield(Leader{}, err) }
 	}
 	if w, ok := e.backend.(lease.Watcher); ok {
-		return e.observeWatch(ctx, w, key, append([]lease.FollowOption{lease.FollowClock(e.clock)}, opts...))
+		return e.observeWatch(ctx, w, key, append([]lease.FollowOption{e.follow}, opts...))
 	}
 	return e.observePoll(ctx, key)
 }
@@ -242,10 +243,12 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string,
 			cur    = Leader{Key: key} // what was last reported, once synced
 			stale  Leader             // the term cur was until its Expires passed unrenewed
 			synced bool
-			told   Leader // what was last reported, while a new picture comes in
-			retold bool   // a new picture comes in after a report: told stands
-			timer  lease.Timer
-			due    = make(chan struct{}, 1)
+			// After a break (lease.Resync), the new picture's leader, to
+			// be compared with cur at its Synced.
+			picture   Leader
+			resyncing bool
+			timer     lease.Timer
+			due       = make(chan struct{}, 1)
 		)
 		// arm sets the timer at cur's Expires on the Elector's clock.
 		arm := func() {
@@ -305,23 +308,41 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string,
 				ev := it.ev
 				switch ev.Kind {
 				case lease.Resync:
-					// A new picture replaces what is known: it is
-					// reported at its Synced if its leader is another.
+					// The watch broke and a new picture comes, which
+					// replaces what is known at its Synced; until then
+					// the leader reported stands, until its Expires.
 					if synced {
-						told, retold = cur, true
+						resyncing, picture = true, Leader{Key: key}
+					} else {
+						cur = Leader{Key: key} // a first picture cut short: none reported
 					}
-					synced, cur = false, Leader{Key: key}
-					arm()
 					continue
+				case lease.Held:
+					if resyncing {
+						picture = leaderOf(ev.Lease)
+						continue
+					}
 				case lease.Synced:
+					if resyncing {
+						// The new picture's leader is a change if it is
+						// another term; the same term brings its Expires.
+						resyncing = false
+						prev := cur
+						if picture.Token == cur.Token {
+							cur.Expires = picture.Expires
+						} else {
+							cur = picture
+						}
+						freshen()
+						arm()
+						if cur.Token != prev.Token && !yield(cur, nil) {
+							return
+						}
+						continue
+					}
 					synced = true
 					freshen()
 					arm()
-					if retold && told.Token == cur.Token {
-						retold = false
-						continue
-					}
-					retold = false
 					if !yield(cur, nil) {
 						return
 					}

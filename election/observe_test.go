@@ -377,3 +377,85 @@ func TestObserveResumesAfterABreak(t *testing.T) {
 		}
 	})
 }
+
+// breakThenStall is a backend whose first watch breaks right after its
+// Synced, and whose later watches tell the state and then nothing, not even
+// Synced: a new picture that never completes (a server that hangs after a
+// restart).
+type breakThenStall struct {
+	lease.Backend
+	w       lease.Watcher
+	watches *int
+}
+
+func (b breakThenStall) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		*b.watches++
+		first := *b.watches == 1
+		for ev, err := range b.w.Watch(ctx, prefix) {
+			if ev.Kind == lease.Synced && !first {
+				<-ctx.Done()
+				return
+			}
+			if !yield(ev, err) {
+				return
+			}
+			if ev.Kind == lease.Synced {
+				yield(lease.Event{}, fmt.Errorf("%w: breakThenStall: the watch breaks", lease.ErrUnavailable))
+				return
+			}
+		}
+	}
+}
+
+// TestObserveLeaderExpiresDuringAResync: while a new watch's picture comes
+// in after a break, the leader last reported is still never reported past
+// its Expires.
+func TestObserveLeaderExpiresDuringAResync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var watches int
+		e, err := election.New(breakThenStall{store, store, &watches}, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := store.Acquire(t.Context(), "svc", "a", time.Second) // nobody renews it
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		seen := make(chan election.Leader, 10)
+		go func() {
+			for ld, err := range e.Observe(ctx, "svc") {
+				if err != nil {
+					t.Errorf("Observe: %v", err)
+					return
+				}
+				seen <- ld
+			}
+		}()
+		synctest.Wait()
+		if ld := <-seen; ld.Token != l.Token {
+			t.Fatalf("first report %+v, want a", ld)
+		}
+		time.Sleep(time.Until(l.Expires))
+		synctest.Wait()
+		if watches < 2 {
+			t.Fatalf("%d watches by a's Expires, want the second one stalled", watches)
+		}
+		select {
+		case ld := <-seen:
+			if ld.Token != 0 {
+				t.Fatalf("at a's Expires: %+v, want no leader known", ld)
+			}
+		default:
+			t.Fatal("a is still reported as leader at its Expires, during a new picture")
+		}
+		cancel()
+		synctest.Wait()
+	})
+}

@@ -235,7 +235,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
 // watch refused as unsupported (a leasehttp.Client whose server's backend
 // cannot watch) gives way to polling.
 func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, error) {
-	for ev, err := range lease.Follow(ctx, w, s.slotsPrefix(), lease.FollowClock(s.client.Clock())) {
+	for ev, err := range lease.Follow(ctx, w, s.slotsPrefix(), lease.FollowClient(s.client)) {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return s.awaitPolled(ctx)
 		}
