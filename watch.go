@@ -26,7 +26,8 @@ type Watcher interface {
 	// keep its changes. A break yields the events already buffered, then
 	// one error matching ErrUnavailable, and ends the stream; nothing
 	// after the last event delivered is known, so the caller resumes by
-	// calling Watch again, which starts again from the current state. A
+	// calling Watch again, which starts again from the current state
+	// (Follow does that, and says so with a Resync event). A
 	// bad prefix (see ValidatePrefix) yields one error matching
 	// ErrInvalid.
 	//
