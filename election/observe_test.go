@@ -36,6 +36,38 @@ func (s silentAfterSync) Watch(ctx context.Context, prefix string) iter.Seq2[lea
 	}
 }
 
+// observeUnrenewed, in a synctest bubble, acquires "svc" for a on store for
+// a second, never renewed, and observes it through b until the returned
+// cancel: it returns a's lease and the reports, the first one (a) taken.
+func observeUnrenewed(t *testing.T, store lease.Backend, b lease.Backend) (lease.Lease, <-chan election.Leader, context.CancelFunc) {
+	t.Helper()
+	e, err := election.New(b, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.Acquire(t.Context(), "svc", "a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	seen := make(chan election.Leader, 10)
+	go func() {
+		for ld, err := range e.Observe(ctx, "svc") {
+			if err != nil {
+				t.Errorf("Observe: %v", err)
+				return
+			}
+			seen <- ld
+		}
+	}()
+	synctest.Wait()
+	if ld := <-seen; ld.Value != "a" || ld.Token != l.Token {
+		t.Fatalf("first report %+v, want a", ld)
+	}
+	return l, seen, cancel
+}
+
 // TestObserveNeverReportsALeaderPastExpires: a leader whose Expires passes
 // with no renewal seen is no longer reported, whether or not the backend's
 // watch tells its expiry (here it tells nothing more at all): Observe
@@ -46,30 +78,7 @@ func TestObserveNeverReportsALeaderPastExpires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := election.New(silentAfterSync{store, store}, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := store.Acquire(t.Context(), "svc", "a", time.Second) // nobody renews it
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		seen := make(chan election.Leader, 10)
-		go func() {
-			for ld, err := range e.Observe(ctx, "svc") {
-				if err != nil {
-					t.Errorf("Observe: %v", err)
-					return
-				}
-				seen <- ld
-			}
-		}()
-		synctest.Wait()
-		if ld := <-seen; ld.Value != "a" || ld.Token != l.Token {
-			t.Fatalf("first report %+v, want a", ld)
-		}
+		l, seen, cancel := observeUnrenewed(t, store, silentAfterSync{store, store})
 		time.Sleep(time.Until(l.Expires) - time.Millisecond)
 		synctest.Wait()
 		select {
@@ -418,30 +427,7 @@ func TestObserveLeaderExpiresDuringAResync(t *testing.T) {
 			t.Fatal(err)
 		}
 		var watches int
-		e, err := election.New(breakThenStall{store, store, &watches}, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := store.Acquire(t.Context(), "svc", "a", time.Second) // nobody renews it
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		seen := make(chan election.Leader, 10)
-		go func() {
-			for ld, err := range e.Observe(ctx, "svc") {
-				if err != nil {
-					t.Errorf("Observe: %v", err)
-					return
-				}
-				seen <- ld
-			}
-		}()
-		synctest.Wait()
-		if ld := <-seen; ld.Token != l.Token {
-			t.Fatalf("first report %+v, want a", ld)
-		}
+		l, seen, cancel := observeUnrenewed(t, store, breakThenStall{store, store, &watches})
 		time.Sleep(time.Until(l.Expires))
 		synctest.Wait()
 		if watches < 2 {
