@@ -11,12 +11,13 @@
 // Campaign waits through lease.Client.Acquire: the backend's FIFO wait or
 // its notifications where it has them, a paced poll otherwise. Observe
 // follows the backend's watch of exactly its key where it has one
-// (lease.WatchKey: other keys that start with it never reach it) and does
-// not refuse it as unsupported (a leasehttp.Client whose server's backend
-// cannot watch), and otherwise reads the leader again when the backend
-// notifies a change, at the leader's expiry, and, while there is none, at
-// the Client's backoff (lease.WithBackoff; 5 to 500 ms by default), on the
-// Client's clock: it never polls without a pause.
+// (lease.FollowKey: other keys that start with it never reach it, and a
+// watch that breaks is watched again) and does not refuse it as unsupported
+// (a leasehttp.Client whose server's backend cannot watch), and otherwise
+// reads the leader again when the backend notifies a change, at the
+// leader's expiry, and, while there is none, at the Client's backoff
+// (lease.WithBackoff; 5 to 500 ms by default), on the Client's clock: it
+// never polls without a pause.
 package election
 
 import (
@@ -55,7 +56,8 @@ type Elector struct {
 	client  *lease.Client
 	backend lease.Backend
 	ttl     time.Duration
-	clock   lease.Clock // the Client's (lease.WithClock): Observe's expiry timers
+	clock   lease.Clock        // the Client's (lease.WithClock): Observe's expiry timers
+	follow  lease.FollowOption // the Client's clock and jitter for Observe's pauses
 }
 
 // New returns an Elector that campaigns through c, whose terms last ttl
@@ -68,7 +70,7 @@ func New(c *lease.Client, ttl time.Duration) (*Elector, error) {
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	return &Elector{client: c, backend: c.Backend(), ttl: ttl, clock: c.Clock()}, nil
+	return &Elector{client: c, backend: c.Backend(), ttl: ttl, clock: c.Clock(), follow: lease.FollowClient(c)}, nil
 }
 
 // Term is a won election: a lease on the key, held and renewed until
@@ -242,26 +244,37 @@ func leaderOf(l lease.Lease) Leader {
 // backend's clock, so a skew between the two clocks moves that moment by
 // as much. Reading instead of watching (a backend that cannot watch), it
 // reads the leader again at its Expires and reports what it finds; a read
-// that hangs holds the last report until it fails.
+// that hangs or fails holds the last report (one that fails with
+// lease.ErrUnavailable is read again at the backoff).
 //
-// It ends without an error when ctx ends, and with one error when the
-// backend fails or its watch breaks (a silent leasehttp stream among
-// them); observing again starts from the leader of that moment.
-func (e *Elector) Observe(ctx context.Context, key string) iter.Seq2[Leader, error] {
-	if err := lease.ValidateKey(key); err != nil {
+// A watch that breaks (the backend failed or restarted, a leasehttp stream
+// went silent) is watched again (lease.FollowKey) after a pause on the
+// Elector's clock, jittered from its source (lease.FollowClient), as a failed read is read again; meanwhile the leader
+// last reported stands until its Expires, and the new watch's leader is
+// reported if it is another. opts tune that (lease.FollowBackoff), or hear
+// each break (lease.FollowOnBreak, whose error ends Observe with it); they
+// apply to the watch, not to reading. Observe ends without an error when
+// ctx ends, and with one error that observing again cannot mend (a
+// refused credential, a bad option).
+func (e *Elector) Observe(ctx context.Context, key string, opts ...lease.FollowOption) iter.Seq2[Leader, error] {
+	err := lease.ValidateKey(key)
+	if err == nil {
+		err = lease.ValidateFollowOptions(opts...)
+	}
+	if err != nil {
 		return func(yield func(Leader, error) bool) { yield(Leader{}, err) }
 	}
 	if w, ok := e.backend.(lease.Watcher); ok {
-		return e.observeWatch(ctx, w, key)
+		return e.observeWatch(ctx, w, key, append([]lease.FollowOption{e.follow}, opts...))
 	}
 	return e.observePoll(ctx, key)
 }
 
-// observeWatch follows the backend's watch of exactly key (lease.WatchKey),
-// with a timer at the reported leader's Expires. A watch refused as
-// unsupported (a leasehttp.Client whose server's backend cannot watch)
-// gives way to reading the leader.
-func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string) iter.Seq2[Leader, error] {
+// observeWatch follows the backend's watch of exactly key
+// (lease.FollowKey), with a timer at the reported leader's Expires. A watch
+// refused as unsupported (a leasehttp.Client whose server's backend cannot
+// watch) gives way to reading the leader.
+func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string, opts []lease.FollowOption) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
 		wctx, cancel := context.WithCancel(ctx)
 		type item struct {
@@ -271,7 +284,7 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 		items := make(chan item)
 		go func() {
 			defer close(items)
-			for ev, err := range lease.WatchKey(wctx, w, key) {
+			for ev, err := range lease.FollowKey(wctx, w, key, opts...) {
 				select {
 				case items <- item{ev, err}:
 				case <-wctx.Done():
@@ -288,8 +301,12 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 			cur    = Leader{Key: key} // what was last reported, once synced
 			stale  Leader             // the term cur was until its Expires passed unrenewed
 			synced bool
-			timer  lease.Timer
-			due    = make(chan struct{}, 1)
+			// After a break (lease.Resync), the new picture's leader, to
+			// be compared with cur at its Synced.
+			picture   Leader
+			resyncing bool
+			timer     lease.Timer
+			due       = make(chan struct{}, 1)
 		)
 		// arm sets the timer at cur's Expires on the Elector's clock.
 		arm := func() {
@@ -347,7 +364,40 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 					return
 				}
 				ev := it.ev
-				if ev.Kind == lease.Synced {
+				switch ev.Kind {
+				case lease.Resync:
+					// The watch broke and a new picture comes, which
+					// replaces what is known at its Synced; until then
+					// the leader reported stands, until its Expires.
+					if synced {
+						resyncing, picture = true, Leader{Key: key}
+					} else {
+						cur = Leader{Key: key} // a first picture cut short: none reported
+					}
+					continue
+				case lease.Held:
+					if resyncing {
+						picture = leaderOf(ev.Lease)
+						continue
+					}
+				case lease.Synced:
+					if resyncing {
+						// The new picture's leader is a change if it is
+						// another term; the same term brings its Expires.
+						resyncing = false
+						prev := cur
+						if picture.Token == cur.Token {
+							cur.Expires = picture.Expires
+						} else {
+							cur = picture
+						}
+						freshen()
+						arm()
+						if cur.Token != prev.Token && !yield(cur, nil) {
+							return
+						}
+						continue
+					}
 					synced = true
 					freshen()
 					arm()
@@ -420,6 +470,14 @@ func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader,
 				return
 			case errors.Is(err, ErrNoLeader):
 				now = Leader{Key: key}
+			case errors.Is(err, lease.ErrUnavailable):
+				// Read again at the pace, as a broken watch is
+				// watched again; the last report stands meanwhile.
+				loop.Notify = nil
+				if loop.Wait(ctx, time.Time{}) != nil {
+					return
+				}
+				continue
 			case err != nil:
 				yield(Leader{}, err)
 				return

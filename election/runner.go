@@ -222,21 +222,15 @@ func (cfg *runConfig) stopped(t *Term, cause error) {
 	}
 }
 
-// notifyLeaders calls f with each leader Observe reports, observing again
-// after a backoff when the observation breaks, until ctx ends.
+// notifyLeaders calls f with each leader Observe reports (which follows
+// the watch across its breaks) until ctx ends, or until Observe meets an
+// error that observing again cannot mend.
 func (e *Elector) notifyLeaders(ctx context.Context, key string, f func(Leader)) {
-	again := e.loop(wait.NewPacer(50*time.Millisecond, 5*time.Second, e.client.Jitter))
-	for ctx.Err() == nil {
-		for l, err := range e.Observe(ctx, key) {
-			if err != nil {
-				break
-			}
-			again.Pacer.Reset()
-			f(l)
-		}
-		if again.Wait(ctx, time.Time{}) != nil {
+	for l, err := range e.Observe(ctx, key) {
+		if err != nil {
 			return
 		}
+		f(l)
 	}
 }
 

@@ -12,8 +12,10 @@
 // most MaxLineTTL, so that a waiter that dies at the head holds up the line
 // no longer), which the backend hands out first come, first served where
 // it can (lease.WaitAcquirer), and only the one at the head of the line
-// looks for a free slot, woken by the backend's watch (lease.Watcher) or, without
-// one or with one refused as unsupported, at the slots' expiries and the Client's backoff (lease.WithBackoff; 5 to 500 ms by default). TryAcquire
+// looks for a free slot, woken by the backend's watch (lease.Follow, which
+// watches again after a break: the waiter does not fail with it) or, without
+// one or with one refused as unsupported, at the slots' expiries and the
+// Client's backoff (lease.WithBackoff; 5 to 500 ms by default). TryAcquire
 // does not wait in line: it takes any free slot at once, or fails.
 //
 // The limit N is stored with the slots: each is held under its holder's
@@ -225,11 +227,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
 	return s.awaitPolled(ctx)
 }
 
-// awaitWatched tries the slots whenever the watch says one may have freed.
-// A watch refused as unsupported (a leasehttp.Client whose server's backend
+// awaitWatched tries the slots whenever the watch says one may have freed:
+// at each picture's Synced (a watch that broke is followed again, and a
+// slot may have freed during the break) and at each release or expiry. A
+// watch refused as unsupported (a leasehttp.Client whose server's backend
 // cannot watch) gives way to polling.
 func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, error) {
-	for ev, err := range w.Watch(ctx, s.slotsPrefix()) {
+	for ev, err := range lease.Follow(ctx, w, s.slotsPrefix(), lease.FollowClient(s.client)) {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return s.awaitPolled(ctx)
 		}

@@ -3,6 +3,8 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"iter"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -304,5 +306,58 @@ func TestNewRefusesNilOptions(t *testing.T) {
 		if _, err := semaphore.New(newClient(t, memtest.New(t)), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("New with a nil option or source: %v, want ErrInvalid", err)
 		}
+	}
+}
+
+// breakOnce is a backend whose first watch breaks right after its Synced,
+// as a restarting server's stream does; its later watches are the store's.
+type breakOnce struct {
+	lease.Backend
+	watches atomic.Int32
+}
+
+func (b *breakOnce) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		first := b.watches.Add(1) == 1
+		for ev, err := range b.Backend.(lease.Watcher).Watch(ctx, prefix) {
+			if !yield(ev, err) {
+				return
+			}
+			if first && ev.Kind == lease.Synced {
+				yield(lease.Event{}, fmt.Errorf("%w: breakOnce: the watch breaks", lease.ErrUnavailable))
+				return
+			}
+		}
+	}
+}
+
+// TestAcquireOutlivesABrokenWatch: a waiter whose watch of the slots breaks
+// watches again (lease.Follow) and takes the slot freed after the break,
+// instead of failing with the break's ErrUnavailable.
+func TestAcquireOutlivesABrokenWatch(t *testing.T) {
+	ctx := ctxFor(t)
+	b := &breakOnce{Backend: memtest.New(t)}
+	s := newSem(t, b, 1, time.Minute)
+	first, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		slot, err := s.Acquire(ctx)
+		if err == nil {
+			err = slot.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return b.watches.Load() >= 2 || len(got) > 0 })
+	if len(got) > 0 {
+		t.Fatalf("Acquire ended when its watch broke: %v", <-got)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire across a broken watch: %v, want the freed slot", err)
 	}
 }

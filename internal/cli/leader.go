@@ -102,29 +102,17 @@ func (a *app) watchLeader(ctx context.Context, b lease.Backend, key string, asJS
 	if err != nil {
 		return err
 	}
-	var (
-		last    lease.Token
-		printed bool
-	)
-	return a.follow(ctx, "leader --watch", noResume, func(ctx context.Context) (bool, error) {
-		delivered := false
-		for l, err := range e.Observe(ctx, key) {
-			if err != nil {
-				return delivered, err
-			}
-			delivered = true
-			// A resumed stream starts with the leader now, which may be
-			// the one already printed.
-			if printed && l.Token == last {
-				continue
-			}
-			printed, last = true, l.Token
-			if err := writeLeader(a.stdout, l, asJSON); err != nil {
-				return delivered, err
-			}
+	// Observe follows the watch across breaks, and prints a leader again
+	// only if it is another.
+	for l, err := range e.Observe(ctx, key, a.onBreak("leader --watch", noResume)) {
+		if err != nil {
+			return err
 		}
-		return delivered, nil
-	})
+		if err := writeLeader(a.stdout, l, asJSON); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // leaderJSON is a leader as lease leader -o json prints it; a zero token

@@ -476,10 +476,16 @@ func (r *electionRun) observe(ctx context.Context, id int) {
 			r.fail(err)
 			return
 		}
-		for l, err := range e.Observe(ctx, r.key) {
+		// Observe follows its watch across breaks (lease.FollowKey): each
+		// is counted here, and tokens must not go back across them.
+		onBreak := lease.FollowOnBreak(func(err error, _ time.Duration) error {
+			r.rec.Event(id, r.rec.Now(), r.rec.Now(), "observe broke", "%v", err)
+			r.count(func(s *ElectionStats) { s.ObserveBreaks++ })
+			return nil
+		})
+		for l, err := range e.Observe(ctx, r.key, onBreak) {
 			if err != nil {
-				r.rec.Event(id, r.rec.Now(), r.rec.Now(), "observe broke", "%v", err)
-				r.count(func(s *ElectionStats) { s.ObserveBreaks++ })
+				r.rec.Event(id, r.rec.Now(), r.rec.Now(), "observe ended", "%v", err)
 				break
 			}
 			r.count(func(s *ElectionStats) { s.Observed++ })

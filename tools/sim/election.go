@@ -67,9 +67,11 @@ func (s *Sim) electionWorker(c *simClient) {
 
 // observer follows the election as another part of c's process would,
 // with Elector.Observe, and checks each leader it reports (ObservedOrder).
-// When Observe ends with an error (a lost read, a broken watch) it observes
-// again a moment later, still holding the reports to the same order: a new
-// Observe starts from the leader of its moment, never an older one.
+// Observe follows a broken watch by itself (lease.FollowKey) and reads again
+// after a lost read; when it ends with an error all the same (or the naive
+// observer does), it observes again a moment later, still holding the
+// reports to the same order: a new Observe starts from the leader of its
+// moment, never an older one.
 func (s *Sim) observer(c *simClient, done chan<- struct{}) {
 	defer close(done)
 	lc, err := lease.NewClient(s.backend(c, observerLane), c.opts...)
@@ -88,7 +90,7 @@ func (s *Sim) observer(c *simClient, done chan<- struct{}) {
 	}()
 	observe := e.Observe
 	if s.cfg.NaiveObserver {
-		observe = func(ctx context.Context, key string) iter.Seq2[election.Leader, error] {
+		observe = func(ctx context.Context, key string, _ ...lease.FollowOption) iter.Seq2[election.Leader, error] {
 			return naiveObserve(ctx, s.backend(c, observerLane), key)
 		}
 	}
