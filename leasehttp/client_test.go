@@ -452,15 +452,7 @@ func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
 	c := newClient(t, hs.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	type result struct {
-		l   lease.Lease
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		l, err := c.AcquireWait(ctx, "nowait", "w", time.Minute)
-		done <- result{l, err}
-	}()
+	done := acquireWaitAsync(ctx, c, "nowait", "w", time.Minute)
 	select {
 	case r := <-done:
 		t.Fatalf("AcquireWait with 5 s left returned at once: %+v, %v", r.l, r.err)
@@ -506,15 +498,7 @@ func TestAcquireWaitOutlivesSlowCappedAnswers(t *testing.T) {
 	base := answered.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	type result struct {
-		l   lease.Lease
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		l, err := c.AcquireWait(ctx, "slowcap", "w", time.Minute)
-		done <- result{l, err}
-	}()
+	done := acquireWaitAsync(ctx, c, "slowcap", "w", time.Minute)
 	eventually(t, "the first capped answer", func() bool { return answered.Load() > base })
 	if err := c.Release(ctxFor(t), held); err != nil {
 		t.Fatal(err)
