@@ -627,9 +627,14 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			return lease.Lease{}, err
 		}
 		held = err
-		if chunk <= 0 || time.Since(sent) >= min(chunk/2, pollMax) {
+		if took := time.Since(sent); chunk <= 0 || took >= min(chunk/2, pollMax) {
 			// The server waited: ask again at once, or give up at the end.
-			if last {
+			// Only an answer that took the whole chunk ran to the end: a
+			// server with a shorter max wait cuts a wait short (and keeps
+			// the ticket in line), and a slow one (a loaded host, a long
+			// way) takes more than pollMax to say so; giving up then would
+			// end a wait with most of ctx's time left.
+			if last && took >= chunk {
 				return lease.Lease{}, err
 			}
 			loop.Pacer.Reset()

@@ -452,15 +452,7 @@ func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
 	c := newClient(t, hs.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	type result struct {
-		l   lease.Lease
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		l, err := c.AcquireWait(ctx, "nowait", "w", time.Minute)
-		done <- result{l, err}
-	}()
+	done := acquireWaitAsync(ctx, c, "nowait", "w", time.Minute)
 	select {
 	case r := <-done:
 		t.Fatalf("AcquireWait with 5 s left returned at once: %+v, %v", r.l, r.err)
@@ -472,6 +464,49 @@ func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
 	r := <-done
 	if r.err != nil || r.l.Owner != "w" {
 		t.Fatalf("AcquireWait after the holder released: %+v, %v; want the lease", r.l, r.err)
+	}
+}
+
+// TestAcquireWaitOutlivesSlowCappedAnswers: a server whose max wait is
+// shorter than the client's last chunk cuts each wait short, and on a
+// loaded host (or a long way off) its answer comes back later than the
+// client's 500 ms "the server did not wait" mark. That answer is not the
+// end of the wait: AcquireWait must ask again until ctx's deadline and
+// take the lease released meanwhile, not give up with the holder's error
+// after the first answer (as it once did, failing the semaphore's
+// dead-head check through a loaded server with a 30 ms cap).
+func TestAcquireWaitOutlivesSlowCappedAnswers(t *testing.T) {
+	const slow = 600 * time.Millisecond // more than the client's pollMax
+	srv := newServer(t, newMem(t), leasehttp.WithMaxWait(30*time.Millisecond))
+	var answered atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/acquire") {
+			time.Sleep(slow) // the slow way to the server
+			defer answered.Add(1)
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	c := newClient(t, hs.URL)
+	held, err := c.Acquire(ctxFor(t), "slowcap", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := answered.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := acquireWaitAsync(ctx, c, "slowcap", "w", time.Minute)
+	eventually(t, "the first capped answer", func() bool { return answered.Load() > base })
+	if err := c.Release(ctxFor(t), held); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.l.Owner != "w" {
+		left, _ := ctx.Deadline()
+		t.Fatalf("AcquireWait with %v left after a slow capped answer: %+v, %v; want the lease released meanwhile", time.Until(left).Round(time.Second), r.l, r.err)
 	}
 }
 

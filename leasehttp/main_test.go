@@ -97,3 +97,20 @@ func callHeader(t *testing.T, method, url, auth, body string) (int, string) {
 func newMem(tb testing.TB) lease.Backend { return memtest.New(tb) }
 
 func newHTTPServer(h http.Handler) *httptest.Server { return httptest.NewServer(h) }
+
+// waited is what an AcquireWait in the background came to.
+type waited struct {
+	l   lease.Lease
+	err error
+}
+
+// acquireWaitAsync runs c.AcquireWait in the background; its outcome
+// comes on the channel.
+func acquireWaitAsync(ctx context.Context, c *leasehttp.Client, key, owner string, ttl time.Duration) <-chan waited {
+	done := make(chan waited, 1)
+	go func() {
+		l, err := c.AcquireWait(ctx, key, owner, ttl)
+		done <- waited{l, err}
+	}()
+	return done
+}

@@ -134,15 +134,7 @@ func TestWaitGrantedAsTheWaiterLeaves(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(ctxFor(t))
 			defer cancel()
-			type result struct {
-				l   lease.Lease
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				l, err := waiter.AcquireWait(ctx, "k", "waiter", time.Minute)
-				done <- result{l, err}
-			}()
+			done := acquireWaitAsync(ctx, waiter, "k", "waiter", time.Minute)
 			eventually(t, "a waiter", func() bool { return metric(t, hs.URL, "lease_waiters") == 1 })
 			// The release passes through the server, which hands the key to
 			// the waiter and starts to answer it.

@@ -10,11 +10,19 @@ import (
 // renewBatch checks lease.BatchRenewer: each renewal as Renew would make
 // it, answered in order, one that is no longer held refused alone, and a
 // malformed batch refused whole with nothing renewed.
+// heldTTL is the TTL of the leases a batch renews (to longTTL) or must
+// leave as they were: other than longTTL, so that a renewal shows, and
+// long enough that none expires before the checks read it however slow
+// the way to the backend. Four times the expiry TTL (200 ms) ran out
+// through leasehttp under -race on a loaded host between the first
+// acquire and the batch, and the check blamed the batch.
+const heldTTL = longTTL / 2
+
 func (s *suite) renewBatch(t *testing.T) {
 	t.Run("EachAsRenew", func(t *testing.T) {
 		b := s.newBackend(t)
 		br := b.(lease.BatchRenewer)
-		ttl := s.cfg.expiryTTL * 4
+		ttl := heldTTL
 		var held []lease.Lease
 		for _, name := range []string{"a", "b", "c"} {
 			held = append(held, mustAcquire(t, b, key(t, name), "worker-"+name, ttl))
@@ -74,7 +82,7 @@ func (s *suite) renewBatch(t *testing.T) {
 	t.Run("MalformedRefusedWhole", func(t *testing.T) {
 		b := s.newBackend(t)
 		br := b.(lease.BatchRenewer)
-		ttl := s.cfg.expiryTTL * 4
+		ttl := heldTTL
 		l := mustAcquire(t, b, key(t, "k"), "worker", ttl)
 		bad := l
 		bad.ID = lease.ID{}

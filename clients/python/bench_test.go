@@ -2,19 +2,15 @@ package python_test
 
 import (
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/leasehq/lease/internal/cli"
 	"github.com/leasehq/lease/internal/testkit/benchutil"
-	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/clientharness"
 	"github.com/leasehq/lease/internal/testkit/redistest"
-	"github.com/leasehq/lease/leasehttp"
 )
 
 // row is one implementation measured: a job without its size.
@@ -27,22 +23,14 @@ type row struct {
 // when tb ends, and returns the rows in report order, each floor before
 // what it bounds.
 func setup(tb testing.TB) (*benchutil.Worker, []row) {
-	b := build(tb)
+	b := build.Get(tb)
 
-	// The leasehttp server over memstore, where the client's own cost shows
-	// (lease serve has no memory store: it would lose tokens).
-	api, err := leasehttp.NewServer(memtest.New(tb), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	mem := httptest.NewServer(api)
-	tb.Cleanup(func() {
-		api.Close()
-		mem.Close()
-	})
-	// lease serve itself, in process, on its embedded store (fsync on); and
-	// a durable Redis (appendonly yes, appendfsync always) for redis-py.
-	bolt := serve(tb, filepath.Join(tb.TempDir(), "data"), "")
+	// The leasehttp server over memstore, where the client's own cost
+	// shows; lease serve itself, in process, on its embedded store (fsync
+	// on); and a durable Redis (appendonly yes, appendfsync always) for
+	// redis-py.
+	mem := clientharness.MemServer(tb)
+	bolt := clientharness.Serve(tb, filepath.Join(tb.TempDir(), "data"), "")
 	rds := redistest.Start(tb)
 
 	cmd := exec.Command(b.python, filepath.Join("bench", "worker.py"))
@@ -51,8 +39,8 @@ func setup(tb testing.TB) (*benchutil.Worker, []row) {
 		tb.Logf("engine: %s", strings.TrimSpace(string(v)))
 	}
 	return w, []row{
-		{"http-pair-mem", benchutil.Job{Impl: "http-pair", Server: mem.URL}},
-		{"py-mem", benchutil.Job{Impl: "py", Server: mem.URL}},
+		{"http-pair-mem", benchutil.Job{Impl: "http-pair", Server: mem}},
+		{"py-mem", benchutil.Job{Impl: "py", Server: mem}},
 		{"http-pair-bolt", benchutil.Job{Impl: "http-pair", Server: bolt}},
 		{"py-bolt", benchutil.Job{Impl: "py", Server: bolt}},
 		{"redis-py-lock", benchutil.Job{Impl: "redis-lock", Redis: rds.Addr}},
@@ -148,21 +136,4 @@ func TestBenchRowsWork(t *testing.T) {
 			t.Errorf("%s: %v", r.name, err)
 		}
 	}
-}
-
-// serve starts lease serve in process with its defaults, on dataDir's
-// embedded store or, where backend is not empty, on that engine's URL,
-// closed when tb ends, and returns its URL.
-func serve(tb testing.TB, dataDir, backend string) string {
-	cfg := cli.DefaultServeConfig(dataDir, slog.New(slog.DiscardHandler))
-	cfg.Backend = backend
-	s, err := cli.NewServer(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := s.Run(tb.Context()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return "http://" + s.Addr()
 }

@@ -13,67 +13,35 @@
 package python_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
+	"github.com/leasehq/lease/internal/testkit/clientharness"
 	"github.com/leasehq/lease/internal/testkit/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(removeBuild{pgtest.M(m)}) }
+// build is the installed wheel and the lease binary, made once per test
+// binary.
+var build = clientharness.Build[*built]{Lang: "python", Make: doBuild}
 
-// removeBuild removes what build made once the tests are done.
-type removeBuild struct{ m interface{ Run() int } }
+func TestMain(m *testing.M) { build.Main(m) }
 
-func (r removeBuild) Run() int {
-	code := r.m.Run()
-	if buildOut != nil {
-		buildOut.clean()
-	}
-	return code
-}
-
-// built is the installed wheel and the lease binary, made once per test binary.
+// built is what doBuild made.
 type built struct {
-	python   string // the venv's interpreter, with the wheel installed
-	lease    string
-	cleanups []func()
-}
-
-var (
-	buildOnce sync.Once
-	buildOut  *built
-	buildErr  error
-	buildSkip bool
-)
-
-func build(t testing.TB) *built {
-	t.Helper()
-	buildOnce.Do(func() { buildOut, buildErr, buildSkip = doBuild() })
-	if buildErr != nil {
-		if buildSkip && testing.Short() {
-			t.Skipf("python: %v (skipped under -short)", buildErr)
-		}
-		t.Fatalf("python: %v", buildErr)
-	}
-	return buildOut
+	python string // the venv's interpreter, with the wheel installed
+	lease  string
 }
 
 // pythonModules are what building, installing and testing need.
@@ -101,63 +69,45 @@ func Interpreter() (string, error) {
 		"or point LEASE_PYTHON at one")
 }
 
-func doBuild() (*built, error, bool) {
+func doBuild(k *clientharness.Kit) (*built, error) {
 	py, err := Interpreter()
 	if err != nil {
-		return nil, err, true
+		return nil, clientharness.Missing(err)
 	}
-	b := &built{}
-	dir, err := os.MkdirTemp("", "lease-py-")
+	dir, err := k.Dir()
 	if err != nil {
-		return nil, err, false
+		return nil, err
 	}
-	b.cleanups = append(b.cleanups, func() { os.RemoveAll(dir) })
 	// Built from a copy, so that setuptools' build/ and egg-info never land
 	// in the source tree (and two test runs never share them).
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
-		b.clean()
-		return nil, err, false
+		return nil, err
 	}
 	for _, f := range []string{"pyproject.toml", "README.md", "src"} {
-		if out, err := exec.Command("cp", "-r", f, filepath.Join(src, f)).CombinedOutput(); err != nil {
-			b.clean()
-			return nil, fmt.Errorf("copying %s: %v\n%s", f, err, out), false
+		if err := k.Command("cp", "-r", f, filepath.Join(src, f)); err != nil {
+			return nil, err
 		}
 	}
 	dist, venv := filepath.Join(dir, "dist"), filepath.Join(dir, "venv")
-	steps := [][]string{
-		{py, "-m", "build", "--no-isolation", "--wheel", "--outdir", dist, src},
-		{py, "-m", "venv", "--system-site-packages", venv},
+	if err := k.Command(py, "-m", "build", "--no-isolation", "--wheel", "--outdir", dist, src); err != nil {
+		return nil, err
 	}
-	for _, s := range steps {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			b.clean()
-			return nil, fmt.Errorf("%s: %v\n%s", strings.Join(s, " "), err, out), false
-		}
+	if err := k.Command(py, "-m", "venv", "--system-site-packages", venv); err != nil {
+		return nil, err
 	}
 	wheels, _ := filepath.Glob(filepath.Join(dist, "leasehq_lease-*.whl"))
 	if len(wheels) != 1 {
-		b.clean()
-		return nil, fmt.Errorf("python -m build made %d wheels, want 1", len(wheels)), false
+		return nil, fmt.Errorf("python -m build made %d wheels, want 1", len(wheels))
 	}
-	b.python = filepath.Join(venv, "bin", "python")
-	if out, err := exec.Command(b.python, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet", wheels[0]).CombinedOutput(); err != nil {
-		b.clean()
-		return nil, fmt.Errorf("pip install %s: %v\n%s", wheels[0], err, out), false
+	b := &built{python: filepath.Join(venv, "bin", "python")}
+	if err := k.Command(b.python, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet", wheels[0]); err != nil {
+		return nil, err
 	}
-	b.lease = filepath.Join(dir, "lease")
-	if out, err := exec.Command("go", "build", "-o", b.lease, "github.com/leasehq/lease/cmd/lease").CombinedOutput(); err != nil {
-		b.clean()
-		return nil, fmt.Errorf("go build: %v\n%s", err, out), false
+	if b.lease, err = k.GoBuild(clientharness.LeaseBinary); err != nil {
+		return nil, err
 	}
-	return b, nil, false
-}
-
-func (b *built) clean() {
-	for _, f := range slices.Backward(b.cleanups) {
-		f()
-	}
+	return b, nil
 }
 
 // pytestSummary is pytest's last line, e.g. "===== 42 passed in 9.1s =====".
@@ -166,24 +116,19 @@ var pytestSummary = regexp.MustCompile(`(?m)^=+ (.*\b(\d+) passed.*) =+$`)
 // TestPytest runs every test of the Python package under pytest, against
 // the installed wheel, real lease serve processes and PostgreSQL.
 func TestPytest(t *testing.T) {
-	b := build(t)
+	b := build.Get(t)
 	dsn := pgtest.Start(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
 	tests, err := filepath.Abs("tests")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// -p no:cacheprovider: no .pytest_cache in the source tree. The working
 	// directory is the venv's, so that nothing imports the source tree.
-	cmd := exec.CommandContext(ctx, b.python, "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", "-v", tests)
+	cmd := clientharness.Command(t, b.python, "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", "-v", tests)
 	cmd.Dir = filepath.Dir(b.python)
-	cmd.Env = append(os.Environ(), "LEASE_TEST_BINARY="+b.lease, "LEASE_TEST_POSTGRES_URL="+pgURL(t, dsn),
+	cmd.Env = clientharness.Env("LEASE_TEST_BINARY="+b.lease, "LEASE_TEST_POSTGRES_URL="+clientharness.PostgresURL(t, dsn),
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+tests)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	t.Logf("pytest:\n%s", out.String())
+	out, err := clientharness.Run(t, "pytest", cmd)
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit) && exit.ExitCode() == 5:
@@ -191,24 +136,10 @@ func TestPytest(t *testing.T) {
 	case err != nil:
 		t.Fatalf("pytest: %v", err)
 	}
-	m := pytestSummary.FindStringSubmatch(out.String())
+	m := pytestSummary.FindStringSubmatch(out)
 	if m == nil || m[2] == "0" || strings.Contains(m[1], "failed") || strings.Contains(m[1], "error") {
 		t.Fatalf("pytest ran, but its summary does not say tests passed and none failed: %q", m)
 	}
-}
-
-// pgURL turns pgtest's key=value connection string into the URL psycopg reads.
-func pgURL(t *testing.T, dsn string) string {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := fmt.Sprintf("postgresql://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, cfg.Database)
-	if cfg.Password != "" {
-		u = fmt.Sprintf("postgresql://%s:%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Password, cfg.Host, cfg.Port, cfg.Database)
-	}
-	return u
 }
 
 // TestPgGuardInterop: Go's pgfence (Guard.Check on its table, and UpdateRow)
@@ -216,9 +147,9 @@ func pgURL(t *testing.T, dsn string) string {
 // turns, each refusing the other's stale token, and build the same
 // UpdateRow statement.
 func TestPgGuardInterop(t *testing.T) {
-	b := build(t)
+	b := build.Get(t)
 	dsn := pgtest.Start(t)
-	url := pgURL(t, dsn)
+	url := clientharness.PostgresURL(t, dsn)
 	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -231,18 +162,9 @@ func TestPgGuardInterop(t *testing.T) {
 	}
 	step := func(args ...string) map[string]any {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, b.python, append([]string{filepath.Join("tests", "pg_step.py")}, args...)...)
-		cmd.Env = append(os.Environ(), "LEASE_TEST_POSTGRES_URL="+url)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("pg_step.py %v: %v", args, err)
-		}
-		var v map[string]any
-		if err := json.Unmarshal(out, &v); err != nil {
-			t.Fatalf("pg_step.py %v printed %q: %v", args, out, err)
-		}
-		return v
+		cmd := clientharness.Command(t, b.python, append([]string{filepath.Join("tests", "pg_step.py")}, args...)...)
+		cmd.Env = clientharness.Env("LEASE_TEST_POSTGRES_URL=" + url)
+		return clientharness.Step(t, fmt.Sprintf("pg_step.py %v", args), cmd)
 	}
 	tok := func(n lease.Token) string { return fmt.Sprint(n) }
 

@@ -2,19 +2,15 @@ package typescript_test
 
 import (
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/leasehq/lease/internal/cli"
 	"github.com/leasehq/lease/internal/testkit/benchutil"
-	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/clientharness"
 	"github.com/leasehq/lease/internal/testkit/redistest"
-	"github.com/leasehq/lease/leasehttp"
 )
 
 // row is one implementation measured: a job without its size.
@@ -26,25 +22,15 @@ type row struct {
 // setup starts the servers the rows use and the Node.js worker, all stopped
 // when tb ends, and returns the rows in report order, the baseline first.
 func setup(tb testing.TB) (*benchutil.Worker, []row) {
-	b := build(tb)
+	b := build.Get(tb)
 
-	// The leasehttp server over memstore, as lease serve serves a backend
-	// (lease serve itself has no memory store: it would lose tokens).
-	api, err := leasehttp.NewServer(memtest.New(tb), leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	mem := httptest.NewServer(api)
-	tb.Cleanup(func() {
-		api.Close()
-		mem.Close()
-	})
-
+	// The leasehttp server over memstore, as lease serve serves a backend;
 	// lease serve itself, in process: the embedded store (fsync on), and
 	// Redis with appendfsync always, the Redis redlock runs on too.
+	mem := clientharness.MemServer(tb)
 	rds := redistest.Start(tb)
-	bolt := serve(tb, filepath.Join(tb.TempDir(), "data"), "")
-	overRedis := serve(tb, "", "redis://"+rds.Addr)
+	bolt := clientharness.Serve(tb, filepath.Join(tb.TempDir(), "data"), "")
+	overRedis := clientharness.Serve(tb, "", "redis://"+rds.Addr)
 
 	// LEASE_BENCH_NODE_FLAGS passes flags to the worker's node, such as
 	// "--cpu-prof --cpu-prof-dir=/tmp/prof" to see where its time goes.
@@ -55,10 +41,10 @@ func setup(tb testing.TB) (*benchutil.Worker, []row) {
 		tb.Logf("engine: node %s", strings.TrimSpace(string(v)))
 	}
 	return w, []row{
-		{"http-pair-mem", benchutil.Job{Impl: "http-pair", Server: mem.URL}},
-		{"fetch-pair-mem", benchutil.Job{Impl: "fetch-pair", Server: mem.URL}},
-		{"ts-mem", benchutil.Job{Impl: "ts", Server: mem.URL}},
-		{"ts-fetch-mem", benchutil.Job{Impl: "ts-fetch", Server: mem.URL}},
+		{"http-pair-mem", benchutil.Job{Impl: "http-pair", Server: mem}},
+		{"fetch-pair-mem", benchutil.Job{Impl: "fetch-pair", Server: mem}},
+		{"ts-mem", benchutil.Job{Impl: "ts", Server: mem}},
+		{"ts-fetch-mem", benchutil.Job{Impl: "ts-fetch", Server: mem}},
 		{"http-pair-bolt", benchutil.Job{Impl: "http-pair", Server: bolt}},
 		{"fetch-pair-bolt", benchutil.Job{Impl: "fetch-pair", Server: bolt}},
 		{"ts-bolt", benchutil.Job{Impl: "ts", Server: bolt}},
@@ -99,21 +85,4 @@ func TestBenchRowsWork(t *testing.T) {
 			t.Errorf("%s: %v", r.name, err)
 		}
 	}
-}
-
-// serve starts lease serve in process with its defaults, on dataDir's
-// embedded store or, where backend is not empty, on that engine's URL,
-// closed when tb ends, and returns its URL.
-func serve(tb testing.TB, dataDir, backend string) string {
-	cfg := cli.DefaultServeConfig(dataDir, slog.New(slog.DiscardHandler))
-	cfg.Backend = backend
-	s, err := cli.NewServer(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := s.Run(tb.Context()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return "http://" + s.Addr()
 }

@@ -35,7 +35,7 @@ func packedFiles(t *testing.T) map[string]bool {
 // the same maps under dist/ as under the tests' build directory: one
 // directory below the package, the sources two levels up from a map.
 func TestPackShipsMapSources(t *testing.T) {
-	b := build(t)
+	b := build.Get(t)
 	maps, err := filepath.Glob(filepath.Join(b.js, "src", "*.js.map"))
 	if err != nil || len(maps) == 0 {
 		t.Fatalf("no source maps under %s (%v)", b.js, err)
@@ -64,7 +64,7 @@ func TestPackShipsMapSources(t *testing.T) {
 // the package without dist/ is installed into a new project, offline; the
 // project must then import it.
 func TestPackBuildsOnInstall(t *testing.T) {
-	b := build(t)
+	b := build.Get(t)
 	pkg := filepath.Join(t.TempDir(), "lease-ts")
 	if err := os.MkdirAll(pkg, 0o755); err != nil {
 		t.Fatal(err)

@@ -37,13 +37,10 @@ type arrival struct {
 	err   error
 }
 
-// fan is one row: change makes one change reach every watcher and
-// returns, for each watcher, the time from the change's commit returning
-// to the watcher receiving it.
-type fan struct {
-	name   string
-	change func(ctx context.Context, round int) ([]time.Duration, error)
-}
+// fan is one row: Run makes one change reach every watcher and returns,
+// for each watcher, the time from the change's commit returning to the
+// watcher receiving it.
+type fan = benchutil.Sampled
 
 // BenchmarkCompareWatch measures, at c = 1 and 1,000 watchers, interleaved
 // round by round (each round one change through each row, starting from
@@ -69,28 +66,8 @@ func BenchmarkCompareWatch(b *testing.B) {
 		b.Run(fmt.Sprintf("c=%d/interleaved", n), func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			rows := []fan{sseFloor(b, ctx, n), boltWatch(b, ctx, n), httpWatch(b, ctx, n)}
-			rounds := max(b.N, watchRounds[n])
-			lat := make([][]time.Duration, len(rows))
-			b.ResetTimer()
-			start := time.Now()
-			for r := range rounds {
-				for k := range rows {
-					i := (r + k) % len(rows)
-					d, err := rows[i].change(ctx, r)
-					if err != nil {
-						b.Fatalf("%s, round %d: %v", rows[i].name, r, err)
-					}
-					lat[i] = append(lat[i], d...)
-				}
-			}
-			elapsed := time.Since(start)
-			b.StopTimer()
-			out := make([]benchutil.Row, len(rows))
-			for i, row := range rows {
-				out[i] = benchutil.Row{Name: row.name, Latencies: lat[i]}
-			}
-			benchutil.ReportRows(b, elapsed/time.Duration(rounds), out)
+			rows := []benchutil.Sampled{sseFloor(b, ctx, n), boltWatch(b, ctx, n), httpWatch(b, ctx, n)}
+			benchutil.InterleaveSamples(b, ctx, max(b.N, watchRounds[n]), rows)
 		})
 	}
 }
@@ -187,7 +164,7 @@ func storeChange(ctx context.Context, s *boltstore.Store, ch <-chan arrival, n i
 func boltWatch(b *testing.B, ctx context.Context, n int) fan {
 	s := openStore(b)
 	ch := watchers(b, ctx, s, "w/", n)
-	return fan{"boltstore-watch", func(ctx context.Context, _ int) ([]time.Duration, error) {
+	return fan{Name: "boltstore-watch", Run: func(ctx context.Context, _ int) ([]time.Duration, error) {
 		return storeChange(ctx, s, ch, n)
 	}}
 }
@@ -211,7 +188,7 @@ func httpWatch(b *testing.B, ctx context.Context, n int) fan {
 	}
 	b.Cleanup(func() { c.Close() })
 	ch := watchers(b, ctx, c, "w/", n)
-	return fan{"leasehttp-bolt", func(ctx context.Context, _ int) ([]time.Duration, error) {
+	return fan{Name: "leasehttp-bolt", Run: func(ctx context.Context, _ int) ([]time.Duration, error) {
 		return storeChange(ctx, s, ch, n)
 	}}
 }
@@ -317,7 +294,7 @@ func sseFloor(b *testing.B, ctx context.Context, n int) fan {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return fan{"sse-floor", func(ctx context.Context, round int) ([]time.Duration, error) {
+	return fan{Name: "sse-floor", Run: func(ctx context.Context, round int) ([]time.Duration, error) {
 		tok := lease.Token(round + 1)
 		t0 := time.Now()
 		mu.Lock()

@@ -226,6 +226,29 @@ type Timed struct {
 // simply a call's (a hand-off timed from one event to another).
 func InterleaveRounds(b *testing.B, ctx context.Context, rounds int, rows []Timed) {
 	b.Helper()
+	sampled := make([]Sampled, len(rows))
+	for i, row := range rows {
+		sampled[i] = Sampled{Name: row.Name, Run: func(ctx context.Context, round int) ([]time.Duration, error) {
+			d, err := row.Run(ctx, round)
+			return []time.Duration{d}, err
+		}}
+	}
+	InterleaveSamples(b, ctx, rounds, sampled)
+}
+
+// Sampled is one row of InterleaveSamples: Run does the row's operation
+// of round r and returns the latencies it took, one or more (one change
+// seen by each of many watchers).
+type Sampled struct {
+	Name string
+	Run  func(ctx context.Context, round int) ([]time.Duration, error)
+}
+
+// InterleaveSamples is InterleaveRounds for operations that each give
+// several latencies: a row's samples are all the latencies of all its
+// rounds.
+func InterleaveSamples(b *testing.B, ctx context.Context, rounds int, rows []Sampled) {
+	b.Helper()
 	lat := make([][]time.Duration, len(rows))
 	b.ResetTimer()
 	start := time.Now()
@@ -236,7 +259,7 @@ func InterleaveRounds(b *testing.B, ctx context.Context, rounds int, rows []Time
 			if err != nil {
 				b.Fatalf("%s, round %d: %v", rows[i].Name, r, err)
 			}
-			lat[i] = append(lat[i], d)
+			lat[i] = append(lat[i], d...)
 		}
 	}
 	elapsed := time.Since(start)

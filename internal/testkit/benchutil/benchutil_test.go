@@ -1,6 +1,7 @@
 package benchutil
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -161,5 +162,35 @@ func TestReportRows(t *testing.T) {
 	}
 	if got := Percentile(ms(5, 1, 9, 3), 50); got != 5*time.Millisecond {
 		t.Errorf("Percentile(50) = %v, want 5ms", got)
+	}
+}
+
+// InterleaveSamples starts each round from the next row and counts every
+// latency a row's operation gives: a row giving 1 and 3 ms a round has a
+// mean of 2 ms, beside a row giving 5 ms.
+func TestInterleaveSamples(t *testing.T) {
+	const rounds = 6
+	var calls []string
+	row := func(name string, ds ...time.Duration) Sampled {
+		return Sampled{Name: name, Run: func(_ context.Context, _ int) ([]time.Duration, error) {
+			calls = append(calls, name)
+			return ds, nil
+		}}
+	}
+	res := testing.Benchmark(func(b *testing.B) {
+		calls = calls[:0]
+		InterleaveSamples(b, context.Background(), rounds, []Sampled{row("a", time.Millisecond, 3*time.Millisecond), row("b", 5*time.Millisecond)})
+	})
+	for r := range rounds {
+		want := []string{"a", "b"}
+		if r%2 == 1 {
+			want = []string{"b", "a"}
+		}
+		if got := calls[2*r : 2*r+2]; !slices.Equal(got, want) {
+			t.Fatalf("round %d called %v, want %v", r, got, want)
+		}
+	}
+	if a, b := res.Extra["a:ns/op"], res.Extra["b:ns/op"]; a != 2e6 || b != 5e6 {
+		t.Fatalf("mean latencies a %v ns, b %v ns; want 2e6 and 5e6", a, b)
 	}
 }

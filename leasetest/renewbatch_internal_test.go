@@ -1,0 +1,38 @@
+package leasetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+)
+
+// farBackend is a backend a long way off, or on a loaded host: every
+// acquire is answered 100 ms after the backend made it. Its batches renew
+// one lease after another, as lease.RenewAll does without one.
+type farBackend struct{ lease.Backend }
+
+func (f farBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	l, err := f.Backend.Acquire(ctx, key, owner, ttl)
+	time.Sleep(100 * time.Millisecond)
+	return l, err
+}
+
+func (f farBackend) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	return lease.RenewAll(ctx, f.Backend, renewals)
+}
+
+// TestRenewBatchFarAway: the RenewBatch checks judge the batch, not the
+// way to the backend. Their leases must outlast the acquires that set the
+// batch up (once 200 ms, which six slow acquires outran: the first leases
+// expired before the batch came, and the check blamed an honest batch).
+func TestRenewBatchFarAway(t *testing.T) {
+	cfg, err := newConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &suite{cfg: cfg, newBackend: func(t *testing.T) lease.Backend { return farBackend{memtest.New(t)} }}
+	s.renewBatch(t)
+}
