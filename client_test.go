@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
 )
@@ -258,16 +260,17 @@ func TestLongWaitRenewalWithAnotherTokenFails(t *testing.T) {
 	})
 }
 
-// slowAcquire answers every acquisition after delay: a backend, or a
-// network, slower than the lease's safe window.
+// slowAcquire answers every acquisition after calling delay, which sleeps
+// in the test's synctest bubble: a backend, or a network, slower than the
+// lease's safe window.
 type slowAcquire struct {
 	lease.Backend
-	delay time.Duration
+	delay func()
 }
 
 func (b slowAcquire) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	l, err := b.Backend.Acquire(ctx, key, owner, ttl)
-	time.Sleep(b.delay)
+	b.delay()
 	return l, err
 }
 
@@ -279,7 +282,7 @@ func TestAcquireAnsweredPastTheDeadlineFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memtest.New(t)
 		const ttl = 10 * time.Second
-		c := newClient(t, slowAcquire{store, ttl - 100*time.Millisecond}, "worker-a")
+		c := newClient(t, slowAcquire{store, func() { time.Sleep(ttl - 100*time.Millisecond) }}, "worker-a")
 		ctx := context.Background()
 		for name, acquire := range map[string]func(context.Context, string, time.Duration) (*lease.Hold, error){
 			"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
@@ -488,17 +491,13 @@ func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
 		t.Fatal("Acquire did not return when its context ended with its request in flight")
 	}
 	close(b.gate)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := b.Backend.Get(t.Context(), "job")
-		if errors.Is(err, lease.ErrNotFound) {
-			return
+	// The give-back runs in the background.
+	poll.Until(t, 10*time.Second, func() error {
+		if _, err := b.Backend.Get(t.Context(), "job"); !errors.Is(err, lease.ErrNotFound) {
+			return fmt.Errorf("Get(job) = %v, want ErrNotFound: the grant made as the Acquire was cancelled is still held", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Get(job) = %v, want ErrNotFound: the grant made as the Acquire was cancelled is still held", err)
-		}
-		time.Sleep(5 * time.Millisecond) // the give-back runs in the background
-	}
+		return nil
+	})
 }
 
 // TestJitterSharedAcrossClients: one WithJitter option given to several
