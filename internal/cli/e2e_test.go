@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -236,16 +238,14 @@ func TestBinaryServeAndClientCommands(t *testing.T) {
 	}
 	serve := startBinary(t, nil, "serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--auth-tokens-file", tokens)
 	var addr string
-	deadline := time.Now().Add(20 * time.Second)
-	for addr == "" && time.Now().Before(deadline) {
-		if m := listeningRE.FindStringSubmatch(serve.stderr.String()); m != nil {
-			addr = m[1]
+	poll.Until(t, 20*time.Second, func() error {
+		m := listeningRE.FindStringSubmatch(serve.stderr.String())
+		if m == nil {
+			return fmt.Errorf("serve never said where it listens: %q", serve.stderr.String())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if addr == "" {
-		t.Fatalf("serve never said where it listens: %q", serve.stderr.String())
-	}
+		addr = m[1]
+		return nil
+	})
 	base := "http://" + addr
 	env := []string{EnvServer + "=" + base, EnvAuthToken + "=jobs-token"}
 
