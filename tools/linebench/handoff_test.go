@@ -82,7 +82,7 @@ func bareHandoff(ctx context.Context, e *election.Elector, key string) (time.Dur
 		t, err := e.Campaign(ctx, key, "next")
 		next <- won{t, err}
 	}()
-	time.Sleep(handoffQueue)
+	time.Sleep(handoffQueue) // real time: a term of the real server, as a benchmark's hand-off has
 	start := time.Now()
 	if err := leader.Resign(ctx); err != nil {
 		return 0, err
@@ -119,7 +119,7 @@ func runnerHandoff(ctx context.Context, e *election.Elector, key string) (time.D
 		stopNext()
 		<-nextDone
 	}()
-	time.Sleep(handoffQueue)
+	time.Sleep(handoffQueue) // real time: as above
 	start := time.Now()
 	stopLeader()
 	select {
