@@ -451,12 +451,24 @@ func (n *notifying) WaitChange(ctx context.Context, key string) error {
 // hides the backend's optional interfaces, so Acquire polls.
 type cancelRacesCommit struct {
 	lease.Backend
-	gate chan struct{}
+	sent    chan struct{} // told of each request, as it reaches the backend
+	gate    chan struct{}
+	granted chan struct{} // told of each grant, once the backend made it
 }
 
 func (b cancelRacesCommit) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	select {
+	case b.sent <- struct{}{}:
+	default:
+	}
 	<-b.gate
 	l, err := b.Backend.Acquire(context.Background(), key, owner, ttl)
+	if err == nil {
+		select {
+		case b.granted <- struct{}{}:
+		default:
+		}
+	}
 	if ctx.Err() != nil {
 		return lease.Lease{}, ctx.Err()
 	}
@@ -469,7 +481,7 @@ func (b cancelRacesCommit) Acquire(ctx context.Context, key, owner string, ttl t
 // its TTL (a cancelled Campaign's phantom term, which the recipe suite found
 // on PostgreSQL).
 func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
-	b := cancelRacesCommit{Backend: memtest.New(t), gate: make(chan struct{})}
+	b := cancelRacesCommit{Backend: memtest.New(t), sent: make(chan struct{}, 1), gate: make(chan struct{}), granted: make(chan struct{}, 1)}
 	c, err := lease.NewClient(b)
 	if err != nil {
 		t.Fatal(err)
@@ -480,6 +492,7 @@ func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
 		_, err := c.Acquire(ctx, "job", time.Minute)
 		done <- err
 	}()
+	<-b.sent // the request is in flight
 	cancel()
 	select {
 	case err := <-done:
@@ -491,6 +504,7 @@ func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
 		t.Fatal("Acquire did not return when its context ended with its request in flight")
 	}
 	close(b.gate)
+	<-b.granted // the grant made as the Acquire was cancelled
 	// The give-back runs in the background.
 	poll.Until(t, 10*time.Second, func() error {
 		if _, err := b.Backend.Get(t.Context(), "job"); !errors.Is(err, lease.ErrNotFound) {
