@@ -27,20 +27,7 @@ import (
 func startServeBinary(t *testing.T, dataDir, addr string, flags ...string) (*process, string) {
 	t.Helper()
 	p := startBinary(t, nil, append([]string{"serve", "--addr", addr, "--data-dir", dataDir}, flags...)...)
-	var base string
-	poll.Until(t, 20*time.Second, func() error {
-		if m := listeningRE.FindStringSubmatch(p.stderr.String()); m != nil {
-			base = "http://" + m[1]
-			return nil
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("serve exited: %q", p.stderr.String())
-		default:
-		}
-		return fmt.Errorf("serve never said where it listens: %q", p.stderr.String())
-	})
-	return p, base
+	return p, "http://" + listeningAddr(t, p)
 }
 
 // linesOf waits until out has n lines and returns them.

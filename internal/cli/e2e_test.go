@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
-	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -237,16 +235,7 @@ func TestBinaryServeAndClientCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve := startBinary(t, nil, "serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--auth-tokens-file", tokens)
-	var addr string
-	poll.Until(t, 20*time.Second, func() error {
-		m := listeningRE.FindStringSubmatch(serve.stderr.String())
-		if m == nil {
-			return fmt.Errorf("serve never said where it listens: %q", serve.stderr.String())
-		}
-		addr = m[1]
-		return nil
-	})
-	base := "http://" + addr
+	base := "http://" + listeningAddr(t, serve)
 	env := []string{EnvServer + "=" + base, EnvAuthToken + "=jobs-token"}
 
 	r := runBinary(t, env, "acquire", "jobs/backup", "--ttl", "1m", "--owner", "alice", "-o", "json")

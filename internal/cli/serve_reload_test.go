@@ -341,17 +341,22 @@ func TestBinaryServeReloadsOnSIGHUP(t *testing.T) {
 	}
 }
 
-// listeningAddr waits for p's "listening" log line and returns its address.
+// listeningAddr waits for p's "listening" log line and returns its
+// address, failing t if p exits first.
 func listeningAddr(t *testing.T, p *process) string {
 	t.Helper()
 	var addr string
 	poll.Until(t, 20*time.Second, func() error {
-		m := listeningRE.FindStringSubmatch(p.stderr.String())
-		if m == nil {
-			return fmt.Errorf("serve never said where it listens: %q", p.stderr.String())
+		if m := listeningRE.FindStringSubmatch(p.stderr.String()); m != nil {
+			addr = m[1]
+			return nil
 		}
-		addr = m[1]
-		return nil
+		select {
+		case <-p.done:
+			t.Fatalf("serve exited: %q", p.stderr.String())
+		default:
+		}
+		return fmt.Errorf("serve never said where it listens: %q", p.stderr.String())
 	})
 	return addr
 }
