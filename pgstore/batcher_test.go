@@ -83,7 +83,7 @@ func TestBatcherNoLostWakeups(t *testing.T) {
 			return nil
 		})
 		var ok, failed, ended, endedUnsent atomic.Int64
-		var wg sync.WaitGroup
+		var wg, cancels sync.WaitGroup // a bubble ends only with its goroutines
 		for w := range workers {
 			wg.Add(1)
 			go func() {
@@ -92,10 +92,10 @@ func TestBatcherNoLostWakeups(t *testing.T) {
 					id := w*opsEach + i
 					ctx, cancel := context.WithCancel(context.Background())
 					if rand.IntN(8) == 0 {
-						go func() {
+						cancels.Go(func() {
 							time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
 							cancel()
-						}()
+						})
 					}
 					res, err := b.do(ctx, fmt.Sprint(rand.IntN(keys)), id)
 					var ee *endedError
@@ -138,6 +138,7 @@ func TestBatcherNoLostWakeups(t *testing.T) {
 			inflight, queued := b.state()
 			return inflight == 0 && queued == 0
 		})
+		cancels.Wait()
 		if n := ok.Load() + failed.Load() + ended.Load(); n != workers*opsEach {
 			t.Fatalf("%d operations returned, want %d", n, workers*opsEach)
 		}
