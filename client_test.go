@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
@@ -259,16 +261,17 @@ func TestLongWaitRenewalWithAnotherTokenFails(t *testing.T) {
 	})
 }
 
-// slowAcquire answers every acquisition after delay: a backend, or a
-// network, slower than the lease's safe window.
+// slowAcquire answers every acquisition after calling delay, which sleeps
+// in the test's synctest bubble: a backend, or a network, slower than the
+// lease's safe window.
 type slowAcquire struct {
 	lease.Backend
-	delay time.Duration
+	delay func()
 }
 
 func (b slowAcquire) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	l, err := b.Backend.Acquire(ctx, key, owner, ttl)
-	time.Sleep(b.delay)
+	b.delay()
 	return l, err
 }
 
@@ -280,7 +283,7 @@ func TestAcquireAnsweredPastTheDeadlineFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memtest.New(t)
 		const ttl = 10 * time.Second
-		c := newClient(t, slowAcquire{store, ttl - 100*time.Millisecond}, "worker-a")
+		c := newClient(t, slowAcquire{store, func() { time.Sleep(ttl - 100*time.Millisecond) }}, "worker-a")
 		ctx := context.Background()
 		for name, acquire := range map[string]func(context.Context, string, time.Duration) (*lease.Hold, error){
 			"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
@@ -449,12 +452,24 @@ func (n *notifying) WaitChange(ctx context.Context, key string) error {
 // hides the backend's optional interfaces, so Acquire polls.
 type cancelRacesCommit struct {
 	lease.Backend
-	gate chan struct{}
+	sent    chan struct{} // told of each request, as it reaches the backend
+	gate    chan struct{}
+	granted chan struct{} // told of each grant, once the backend made it
 }
 
 func (b cancelRacesCommit) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	select {
+	case b.sent <- struct{}{}:
+	default:
+	}
 	<-b.gate
 	l, err := b.Backend.Acquire(context.Background(), key, owner, ttl)
+	if err == nil {
+		select {
+		case b.granted <- struct{}{}:
+		default:
+		}
+	}
 	if ctx.Err() != nil {
 		return lease.Lease{}, ctx.Err()
 	}
@@ -467,7 +482,7 @@ func (b cancelRacesCommit) Acquire(ctx context.Context, key, owner string, ttl t
 // its TTL (a cancelled Campaign's phantom term, which the recipe suite found
 // on PostgreSQL).
 func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
-	b := cancelRacesCommit{Backend: memtest.New(t), gate: make(chan struct{})}
+	b := cancelRacesCommit{Backend: memtest.New(t), sent: make(chan struct{}, 1), gate: make(chan struct{}), granted: make(chan struct{}, 1)}
 	c, err := lease.NewClient(b)
 	if err != nil {
 		t.Fatal(err)
@@ -478,6 +493,7 @@ func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
 		_, err := c.Acquire(ctx, "job", time.Minute)
 		done <- err
 	}()
+	<-b.sent // the request is in flight
 	cancel()
 	select {
 	case err := <-done:
@@ -489,17 +505,14 @@ func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
 		t.Fatal("Acquire did not return when its context ended with its request in flight")
 	}
 	close(b.gate)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := b.Backend.Get(t.Context(), "job")
-		if errors.Is(err, lease.ErrNotFound) {
-			return
+	<-b.granted // the grant made as the Acquire was cancelled
+	// The give-back runs in the background.
+	poll.Until(t, 10*time.Second, func() error {
+		if _, err := b.Backend.Get(t.Context(), "job"); !errors.Is(err, lease.ErrNotFound) {
+			return fmt.Errorf("Get(job) = %v, want ErrNotFound: the grant made as the Acquire was cancelled is still held", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Get(job) = %v, want ErrNotFound: the grant made as the Acquire was cancelled is still held", err)
-		}
-		time.Sleep(5 * time.Millisecond) // the give-back runs in the background
-	}
+		return nil
+	})
 }
 
 // TestJitterSharedAcrossClients: one WithJitter option given to several

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -174,14 +175,14 @@ func (c *seamClock) funcsAt(at time.Time) []func() {
 // earliest first: the renewal goroutine sets its timer on its own schedule.
 func waitPending(t *testing.T, clk *fakeclock.Clock, n int) []time.Time {
 	t.Helper()
-	for i := 0; ; i++ {
-		if p := clk.Pending(); len(p) >= n {
-			return p
-		} else if i > 5000 {
-			t.Fatalf("%d timers pending, want %d", len(p), n)
+	var p []time.Time
+	poll.Until(t, 10*time.Second, func() error {
+		if p = clk.Pending(); len(p) < n {
+			return fmt.Errorf("%d timers pending, want %d", len(p), n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
+	return p
 }
 
 // blockingRenew parks each Renew until the test answers it on reply.
@@ -351,12 +352,7 @@ func TestNoTimerOutlivesRelease(t *testing.T) {
 	// A renewal succeeds and moves the deadline.
 	old := h.Deadline()
 	clk.Set(pending[0]) // the renewal timer
-	for i := 0; h.Deadline().Equal(old); i++ {
-		if i > 1000 {
-			t.Fatal("no renewal")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.True(t, 10*time.Second, "a renewal", func() bool { return !h.Deadline().Equal(old) })
 	// The old deadline timer's goroutine, already started before the renewal
 	// stopped it, now runs.
 	stale()

@@ -17,6 +17,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 func openInternal(t *testing.T) *Store {
@@ -228,13 +229,9 @@ func TestHeldAnswerWaitsForDurability(t *testing.T) {
 		tried <- err
 	}()
 	// B is answered, or waits for the grant's record.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(tried) == 0 && countStacks("boltstore.(*Store).waitDurable(") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("a try of a key being granted neither answered nor waited for 10 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.True(t, 10*time.Second, "a try of a key being granted answered or waiting", func() bool {
+		return len(tried) > 0 || countStacks("boltstore.(*Store).waitDurable(") > 0
+	})
 	image := copyStore(t, s.path) // what a crash now would leave
 	early := len(tried) > 0
 	unstall()
@@ -333,15 +330,12 @@ func copyStore(t *testing.T, path string) string {
 // stacks (for submit: sent, or blocked sending, to the stalled loop).
 func waitStacks(t *testing.T, fn string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if got := countStacks(fn); got >= n {
-			return
-		} else if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines in %s after 10 s, want %d", got, fn, n)
+	poll.Until(t, 10*time.Second, func() error {
+		if got := countStacks(fn); got < n {
+			return fmt.Errorf("%d goroutines in %s, want %d", got, fn, n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // countStacks returns how many frames of all goroutines' stacks contain fn.

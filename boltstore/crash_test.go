@@ -194,7 +194,7 @@ func crashRound(t *testing.T, path string, round int, noLog bool) []string {
 	var lines []string
 	sc := bufio.NewScanner(stdout)
 	if killAfter == 0 {
-		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // a random moment during start-up
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // real time: a random moment of the child process's start-up
 	}
 	for len(lines) < killAfter && sc.Scan() {
 		lines = append(lines, sc.Text())

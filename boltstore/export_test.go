@@ -26,3 +26,12 @@ func WithoutLogForBench() Option {
 
 // Commits returns how many batches s has made durable since Open.
 func Commits(s *Store) uint64 { return s.commits.Load() }
+
+// Waiting returns how many AcquireWait calls wait in s's line for key: a
+// test that must know a waiter has reached the line waits on it instead of
+// sleeping.
+func Waiting(s *Store, key string) int {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return len(s.queueOf(key))
+}

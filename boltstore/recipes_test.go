@@ -1,14 +1,20 @@
 package boltstore_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/internal/testkit/recipetest"
 )
 
 // TestRecipes runs the recipe suite (election and semaphore under faults).
 func TestRecipes(t *testing.T) {
 	t.Parallel()
-	recipetest.Run(t, func(t *testing.T) lease.Backend { s, _ := open(t); return s }, recipetest.Options{})
+	recipetest.Run(t, func(t *testing.T) lease.Backend { s, _ := open(t); return s }, recipetest.Options{
+		Waiting: func(_ context.Context, b lease.Backend, key string) (int, error) {
+			return boltstore.Waiting(b.(*boltstore.Store), key), nil
+		},
+	})
 }

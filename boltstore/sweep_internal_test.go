@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
@@ -53,13 +54,12 @@ func TestSweepFoldsExpired(t *testing.T) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for stored()["gone/0"] {
-		if time.Now().After(deadline) {
-			t.Fatalf("expired leases still stored after 10 s: %v", stored())
+	poll.Until(t, 10*time.Second, func() error {
+		if got := stored(); got["gone/0"] {
+			return fmt.Errorf("expired leases still stored: %v", got)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := stored(); len(got) != 2 || !got["held"] || !got["recent"] {
 		t.Fatalf("stored after a sweep: %v; want held and recent", got)
 	}

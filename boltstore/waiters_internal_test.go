@@ -12,6 +12,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
@@ -30,19 +31,15 @@ func openFake(t *testing.T, clk lease.Clock) *Store {
 // queued waits until key has n waiters.
 func queued(t *testing.T, s *Store, key string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, func() error {
 		s.wmu.Lock()
 		got := len(s.queueOf(key))
 		s.wmu.Unlock()
-		if got == n {
-			return
+		if got != n {
+			return fmt.Errorf("%d waiters on %q, want %d", got, key, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters on %q after 10 s, want %d", got, key, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type waitResult struct {

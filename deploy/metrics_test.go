@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/fencemetrics"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -173,13 +174,12 @@ func scrapeKit(t *testing.T) exported {
 	// renewal is refused.
 	stale := post("/v1/leases/stale/acquire", map[string]any{"owner": "c", "ttl_ms": 10}, http.StatusOK)
 	expired := regexp.MustCompile(`(?m)^lease_expirations_total 1$`)
-	deadline := time.Now().Add(10 * time.Second)
-	for !expired.MatchString(get("/metrics")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("lease_expirations_total not 1 within 10 s of a lease left to expire:\n%s", get("/metrics"))
+	poll.Until(t, 10*time.Second, func() error {
+		if m := get("/metrics"); !expired.MatchString(m) {
+			return fmt.Errorf("lease_expirations_total not 1 after a lease was left to expire:\n%s", m)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	post("/v1/leases/stale/renew", map[string]any{"id": stale["id"], "token": stale["token"], "ttl_ms": 60000}, http.StatusConflict)
 
 	e := exported{}

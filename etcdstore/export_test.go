@@ -44,3 +44,14 @@ func BareTxns(ctx context.Context, s *Store, key, owner string, ttl time.Duratio
 		return nil
 	}, nil
 }
+
+// Waiting returns how many entries stand in s's line for key behind the
+// first (its holder's): a test that must know a waiter has reached the line
+// waits on it instead of sleeping.
+func Waiting(ctx context.Context, s *Store, key string) (int, error) {
+	resp, err := s.cli.Get(ctx, s.entries(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return max(int(resp.Count)-1, 0), nil
+}

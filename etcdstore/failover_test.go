@@ -17,6 +17,7 @@ import (
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // failoverRun is one run of TestFailover's workload.
@@ -92,11 +93,12 @@ func (r *failoverRun) run(t *testing.T, c *etcdtest.Cluster) {
 	start := time.Now()
 	gap := r.dur / time.Duration(r.kills+1)
 	for i := range r.kills {
+		// real time: the faults are spread over the run of real etcd members.
 		time.Sleep(time.Until(start.Add(gap * time.Duration(i+1)).Add(-gap / 2)))
 		leader := c.Leader(t)
 		r.fault()
 		c.Kill(t, leader)
-		time.Sleep(gap / 3)
+		time.Sleep(gap / 3) // real time: the member stays down while the real cluster serves
 		c.Restart(t, leader)
 		r.fault()
 	}
@@ -173,7 +175,7 @@ func (r *failoverRun) worker(ctx context.Context, t *testing.T, endpoints []stri
 		cli, s, err := connect(ctx, endpoints, prefix)
 		if err != nil {
 			r.sawError(err)
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // real time: a pause before dialling the real cluster again
 			continue
 		}
 		lc, err := lease.NewClient(s, lease.WithOwner(fmt.Sprintf("worker-%d", w)))
@@ -209,6 +211,8 @@ func (r *failoverRun) worker(ctx context.Context, t *testing.T, endpoints []stri
 					t.Errorf("worker-%d: the guard rejected token %d of a lease its client still holds: %v", w, tok, err)
 				}
 			}
+			// real time: the work done under the lease, while the real
+			// cluster may fail over.
 			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			if err := h.Release(rctx); err != nil {
@@ -225,12 +229,16 @@ func (r *failoverRun) worker(ctx context.Context, t *testing.T, endpoints []stri
 // stalls past the TTL — until someone else has acquired — before writing,
 // like a process paused by GC or swap.
 func (r *failoverRun) staller(ctx context.Context, t *testing.T, endpoints []string, prefix, key string) {
-	cli, s, err := connect(ctx, endpoints, prefix)
-	for err != nil && ctx.Err() == nil {
-		time.Sleep(50 * time.Millisecond)
-		cli, s, err = connect(ctx, endpoints, prefix)
-	}
-	if err != nil {
+	var cli *clientv3.Client
+	var s *etcdstore.Store
+	_ = poll.Err(time.Hour, func() error { // the run's ctx ends first
+		var err error
+		if cli, s, err = connect(ctx, endpoints, prefix); err != nil && ctx.Err() == nil {
+			return err
+		}
+		return nil
+	})
+	if cli == nil {
 		return
 	}
 	defer cli.Close()
@@ -243,16 +251,15 @@ func (r *failoverRun) staller(ctx context.Context, t *testing.T, endpoints []str
 			r.sawError(err)
 			continue
 		}
-		// Stall until a newer token has written (or the run ends).
-		for ctx.Err() == nil {
+		// Stall until a newer token has written (or the run ends first).
+		_ = poll.Err(time.Hour, func() error {
 			r.mu.Lock()
-			passed := r.highest > l.Token
-			r.mu.Unlock()
-			if passed {
-				break
+			defer r.mu.Unlock()
+			if r.highest > l.Token || ctx.Err() != nil {
+				return nil
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return errors.New("no newer token has written")
+		})
 		if ctx.Err() != nil {
 			return
 		}

@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -15,5 +16,10 @@ func TestRecipes(t *testing.T) {
 	eps := etcdtest.Start(t)
 	prefix := uniquePrefix(t)
 	recipetest.Run(t, func(t *testing.T) lease.Backend { return open(t, eps, etcdstore.WithPrefix(prefix)) },
-		recipetest.Options{Settle: 200 * time.Millisecond, ExpiryLag: 2 * time.Second})
+		recipetest.Options{
+			Waiting: func(ctx context.Context, b lease.Backend, key string) (int, error) {
+				return etcdstore.Waiting(ctx, b.(*etcdstore.Store), key)
+			},
+			Settle: 200 * time.Millisecond, ExpiryLag: 2 * time.Second,
+		})
 }

@@ -481,7 +481,7 @@ func TestAcquireWaitOutlivesSlowCappedAnswers(t *testing.T) {
 	var answered atomic.Int64
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/acquire") {
-			time.Sleep(slow) // the slow way to the server
+			time.Sleep(slow) // real time: the slow way to the server, a latency the client's real-time pacing meets
 			defer answered.Add(1)
 		}
 		srv.ServeHTTP(w, r)

@@ -248,6 +248,8 @@ func TestClientRenewsManyHoldsInFewRequests(t *testing.T) {
 		return
 	}
 	before := renews.Load()
+	// real time: the client renews over real TCP to a server on a real
+	// disk, neither of which a synctest bubble can hold.
 	time.Sleep(9 * time.Second)
 	n := renews.Load() - before
 	lost := 0

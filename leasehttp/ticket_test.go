@@ -177,7 +177,7 @@ func TestTicketResumesAfterAGrant(t *testing.T) {
 				return err == nil && l.Owner == "back"
 			})
 			granted, _ := c.Get(ctxFor(t), "resume")
-			time.Sleep(20 * time.Millisecond) // so that a renewal shows
+			time.Sleep(20 * time.Millisecond) // real time: the server's clock moves on, so that a renewal shows
 			status, body := call(t, "POST", hs.URL+"/v1/leases/resume/acquire", "", req)
 			if status != http.StatusOK {
 				t.Fatalf("second request: HTTP %d %s, want 200", status, body)

@@ -140,7 +140,7 @@ func TestClientWatchReportsASilentStream(t *testing.T) {
 	syncedKeys(t, ch)
 
 	// Quiet for well past the silence limit, with heartbeats: still open.
-	// Real time, as the server's heartbeats run on it.
+	// real time: the server's heartbeats run on it, through a real proxy.
 	time.Sleep(4 * (leasehttp.MissedHeartbeats*hb + leasehttp.SilenceSlack))
 	mustAcquire(t, mem, "jobs/a")
 	if it, ok := nextItem(t, ch, "the acquire after a quiet spell"); !ok || it.err != nil || it.ev.Kind != lease.Acquired {

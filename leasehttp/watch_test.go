@@ -552,7 +552,9 @@ func TestWatchOutlastsServerTimeouts(t *testing.T) {
 
 	st := openRaw(t, hs.URL+"/v1/watch", "", 200)
 	st.expectSynced("1")
-	time.Sleep(time.Second) // ten times both timeouts, with nothing to tell
+	// real time: ten times both timeouts, with nothing to tell; they are
+	// deadlines on a real TCP connection.
+	time.Sleep(time.Second)
 	mustAcquire(t, mem, "late")
 	st.expect("2", "acquired", "late")
 }
@@ -590,6 +592,8 @@ func TestWatchStopsForAStuckClient(t *testing.T) {
 				return
 			}
 			if i%256 == 255 {
+				// real time: a pause between bursts, in which the server
+				// writes each out to the real TCP connection.
 				time.Sleep(2 * time.Millisecond)
 			}
 		}

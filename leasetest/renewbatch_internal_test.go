@@ -16,7 +16,7 @@ type farBackend struct{ lease.Backend }
 
 func (f farBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	l, err := f.Backend.Acquire(ctx, key, owner, ttl)
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // real time: a far backend's answer, against the suite's real-time TTLs
 	return l, err
 }
 

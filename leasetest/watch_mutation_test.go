@@ -109,12 +109,14 @@ func listThenWatch(w *wrapper, subscribeFirst bool, gap time.Duration) {
 			var err error
 			if subscribeFirst {
 				if err = skipToSynced(next); err == nil {
+					// real time: the gap in which the conformance suite's
+					// changes, made on the real clock, land.
 					time.Sleep(gap)
 					list, err = memList(ctx, w.s, prefix)
 				}
 			} else {
 				if list, err = memList(ctx, w.s, prefix); err == nil {
-					time.Sleep(gap)
+					time.Sleep(gap) // real time: as above
 					err = skipToSynced(next)
 				}
 			}

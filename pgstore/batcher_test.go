@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -41,106 +42,112 @@ func TestBatcherLoneOpGoesAtOnce(t *testing.T) {
 }
 
 func TestBatcherNoLostWakeups(t *testing.T) {
-	// Operations arrive from many goroutines, some give up early, some
-	// batches fail. Every operation returns; each returns its own result,
-	// its batch's error or its context's end; batches hold distinct keys
-	// and at most max operations; nothing is left queued or in flight.
-	const workers, opsEach, keys, max = 32, 200, 10, 5
-	batchErr := errors.New("batch failed")
-	var batches, sentOps atomic.Int64
-	var mu sync.Mutex
-	sentIDs := map[int]bool{}
-	b := newBatcher(2, max, func(ctx context.Context, calls []*call[int, int]) error {
-		batches.Add(1)
-		sentOps.Add(int64(len(calls)))
-		seen := map[string]bool{}
-		mu.Lock()
-		for _, c := range calls {
-			if seen[c.key] {
-				t.Errorf("batch holds key %q twice", c.key)
-			}
-			seen[c.key] = true
-			sentIDs[c.req] = true
-		}
-		mu.Unlock()
-		if len(calls) > max {
-			t.Errorf("batch of %d, max %d", len(calls), max)
-		}
-		if rand.IntN(4) == 0 {
-			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-		}
-		if rand.IntN(10) == 0 {
-			return batchErr
-		}
-		for _, c := range calls {
-			c.res = c.req + 1
-		}
-		return nil
-	})
-	var ok, failed, ended, endedUnsent atomic.Int64
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range opsEach {
-				id := w*opsEach + i
-				ctx, cancel := context.WithCancel(context.Background())
-				if rand.IntN(8) == 0 {
-					go func() {
-						time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
-						cancel()
-					}()
+	// In a synctest bubble: the random pauses below reorder the goroutines
+	// without costing real time, and a lost wakeup is a deadlock the bubble
+	// reports at once.
+	synctest.Test(t, func(t *testing.T) {
+		// Operations arrive from many goroutines, some give up early, some
+		// batches fail. Every operation returns; each returns its own result,
+		// its batch's error or its context's end; batches hold distinct keys
+		// and at most max operations; nothing is left queued or in flight.
+		const workers, opsEach, keys, max = 32, 200, 10, 5
+		batchErr := errors.New("batch failed")
+		var batches, sentOps atomic.Int64
+		var mu sync.Mutex
+		sentIDs := map[int]bool{}
+		b := newBatcher(2, max, func(ctx context.Context, calls []*call[int, int]) error {
+			batches.Add(1)
+			sentOps.Add(int64(len(calls)))
+			seen := map[string]bool{}
+			mu.Lock()
+			for _, c := range calls {
+				if seen[c.key] {
+					t.Errorf("batch holds key %q twice", c.key)
 				}
-				res, err := b.do(ctx, fmt.Sprint(rand.IntN(keys)), id)
-				var ee *endedError
-				switch {
-				case err == nil:
-					if res != id+1 {
-						t.Errorf("op %d got result %d, want %d", id, res, id+1)
+				seen[c.key] = true
+				sentIDs[c.req] = true
+			}
+			mu.Unlock()
+			if len(calls) > max {
+				t.Errorf("batch of %d, max %d", len(calls), max)
+			}
+			if rand.IntN(4) == 0 {
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+			}
+			if rand.IntN(10) == 0 {
+				return batchErr
+			}
+			for _, c := range calls {
+				c.res = c.req + 1
+			}
+			return nil
+		})
+		var ok, failed, ended, endedUnsent atomic.Int64
+		var wg, cancels sync.WaitGroup // a bubble ends only with its goroutines
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range opsEach {
+					id := w*opsEach + i
+					ctx, cancel := context.WithCancel(context.Background())
+					if rand.IntN(8) == 0 {
+						cancels.Go(func() {
+							time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
+							cancel()
+						})
 					}
-					ok.Add(1)
-				case errors.Is(err, batchErr):
-					failed.Add(1)
-				case errors.As(err, &ee) && errors.Is(err, context.Canceled):
-					ended.Add(1)
-					if !ee.sent {
-						endedUnsent.Add(1)
-						mu.Lock()
-						if sentIDs[id] {
-							t.Errorf("op %d reported unsent, but exec saw it", id)
+					res, err := b.do(ctx, fmt.Sprint(rand.IntN(keys)), id)
+					var ee *endedError
+					switch {
+					case err == nil:
+						if res != id+1 {
+							t.Errorf("op %d got result %d, want %d", id, res, id+1)
 						}
-						mu.Unlock()
+						ok.Add(1)
+					case errors.Is(err, batchErr):
+						failed.Add(1)
+					case errors.As(err, &ee) && errors.Is(err, context.Canceled):
+						ended.Add(1)
+						if !ee.sent {
+							endedUnsent.Add(1)
+							mu.Lock()
+							if sentIDs[id] {
+								t.Errorf("op %d reported unsent, but exec saw it", id)
+							}
+							mu.Unlock()
+						}
+					default:
+						t.Errorf("op %d: unexpected error %v", id, err)
 					}
-				default:
-					t.Errorf("op %d: unexpected error %v", id, err)
+					cancel()
 				}
-				cancel()
-			}
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		inflight, queued := b.state()
-		t.Fatalf("operations still waiting after 60 s: %d in flight, %d queued", inflight, queued)
-	}
-	// exec ends before the last operations return: wait for the batcher
-	// to settle.
-	eventually(t, 10*time.Second, "batcher did not settle", func() bool {
-		inflight, queued := b.state()
-		return inflight == 0 && queued == 0
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			inflight, queued := b.state()
+			t.Fatalf("operations still waiting after 60 s: %d in flight, %d queued", inflight, queued)
+		}
+		// exec ends before the last operations return: wait for the batcher
+		// to settle.
+		eventually(t, 10*time.Second, "batcher did not settle", func() bool {
+			inflight, queued := b.state()
+			return inflight == 0 && queued == 0
+		})
+		cancels.Wait()
+		if n := ok.Load() + failed.Load() + ended.Load(); n != workers*opsEach {
+			t.Fatalf("%d operations returned, want %d", n, workers*opsEach)
+		}
+		if batches.Load() >= sentOps.Load() {
+			t.Errorf("%d batches for %d operations: nothing was batched", batches.Load(), sentOps.Load())
+		}
+		t.Logf("%d ok, %d in failed batches, %d gave up (%d before sending); %d batches for %d sent",
+			ok.Load(), failed.Load(), ended.Load(), endedUnsent.Load(), batches.Load(), sentOps.Load())
 	})
-	if n := ok.Load() + failed.Load() + ended.Load(); n != workers*opsEach {
-		t.Fatalf("%d operations returned, want %d", n, workers*opsEach)
-	}
-	if batches.Load() >= sentOps.Load() {
-		t.Errorf("%d batches for %d operations: nothing was batched", batches.Load(), sentOps.Load())
-	}
-	t.Logf("%d ok, %d in failed batches, %d gave up (%d before sending); %d batches for %d sent",
-		ok.Load(), failed.Load(), ended.Load(), endedUnsent.Load(), batches.Load(), sentOps.Load())
 }
 
 func TestBatcherContextEnds(t *testing.T) {

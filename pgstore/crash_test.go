@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/crashtest"
 	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // The server crash tests run pgstore under load on a PostgreSQL of their
@@ -99,6 +101,7 @@ func runServerCrashes(t *testing.T, durable bool) []crashtest.Acquisition {
 		if i == serverCrashes {
 			break // the load on the last recovered server is in
 		}
+		// real time: a random moment of the real server's work.
 		time.Sleep(time.Duration(rng.Int64N(int64(500 * time.Millisecond))))
 		pg.Crash(t)
 		pg.Restart(t)
@@ -111,19 +114,18 @@ func runServerCrashes(t *testing.T, durable bool) []crashtest.Acquisition {
 	// one.
 	for k := range crashKeys {
 		key := crashtest.KeyName(k)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		poll.Until(t, 10*time.Second, func() error {
 			sent := h.Clock.Add(1)
 			l, err := s.Acquire(ctx, key, "final", time.Second)
 			if err == nil {
 				h.Add(crashtest.Acknowledged("final", l, sent, h.Clock.Add(1)))
-				break
+				return nil
 			}
-			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, lease.ErrUnavailable) || time.Now().After(deadline) {
+			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, lease.ErrUnavailable) {
 				t.Fatalf("after the last restart, acquiring %q: %v", key, err)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return fmt.Errorf("after the last restart, acquiring %q: %w", key, err)
+		})
 	}
 
 	acqs := h.Snapshot()
@@ -140,11 +142,10 @@ func runServerCrashes(t *testing.T, durable bool) []crashtest.Acquisition {
 // that does not get there within a minute has not come back.
 func waitForGrants(t *testing.T, h *crashtest.History, n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for h.Len() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d acquisitions acknowledged after a minute: the server did not come back, or the load does not reach it (%d calls failed or unknown)", h.Len(), n, h.Unknown.Load())
+	poll.Until(t, time.Minute, func() error {
+		if got := h.Len(); got < n {
+			return fmt.Errorf("only %d of %d acquisitions acknowledged: the server did not come back, or the load does not reach it (%d calls failed or unknown)", got, n, h.Unknown.Load())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

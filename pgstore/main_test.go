@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -57,14 +58,8 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// eventually polls cond every 5 ms until it holds or limit passes.
+// eventually waits until cond holds, failing t after limit.
 func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, limit, what, cond)
 }

@@ -309,7 +309,7 @@ func TestDroppedConnections(t *testing.T) {
 			if start.After(ghostUntil.Add(50 * time.Millisecond)) {
 				t.Fatalf("key held %v after the last failed acquire's TTL ended: %v", start.Sub(ghostUntil), err)
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // real time: the worker's pause before it asks the real server again
 			continue
 		case errors.Is(err, lease.ErrUnavailable):
 			failures++

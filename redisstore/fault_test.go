@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
@@ -22,7 +23,7 @@ func TestNoFalseGrantOnFaults(t *testing.T) {
 		c := srv.Client(t)
 		for range 20 {
 			_ = c.ClientKillByFilter(ctxFor(t), "TYPE", "normal", "SKIPME", "yes").Err()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // real time: kills spread over the real server's traffic
 		}
 	}
 	serverKill := func(t *testing.T, srv *redistest.Server) {
@@ -31,6 +32,7 @@ func TestNoFalseGrantOnFaults(t *testing.T) {
 		// of 5 dials 100 ms apart, plus backoff: about 2 s), so that some
 		// acquires fail outright. A call queued behind a pipeline in
 		// flight (see batch.go) may spend two such spans before it fails.
+		// real time: go-redis' dials and retries run on the wall clock.
 		time.Sleep(5 * time.Second)
 		srv.Restart(t)
 	}
@@ -80,14 +82,16 @@ func TestNoFalseGrantOnFaults(t *testing.T) {
 						}
 						mu.Unlock()
 						if err != nil {
-							time.Sleep(time.Millisecond)
+							time.Sleep(time.Millisecond) // real time: a worker's pause before it tries the real server again
 						}
 					}
 				}()
 			}
-			time.Sleep(100 * time.Millisecond)
+			grants := func() int { mu.Lock(); defer mu.Unlock(); return len(granted) }
+			poll.True(t, 10*time.Second, "a grant before the fault", func() bool { return grants() > 0 })
 			tc.fault(t, srv)
-			time.Sleep(100 * time.Millisecond)
+			before := grants()
+			poll.True(t, 30*time.Second, "a grant after the fault", func() bool { return grants() > before })
 			close(stop)
 			wg.Wait()
 
@@ -135,12 +139,7 @@ func TestHoldLostWhileServerDown(t *testing.T) {
 
 	// Wait for a renewal, so the deadline under test is a renewal's.
 	first := h.Deadline()
-	for deadline := time.Now().Add(10 * time.Second); !h.Deadline().After(first); {
-		if time.Now().After(deadline) {
-			t.Fatal("no renewal within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, 10*time.Second, "a renewal", func() bool { return h.Deadline().After(first) })
 	stopped := time.Now()
 	srv.Stop(t)
 
@@ -187,12 +186,14 @@ func TestHoldLostWhileServerDown(t *testing.T) {
 // second before it dials again.
 func getReachable(t *testing.T, b lease.Backend, key string) (lease.Lease, error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l, err := b.Get(ctxFor(t), key)
-		if !errors.Is(err, lease.ErrUnavailable) || time.Now().After(deadline) {
-			return l, err
+	var l lease.Lease
+	var err error
+	_ = poll.Err(10*time.Second, func() error {
+		l, err = b.Get(ctxFor(t), key)
+		if errors.Is(err, lease.ErrUnavailable) {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return l, err
 }

@@ -3,10 +3,12 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/redisstore"
 )
@@ -28,39 +30,27 @@ func killPubSub(t *testing.T, srv *redistest.Server) {
 // subscription is (again) confirmed: on a free key it then returns nil.
 func waitSubscribed(t *testing.T, s *redisstore.Store) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.Until(t, 15*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(ctxFor(t), time.Second)
-		err := s.WaitChange(ctx, "free/never-held")
-		cancel()
-		if err == nil {
-			return
+		defer cancel()
+		if err := s.WaitChange(ctx, "free/never-held"); err != nil {
+			return fmt.Errorf("store not subscribed: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store not subscribed after 15 s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waitForWaiter waits until a WaitChange on key has registered for its release
 // (see Store.Waiting), so the test goes on along the path it means to test.
 func waitForWaiter(t *testing.T, s *redisstore.Store, key string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.True(t, 10*time.Second, "a waiter registered on "+key, func() bool {
 		ok, err := s.Waiting(ctxFor(t), key)
 		if err != nil {
 			t.Fatalf("Waiting(%q): %v", key, err)
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no waiter registered on %q within 10 s", key)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return ok
+	})
 }
 
 // TestWaitChangeWakesOnItsKeyOnly: a release wakes the waiters of its key,
@@ -150,7 +140,9 @@ func TestWaitChangeSubscriptionDrop(t *testing.T) {
 	}()
 	waitForWaiter(t, s, k)
 	killPubSub(t, srv)
-	time.Sleep(100 * time.Millisecond) // most often the release then finds no subscription to tell
+	// real time: most often the release then finds no subscription to
+	// tell; the killed connection's end reaches go-redis through the kernel.
+	time.Sleep(100 * time.Millisecond)
 	if err := s.Release(ctx, holder); err != nil {
 		t.Fatal(err)
 	}

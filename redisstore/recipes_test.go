@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/leasehq/lease"
@@ -14,5 +15,16 @@ import (
 func TestRecipes(t *testing.T) {
 	srv := redistest.Start(t)
 	ns := redisstore.WithNamespace(testNamespace())
-	recipetest.Run(t, func(t *testing.T) lease.Backend { return open(t, srv, ns) }, recipetest.Options{NoFIFO: true})
+	recipetest.Run(t, func(t *testing.T) lease.Backend { return open(t, srv, ns) }, recipetest.Options{
+		NoFIFO: true,
+		// A waiter that polls, woken by a notification, is one that
+		// waits for one: at most one counted.
+		Waiting: func(ctx context.Context, b lease.Backend, key string) (int, error) {
+			ok, err := b.(*redisstore.Store).Waiting(ctx, key)
+			if ok {
+				return 1, err
+			}
+			return 0, err
+		},
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -75,28 +76,30 @@ func TestDisagreeingProcessesNeverExceedTheStoredLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, be := range backends {
 				t.Run(be.Name, func(t *testing.T) {
-					violations := disagree(t, be.New(t), tc.broken)
-					if tc.broken && violations == 0 {
-						t.Fatal("the unchecked N=5 workers never exceeded the stored limit of 3: the check cannot find it")
-					}
-					if !tc.broken && violations > 0 {
-						t.Fatalf("%d times more holders inside than the limit they were admitted under", violations)
-					}
+					synctest.Test(t, func(t *testing.T) {
+						violations := disagree(t, be.New(t), tc.broken)
+						if tc.broken && violations == 0 {
+							t.Fatal("the unchecked N=5 workers never exceeded the stored limit of 3: the check cannot find it")
+						}
+						if !tc.broken && violations > 0 {
+							t.Fatalf("%d times more holders inside than the limit they were admitted under", violations)
+						}
+					})
 				})
 			}
 		})
 	}
 }
 
-// disagree runs 4 workers with N=3 and 4 with N=5 for a while and counts
-// the moments when more holders were inside than the smallest limit among
-// them.
+// disagree runs 4 workers with N=3 and 4 with N=5 for a while (200 ms
+// of its synctest bubble's time) and counts the moments when more holders
+// were inside than the smallest limit among them.
 func disagree(t *testing.T, b lease.Backend, broken bool) int {
 	ctx := ctxFor(t)
 	var inside [2]atomic.Int32 // by limit: 3, 5
 	var violations atomic.Int32
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(200 * time.Millisecond)
 	for w := range 8 {
 		which, n := w%2, 3+2*(w%2)
 		s := newSem(t, b, n, time.Minute)

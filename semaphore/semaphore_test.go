@@ -11,12 +11,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/semaphore"
 )
 
@@ -92,62 +94,55 @@ func TestTryAcquireTakesEverySlotOnce(t *testing.T) {
 	}
 }
 
-// TestAcquireInLine: waiters get slots in the order they came.
+// TestAcquireInLine: waiters get slots in the order they came. In a
+// synctest bubble, so that synctest.Wait tells when a waiter has reached
+// the line (is blocked in it).
 func TestAcquireInLine(t *testing.T) {
-	ctx := ctxFor(t)
-	store := memtest.New(t) // queues the line FIFO (lease.WaitAcquirer)
-	holder := newSem(t, store, 1, time.Minute)
-	first, err := holder.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan string, 2)
-	var slots sync.Map
-	for _, name := range []string{"w1", "w2"} {
-		s := newSemAs(t, store, name, 1, time.Minute)
-		go func() {
-			slot, err := s.Acquire(ctx)
-			if err != nil {
-				t.Error(err)
-				got <- ""
-				return
-			}
-			slots.Store(name, slot)
-			got <- name
-		}()
-		// w1 is in line (at its head, holding the queue) before w2 comes.
-		waitFor(t, func() bool {
-			l, err := store.Get(ctx, "jobs/queue")
-			return err == nil && l.Owner == "w1"
-		})
-	}
-	time.Sleep(20 * time.Millisecond) // let w2 reach the line behind w1
-	if err := first.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if name := <-got; name != "w1" {
-		t.Fatalf("%q got the slot first, want w1", name)
-	}
-	w1, _ := slots.Load("w1")
-	if err := w1.(*semaphore.Slot).Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if name := <-got; name != "w2" {
-		t.Fatalf("%q got the slot second, want w2", name)
-	}
-	w2, _ := slots.Load("w2")
-	_ = w2.(*semaphore.Slot).Release(ctx)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := ctxFor(t)
+		store := memtest.New(t) // queues the line FIFO (lease.WaitAcquirer)
+		holder := newSem(t, store, 1, time.Minute)
+		first, err := holder.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		got := make(chan string, 2)
+		var slots sync.Map
+		for _, name := range []string{"w1", "w2"} {
+			s := newSemAs(t, store, name, 1, time.Minute)
+			go func() {
+				slot, err := s.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					got <- ""
+					return
+				}
+				slots.Store(name, slot)
+				got <- name
+			}()
+			// Each is in line before the next comes: w1 at its head,
+			// holding the queue, w2 waiting for the queue behind it.
+			synctest.Wait()
+		}
+		if l, err := store.Get(ctx, "jobs/queue"); err != nil || l.Owner != "w1" {
+			t.Fatalf("the line's lease is %+v, %v; want it held by w1", l, err)
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if name := <-got; name != "w1" {
+			t.Fatalf("%q got the slot first, want w1", name)
+		}
+		w1, _ := slots.Load("w1")
+		if err := w1.(*semaphore.Slot).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if name := <-got; name != "w2" {
+			t.Fatalf("%q got the slot second, want w2", name)
+		}
+		w2, _ := slots.Load("w2")
+		_ = w2.(*semaphore.Slot).Release(ctx)
+	})
 }
 
 // TestNeverMoreThanN: many workers taking and giving back slots never
@@ -155,38 +150,40 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestNeverMoreThanN(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.Name, func(t *testing.T) {
-			ctx := ctxFor(t)
-			const n, workers, rounds = 3, 8, 10
-			b := be.New(t)
-			var inside, most atomic.Int32
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Go(func() {
-					s := newSem(t, b, n, time.Minute)
-					for range rounds {
-						slot, err := s.Acquire(ctx)
-						if err != nil {
-							t.Error(err)
-							return
+			synctest.Test(t, func(t *testing.T) {
+				ctx := ctxFor(t)
+				const n, workers, rounds = 3, 8, 10
+				b := be.New(t)
+				var inside, most atomic.Int32
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() {
+						s := newSem(t, b, n, time.Minute)
+						for range rounds {
+							slot, err := s.Acquire(ctx)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							now := inside.Add(1)
+							for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+							}
+							if hs, err := s.Holders(ctx); err != nil || len(hs) > n {
+								t.Errorf("the backend lists %d holders (%v), more than %d", len(hs), err, n)
+							}
+							time.Sleep(time.Millisecond)
+							inside.Add(-1)
+							if err := slot.Release(ctx); err != nil {
+								t.Error(err)
+							}
 						}
-						now := inside.Add(1)
-						for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-						}
-						if hs, err := s.Holders(ctx); err != nil || len(hs) > n {
-							t.Errorf("the backend lists %d holders (%v), more than %d", len(hs), err, n)
-						}
-						time.Sleep(time.Millisecond)
-						inside.Add(-1)
-						if err := slot.Release(ctx); err != nil {
-							t.Error(err)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			if m := most.Load(); m > n || m < 2 {
-				t.Errorf("at most %d held at once; want between 2 and %d", m, n)
-			}
+					})
+				}
+				wg.Wait()
+				if m := most.Load(); m > n || m < 2 {
+					t.Errorf("at most %d held at once; want between 2 and %d", m, n)
+				}
+			})
 		})
 	}
 }
@@ -350,7 +347,7 @@ func TestAcquireOutlivesABrokenWatch(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, func() bool { return b.watches.Load() >= 2 || len(got) > 0 })
+	poll.True(t, 10*time.Second, "a second watch of the slots, or Acquire's end", func() bool { return b.watches.Load() >= 2 || len(got) > 0 })
 	if len(got) > 0 {
 		t.Fatalf("Acquire ended when its watch broke: %v", <-got)
 	}

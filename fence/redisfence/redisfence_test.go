@@ -15,6 +15,7 @@ import (
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/redisfence"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/redisstore"
 )
@@ -67,16 +68,16 @@ func TestSeedScenario(t *testing.T) {
 				t.Fatalf("A's token on a fresh key = %d, want 1", a.Token)
 			}
 			// A pauses past its TTL; the server expires the lease.
-			for deadline := time.Now().Add(5 * time.Second); ; {
+			poll.Until(t, 5*time.Second, func() error {
 				_, err := store.Get(ctx, job)
 				if errors.Is(err, lease.ErrNotFound) {
-					break
+					return nil
 				}
-				if err != nil || time.Now().After(deadline) {
+				if err != nil {
 					t.Fatalf("A's lease not expired: %v", err)
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return errors.New("A's lease not expired")
+			})
 			b, err := store.Acquire(ctx, job, "worker-b", time.Minute)
 			if err != nil {
 				t.Fatal(err)

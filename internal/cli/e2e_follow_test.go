@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/semaphore"
 )
@@ -25,39 +27,24 @@ import (
 func startServeBinary(t *testing.T, dataDir, addr string, flags ...string) (*process, string) {
 	t.Helper()
 	p := startBinary(t, nil, append([]string{"serve", "--addr", addr, "--data-dir", dataDir}, flags...)...)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listeningRE.FindStringSubmatch(p.stderr.String()); m != nil {
-			return p, "http://" + m[1]
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("serve exited: %q", p.stderr.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	t.Fatalf("serve never said where it listens: %q", p.stderr.String())
-	return nil, ""
+	return p, "http://" + listeningAddr(t, p)
 }
 
 // linesOf waits until out has n lines and returns them.
 func linesOf(t *testing.T, what string, out *syncBuffer, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s := strings.TrimSuffix(out.String(), "\n")
-		var lines []string
-		if s != "" {
+	var lines []string
+	poll.Until(t, 20*time.Second, func() error {
+		lines = nil
+		if s := strings.TrimSuffix(out.String(), "\n"); s != "" {
 			lines = strings.Split(s, "\n")
 		}
-		if len(lines) >= n {
-			return lines
+		if len(lines) < n {
+			return fmt.Errorf("%s: %d lines of the %d awaited: %q", what, len(lines), n, lines)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d lines of the %d awaited: %q", what, len(lines), n, lines)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return lines
 }
 
 // TestBinaryWatchLeaderAndSlots drives the new commands as processes

@@ -235,18 +235,7 @@ func TestBinaryServeAndClientCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve := startBinary(t, nil, "serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--auth-tokens-file", tokens)
-	var addr string
-	deadline := time.Now().Add(20 * time.Second)
-	for addr == "" && time.Now().Before(deadline) {
-		if m := listeningRE.FindStringSubmatch(serve.stderr.String()); m != nil {
-			addr = m[1]
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if addr == "" {
-		t.Fatalf("serve never said where it listens: %q", serve.stderr.String())
-	}
-	base := "http://" + addr
+	base := "http://" + listeningAddr(t, serve)
 	env := []string{EnvServer + "=" + base, EnvAuthToken + "=jobs-token"}
 
 	r := runBinary(t, env, "acquire", "jobs/backup", "--ttl", "1m", "--owner", "alice", "-o", "json")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // streaming is a command running in process whose output is read as it
@@ -50,14 +52,14 @@ func cliStream(t *testing.T, b lease.Backend, args ...string) *streaming {
 // patience or if the command ends first.
 func (s *streaming) lines(t *testing.T, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		var out []string
+	var out []string
+	poll.Until(t, patience, func() error {
+		out = nil
 		if text := s.stdout.String(); text != "" {
 			out = strings.Split(strings.TrimSuffix(text, "\n"), "\n")
 		}
 		if len(out) >= n {
-			return out
+			return nil
 		}
 		select {
 		case code := <-s.done:
@@ -65,11 +67,9 @@ func (s *streaming) lines(t *testing.T, n int) []string {
 			t.Fatalf("the command ended (exit %d) with %d lines of the %d awaited: %q; stderr %q", code, len(out), n, out, s.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d lines of the %d awaited after %v: %q; stderr %q", len(out), n, patience, out, s.stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("%d lines of the %d awaited: %q; stderr %q", len(out), n, out, s.stderr.String())
+	})
+	return out
 }
 
 // interrupt sends SIGINT and returns the exit status.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // newLeaseClient is a lease.Client on b, for the recipes the tests run.
@@ -72,11 +73,7 @@ func itoa(tok lease.Token) string { return strconv.FormatUint(uint64(tok), 10) }
 // waitUntil polls cond until it holds, failing t after patience.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(patience); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, patience)
-		}
-	}
+	poll.True(t, patience, what, cond)
 }
 
 // TestLeaderWatch: the leader now, then a line per change (a new term, the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
 )
@@ -41,18 +42,11 @@ func TestMain(m *testing.M) {
 // connections end by themselves a few seconds after its Close (see
 // etcdtest.VerifyTestMain).
 func verifyNoLeaks() int {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := goleak.Find()
-		if err == nil {
-			return 0
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "goroutines left after the tests:", err)
-			return 1
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := poll.Err(15*time.Second, func() error { return goleak.Find() }); err != nil {
+		fmt.Fprintln(os.Stderr, "goroutines left after the tests:", err)
+		return 1
 	}
+	return 0
 }
 
 // child is the command the run tests supervise:
@@ -95,6 +89,8 @@ func child(mode string) int {
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		note("ready " + os.Getenv(EnvToken))
+		// real time: a child process that outlives SIGTERM, for the
+		// supervisor's SIGKILL to end it.
 		time.Sleep(time.Minute)
 		return 102
 	case "wait-go", "slot":
@@ -103,12 +99,10 @@ func child(mode string) int {
 		} else {
 			note("ready " + os.Getenv(EnvToken))
 		}
-		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			if _, err := os.Stat(file + ".go"); err == nil {
-				return code
-			}
+		if err := poll.Err(time.Minute, func() error { _, err := os.Stat(file + ".go"); return err }); err != nil {
+			return 104
 		}
-		return 104
+		return code
 	}
 	fmt.Fprintln(os.Stderr, "child: unknown mode", mode)
 	return 103
@@ -135,19 +129,18 @@ func childEnviron(t *testing.T, mode, file string, exit int) {
 // that line.
 func waitFile(t *testing.T, path, prefix string, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var found string
+	poll.Until(t, within, func() error {
 		data, _ := os.ReadFile(path)
 		for _, line := range strings.Split(string(data), "\n") {
 			if strings.HasPrefix(line, prefix) {
-				return line
+				found = line
+				return nil
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	data, _ := os.ReadFile(path)
-	t.Fatalf("%s has no line starting with %q after %v; it has %q", path, prefix, within, data)
-	return ""
+		return fmt.Errorf("%s has no line starting with %q; it has %q", path, prefix, data)
+	})
+	return found
 }
 
 // result is what one in-process run of the command printed and returned.

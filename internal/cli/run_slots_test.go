@@ -11,29 +11,28 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // readyLines waits until path has n lines starting with "ready" and
 // returns them.
 func readyLines(t *testing.T, path string, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var ready []string
+	poll.Until(t, 20*time.Second, func() error {
 		data, _ := os.ReadFile(path)
-		var ready []string
+		ready = nil
 		for _, line := range strings.Split(string(data), "\n") {
 			if strings.HasPrefix(line, "ready ") {
 				ready = append(ready, line)
 			}
 		}
-		if len(ready) >= n {
-			return ready
+		if len(ready) < n {
+			return fmt.Errorf("%s has %d ready lines of %d: %q", path, len(ready), n, data)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has %d ready lines of %d: %q", path, len(ready), n, data)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return ready
 }
 
 // TestRunSlots: N commands run at once under a semaphore of N slots, each

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // These tests talk to `lease serve` (NewServer and Run on port 0) over raw
@@ -77,8 +79,7 @@ const waitingAcquire = "POST /v1/leases/held/acquire HTTP/1.1\r\nHost: 127.0.0.1
 // /v1/stats in process (a connection could be what is waited for).
 func waitForWaiters(t *testing.T, s *Server, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
+	poll.Until(t, patience, func() error {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/stats", nil)
 		s.api.ServeHTTP(rec, req)
@@ -86,14 +87,11 @@ func waitForWaiters(t *testing.T, s *Server, n int64) {
 		if err := json.Unmarshal(rec.Body.Bytes(), &stats); err != nil {
 			t.Fatalf("/v1/stats: %v: %s", err, rec.Body)
 		}
-		if stats.Waiters == n {
-			return
+		if stats.Waiters != n {
+			return fmt.Errorf("%d acquires waiting, want %d", stats.Waiters, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acquires waiting after %v, want %d", stats.Waiters, patience, n)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the server's own count
-	}
+		return nil
+	})
 }
 
 // partialAcquire is the headers of an acquire announcing a body of n
@@ -436,7 +434,8 @@ func TestServeClosesIncompleteBeforeIdle(t *testing.T) {
 	for range max - 1 {
 		slowHeaders(t, dialServe(t, s))
 	}
-	time.Sleep(incompleteGrace + 100*time.Millisecond) // the listener judges their age on the wall clock
+	// real time: the listener judges the connections' age on the wall clock.
+	time.Sleep(incompleteGrace + 100*time.Millisecond)
 	probeHealthz(t, s, "127.0.0.1", quick)
 	send(t, idle, healthz)
 	if resp, body, err := readAnswer(idle, r, patience); err != nil || resp.StatusCode != 200 {
@@ -543,7 +542,7 @@ func TestServe408ReachesBusyClient(t *testing.T) {
 		if _, err := c.Write([]byte(strings.Repeat(" ", 64))); err != nil {
 			t.Fatalf("the connection was reset %v after the request began (read timeout %v): %v", time.Since(start).Round(time.Millisecond), readTimeout, err)
 		}
-		time.Sleep(5 * time.Millisecond) // a client's pace, not a synchronisation
+		time.Sleep(5 * time.Millisecond) // real time: a client's pace on a TCP connection, against the server's read deadline
 	}
 	resp, body, err := readAnswer(c, bufio.NewReader(c), patience)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -318,18 +320,17 @@ func TestBinaryServeReloadsOnSIGHUP(t *testing.T) {
 	if err := serve.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(serve.stderr.String(), "msg=reloaded credentials=1") {
+	poll.Until(t, 20*time.Second, func() error {
+		if strings.Contains(serve.stderr.String(), "msg=reloaded credentials=1") {
+			return nil
+		}
 		select {
 		case <-serve.done:
 			t.Fatalf("serve ended on SIGHUP (%v); log:\n%s", serve.cmd.ProcessState, serve.stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not log a reload after SIGHUP; log:\n%s", serve.stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("serve did not log a reload after SIGHUP; log:\n%s", serve.stderr.String())
+	})
 	checkRotated(t, base, tr, dials, held)
 
 	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -340,16 +341,22 @@ func TestBinaryServeReloadsOnSIGHUP(t *testing.T) {
 	}
 }
 
-// listeningAddr waits for p's "listening" log line and returns its address.
+// listeningAddr waits for p's "listening" log line and returns its
+// address, failing t if p exits first.
 func listeningAddr(t *testing.T, p *process) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var addr string
+	poll.Until(t, 20*time.Second, func() error {
 		if m := listeningRE.FindStringSubmatch(p.stderr.String()); m != nil {
-			return m[1]
+			addr = m[1]
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("serve never said where it listens: %q", p.stderr.String())
-	return ""
+		select {
+		case <-p.done:
+			t.Fatalf("serve exited: %q", p.stderr.String())
+		default:
+		}
+		return fmt.Errorf("serve never said where it listens: %q", p.stderr.String())
+	})
+	return addr
 }

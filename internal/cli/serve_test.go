@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -29,6 +30,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
 	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/redisstore"
@@ -165,9 +167,8 @@ func waitMetric(t *testing.T, base, want string) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	deadline := time.Now().Add(10 * time.Second)
 	var last string
-	for time.Now().Before(deadline) {
+	poll.Until(t, 10*time.Second, func() error {
 		resp, err := hc.Get(base + "/metrics")
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
@@ -175,13 +176,12 @@ func waitMetric(t *testing.T, base, want string) {
 			last = string(body)
 			for _, line := range strings.Split(last, "\n") {
 				if line == want {
-					return
+					return nil
 				}
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("/metrics never had %q; last:\n%s", want, last)
+		return fmt.Errorf("/metrics never had %q; last:\n%s", want, last)
+	})
 }
 
 func TestServeWarnsWithoutCredentials(t *testing.T) {

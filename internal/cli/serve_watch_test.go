@@ -77,7 +77,9 @@ func TestServeWatch(t *testing.T) {
 	if ev := next("synced"); ev.Kind != lease.Synced {
 		t.Fatalf("%v event, want synced", ev.Kind)
 	}
-	time.Sleep(time.Second) // ten times both timeouts, with nothing to tell
+	// real time: ten times both timeouts, with nothing to tell; they are
+	// deadlines on a real TCP connection.
+	time.Sleep(time.Second)
 	if _, err := c.Acquire(t.Context(), "jobs/late", "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}

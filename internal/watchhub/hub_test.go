@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
@@ -143,10 +144,7 @@ func TestEndsQuietlyWithContext(t *testing.T) {
 		}
 		done <- errs
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !h.Active() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	poll.True(t, 10*time.Second, "the hub active", h.Active)
 	cancel()
 	select {
 	case errs := <-done:

@@ -22,6 +22,7 @@ import (
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
 	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/pgstore"
@@ -83,12 +84,10 @@ func (b *boltHTTP) start() error {
 	}
 	var ln net.Listener
 	// The port was ours a moment ago; give the kernel a few tries.
-	for range 50 {
-		if ln, err = net.Listen("tcp", b.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	err = poll.Err(time.Second, func() (err error) {
+		ln, err = net.Listen("tcp", b.addr)
+		return err
+	})
 	if err != nil {
 		ls.Close()
 		_ = store.Close()
@@ -135,7 +134,7 @@ func (b *boltHTTP) engine(ttl time.Duration) chaos.Engine {
 		},
 		Restart: func(t testing.TB, down time.Duration) {
 			b.stop()
-			time.Sleep(down)
+			time.Sleep(down) // real time: the engine stays down while its clients try it
 			if err := b.start(); err != nil {
 				t.Fatalf("restarting the bolt server: %v", err)
 			}
@@ -162,7 +161,7 @@ func redisEngine(t *testing.T) chaos.Engine {
 	if !srv.External() {
 		e.Restart = func(t testing.TB, down time.Duration) {
 			srv.Kill(t)
-			time.Sleep(down)
+			time.Sleep(down) // real time: the engine stays down while its clients try it
 			srv.Restart(t)
 		}
 	}
@@ -187,7 +186,7 @@ func pgEngine(t *testing.T) chaos.Engine {
 		url = pg.URL
 		restart = func(t testing.TB, down time.Duration) {
 			pg.Crash(t)
-			time.Sleep(down)
+			time.Sleep(down) // real time: the engine stays down while its clients try it
 			pg.Restart(t)
 		}
 	}
@@ -256,7 +255,7 @@ func etcdEngine(t *testing.T) chaos.Engine {
 		Restart: func(t testing.TB, down time.Duration) {
 			i := c.Leader(t)
 			c.Kill(t, i)
-			time.Sleep(down)
+			time.Sleep(down) // real time: the engine stays down while its clients try it
 			c.Restart(t, i)
 		},
 		// etcdstore holds an etcd lease of ceil(TTL) + 1 s, which a new

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehq/lease/internal/testkit/mysqltest"
 	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // thirdPartyLeaks are goroutines that outlive the tests through no code of
@@ -37,18 +38,9 @@ func TestMain(m *testing.M) {
 	code := mysqltest.M(pgtest.M(m)).Run() // stops the throwaway PostgreSQL and MariaDB
 	removeLeaseBinary()
 	if code == 0 {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			err := goleak.Find(thirdPartyLeaks...)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(os.Stderr, "chaos: goroutines still running after the tests: %v\n", err)
-				code = 1
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := poll.Err(15*time.Second, func() error { return goleak.Find(thirdPartyLeaks...) }); err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: goroutines still running after the tests: %v\n", err)
+			code = 1
 		}
 	}
 	os.Exit(code)

@@ -22,6 +22,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/serverproc"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/tools/chaos"
@@ -555,17 +556,13 @@ func replicasElect(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 func waitQueued(t *testing.T, cluster *etcdtest.Cluster, prefix, key string, n int) {
 	t.Helper()
 	cli := cluster.Client(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		resp, err := cli.Get(ctx, "/"+prefix+"/e\x00"+key+"\x00", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		cancel()
-		if err == nil && int(resp.Count) >= n+1 {
-			return
+		if err == nil && int(resp.Count) < n+1 {
+			err = fmt.Errorf("%d entries of %d waiters and the holder", resp.Count, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters not queued in etcd within 10 s (%v)", n, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err
+	})
 }

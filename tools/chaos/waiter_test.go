@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/tools/chaos"
 )
@@ -52,11 +54,7 @@ func blackholedWaiter(t *testing.T, grace time.Duration) (time.Duration, string)
 	}
 	queued := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); waiters(t, hs.URL) < n; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d waiters not queued within 10 s", n)
-			}
-		}
+		poll.True(t, 10*time.Second, fmt.Sprintf("%d waiters queued", n), func() bool { return waiters(t, hs.URL) >= n })
 	}
 	dctx, stopDoomed := context.WithCancel(ctx)
 	doomedDone := make(chan struct{})
@@ -89,6 +87,7 @@ func blackholedWaiter(t *testing.T, grace time.Duration) (time.Duration, string)
 	}
 	// Long enough for the doomed waiter's request to reach the wait cap,
 	// so that it is between requests when the key comes free.
+	// real time: the server's wait cap, a timer of the real server.
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	if err := direct.Release(ctx, holder); err != nil {

@@ -196,7 +196,7 @@ func electionCrash(b *testing.B, crashTTL int64) {
 				offset := rand.N(500 * time.Millisecond)
 				for i, row := range rows {
 					wg.Go(func() {
-						time.Sleep(offset)
+						time.Sleep(offset) // real time: crash instances spread over the real cluster's time
 						d, err := row.run(ctx, fmt.Sprintf("crash-%d-%d", r, j))
 						mu.Lock()
 						defer mu.Unlock()

@@ -106,7 +106,7 @@ func BenchmarkCompareElection(b *testing.B) {
 				}
 			}
 		}()
-		time.Sleep(handoffTerm)
+		time.Sleep(handoffTerm) // real time: a term past etcd's 100 ms watch resync (see handoffTerm)
 		t0 := time.Now()
 		if _, err := floorCli.Delete(ctx, k); err != nil {
 			return 0, err
@@ -145,7 +145,7 @@ func BenchmarkCompareElection(b *testing.B) {
 				err := next.Campaign(ctx, "F")
 				done <- won{time.Now(), err}
 			}()
-			time.Sleep(handoffTerm)
+			time.Sleep(handoffTerm) // real time: a term past etcd's 100 ms watch resync (see handoffTerm)
 			if err := queued(ctx, key, 2); err != nil {
 				return 0, err
 			}
@@ -174,7 +174,7 @@ func BenchmarkCompareElection(b *testing.B) {
 				}
 				done <- won{time.Now(), err}
 			}()
-			time.Sleep(handoffTerm)
+			time.Sleep(handoffTerm) // real time: a term past etcd's 100 ms watch resync (see handoffTerm)
 			// etcdstore's entries of key, the leader's and the candidate's:
 			// see the package documentation.
 			if err := queued(ctx, storePfx+"e\x00"+key+"\x00", 2); err != nil {

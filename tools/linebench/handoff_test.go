@@ -98,7 +98,7 @@ func queueNext(ctx context.Context, e *election.Elector, key string) <-chan led 
 		t, err := e.Campaign(ctx, key, "next")
 		next <- led{t, time.Now(), err}
 	}()
-	time.Sleep(handoffQueue)
+	time.Sleep(handoffQueue) // real time: the next candidate queues on a real backend, as in a service's hand-off
 	return next
 }
 
@@ -144,7 +144,7 @@ func handoff(ctx context.Context, run candidate, key string) (time.Duration, err
 		stopNext()
 		<-nextDone
 	}()
-	time.Sleep(handoffQueue)
+	time.Sleep(handoffQueue) // real time: as above
 	timeout := time.NewTimer(30 * time.Second)
 	start := time.Now()
 	stopLeader()

@@ -118,6 +118,7 @@ func line(url string, wait time.Duration) ([]time.Duration, int, error) {
 		// Queued when the server counts it. Without tickets a wait is not
 		// counted between its requests, so the count may never show all
 		// at once: there, 100 ms apart is the order.
+		// real time: at most 100 ms apart, on the real server.
 		for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 			n, err := waiters(url)
 			if err != nil {
@@ -128,7 +129,7 @@ func line(url string, wait time.Duration) ([]time.Duration, int, error) {
 			}
 		}
 	}
-	time.Sleep(wait)
+	time.Sleep(wait) // real time: the long wait through the real server that the benchmark measures
 	prev := holder
 	lat := make([]time.Duration, 0, lineWaiters)
 	overtakes, next := 0, 0

@@ -81,6 +81,7 @@ func BenchmarkCompareScaleBoltDisk(b *testing.B) {
 		}
 		clock.Advance(time.Second + 2*time.Minute) // past every expiry and the sweep's grace
 		// An idle store sweeps up to 16 × 4,096 records a second.
+		// real time: the sweep's pace, on the real disk.
 		time.Sleep(time.Duration(n/(16*4096)+3) * time.Second)
 		if err := s.Close(); err != nil {
 			b.Fatal(err)

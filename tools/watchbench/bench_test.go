@@ -19,6 +19,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -285,15 +286,11 @@ func sseFloor(b *testing.B, ctx context.Context, n int) fan {
 	}
 	b.Cleanup(done.Wait)
 	started.Wait()
-	for { // every handler has registered
+	poll.True(b, 10*time.Second, "every handler registered", func() bool {
 		mu.Lock()
-		k := len(wakes)
-		mu.Unlock()
-		if k == n {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(wakes) == n
+	})
 	return fan{Name: "sse-floor", Run: func(ctx context.Context, round int) ([]time.Duration, error) {
 		tok := lease.Token(round + 1)
 		t0 := time.Now()

@@ -66,6 +66,7 @@ func TestKill9(t *testing.T) {
 			}()
 		}
 		// Kill at a random moment: sometimes at once, mostly under load.
+		// real time: a moment of the real server's work.
 		time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
 		srv.kill(t)
 		cancel()

@@ -26,6 +26,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -36,6 +37,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease/internal/testkit/poll"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
@@ -284,25 +286,23 @@ func (c *Cluster) Leader(t testing.TB) int {
 }
 
 func (c *Cluster) waitLeader(timeout time.Duration) (int, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+	leader := -1
+	err := poll.Err(timeout, func() error {
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		for i, m := range c.members {
 			if m.etcd == nil {
 				continue
 			}
 			s := m.etcd.Server
 			if s.Leader() != 0 && s.Leader() == s.MemberID() {
-				c.mu.Unlock()
-				return i, nil
+				leader = i
+				return nil
 			}
 		}
-		c.mu.Unlock()
-		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("no leader among running members within %v", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return errors.New("no leader among running members")
+	})
+	return leader, err
 }
 
 // Kill stops member i abruptly, as a crash would: Raft stops at once, with
@@ -361,16 +361,11 @@ func (c *Cluster) Restart(t testing.TB, i int) {
 	if closed != nil {
 		<-closed
 	}
-	var err error
 	// The ports are ours to reuse, but a port released a moment ago can
 	// still be busy briefly.
-	for attempt := 0; attempt < 50; attempt++ {
-		if err = c.start(m); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := poll.Err(5*time.Second, func() error { return c.start(m) }); err != nil {
+		t.Fatalf("etcdtest: Restart(%d): %v", i, err)
 	}
-	t.Fatalf("etcdtest: Restart(%d): %v", i, err)
 }
 
 // stopAll stops every running member and waits for killed ones to finish.
@@ -491,18 +486,9 @@ func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	opts = append(slices.Clone(etcdLeaks), opts...)
 	code := m.Run()
 	if code == 0 {
-		deadline := time.Now().Add(leakWait)
-		for {
-			err := goleak.Find(opts...)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				fmt.Fprintf(os.Stderr, "etcdtest: goroutines still running %v after the tests: %v\n", leakWait, err)
-				code = 1
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := poll.Err(leakWait, func() error { return goleak.Find(opts...) }); err != nil {
+			fmt.Fprintf(os.Stderr, "etcdtest: goroutines still running after the tests: %v\n", err)
+			code = 1
 		}
 	}
 	os.Exit(code)

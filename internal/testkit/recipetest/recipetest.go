@@ -28,6 +28,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/semaphore"
 )
@@ -41,8 +42,15 @@ type Options struct {
 	// RunOptions are added to every election.Run the checks start; the
 	// controls pass broken ones.
 	RunOptions []election.RunOption
+	// Waiting reports how many wait in b's line for key (behind its holder),
+	// so that a check knows a waiter has reached the line before the next
+	// one comes. nil, for a backend with no line to look into (one whose
+	// waiters poll), makes a check give each waiter Settle instead.
+	Waiting func(ctx context.Context, b lease.Backend, key string) (int, error)
 	// Settle is how long a check lets a waiter reach the backend's line
-	// before the next one starts. 0 means 50 ms.
+	// before the next one starts, where Waiting is nil, and how long a
+	// wait lasts in SemaphoreServesInOrder before the line moves. 0 means
+	// 50 ms.
 	Settle time.Duration
 	// ExpiryLag is how late after its expiry the backend may let the next
 	// holder in (etcd rounds TTLs up to whole seconds and checks expiry on
@@ -65,6 +73,25 @@ func (o Options) settle() time.Duration {
 		return o.Settle
 	}
 	return 50 * time.Millisecond
+}
+
+// reachLine waits until n wait in b's line for key, through opts.Waiting;
+// without it, it gives the last of them Settle to get there.
+func reachLine(b lease.Backend, opts Options, key string, n int) error {
+	if opts.Waiting == nil {
+		// real time: nothing tells when a waiter that polls has begun.
+		time.Sleep(opts.settle())
+		return nil
+	}
+	return poll.Err(10*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		got, err := opts.Waiting(ctx, b, key)
+		if err == nil && got < n {
+			err = fmt.Errorf("%d wait in the line for %q, want %d", got, key, n)
+		}
+		return err
+	})
 }
 
 // Checks are the suite, by name.
@@ -193,7 +220,9 @@ func RunnerHandsOverOnShutdown(t *testing.T, b lease.Backend, opts Options) erro
 	// A broken runner may leave it running: end it with the test.
 	t.Cleanup(func() { _ = first.Resign(context.Background()) })
 	bb := startRunner(t, e, key, "b", opts, nil)
-	time.Sleep(opts.settle())
+	if err := reachLine(b, opts, key, 1); err != nil {
+		return fmt.Errorf("the second candidate: %w", err)
+	}
 	start := time.Now()
 	a.cancel()
 	if err := a.wait(); err != nil {
@@ -279,26 +308,29 @@ func RunnerStopsLeadingOnLoss(t *testing.T, b lease.Backend, opts Options) error
 		return errors.New("a term whose renewals fail was not stopped within 10 s")
 	}
 	// It campaigns again and, alone, leads again once the old term expired.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var ts []lease.Token
+	if err := poll.Err(10*time.Second, func() error {
 		mu.Lock()
-		n, ts := len(tokens), append([]lease.Token(nil), tokens...)
+		ts = append([]lease.Token(nil), tokens...)
 		problems := append([]string(nil), bad...)
 		mu.Unlock()
-		if len(problems) > 0 {
-			return errors.New(strings.Join(problems, "; "))
-		}
-		if n >= 2 {
-			if ts[1] <= ts[0] {
-				return fmt.Errorf("the requeued term's token %d is not above %d", ts[1], ts[0])
-			}
+		if len(problems) > 0 || len(ts) >= 2 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return errors.New("the runner did not lead again within 10 s after a loss")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return errors.New("the runner did not lead again after a loss")
+	}); err != nil {
+		return err
 	}
+	mu.Lock()
+	problems := append([]string(nil), bad...)
+	mu.Unlock()
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	if ts[1] <= ts[0] {
+		return fmt.Errorf("the requeued term's token %d is not above %d", ts[1], ts[0])
+	}
+	return nil
 }
 
 // RunnerRequeuesWhenLeadGivesUp: a lead that returns nil gives the term up
@@ -495,14 +527,9 @@ func SemaphoreDeadHeadLeavesTheLine(t *testing.T, b lease.Backend, opts Options)
 		_, err := doomed.Acquire(dctx)
 		dead <- err
 	}()
-	var line lease.Lease
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if line, err = b.Get(ctx, name+"/queue"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the doomed waiter did not reach the head of the line within 10 s")
-		}
+	line, err := headsLine(ctx, b, name)
+	if err != nil {
+		return fmt.Errorf("the doomed waiter: %w", err)
 	}
 	process.die()
 	stop()
@@ -529,6 +556,20 @@ func SemaphoreDeadHeadLeavesTheLine(t *testing.T, b lease.Backend, opts Options)
 		return fmt.Errorf("the waiter behind a dead head was admitted %v after its line lease expired, want at most the expiry lag and the hand-off (%v)", late, bound)
 	}
 	return nil
+}
+
+// headsLine waits until someone heads semaphore name's line: holds its
+// lease.
+func headsLine(ctx context.Context, b lease.Backend, name string) (lease.Lease, error) {
+	var line lease.Lease
+	err := poll.Err(10*time.Second, func() error {
+		var err error
+		if line, err = b.Get(ctx, name+"/queue"); err != nil {
+			return fmt.Errorf("nobody heads the line: %w", err)
+		}
+		return nil
+	})
+	return line, err
 }
 
 // SemaphoreServesInOrder: waiters for a semaphore of one slot are served
@@ -565,9 +606,20 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 			slot, err := w.Acquire(ctx)
 			out <- served{i, slot, err}
 		}()
-		time.Sleep(opts.settle())
+		// The first heads the line (holds its lease) and looks at the
+		// slots; the others wait for the line's lease, in the order they
+		// came.
+		if i == 0 {
+			_, err = headsLine(ctx, b, name)
+		} else {
+			err = reachLine(b, opts, name+"/queue", i)
+		}
+		if err != nil {
+			return fmt.Errorf("waiter %d: %w", i, err)
+		}
 	}
-	// Let every wait outlast a short server wait cap several times.
+	// real time: every wait outlasts a short server wait cap (a timer of
+	// a real HTTP server) several times before the line moves.
 	time.Sleep(4 * opts.settle())
 	prev := holder.Hold
 	for want := range waiters {
@@ -594,6 +646,7 @@ type polled struct{ lease.Backend }
 // pendingWithin returns the first of clk's pending timers due in [from,
 // to], waiting up to 10 s for one to be set.
 func pendingWithin(clk *fakeclock.Clock, from, to time.Time) (time.Time, bool) {
+	// real time: the recipe sets its timer from goroutines that talk to a real engine.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		for _, at := range clk.Pending() {
 			if !at.Before(from) && !at.After(to) {

@@ -93,13 +93,13 @@ const answerDelay = 300 * time.Millisecond
 
 func (s slowAnswers) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	l, err := s.Backend.Acquire(ctx, key, owner, ttl)
-	time.Sleep(answerDelay)
+	time.Sleep(answerDelay) // real time: a slow answer, as the suite's real backends give on a loaded host
 	return l, err
 }
 
 func (s slowAnswers) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
 	p, err := s.Backend.List(ctx, prefix, page)
-	time.Sleep(answerDelay)
+	time.Sleep(answerDelay) // real time: as Acquire's
 	return p, err
 }
 

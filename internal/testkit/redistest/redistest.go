@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -283,28 +284,30 @@ func (s *Server) launch(bin string) error {
 
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	deadline := time.Now().Add(startTimeout)
-	for {
+	var gone error
+	err := poll.Err(startTimeout, func() error {
+		select {
+		case <-exited:
+			gone = fmt.Errorf("%s exited at start: %v; log: %s", Binary, cmd.ProcessState, s.logTail())
+			return nil
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		err := c.Ping(ctx).Err()
 		if err == nil && s.cluster {
 			err = clusterReady(ctx, c)
 		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited at start: %v; log: %s", Binary, cmd.ProcessState, s.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.shutdown(true)
-			return fmt.Errorf("no answer to PING within %v: %v; log: %s", startTimeout, err, s.logTail())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err
+	})
+	if gone != nil {
+		return gone
 	}
+	if err != nil {
+		s.shutdown(true)
+		return fmt.Errorf("no answer to PING: %v; log: %s", err, s.logTail())
+	}
+	return nil
 }
 
 // clusterReady gives a cluster-mode server every slot (kept in nodes.conf

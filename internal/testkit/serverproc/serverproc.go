@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // RunAs returns the credentials of the system user name, to run a server
@@ -109,25 +111,30 @@ func (p *Process) Stop(sig syscall.Signal, grace time.Duration, hard syscall.Sig
 	return fmt.Errorf("serverproc: the server took more than %v to exit after %v", grace, sig)
 }
 
-// WaitReady calls ping every 10 ms until it succeeds, and fails if the
-// server exits first or ping still fails after limit.
+// WaitReady calls ping (at the gaps of package poll) until it succeeds,
+// and fails if the server exits first or ping still fails after limit.
 func (p *Process) WaitReady(limit time.Duration, ping func() error) error {
-	deadline := time.Now().Add(limit)
-	for {
+	var exited bool
+	err := poll.Err(limit, func() error {
 		err := ping()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("serverproc: the server exited during startup: %v", p.err)
+			exited = true
+			return nil
 		default:
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("serverproc: the server is not ready after %v: %w", limit, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err
+	})
+	if exited {
+		return fmt.Errorf("serverproc: the server exited during startup: %v", p.err)
 	}
+	if err != nil {
+		return fmt.Errorf("serverproc: the server is not ready: %w", err)
+	}
+	return nil
 }
 
 // Tail is the end of a server's log, enough to say why a start failed.

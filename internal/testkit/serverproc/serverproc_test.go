@@ -2,12 +2,15 @@ package serverproc_test
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/serverproc"
 )
 
@@ -38,11 +41,17 @@ func TestStartStop(t *testing.T) {
 		t.Fatal("Exited not closed after Stop")
 	}
 	// A server that ignores the polite signal is killed, and Stop says so.
-	p, err = serverproc.Start(exec.Command("sh", "-c", `trap "" TERM; exec sleep 60`), nil, syscall.SIGKILL)
+	cmd := exec.Command("sh", "-c", `trap "" TERM; exec sleep 60`)
+	p, err = serverproc.Start(cmd, nil, syscall.SIGKILL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // let the shell set its trap and exec
+	// The shell has set its trap once it has exec'd sleep.
+	comm := fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)
+	poll.True(t, 10*time.Second, "sleep exec'd", func() bool {
+		b, _ := os.ReadFile(comm)
+		return string(b) == "sleep\n"
+	})
 	if err := p.Stop(syscall.SIGTERM, 200*time.Millisecond, syscall.SIGKILL); err == nil || !strings.HasPrefix(err.Error(), "serverproc: ") {
 		t.Fatalf("Stop of a server ignoring SIGTERM: %v, want an error saying it was killed", err)
 	}

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // stalePool returns a Store whose pool holds one etcd lease for a 10 s TTL
@@ -38,16 +39,24 @@ func awaitTxn(ctx context.Context, s *Store, txnSent <-chan struct{}) (int64, er
 	case <-time.After(5 * time.Second):
 		return 0, errors.New("the keep-alive waited for a Txn that was not sent: it went first")
 	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	var rev int64
+	var getErr error
+	err := poll.Err(5*time.Second, func() error {
 		resp, err := s.cli.Get(ctx, s.entries("k"), clientv3.WithPrefix())
 		if err != nil {
-			return 0, err
+			getErr = err
+			return nil
 		}
-		if len(resp.Kvs) == 1 {
-			return resp.Kvs[0].CreateRevision, nil
+		if len(resp.Kvs) != 1 {
+			return errors.New("the Txn created no generation")
 		}
+		rev = resp.Kvs[0].CreateRevision
+		return nil
+	})
+	if getErr != nil {
+		return 0, getErr
 	}
-	return 0, errors.New("the Txn created no generation")
+	return rev, err
 }
 
 // A pooled etcd lease that needs a keep-alive gets it beside the Txn, not

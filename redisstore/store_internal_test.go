@@ -3,12 +3,14 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
@@ -216,20 +218,16 @@ func TestWaiterAfterReleaseAndRegrant(t *testing.T) {
 // waitMarked waits until a WaitChange has marked key's lease as wanted.
 func waitMarked(t *testing.T, s *Store, key string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, func() error {
 		w, err := s.rdb.GetRange(context.Background(), s.leaseKey(key), 0, 0).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w == "1" {
-			return
+		if w != "1" {
+			return fmt.Errorf("lease of %q not marked as wanted (mark %q)", key, w)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease of %q not marked as wanted within 10 s (mark %q)", key, w)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestParseValue reads the value format of value.go, and the format of

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // gate holds a Store's first Txn in flight until the test opens it, so
@@ -56,19 +57,18 @@ func newGate(s *Store) *gate {
 // waitQueued waits until n operations are queued behind the held Txn.
 func (g *gate) waitQueued(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, func() error {
 		g.b.mu.Lock()
 		got := len(g.b.queue)
 		g.b.mu.Unlock()
-		if got == n {
-			return
-		}
-		if got > n || time.Now().After(deadline) {
+		if got > n {
 			t.Fatalf("%d operations queued, want %d", got, n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		if got < n {
+			return fmt.Errorf("%d operations queued, want %d", got, n)
+		}
+		return nil
+	})
 }
 
 func (g *gate) recorded() [][]string {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
@@ -142,19 +143,11 @@ func blockDirect(t *testing.T, s *Store, c *redis.Client, held []lease.Lease) (r
 // waitBatcher polls the batcher's state until ok holds.
 func waitBatcher(t *testing.T, s *Store, ok func(*batcher) bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.True(t, 15*time.Second, "the batcher in the expected state", func() bool {
 		s.batch.mu.Lock()
-		done := ok(s.batch)
-		s.batch.mu.Unlock()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("batcher did not reach the expected state within 15 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer s.batch.mu.Unlock()
+		return ok(s.batch)
+	})
 }
 
 // TestQueuedCallLeavesOnCancel checks that a call waiting in the queue
@@ -287,6 +280,8 @@ func TestCloseWhileCallsFinish(t *testing.T) {
 				}
 			})
 		}
+		// real time: Close at a different moment of the calls to the real
+		// server in each round.
 		time.Sleep(time.Duration(round%5) * time.Millisecond)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
