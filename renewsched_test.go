@@ -262,3 +262,117 @@ func TestHoldsCostNoGoroutineAndLittleMemory(t *testing.T) {
 		}
 	}
 }
+
+// congested is a backend behind a congested server, as an HTTP client with
+// a timeout sees it: the server does one request at a time, perRenewal of
+// work for each renewal in it, and finishes a request whether or not its
+// caller still waits; the caller gives a request up after timeout
+// (ErrUnavailable). It records the most RenewBatch calls in flight at once.
+type congested struct {
+	lease.Backend
+	perRenewal, timeout time.Duration
+	work                chan func()
+
+	mu                              sync.Mutex
+	inFlight, maxInFlight, timedOut int
+	batches                         int
+}
+
+func newCongested(b lease.Backend, perRenewal, timeout time.Duration) *congested {
+	c := &congested{Backend: b, perRenewal: perRenewal, timeout: timeout, work: make(chan func(), 1<<16)}
+	go func() {
+		for job := range c.work {
+			job()
+		}
+	}()
+	return c
+}
+
+// close stops the server's goroutine.
+func (c *congested) close() { close(c.work) }
+
+func (c *congested) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.inFlight++
+	c.batches++
+	c.maxInFlight = max(c.maxInFlight, c.inFlight)
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		c.mu.Unlock()
+	}()
+	answer := make(chan []lease.RenewResult, 1)
+	c.work <- func() {
+		time.Sleep(time.Duration(len(renewals)) * c.perRenewal)
+		out := make([]lease.RenewResult, len(renewals))
+		for i, r := range renewals {
+			out[i].Lease, out[i].Err = c.Backend.Renew(context.Background(), r.Lease, r.TTL)
+		}
+		answer <- out
+	}
+	timeout := time.NewTimer(c.timeout)
+	defer timeout.Stop()
+	select {
+	case out := <-answer:
+		return out, nil
+	case <-timeout.C:
+		c.mu.Lock()
+		c.timedOut++
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: no answer in %v", lease.ErrUnavailable, c.timeout)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", lease.ErrUnavailable, ctx.Err())
+	}
+}
+
+// TestRenewalsInFlightAreBounded: a Client with 16,384 holds at TTL 3 s,
+// acquired at once, on a server that renews 25,000 leases a second one
+// request at a time, whose caller gives a request up after 100 ms. Renewing
+// them all every TTL/3 takes two thirds of the server, but sent at once,
+// as one window opens for all of them, the 64 batches queue for 650 ms: all
+// but the first few time out and are retried into the same queue, and the
+// holds are lost. The Client keeps at most MaxRenewBatchesInFlight batches
+// in flight, the rest waiting their turn, and loses none.
+func TestRenewalsInFlightAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newCongested(memtest.New(t), 40*time.Microsecond, 100*time.Millisecond)
+		c := newClient(t, b, "worker-a")
+		ctx := context.Background()
+		const n, ttl = 16384, 3 * time.Second
+		holds := make([]*lease.Hold, n)
+		for i := range holds {
+			h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%05d", i), ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holds[i] = h
+		}
+		time.Sleep(9 * time.Second)
+		lost := 0
+		for _, h := range holds {
+			if h.Err() != nil {
+				lost++
+			}
+		}
+		b.mu.Lock()
+		t.Logf("%d of %d holds lost in 9 s; %d batches, %d timed out, at most %d in flight",
+			lost, n, b.batches, b.timedOut, b.maxInFlight)
+		if b.maxInFlight > lease.MaxRenewBatchesInFlight {
+			t.Errorf("%d batches in flight at once, want at most %d", b.maxInFlight, lease.MaxRenewBatchesInFlight)
+		}
+		b.mu.Unlock()
+		if lost > 0 {
+			t.Errorf("%d of %d holds lost on a server with the capacity to renew them all", lost, n)
+		}
+		for _, h := range holds {
+			_ = h.Release(ctx)
+		}
+		time.Sleep(ttl) // the server's queue drains, the callers' timeouts pass
+		b.close()
+		synctest.Wait()
+	})
+}
