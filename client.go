@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehq/lease/internal/dueheap"
 	"github.com/leasehq/lease/internal/wait"
 )
 
@@ -152,8 +151,7 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.sched.c = c
-	c.sched.queue = dueheap.New(func(h *Hold) *dueheap.Entry { return &h.next })
+	c.sched.init(c)
 	return c, nil
 }
 

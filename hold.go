@@ -12,12 +12,13 @@ import (
 // Hold is a lease the Client holds and renews in the background, at about a
 // third of its TTL with jitter (or a little earlier, together with the
 // Client's other holds that fall due close by: one batch through the
-// backend's RenewBatch where it has one), retrying failed renewals. Its
-// Context is cancelled, with cause matching ErrLost, as soon as the client
-// can no longer be sure it holds the lease: when the backend says it is
-// gone, or when the safe deadline — send time of the last successful acquire
-// or of the request (or batch) that last renewed it + TTL − drift margin (I5)
-// — passes without a successful renewal. A failed renewal of another hold in
+// backend's RenewBatch where it has one; or later, in its turn, while the
+// Client has MaxRenewBatchesInFlight batches unanswered), retrying failed
+// renewals. Its Context is cancelled, with cause matching ErrLost, as soon
+// as the client can no longer be sure it holds the lease: when the backend
+// says it is gone, or when the safe deadline — send time of the last
+// successful acquire or of the request (or batch) that last renewed it +
+// TTL − drift margin (I5) — passes without a successful renewal. A failed renewal of another hold in
 // the same batch does not touch it. After Release the cause is ErrReleased.
 // A Hold has no goroutine of its own: the Client's scheduler renews it.
 //

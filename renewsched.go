@@ -21,18 +21,48 @@ import (
 // Each hold's window runs from early to due: due is when it renews today
 // alone (TTL/3 after the send time, jittered ±10%), early 0.7 × TTL/3 after
 // it. A batch therefore renews a hold at its due time or before, never
-// after; and the holds of one batch share its send time and its jitter, so
-// they fall due together again and stay one batch.
+// after, while the Client has requests to spare; and the holds of one batch
+// share its send time and its jitter, so they fall due together again and
+// stay one batch.
+//
+// At most MaxRenewBatchesInFlight batches (or MaxRenewBatchesInFlight ×
+// MaxRenewBatch lone renewals) are in flight at once. Holds whose windows
+// open while the Client is at the bound wait in the queue, in order of due
+// time, and go in the next batch as an answer frees a request: a backend
+// that is slow to answer sees the Client's renewals one bounded flight after
+// another instead of all at once, and each hold's deadline counts from the
+// batch that actually took it. A hold that waits past its own safe deadline
+// is lost by it (I5), as a hold whose renewal failed; one whose deadline has
+// passed is never sent.
 //
 // Lock order: a Hold's mu before the scheduler's.
 type renewScheduler struct {
-	c *Client
+	c       *Client
+	batcher BatchRenewer // the backend's, or nil: one Renew per hold
+	limit   int          // requests in flight at most
 
 	mu       sync.Mutex
 	queue    dueheap.Heap[*Hold] // the holds waiting for a renewal, by Hold.next.Due
+	inFlight int                 // requests (batches or lone renewals) sent and not yet answered
 	timer    Timer               // fires at timerAt for the head of the queue; nil when none
 	timerAt  time.Time
 	timerGen uint64 // counts timers; a stale one's callback does nothing
+}
+
+// MaxRenewBatchesInFlight is the most RenewBatch calls a Client has in
+// flight at once; on a backend without RenewBatch, it has at most
+// MaxRenewBatchesInFlight × MaxRenewBatch Renew calls in flight. Renewals
+// that fall due beyond the bound wait for an answer, earliest due first.
+const MaxRenewBatchesInFlight = 8
+
+// init readies s for c's backend.
+func (s *renewScheduler) init(c *Client) {
+	s.c = c
+	s.queue = dueheap.New(func(h *Hold) *dueheap.Entry { return &h.next })
+	s.limit = MaxRenewBatchesInFlight * MaxRenewBatch
+	if br, ok := c.backend.(BatchRenewer); ok {
+		s.batcher, s.limit = br, MaxRenewBatchesInFlight
+	}
 }
 
 // Coalescing bounds, as fractions of a hold's renewal interval (a third of
@@ -79,9 +109,10 @@ func (s *renewScheduler) remove(h *Hold) {
 }
 
 // armLocked sets the timer for the head of the queue, or stops it when the
-// queue is empty.
+// queue is empty or the Client is at its bound (an answer then starts the
+// next batch).
 func (s *renewScheduler) armLocked() {
-	if s.queue.Len() == 0 {
+	if s.queue.Len() == 0 || s.inFlight >= s.limit {
 		if s.timer != nil {
 			s.timer.Stop()
 			s.timer = nil
@@ -101,47 +132,60 @@ func (s *renewScheduler) armLocked() {
 	s.timer, s.timerAt = s.c.clock.AfterFunc(at.Sub(s.c.clock.Now()), func() { s.fire(gen) }), at
 }
 
-// fire takes every hold whose window has opened and renews them. A timer
-// that was stopped or replaced after its callback had started does nothing:
-// the current one covers the queue.
+// fire starts the renewals that are due. A timer that was stopped or
+// replaced after its callback had started does nothing: the current one
+// covers the queue.
 func (s *renewScheduler) fire(gen uint64) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if gen != s.timerGen {
-		s.mu.Unlock()
 		return
 	}
 	s.timer = nil // this one has fired
+	s.startLocked()
+}
+
+// answered frees the request slot of a renewal that has been answered (or
+// given up) and starts the renewals that waited for one.
+func (s *renewScheduler) answered() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+	s.startLocked()
+}
+
+// startLocked renews, when the head of the queue is due, every hold whose
+// window has opened, as far as the bound allows, and sets the timer for
+// what remains.
+func (s *renewScheduler) startLocked() {
 	now := s.c.clock.Now()
-	var due []*Hold
-	for s.queue.Len() > 0 && !s.queue.Peek().early.After(now) {
-		due = append(due, s.queue.Pop())
+	if s.queue.Len() == 0 || s.queue.Peek().next.Due.After(now) {
+		s.armLocked()
+		return
+	}
+	for s.inFlight < s.limit && s.queue.Len() > 0 && !s.queue.Peek().early.After(now) {
+		s.inFlight++
+		if s.batcher == nil {
+			go s.renewOne(s.queue.Pop())
+			continue
+		}
+		batch := make([]*Hold, 0, min(s.queue.Len(), MaxRenewBatch))
+		for len(batch) < MaxRenewBatch && s.queue.Len() > 0 && !s.queue.Peek().early.After(now) {
+			batch = append(batch, s.queue.Pop())
+		}
+		go s.renewBatch(batch)
 	}
 	s.armLocked()
-	s.mu.Unlock()
-
-	if len(due) == 0 {
-		return
-	}
-	if br, ok := s.c.backend.(BatchRenewer); ok {
-		for len(due) > 0 {
-			n := min(len(due), MaxRenewBatch)
-			go s.renewBatch(br, due[:n:n])
-			due = due[n:]
-		}
-		return
-	}
-	for _, h := range due {
-		go s.renewOne(h)
-	}
 }
 
 // renewOne renews h alone, on a backend without RenewBatch. Release
 // cancels the request through the Hold's context.
 func (s *renewScheduler) renewOne(h *Hold) {
-	if h.ctx.Err() != nil {
+	defer s.answered()
+	sent := s.c.clock.Now()
+	if !h.sendable(sent) {
 		return
 	}
-	sent := s.c.clock.Now()
 	cur := h.Lease()
 	renewed, err := s.c.backend.Renew(h.ctx, cur, h.ttl)
 	h.renewed(sent, cur, renewed, err, s.c.rand())
@@ -150,13 +194,15 @@ func (s *renewScheduler) renewOne(h *Hold) {
 // renewBatch renews holds in one RenewBatch call. The call ends when it is
 // answered or when the last of the holds' safe deadlines passes, after which
 // none of them could use its answer.
-func (s *renewScheduler) renewBatch(br BatchRenewer, holds []*Hold) {
+func (s *renewScheduler) renewBatch(holds []*Hold) {
+	defer s.answered()
 	renewals := make([]Renewal, 0, len(holds))
 	live := holds[:0]
 	var last time.Time
+	now := s.c.clock.Now()
 	for _, h := range holds {
 		h.mu.Lock()
-		if h.ctx.Err() == nil {
+		if h.sendableLocked(now) {
 			live = append(live, h)
 			renewals = append(renewals, Renewal{Lease: h.lease, TTL: h.ttl})
 			if h.deadline.After(last) {
@@ -171,7 +217,7 @@ func (s *renewScheduler) renewBatch(br BatchRenewer, holds []*Hold) {
 	sent := s.c.clock.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := s.c.clock.AfterFunc(last.Sub(sent), cancel)
-	res, err := br.RenewBatch(ctx, renewals)
+	res, err := s.batcher.RenewBatch(ctx, renewals)
 	stop.Stop()
 	cancel()
 	if err == nil && len(res) != len(live) {
@@ -185,6 +231,26 @@ func (s *renewScheduler) renewBatch(br BatchRenewer, holds []*Hold) {
 		}
 		h.renewed(sent, renewals[i].Lease, res[i].Lease, res[i].Err, j)
 	}
+}
+
+// sendable reports whether h is still held at now, so that a renewal sent
+// now could keep it; a hold whose deadline has passed while it waited is
+// lost here, if its deadline timer has not run yet.
+func (h *Hold) sendable(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sendableLocked(now)
+}
+
+func (h *Hold) sendableLocked(now time.Time) bool {
+	if h.ctx.Err() != nil {
+		return false
+	}
+	if !now.Before(h.deadline) {
+		h.loseLocked()
+		return false
+	}
+	return true
 }
 
 // renewed records the outcome of renewing cur with a request sent at sent:

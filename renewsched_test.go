@@ -262,3 +262,252 @@ func TestHoldsCostNoGoroutineAndLittleMemory(t *testing.T) {
 		}
 	}
 }
+
+// congested is a backend behind a congested server, as an HTTP client with
+// a timeout sees it: the server does one request at a time, perRenewal of
+// work for each renewal in it, and finishes a request whether or not its
+// caller still waits; the caller gives a request up after timeout
+// (ErrUnavailable). It records the most RenewBatch calls in flight at once.
+type congested struct {
+	lease.Backend
+	perRenewal, timeout time.Duration
+	work                chan func()
+
+	mu                              sync.Mutex
+	inFlight, maxInFlight, timedOut int
+	batches                         int
+}
+
+func newCongested(b lease.Backend, perRenewal, timeout time.Duration) *congested {
+	c := &congested{Backend: b, perRenewal: perRenewal, timeout: timeout, work: make(chan func(), 1<<16)}
+	go func() {
+		for job := range c.work {
+			job()
+		}
+	}()
+	return c
+}
+
+// close stops the server's goroutine.
+func (c *congested) close() { close(c.work) }
+
+func (c *congested) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.inFlight++
+	c.batches++
+	c.maxInFlight = max(c.maxInFlight, c.inFlight)
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		c.mu.Unlock()
+	}()
+	answer := make(chan []lease.RenewResult, 1)
+	c.work <- func() {
+		time.Sleep(time.Duration(len(renewals)) * c.perRenewal)
+		out := make([]lease.RenewResult, len(renewals))
+		for i, r := range renewals {
+			out[i].Lease, out[i].Err = c.Backend.Renew(context.Background(), r.Lease, r.TTL)
+		}
+		answer <- out
+	}
+	timeout := time.NewTimer(c.timeout)
+	defer timeout.Stop()
+	select {
+	case out := <-answer:
+		return out, nil
+	case <-timeout.C:
+		c.mu.Lock()
+		c.timedOut++
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: no answer in %v", lease.ErrUnavailable, c.timeout)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", lease.ErrUnavailable, ctx.Err())
+	}
+}
+
+// TestRenewalsInFlightAreBounded: a Client with 16,384 holds at TTL 3 s,
+// acquired at once, on a server that renews 25,000 leases a second one
+// request at a time, whose caller gives a request up after 100 ms. Renewing
+// them all every TTL/3 takes two thirds of the server, but sent at once,
+// as one window opens for all of them, the 64 batches queue for 650 ms: all
+// but the first few time out and are retried into the same queue, and the
+// holds are lost. The Client keeps at most MaxRenewBatchesInFlight batches
+// in flight, the rest waiting their turn, and loses none.
+func TestRenewalsInFlightAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newCongested(memtest.New(t), 40*time.Microsecond, 100*time.Millisecond)
+		c := newClient(t, b, "worker-a")
+		ctx := context.Background()
+		const n, ttl = 16384, 3 * time.Second
+		holds := tryAcquireN(t, c, n, ttl)
+		time.Sleep(9 * time.Second)
+		lost := 0
+		for _, h := range holds {
+			if h.Err() != nil {
+				lost++
+			}
+		}
+		b.mu.Lock()
+		t.Logf("%d of %d holds lost in 9 s; %d batches, %d timed out, at most %d in flight",
+			lost, n, b.batches, b.timedOut, b.maxInFlight)
+		if b.maxInFlight > lease.MaxRenewBatchesInFlight {
+			t.Errorf("%d batches in flight at once, want at most %d", b.maxInFlight, lease.MaxRenewBatchesInFlight)
+		}
+		b.mu.Unlock()
+		if lost > 0 {
+			t.Errorf("%d of %d holds lost on a server with the capacity to renew them all", lost, n)
+		}
+		for _, h := range holds {
+			_ = h.Release(ctx)
+		}
+		time.Sleep(ttl) // the server's queue drains, the callers' timeouts pass
+		synctest.Wait()
+		b.close()
+		synctest.Wait()
+	})
+}
+
+// slowRenewer is a backend without RenewBatch whose Renew takes delay; it
+// records the most Renew calls in flight at once.
+type slowRenewer struct {
+	lease.Backend
+	delay time.Duration
+
+	mu                    sync.Mutex
+	inFlight, maxInFlight int
+}
+
+func (s *slowRenewer) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	s.mu.Lock()
+	s.inFlight++
+	s.maxInFlight = max(s.maxInFlight, s.inFlight)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	time.Sleep(s.delay)
+	return s.Backend.Renew(ctx, l, ttl)
+}
+
+// TestLoneRenewalsInFlightAreBounded: on a backend without RenewBatch, a
+// Client whose 4,096 holds fall due together has at most
+// MaxRenewBatchesInFlight × MaxRenewBatch Renew calls in flight, the rest
+// waiting their turn, and keeps every hold.
+func TestLoneRenewalsInFlightAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &slowRenewer{Backend: memtest.New(t), delay: 50 * time.Millisecond}
+		c := newClient(t, b, "worker-a")
+		ctx := context.Background()
+		const n, ttl = 4096, 3 * time.Second
+		holds := tryAcquireN(t, c, n, ttl)
+		time.Sleep(3 * time.Second)
+		for _, h := range holds {
+			if err := h.Err(); err != nil {
+				t.Fatalf("%s lost: %v", h.Key(), err)
+			}
+		}
+		b.mu.Lock()
+		most := b.maxInFlight
+		b.mu.Unlock()
+		t.Logf("at most %d renewals in flight for %d holds", most, n)
+		if bound := lease.MaxRenewBatchesInFlight * lease.MaxRenewBatch; most > bound {
+			t.Errorf("%d renewals in flight at once, want at most %d", most, bound)
+		}
+		for _, h := range holds {
+			_ = h.Release(ctx)
+		}
+		synctest.Wait()
+	})
+}
+
+// hung is a backend whose RenewBatch never answers: it records the keys
+// sent and waits for the caller to give up.
+type hung struct {
+	lease.Backend
+	mu   sync.Mutex
+	sent map[string]bool
+}
+
+func (h *hung) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	h.mu.Lock()
+	for _, r := range renewals {
+		h.sent[r.Lease.Key] = true
+	}
+	h.mu.Unlock()
+	<-ctx.Done()
+	return nil, fmt.Errorf("%w: %w", lease.ErrUnavailable, ctx.Err())
+}
+
+// TestWaitingHoldIsJudgedByItsOwnDeadline: with MaxRenewBatchesInFlight
+// batches of holds of TTL 30 s hung at the server, holds of TTL 3 s that
+// fall due after them wait for a request and are never sent; each is lost
+// at its own deadline, no later.
+func TestWaitingHoldIsJudgedByItsOwnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &hung{Backend: memtest.New(t), sent: map[string]bool{}}
+		c := newClient(t, b, "worker-a")
+		ctx := context.Background()
+		inFlight := lease.MaxRenewBatchesInFlight * lease.MaxRenewBatch
+		var (
+			holds  []*lease.Hold
+			mu     sync.Mutex
+			lostAt = map[string]time.Time{}
+		)
+		acquire := func(i int, ttl time.Duration) {
+			h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%04d", i), ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			context.AfterFunc(h.Context(), func() {
+				mu.Lock()
+				defer mu.Unlock()
+				lostAt[h.Key()] = time.Now()
+			})
+			holds = append(holds, h)
+		}
+		for i := range inFlight {
+			acquire(i, 30*time.Second)
+		}
+		time.Sleep(9500 * time.Millisecond) // their batches, sent at about 9 s, hang
+		for i := range 10 {
+			acquire(inFlight+i, 3*time.Second)
+		}
+		time.Sleep(30 * time.Second) // the hung batches are given up at their deadlines
+		synctest.Wait()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, h := range holds[inFlight:] {
+			if b.sent[h.Key()] {
+				t.Errorf("%s was sent while %d batches were in flight", h.Key(), lease.MaxRenewBatchesInFlight)
+			}
+			if !errors.Is(h.Err(), lease.ErrLost) {
+				t.Fatalf("%s: Err = %v, want ErrLost", h.Key(), h.Err())
+			}
+			if at := lostAt[h.Key()]; !at.Equal(h.Deadline()) {
+				t.Errorf("%s lost at %v, %v after its deadline", h.Key(), at, at.Sub(h.Deadline()))
+			}
+		}
+	})
+}
+
+// tryAcquireN acquires n keys through c, each for ttl, at once.
+func tryAcquireN(t *testing.T, c *lease.Client, n int, ttl time.Duration) []*lease.Hold {
+	t.Helper()
+	holds := make([]*lease.Hold, n)
+	for i := range holds {
+		h, err := c.TryAcquire(context.Background(), fmt.Sprintf("shard/%05d", i), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds[i] = h
+	}
+	return holds
+}

@@ -1,0 +1,229 @@
+package scalebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/leasehttp"
+)
+
+// The ordinary Client's row: renewClients lease.Clients on one
+// leasehttp.Client, each holding clientHolds holds and renewing them as any
+// program does (the scheduler's batches, its bound on batches in flight).
+// The server's work for a renewal does not depend on the TTL, so holds of a
+// short TTL make the renewals of 30 s leases from fewer holds: a Client
+// that keeps H holds of TTL T alive keeps H × 30 s / T alive at TTL 30 s
+// with the same requests.
+//
+// The row looks for the shortest TTL at which no hold is lost: its first
+// turn holds them at clientStartTTL, each turn after one without a loss at
+// 0.6 × the last TTL, each turn after a loss at 1.4 × it. Its figures are
+// those of the turn without a loss that kept the most leases at TTL 30 s.
+const (
+	clientHolds    = leasesPerRenew // per Client (LEASE_SCALE_CLIENT_HOLDS): as many as the other rows
+	clientStartTTL = time.Second
+	clientMinTTL   = 50 * time.Millisecond
+	clientAt       = 30 * time.Second // the TTL the row's leases-kept is for
+	setupWorkers   = 64               // goroutines acquiring the pool
+)
+
+// pool is the row's backend: the leasehttp.Client, except that Acquire
+// hands out a lease acquired before the turns and Release does nothing; and
+// its renewals ask the server for setupTTL, whatever TTL the Client asks
+// for and judges its holds by. The row measures renewals: acquiring and
+// releasing 16,384 leases (each fsynced) for every turn would take longer
+// than the turn, and their renewals would run on into the other rows'
+// turns; the server's work for a renewal is the same whatever its TTL, and
+// a lease the Client lost in a turn is still held for the next. It counts
+// the renewals its RenewBatch makes.
+type pool struct {
+	*leasehttp.Client
+	setup   *leasehttp.Client // for fill: a long timeout, as acquisitions queue behind each other
+	renewed atomic.Int64
+
+	mu   sync.Mutex
+	held map[string]lease.Lease // by key
+}
+
+func (p *pool) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.held[key]
+	if !ok {
+		return lease.Lease{}, fmt.Errorf("%w: %q is not in the pool", lease.ErrInvalid, key)
+	}
+	return l, nil
+}
+
+func (p *pool) Release(ctx context.Context, l lease.Lease) error { return nil }
+
+func (p *pool) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	long := make([]lease.Renewal, len(renewals))
+	for i, r := range renewals {
+		long[i] = lease.Renewal{Lease: r.Lease, TTL: setupTTL}
+	}
+	res, err := p.Client.RenewBatch(ctx, long)
+	if err == nil {
+		n := 0
+		for _, r := range res {
+			if r.Err == nil {
+				n++
+			}
+		}
+		p.renewed.Add(int64(n))
+	}
+	return res, err
+}
+
+// fill acquires keys for the pool.
+func (p *pool) fill(keys []string) error {
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		first atomic.Pointer[error]
+	)
+	for range min(setupWorkers, len(keys)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(keys); i = int(next.Add(1)) - 1 {
+				l, err := p.setup.Acquire(context.Background(), keys[i], "client-row", setupTTL)
+				if err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+				p.mu.Lock()
+				p.held[l.Key] = l
+				p.mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// clientRow is the ordinary Client's row.
+type clientRow struct {
+	tb    testing.TB
+	pool  *pool
+	holds int // per Client
+	ttl   time.Duration
+
+	// The best turn without a loss, and how many turns lost holds.
+	best       float64 // leases kept at clientAt
+	bestTTL    time.Duration
+	bestPerSec float64
+	lossy      int
+}
+
+func newClientRow(tb testing.TB, hc *leasehttp.Client, url string) *clientRow {
+	n := clientHolds
+	if v := os.Getenv("LEASE_SCALE_CLIENT_HOLDS"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
+			tb.Fatalf("LEASE_SCALE_CLIENT_HOLDS=%q: want a positive count", v)
+		}
+	}
+	setup, err := leasehttp.NewClient(url, leasehttp.WithTimeout(5*time.Minute))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { setup.Close() })
+	r := &clientRow{tb: tb, pool: &pool{Client: hc, setup: setup, held: map[string]lease.Lease{}}, holds: n, ttl: clientStartTTL}
+	start := time.Now()
+	defer func() {
+		tb.Logf("serve-bolt-client: %d leases acquired for the pool in %v", renewClients*n, time.Since(start))
+	}()
+	if err := r.pool.fill(r.keys()); err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+func clientKey(w, i int) string { return fmt.Sprintf("client/%02d/%05d", w, i) }
+
+func (r *clientRow) keys() []string {
+	keys := make([]string, 0, renewClients*r.holds)
+	for w := range renewClients {
+		for i := range r.holds {
+			keys = append(keys, clientKey(w, i))
+		}
+	}
+	return keys
+}
+
+// turn holds every Client's holds at the turn's TTL, lets them renew for a
+// TTL, counts their renewals for two (at least a second), and
+// releases them; a hold lost at any point is a loss. It returns the
+// renewals counted and how long they were counted.
+func (r *clientRow) turn() (int, time.Duration, error) {
+	ctx := context.Background()
+	ttl := r.ttl
+	holds := make([]*lease.Hold, 0, renewClients*r.holds)
+	failed := 0
+	t0 := time.Now()
+	// The holds are taken over one renewal interval, a chunk from each
+	// Client at a time, as a program takes its leases over time: taken at
+	// once, they would all fall due at once, every turn starting with a
+	// burst of every renewal the row makes in an interval.
+	clients := make([]*lease.Client, renewClients)
+	for w := range clients {
+		c, err := lease.NewClient(r.pool, lease.WithOwner(fmt.Sprintf("client-%02d", w)))
+		if err != nil {
+			return 0, 0, err
+		}
+		clients[w] = c
+	}
+	const chunks = 16
+	for k := range chunks {
+		time.Sleep(time.Until(t0.Add(ttl / 3 * time.Duration(k) / chunks)))
+		for w, c := range clients {
+			for i := k; i < r.holds; i += chunks {
+				h, err := c.TryAcquire(ctx, clientKey(w, i), ttl)
+				switch {
+				case errors.Is(err, lease.ErrUnavailable):
+					// Even a lease handed out at once comes too late for its
+					// TTL when this goroutine waits that long for the processor.
+					failed++
+				case err != nil:
+					return 0, 0, err
+				default:
+					holds = append(holds, h)
+				}
+			}
+		}
+	}
+	time.Sleep(ttl)
+	before, start := r.pool.renewed.Load(), time.Now()
+	time.Sleep(max(2*ttl, time.Second))
+	n, took := r.pool.renewed.Load()-before, time.Since(start)
+	lost := failed
+	for _, h := range holds {
+		if h.Err() != nil {
+			lost++
+		}
+	}
+	for _, h := range holds {
+		if err := h.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+			return 0, 0, err
+		}
+	}
+	r.tb.Logf("serve-bolt-client: TTL %v: %d holds, %d lost, %.0f renewals/s", ttl, renewClients*r.holds, lost, float64(n)/took.Seconds())
+	if lost > 0 {
+		r.lossy++
+		r.ttl = ttl * 7 / 5
+		return int(n), took, nil
+	}
+	if kept := float64(renewClients*r.holds) * float64(clientAt) / float64(ttl); kept > r.best {
+		r.best, r.bestTTL, r.bestPerSec = kept, ttl, float64(n)/took.Seconds()
+	}
+	r.ttl = max(ttl*3/5, clientMinTTL)
+	return int(n), took, nil
+}
