@@ -307,6 +307,7 @@ func (c *congested) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([
 	}()
 	answer := make(chan []lease.RenewResult, 1)
 	c.work <- func() {
+		// in a bubble: TestRenewalsInFlightAreBounded's server works len(renewals) × perRenewal.
 		time.Sleep(time.Duration(len(renewals)) * c.perRenewal)
 		out := make([]lease.RenewResult, len(renewals))
 		for i, r := range renewals {
@@ -391,7 +392,7 @@ func (s *slowRenewer) Renew(ctx context.Context, l lease.Lease, ttl time.Duratio
 		s.inFlight--
 		s.mu.Unlock()
 	}()
-	time.Sleep(s.delay)
+	time.Sleep(s.delay) // in a bubble: TestLoneRenewalsInFlightAreBounded's slow answers
 	return s.Backend.Renew(ctx, l, ttl)
 }
 

@@ -108,6 +108,11 @@ func isTestFunc(name string) bool {
 // realTimeNote is how a test says why it sleeps on the real clock.
 const realTimeNote = "// real time:"
 
+// bubbleNote marks a sleep in a method of a test double that only tests
+// running in a synctest bubble use, called through an interface from the
+// code under test (which this check cannot follow): "// in a bubble: who".
+const bubbleNote = "// in a bubble:"
+
 // TestSleepsSayWhyRealTime checks that every time.Sleep in a test file or a
 // test kit either runs in a testing/synctest bubble, where it advances the
 // bubble's fake clock, or carries a "// real time: why" comment on its line
@@ -115,12 +120,15 @@ const realTimeNote = "// real time:"
 // wall-clock timeout that no fake clock drives. Everything else waits on a
 // condition (package internal/testkit/poll) instead. A sleep is in a bubble
 // when it is inside the function given to synctest.Test, or in a function
-// of the package that is called only from such places.
+// of the package that is called only from such places, or marked with a
+// "// in a bubble: who" note (a test double's method the code under test
+// calls through an interface).
 func TestSleepsSayWhyRealTime(t *testing.T) {
 	type file struct {
-		path  string
-		f     *ast.File
-		notes map[int]bool // lines that carry or follow a note
+		path    string
+		f       *ast.File
+		notes   map[int]bool // lines that carry or follow a real-time note
+		bubbles map[int]bool // lines that carry or follow a bubble note
 	}
 	fset := token.NewFileSet()
 	pkgs := make(map[string][]*file) // by directory and package name
@@ -132,18 +140,20 @@ func TestSleepsSayWhyRealTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		notes := make(map[int]bool)
+		notes, bubbles := make(map[int]bool), make(map[int]bool)
 		for _, cg := range f.Comments {
 			for _, c := range cg.List {
-				if strings.HasPrefix(c.Text, realTimeNote) {
-					for line := fset.Position(c.Pos()).Line; line <= fset.Position(cg.End()).Line+1; line++ {
-						notes[line] = true
+				for prefix, lines := range map[string]map[int]bool{realTimeNote: notes, bubbleNote: bubbles} {
+					if strings.HasPrefix(c.Text, prefix) {
+						for line := fset.Position(c.Pos()).Line; line <= fset.Position(cg.End()).Line+1; line++ {
+							lines[line] = true
+						}
 					}
 				}
 			}
 		}
 		key := filepath.Dir(p) + " " + f.Name.Name
-		pkgs[key] = append(pkgs[key], &file{p, f, notes})
+		pkgs[key] = append(pkgs[key], &file{p, f, notes, bubbles})
 	}
 	var bubbled, real int
 	for _, files := range pkgs {
@@ -205,11 +215,11 @@ func TestSleepsSayWhyRealTime(t *testing.T) {
 				if !ok || !isCall(call, "time", "Sleep") {
 					return true
 				}
-				if inSpan(call) {
+				pos := fset.Position(call.Pos())
+				if inSpan(call) || f.bubbles[pos.Line] {
 					bubbled++
 					return true
 				}
-				pos := fset.Position(call.Pos())
 				if !f.notes[pos.Line] {
 					t.Errorf("%s:%d: time.Sleep outside a synctest bubble without a %q comment: wait on a condition (internal/testkit/poll), or say why real time is needed", f.path, pos.Line, realTimeNote)
 					return true

@@ -183,6 +183,7 @@ func (r *clientRow) turn() (int, time.Duration, error) {
 	}
 	const chunks = 16
 	for k := range chunks {
+		// real time: the holds are spread over a real server's renewal interval.
 		time.Sleep(time.Until(t0.Add(ttl / 3 * time.Duration(k) / chunks)))
 		for w, c := range clients {
 			for i := k; i < r.holds; i += chunks {
@@ -200,9 +201,9 @@ func (r *clientRow) turn() (int, time.Duration, error) {
 			}
 		}
 	}
-	time.Sleep(ttl)
+	time.Sleep(ttl) // real time: one TTL of the real server's renewals before counting
 	before, start := r.pool.renewed.Load(), time.Now()
-	time.Sleep(max(2*ttl, time.Second))
+	time.Sleep(max(2*ttl, time.Second)) // real time: the renewals a second the real server sustains
 	n, took := r.pool.renewed.Load()-before, time.Since(start)
 	lost := failed
 	for _, h := range holds {
