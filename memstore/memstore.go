@@ -17,7 +17,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -33,7 +32,7 @@ type Store struct {
 	clock    lease.Clock // nil: the real clock, read through base
 	base     time.Time   // origin of the store's clock: offsets are from it
 	baseWall int64       // base.UnixNano(), the origin for an injected clock
-	seed     maphash.Seed
+	hasher   hasher      // the index's hash of keys
 	idx      index
 	ids      sync.Pool // *idSource, one per processor in use
 	watch    *watchhub.Hub
@@ -181,7 +180,8 @@ func New(opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{base: time.Now(), seed: maphash.MakeSeed(), clock: cfg.clock}
+	s := &Store{base: time.Now(), clock: cfg.clock}
+	s.hasher.init()
 	if s.clock != nil {
 		s.base = s.clock.Now()
 	}
@@ -227,6 +227,9 @@ func (s *Store) locked(h uint64, key string, create bool) *entry {
 	return s.lock(h, key, s.idx.lookup(h, key), create)
 }
 
+// hash is key's hash in the index.
+func (s *Store) hash(key string) uint64 { return s.hasher.hash(key) }
+
 // lock is locked starting from e, what a lookup of key returned.
 func (s *Store) lock(h uint64, key string, e *entry, create bool) *entry {
 	for {
@@ -246,8 +249,6 @@ func (s *Store) lock(h uint64, key string, e *entry, create bool) *entry {
 		e = s.idx.find(h, key)
 	}
 }
-
-func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // Acquire implements lease.Backend.
 func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration) (l lease.Lease, _ error) {
