@@ -456,14 +456,19 @@ func (s *Store) current(l *lease.Lease, now time.Duration) (*entry, error) {
 }
 
 // expireLocked retires e's lease if it has expired by now, and hands the key
-// to the first waiter, so nobody can barge ahead of the queue.
+// to the first waiter, so nobody can barge ahead of the queue. The test is
+// inlined; expire does the work.
 func (s *Store) expireLocked(e *entry, now time.Duration) {
 	if e.held && e.exp <= now {
-		e.held = false
-		s.publishLocked(e, lease.Expired)
-		if e.waiting() > 0 {
-			s.grantNextLocked(e, now)
-		}
+		s.expire(e, now)
+	}
+}
+
+func (s *Store) expire(e *entry, now time.Duration) {
+	e.held = false
+	s.publishLocked(e, lease.Expired)
+	if e.waiting() > 0 {
+		s.grantNextLocked(e, now)
 	}
 }
 
