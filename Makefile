@@ -2,6 +2,12 @@
 GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
+# Two modules: the library (what users require) and tools/, the campaigns
+# and benchmarks (simulator, chaos, damage, make bench), whose go.mod holds
+# what only they need (porcupine, toxiproxy, the rival locks). Every Go step
+# runs in both; tools/ uses this checkout through a replace directive.
+TOOLS     := tools
+IN_BOTH    = for m in . $(TOOLS); do (cd $$m && $(1)) || exit 1; done
 TS        := clients/typescript
 PY        := clients/python
 # redocly: no update check or telemetry from the test run.
@@ -21,7 +27,7 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet $(PKGS)
+	$(call IN_BOTH,$(GO) vet $(PKGS))
 
 # The TypeScript client's dependencies, exactly as the lockfile has them
 # (development tools only: the package itself depends on nothing). Its
@@ -52,14 +58,14 @@ openapi-lint:
 	cd $(TS) && $(REDOCLY_ENV) npx --no-install redocly lint ../../leasehttp/openapi.json --config redocly.yaml --format stylish
 
 staticcheck:
-	$(GOBIN)/staticcheck $(PKGS)
+	$(call IN_BOTH,$(GOBIN)/staticcheck $(PKGS))
 
 # The full suite: real PostgreSQL, Redis and etcd started by the tests. The
 # simulator runs a smaller share of its schedules under the race detector
 # (LEASE_SIM_SCHEDULES lock schedules, and a quarter as many of each of the
 # election and semaphore workloads)...
 unit:
-	LEASE_SIM_SCHEDULES=2000 $(GO) test -race -count=1 -timeout 12m $(PKGS)
+	$(call IN_BOTH,LEASE_SIM_SCHEDULES=2000 $(GO) test -race -count=1 -timeout 12m $(PKGS))
 
 # Allocation counts mean nothing under the race detector (it makes
 # sync.Pool drop items): the hot-path allocation tests run again without it.
@@ -69,24 +75,24 @@ alloc-check:
 # ...and its CI budget without it: 20,000 lock schedules and 5,000 each of
 # election and semaphore (about 35 s here).
 sim-ci:
-	LEASE_SIM_SCHEDULES=20000 $(GO) test -count=1 -run 'TestSimulation' ./internal/sim
+	cd $(TOOLS) && LEASE_SIM_SCHEDULES=20000 $(GO) test -count=1 -run 'TestSimulation' ./sim
 
 # More schedules: make sim N=1000000 (N lock, N/4 election, N/4 semaphore)
 sim:
-	LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./internal/sim
+	cd $(TOOLS) && LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./sim
 
 # Chaos on real engines, and the damage campaign of the default store's
 # files (504 recipes), the long forms (short forms run in make test).
 chaos:
-	LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Chaos' -v ./internal/chaos
-	LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestCampaign' -v ./internal/damage
+	cd $(TOOLS) && LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Chaos' -v ./chaos
+	cd $(TOOLS) && LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestCampaign' -v ./damage
 
 # Without engines: tests that need PostgreSQL, Redis or etcd skip.
 short:
-	$(GO) test -race -short -count=1 $(PKGS)
+	$(call IN_BOTH,$(GO) test -race -short -count=1 $(PKGS))
 
 # Benchmarks side by side, written to docs/BENCHMARKS.md. Run it on a quiet
 # machine; BENCHFLAGS passes e.g. "-count 5" or "-pkg ./memstore". It installs
 # what the benchmarks run (engines, the TypeScript client's tools) as make test does.
 bench: deps ts-deps
-	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md $(BENCHFLAGS)
+	cd $(TOOLS) && $(GO) run ./benchreport -out ../docs/BENCHMARKS.md $(BENCHFLAGS)

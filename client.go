@@ -20,9 +20,10 @@ import (
 type Client struct {
 	backend Backend
 	clientConfig
-	sched renewScheduler
-
-	jitterMu sync.Mutex // guards clientConfig.jitter
+	// Shared with the Clients WithOwner makes: one scheduler renews the
+	// holds of them all, and one lock guards their jitter source.
+	sched    *renewScheduler
+	jitterMu *sync.Mutex // guards clientConfig.jitter
 }
 
 // clientConfig is what Options set, before the Client exists: an Option
@@ -94,7 +95,9 @@ func WithDriftMargin(fraction float64, min time.Duration) Option {
 
 // WithBackoff sets the bounds of the jittered exponential backoff Acquire
 // uses while it polls a backend that offers neither WaitAcquirer nor
-// Notifier. The defaults are 5 ms and 500 ms.
+// Notifier, and that the recipes built on the Client (package election's
+// reading of the leader, package semaphore's polling for a slot) pace
+// their own polls with (Backoff). The defaults are 5 ms and 500 ms.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *clientConfig) error {
 		if min <= 0 || max < min {
@@ -106,11 +109,11 @@ func WithBackoff(min, max time.Duration) Option {
 }
 
 // WithJitter replaces the source of randomness for renewal and backoff
-// jitter; f must return values in [0, 1). Simulations pass a seeded source
-// to make runs reproducible. f need not be safe for concurrent use: it is
-// called under a lock that every Client given this Option shares (an
-// election.Elector makes a Client per Campaign from the same options, and
-// one term's renewals run beside the next Campaign).
+// jitter, the recipes' included (Jitter); f must return values in [0, 1).
+// Simulations pass a seeded source to make runs reproducible. f need not be
+// safe for concurrent use: it is called under a lock that every Client
+// given this Option shares (one Option given to several NewClient calls,
+// and the Clients WithOwner makes, whose holds renew beside each other).
 func WithJitter(f func() float64) Option {
 	var mu sync.Mutex
 	locked := func() float64 {
@@ -132,7 +135,7 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, invalidf("backend is nil")
 	}
-	c := &Client{backend: b, clientConfig: clientConfig{
+	c := &Client{backend: b, jitterMu: new(sync.Mutex), sched: new(renewScheduler), clientConfig: clientConfig{
 		owner:      DefaultOwner(),
 		clock:      SystemClock{},
 		driftFrac:  0.01,
@@ -142,6 +145,9 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 		jitter:     rand.Float64,
 	}}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalidf("nil option")
+		}
 		if err := opt(&c.clientConfig); err != nil {
 			return nil, err
 		}
@@ -154,12 +160,36 @@ func NewClient(b Backend, opts ...Option) (*Client, error) {
 // Owner returns the owner name the Client acquires with.
 func (c *Client) Owner() string { return c.owner }
 
+// WithOwner returns a Client that acquires as owner (checked as WithOwner
+// checks it) and is c in everything else: the same backend and options, and
+// the same renewals (one scheduler renews the holds of both, batched
+// together where the backend can). The recipes use it: an election's terms
+// are held under the leader's value, a semaphore's slots under an owner
+// that carries its limit.
+func (c *Client) WithOwner(owner string) (*Client, error) {
+	if err := ValidateOwner(owner); err != nil {
+		return nil, err
+	}
+	d := &Client{backend: c.backend, clientConfig: c.clientConfig, sched: c.sched, jitterMu: c.jitterMu}
+	d.owner = owner
+	return d, nil
+}
+
 // Backend returns the backend the Client acquires from.
 func (c *Client) Backend() Backend { return c.backend }
 
 // Clock returns the clock the Client judges its deadlines by (WithClock),
 // for recipes built on it whose own waits must run on the same time.
 func (c *Client) Clock() Clock { return c.clock }
+
+// Backoff returns the bounds of the Client's polling backoff (WithBackoff),
+// for recipes built on it whose own polls must keep the same pace.
+func (c *Client) Backoff() (min, max time.Duration) { return c.minBackoff, c.maxBackoff }
+
+// Jitter returns a value in [0, 1) from the Client's source of jitter
+// (WithJitter), for recipes built on it whose own waits must draw from the
+// same source. It is safe for concurrent use.
+func (c *Client) Jitter() float64 { return c.rand() }
 
 // margin returns the drift margin for ttl.
 func (c *Client) margin(ttl time.Duration) time.Duration {
@@ -214,13 +244,8 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 	if wa, ok := c.backend.(WaitAcquirer); ok {
 		return c.acquireWaiting(ctx, wa, key, ttl)
 	}
-	loop := wait.Loop{
-		Pacer:     wait.NewPacer(c.minBackoff, c.maxBackoff, c.rand),
-		Now:       c.clock.Now,
-		AfterFunc: func(d time.Duration, f func()) func() bool { return c.clock.AfterFunc(d, f).Stop },
-		// Notifications wake us early; the bound only covers a lost one.
-		NotifyMax: c.maxBackoff,
-	}
+	loop := wait.OnClock(wait.NewPacer(c.minBackoff, c.maxBackoff, c.rand), c.clock.Now, c.clock.AfterFunc)
+	loop.NotifyMax = c.maxBackoff // notifications wake us early; the bound only covers a lost one
 	if n, ok := c.backend.(Notifier); ok {
 		loop.Notify = func(ctx context.Context) error { return n.WaitChange(ctx, key) }
 	}

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
 )
@@ -502,9 +503,9 @@ func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
 }
 
 // TestJitterSharedAcrossClients: one WithJitter option given to several
-// Clients (as an election.Elector gives its options to a Client per
-// Campaign) may carry a source that is not safe for concurrent use; under
-// -race, Clients that each locked only their own use of it raced.
+// Clients may carry a source that is not safe for concurrent use; under
+// -race, Clients that each locked only their own use of it raced (an
+// election.Elector once gave its options to a Client per Campaign).
 func TestJitterSharedAcrossClients(t *testing.T) {
 	src := rand.New(rand.NewPCG(1, 2))
 	opt := lease.WithJitter(src.Float64)
@@ -527,4 +528,76 @@ func TestJitterSharedAcrossClients(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestClientRefusesANilOption: a nil Option is refused as invalid, as every
+// constructor of the module refuses one (options_test.go), not called.
+func TestClientRefusesANilOption(t *testing.T) {
+	if _, err := lease.NewClient(memtest.New(t), lease.WithOwner("w"), nil); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("NewClient with a nil option: %v, want ErrInvalid", err)
+	}
+}
+
+// TestClientWithOwner: a Client made by WithOwner acquires as its owner and
+// is its parent in everything else: the parent's clock judges its holds,
+// and the parent's scheduler renews them, in the same batches as the
+// parent's own. A bad owner is refused as WithOwner refuses it.
+func TestClientWithOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBatchCounter(memtest.New(t))
+		clk := fakeclock.New(time.Now())
+		c := newClient(t, b, "parent", lease.WithClock(clk), lease.WithJitter(func() float64 { return 0 }))
+		d, err := c.WithOwner("child")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Owner() != "child" || c.Owner() != "parent" {
+			t.Fatalf("owners: %q and %q, want child and parent", d.Owner(), c.Owner())
+		}
+		if d.Clock() != c.Clock() || d.Backend() != c.Backend() {
+			t.Fatal("the child's clock or backend is not its parent's")
+		}
+		for _, bad := range []string{"", "a\nb"} {
+			if _, err := c.WithOwner(bad); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("WithOwner(%q): %v, want ErrInvalid", bad, err)
+			}
+		}
+		ctx := context.Background()
+		const ttl = 3 * time.Second
+		hc, err := c.TryAcquire(ctx, "with-owner/parent", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hd, err := d.TryAcquire(ctx, "with-owner/child", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hd.Lease().Owner != "child" || hc.Lease().Owner != "parent" {
+			t.Fatalf("held as %q and %q, want child and parent", hd.Lease().Owner, hc.Lease().Owner)
+		}
+		// The fake clock alone moves the holds' schedule: a child on a
+		// clock of its own would be neither renewed nor judged by it.
+		clk.Advance(ttl / 2)
+		synctest.Wait()
+		b.mu.Lock()
+		batches, largest, singles := b.batches, b.largest, b.singles
+		b.mu.Unlock()
+		if batches != 1 || largest != 2 || singles != 0 {
+			t.Fatalf("renewed in %d batches (the largest of %d) and %d single renewals; want one batch of both holds", batches, largest, singles)
+		}
+		_ = hc.Release(ctx)
+		_ = hd.Release(ctx)
+	})
+}
+
+// TestClientPacing: Backoff and Jitter give the recipes what WithBackoff
+// and WithJitter set.
+func TestClientPacing(t *testing.T) {
+	c := newClient(t, memtest.New(t), "w", lease.WithBackoff(time.Second, time.Minute), lease.WithJitter(func() float64 { return 0.25 }))
+	if lo, hi := c.Backoff(); lo != time.Second || hi != time.Minute {
+		t.Errorf("Backoff() = %v, %v; want 1s, 1m0s", lo, hi)
+	}
+	if j := c.Jitter(); j != 0.25 {
+		t.Errorf("Jitter() = %v, want 0.25", j)
+	}
 }

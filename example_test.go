@@ -20,6 +20,7 @@ func ExampleClient() {
 		fmt.Println(err)
 		return
 	}
+	defer store.Close()
 	report := fence.NewResource("nightly-report", "", fence.AtLeast)
 
 	// An earlier worker took the lease (token 1), then stalled past its TTL.
@@ -47,4 +48,38 @@ func ExampleClient() {
 	// Output:
 	// true
 	// report by worker-a (token 2)
+}
+
+// A cache of the leases under a prefix, kept by Follow: a Resync (after a
+// break, the watch started again) drops it, and the Held events after it
+// rebuild it.
+func ExampleFollow() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	if _, err := store.Acquire(ctx, "jobs/a", "worker-a", time.Minute); err != nil {
+		panic(err)
+	}
+	holders := map[string]string{}
+	for ev, err := range lease.Follow(ctx, store, "jobs/") {
+		if err != nil {
+			fmt.Println(err) // one that watching again cannot mend
+			return
+		}
+		switch ev.Kind {
+		case lease.Resync:
+			clear(holders)
+		case lease.Held, lease.Acquired:
+			holders[ev.Lease.Key] = ev.Lease.Owner
+		case lease.Released, lease.Expired:
+			delete(holders, ev.Lease.Key)
+		case lease.Synced:
+			fmt.Println("synced:", holders)
+			cancel() // an example ends here; a cache goes on
+		}
+	}
+	// Output: synced: map[jobs/a:worker-a]
 }

@@ -1,20 +1,35 @@
 package lease_test
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
 	"github.com/leasehq/lease/fence/redisfence"
+	"github.com/leasehq/lease/fence/sqlfence"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/leasetest"
 	"github.com/leasehq/lease/memstore"
 	"github.com/leasehq/lease/pgstore"
 	"github.com/leasehq/lease/redisstore"
+	"github.com/leasehq/lease/semaphore"
 )
 
 // TestOptionsShareOneShape: every package's constructor options have one
@@ -71,3 +86,74 @@ func signature(typ reflect.Type) string {
 // isExported reports whether a named type is exported; an unnamed struct
 // counts as exported, being as open as an exported one.
 func isExported(name string) bool { return name == "" || (name[0] >= 'A' && name[0] <= 'Z') }
+
+// TestConstructorsRefuseANilOption: every constructor with functional
+// options refuses a nil one the same way — an error matching
+// lease.ErrInvalid, before any I/O — where some called it and panicked.
+// The clients they are given point at closed loopback ports: none may be
+// reached.
+func TestConstructorsRefuseANilOption(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	b := memtest.New(t)
+	client, err := lease.NewClient(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, "postgres://nobody@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	e, err := election.New(client, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resource := func(*http.Request) (string, error) { return "r", nil }
+	constructors := map[string]func() error{
+		"lease.NewClient": func() error { _, err := lease.NewClient(b, nil); return err },
+		"memstore.New":    func() error { _, err := memstore.New(nil); return err },
+		"boltstore.Open":  func() error { _, err := boltstore.Open(filepath.Join(dir, "db"), nil); return err },
+		"boltstore.Restore": func() error {
+			_, err := boltstore.Restore(filepath.Join(dir, "backup"), filepath.Join(dir, "restored"), nil)
+			return err
+		},
+		"pgstore.New":         func() error { _, err := pgstore.New(pool, nil); return err },
+		"pgstore.Open":        func() error { _, err := pgstore.Open(ctx, "postgres://nobody@127.0.0.1:1/none", nil); return err },
+		"redisstore.New":      func() error { _, err := redisstore.New(rdb, nil); return err },
+		"redisstore.Open":     func() error { _, err := redisstore.Open(ctx, "redis://127.0.0.1:1", nil); return err },
+		"etcdstore.New":       func() error { _, err := etcdstore.New(cli, nil); return err },
+		"leasehttp.NewClient": func() error { _, err := leasehttp.NewClient("http://127.0.0.1:1", nil); return err },
+		"leasehttp.NewServer": func() error { _, err := leasehttp.NewServer(b, nil); return err },
+		"pgfence.New":         func() error { _, err := pgfence.New(ctx, pool, nil); return err },
+		"sqlfence.New":        func() error { _, err := sqlfence.New(ctx, new(sql.DB), sqlfence.SQLite, nil); return err },
+		"redisfence.New":      func() error { _, err := redisfence.New(ctx, rdb, nil); return err },
+		"fence.Middleware":    func() error { _, err := fence.Middleware(fence.NewMemory(fence.AtLeast), resource, nil); return err },
+		"semaphore.New":       func() error { _, err := semaphore.New(client, "s", 1, time.Second, nil); return err },
+		"election.Elector.Run": func() error {
+			return e.Run(ctx, "k", "v", func(context.Context, *election.Term) error { return nil }, nil)
+		},
+	}
+	for name, construct := range constructors {
+		t.Run(name, func(t *testing.T) {
+			err := func() (err error) {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panicked: %v", p)
+					}
+				}()
+				return construct()
+			}()
+			if !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("given a nil option: %v, want an error matching lease.ErrInvalid", err)
+			}
+		})
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -168,6 +168,7 @@ func ExampleClient_All() {
 		fmt.Println(err)
 		return
 	}
+	defer s.Close()
 	for _, k := range []string{"jobs/b", "jobs/a", "mail/x"} {
 		if _, err := s.Acquire(ctx, k, "worker", time.Minute); err != nil {
 			fmt.Println(err)

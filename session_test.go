@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 )
 
 // refuseKey refuses the renewals of one key with ErrNotHeld, as a backend

@@ -26,7 +26,8 @@ type Watcher interface {
 	// keep its changes. A break yields the events already buffered, then
 	// one error matching ErrUnavailable, and ends the stream; nothing
 	// after the last event delivered is known, so the caller resumes by
-	// calling Watch again, which starts again from the current state. A
+	// calling Watch again, which starts again from the current state
+	// (Follow does that, and says so with a Resync event). A
 	// bad prefix (see ValidatePrefix) yields one error matching
 	// ErrInvalid.
 	//
@@ -55,10 +56,15 @@ const (
 	// Expired is a lease whose TTL ran out on the backend's clock, as it
 	// was before.
 	Expired
+	// Resync is Follow's own, never a Watcher's: the watch broke and was
+	// started again, and the Held events and the Synced after it are the
+	// current state, which replaces everything told before. Its Lease is
+	// zero.
+	Resync
 )
 
 var eventKindNames = [...]string{Held: "held", Synced: "synced", Acquired: "acquired",
-	Renewed: "renewed", Released: "released", Expired: "expired"}
+	Renewed: "renewed", Released: "released", Expired: "expired", Resync: "resync"}
 
 // String returns the kind's name as the HTTP API spells it ("acquired").
 func (k EventKind) String() string {
@@ -68,10 +74,11 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// ParseEventKind is the inverse of EventKind.String. The error matches
-// ErrInvalid.
+// ParseEventKind is the inverse of EventKind.String for the kinds a Watcher
+// yields, Held to Expired: the names of the HTTP API's stream. Resync, which
+// no stream carries, is refused. The error matches ErrInvalid.
 func ParseEventKind(s string) (EventKind, error) {
-	for k, name := range eventKindNames {
+	for k, name := range eventKindNames[:Expired+1] {
 		if name != "" && name == s {
 			return EventKind(k), nil
 		}

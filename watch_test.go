@@ -26,6 +26,13 @@ func TestEventKindNames(t *testing.T) {
 			t.Errorf("ParseEventKind(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
+	// Resync, Follow's own, has a name but is no kind of the wire's.
+	if got := lease.Resync.String(); got != "resync" {
+		t.Errorf("Resync is named %q, want resync", got)
+	}
+	if k, err := lease.ParseEventKind("resync"); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("ParseEventKind(resync) = %v, %v; want ErrInvalid", k, err)
+	}
 	if got := lease.EventKind(0).String(); got != "unknown" {
 		t.Errorf("EventKind(0) = %q, want unknown", got)
 	}

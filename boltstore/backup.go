@@ -221,6 +221,9 @@ func Bump(n uint64) RestoreOption {
 func Restore(backup, path string, opts ...RestoreOption) (RestoreReport, error) {
 	cfg := restoreConfig{bump: DefaultBump}
 	for _, o := range opts {
+		if o == nil {
+			return RestoreReport{}, fmt.Errorf("%w: boltstore: restore: nil option", lease.ErrInvalid)
+		}
 		if err := o(&cfg); err != nil {
 			return RestoreReport{}, err
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
-	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
 	"github.com/leasehq/lease/leasehttp"
 )
 

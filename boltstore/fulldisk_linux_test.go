@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
-	"github.com/leasehq/lease/internal/disktest"
+	"github.com/leasehq/lease/internal/testkit/disktest"
 )
 
 func entries(t *testing.T, dir string) []string {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/recipetest"
+	"github.com/leasehq/lease/internal/testkit/recipetest"
 )
 
 // TestRecipes runs the recipe suite (election and semaphore under faults).

@@ -11,11 +11,13 @@
 // Campaign waits through lease.Client.Acquire: the backend's FIFO wait or
 // its notifications where it has them, a paced poll otherwise. Observe
 // follows the backend's watch of exactly its key where it has one
-// (lease.WatchKey: other keys that start with it never reach it) and does
-// not refuse it as unsupported (a leasehttp.Client whose server's backend
-// cannot watch), and otherwise reads the leader again when the backend
-// notifies a change, at the leader's expiry, and, while there is none, at a
-// backoff from 5 to 500 ms: it never polls without a pause.
+// (lease.FollowKey: other keys that start with it never reach it, and a
+// watch that breaks is watched again) and does not refuse it as unsupported
+// (a leasehttp.Client whose server's backend cannot watch), and otherwise
+// reads the leader again when the backend notifies a change, at the
+// leader's expiry, and, while there is none, at the Client's backoff
+// (lease.WithBackoff; 5 to 500 ms by default), on the Client's clock: it
+// never polls without a pause.
 package election
 
 import (
@@ -23,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -44,31 +47,30 @@ type Leader struct {
 	Expires time.Time
 }
 
-// Elector campaigns for and observes elections on one backend.
+// Elector campaigns for and observes elections through one lease.Client,
+// whose options reach everything it does: the Client's clock (its
+// lease.WithClock) times Observe's expiries and every wait, its backoff and
+// jitter (lease.WithBackoff, lease.WithJitter) pace Observe's reads and
+// Run's requeues, and its scheduler renews the terms.
 type Elector struct {
+	client  *lease.Client
 	backend lease.Backend
-	opts    []lease.Option
 	ttl     time.Duration
-	clock   lease.Clock // the Client's (lease.WithClock): Observe's expiry timers
+	clock   lease.Clock        // the Client's (lease.WithClock): Observe's expiry timers
+	follow  lease.FollowOption // the Client's clock and jitter for Observe's pauses
 }
 
-// New returns an Elector whose terms last ttl between renewals. opts
-// configure the lease.Client each Campaign runs (clock, drift margin,
-// backoff); the owner it acquires as is always the value that Campaign
-// announces, whatever lease.WithOwner says.
-func New(b lease.Backend, ttl time.Duration, opts ...lease.Option) (*Elector, error) {
-	if b == nil {
-		return nil, fmt.Errorf("%w: election: backend is nil", lease.ErrInvalid)
+// New returns an Elector that campaigns through c, whose terms last ttl
+// between renewals. A term is held under the value Campaign announces, not
+// c's owner (lease.Client.WithOwner), and renewed with c's other holds.
+func New(c *lease.Client, ttl time.Duration) (*Elector, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: election: client is nil", lease.ErrInvalid)
 	}
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	// Built once here so that a bad option fails New, not each Campaign.
-	c, err := lease.NewClient(b, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Elector{backend: b, opts: opts, ttl: ttl, clock: c.Clock()}, nil
+	return &Elector{client: c, backend: c.Backend(), ttl: ttl, clock: c.Clock(), follow: lease.FollowClient(c)}, nil
 }
 
 // Term is a won election: a lease on the key, held and renewed until
@@ -113,8 +115,68 @@ func (t *Term) Resign(ctx context.Context) error {
 	return fmt.Errorf("election: resigning %q: %w", t.Lease().Key, err)
 }
 
-// resignTimeout bounds Lead's resignation when its ctx ends.
+// resignTimeout bounds the resignation of a term whose ctx ended (Lead's,
+// Run's).
 const resignTimeout = 10 * time.Second
+
+// resignOnEnd resigns t because ctx ended, within resignTimeout. The bound
+// is a lazyTimeout: a backend that answers without looking at its context
+// (memstore, boltstore) sets no timer, whose setup (the runtime wakes a
+// thread to see the new earliest timer) would otherwise be a good part of
+// an in-process hand-off.
+func resignOnEnd(ctx context.Context, t *Term) error {
+	rctx := &lazyTimeout{parent: context.WithoutCancel(ctx), timeout: resignTimeout}
+	defer rctx.stop()
+	return t.Resign(rctx)
+}
+
+// lazyTimeout is context.WithTimeout(parent, timeout), made the first time
+// it is asked anything (so the timeout runs from then: for a backend's
+// request, from its start). context.WithCancel and its kin ask for Done
+// and Value, so that a child of it is the real context's child.
+type lazyTimeout struct {
+	parent  context.Context
+	timeout time.Duration
+
+	mu      sync.Mutex
+	ctx     context.Context // nil until asked
+	cancel  context.CancelFunc
+	stopped bool
+}
+
+func (l *lazyTimeout) real() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithTimeout(l.parent, l.timeout)
+		if l.stopped {
+			l.cancel()
+		}
+	}
+	return l.ctx
+}
+
+// stop ends it, as WithTimeout's cancel; asked afterwards, it has ended.
+func (l *lazyTimeout) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.cancel != nil {
+		l.cancel()
+	}
+}
+
+// Deadline implements context.Context.
+func (l *lazyTimeout) Deadline() (time.Time, bool) { return l.real().Deadline() }
+
+// Done implements context.Context.
+func (l *lazyTimeout) Done() <-chan struct{} { return l.real().Done() }
+
+// Err implements context.Context.
+func (l *lazyTimeout) Err() error { return l.real().Err() }
+
+// Value implements context.Context.
+func (l *lazyTimeout) Value(key any) any { return l.real().Value(key) }
 
 // Lead is Campaign for a term that lasts at most as long as ctx: when ctx
 // ends (a process shutting down), the term is resigned at once in the
@@ -129,9 +191,7 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 		return nil, err
 	}
 	t.unbind = context.AfterFunc(ctx, func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
-		defer cancel()
-		_ = t.Resign(rctx) // nothing to tell: the lease ends at its TTL at the latest
+		_ = resignOnEnd(ctx, t) // nothing to tell: the lease ends at its TTL at the latest
 	})
 	return t, nil
 }
@@ -142,7 +202,7 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 // hung server (a lease granted as it gave up is given back). value is
 // checked as a lease's owner is (lease.ValidateOwner).
 func (e *Elector) Campaign(ctx context.Context, key, value string) (*Term, error) {
-	c, err := lease.NewClient(e.backend, append(e.opts[:len(e.opts):len(e.opts)], lease.WithOwner(value))...)
+	c, err := e.client.WithOwner(value)
 	if err != nil {
 		return nil, err
 	}
@@ -184,26 +244,37 @@ func leaderOf(l lease.Lease) Leader {
 // backend's clock, so a skew between the two clocks moves that moment by
 // as much. Reading instead of watching (a backend that cannot watch), it
 // reads the leader again at its Expires and reports what it finds; a read
-// that hangs holds the last report until it fails.
+// that hangs or fails holds the last report (one that fails with
+// lease.ErrUnavailable is read again at the backoff).
 //
-// It ends without an error when ctx ends, and with one error when the
-// backend fails or its watch breaks (a silent leasehttp stream among
-// them); observing again starts from the leader of that moment.
-func (e *Elector) Observe(ctx context.Context, key string) iter.Seq2[Leader, error] {
-	if err := lease.ValidateKey(key); err != nil {
+// A watch that breaks (the backend failed or restarted, a leasehttp stream
+// went silent) is watched again (lease.FollowKey) after a pause on the
+// Elector's clock, jittered from its source (lease.FollowClient), as a failed read is read again; meanwhile the leader
+// last reported stands until its Expires, and the new watch's leader is
+// reported if it is another. opts tune that (lease.FollowBackoff), or hear
+// each break (lease.FollowOnBreak, whose error ends Observe with it); they
+// apply to the watch, not to reading. Observe ends without an error when
+// ctx ends, and with one error that observing again cannot mend (a
+// refused credential, a bad option).
+func (e *Elector) Observe(ctx context.Context, key string, opts ...lease.FollowOption) iter.Seq2[Leader, error] {
+	err := lease.ValidateKey(key)
+	if err == nil {
+		err = lease.ValidateFollowOptions(opts...)
+	}
+	if err != nil {
 		return func(yield func(Leader, error) bool) { yield(Leader{}, err) }
 	}
 	if w, ok := e.backend.(lease.Watcher); ok {
-		return e.observeWatch(ctx, w, key)
+		return e.observeWatch(ctx, w, key, append([]lease.FollowOption{e.follow}, opts...))
 	}
 	return e.observePoll(ctx, key)
 }
 
-// observeWatch follows the backend's watch of exactly key (lease.WatchKey),
-// with a timer at the reported leader's Expires. A watch refused as
-// unsupported (a leasehttp.Client whose server's backend cannot watch)
-// gives way to reading the leader.
-func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string) iter.Seq2[Leader, error] {
+// observeWatch follows the backend's watch of exactly key
+// (lease.FollowKey), with a timer at the reported leader's Expires. A watch
+// refused as unsupported (a leasehttp.Client whose server's backend cannot
+// watch) gives way to reading the leader.
+func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string, opts []lease.FollowOption) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
 		wctx, cancel := context.WithCancel(ctx)
 		type item struct {
@@ -213,7 +284,7 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 		items := make(chan item)
 		go func() {
 			defer close(items)
-			for ev, err := range lease.WatchKey(wctx, w, key) {
+			for ev, err := range lease.FollowKey(wctx, w, key, opts...) {
 				select {
 				case items <- item{ev, err}:
 				case <-wctx.Done():
@@ -230,8 +301,12 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 			cur    = Leader{Key: key} // what was last reported, once synced
 			stale  Leader             // the term cur was until its Expires passed unrenewed
 			synced bool
-			timer  lease.Timer
-			due    = make(chan struct{}, 1)
+			// After a break (lease.Resync), the new picture's leader, to
+			// be compared with cur at its Synced.
+			picture   Leader
+			resyncing bool
+			timer     lease.Timer
+			due       = make(chan struct{}, 1)
 		)
 		// arm sets the timer at cur's Expires on the Elector's clock.
 		arm := func() {
@@ -289,7 +364,40 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 					return
 				}
 				ev := it.ev
-				if ev.Kind == lease.Synced {
+				switch ev.Kind {
+				case lease.Resync:
+					// The watch broke and a new picture comes, which
+					// replaces what is known at its Synced; until then
+					// the leader reported stands, until its Expires.
+					if synced {
+						resyncing, picture = true, Leader{Key: key}
+					} else {
+						cur = Leader{Key: key} // a first picture cut short: none reported
+					}
+					continue
+				case lease.Held:
+					if resyncing {
+						picture = leaderOf(ev.Lease)
+						continue
+					}
+				case lease.Synced:
+					if resyncing {
+						// The new picture's leader is a change if it is
+						// another term; the same term brings its Expires.
+						resyncing = false
+						prev := cur
+						if picture.Token == cur.Token {
+							cur.Expires = picture.Expires
+						} else {
+							cur = picture
+						}
+						freshen()
+						arm()
+						if cur.Token != prev.Token && !yield(cur, nil) {
+							return
+						}
+						continue
+					}
 					synced = true
 					freshen()
 					arm()
@@ -339,10 +447,17 @@ func (e *Elector) observeWatch(ctx context.Context, w lease.Watcher, key string)
 	}
 }
 
+// loop returns a wait paced by p on the Elector's clock.
+func (e *Elector) loop(p *wait.Pacer) wait.Loop {
+	return wait.OnClock(p, e.clock.Now, e.clock.AfterFunc)
+}
+
 // observePoll reads the leader again whenever it may have changed.
 func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
-		loop := wait.Loop{Pacer: wait.NewPacer(5*time.Millisecond, 500*time.Millisecond, nil), NotifyMax: 5 * time.Second}
+		lo, hi := e.client.Backoff()
+		loop := e.loop(wait.NewPacer(lo, hi, nil))
+		loop.NotifyMax = 5 * time.Second
 		notifier, _ := e.backend.(lease.Notifier)
 		var (
 			cur   Leader
@@ -355,6 +470,14 @@ func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader,
 				return
 			case errors.Is(err, ErrNoLeader):
 				now = Leader{Key: key}
+			case errors.Is(err, lease.ErrUnavailable):
+				// Read again at the pace, as a broken watch is
+				// watched again; the last report stands meanwhile.
+				loop.Notify = nil
+				if loop.Wait(ctx, time.Time{}) != nil {
+					return
+				}
+				continue
 			case err != nil:
 				yield(Leader{}, err)
 				return

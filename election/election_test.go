@@ -11,7 +11,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/fence"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -27,9 +27,14 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func newElector(t *testing.T, b lease.Backend, ttl time.Duration) *election.Elector {
+// newElector is an Elector on a Client of its own on b, made with opts.
+func newElector(t *testing.T, b lease.Backend, ttl time.Duration, opts ...lease.Option) *election.Elector {
 	t.Helper()
-	e, err := election.New(b, ttl)
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := election.New(c, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,11 +217,7 @@ func TestLostTermIsFenced(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	elector := func(b lease.Backend) *election.Elector {
 		t.Helper()
-		e, err := election.New(b, ttl, lease.WithClock(clock))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
+		return newElector(t, b, ttl, lease.WithClock(clock))
 	}
 	a, err := elector(failRenew{store}).Campaign(ctx, "svc", "a")
 	if err != nil {
@@ -278,7 +279,11 @@ func TestBadInput(t *testing.T) {
 	if _, err := election.New(nil, time.Second); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("New(nil): %v, want ErrInvalid", err)
 	}
-	if _, err := election.New(memtest.New(t), time.Nanosecond); !errors.Is(err, lease.ErrInvalid) {
+	c, err := lease.NewClient(memtest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := election.New(c, time.Nanosecond); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("New with a 1ns TTL: %v, want ErrInvalid", err)
 	}
 	e := newElector(t, memtest.New(t), time.Second)

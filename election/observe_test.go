@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"testing"
 	"testing/synctest"
@@ -35,6 +36,35 @@ func (s silentAfterSync) Watch(ctx context.Context, prefix string) iter.Seq2[lea
 	}
 }
 
+// observeUnrenewed, in a synctest bubble, acquires "svc" for a on store for
+// a second, never renewed, and observes it through b until the returned
+// cancel: it returns a's lease and the reports, the first one (a) taken.
+func observeUnrenewed(t *testing.T, store lease.Backend, b lease.Backend) (lease.Lease, <-chan election.Leader, context.CancelFunc) {
+	t.Helper()
+	e := newElector(t, b, time.Second)
+	l, err := store.Acquire(t.Context(), "svc", "a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	seen := make(chan election.Leader, 10)
+	go func() {
+		for ld, err := range e.Observe(ctx, "svc") {
+			if err != nil {
+				t.Errorf("Observe: %v", err)
+				return
+			}
+			seen <- ld
+		}
+	}()
+	synctest.Wait()
+	if ld := <-seen; ld.Value != "a" || ld.Token != l.Token {
+		t.Fatalf("first report %+v, want a", ld)
+	}
+	return l, seen, cancel
+}
+
 // TestObserveNeverReportsALeaderPastExpires: a leader whose Expires passes
 // with no renewal seen is no longer reported, whether or not the backend's
 // watch tells its expiry (here it tells nothing more at all): Observe
@@ -45,30 +75,7 @@ func TestObserveNeverReportsALeaderPastExpires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := election.New(silentAfterSync{store, store}, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := store.Acquire(t.Context(), "svc", "a", time.Second) // nobody renews it
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		seen := make(chan election.Leader, 10)
-		go func() {
-			for ld, err := range e.Observe(ctx, "svc") {
-				if err != nil {
-					t.Errorf("Observe: %v", err)
-					return
-				}
-				seen <- ld
-			}
-		}()
-		synctest.Wait()
-		if ld := <-seen; ld.Value != "a" || ld.Token != l.Token {
-			t.Fatalf("first report %+v, want a", ld)
-		}
+		l, seen, cancel := observeUnrenewed(t, store, silentAfterSync{store, store})
 		time.Sleep(time.Until(l.Expires) - time.Millisecond)
 		synctest.Wait()
 		select {
@@ -239,5 +246,196 @@ func TestLeadEndsWithItsContext(t *testing.T) {
 			t.Fatalf("a Campaign whose ctx ended after it won: %v, want the term still held", err)
 		}
 		_ = held.Resign(t.Context())
+	})
+}
+
+// cutOnCue is a backend whose watch breaks (lease.ErrUnavailable) when the
+// test sends on cut, as a restarting server's stream does. It offers Watch
+// alone (not WatchKey, which would bypass it).
+type cutOnCue struct {
+	lease.Backend
+	w   lease.Watcher
+	cut chan struct{}
+}
+
+func (c cutOnCue) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cut := make(chan struct{})
+		go func() {
+			select {
+			case <-c.cut:
+				close(cut)
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		for ev, err := range c.w.Watch(wctx, prefix) {
+			if !yield(ev, err) {
+				return
+			}
+		}
+		select {
+		case <-cut:
+			yield(lease.Event{}, fmt.Errorf("%w: cutOnCue: the watch breaks", lease.ErrUnavailable))
+		default:
+		}
+	}
+}
+
+// TestObserveResumesAfterABreak: a watch that breaks is watched again, and
+// Observe goes on: a leader that changed while no watch was open is
+// reported from the new watch's picture, one that did not is not reported
+// twice, and the changes after it are reported as before.
+func TestObserveResumesAfterABreak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := cutOnCue{Backend: store, w: store, cut: make(chan struct{})}
+		e := newElector(t, b, time.Minute)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		la, err := store.Acquire(ctx, "svc", "a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := make(chan election.Leader, 10)
+		breaks := 0
+		go func() {
+			defer close(seen)
+			for ld, err := range e.Observe(ctx, "svc", lease.FollowOnBreak(func(error, time.Duration) error {
+				breaks++
+				return nil
+			})) {
+				if err != nil {
+					t.Errorf("Observe: %v", err)
+					return
+				}
+				seen <- ld
+			}
+		}()
+		report := func(what string) election.Leader {
+			t.Helper()
+			synctest.Wait()
+			select {
+			case ld := <-seen:
+				return ld
+			default:
+				t.Fatalf("no report %s", what)
+				return election.Leader{}
+			}
+		}
+		if ld := report("at the start"); ld.Value != "a" {
+			t.Fatalf("first report %+v, want a", ld)
+		}
+		// The watch breaks; a hands over to b while no watch is open.
+		b.cut <- struct{}{}
+		synctest.Wait()
+		if err := store.Release(ctx, la); err != nil {
+			t.Fatal(err)
+		}
+		lb, err := store.Acquire(ctx, "svc", "b", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second) // past any pause before the next watch
+		if ld := report("after the break"); ld.Value != "b" || ld.Token != lb.Token {
+			t.Fatalf("after the break: %+v, want b", ld)
+		}
+		// A break with no change meanwhile tells nothing new.
+		b.cut <- struct{}{}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		select {
+		case ld := <-seen:
+			t.Fatalf("after a break with b still leader: %+v, want no report", ld)
+		default:
+		}
+		// b resigns while no watch is open: the new picture has no leader.
+		b.cut <- struct{}{}
+		synctest.Wait()
+		if err := store.Release(ctx, lb); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second)
+		if ld := report("after b's release"); ld.Token != 0 || ld.Key != "svc" {
+			t.Fatalf("after b's release: %+v, want no leader", ld)
+		}
+		// And the watch goes on.
+		lc, err := store.Acquire(ctx, "svc", "c", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ld := report("after c's election"); ld.Token != lc.Token {
+			t.Fatalf("after c's election: %+v, want c", ld)
+		}
+		if breaks != 3 {
+			t.Errorf("FollowOnBreak heard %d breaks, want 3", breaks)
+		}
+		cancel()
+		for range seen {
+		}
+	})
+}
+
+// breakThenStall is a backend whose first watch breaks right after its
+// Synced, and whose later watches tell the state and then nothing, not even
+// Synced: a new picture that never completes (a server that hangs after a
+// restart).
+type breakThenStall struct {
+	lease.Backend
+	w       lease.Watcher
+	watches *int
+}
+
+func (b breakThenStall) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		*b.watches++
+		first := *b.watches == 1
+		for ev, err := range b.w.Watch(ctx, prefix) {
+			if ev.Kind == lease.Synced && !first {
+				<-ctx.Done()
+				return
+			}
+			if !yield(ev, err) {
+				return
+			}
+			if ev.Kind == lease.Synced {
+				yield(lease.Event{}, fmt.Errorf("%w: breakThenStall: the watch breaks", lease.ErrUnavailable))
+				return
+			}
+		}
+	}
+}
+
+// TestObserveLeaderExpiresDuringAResync: while a new watch's picture comes
+// in after a break, the leader last reported is still never reported past
+// its Expires.
+func TestObserveLeaderExpiresDuringAResync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var watches int
+		l, seen, cancel := observeUnrenewed(t, store, breakThenStall{store, store, &watches})
+		time.Sleep(time.Until(l.Expires))
+		synctest.Wait()
+		if watches < 2 {
+			t.Fatalf("%d watches by a's Expires, want the second one stalled", watches)
+		}
+		select {
+		case ld := <-seen:
+			if ld.Token != 0 {
+				t.Fatalf("at a's Expires: %+v, want no leader known", ld)
+			}
+		default:
+			t.Fatal("a is still reported as leader at its Expires, during a new picture")
+		}
+		cancel()
+		synctest.Wait()
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -29,7 +28,6 @@ type runConfig struct {
 	minBackoff       time.Duration
 	maxBackoff       time.Duration
 	keepOnCancel     bool
-	jitter           func() float64
 }
 
 // OnNewLeader makes Run call f with each leader of the key as Observe
@@ -61,9 +59,10 @@ func OnStoppedLeading(f func(t *Term, cause error)) RunOption {
 }
 
 // WithRequeueBackoff sets how long Run waits before it campaigns again
-// after a term was lost or a campaign failed: a jittered backoff that
-// doubles from min to max, and starts again from min after each term. The
-// default is 50 ms to 5 s. A term Lead gave up campaigns again at once.
+// after a term was lost or a campaign failed: a backoff that doubles from
+// min to max, and starts again from min after each term, jittered from the
+// Elector's Client's source and timed on its clock. The default is 50 ms
+// to 5 s. A term Lead gave up campaigns again at once.
 func WithRequeueBackoff(min, max time.Duration) RunOption {
 	return func(c *runConfig) error {
 		if min <= 0 || max < min {
@@ -115,7 +114,7 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 	if lead == nil {
 		return fmt.Errorf("%w: election: Run with a nil Lead", lease.ErrInvalid)
 	}
-	cfg := runConfig{minBackoff: 50 * time.Millisecond, maxBackoff: 5 * time.Second, jitter: rand.Float64}
+	cfg := runConfig{minBackoff: 50 * time.Millisecond, maxBackoff: 5 * time.Second}
 	for _, o := range opts {
 		if o == nil {
 			return fmt.Errorf("%w: election: nil RunOption", lease.ErrInvalid)
@@ -139,7 +138,7 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 		}()
 		defer func() { stop(); <-done }()
 	}
-	requeue := wait.Loop{Pacer: wait.NewPacer(cfg.minBackoff, cfg.maxBackoff, cfg.jitter)}
+	requeue := e.loop(wait.NewPacer(cfg.minBackoff, cfg.maxBackoff, e.client.Jitter))
 	for {
 		t, err := e.Campaign(ctx, key, value)
 		switch {
@@ -182,6 +181,9 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 	defer stop()
 	err = lead(tctx, t)
 	ended := tctx.Err() != nil // the term or ctx ended first: lead's error is its answer to that
+	// Before resigning: Resign ends the term's context, which would start
+	// the AfterFunc in a goroutine of its own on the hand-off's path.
+	stop()
 	cancel(nil)
 	switch {
 	case ctx.Err() != nil:
@@ -209,9 +211,7 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 // KeepTermOnCancel, then OnStoppedLeading with ctx's cause.
 func (e *Elector) stop(ctx context.Context, t *Term, cfg *runConfig) {
 	if !cfg.keepOnCancel {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_ = t.Resign(rctx)
-		cancel()
+		_ = resignOnEnd(ctx, t)
 	}
 	cfg.stopped(t, context.Cause(ctx))
 }
@@ -222,21 +222,15 @@ func (cfg *runConfig) stopped(t *Term, cause error) {
 	}
 }
 
-// notifyLeaders calls f with each leader Observe reports, observing again
-// after a backoff when the observation breaks, until ctx ends.
+// notifyLeaders calls f with each leader Observe reports (which follows
+// the watch across its breaks) until ctx ends, or until Observe meets an
+// error that observing again cannot mend.
 func (e *Elector) notifyLeaders(ctx context.Context, key string, f func(Leader)) {
-	again := wait.Loop{Pacer: wait.NewPacer(50*time.Millisecond, 5*time.Second, rand.Float64)}
-	for ctx.Err() == nil {
-		for l, err := range e.Observe(ctx, key) {
-			if err != nil {
-				break
-			}
-			again.Pacer.Reset()
-			f(l)
-		}
-		if again.Wait(ctx, time.Time{}) != nil {
+	for l, err := range e.Observe(ctx, key) {
+		if err != nil {
 			return
 		}
+		f(l)
 	}
 }
 

@@ -2,10 +2,16 @@ package election_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/leasetest/fakeclock"
+	"github.com/leasehq/lease/memstore"
 )
 
 // TestRunTellsOfNewLeaders: OnNewLeader hears the leader of the moment,
@@ -61,4 +67,118 @@ func TestRunTellsOfNewLeaders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hungRelease is a backend whose Release hangs until its context ends, and
+// says when that was.
+type hungRelease struct {
+	lease.Backend
+	ended chan time.Time
+}
+
+func (b *hungRelease) Release(ctx context.Context, _ lease.Lease) error {
+	<-ctx.Done()
+	b.ended <- time.Now()
+	return ctx.Err()
+}
+
+// TestShutdownResignIsBounded: the resignation when Run's or Lead's
+// context ends is bounded (10 s) against a backend that hangs, so that a
+// shutdown ends.
+func TestShutdownResignIsBounded(t *testing.T) {
+	const bound = 10 * time.Second
+	for _, tc := range []struct {
+		name string
+		// lead wins a term, tells won, and holds it until ctx ends.
+		lead func(ctx context.Context, e *election.Elector, won chan<- struct{}) error
+	}{
+		{"Run", func(ctx context.Context, e *election.Elector, won chan<- struct{}) error {
+			return e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
+				close(won)
+				<-ctx.Done()
+				return nil
+			})
+		}},
+		{"Lead", func(ctx context.Context, e *election.Elector, won chan<- struct{}) error {
+			term, err := e.Lead(ctx, "svc", "a")
+			if err != nil {
+				return err
+			}
+			close(won)
+			<-term.Context().Done() // the term ends (resigning) with ctx
+			synctest.Wait()         // the resignation in the background is under way or done
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store, err := memstore.New()
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := &hungRelease{Backend: store, ended: make(chan time.Time, 1)}
+				e := newElector(t, b, time.Minute)
+				ctx, cancel := context.WithCancel(context.Background())
+				won, done := make(chan struct{}), make(chan error, 1)
+				go func() { done <- tc.lead(ctx, e, won) }()
+				<-won
+				start := time.Now()
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if ended := (<-b.ended).Sub(start); ended != bound {
+					t.Errorf("the hung resignation ended after %v, want %v", ended, bound)
+				}
+			})
+		})
+	}
+}
+
+// failAcquire is a backend whose acquisitions fail as an unreachable one's
+// do, counting them; it hides the backend's other abilities.
+type failAcquire struct {
+	lease.Backend
+	calls atomic.Int32
+}
+
+func (f *failAcquire) Acquire(context.Context, string, string, time.Duration) (lease.Lease, error) {
+	f.calls.Add(1)
+	return lease.Lease{}, lease.ErrUnavailable
+}
+
+// TestRunRequeuesOnTheClientsClock: after a failed campaign, Run waits
+// its requeue backoff on the Elector's Client's clock, jittered from the
+// Client's source: with the fake clock standing still it does not campaign
+// again, and once the clock passes the backoff it does.
+func TestRunRequeuesOnTheClientsClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := fakeclock.New(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+		t0 := clk.Now()
+		b := &failAcquire{Backend: memtest.New(t)}
+		e := newElector(t, b, time.Minute, lease.WithClock(clk), lease.WithJitter(func() float64 { return 0 }))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error { return nil },
+				election.WithRequeueBackoff(time.Hour, time.Hour))
+		}()
+		synctest.Wait()
+		if n := b.calls.Load(); n != 1 {
+			t.Fatalf("%d campaigns before the backoff, want 1", n)
+		}
+		// No jitter: half the backoff.
+		if p := clk.Pending(); len(p) != 1 || !p[0].Equal(t0.Add(30*time.Minute)) {
+			t.Fatalf("timers pending on the Client's clock: %v, want the requeue at %v", p, t0.Add(30*time.Minute))
+		}
+		clk.Advance(30 * time.Minute)
+		synctest.Wait()
+		if n := b.calls.Load(); n != 2 {
+			t.Fatalf("%d campaigns once the fake clock passed the backoff, want 2", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
 }

@@ -9,8 +9,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/leasehq/lease/etcdstore"
-	"github.com/leasehq/lease/internal/benchutil"
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
 )
 
 // BenchmarkCompareEtcd compares, on one embedded etcd node, with distinct

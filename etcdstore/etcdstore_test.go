@@ -11,7 +11,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/etcdstore"
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
 	"github.com/leasehq/lease/leasetest"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/fence"
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
 )
 
 // failoverRun is one run of TestFailover's workload.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/etcdstore"
-	"github.com/leasehq/lease/internal/etcdtest"
-	"github.com/leasehq/lease/internal/recipetest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/recipetest"
 )
 
 // TestRecipes runs the recipe suite (election and semaphore under faults).

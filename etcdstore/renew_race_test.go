@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
 )
 
 // gatedLease holds up the first KeepAliveOnce made after arm until proceed

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
 )
 
 // rpcCounter counts a client's gRPC calls and streams by method.

@@ -9,8 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/benchutil"
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
 )
 
 // BenchmarkWatchRenewCost measures what Watch costs Renew, watched or not:

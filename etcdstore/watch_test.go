@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease/etcdstore"
-	"github.com/leasehq/lease/internal/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
 	"github.com/leasehq/lease/leasetest"
 )
 

@@ -78,6 +78,7 @@ func ExampleNewHoldTransport() {
 		fmt.Println(err)
 		return
 	}
+	defer store.Close()
 	client, err := lease.NewClient(store, lease.WithOwner("worker-a"))
 	if err != nil {
 		fmt.Println(err)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehq/lease/internal/benchutil"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasehttp"
 )
 

@@ -159,6 +159,9 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 		backoff:  25 * time.Millisecond,
 	}
 	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: leasehttp: nil option", lease.ErrInvalid)
+		}
 		if err := o(&c.clientConfig); err != nil {
 			return nil, err
 		}

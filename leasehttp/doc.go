@@ -166,7 +166,9 @@
 // The Client's Watch reads the stream as it arrives, buffering up to
 // WatchBuffer events after synced for a caller that has not taken them, and
 // cuts off a caller further behind with an error matching
-// lease.ErrUnavailable, as backends do. It does not reconnect by itself.
+// lease.ErrUnavailable, as backends do. It does not reconnect by itself:
+// lease.Follow over it does (a new stream from the current state after a
+// pause, announced by a lease.Resync event).
 //
 // An error answered before the request's body was read (401, 403, 404, 405,
 // 415) closes the connection instead of reading the body, so a client

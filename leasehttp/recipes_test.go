@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/recipetest"
+	"github.com/leasehq/lease/internal/testkit/recipetest"
 	"github.com/leasehq/lease/leasehttp"
 )
 

@@ -156,6 +156,9 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 	}
 	cfg := serverConfig{log: slog.Default(), maxWait: DefaultMaxWait, grace: DefaultWaitGrace}
 	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: leasehttp: nil option", lease.ErrInvalid)
+		}
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}

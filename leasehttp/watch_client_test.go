@@ -1,14 +1,17 @@
 package leasehttp_test
 
 import (
+	"context"
 	"errors"
+	"iter"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -171,5 +174,62 @@ func TestClientWatchHeartbeatHeader(t *testing.T) {
 			t.Errorf("%s %q: %v, want ErrUnavailable naming the header", leasehttp.HeartbeatHeader, v, err)
 		}
 		hs.Close()
+	}
+}
+
+// followed is a lease.Watcher whose Watch is lease.Follow over w, pausing
+// 10 ms after each break and calling onBreak before the pause.
+type followed struct {
+	w       lease.Watcher
+	onBreak func(error)
+}
+
+func (f followed) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return lease.Follow(ctx, f.w, prefix, lease.FollowBackoff(10*time.Millisecond, 10*time.Millisecond),
+		lease.FollowOnBreak(func(err error, _ time.Duration) error { f.onBreak(err); return nil }))
+}
+
+// TestFollowOverASilentStream: lease.Follow over a Client whose stream went
+// silent (a frozen link) watches again once the link is back, and the new
+// stream, after a Resync, tells what changed while the link was frozen.
+func TestFollowOverASilentStream(t *testing.T) {
+	mem := memtest.New(t)
+	const hb = 50 * time.Millisecond
+	_, hs := startServer(t, mem, leasehttp.WithHeartbeat(hb))
+	px := newFreezeProxy(t, hs.Listener.Addr().String())
+	broke := make(chan error)
+	resume := make(chan struct{})
+	ch, _ := goWatch(t, followed{w: newClient(t, px.URL()), onBreak: func(err error) {
+		broke <- err
+		<-resume
+	}}, "jobs/")
+	if keys := syncedKeys(t, ch); len(keys) != 0 {
+		t.Fatalf("state %q, want none", keys)
+	}
+	px.freeze()
+	select {
+	case err := <-broke:
+		if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "silent") {
+			t.Errorf("break %v, want ErrUnavailable saying the stream went silent", err)
+		}
+	case <-time.After(patience):
+		t.Fatalf("no break within %v of the freeze", patience)
+	}
+	mustAcquire(t, mem, "jobs/a") // while no stream is open
+	px.thaw()
+	close(resume)
+	var kinds []string
+	for {
+		it, ok := nextItem(t, ch, "the new picture")
+		if !ok || it.err != nil {
+			t.Fatalf("the followed watch ended: %v", it.err)
+		}
+		kinds = append(kinds, it.ev.Kind.String()+" "+it.ev.Lease.Key)
+		if it.ev.Kind == lease.Synced {
+			break
+		}
+	}
+	if want := []string{"resync ", "held jobs/a", "synced "}; !slices.Equal(kinds, want) {
+		t.Errorf("after the break: %q, want %q", kinds, want)
 	}
 }

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
 
-// The Compare benchmarks are read by internal/benchreport (`make bench`),
+// The Compare benchmarks are read by tools/benchreport (`make bench`),
 // which puts the seed's TypeScript LeaseStore under Node.js (impl seed-node,
 // run by scripts/seedbench on the same work) first in each group: it is the
 // baseline the issue's targets are stated against.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 )
 
 // BenchmarkListWalk walks all pages of a store of 10^5 held leases at the

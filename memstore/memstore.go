@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -37,6 +38,10 @@ type Store struct {
 	idx      index
 	ids      sync.Pool // *idSource, one per processor in use
 	watch    *watchhub.Hub
+
+	closed    atomic.Bool   // set first by Close: operations fail, timers do nothing
+	done      chan struct{} // closed by Close: waiters leave
+	closeOnce sync.Once
 }
 
 var (
@@ -177,11 +182,14 @@ func WithClock(clk lease.Clock) Option {
 func New(opts ...Option) (*Store, error) {
 	var cfg config
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: memstore: nil option", lease.ErrInvalid)
+		}
 		if err := opt(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	s := &Store{base: time.Now(), clock: cfg.clock}
+	s := &Store{base: time.Now(), clock: cfg.clock, done: make(chan struct{})}
 	s.hasher.init()
 	if s.clock != nil {
 		s.base = s.clock.Now()
@@ -196,6 +204,33 @@ func New(opts ...Option) (*Store, error) {
 	}
 	return s, nil
 }
+
+// Close ends the store, as boltstore's Close does: pending AcquireWait
+// calls and watchers end with an error matching lease.ErrUnavailable, and
+// so does every operation after it; the expiry checks it has pending are
+// stopped, so that a closed store keeps no timer (nor, through one, itself)
+// alive. The leases it held are gone with it. Close is idempotent and
+// returns nil: the error is there so that a Store is an io.Closer like the
+// other stores, and code that closes whatever backend it was given closes
+// this one too.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.done)
+		s.watch.Close(errClosed)
+		s.idx.entries(func(e *entry) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if t := e.timer(); t != nil {
+				t.Stop()
+				e.p.timer = nil
+			}
+		})
+	})
+	return nil
+}
+
+var errClosed = fmt.Errorf("%w: memstore: store is closed", lease.ErrUnavailable)
 
 // now returns the store's clock as an offset from base. The real clock is
 // read through time.Since, which reads only the monotonic clock. An injected
@@ -256,6 +291,9 @@ func (s *Store) Acquire(_ context.Context, key, owner string, ttl time.Duration)
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
+	if s.closed.Load() {
+		return lease.Lease{}, errClosed
+	}
 	h := s.hash(key)
 	e := s.idx.lookup(h, key)
 	// Only valid keys and owners are ever stored: a key found in the index,
@@ -299,6 +337,9 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
+	if s.closed.Load() {
+		return lease.Lease{}, errClosed
+	}
 	e := s.locked(s.hash(key), key, true)
 	now := s.now()
 	s.expireLocked(e, now)
@@ -319,10 +360,14 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	s.armLocked(e, now)
 	e.mu.Unlock()
 
+	var err error
 	select {
 	case l := <-w.ch:
 		return l, nil
 	case <-ctx.Done():
+		err = context.Cause(ctx)
+	case <-s.done:
+		err = errClosed
 	}
 	e.mu.Lock()
 	if e.p != nil { // it stays while w is in it
@@ -330,19 +375,22 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 			e.p.waiters = slices.Delete(e.p.waiters, i, i+1)
 			e.settle()
 			e.mu.Unlock()
-			return lease.Lease{}, context.Cause(ctx)
+			return lease.Lease{}, err
 		}
 	}
 	e.mu.Unlock()
 	// Granted as ctx ended: give it back so the next waiter gets it.
 	_ = s.Release(context.Background(), <-w.ch)
-	return lease.Lease{}, context.Cause(ctx)
+	return lease.Lease{}, err
 }
 
 // Renew implements lease.Backend.
 func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
+	}
+	if s.closed.Load() {
+		return lease.Lease{}, errClosed
 	}
 	now := s.now()
 	e, err := s.current(&l, now)
@@ -361,6 +409,9 @@ func (s *Store) Renew(_ context.Context, l lease.Lease, ttl time.Duration) (leas
 
 // Release implements lease.Backend.
 func (s *Store) Release(_ context.Context, l lease.Lease) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	now := s.now()
 	e, err := s.current(&l, now)
 	if err != nil {
@@ -385,6 +436,9 @@ func (s *Store) Get(_ context.Context, key string) (lease.Lease, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Lease{}, err
 	}
+	if s.closed.Load() {
+		return lease.Lease{}, errClosed
+	}
 	e := s.locked(s.hash(key), key, false)
 	if e == nil {
 		return lease.Lease{}, lease.ErrNotFound
@@ -408,6 +462,9 @@ func (s *Store) List(_ context.Context, prefix string, page lease.Page) (lease.L
 	limit, after, err := lease.ParseList(prefix, page)
 	if err != nil {
 		return lease.ListPage{}, err
+	}
+	if s.closed.Load() {
+		return lease.ListPage{}, errClosed
 	}
 	big, small := s.idx.sorted()
 	big, small = from(big, prefix, after), from(small, prefix, after)
@@ -515,6 +572,9 @@ func (s *Store) armLocked(e *entry, now time.Duration) {
 	if !e.held || (e.waiting() == 0 && !e.watched) || (e.timer() != nil && e.p.timerAt <= e.exp) {
 		return
 	}
+	if s.closed.Load() {
+		return // Close stops the checks, and no new one starts
+	}
 	if old := e.timer(); old != nil {
 		old.Stop()
 	}
@@ -522,8 +582,8 @@ func (s *Store) armLocked(e *entry, now time.Duration) {
 	t = s.afterFunc(e.exp-now, func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if e.timer() != t {
-			return // replaced by an earlier check
+		if e.timer() != t || s.closed.Load() {
+			return // replaced by an earlier check, or the store closed
 		}
 		e.p.timer = nil
 		if !s.watch.Active() {

@@ -14,7 +14,7 @@ import (
 )
 
 // newStore is New for the package's own tests, which cannot import
-// internal/memtest (it imports this package).
+// internal/testkit/memtest (it imports this package).
 func newStore(tb testing.TB, opts ...Option) *Store {
 	tb.Helper()
 	s, err := New(opts...)

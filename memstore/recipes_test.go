@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
-	"github.com/leasehq/lease/internal/recipetest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/recipetest"
 )
 
 // TestRecipes runs the recipe suite (election and semaphore under faults).

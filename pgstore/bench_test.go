@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
 )
 
 // The throwaway cluster runs with fsync = on and synchronous_commit = on

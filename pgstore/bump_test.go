@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
 	"github.com/leasehq/lease/leasetest"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/crashtest"
-	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/testkit/crashtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
 )
 
 // The server crash tests run pgstore under load on a PostgreSQL of their

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
 )
 
 // BenchmarkFloorCost measures what the token floor (Bump) costs a grant:

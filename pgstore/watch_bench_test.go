@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
 )
 
 // BenchmarkWatchNotifyCost measures what Watch costs a store nobody

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
 // pipelineCounter is a go-redis hook that counts the pipelines of script
@@ -46,9 +46,7 @@ func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 
 func newTestStore(t *testing.T, c redis.UniversalClient) *Store {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := New(ctx, c, WithNamespace("t-"+lease.NewID().Reveal()))
+	s, err := New(c, WithNamespace("t-"+lease.NewID().Reveal()))
 	if err != nil {
 		t.Fatal(err)
 	}

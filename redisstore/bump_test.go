@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasetest"
 )
 
@@ -29,7 +29,7 @@ func bumpStores(t *testing.T, f func(t *testing.T, s *Store, ctx context.Context
 			} else {
 				client = redistest.Start(t).Client(t)
 			}
-			s, err := New(ctx, client, WithNamespace("t-"+lease.NewID().Reveal()[:12]))
+			s, err := New(client, WithNamespace("t-"+lease.NewID().Reveal()[:12]))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/redisstore"
 )
 
@@ -96,17 +96,17 @@ func TestConstructorValidation(t *testing.T) {
 	if _, err := redisstore.Open(ctx, "http://nope"); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("Open with a bad URL: err = %v, want ErrInvalid", err)
 	}
-	if _, err := redisstore.New(ctx, nil); !errors.Is(err, lease.ErrInvalid) {
+	if _, err := redisstore.New(nil); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("New(nil): err = %v, want ErrInvalid", err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	for _, ns := range []string{"", "a{b", "a}b", "a\nb", strings.Repeat("n", 65)} {
-		if _, err := redisstore.New(ctx, c, redisstore.AllowVolatile(), redisstore.WithNamespace(ns)); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := redisstore.New(c, redisstore.AllowVolatile(), redisstore.WithNamespace(ns)); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("WithNamespace(%q): err = %v, want ErrInvalid", ns, err)
 		}
 	}
-	if _, err := redisstore.New(ctx, c, nil); !errors.Is(err, lease.ErrInvalid) {
+	if _, err := redisstore.New(c, nil); !errors.Is(err, lease.ErrInvalid) {
 		t.Errorf("New with a nil option: err = %v, want ErrInvalid", err)
 	}
 }
@@ -132,7 +132,7 @@ func TestRefusesRing(t *testing.T) {
 			ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": durable.Addr, "b": tc.other.Addr}})
 			defer ring.Close()
 			for range 8 { // the old check passed a volatile shard half the time
-				s, err := redisstore.New(ctxFor(t), ring, redisstore.WithNamespace(testNamespace()))
+				s, err := redisstore.New(ring, redisstore.WithNamespace(testNamespace()))
 				if err == nil {
 					_ = s.Close()
 					t.Fatal("New accepted a *redis.Ring, which moves keys between shards and so loses token counters")
@@ -143,7 +143,7 @@ func TestRefusesRing(t *testing.T) {
 			}
 			// Not even with an explicit opt-in: it would not work (List and
 			// the release channel see one shard).
-			if s, err := redisstore.New(ctxFor(t), ring, redisstore.AllowVolatile()); !errors.Is(err, lease.ErrInvalid) {
+			if s, err := redisstore.New(ring, redisstore.AllowVolatile()); !errors.Is(err, lease.ErrInvalid) {
 				if s != nil {
 					_ = s.Close()
 				}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
 // TestNoFalseGrantOnFaults streams acquires from several goroutines while

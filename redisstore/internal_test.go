@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
 // TestAcquireRetryIsIdempotent runs the acquire script twice with one lease
@@ -318,7 +318,7 @@ func newInternalStore(t *testing.T) (*redistest.Server, *Store, context.Context)
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	s, err := New(ctx, srv.Client(t), WithNamespace("t-"+lease.NewID().Reveal()))
+	s, err := New(srv.Client(t), WithNamespace("t-"+lease.NewID().Reveal()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/redisstore"
 )
 

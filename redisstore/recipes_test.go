@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/recipetest"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/recipetest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/redisstore"
 )
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,6 +64,9 @@ type Store struct {
 	notify     *notifier
 	watch      watcher
 	batch      *batcher
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var (
@@ -123,7 +127,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: redisstore: %v", lease.ErrInvalid, err)
 	}
 	c := redis.NewClient(o)
-	s, err := New(ctx, c, opts...)
+	s, err := newStore(ctx, c, opts)
 	if err != nil {
 		_ = c.Close()
 		return nil, err
@@ -143,9 +147,19 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 // server that runs without appendonly yes and appendfsync always, with
 // no-appendfsync-on-rewrite yes, or with a memory limit and an eviction
 // policy other than noeviction — unless AllowVolatile or AssumeDurable is
-// given. A server that cannot be reached gives an error matching
-// lease.ErrUnavailable.
-func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Store, error) {
+// given. The check has 10 s to answer (Open's takes the context it is
+// given), as etcdstore.New's has. A server that cannot be reached gives an
+// error matching lease.ErrUnavailable.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), newTimeout)
+	defer cancel()
+	return newStore(ctx, client, opts)
+}
+
+// newTimeout bounds New's persistence check.
+const newTimeout = 10 * time.Second
+
+func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: client is nil", lease.ErrInvalid)
 	}
@@ -183,15 +197,18 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 }
 
 // Close stops the store's release subscription, ends pending WaitChange
-// calls, and closes the client if Open created it.
+// calls, and closes the client if Open created it. Close is idempotent, as
+// the other stores' are: a second Close returns the first one's error.
 func (s *Store) Close() error {
-	s.notify.close()
-	s.closeWatch()
-	s.batch.wait()
-	if s.ownsClient {
-		return s.rdb.Close()
-	}
-	return nil
+	s.closeOnce.Do(func() {
+		s.notify.close()
+		s.closeWatch()
+		s.batch.wait()
+		if s.ownsClient {
+			s.closeErr = s.rdb.Close()
+		}
+	})
+	return s.closeErr
 }
 
 // ttlMillis is ttl in whole milliseconds for PX, rounded up: the server may

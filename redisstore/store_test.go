@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasetest"
 	"github.com/leasehq/lease/redisstore"
 )
@@ -66,6 +66,17 @@ func TestConformance(t *testing.T) {
 		watchBound)
 }
 
+// TestCloseTwice: Close is idempotent, as every store's is: a second
+// Close of a store that Open made does not close its client again.
+func TestCloseTwice(t *testing.T) {
+	s := open(t, redistest.Start(t))
+	for i := range 2 {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+}
+
 // watchBound is the expiry bound the suite's Watch section checks: a few
 // milliseconds (watch.go), generously for a busy test machine.
 var watchBound = leasetest.WatchExpiryBound(250 * time.Millisecond)
@@ -77,7 +88,7 @@ func TestConformanceCluster(t *testing.T) {
 	srv := redistest.Start(t, redistest.Cluster())
 	leasetest.TestBackend(t, func(t *testing.T) lease.Backend {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
-		s, err := redisstore.New(ctxFor(t), c, redisstore.WithNamespace(testNamespace()))
+		s, err := redisstore.New(c, redisstore.WithNamespace(testNamespace()))
 		if err != nil {
 			t.Fatalf("redisstore.New on a cluster: %v", err)
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/benchutil"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 )
 
 // BenchmarkWatchPublishCost measures what Watch costs a store nobody
@@ -48,7 +48,7 @@ func benchScriptVariants(b *testing.B, variants []scriptVariant) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
-	s, err := New(ctx, rdb, WithNamespace("bench-"+lease.NewID().Reveal()[:8]))
+	s, err := New(rdb, WithNamespace("bench-"+lease.NewID().Reveal()[:8]))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
-	"github.com/leasehq/lease/internal/recipetest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/recipetest"
 	"github.com/leasehq/lease/semaphore"
 )
 
@@ -176,7 +176,7 @@ func TestResizeIsExplicit(t *testing.T) {
 
 // TestDeadHeadLeavesTheLine runs the recipe suite's check that a waiter
 // dying at the head of the line holds it up at most MaxLineTTL (its
-// control is in internal/recipetest).
+// control is in internal/testkit/recipetest).
 func TestDeadHeadLeavesTheLine(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.Name, func(t *testing.T) {

@@ -12,8 +12,10 @@
 // most MaxLineTTL, so that a waiter that dies at the head holds up the line
 // no longer), which the backend hands out first come, first served where
 // it can (lease.WaitAcquirer), and only the one at the head of the line
-// looks for a free slot, woken by the backend's watch (lease.Watcher) or, without
-// one or with one refused as unsupported, at the slots' expiries and a backoff from 5 to 500 ms. TryAcquire
+// looks for a free slot, woken by the backend's watch (lease.Follow, which
+// watches again after a break: the waiter does not fail with it) or, without
+// one or with one refused as unsupported, at the slots' expiries and the
+// Client's backoff (lease.WithBackoff; 5 to 500 ms by default). TryAcquire
 // does not wait in line: it takes any free slot at once, or fails.
 //
 // The limit N is stored with the slots: each is held under its holder's
@@ -66,7 +68,6 @@ type Semaphore struct {
 
 // config is what the Options set before the Semaphore is built.
 type config struct {
-	client []lease.Option
 	src    rand.Source
 	resize bool
 }
@@ -74,21 +75,13 @@ type config struct {
 // Option configures a Semaphore in New.
 type Option func(*config) error
 
-// WithClientOptions configures the lease.Client that takes the slots
-// (owner, clock, drift margin, backoff, jitter). Given more than once, the
-// options add up in order.
-func WithClientOptions(opts ...lease.Option) Option {
-	return func(c *config) error {
-		c.client = append(c.client, opts...)
-		return nil
-	}
-}
-
 // WithRand makes the semaphore draw its random choices — the slot
 // TryAcquire and Acquire try first, and the jitter of a polled wait — from
-// src instead of math/rand/v2's global source, so that a seeded src makes
-// them repeat (the simulator replays a seed this way). The semaphore uses
-// src under a lock of its own; nobody else may use it.
+// src, instead of math/rand/v2's global source (the slot) and the Client's
+// jitter (lease.WithJitter; the wait), so that a seeded src makes them
+// repeat with no other user of the source in between (the simulator
+// replays a seed this way). The semaphore uses src under a lock of its
+// own; nobody else may use it.
 func WithRand(src rand.Source) Option {
 	return func(c *config) error {
 		if src == nil {
@@ -99,12 +92,20 @@ func WithRand(src rand.Source) Option {
 	}
 }
 
-// New returns the semaphore name of n slots (1 to MaxSlots) on b, whose
-// slots are held for ttl between renewals. n is checked against the limit
-// that the semaphore's holders were admitted under (see checkLimit): a
-// process that disagrees admits nobody and gets an error matching
-// lease.ErrConflict, unless WithResize makes its n the new limit.
-func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...Option) (*Semaphore, error) {
+// New returns the semaphore name of n slots (1 to MaxSlots) taken through
+// c, whose slots are held for ttl between renewals. n is checked against
+// the limit that the semaphore's holders were admitted under (see
+// checkLimit): a process that disagrees admits nobody and gets an error
+// matching lease.ErrConflict, unless WithResize makes its n the new limit.
+//
+// c's options reach everything the semaphore does: it takes its turn in
+// line as c's owner, and its slots under c's owner with the limit appended
+// (lease.Client.WithOwner), renewed with c's other holds; a polled wait
+// runs on c's clock, at c's backoff (lease.WithClock, lease.WithBackoff).
+func New(c *lease.Client, name string, n int, ttl time.Duration, opts ...Option) (*Semaphore, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: semaphore: client is nil", lease.ErrInvalid)
+	}
 	if n < 1 || n > MaxSlots {
 		return nil, fmt.Errorf("%w: semaphore: %d slots, want 1 to %d", lease.ErrInvalid, n, MaxSlots)
 	}
@@ -125,12 +126,9 @@ func New(b lease.Backend, name string, n int, ttl time.Duration, opts ...Option)
 			return nil, err
 		}
 	}
-	c, err := lease.NewClient(b, cfg.client...)
-	if err != nil {
-		return nil, err
-	}
 	s.client, s.resize = c, cfg.resize
-	if s.slots, err = lease.NewClient(b, append(cfg.client[:len(cfg.client):len(cfg.client)], lease.WithOwner(slotOwner(c.Owner(), n)))...); err != nil {
+	var err error
+	if s.slots, err = c.WithOwner(slotOwner(c.Owner(), n)); err != nil {
 		return nil, fmt.Errorf("semaphore: the owner with its limit: %w", err)
 	}
 	if cfg.src != nil {
@@ -149,10 +147,11 @@ func (s *Semaphore) intN(n int) int {
 	return s.rng.IntN(n)
 }
 
-// float64 is rand.Float64 from the semaphore's source.
+// float64 is the jitter of a polled wait: from the semaphore's source, or
+// else the Client's.
 func (s *Semaphore) float64() float64 {
 	if s.rng == nil {
-		return rand.Float64()
+		return s.client.Jitter()
 	}
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
@@ -228,11 +227,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
 	return s.awaitPolled(ctx)
 }
 
-// awaitWatched tries the slots whenever the watch says one may have freed.
-// A watch refused as unsupported (a leasehttp.Client whose server's backend
+// awaitWatched tries the slots whenever the watch says one may have freed:
+// at each picture's Synced (a watch that broke is followed again, and a
+// slot may have freed during the break) and at each release or expiry. A
+// watch refused as unsupported (a leasehttp.Client whose server's backend
 // cannot watch) gives way to polling.
 func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, error) {
-	for ev, err := range w.Watch(ctx, s.slotsPrefix()) {
+	for ev, err := range lease.Follow(ctx, w, s.slotsPrefix(), lease.FollowClient(s.client)) {
 		if errors.Is(err, errors.ErrUnsupported) {
 			return s.awaitPolled(ctx)
 		}
@@ -251,9 +252,11 @@ func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, e
 }
 
 // awaitPolled tries the slots at the earliest holder's expiry, or at the
-// backoff if sooner.
+// backoff if sooner, on the Client's clock.
 func (s *Semaphore) awaitPolled(ctx context.Context) (*Slot, error) {
-	loop := wait.Loop{Pacer: wait.NewPacer(5*time.Millisecond, 500*time.Millisecond, s.float64)}
+	lo, hi := s.client.Backoff()
+	clk := s.client.Clock()
+	loop := wait.OnClock(wait.NewPacer(lo, hi, s.float64), clk.Now, clk.AfterFunc)
 	for {
 		slot, soonest, err := s.tryAll(ctx)
 		if err == nil || !errors.Is(err, lease.ErrHeld) {

@@ -3,6 +3,8 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"iter"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -14,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/semaphore"
 )
 
@@ -23,15 +25,32 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // backends are the ways election and semaphore must work on a backend.
 var backends = memtest.Ways
 
+// newClient is a Client on b, made with opts.
+func newClient(t *testing.T, b lease.Backend, opts ...lease.Option) *lease.Client {
+	t.Helper()
+	c, err := lease.NewClient(b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
+// newSem is the semaphore "jobs" on a Client of its own on b.
 func newSem(t *testing.T, b lease.Backend, n int, ttl time.Duration, opts ...semaphore.Option) *semaphore.Semaphore {
 	t.Helper()
-	s, err := semaphore.New(b, "jobs", n, ttl, opts...)
+	return newSemAs(t, b, lease.DefaultOwner(), n, ttl, opts...)
+}
+
+// newSemAs is newSem on a Client that acquires as owner.
+func newSemAs(t *testing.T, b lease.Backend, owner string, n int, ttl time.Duration, opts ...semaphore.Option) *semaphore.Semaphore {
+	t.Helper()
+	s, err := semaphore.New(newClient(t, b, lease.WithOwner(owner)), "jobs", n, ttl, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +104,7 @@ func TestAcquireInLine(t *testing.T) {
 	got := make(chan string, 2)
 	var slots sync.Map
 	for _, name := range []string{"w1", "w2"} {
-		s := newSem(t, store, 1, time.Minute, semaphore.WithClientOptions(lease.WithOwner(name)))
+		s := newSemAs(t, store, name, 1, time.Minute)
 		go func() {
 			slot, err := s.Acquire(ctx)
 			if err != nil {
@@ -235,6 +254,9 @@ func TestAcquireEndsWithItsContext(t *testing.T) {
 
 func TestNewRefusesNonsense(t *testing.T) {
 	b := memtest.New(t)
+	if _, err := semaphore.New(nil, "jobs", 1, time.Second); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("New with a nil Client: %v, want ErrInvalid", err)
+	}
 	for _, tc := range []struct {
 		name string
 		n    int
@@ -246,7 +268,7 @@ func TestNewRefusesNonsense(t *testing.T) {
 		{"bad\x00name", 1, time.Second},
 		{strings.Repeat("k", lease.MaxKeyLen), 1, time.Second},
 	} {
-		if _, err := semaphore.New(b, tc.name, tc.n, tc.ttl); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := semaphore.New(newClient(t, b), tc.name, tc.n, tc.ttl); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("New(%.20q, %d, %v): %v, want ErrInvalid", tc.name, tc.n, tc.ttl, err)
 		}
 	}
@@ -281,8 +303,61 @@ func TestWithRandRepeats(t *testing.T) {
 
 func TestNewRefusesNilOptions(t *testing.T) {
 	for _, opt := range []semaphore.Option{nil, semaphore.WithRand(nil)} {
-		if _, err := semaphore.New(memtest.New(t), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
+		if _, err := semaphore.New(newClient(t, memtest.New(t)), "jobs", 1, time.Second, opt); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("New with a nil option or source: %v, want ErrInvalid", err)
 		}
+	}
+}
+
+// breakOnce is a backend whose first watch breaks right after its Synced,
+// as a restarting server's stream does; its later watches are the store's.
+type breakOnce struct {
+	lease.Backend
+	watches atomic.Int32
+}
+
+func (b *breakOnce) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		first := b.watches.Add(1) == 1
+		for ev, err := range b.Backend.(lease.Watcher).Watch(ctx, prefix) {
+			if !yield(ev, err) {
+				return
+			}
+			if first && ev.Kind == lease.Synced {
+				yield(lease.Event{}, fmt.Errorf("%w: breakOnce: the watch breaks", lease.ErrUnavailable))
+				return
+			}
+		}
+	}
+}
+
+// TestAcquireOutlivesABrokenWatch: a waiter whose watch of the slots breaks
+// watches again (lease.Follow) and takes the slot freed after the break,
+// instead of failing with the break's ErrUnavailable.
+func TestAcquireOutlivesABrokenWatch(t *testing.T) {
+	ctx := ctxFor(t)
+	b := &breakOnce{Backend: memtest.New(t)}
+	s := newSem(t, b, 1, time.Minute)
+	first, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		slot, err := s.Acquire(ctx)
+		if err == nil {
+			err = slot.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return b.watches.Load() >= 2 || len(got) > 0 })
+	if len(got) > 0 {
+		t.Fatalf("Acquire ended when its watch broke: %v", <-got)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire across a broken watch: %v, want the freed slot", err)
 	}
 }

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehq/lease/internal/benchutil"
 	"github.com/leasehq/lease/internal/cli"
-	"github.com/leasehq/lease/internal/memtest"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -66,7 +66,7 @@ func setup(tb testing.TB) (*benchutil.Worker, []row) {
 // latency samples are its batches' time per pair (at c=1 a batch is one
 // pair). A first round warms every row up (connections, threads) and is not
 // counted, and there are at least minRounds. See groupNotes in
-// internal/benchreport.
+// tools/benchreport.
 func BenchmarkComparePython(b *testing.B) {
 	w, rows := setup(b)
 	// One thread alternates the rows pair by pair; 16 threads run a batch of

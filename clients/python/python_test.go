@@ -3,7 +3,7 @@
 // Debian's build tools and no network (`python3 -m build --no-isolation
 // --wheel`), installs it into a fresh venv (with the system's site packages,
 // where pytest and psycopg are), builds `lease serve` for the tests to start,
-// gives them a throwaway PostgreSQL (internal/pgtest) and runs pytest
+// gives them a throwaway PostgreSQL (internal/testkit/pgtest) and runs pytest
 // against the installed copy. It also checks that the Python PostgreSQL guard
 // and Go's pgfence guard one table alike, both ways.
 //
@@ -34,7 +34,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
-	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(removeBuild{pgtest.M(m)}) }

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehq/lease/internal/benchutil"
 	"github.com/leasehq/lease/internal/cli"
-	"github.com/leasehq/lease/internal/memtest"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -69,7 +69,7 @@ func setup(tb testing.TB) (*benchutil.Worker, []row) {
 
 // BenchmarkCompareTypeScript: one op = one acquire+release pair from
 // Node.js, on a key of the caller's own, at 1 and 32 concurrent callers in
-// one Node process. See groupNotes in internal/benchreport.
+// one Node process. See groupNotes in tools/benchreport.
 func BenchmarkCompareTypeScript(b *testing.B) {
 	w, rows := setup(b)
 	for _, c := range []int{1, 32} {

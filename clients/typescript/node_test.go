@@ -1,7 +1,7 @@
 // Package typescript_test runs the TypeScript client's tests (clients/typescript/test,
 // under `node --test`) as part of `go test ./...`: it compiles them with the
 // package's own tsc, builds `lease serve` and examples/fenced-service for
-// them to start, and gives them a throwaway PostgreSQL (internal/pgtest).
+// them to start, and gives them a throwaway PostgreSQL (internal/testkit/pgtest).
 // It also checks that the TypeScript PostgreSQL guard and Go's pgfence
 // guard one table alike.
 //
@@ -35,7 +35,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
-	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(removeBuild{pgtest.M(m)}) }

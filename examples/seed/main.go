@@ -37,6 +37,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	defer store.Close()
 	resource := fence.NewResource("job", "initial", fence.Strict) // the seed's FencedResource
 
 	// const leaseA = store.acquire("job", "worker-a", 0, 100);

@@ -12,7 +12,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
-	"github.com/leasehq/lease/internal/sqlguardtest"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 )
 
 // TestInterleavings plays every interleaving of two writers' transactions

@@ -16,8 +16,8 @@ import (
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/pgfence"
-	"github.com/leasehq/lease/internal/pgtest"
-	"github.com/leasehq/lease/internal/sqlguardtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }

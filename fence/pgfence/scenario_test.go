@@ -10,7 +10,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
-	"github.com/leasehq/lease/internal/sqlguardtest"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 	"github.com/leasehq/lease/pgstore"
 )
 

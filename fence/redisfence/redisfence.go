@@ -5,7 +5,7 @@
 // or fence.Strict). A rejected write changes nothing and returns a
 // *fence.StaleTokenError (I6).
 //
-//	g, _ := redisfence.New(rdb)
+//	g, _ := redisfence.New(ctx, rdb)
 //	err := g.Set(ctx, "report", hold.Token(), "done")
 //	// errors.Is(err, lease.ErrStaleToken): a newer holder has written
 //
@@ -91,8 +91,13 @@ func WithPrefix(p string) Option {
 	}
 }
 
-// New returns a Guard keeping its resources on client.
-func New(client Client, opts ...Option) (*Guard, error) {
+// New returns a Guard keeping its resources on client, after loading its
+// script into the server (every master of a cluster): a server that cannot
+// be reached or refuses scripts fails New, with an error matching
+// lease.ErrUnavailable, as a database that cannot hold pgfence's or
+// sqlfence's table fails theirs, rather than the first Set. ctx bounds
+// the load.
+func New(ctx context.Context, client Client, opts ...Option) (*Guard, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisfence: client is nil", lease.ErrInvalid)
 	}
@@ -104,6 +109,9 @@ func New(client Client, opts ...Option) (*Guard, error) {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if err := setScript.Load(ctx, client).Err(); err != nil {
+		return nil, fmt.Errorf("redisfence: loading the guard's script: %w: %w", lease.ErrUnavailable, err)
 	}
 	return &Guard{rdb: client, prefix: cfg.prefix, mode: cfg.mode}, nil
 }

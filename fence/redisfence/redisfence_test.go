@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/redisfence"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/redisstore"
 )
 
@@ -35,7 +36,7 @@ func fresh() string { return "t-" + lease.NewID().Reveal()[:12] }
 func newGuard(t *testing.T, srv *redistest.Server, opts ...redisfence.Option) *redisfence.Guard {
 	t.Helper()
 	opts = append([]redisfence.Option{redisfence.WithPrefix(fresh() + ":")}, opts...)
-	g, err := redisfence.New(srv.Client(t), opts...)
+	g, err := redisfence.New(ctxFor(t), srv.Client(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,11 +146,14 @@ func TestBadInput(t *testing.T) {
 		"empty resource":   func() error { return g.Set(ctx, "", 1, "v") },
 		"control char":     func() error { return g.Set(ctx, "a\nb", 1, "v") },
 		"Get empty":        func() error { _, _, err := g.Get(ctx, ""); return err },
-		"New nil client":   func() error { _, err := redisfence.New(nil); return err },
-		"bad mode":         func() error { _, err := redisfence.New(srv.Client(t), redisfence.WithMode(fence.Mode(7))); return err },
-		"nil option":       func() error { _, err := redisfence.New(srv.Client(t), nil); return err },
+		"New nil client":   func() error { _, err := redisfence.New(ctx, nil); return err },
+		"bad mode": func() error {
+			_, err := redisfence.New(ctx, srv.Client(t), redisfence.WithMode(fence.Mode(7)))
+			return err
+		},
+		"nil option": func() error { _, err := redisfence.New(ctx, srv.Client(t), nil); return err },
 		"long prefix": func() error {
-			_, err := redisfence.New(srv.Client(t), redisfence.WithPrefix(strings.Repeat("p", 257)))
+			_, err := redisfence.New(ctx, srv.Client(t), redisfence.WithPrefix(strings.Repeat("p", 257)))
 			return err
 		},
 	} {
@@ -209,5 +213,23 @@ func TestCorruptStoredTokenFailsClosed(t *testing.T) {
 				t.Errorf("%s: hash with stored token %q changed to %q", mode, stored, got)
 			}
 		}
+	}
+}
+
+// TestNewReachesTheServer: New loads the guard's script, as pgfence.New and
+// sqlfence.New create their table, so a server that cannot be reached
+// fails New with an error matching lease.ErrUnavailable rather than the
+// first Set; and a New whose ctx has ended does not wait for the server.
+func TestNewReachesTheServer(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer c.Close()
+	if _, err := redisfence.New(ctxFor(t), c); !errors.Is(err, lease.ErrUnavailable) {
+		t.Errorf("New on a closed port: %v, want ErrUnavailable", err)
+	}
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := redisfence.New(ctx, srv.Client(t)); !errors.Is(err, context.Canceled) {
+		t.Errorf("New with an ended ctx: %v, want context.Canceled", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence/sqlfence"
-	"github.com/leasehq/lease/internal/benchutil"
+	"github.com/leasehq/lease/internal/testkit/benchutil"
 )
 
 // BenchmarkCompareFenceMariaDB and BenchmarkCompareFenceSQLite measure the

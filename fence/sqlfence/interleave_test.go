@@ -18,7 +18,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/sqlfence"
-	"github.com/leasehq/lease/internal/sqlguardtest"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 )
 
 // dataTable is each engine's table the interleaved writers write to.

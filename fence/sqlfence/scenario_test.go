@@ -9,7 +9,7 @@ import (
 	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/sqlfence"
-	"github.com/leasehq/lease/internal/sqlguardtest"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 )
 
 // TestSeedScenario is the failure a TTL lock alone cannot stop, end to end

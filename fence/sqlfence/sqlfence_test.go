@@ -18,8 +18,8 @@ import (
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/sqlfence"
-	"github.com/leasehq/lease/internal/mysqltest"
-	"github.com/leasehq/lease/internal/sqlguardtest"
+	"github.com/leasehq/lease/internal/testkit/mysqltest"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(mysqltest.M(m)) }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/semaphore"
 )
@@ -83,7 +83,7 @@ func TestBinaryWatchLeaderAndSlots(t *testing.T) {
 	linesOf(t, "watch --no-resume", once.stdout, 2)
 	linesOf(t, "leader --watch", leader.stdout, 1)
 
-	e, err := election.New(c, time.Minute)
+	e, err := election.New(newLeaseClient(t, c), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,9 @@ func TestBinaryWatchLeaderAndSlots(t *testing.T) {
 		}
 	}
 
-	// The server restarts on the same data and address.
+	// The server restarts on the same data and address. What watch printed
+	// before is counted first: it may resume as soon as the server is back.
+	n := len(linesOf(t, "watch", watch.stdout, 3))
 	addr := strings.TrimPrefix(base, "http://")
 	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -146,7 +148,6 @@ func TestBinaryWatchLeaderAndSlots(t *testing.T) {
 
 	// watch says it resumes, and starts again from the current state: the
 	// leases the store kept, then synced.
-	n := len(linesOf(t, "watch", watch.stdout, 3))
 	got = linesOf(t, "watch", watch.stdout, n+3)
 	want := []string{"event=held " + textLine(withoutID(held)), "event=held " + textLine(withoutID(b)), "event=synced"}
 	if !slices.Equal(got[n:n+3], want) {
@@ -228,7 +229,7 @@ func TestServeWithoutWatch(t *testing.T) {
 	if got := s.lines(t, 1); got[0] != "key=db/primary token=0" {
 		t.Fatalf("first line %q", got[0])
 	}
-	e, err := election.New(c, time.Minute)
+	e, err := election.New(newLeaseClient(t, c), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,15 +288,15 @@ func TestCancelWaitOnAHungServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e, err := election.New(c, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := semaphore.New(c, "render", 1, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lc, err := lease.NewClient(c, lease.WithOwner("waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := election.New(lc, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := semaphore.New(lc, "render", 1, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -10,14 +9,6 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-)
-
-// Pauses between attempts to resume a broken stream (lease watch, lease
-// leader --watch): doubling from the first to the last, and back to the
-// first once a stream delivers again.
-const (
-	resumeMin = 100 * time.Millisecond
-	resumeMax = 5 * time.Second
 )
 
 // untilSignal returns ctx, cancelled when SIGINT or SIGTERM arrives (on
@@ -47,40 +38,19 @@ func (a *app) untilSignal(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// follow runs one stream after another until ctx ends, and then returns
-// nil. stream follows one stream and returns the error that ended it, and
-// whether it delivered anything before. A break (an error matching
-// lease.ErrUnavailable: the connection lost, the server restarting) is said
-// on stderr and followed by a new stream after a pause, unless noResume is
-// set; then, as for any other error (a refused credential, a backend that
-// cannot watch), follow returns it.
-func (a *app) follow(ctx context.Context, what string, noResume bool, stream func(context.Context) (bool, error)) error {
-	pause := resumeMin
-	for {
-		delivered, err := stream(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err == nil {
-			// Streams end without an error only when ctx does.
-			err = errors.New(what + ": the stream ended")
-		}
-		if noResume || !errors.Is(err, lease.ErrUnavailable) {
+// onBreak is how lease watch and lease leader --watch meet a break of
+// their stream (lease.ErrUnavailable: the connection lost, the server
+// restarting, a silent stream), which lease.Follow watches again after a
+// pause: it says so on stderr, or, with noResume, ends the command with the
+// break's error.
+func (a *app) onBreak(what string, noResume bool) lease.FollowOption {
+	return lease.FollowOnBreak(func(err error, pause time.Duration) error {
+		if noResume {
 			return err
 		}
-		if delivered {
-			pause = resumeMin
-		}
 		a.logf("%s: %s; resuming in %s (the new stream starts from the current state)", what, oneLine(err), formatDuration(pause))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		pause = min(2*pause, resumeMax)
-	}
+		return nil
+	})
 }
 
 // logf prints one line on stderr, as errors are printed.

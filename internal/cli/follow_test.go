@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 )
 
 // streaming is a command running in process whose output is read as it
@@ -33,7 +33,7 @@ func cliStream(t *testing.T, b lease.Backend, args ...string) *streaming {
 		signals: s.sigs,
 	}
 	if b != nil {
-		a.dial = func(string, string, time.Duration) (lease.Backend, error) { return b, nil }
+		a.dial = func(string, string, time.Duration) (lease.Backend, error) { return shared(b), nil }
 	}
 	go func() { s.done <- execute(newRoot(a), args, s.stderr) }()
 	t.Cleanup(func() {

@@ -72,7 +72,11 @@ and, while there is none, every 5 to 500ms.
 // elector observes elections on b; its TTL is for campaigns, which the
 // CLI does not run.
 func elector(b lease.Backend) (*election.Elector, error) {
-	return election.New(b, lease.MinTTL)
+	c, err := lease.NewClient(b)
+	if err != nil {
+		return nil, err
+	}
+	return election.New(c, lease.MinTTL)
 }
 
 func (a *app) printLeader(ctx context.Context, b lease.Backend, key string, rf remoteFlags) error {
@@ -98,29 +102,17 @@ func (a *app) watchLeader(ctx context.Context, b lease.Backend, key string, asJS
 	if err != nil {
 		return err
 	}
-	var (
-		last    lease.Token
-		printed bool
-	)
-	return a.follow(ctx, "leader --watch", noResume, func(ctx context.Context) (bool, error) {
-		delivered := false
-		for l, err := range e.Observe(ctx, key) {
-			if err != nil {
-				return delivered, err
-			}
-			delivered = true
-			// A resumed stream starts with the leader now, which may be
-			// the one already printed.
-			if printed && l.Token == last {
-				continue
-			}
-			printed, last = true, l.Token
-			if err := writeLeader(a.stdout, l, asJSON); err != nil {
-				return delivered, err
-			}
+	// Observe follows the watch across breaks, and prints a leader again
+	// only if it is another.
+	for l, err := range e.Observe(ctx, key, a.onBreak("leader --watch", noResume)) {
+		if err != nil {
+			return err
 		}
-		return delivered, nil
-	})
+		if err := writeLeader(a.stdout, l, asJSON); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // leaderJSON is a leader as lease leader -o json prints it; a zero token

@@ -12,9 +12,19 @@ import (
 	"github.com/leasehq/lease/election"
 )
 
+// newLeaseClient is a lease.Client on b, for the recipes the tests run.
+func newLeaseClient(t *testing.T, b lease.Backend) *lease.Client {
+	t.Helper()
+	c, err := lease.NewClient(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func campaign(t *testing.T, b lease.Backend, key, value string, ttl time.Duration) *election.Term {
 	t.Helper()
-	e, err := election.New(b, ttl)
+	e, err := election.New(newLeaseClient(t, b), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 )
 
 // TestListWalksEveryPage: without --limit, list prints every lease however

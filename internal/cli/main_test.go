@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/pgtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/memstore"
 	"go.uber.org/goleak"
 )
 
@@ -162,6 +163,21 @@ func cli(t *testing.T, b lease.Backend, env map[string]string, sigs <-chan os.Si
 	return cliOnClock(t, b, nil, env, sigs, args...)
 }
 
+// shared is b as a command under test dials it: the commands of a test
+// share one store, as they would share a server, so none may close it (a
+// command closes the backend it dialled when it ends).
+func shared(b lease.Backend) lease.Backend {
+	if s, ok := b.(*memstore.Store); ok {
+		return memOpen{s}
+	}
+	return b
+}
+
+// memOpen is a memstore that the commands cannot close.
+type memOpen struct{ *memstore.Store }
+
+func (memOpen) Close() error { return nil }
+
 // cliOnClock is cli with lease run's Client on clock (nil: the real one).
 func cliOnClock(t *testing.T, b lease.Backend, clock lease.Clock, env map[string]string, sigs <-chan os.Signal, args ...string) result {
 	t.Helper()
@@ -175,7 +191,7 @@ func cliOnClock(t *testing.T, b lease.Backend, clock lease.Clock, env map[string
 		getenv: func(k string) string { return env[k] },
 		dial: func(url, token string, _ time.Duration) (lease.Backend, error) {
 			r.url, r.token = url, token
-			return b, nil
+			return shared(b), nil
 		},
 		signals: sigs,
 	}

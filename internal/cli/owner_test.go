@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 )
 
 // TestDefaultOwnerIsTheLibrarys: without --owner, lease acquire and lease

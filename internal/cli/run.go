@@ -122,7 +122,7 @@ func runUnder(ctx context.Context, a *app, rf *remoteFlags, o runOptions) error 
 	}
 	var sem *semaphore.Semaphore
 	if o.slots > 0 {
-		sem, err = semaphore.New(b, o.key, o.slots, o.ttl, semaphore.WithClientOptions(runClientOptions(c.Owner(), a.clock)...))
+		sem, err = semaphore.New(c, o.key, o.slots, o.ttl)
 		if err != nil {
 			return err
 		}
@@ -190,12 +190,6 @@ var minRunTTL = func() time.Duration {
 
 // newRunClient returns the Client lease run holds its lease through.
 func newRunClient(b lease.Backend, owner string, clock lease.Clock) (*lease.Client, error) {
-	return lease.NewClient(b, runClientOptions(owner, clock)...)
-}
-
-// runClientOptions configure lease run's Client, and the semaphore's that
-// holds a slot for lease run --slots.
-func runClientOptions(owner string, clock lease.Clock) []lease.Option {
 	opts := []lease.Option{lease.WithDriftMargin(runDriftFraction, runDriftMin)}
 	if owner != "" {
 		opts = append(opts, lease.WithOwner(owner))
@@ -203,7 +197,7 @@ func runClientOptions(owner string, clock lease.Clock) []lease.Option {
 	if clock != nil {
 		opts = append(opts, lease.WithClock(clock))
 	}
-	return opts
+	return lease.NewClient(b, opts...)
 }
 
 // runOptions are lease run's arguments.

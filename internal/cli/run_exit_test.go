@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehq/lease/internal/memtest"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasehttp"
 )
 

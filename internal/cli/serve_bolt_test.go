@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/disktest"
+	"github.com/leasehq/lease/internal/testkit/disktest"
 )
 
 // takeTokens acquires and releases key n times through the server at base

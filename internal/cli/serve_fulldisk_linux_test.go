@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/disktest"
+	"github.com/leasehq/lease/internal/testkit/disktest"
 )
 
 // TestServeFullDisk: when the embedded store's disk fills up, the server

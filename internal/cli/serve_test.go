@@ -27,9 +27,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/etcdtest"
-	"github.com/leasehq/lease/internal/pgtest"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/redisstore"
 )

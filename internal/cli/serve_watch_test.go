@@ -10,9 +10,9 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
-	"github.com/leasehq/lease/internal/etcdtest"
-	"github.com/leasehq/lease/internal/pgtest"
-	"github.com/leasehq/lease/internal/redistest"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/pgtest"
+	"github.com/leasehq/lease/internal/testkit/redistest"
 	"github.com/leasehq/lease/leasehttp"
 )
 

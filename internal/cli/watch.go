@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +13,9 @@ import (
 const resumeHelp = `When the stream breaks (the connection is lost, the server restarts, or nothing,
 not even a heartbeat, arrives for two of the server's heartbeats: a hung server
 or a dead link), a line on stderr says so and the command watches again, after
-a pause of 100ms doubling to 5s while it keeps failing; the new stream starts
-from the current state, since what happened meanwhile is not known. With
---no-resume it exits 1 instead. SIGINT or SIGTERM ends it with status 0.`
+a pause of 50-100ms that doubles, up to 2.5-5s, while it keeps failing; the new
+stream starts from the current state, since what happened meanwhile is not
+known. With --no-resume it exits 1 instead. SIGINT or SIGTERM ends it with status 0.`
 
 func newWatchCommand(a *app) *cobra.Command {
 	var (
@@ -59,19 +58,18 @@ behind leasehttp) refuses: exit 1, with a message that says so.
 			}
 			ctx, stop := a.untilSignal(cmd.Context())
 			defer stop()
-			return a.follow(ctx, "watch", noResume, func(ctx context.Context) (bool, error) {
-				delivered := false
-				for ev, err := range w.Watch(ctx, prefix) {
-					if err != nil {
-						return delivered, err
-					}
-					delivered = true
-					if err := writeEvent(a.stdout, ev, rf.json()); err != nil {
-						return delivered, err
-					}
+			for ev, err := range lease.Follow(ctx, w, prefix, a.onBreak("watch", noResume)) {
+				if err != nil {
+					return err
 				}
-				return delivered, nil
-			})
+				if ev.Kind == lease.Resync {
+					continue // said on stderr; the new stream's lines follow
+				}
+				if err := writeEvent(a.stdout, ev, rf.json()); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	rf.add(cmd, true)

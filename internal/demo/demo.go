@@ -14,7 +14,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
-	"github.com/leasehq/lease/leasetest/fakeclock"
+	"github.com/leasehq/lease/internal/vclock"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -89,7 +89,7 @@ const (
 // Play runs the scenario and records it.
 func Play(opts Options) (*Record, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := fakeclock.New(start)
+	clock := vclock.New(start)
 	store, err := memstore.New(memstore.WithClock(clock))
 	if err != nil {
 		return nil, err

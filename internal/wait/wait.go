@@ -113,6 +113,16 @@ type Loop struct {
 	Wake <-chan struct{}
 }
 
+// OnClock returns a Loop paced by p whose waits run on a clock given as its
+// Now and AfterFunc methods (a lease.Clock's: T is its Timer).
+func OnClock[T interface{ Stop() bool }](p *Pacer, now func() time.Time, afterFunc func(time.Duration, func()) T) Loop {
+	return Loop{
+		Pacer:     p,
+		Now:       now,
+		AfterFunc: func(d time.Duration, f func()) func() bool { return afterFunc(d, f).Stop },
+	}
+}
+
 // Wait waits before the next try of a key found held, whose holder expires
 // at expires on the backend's clock (zero when unknown). It returns nil
 // when it is time to try again, and context.Cause(ctx) when ctx ended.

@@ -1,6 +1,6 @@
 // bench.mjs times the seed's TypeScript LeaseStore under Node.js on the work
 // of memstore's Compare benchmarks and prints Go benchmark lines, so that
-// internal/benchreport reads both with one parser. The seed is not part of
+// tools/benchreport reads both with one parser. The seed is not part of
 // this repository: benchreport transpiles ../shared/seed/fencing-token.ts in
 // a throwaway folder, appends `export { LeaseStore as SeedLeaseStore }` to
 // that copy, and passes the resulting module's path here.

@@ -139,7 +139,7 @@ export async function startFencedService(t: T, strict = false): Promise<Running>
   );
 }
 
-/** postgresURL is the database the Go test started (internal/pgtest), or fails with how to get one. */
+/** postgresURL is the database the Go test started (internal/testkit/pgtest), or fails with how to get one. */
 export function postgresURL(): string {
   const u = process.env["LEASE_TEST_POSTGRES_URL"];
   if (!u) {

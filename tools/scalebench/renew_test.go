@@ -1,0 +1,210 @@
+package scalebench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/leasehttp"
+)
+
+// Sustained renewals: leases of TTL 30 s renewed every TTL/3, so a server
+// that renews R leases a second keeps 10·R of them alive. Each row has
+// renewClients callers, each renewing leases of its own as fast as it can,
+// for renewRound at a time, the rows taking turns for renewRounds rounds.
+const (
+	renewTTL = 30 * time.Second
+	// setupTTL is the TTL the leases are acquired with: the setup (16,384
+	// fsynced acquisitions, then etcd's start and grants) can take longer
+	// than renewTTL on a busy machine, and the first renewal sets renewTTL.
+	setupTTL       = 10 * time.Minute
+	renewClients   = 64
+	leasesPerRenew = 256 // each caller's own leases
+	renewRound     = 500 * time.Millisecond
+	renewRounds    = 6
+)
+
+// renewRow is one way of renewing: renew renews caller w's leases, some or
+// all of them, and returns how many it renewed.
+type renewRow struct {
+	name  string
+	renew func(w int) (int, error)
+	done  int
+	took  time.Duration
+}
+
+// BenchmarkCompareScaleRenew: how many renewals a second lease serve's work
+// (the leasehttp server over boltstore, fsync on) makes, one request per
+// renewal and 256 per request (POST /v1/renew, one commit each), against
+// etcd's own lease keep-alive (a LeaseKeepAlive stream per caller, 256
+// requests sent, then 256 answers read, as clientv3's KeepAlive sends them)
+// on an embedded single-node etcd on the same machine, and against the
+// floor of the batch row (floorRenew). The rows take turns.
+func BenchmarkCompareScaleRenew(b *testing.B) {
+	ctx := context.Background()
+
+	store, err := boltstore.Open(filepath.Join(b.TempDir(), "lease.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	api, err := leasehttp.NewServer(store, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	defer api.Close()
+	hc, err := leasehttp.NewClient(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hc.Close()
+	held := make([][]lease.Lease, renewClients)
+	for w := range held {
+		for i := range leasesPerRenew {
+			l, err := hc.Acquire(ctx, idleKey(w*leasesPerRenew+i), "worker", setupTTL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			held[w] = append(held[w], l)
+		}
+	}
+	next := make([]int, renewClients)
+	one := func(w int) (int, error) {
+		i := next[w] % leasesPerRenew
+		next[w]++
+		_, err := hc.Renew(ctx, held[w][i], renewTTL)
+		return 1, err
+	}
+	batches := make([][]lease.Renewal, renewClients)
+	for w := range batches {
+		for _, l := range held[w] {
+			batches[w] = append(batches[w], lease.Renewal{Lease: l, TTL: renewTTL})
+		}
+	}
+	batch := func(w int) (int, error) {
+		res, err := hc.RenewBatch(ctx, batches[w])
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return 0, r.Err
+			}
+		}
+		return len(res), nil
+	}
+
+	cli := etcdtest.NewClient(b, etcdtest.Start(b))
+	lc := pb.NewLeaseClient(cli.ActiveConnection())
+	streams := make([]pb.Lease_LeaseKeepAliveClient, renewClients)
+	ids := make([][]clientv3.LeaseID, renewClients)
+	for w := range streams {
+		if streams[w], err = lc.LeaseKeepAlive(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for range leasesPerRenew {
+			g, err := cli.Grant(ctx, int64(renewTTL/time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids[w] = append(ids[w], g.ID)
+		}
+	}
+	defer func() {
+		for _, s := range streams {
+			_ = s.CloseSend()
+		}
+	}()
+	keepAlive := func(w int) (int, error) {
+		for _, id := range ids[w] {
+			if err := streams[w].Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+				return 0, err
+			}
+		}
+		for range ids[w] {
+			resp, err := streams[w].Recv()
+			if err != nil {
+				return 0, err
+			}
+			if resp.TTL <= 0 {
+				return 0, fmt.Errorf("etcd lease %x expired", resp.ID)
+			}
+		}
+		return len(ids[w]), nil
+	}
+
+	// Last, as it renews caller 0's leases to renewTTL.
+	floor := floorRenew(b, srv.URL, filepath.Dir(store.Path()), batches)
+
+	rows := []*renewRow{
+		{name: "etcd-keepalive", renew: keepAlive},
+		{name: "serve-bolt", renew: one},
+		{name: "serve-bolt-batch256", renew: batch},
+		{name: "floor-http-fsync", renew: floor},
+	}
+	for r := range renewRounds {
+		for k := range rows {
+			row := rows[(r+k)%len(rows)]
+			n, took, err := renewFor(row.renew, renewRound)
+			if err != nil {
+				b.Fatalf("%s: %v", row.name, err)
+			}
+			row.done += n
+			row.took += took
+		}
+	}
+	for _, row := range rows {
+		perSec := float64(row.done) / row.took.Seconds()
+		b.Run(fmt.Sprintf("c=%d/%s", renewClients, row.name), func(b *testing.B) {
+			for b.Loop() {
+			}
+			b.ReportMetric(1e9/perSec, "ns/op")
+			b.ReportMetric(perSec, "ops/s")
+			b.ReportMetric(perSec*float64(renewTTL/3/time.Second), "leases-kept")
+		})
+	}
+}
+
+// renewFor runs renew from renewClients callers until d has passed and
+// returns how many renewals they made and how long that took (from the
+// start until the last caller's last call returned).
+func renewFor(renew func(w int) (int, error), d time.Duration) (int, time.Duration, error) {
+	var (
+		total atomic.Int64
+		wg    sync.WaitGroup
+		first atomic.Pointer[error]
+	)
+	start := time.Now()
+	for w := range renewClients {
+		wg.Go(func() {
+			for time.Since(start) < d {
+				n, err := renew(w)
+				if err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+				total.Add(int64(n))
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if err := first.Load(); err != nil {
+		return 0, 0, *err
+	}
+	return int(total.Load()), took, nil
+}
