@@ -232,6 +232,41 @@ func (s *naiveStore) release(key string, l naiveLease) bool {
 	return true
 }
 
+// What memstore's pair costs beyond clockCASFloor, measured on 2026-12-06
+// (issue 33) as CPU ns per pair at c=1, each change beside the unchanged
+// store and the floor in the same run, on a shared 2-core KVM guest (AMD
+// EPYC) where the floor took 60-66 ns, nearly all of it its two clock reads
+// (time.Since: 26 ns each), and memstore's median 139-152 before this
+// work and 137-144 after, as the load varied. Each row is what removing
+// the thing (some of them wrongly, to bound it) saved; the first two were
+// kept, and byKeyAddr below.
+//
+//   - maphash for the index, three calls deep, twice: about 7; keys of up
+//     to 16 bytes are now hashed in one call (hash.go).
+//   - expireLocked called on every acquire and release: about 2; its test
+//     is now inlined.
+//   - the secret ID (a sync.Pool of AES-CTR batches): 12-14 when free.
+//     crypto/rand.Read costs 54 per ID (vDSO getrandom), one AES block per
+//     ID 22 (AES-128) to 29 (AES-256) through crypto/aes, against 15 for
+//     the pool and batch; math/rand/v2's global source is 11 but not for
+//     secrets. Only sync.Pool gives a per-processor source without
+//     linkname into the runtime.
+//   - the Lease at 88 bytes, which the caller copies with overlapping
+//     16-byte moves that stall: 7-10 when padded to 96, but a padding field
+//     shows in %+v (TestIDNeverPrints), and making ID a struct breaks id[:]
+//     and lease.ID(b) in every backend.
+//   - Release's hash and index probe: about 6 when the entry came from a
+//     one-entry cache; index.byKeyAddr, which finds the entry from the
+//     address of the key bytes it returned, won 6 (137 to 131) and was
+//     kept.
+//   - the expiry as a time.Time (base.Add): about 5.
+//   - Release's lock: 1-4 with no lock at all, so a lock-free release
+//     would not pay for what it would take.
+//
+// The floor leaves out what the lease.Backend API imposes on any store (a
+// key to hash and look up, a secret ID, an 88-byte Lease returned and
+// passed back by value): together about 30-35 of the rows above, which is
+// why memstore stays above 2× the floor.
 // clockCASFloor is the least work any real-clock store must do for an
 // acquire+release pair, with nothing else: a monotonic clock read in
 // acquire (the expiry is now + TTL) and another in release (I4: the release

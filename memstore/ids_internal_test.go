@@ -24,3 +24,23 @@ func TestIDsDistinct(t *testing.T) {
 		t.Error("two sources made the same id: not seeded independently")
 	}
 }
+
+// TestIDNeverZero: a zero ID in the keystream is skipped, and an ID zero in
+// one half only is not.
+func TestIDNeverZero(t *testing.T) {
+	var g idSource
+	g.init()
+	g.used = 0
+	clear(g.buf[:32])
+	g.buf[31] = 1 // the second ID: zero but for its last byte
+	want := lease.ID(g.buf[16:32])
+	if got := g.next(); got != want {
+		t.Errorf("next() = %x, want the second ID in the batch, %x", got[:], want[:])
+	}
+	g.used = 0
+	clear(g.buf[:32])
+	g.buf[0] = 1 // the first ID: zero but for its first byte
+	if got := g.next(); got != lease.ID(g.buf[:16]) {
+		t.Errorf("next() = %x, want the first ID in the batch, %x", got[:], g.buf[:16])
+	}
+}

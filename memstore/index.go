@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/leasehq/lease"
 )
@@ -26,6 +27,29 @@ type index struct {
 	sweepAt int         // n at which the next rebuild drops idle entries
 	floor   lease.Token // the highest token of any dropped entry
 	ord     order       // the entries in key order, for List
+
+	byAddr [addrSlots]atomic.Pointer[entry] // see byKeyAddr
+}
+
+// addrSlots is how many entries byKeyAddr remembers (a power of two).
+const addrSlots = 4096
+
+// addrSlot is the slot of byAddr for key bytes at p. An entry is 128 bytes
+// in a 128-byte size class, so entries allocated together take neighbouring
+// slots.
+func addrSlot(p *byte) uintptr { return uintptr(unsafe.Pointer(p)) >> 7 & (addrSlots - 1) }
+
+// byKeyAddr returns the entry whose own bytes key's are, if byAddr
+// remembers it, or nil. A lease returned by Acquire carries its key as the
+// entry holds it (newEntry), so a Release or Renew of that lease finds its
+// entry here with no hash and no probe of the table. The entry may have
+// been dropped since; callers lock it and check dead, as after lookup.
+func (x *index) byKeyAddr(key string) *entry {
+	p := unsafe.StringData(key)
+	if e := x.byAddr[addrSlot(p)].Load(); e != nil && unsafe.StringData(e.key) == p && len(e.key) == len(key) {
+		return e
+	}
+	return nil
 }
 
 type table struct {
@@ -98,6 +122,9 @@ func (x *index) insert(h uint64, key string, now time.Duration) *entry {
 	}
 	e := newEntry(h, key, x.floor)
 	put(t, e)
+	if p := unsafe.StringData(e.key); p == &e.inline[0] {
+		x.byAddr[addrSlot(p)].Store(e)
+	}
 	x.ord.add(e)
 	x.n++
 	return e
@@ -133,6 +160,7 @@ func (x *index) rebuild(now time.Duration, sweep bool) *table {
 			if e.idle(now) {
 				e.dead = true
 				x.floor = max(x.floor, e.counter)
+				x.byAddr[addrSlot(unsafe.StringData(e.key))].CompareAndSwap(e, nil) // let it go
 				e.mu.Unlock()
 				continue
 			}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/leasehq/lease"
 )
@@ -179,5 +181,61 @@ func TestSweepRacesWithUse(t *testing.T) {
 	wg.Wait()
 	if grants.Load() == 0 {
 		t.Fatal("no hot key was ever granted")
+	}
+}
+
+// TestByKeyAddr: a lease as Acquire returned it leads back to its entry by
+// its key's address; a key with the same bytes elsewhere does not, and is
+// released through the table. An entry a sweep drops is forgotten.
+func TestByKeyAddr(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	l, err := s.Acquire(ctx, "jobs/1234567", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.idx.lookup(s.hash(l.Key), l.Key)
+	if got := s.idx.byKeyAddr(l.Key); got != e {
+		t.Fatalf("byKeyAddr(the lease's key) = %p, want its entry %p", got, e)
+	}
+	copied := l
+	copied.Key = strings.Clone(l.Key)
+	if got := s.idx.byKeyAddr(copied.Key); got != nil {
+		t.Fatalf("byKeyAddr(a copy of the key) = %p, want nil", got)
+	}
+	if err := s.Release(ctx, copied); err != nil {
+		t.Fatalf("Release with a copy of the key: %v", err)
+	}
+	s.idx.mu.Lock()
+	s.idx.rebuild(s.now(), true)
+	s.idx.mu.Unlock()
+	if !e.dead {
+		t.Fatal("the released entry was not swept")
+	}
+	if got := s.idx.byKeyAddr(l.Key); got != nil {
+		t.Errorf("byKeyAddr after a sweep dropped the entry = %p, want nil", got)
+	}
+}
+
+// TestByKeyAddrDeadEntry: a Release that finds a dropped entry by its key's
+// address (found just before the sweep forgot it) looks the key up again
+// rather than release a lease the sweep has ended.
+func TestByKeyAddrDeadEntry(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	l, err := s.Acquire(ctx, "jobs/1234567", "w", lease.MinTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.idx.byKeyAddr(l.Key)
+	s.idx.mu.Lock()
+	s.idx.rebuild(s.now()+time.Second, true) // l has expired by then
+	s.idx.mu.Unlock()
+	if !e.dead {
+		t.Fatal("the expired entry was not swept")
+	}
+	s.idx.byAddr[addrSlot(unsafe.StringData(l.Key))].Store(e) // as if read before the sweep
+	if err := s.Release(ctx, l); !errors.Is(err, lease.ErrNotHeld) {
+		t.Errorf("Release of a lease whose entry was swept = %v, want ErrNotHeld", err)
 	}
 }
