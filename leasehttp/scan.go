@@ -346,39 +346,34 @@ type members struct {
 	next  int // the index after the last member read
 }
 
-// known returns the index in m.names of the member name, whose value is
-// next at s; -1 for a member it does not know, whose value it skips; and
-// -1 with an error for a member read twice, or one whose name differs
-// from a known one only in case: encoding/json, whose reading of the shape
+// known reads the object that is next at s, what, calling read with the
+// index in m.names of each member it knows, s at its value, and skipping
+// the others. A member read twice, or one whose name differs from a known
+// one only in case, is an error: encoding/json, whose reading of the shape
 // this codec must match, would read it as that member (it matches names
 // without regard to case, and a repeated member's last value wins).
-func (s *scanner) known(m *members, name []byte) (int, error) {
-	// The writer's order first: this is inlined, and almost always right.
-	if i := m.next; i < len(m.names) && m.seen>>i&1 == 0 && string(name) == m.names[i] {
-		m.seen |= 1 << i
-		m.next++
-		return i, nil
-	}
-	return s.unusual(m, name)
-}
-
-// unusual is known for a member not in the writer's order.
-func (s *scanner) unusual(m *members, name []byte) (int, error) {
-	i := slices.Index(m.names, string(name))
-	switch {
-	case i >= 0 && m.has(i):
-		return -1, badRequest("member %q appears more than once", m.names[i])
-	case i >= 0:
-		m.seen |= 1 << i
-		m.next = i + 1
-		return i, nil
-	}
-	for _, n := range m.names {
-		if strings.EqualFold(string(name), n) {
-			return -1, badRequest("member %s is not %q", quoteName(string(name)), n)
+func (s *scanner) known(what string, m *members, read func(i int) error) error {
+	return s.object(what, func(name []byte) error {
+		// The writer's order first: almost always right.
+		i := m.next
+		if i >= len(m.names) || string(name) != m.names[i] {
+			i = slices.Index(m.names, string(name))
 		}
-	}
-	return -1, s.skip(1)
+		switch {
+		case i >= 0 && m.has(i):
+			return badRequest("member %q appears more than once", m.names[i])
+		case i >= 0:
+			m.seen |= 1 << i
+			m.next = i + 1
+			return read(i)
+		}
+		for _, n := range m.names {
+			if strings.EqualFold(string(name), n) {
+				return badRequest("member %s is not %q", quoteName(string(name)), n)
+			}
+		}
+		return s.skip(1)
+	})
 }
 
 // has reports whether the member m.names[i] was read.

@@ -347,11 +347,7 @@ type leaseReader struct {
 func (s *scanner) lease(r *leaseReader, what string) (lease.Lease, error) {
 	var l lease.Lease
 	m := members{names: leaseMembers}
-	err := s.object(what, func(name []byte) error {
-		i, err := s.known(&m, name)
-		if i < 0 {
-			return err
-		}
+	err := s.known(what, &m, func(i int) error {
 		if i == mToken || i == mTTL {
 			n, err := s.uint(leaseMembers[i])
 			switch {
@@ -412,36 +408,38 @@ func readLease(body []byte) (lease.Lease, error) {
 	return l, err
 }
 
+// readWhole reads body, the object what and nothing after it, calling
+// read with s at the value of each member it knows, names[i], and
+// skipping the others. names[0] is required.
+func readWhole(body []byte, what string, names []string, read func(s *scanner, i int) error) error {
+	s := &scanner{b: body}
+	m := members{names: names}
+	if err := s.known(what, &m, func(i int) error { return read(s, i) }); err != nil {
+		return err
+	}
+	if !m.has(0) {
+		return badRequest("member %q is missing", names[0])
+	}
+	return s.end()
+}
+
 // readList reads body, the answer to GET /v1/leases.
 func readList(body []byte) (lease.ListPage, error) {
 	var p lease.ListPage
 	var r leaseReader
-	s := &scanner{b: body}
-	m := members{names: []string{"leases", "next"}}
-	err := s.object("the list", func(name []byte) error {
-		i, err := s.known(&m, name)
-		switch {
-		case i < 0:
+	err := readWhole(body, "the list", []string{"leases", "next"}, func(s *scanner, i int) error {
+		if i == 1 {
+			v, err := s.string("next")
+			p.Next = string(v)
 			return err
-		case i == 0:
-			p.Leases = []lease.Lease{} // not nil, as an empty page is
-			return s.array(`"leases"`, func(int) error {
-				l, err := s.lease(&r, "a lease of the list")
-				p.Leases = append(p.Leases, l)
-				return err
-			})
 		}
-		v, err := s.string("next")
-		p.Next = string(v)
-		return err
+		p.Leases = []lease.Lease{} // not nil, as an empty page is
+		return s.array(`"leases"`, func(int) error {
+			l, err := s.lease(&r, "a lease of the list")
+			p.Leases = append(p.Leases, l)
+			return err
+		})
 	})
-	switch {
-	case err != nil:
-	case !m.has(0):
-		err = badRequest(`member "leases" is missing`)
-	default:
-		err = s.end()
-	}
 	return p, err
 }
 
@@ -454,23 +452,11 @@ type errorAnswer struct {
 // readError reads body, an error answer's (appendError).
 func readError(body []byte) (errorAnswer, error) {
 	var e errorAnswer
-	s := &scanner{b: body}
-	m := members{names: []string{"error"}}
-	err := s.object("the error answer", func(name []byte) error {
-		i, err := s.known(&m, name)
-		if i < 0 {
-			return err
-		}
+	err := readWhole(body, "the error answer", []string{"error"}, func(s *scanner, _ int) error {
+		var err error
 		e, err = s.errorDetail()
 		return err
 	})
-	switch {
-	case err != nil:
-	case !m.has(0):
-		err = badRequest(`member "error" is missing`)
-	default:
-		err = s.end()
-	}
 	return e, err
 }
 
@@ -478,11 +464,7 @@ func readError(body []byte) (errorAnswer, error) {
 func (s *scanner) errorDetail() (errorAnswer, error) {
 	var e errorAnswer
 	m := members{names: []string{"code", "message", "holder"}}
-	err := s.object(`"error"`, func(name []byte) error {
-		i, err := s.known(&m, name)
-		if i < 0 {
-			return err
-		}
+	err := s.known(`"error"`, &m, func(i int) error {
 		if i == 2 {
 			h, err := s.lease(&leaseReader{}, `"holder"`)
 			e.holder = &h
@@ -509,13 +491,7 @@ func (s *scanner) errorDetail() (errorAnswer, error) {
 func readRenewAnswer(body []byte, renewals []lease.Renewal, out []lease.RenewResult) error {
 	var r leaseReader
 	n := 0
-	s := &scanner{b: body}
-	m := members{names: []string{"results"}}
-	err := s.object("the answer", func(name []byte) error {
-		i, err := s.known(&m, name)
-		if i < 0 {
-			return err
-		}
+	err := readWhole(body, "the answer", []string{"results"}, func(s *scanner, _ int) error {
 		return s.array(`"results"`, func(i int) error {
 			if i == len(renewals) {
 				return fmt.Errorf("more results than the %d renewals", len(renewals))
@@ -525,13 +501,10 @@ func readRenewAnswer(body []byte, renewals []lease.Renewal, out []lease.RenewRes
 			return s.renewResult(&r, renewals[i], &out[i])
 		})
 	})
-	switch {
-	case err != nil:
-		return err
-	case n != len(renewals):
-		return fmt.Errorf("%d results for %d renewals", n, len(renewals))
+	if err == nil && n != len(renewals) {
+		err = fmt.Errorf("%d results for %d renewals", n, len(renewals))
 	}
-	return s.end()
+	return err
 }
 
 // renewResult reads the result that is next at s, {"lease":{…}} or
@@ -539,14 +512,11 @@ func readRenewAnswer(body []byte, renewals []lease.Renewal, out []lease.RenewRes
 func (s *scanner) renewResult(r *leaseReader, rn lease.Renewal, res *lease.RenewResult) error {
 	key := func() string { return quoteName(rn.Lease.Key) } // for errors only
 	m := members{names: []string{"lease", "error"}}
-	err := s.object("a result", func(name []byte) error {
-		i, err := s.known(&m, name)
-		switch {
-		case i < 0:
-			return err
-		case m.has(0) && m.has(1):
+	err := s.known("a result", &m, func(i int) error {
+		if m.has(0) && m.has(1) {
 			return fmt.Errorf("the result for %s is both a lease and an error", key())
-		case i == 0:
+		}
+		if i == 0 {
 			l, err := s.lease(r, `"lease"`)
 			switch {
 			case err != nil:
