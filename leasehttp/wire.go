@@ -3,6 +3,7 @@ package leasehttp
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -466,9 +467,23 @@ func (s *scanner) errorDetail() (errorAnswer, error) {
 	m := members{names: []string{"code", "message", "holder"}}
 	err := s.known(`"error"`, &m, func(i int) error {
 		if i == 2 {
-			h, err := s.lease(&leaseReader{}, `"holder"`)
-			e.holder = &h
-			return err
+			// A holder that fails the checks (token 0, say) is left out,
+			// not the error: that the key is held is the answer. One not
+			// of the shape (a requestError) is not.
+			s.next()
+			start := s.i
+			if err := s.skip(1); err != nil {
+				return err
+			}
+			h, err := readLease(s.b[start:s.i])
+			var re *requestError
+			switch {
+			case errors.As(err, &re):
+				return err
+			case err == nil:
+				e.holder = &h
+			}
+			return nil
 		}
 		v, err := s.string(m.names[i])
 		if i == 0 {
