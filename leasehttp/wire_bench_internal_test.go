@@ -146,6 +146,18 @@ func BenchmarkWireRenewBatchParts(b *testing.B) {
 			writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendRenewAnswer(b, results) })
 		}
 	})
+	b.Run("read-answer-encoding-json", func(b *testing.B) { // what the codec saves: the reference reading
+		for b.Loop() {
+			if _, err := renewAnswerLikeUnmarshal(answer, renewals); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("write-answer-encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			writeJSON(w, http.StatusOK, marshalRenewAnswer(results))
+		}
+	})
 	b.Run("read-answer", func(b *testing.B) {
 		out := make([]lease.RenewResult, len(renewals))
 		for b.Loop() {
