@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/benchutil"
 	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/leasehttp"
@@ -69,4 +70,53 @@ func benchServer(b *testing.B) string {
 		hs.Close()
 	})
 	return hs.URL
+}
+
+// BenchmarkCompareRenewWire measures the renewal answers, whose bodies the
+// wire codec writes and reads: one POST /v1/leases/{key}/renew, and one
+// POST /v1/renew of 256 leases, through the Client over memstore, against
+// the floor of one bare HTTP round trip (GET /healthz).
+func BenchmarkCompareRenewWire(b *testing.B) {
+	ctx := context.Background()
+	b.Run("http-roundtrip", func(b *testing.B) {
+		hs := benchServer(b)
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+		defer hc.CloseIdleConnections()
+		benchutil.Run(b, 1, func(_, _ int) error {
+			resp, err := hc.Get(hs + "/healthz")
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			return resp.Body.Close()
+		})
+	})
+	for _, n := range []int{1, 256} {
+		b.Run(fmt.Sprintf("renew-%d", n), func(b *testing.B) {
+			c, err := leasehttp.NewClient(benchServer(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			var renewals []lease.Renewal
+			for i := range n {
+				l, err := c.Acquire(ctx, "bench/"+strconv.Itoa(i), "bench-owner", time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				renewals = append(renewals, lease.Renewal{Lease: l, TTL: time.Hour})
+			}
+			benchutil.Run(b, 1, func(_, _ int) error {
+				if n == 1 {
+					_, err := c.Renew(ctx, renewals[0].Lease, time.Hour)
+					return err
+				}
+				res, err := c.RenewBatch(ctx, renewals)
+				if err == nil && res[n-1].Err != nil {
+					err = res[n-1].Err
+				}
+				return err
+			})
+		})
+	}
 }

@@ -3,7 +3,6 @@ package leasehttp
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -234,10 +233,11 @@ func keyPath(key, op string) string {
 type response struct {
 	status int
 	body   []byte
-	buf    *[]byte // holds body when pooled (see rawBody)
+	buf    *[]byte // holds body, pooled
 }
 
-// release gives a pooled body back; nothing may use it after.
+// release gives the body back to the pool; nothing may use it after. An
+// answer not released is left to the garbage collector.
 func (r *response) release() {
 	if r.buf != nil {
 		putBuf(r.buf)
@@ -253,19 +253,16 @@ const maxResponseBytes = 64 << 20
 // connection could not be made, so the server saw nothing.
 var errNotSent = errors.New("leasehttp: request not sent")
 
-// rawBody is a request body already encoded as JSON. Its answer is read
-// into a pooled buffer, which the caller gives back (response.release)
-// once done with it.
-type rawBody []byte
-
-// roundTrip sends one request; body is encoded with json.Marshal unless it
-// is a rawBody. wait is added to the timeout for a long poll.
+// roundTrip sends one request with body, JSON (nil: none), and reads the
+// answer into a pooled buffer, which the caller may give back
+// (response.release) once done with it. wait is added to the timeout for a
+// long poll.
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
 // A failure to get an answer, and a 503, move later requests on to the next
 // endpoint; the caller's own context ending says nothing about the
 // endpoint, and does not.
-func (c *Client) roundTrip(ctx context.Context, method, path string, body any, wait time.Duration) (*response, error) {
+func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, wait time.Duration) (*response, error) {
 	i, base := c.endpoint()
 	resp, err := c.roundTripTo(ctx, base, method, path, body, wait)
 	switch {
@@ -277,18 +274,12 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body any, w
 }
 
 // roundTripTo is roundTrip to the endpoint base.
-func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body any, wait time.Duration) (*response, error) {
+func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body []byte, wait time.Duration) (*response, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
 	defer cancel()
 	var rd io.Reader
-	if b, ok := body.(rawBody); ok {
-		rd = bytes.NewReader(b)
-	} else if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("%w: leasehttp: encoding request: %v", lease.ErrInvalid, err)
-		}
-		rd = bytes.NewReader(b)
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
@@ -310,22 +301,15 @@ func (c *Client) roundTripTo(ctx context.Context, base, method, path string, bod
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var buf *[]byte
-	var dst []byte
-	if _, ok := body.(rawBody); ok {
-		buf = getBuf()
-		dst = *buf
-	}
-	b, err := readBodyInto(dst, io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
+	buf := getBuf()
+	b, err := readBodyInto(*buf, io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	if len(b) > maxResponseBytes {
 		return nil, fmt.Errorf("answer larger than %d bytes", maxResponseBytes)
 	}
-	if buf != nil {
-		*buf = b
-	}
+	*buf = b
 	return &response{status: resp.StatusCode, body: b, buf: buf}, nil
 }
 
@@ -429,13 +413,12 @@ func (e *unavailableError) Unwrap() []error { return []error{lease.ErrUnavailabl
 // answerError turns a non-200 answer into an error through the error table:
 // a held answer becomes a *lease.HeldError, the others wrap their sentinel.
 func answerError(op, key string, resp *response) error {
-	var body errorJSON
-	_ = json.Unmarshal(resp.body, &body)
-	k, ok := kindByCode(body.Error.Code)
+	body, _ := readError(resp.body) // not the API's error body (a proxy's page): zero
+	k, ok := kindByCode(body.code)
 	if !ok {
 		k, ok = kindByStatus(resp.status)
 	}
-	msg := body.Error.Message
+	msg := body.message
 	if msg == "" {
 		msg = strings.TrimSpace(string(resp.body))
 		if len(msg) > 200 {
@@ -447,11 +430,8 @@ func answerError(op, key string, resp *response) error {
 	}
 	if k.code == "held" {
 		he := &lease.HeldError{Key: key}
-		if h := body.Error.Holder; h != nil {
-			he.Owner, he.Token = h.Owner, h.Token
-			if t, err := time.Parse(time.RFC3339Nano, h.ExpiresAt); err == nil {
-				he.Expires = t
-			}
+		if h := body.holder; h != nil {
+			he.Owner, he.Token, he.Expires = h.Owner, h.Token, h.Expires
 		}
 		return he
 	}
@@ -476,44 +456,11 @@ func (e *remoteError) Unwrap() error { return e.kind.err }
 
 // decodeLease reads a lease answer.
 func decodeLease(op, key string, resp *response) (lease.Lease, error) {
-	var j LeaseJSON
-	if !scanLeaseJSON(resp.body, &j) {
-		if err := json.Unmarshal(resp.body, &j); err != nil {
-			return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
-		}
-	}
-	l, err := j.Lease()
+	l, err := readLease(resp.body)
 	if err != nil {
 		return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
 	}
 	return l, nil
-}
-
-// scanLeaseJSON reads body into j with the request decoder's scanner when
-// body is a lease exactly as this package's server writes it, which is what
-// the answers are; it reports false for anything else (a member it does not
-// know, from a newer server, say), which json.Unmarshal then reads with its
-// usual leniency. For the bodies the scanner accepts, both read the same.
-func scanLeaseJSON(body []byte, j *LeaseJSON) bool {
-	var token, ttl uint64
-	err := decodeObject(body, []*field{
-		{name: "key", str: &j.Key}, {name: "owner", str: &j.Owner}, {name: "token", num: &token},
-		{name: "id", str: &j.ID}, {name: "ttl_ms", num: &ttl}, {name: "expires_at", str: &j.ExpiresAt},
-	})
-	if err != nil || ttl > math.MaxInt64 {
-		*j = LeaseJSON{}
-		return false
-	}
-	j.Token, j.TTLMillis = lease.Token(token), int64(ttl)
-	return true
-}
-
-type acquireBody struct {
-	Owner  string `json:"owner"`
-	TTLms  int64  `json:"ttl_ms"`
-	WaitMS int64  `json:"wait_ms,omitempty"`
-	Ticket string `json:"ticket,omitempty"`
-	Last   bool   `json:"last,omitempty"`
 }
 
 // ttlMillis is ttl in whole milliseconds, rounded up: the API counts in
@@ -536,16 +483,16 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 }
 
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, error) {
-	body := acquireBody{Owner: owner, TTLms: ttlMillis(ttl), WaitMS: wait.Milliseconds()}
-	if !ticket.IsZero() {
-		body.Ticket, body.Last = ticket.Reveal(), last
-	}
+	body := appendAcquireRequest(nil, owner, ttl, wait, ticket, last)
 	if wait > 0 {
 		return c.acquireWaiting(ctx, key, body, wait) // see waitcancel.go
 	}
 	resp, err, _ := c.retry(ctx, false, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
 	})
+	if err == nil {
+		defer resp.release()
+	}
 	return acquireAnswer(key, resp, err)
 }
 
@@ -664,12 +611,6 @@ func beforeAnswer(dl time.Time) time.Duration {
 	return left - min(max(left/10, 10*time.Millisecond), 250*time.Millisecond)
 }
 
-type renewBody struct {
-	ID    string      `json:"id"`
-	Token lease.Token `json:"token"`
-	TTLms int64       `json:"ttl_ms"`
-}
-
 // Renew implements lease.Backend. It is retried after a lost answer: a
 // renewal repeated with the same token and ID is harmless.
 func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
@@ -679,13 +620,14 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 	if err := lease.ValidateTTL(ttl); err != nil {
 		return lease.Lease{}, err
 	}
-	body := renewBody{ID: l.ID.Reveal(), Token: l.Token, TTLms: ttlMillis(ttl)}
+	body := appendRenewRequest(nil, l, ttl, false)
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/renew"), body, 0)
 	})
 	if err != nil {
 		return lease.Lease{}, transportError("renew", l.Key, err, "")
 	}
+	defer resp.release()
 	if resp.status != http.StatusOK {
 		return lease.Lease{}, answerError("renew", l.Key, resp)
 	}
@@ -701,7 +643,7 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	}
 	// Sized for keys of up to 32 bytes; the request is not pooled, as the
 	// transport may read it after Do returns.
-	body := rawBody(appendRenewRequest(make([]byte, 0, 16+len(renewals)*112), renewals))
+	body := appendRenewBatchRequest(make([]byte, 0, 16+len(renewals)*112), renewals)
 	first := renewals[0].Lease.Key
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, 0)
@@ -715,51 +657,10 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 		return nil, answerError("renew "+what(), first, resp)
 	}
 	out := make([]lease.RenewResult, len(renewals))
-	if scanRenewAnswer(resp.body, renewals, out) {
-		return out, nil
-	}
-	clear(out)
-	return renewAnswer(resp, renewals, out, what())
-}
-
-// renewAnswer reads an answer to POST /v1/renew that scanRenewAnswer did
-// not take into out, with json.Unmarshal, and judges it.
-func renewAnswer(resp *response, renewals []lease.Renewal, out []lease.RenewResult, what string) ([]lease.RenewResult, error) {
-	first := renewals[0].Lease.Key
-	var answer renewBatchJSON
-	if err := json.Unmarshal(resp.body, &answer); err != nil || len(answer.Results) != len(renewals) {
-		return nil, fmt.Errorf("leasehttp: renew %s %s: %w: malformed answer (%d results for %d renewals): %v",
-			what, quoteName(first), lease.ErrUnavailable, len(answer.Results), len(renewals), err)
-	}
-	for i, res := range answer.Results {
-		key := renewals[i].Lease.Key
-		switch {
-		case res.Error != nil:
-			k, ok := kindByCode(res.Error.Code)
-			if !ok || k.code != "not_held" {
-				return nil, fmt.Errorf("leasehttp: renew %s: %w: unexpected answer %q: %s", quoteName(key), lease.ErrUnavailable, res.Error.Code, res.Error.Message)
-			}
-			out[i].Err = fmt.Errorf("leasehttp: renew %s: %w", quoteName(key), lease.ErrNotHeld)
-		case res.Lease != nil:
-			l, err := res.Lease.Lease()
-			switch {
-			case err != nil:
-				return nil, fmt.Errorf("leasehttp: renew %s: %w: malformed answer: %v", quoteName(key), lease.ErrUnavailable, err)
-			case l.Key != key || l.Token != renewals[i].Lease.Token:
-				return nil, fmt.Errorf("leasehttp: renew %s: %w: the answer is for %s, token %d, not this lease (token %d)",
-					quoteName(key), lease.ErrUnavailable, quoteName(l.Key), l.Token, renewals[i].Lease.Token)
-			}
-			out[i].Lease = l
-		default:
-			return nil, fmt.Errorf("leasehttp: renew %s: %w: malformed answer: neither lease nor error", quoteName(key), lease.ErrUnavailable)
-		}
+	if err := readRenewAnswer(resp.body, renewals, out); err != nil {
+		return nil, fmt.Errorf("leasehttp: renew %s %s: %w: malformed answer: %v", what(), quoteName(first), lease.ErrUnavailable, err)
 	}
 	return out, nil
-}
-
-type releaseBody struct {
-	ID    string      `json:"id"`
-	Token lease.Token `json:"token"`
 }
 
 // Release implements lease.Backend. It is retried after a lost answer; if a
@@ -769,13 +670,14 @@ func (c *Client) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return err
 	}
-	body := releaseBody{ID: l.ID.Reveal(), Token: l.Token}
+	body := appendReleaseRequest(nil, l)
 	resp, err, uncertain := c.retry(ctx, true, func() (*response, error) {
 		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/release"), body, 0)
 	})
 	if err != nil {
 		return transportError("release", l.Key, err, " (outcome unknown; an unreleased lease expires after its TTL)")
 	}
+	defer resp.release()
 	if resp.status == http.StatusOK {
 		return nil
 	}
@@ -797,6 +699,7 @@ func (c *Client) Get(ctx context.Context, key string) (lease.Lease, error) {
 	if err != nil {
 		return lease.Lease{}, transportError("get", key, err, "")
 	}
+	defer resp.release()
 	if resp.status != http.StatusOK {
 		return lease.Lease{}, answerError("get", key, resp)
 	}
@@ -833,30 +736,25 @@ func (c *Client) List(ctx context.Context, prefix string, page lease.Page) (leas
 	if err != nil {
 		return lease.ListPage{}, transportError("list", prefix, err, "")
 	}
+	defer resp.release()
 	if resp.status != http.StatusOK {
 		return lease.ListPage{}, answerError("list", prefix, resp)
 	}
 	malformed := func(format string, args ...any) error {
 		return fmt.Errorf("leasehttp: list %s: %w: malformed answer: "+format, append([]any{quoteName(prefix), lease.ErrUnavailable}, args...)...)
 	}
-	var body listJSON
-	if err := json.Unmarshal(resp.body, &body); err != nil {
+	out, err := readList(resp.body)
+	if err != nil {
 		return lease.ListPage{}, malformed("%v", err)
 	}
-	if len(body.Leases) > limit {
-		return lease.ListPage{}, malformed("%d leases for a limit of %d", len(body.Leases), limit)
+	if len(out.Leases) > limit {
+		return lease.ListPage{}, malformed("%d leases for a limit of %d", len(out.Leases), limit)
 	}
-	if _, _, err := lease.ParseList("", lease.Page{After: body.Next}); err != nil {
+	if _, _, err := lease.ParseList("", lease.Page{After: out.Next}); err != nil {
 		return lease.ListPage{}, malformed("next: %v", err)
 	}
-	out := lease.ListPage{Leases: make([]lease.Lease, 0, len(body.Leases)), Next: body.Next}
-	for _, j := range body.Leases {
-		l, err := j.Lease()
-		if err != nil {
-			return lease.ListPage{}, malformed("%v", err)
-		}
-		l.ID = lease.ID{}
-		out.Leases = append(out.Leases, l)
+	for i := range out.Leases {
+		out.Leases[i].ID = lease.ID{}
 	}
 	return out, nil
 }

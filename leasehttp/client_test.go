@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -567,5 +568,38 @@ func TestBare404IsNotNotFound(t *testing.T) {
 	_, real := startServer(t, newMem(t))
 	if _, err := newClient(t, real.URL).Get(ctxFor(t), "free"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("Get of a free key: err = %v, want ErrNotFound", err)
+	}
+}
+
+// TestClientReadsAnswersOneWay: the client reads an answer with the wire
+// codec alone. A member it does not know (a newer server's) is skipped; a
+// member repeated, named in another case, or null is a malformed answer
+// (lease.ErrUnavailable), where encoding/json would have read it its own
+// way: the last of two keys, "KEY" as the key.
+func TestClientReadsAnswersOneWay(t *testing.T) {
+	const exp = `"expires_at":"2026-12-02T10:00:00.000Z"`
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"key":"k","owner":"o","token":7,` + exp + `}`, true},
+		{`{"key":"k","owner":"o","token":7,` + exp + `,"region":{"name":"eu","zones":[1,2]}}`, true},
+		{`{"key":"k","key":"other","owner":"o","token":7,` + exp + `}`, false},
+		{`{"key":"k","KEY":"other","owner":"o","token":7,` + exp + `}`, false},
+		{`{"key":"k","owner":"o","Token":8,"token":7,` + exp + `}`, false},
+		{`{"key":"k","owner":null,"token":7,` + exp + `}`, false},
+	} {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, tc.body)
+		}))
+		l, err := newClient(t, hs.URL).Get(ctxFor(t), "k")
+		hs.Close()
+		switch {
+		case tc.ok && (err != nil || l.Key != "k" || l.Token != 7):
+			t.Errorf("%s: got %+v, %v; want the lease k, token 7", tc.body, l, err)
+		case !tc.ok && (!errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "malformed answer")):
+			t.Errorf("%s: got %+v, %v; want a malformed answer", tc.body, l, err)
+		}
 	}
 }

@@ -1,14 +1,10 @@
 package leasehttp
 
 import (
-	"bytes"
-	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -17,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/leasehq/lease"
 )
@@ -94,8 +88,8 @@ type field struct {
 // case-insensitively), a repeated member, and null for anything, and walking
 // the object with json.Decoder.Token to check that costs more than the rest
 // of a request. The bodies are small flat objects of strings and whole
-// numbers, so decodeObject scans them itself in one pass and leaves only
-// strings with escapes or non-UTF-8 bytes to encoding/json.
+// numbers, so decodeObject reads them with the wire codec's scanner
+// (scan.go) in one pass.
 func decodeBody(w http.ResponseWriter, r *http.Request, fields ...*field) error {
 	return decodeBodyUpTo(w, r, MaxBodyBytes, fields...)
 }
@@ -188,127 +182,6 @@ func readBodyInto(b []byte, r io.Reader, length, presizeMax int64) ([]byte, erro
 	}
 }
 
-// errTruncated is a body that ends inside the object.
-var errTruncated = badRequest("request body ends inside the JSON object")
-
-// scanner is a position in a request body.
-type scanner struct {
-	b []byte
-	i int
-}
-
-// next skips JSON whitespace and returns the byte there, 0 at the end (a
-// NUL byte is never valid JSON outside a string, so 0 is refused either way).
-func (s *scanner) next() byte {
-	for ; s.i < len(s.b); s.i++ {
-		switch c := s.b[s.i]; c {
-		case ' ', '\t', '\n', '\r':
-		default:
-			return c
-		}
-	}
-	return 0
-}
-
-// unexpected is the error for the byte at s.i, which is not what the JSON
-// grammar allows there.
-func (s *scanner) unexpected(want string) error {
-	if s.i >= len(s.b) {
-		return errTruncated
-	}
-	return badRequest("request body is not valid JSON: want %s, got %s at byte %d", want, quoteName(string(s.b[s.i:s.i+1])), s.i)
-}
-
-// str reads the string whose opening quote is at s.i and returns its
-// contents: a slice of the body when it needs no decoding, else what
-// encoding/json makes of it (which also judges its escapes).
-func (s *scanner) str() ([]byte, error) {
-	start, plain := s.i, true
-	var bits byte // every byte ORed: below utf8.RuneSelf, the string is ASCII
-	i := start + 1
-	for i+8 <= len(s.b) && !special8(binary.LittleEndian.Uint64(s.b[i:])) {
-		i += 8 // eight bytes of printable ASCII, none of them '"' or '\\'
-	}
-	for ; i < len(s.b); i++ {
-		c := s.b[i]
-		bits |= c
-		switch {
-		case c == '"':
-			s.i = i + 1
-			raw := s.b[start:s.i]
-			if plain && (bits < utf8.RuneSelf || utf8.Valid(raw)) {
-				return raw[1 : len(raw)-1], nil
-			}
-			var v string
-			if err := json.Unmarshal(raw, &v); err != nil {
-				return nil, badRequest("request body is not valid JSON: %v (in the string at byte %d)", err, start)
-			}
-			return []byte(v), nil
-		case c == '\\':
-			plain = false
-			i++ // the escaped byte cannot end the string
-		case c < 0x20:
-			s.i = i
-			return nil, s.unexpected("no control character in a string")
-		}
-	}
-	return nil, errTruncated
-}
-
-// special8 reports whether any of the eight bytes in x is '"', '\\', a
-// control character or not ASCII: what str must look at byte by byte.
-func special8(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zero := func(v uint64) uint64 { return (v - ones) &^ v & highs } // non-zero if a byte of v is 0
-	return zero(x^(ones*'"'))|zero(x^(ones*'\\'))|((x-ones*0x20)&^x&highs)|(x&highs) != 0
-}
-
-// checkText reports why the JSON string raw (with its quotes, already read
-// by scanner.str, so its escapes are well formed) is not Unicode text.
-func checkText(raw []byte) error {
-	if !utf8.Valid(raw) {
-		return errors.New("is not valid UTF-8")
-	}
-	for i := 1; i < len(raw)-1; i++ {
-		if raw[i] != '\\' {
-			continue
-		}
-		i++
-		if raw[i] != 'u' {
-			continue
-		}
-		r := hexRune(raw[i+1 : i+5])
-		i += 4
-		if !utf16.IsSurrogate(r) {
-			continue
-		}
-		// A surrogate must be a high one followed by a \u escape of a low one.
-		if i+6 < len(raw)-1 && raw[i+1] == '\\' && raw[i+2] == 'u' &&
-			utf16.DecodeRune(r, hexRune(raw[i+3:i+7])) != utf8.RuneError {
-			i += 6
-			continue
-		}
-		return fmt.Errorf("has a lone UTF-16 surrogate \\u%04x", r)
-	}
-	return nil
-}
-
-// hexRune reads four hex digits.
-func hexRune(h []byte) rune {
-	var r rune
-	for _, c := range h {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		default:
-			r = r<<4 | rune(c-'A'+10)
-		}
-	}
-	return r
-}
-
 // decodeObject decodes body, one JSON object whose members are among fields,
 // and nothing but whitespace after it.
 func decodeObject(body []byte, fields []*field) error {
@@ -320,46 +193,37 @@ func decodeObject(body []byte, fields []*field) error {
 	default:
 		return badRequest("request body must be a JSON object")
 	}
-	if err := s.object(fields); err != nil {
+	if err := s.fields("request body", fields); err != nil {
 		return err
 	}
-	if s.next(); s.i < len(s.b) {
-		return badRequest("request body has data after the JSON object")
-	}
-	return nil
+	return s.end()
 }
 
-// object reads the object whose '{' is at s.i into fields.
-func (s *scanner) object(fields []*field) error {
-	s.i++
-	if s.next() == '}' {
-		s.i++
-		return nil
-	}
-	for {
-		if err := s.member(fields); err != nil {
-			return err
+// fields reads the object that is next at s, what, into fields: unknown and
+// repeated members are refused.
+func (s *scanner) fields(what string, fields []*field) error {
+	return s.object(what, func(name []byte) error {
+		var f *field
+		for _, c := range fields {
+			if c.name == string(name) {
+				f = c
+				break
+			}
 		}
-		switch s.next() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return s.unexpected("',' or '}'")
+		switch {
+		case f == nil:
+			return badRequest("unknown field %s", quoteName(string(name)))
+		case f.seen:
+			return badRequest("field %q appears more than once", f.name)
 		}
-	}
+		f.seen = true
+		return f.set(s)
+	})
 }
 
-// array reads f's array of objects, whose '[' is at s.i.
+// array reads f's array of objects.
 func (f *field) array(s *scanner) error {
-	s.i++
-	if s.next() == ']' {
-		s.i++
-		return nil
-	}
-	for i := 0; ; i++ {
+	return s.array(fmt.Sprintf("field %q", f.name), func(i int) error {
 		fields, check, err := f.elem(i)
 		if err != nil {
 			return err
@@ -367,7 +231,7 @@ func (f *field) array(s *scanner) error {
 		if s.next() != '{' {
 			return badRequest("field %q must be an array of objects", f.name)
 		}
-		if err := s.object(fields); err != nil {
+		if err := s.fields("", fields); err != nil {
 			return err
 		}
 		for _, e := range fields {
@@ -378,111 +242,40 @@ func (f *field) array(s *scanner) error {
 		if err := check(); err != nil {
 			return badRequest("element %d of %q: %v", i, f.name, strings.TrimPrefix(err.Error(), "leasehttp: "))
 		}
-		switch s.next() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return nil
-		default:
-			return s.unexpected("',' or ']'")
-		}
-	}
-}
-
-// member reads one "name":value member at s into its field.
-func (s *scanner) member(fields []*field) error {
-	if s.next() != '"' {
-		return s.unexpected("a member name")
-	}
-	name, err := s.str()
-	if err != nil {
-		return err
-	}
-	var f *field
-	for _, c := range fields {
-		if c.name == string(name) {
-			f = c
-			break
-		}
-	}
-	switch {
-	case f == nil:
-		return badRequest("unknown field %s", quoteName(string(name)))
-	case f.seen:
-		return badRequest("field %q appears more than once", f.name)
-	case s.next() != ':':
-		return s.unexpected("':'")
-	}
-	f.seen = true
-	s.i++
-	return f.set(s)
+		return nil
+	})
 }
 
 // set reads f's value at s.
 func (f *field) set(s *scanner) error {
-	c := s.next()
-	if f.elem != nil {
-		if c != '[' {
-			return badRequest("field %q must be an array", f.name)
-		}
+	switch {
+	case f.elem != nil:
 		return f.array(s)
+	case f.boolean != nil:
+		v, err := s.boolean(f.name)
+		*f.boolean = v
+		return err
+	case f.num != nil:
+		n, err := s.uint(f.name)
+		*f.num = n
+		return err
 	}
-	if f.boolean != nil {
-		for _, lit := range []string{"true", "false"} {
-			if bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
-				s.i += len(lit)
-				*f.boolean = lit == "true"
-				return nil
-			}
-		}
-		return badRequest("field %q must be true or false", f.name)
-	}
-	if f.str != nil || f.raw != nil {
-		if c != '"' {
-			return badRequest("field %q must be a string", f.name)
-		}
-		start := s.i
-		v, err := s.str()
-		if err != nil {
-			return err
-		}
-		if f.text {
-			if err := checkText(s.b[start:s.i]); err != nil {
-				return badRequest("field %q %v", f.name, err)
-			}
-		}
-		if f.raw != nil {
-			*f.raw = v
-		} else {
-			*f.str = string(v)
-		}
-		return nil
-	}
-	switch {
-	case c == '-':
-		return badRequest("field %q must not be negative", f.name)
-	case c < '0' || c > '9':
-		return badRequest("field %q must be a number", f.name)
-	}
+	s.next()
 	start := s.i
-	var n uint64
-	tooLarge := false
-	for ; s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9'; s.i++ {
-		d := uint64(s.b[s.i] - '0')
-		tooLarge = tooLarge || n > (math.MaxUint64-d)/10
-		n = n*10 + d
+	v, err := s.string(f.name)
+	if err != nil {
+		return err
 	}
-	digits := s.b[start:s.i]
-	switch {
-	case s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E'):
-		return badRequest("field %q must be a whole number without fraction or exponent", f.name)
-	case len(digits) > 1 && digits[0] == '0':
-		return badRequest("request body is not valid JSON: field %q has a leading zero", f.name)
-	case tooLarge:
-		return badRequest("field %q is too large", f.name)
+	if f.text {
+		if err := checkText(s.b[start:s.i]); err != nil {
+			return badRequest("field %q %v", f.name, err)
+		}
 	}
-	*f.num = n
+	if f.raw != nil {
+		*f.raw = v
+	} else {
+		*f.str = string(v)
+	}
 	return nil
 }
 
@@ -538,6 +331,35 @@ func parseID(s string) (lease.ID, error) {
 		return lease.ID{}, badRequest("field \"id\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
 	}
 	return id, nil
+}
+
+// acquireRequest, renewRequest and releaseRequest are the decoded bodies;
+// decodeBody reads them strictly.
+type acquireRequest struct {
+	Owner string
+	TTL   time.Duration
+	Wait  time.Duration // 0: try once; already capped at the server's max wait
+	// Ticket names a wait that outlives this request (zero: none); see
+	// WithWaitGrace.
+	Ticket lease.ID
+	// Last says the client will not ask again with Ticket once this
+	// request's wait_ms has run: a wait that runs it whole leaves the line
+	// at once (one that Capped cuts short is kept, as the client asks
+	// again).
+	Last bool
+	// Capped says Wait is the server's max wait, shorter than wait_ms.
+	Capped bool
+}
+
+type renewRequest struct {
+	ID    lease.ID
+	Token lease.Token
+	TTL   time.Duration
+}
+
+type releaseRequest struct {
+	ID    lease.ID
+	Token lease.Token
 }
 
 // decodeAcquire reads {"owner","ttl_ms","wait_ms","ticket","last"};

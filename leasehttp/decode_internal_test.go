@@ -13,9 +13,11 @@ import (
 	"testing/iotest"
 )
 
-// decodeObject scans request bodies itself. These tests hold it to a
-// reference built from encoding/json's tokenizer, slow but plainly right:
-// both must accept the same bodies, with the same values.
+// decodeObject reads request bodies with the wire codec's scanner. These
+// tests hold it to a reference built from encoding/json's tokenizer, slow
+// but plainly right: both must accept the same bodies, with the same
+// values. (wire_internal_test.go holds the answers' readers to
+// json.Unmarshal.)
 
 // wholeNumber is a JSON number with no sign, fraction or exponent.
 var wholeNumber = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
@@ -147,51 +149,6 @@ func FuzzDecodeObject(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkLikeReference(t, body) })
-}
-
-// answers are lease answers as the server writes them, and near misses.
-var answers = []string{
-	`{"key":"jobs/nightly","owner":"host-42","token":7,"id":"9f86d081884c7d659a2feaa0c55ad015","ttl_ms":30000,"expires_at":"2026-12-02T10:00:00.000Z"}`,
-	`{"key":"a\u003cb","owner":"\u00e9","token":9007199254740992,"expires_at":"2026-12-02T10:00:00.000Z"}`,
-	`{"key":"k","owner":"o","token":1,"ttl_ms":1,"expires_at":"x","holder":{}}`,
-	`{"KEY":"k","token":1}`, `{"key":"k","key":"l"}`, `{"token":-1}`, `{"token":1.5}`, `{"ttl_ms":9223372036854775808}`,
-	`{"ttl_ms":null}`, `{"token":"1"}`, `null`, ``, `{}`,
-}
-
-// checkLeaseScan holds scanLeaseJSON to json.Unmarshal: whatever it accepts,
-// Unmarshal must read the same way.
-func checkLeaseScan(t *testing.T, body []byte) {
-	t.Helper()
-	var got, want LeaseJSON
-	if !scanLeaseJSON(body, &got) {
-		if got != (LeaseJSON{}) {
-			t.Fatalf("%q: refused, but left %+v behind", body, got)
-		}
-		return
-	}
-	if err := json.Unmarshal(body, &want); err != nil {
-		t.Fatalf("%q: scanned as %+v; json.Unmarshal refuses it: %v", body, got, err)
-	}
-	if got != want {
-		t.Fatalf("%q: scanned as %+v; json.Unmarshal reads %+v", body, got, want)
-	}
-}
-
-func TestScanLeaseJSONMatchesUnmarshal(t *testing.T) {
-	for _, body := range append(answers, tricky...) {
-		checkLeaseScan(t, []byte(body))
-	}
-	var j LeaseJSON
-	if !scanLeaseJSON([]byte(answers[0]), &j) {
-		t.Fatalf("the server's own answer %s was not scanned", answers[0])
-	}
-}
-
-func FuzzScanLeaseJSON(f *testing.F) {
-	for _, body := range answers {
-		f.Add([]byte(body))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) { checkLeaseScan(t, body) })
 }
 
 // oneByteReader returns its data a byte per Read, and io.EOF only on the

@@ -411,7 +411,25 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 
 var newline = []byte("\n")
 
-// writeJSON answers v with status.
+// emptyObject is the answer to a release.
+var emptyObject = []byte("{}")
+
+// writeLease answers l, with its ID if withID.
+func writeLease(w http.ResponseWriter, l lease.Lease, withID bool) {
+	writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendLease(b, l, withID, nil) })
+}
+
+// writeAppended answers status with the body that add appends (wire.go),
+// written into a pooled buffer.
+func writeAppended(w http.ResponseWriter, status int, add func([]byte) []byte) {
+	buf := getBuf()
+	defer putBuf(buf)
+	*buf = append(add((*buf)[:0]), '\n')
+	writeBodyLine(w, status, *buf)
+}
+
+// writeJSON answers v, a body of no fixed shape (stats, health), with
+// status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -482,13 +500,11 @@ func (s *Server) writeError(w *responseWriter, err error) {
 		// error says so and there is nothing to cut.)
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
-	body := errorJSON{Error: errorDetail{Code: k.code, Message: msg}}
 	var he *lease.HeldError
-	if errors.As(err, &he) {
-		body.Error.Holder = &LeaseJSON{Key: he.Key, Owner: he.Owner, Token: he.Token,
-			ExpiresAt: he.Expires.UTC().Format(expiresLayout)}
+	if !errors.As(err, &he) {
+		he = nil
 	}
-	writeJSON(w, status, body)
+	writeAppended(w, status, func(b []byte) []byte { return appendError(b, k.code, msg, he) })
 	if w.bodyUnread {
 		closeAfterAnswer(w)
 	}
@@ -582,7 +598,7 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 		s.writeError(w, fmt.Errorf("%w; released the lease acquired for it (token %d)", errClientGone, l.Token))
 		return
 	}
-	writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
+	writeLease(w, l, true)
 }
 
 // extendDeadlines gives a waiting acquire its wait on top of the read and
@@ -685,7 +701,7 @@ func (s *Server) handleRenew(w *responseWriter, r *http.Request) {
 	case err == nil:
 		s.metrics.renewals.done.Inc()
 		s.tracker.renewed(l)
-		writeJSON(w, http.StatusOK, NewLeaseJSON(l, true))
+		writeLease(w, l, true)
 		return
 	case errors.Is(err, lease.ErrNotHeld):
 		s.metrics.renewals.refused.Inc()
@@ -734,10 +750,7 @@ func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 	s.tracker.renewedBatch(renewals, results)
 	s.metrics.renewals.refused.Add(float64(refused))
 	s.metrics.renewals.done.Add(float64(len(results) - refused))
-	buf := getBuf()
-	*buf = append(appendRenewAnswer(*buf, results), newline...)
-	writeBodyLine(w, http.StatusOK, *buf)
-	putBuf(buf)
+	writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendRenewAnswer(b, results) })
 }
 
 func (s *Server) handleRelease(w *responseWriter, r *http.Request) {
@@ -758,7 +771,7 @@ func (s *Server) handleRelease(w *responseWriter, r *http.Request) {
 		s.metrics.releases.done.Inc()
 		s.tracker.released(key, req.Token)
 		s.queues.released(key)
-		writeJSON(w, http.StatusOK, struct{}{})
+		writeBody(w, http.StatusOK, emptyObject)
 		return
 	case errors.Is(err, lease.ErrNotHeld):
 		s.metrics.releases.refused.Inc()
@@ -779,7 +792,7 @@ func (s *Server) handleGet(w *responseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewLeaseJSON(l, false))
+	writeLease(w, l, false)
 }
 
 // handleList answers one page of the leases under ?prefix= that the
@@ -806,11 +819,7 @@ func (s *Server) handleList(w *responseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	out := listJSON{Leases: make([]LeaseJSON, 0, len(p.Leases)), Next: p.Next}
-	for _, l := range p.Leases {
-		out.Leases = append(out.Leases, NewLeaseJSON(l, false))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendList(b, p) })
 }
 
 // listUnder is one page of the leases under any of prefixes, which are

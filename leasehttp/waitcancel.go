@@ -154,7 +154,7 @@ func (c *Client) waitLeft(ctx context.Context, key string, resp *response) (leas
 // wait for a slow or hung server to confirm it. The request goes on in the
 // background, where the hang-up ends it (hangUp) and a lease the server
 // granted anyway is given back (waitLeft), within the Client's timeout.
-func (c *Client) acquireWaiting(ctx context.Context, key string, body acquireBody, wait time.Duration) (lease.Lease, error) {
+func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wait time.Duration) (lease.Lease, error) {
 	rctx, h := newHangUp(ctx, c.timeout)
 	type outcome struct {
 		l   lease.Lease

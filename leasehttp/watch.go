@@ -3,7 +3,6 @@ package leasehttp
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -147,9 +146,8 @@ func (c *lastEncoded) data(ev lease.Event) []byte {
 	if e := c.p.Load(); e != nil && e.ev == ev {
 		return e.data
 	}
-	// Only our own type is marshalled, and it always marshals; JSON
-	// escapes every line break, so the data is one line.
-	j, _ := json.Marshal(NewLeaseJSON(ev.Lease, false))
+	// JSON escapes every line break, so the data is one line.
+	j := appendLease(nil, ev.Lease, false, nil)
 	c.p.Store(&encodedEvent{ev: ev, data: j})
 	return j
 }
@@ -519,7 +517,7 @@ const EndEvent = "end"
 // fail ends the stream with an end event, whose data is the error body of
 // an HTTP answer; it has no id, being no lease event.
 func (st *eventStream) fail(code, msg string) {
-	body, _ := json.Marshal(errorJSON{Error: errorDetail{Code: code, Message: msg}})
+	body := appendError(nil, code, msg, nil)
 	st.extend()
 	_, _ = st.w.Write([]byte("event: " + EndEvent + "\ndata: "))
 	_, _ = st.w.Write(body)

@@ -2,7 +2,6 @@ package leasehttp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -336,14 +335,13 @@ func decodeWatchEvent(prefix string, exact bool, msg sseMessage) (lease.Event, e
 		return fmt.Errorf("leasehttp: watch %s: %w: malformed stream: %s", quoteName(prefix), lease.ErrUnavailable, fmt.Sprintf(format, args...))
 	}
 	if msg.event == EndEvent || msg.event == "error" { // "error": a server from before EndEvent
-		var body errorJSON
-		_ = json.Unmarshal([]byte(msg.data), &body)
-		k, ok := kindByCode(body.Error.Code)
+		body, _ := readError([]byte(msg.data)) // unreadable: zero
+		k, ok := kindByCode(body.code)
 		if !ok {
 			k = kindUnavailable
 		}
 		return lease.Event{}, fmt.Errorf("leasehttp: watch %s: the server ended the stream (%s): %s: %w",
-			quoteName(prefix), k.code, body.Error.Message, k.err)
+			quoteName(prefix), k.code, body.message, k.err)
 	}
 	kind, err := lease.ParseEventKind(msg.event)
 	if err != nil {
@@ -352,13 +350,7 @@ func decodeWatchEvent(prefix string, exact bool, msg sseMessage) (lease.Event, e
 	if kind == lease.Synced {
 		return lease.Event{Kind: lease.Synced}, nil
 	}
-	var j LeaseJSON
-	if !scanLeaseJSON([]byte(msg.data), &j) {
-		if err := json.Unmarshal([]byte(msg.data), &j); err != nil {
-			return lease.Event{}, malformed("%s event: %v", kind, err)
-		}
-	}
-	l, err := j.Lease()
+	l, err := readLease([]byte(msg.data))
 	if err != nil {
 		return lease.Event{}, malformed("%s event: %v", kind, err)
 	}
