@@ -310,9 +310,19 @@ func replicasObserve(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 		return e
 	}
 	observer := elector(rs.client(t, 2, leasehttp.WithTimeout(time.Second)))
+	// breaks hears each break of an Observe's watch, which it follows
+	// again (lease.FollowKey) instead of ending.
+	breaks := make(chan error, 16)
+	heard := lease.FollowOnBreak(func(err error, _ time.Duration) error {
+		select {
+		case breaks <- err:
+		default:
+		}
+		return nil
+	})
 	observe := func(n int) *stream[election.Leader] {
 		return follow(t, fmt.Sprintf("Observe #%d", n), func(ctx context.Context) iter.Seq2[election.Leader, error] {
-			return observer.Observe(ctx, key)
+			return observer.Observe(ctx, key, heard)
 		})
 	}
 	var last lease.Token
@@ -382,11 +392,20 @@ func replicasObserve(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 	leader(obs, nil, "c0's term expired")
 	leader(obs, c1, "c1 elected after c0's expiry")
 
-	// The observer's replica dies: its Observe ends with ErrUnavailable.
+	// The observer's replica dies: its Observe hears the break (matching
+	// ErrUnavailable) and follows again through the next replica, without
+	// ending.
 	rs.kill(t, 2)
 	killed = append(killed, 2)
-	if it := obs.next(replicaWait, "the break"); !errors.Is(it.err, lease.ErrUnavailable) {
-		t.Fatalf("after the observer's replica died, Observe gave %+v, %v; want an error matching ErrUnavailable", it.v, it.err)
+	select {
+	case err := <-breaks:
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("after the observer's replica died, Observe's break was %v; want an error matching ErrUnavailable", err)
+		}
+	case it := <-obs.ch:
+		t.Fatalf("after the observer's replica died, Observe gave %+v, %v before any break was heard", it.v, it.err)
+	case <-time.After(replicaWait):
+		t.Fatalf("Observe #1 heard no break within %v of its replica's death", replicaWait)
 	}
 	// Meanwhile c1 resigns and c2, through the one replica left, is elected.
 	c2ch := campaign(elector(rs.client(t, 1)), "c2")
@@ -395,6 +414,18 @@ func replicasObserve(t *testing.T, cluster *etcdtest.Cluster, rs *replicaSet) {
 		t.Fatal(err)
 	}
 	c2 := elected(c2ch, "c2", replicaWait)
+	// The followed Observe reports c2 (after "no leader" if it saw c1's
+	// resignation first), and a new one starts from c2.
+	for deadline := time.Now().Add(replicaWait); ; {
+		l := obs.event(time.Until(deadline), "c2, observed again past two dead replicas")
+		if l.Value == "" && l.Token == 0 {
+			continue
+		}
+		if l.Value != c2.Value() || l.Token != c2.Token() {
+			t.Fatalf("the followed Observe reports %q (token %d), want c2 (token %d)", l.Value, l.Token, c2.Token())
+		}
+		break
+	}
 	obs = observe(2)
 	leader(obs, c2, "observing again, past two dead replicas")
 	if err := c2.Resign(ctx); err != nil {
