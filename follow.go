@@ -149,6 +149,7 @@ func follow(ctx context.Context, w Watcher, opts []FollowOption, watch func() it
 			return
 		}
 		pacer := wait.NewPacer(cfg.min, cfg.max, cfg.jitter)
+		loop := wait.OnClock(pacer, cfg.clock.Now, cfg.clock.AfterFunc)
 		told := false // whether an event was yielded: a new picture needs a Resync first
 		for {
 			var broke error
@@ -186,22 +187,9 @@ func follow(ctx context.Context, w Watcher, opts []FollowOption, watch func() it
 					return
 				}
 			}
-			if !sleepOn(ctx, cfg.clock, pause) {
+			if loop.Sleep(ctx, pause) != nil {
 				return
 			}
 		}
-	}
-}
-
-// sleepOn waits d on clk, and reports false if ctx ended first.
-func sleepOn(ctx context.Context, clk Clock, d time.Duration) bool {
-	done := make(chan struct{})
-	t := clk.AfterFunc(d, func() { close(done) })
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		t.Stop()
-		return false
 	}
 }

@@ -130,7 +130,7 @@ func (l *Loop) Wait(ctx context.Context, expires time.Time) error {
 	if l.Notify != nil {
 		return l.notified(ctx, expires)
 	}
-	return l.sleep(ctx, l.Pacer.Held(l.now(), expires))
+	return l.Sleep(ctx, l.Pacer.Held(l.now(), expires))
 }
 
 func (l *Loop) now() time.Time {
@@ -169,8 +169,9 @@ func (l *Loop) notified(ctx context.Context, expires time.Time) error {
 	}
 }
 
-// sleep waits d, or until a poke or ctx's end.
-func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d on the Loop's clock, or until a poke or ctx's end, which it
+// returns as context.Cause(ctx).
+func (l *Loop) Sleep(ctx context.Context, d time.Duration) error {
 	fired := make(chan struct{})
 	stop := l.afterFunc(d, func() { close(fired) })
 	defer stop()
