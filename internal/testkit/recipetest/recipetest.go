@@ -54,9 +54,12 @@ type Options struct {
 	// before it has tried the key and waits for its next try. Used where
 	// Waiting is nil.
 	Idle func()
-	// Settle is how long a wait lasts in SemaphoreServesInOrder before the
-	// line moves. 0 means 50 ms.
-	Settle time.Duration
+	// CappedWaits, for a backend behind a server with a short wait cap,
+	// reports how many acquire waits the server has ended at its cap so
+	// far (each is sent again at once): SemaphoreServesInOrder then lets
+	// every waiter's wait end at the cap several times before the line
+	// moves. nil for a backend whose waits last as long as they are asked.
+	CappedWaits func(ctx context.Context, b lease.Backend) (int, error)
 	// ExpiryLag is how late after its expiry the backend may let the next
 	// holder in (etcd rounds TTLs up to whole seconds and checks expiry on
 	// its own tick). 0 means 1 s.
@@ -71,13 +74,6 @@ func (o Options) expiryLag() time.Duration {
 		return o.ExpiryLag
 	}
 	return time.Second
-}
-
-func (o Options) settle() time.Duration {
-	if o.Settle > 0 {
-		return o.Settle
-	}
-	return 50 * time.Millisecond
 }
 
 // errNoLine is reachLine's error when Options give it no way to know.
@@ -628,9 +624,9 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 			return fmt.Errorf("waiter %d: %w", i, err)
 		}
 	}
-	// real time: every wait outlasts a short server wait cap (a timer of
-	// a real HTTP server) several times before the line moves.
-	time.Sleep(4 * opts.settle())
+	if err := outlastCap(ctx, b, opts, waiters-1); err != nil {
+		return err
+	}
 	prev := holder.Hold
 	for want := range waiters {
 		if err := prev.Release(ctx); err != nil {
@@ -647,6 +643,31 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 		prev = got.slot.Hold
 	}
 	return prev.Release(ctx)
+}
+
+// capsPerWait is how many times each wait of SemaphoreServesInOrder ends
+// at a server's wait cap, and is sent again, before the line moves.
+const capsPerWait = 4
+
+// outlastCap returns once the server behind b has ended waits at its cap
+// capsPerWait times for each of n waiters (opts.CappedWaits), at once for a
+// backend without a cap.
+func outlastCap(ctx context.Context, b lease.Backend, opts Options, n int) error {
+	if opts.CappedWaits == nil {
+		return nil
+	}
+	base, err := opts.CappedWaits(ctx, b)
+	if err != nil {
+		return err
+	}
+	want := base + capsPerWait*n
+	return poll.Err(30*time.Second, func() error {
+		got, err := opts.CappedWaits(ctx, b)
+		if err == nil && got < want {
+			err = fmt.Errorf("the server ended %d waits at its cap, want %d (%d waiters × %d)", got-base, want-base, n, capsPerWait)
+		}
+		return err
+	})
 }
 
 // polled is a backend with its abilities hidden (wait, notify, watch), so
