@@ -159,6 +159,20 @@ func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) 
 	}
 }
 
+// servePipes serves h with hs (its Handler set to h) on a new
+// pipeListener until the test ends.
+func servePipes(t *testing.T, h http.Handler, hs *http.Server) *pipeListener {
+	l := newPipeListener()
+	hs.Handler = h
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(l) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		<-served
+	})
+	return l
+}
+
 // client is an http.Client whose every connection is a pipe to l.
 func (l *pipeListener) client() *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: l.dial}}

@@ -554,17 +554,8 @@ func TestWatchOutlastsServerTimeouts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := newPipeListener()
-		hs := &http.Server{Handler: srv, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}
-		served := make(chan error, 1)
-		go func() { served <- hs.Serve(l) }()
-		hc := l.client()
-		t.Cleanup(func() {
-			srv.Close()
-			_ = hs.Close()
-			<-served
-			hc.CloseIdleConnections()
-		})
+		t.Cleanup(func() { srv.Close() })
+		hc := servePipes(t, srv, &http.Server{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}).client()
 
 		st := openRawWith(t, hc, "http://127.0.0.1/v1/watch", "", 200)
 		st.expectSynced("1")
