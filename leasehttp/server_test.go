@@ -299,7 +299,7 @@ func (brokenBackend) Get(context.Context, string) (lease.Lease, error) {
 // through handlerTransport: the expiry tracker's grace and timer run on the
 // bubble's clock, as the memstore's TTLs do.
 func TestMetrics(t *testing.T) {
-	synctest.Test(t, testMetrics)
+	synctest.Test(t, func(t *testing.T) { testMetrics(t) })
 }
 
 func testMetrics(t *testing.T) {
