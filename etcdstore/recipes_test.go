@@ -20,6 +20,6 @@ func TestRecipes(t *testing.T) {
 			Waiting: func(ctx context.Context, b lease.Backend, key string) (int, error) {
 				return etcdstore.Waiting(ctx, b.(*etcdstore.Store), key)
 			},
-			Settle: 200 * time.Millisecond, ExpiryLag: 2 * time.Second,
+			ExpiryLag: 2 * time.Second,
 		})
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -477,38 +478,52 @@ func TestAcquireWaitKeepsWaitingWhenServerDoesNotWait(t *testing.T) {
 // after the first answer (as it once did, failing the semaphore's
 // dead-head check through a loaded server with a 30 ms cap).
 func TestAcquireWaitOutlivesSlowCappedAnswers(t *testing.T) {
-	const slow = 600 * time.Millisecond // more than the client's pollMax
-	srv := newServer(t, newMem(t), leasehttp.WithMaxWait(30*time.Millisecond))
-	var answered atomic.Int64
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/acquire") {
-			time.Sleep(slow) // real time: the slow way to the server, a latency the client's real-time pacing meets
-			defer answered.Add(1)
+	// In a bubble, through handlerTransport: the slow way is slow on the
+	// bubble's clock, which the client's pacing reads too.
+	synctest.Test(t, func(t *testing.T) {
+		const slow = 600 * time.Millisecond // more than the client's pollMax
+		srv := newServer(t, newMem(t), leasehttp.WithMaxWait(30*time.Millisecond))
+		var answered atomic.Int64
+		proxy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/acquire") {
+				time.Sleep(slow)
+				defer answered.Add(1)
+			}
+			srv.ServeHTTP(w, r)
+		})
+		c := newClient(t, "http://127.0.0.1", leasehttp.WithHTTPClient(&http.Client{Transport: handlerTransport{proxy}}))
+		held, err := c.Acquire(ctxFor(t), "slowcap", "holder", time.Minute)
+		if err != nil {
+			t.Fatal(err)
 		}
-		srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
+		base := answered.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done := acquireWaitAsync(ctx, c, "slowcap", "w", time.Minute)
+		eventually(t, "the first capped answer", func() bool { return answered.Load() > base })
+		if err := c.Release(ctxFor(t), held); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.l.Owner != "w" {
+			left, _ := ctx.Deadline()
+			t.Fatalf("AcquireWait with %v left after a slow capped answer: %+v, %v; want the lease released meanwhile", time.Until(left).Round(time.Second), r.l, r.err)
+		}
 	})
-	c := newClient(t, hs.URL)
-	held, err := c.Acquire(ctxFor(t), "slowcap", "holder", time.Minute)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// handlerTransport serves each request with h in the caller's goroutine,
+// with no socket between them, so that a synctest bubble holds the whole
+// exchange (a bubble cannot wait on a real connection).
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err // the caller gave up: the answer never reaches it
 	}
-	base := answered.Load()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	done := acquireWaitAsync(ctx, c, "slowcap", "w", time.Minute)
-	eventually(t, "the first capped answer", func() bool { return answered.Load() > base })
-	if err := c.Release(ctxFor(t), held); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
-	if r.err != nil || r.l.Owner != "w" {
-		left, _ := ctx.Deadline()
-		t.Fatalf("AcquireWait with %v left after a slow capped answer: %+v, %v; want the lease released meanwhile", time.Until(left).Round(time.Second), r.l, r.err)
-	}
+	return rec.Result(), nil
 }
 
 // TestAcquireWaitCancelledInFlightSaysOutcomeUnknown: the server grants the

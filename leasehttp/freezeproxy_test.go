@@ -1,18 +1,21 @@
 package leasehttp_test
 
 import (
+	"context"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 )
 
-// freezeProxy forwards loopback TCP connections to an upstream address
-// until frozen: then it stops delivering bytes either way while keeping
-// every connection open, as a hung peer or a blackholed network does.
+// freezeProxy forwards connections to an upstream until frozen: then it
+// stops delivering bytes either way while keeping every connection open,
+// as a hung peer or a blackholed network does. newFreezeProxy forwards
+// loopback TCP; newPipeFreezeProxy pipes, for a synctest bubble.
 type freezeProxy struct {
 	ln       net.Listener
-	upstream string
+	upstream func() (net.Conn, error)
 
 	mu     sync.Mutex
 	frozen chan struct{} // closed while thawed; open while frozen
@@ -26,6 +29,18 @@ func newFreezeProxy(t testing.TB, upstream string) *freezeProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startFreezeProxy(t, ln, func() (net.Conn, error) { return net.Dial("tcp", upstream) })
+}
+
+// newPipeFreezeProxy forwards the connections of its own pipeListener
+// (its client) to pipes of upstream.
+func newPipeFreezeProxy(t testing.TB, upstream *pipeListener) (*freezeProxy, *http.Client) {
+	ln := newPipeListener()
+	p := startFreezeProxy(t, ln, func() (net.Conn, error) { return upstream.dial(context.Background(), "", "") })
+	return p, ln.client()
+}
+
+func startFreezeProxy(t testing.TB, ln net.Listener, upstream func() (net.Conn, error)) *freezeProxy {
 	thawed := make(chan struct{})
 	close(thawed)
 	p := &freezeProxy{ln: ln, upstream: upstream, frozen: thawed}
@@ -43,7 +58,7 @@ func (p *freezeProxy) accept() {
 		if err != nil {
 			return
 		}
-		u, err := net.Dial("tcp", p.upstream)
+		u, err := p.upstream()
 		if err != nil {
 			c.Close()
 			continue

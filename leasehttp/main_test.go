@@ -4,9 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,3 +116,69 @@ func acquireWaitAsync(ctx context.Context, c *leasehttp.Client, key, owner strin
 	}()
 	return done
 }
+
+// pipeListener is a net.Listener whose connections are net.Pipe pairs, for
+// tests in a synctest bubble: a real socket is outside the bubble, and a
+// pipe's deadlines run on the bubble's clock, as an http.Server sets them.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// dial hands the listener one end of a new pipe and returns the other.
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// servePipes serves h with hs (its Handler set to h) on a new
+// pipeListener until the test ends.
+func servePipes(t *testing.T, h http.Handler, hs *http.Server) *pipeListener {
+	l := newPipeListener()
+	hs.Handler = h
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(l) }()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		<-served
+	})
+	return l
+}
+
+// client is an http.Client whose every connection is a pipe to l.
+func (l *pipeListener) client() *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: l.dial}}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "127.0.0.1:80" }

@@ -34,27 +34,45 @@ func TestRecipes(t *testing.T) {
 					srv, _ := servers.Load(b)
 					return waitingAt(srv.(http.Handler), key)
 				},
-				Settle: 100 * time.Millisecond,
+				CappedWaits: func(_ context.Context, b lease.Backend) (int, error) {
+					srv, _ := servers.Load(b)
+					st, err := statsAt(srv.(http.Handler), "")
+					return int(st.AcquireRefusals), err
+				},
 			})
 		})
 	}
 }
 
-// waitingAt returns how many acquire requests for key wait at srv, from
-// its GET /v1/stats, asked in process.
-func waitingAt(srv http.Handler, key string) (int, error) {
+// serverStats is what the recipe suite reads of GET /v1/stats.
+type serverStats struct {
+	// AcquireRefusals counts acquires answered held, waits that ended at
+	// the wait cap among them.
+	AcquireRefusals uint64 `json:"acquire_refusals"`
+	Waiting         []struct {
+		Key     string
+		Waiters int
+	}
+}
+
+// statsAt returns srv's GET /v1/stats for prefix, asked in process.
+func statsAt(srv http.Handler, prefix string) (serverStats, error) {
 	rec := httptest.NewRecorder()
-	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/stats?prefix="+url.QueryEscape(key), nil))
-	var stats struct {
-		Waiting []struct {
-			Key     string
-			Waiters int
-		}
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/stats?prefix="+url.QueryEscape(prefix), nil))
+	var st serverStats
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != http.StatusOK {
+		return serverStats{}, fmt.Errorf("/v1/stats: HTTP %d %s (%v)", rec.Code, rec.Body, err)
 	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &stats); err != nil || rec.Code != http.StatusOK {
-		return 0, fmt.Errorf("/v1/stats: HTTP %d %s (%v)", rec.Code, rec.Body, err)
+	return st, nil
+}
+
+// waitingAt returns how many acquire requests for key wait at srv.
+func waitingAt(srv http.Handler, key string) (int, error) {
+	st, err := statsAt(srv, key)
+	if err != nil {
+		return 0, err
 	}
-	for _, w := range stats.Waiting {
+	for _, w := range st.Waiting {
 		if w.Key == key {
 			return w.Waiters, nil
 		}

@@ -6,16 +6,19 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,6 +30,23 @@ func metric(t *testing.T, url, series string) float64 {
 	if status != 200 {
 		t.Fatalf("/metrics: HTTP %d", status)
 	}
+	return metricIn(t, body, series)
+}
+
+// metricsOf returns h's /metrics, asked in process.
+func metricsOf(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics: HTTP %d", rec.Code)
+	}
+	return rec.Body.String()
+}
+
+// metricIn returns series's value in the /metrics page body, 0 if absent.
+func metricIn(t *testing.T, body, series string) float64 {
+	t.Helper()
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -49,10 +69,10 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // or the server's queue.
 var backends = []struct {
 	name string
-	new  func(testing.TB) lease.Backend
+	new  func(testing.TB, ...memstore.Option) lease.Backend
 }{
-	{"BackendWaits", func(t testing.TB) lease.Backend { return memtest.New(t) }},
-	{"ServerQueues", func(t testing.TB) lease.Backend { return backendOnly{memtest.New(t)} }},
+	{"BackendWaits", func(t testing.TB, opts ...memstore.Option) lease.Backend { return memtest.New(t, opts...) }},
+	{"ServerQueues", func(t testing.TB, opts ...memstore.Option) lease.Backend { return backendOnly{memtest.New(t, opts...)} }},
 }
 
 func TestSecretIDNeverShown(t *testing.T) {
@@ -275,13 +295,20 @@ func (brokenBackend) Get(context.Context, string) (lease.Lease, error) {
 	return lease.Lease{}, errors.New("teststore: disk on fire")
 }
 
+// TestMetrics runs in a synctest bubble, its client talking to the server
+// through handlerTransport: the expiry tracker's grace and timer run on the
+// bubble's clock, as the memstore's TTLs do.
 func TestMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { testMetrics(t) })
+}
+
+func testMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b := newMem(t)
-	_, hs := startServer(t, b, leasehttp.WithRegisterer(reg))
-	c := newClient(t, hs.URL)
+	srv := newServer(t, b, leasehttp.WithRegisterer(reg))
+	c := newClient(t, "http://127.0.0.1", leasehttp.WithHTTPClient(&http.Client{Transport: handlerTransport{srv}}))
 	const secretKey = "metrics/key-name-that-must-not-leak"
-	m := func(s string) float64 { return metric(t, hs.URL, s) }
+	m := func(s string) float64 { return metricIn(t, metricsOf(t, srv), s) }
 
 	l, err := c.Acquire(ctxFor(t), secretKey, "owner-name-that-must-not-leak", time.Minute)
 	if err != nil {
@@ -358,14 +385,14 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("late Renew: %v", err)
 	}
 	eventually(t, "the late holder counted", func() bool { return m(`lease_expirations_total`) == 2 })
-	// real time: past the grace of the server's tracker, which runs on the
-	// wall clock behind real TCP: it must not count the late holder again.
+	// Past the grace of the server's tracker: it must not count the late
+	// holder again.
 	time.Sleep(300 * time.Millisecond)
 	if got := m(`lease_expirations_total`); got != 2 {
 		t.Errorf("expirations = %v, want 2", got)
 	}
 	// The held answer and the request log's route never put a key in a label.
-	_, body := call(t, "GET", hs.URL+"/metrics", "", "")
+	body := metricsOf(t, srv)
 	if strings.Contains(body, "must-not-leak") || strings.Contains(body, "metrics/") {
 		t.Errorf("/metrics names a key or owner:\n%s", body)
 	}

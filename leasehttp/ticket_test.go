@@ -13,6 +13,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/leasehttp"
+	"github.com/leasehq/lease/leasetest/fakeclock"
+	"github.com/leasehq/lease/memstore"
 )
 
 // startCountingServer is startServer that also counts the acquire
@@ -159,7 +161,8 @@ func TestTicketResumesAfterAGrant(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			_, hs := startServer(t, be.new(t), leasehttp.WithWaitGrace(time.Minute))
+			clk := fakeclock.New(time.Now()) // the backend's: it moves between the grant and the hand-over
+			_, hs := startServer(t, be.new(t, memstore.WithClock(clk)), leasehttp.WithWaitGrace(time.Minute))
 			c := newClient(t, hs.URL)
 			holder, err := c.Acquire(ctxFor(t), "resume", "holder", time.Minute)
 			if err != nil {
@@ -177,7 +180,7 @@ func TestTicketResumesAfterAGrant(t *testing.T) {
 				return err == nil && l.Owner == "back"
 			})
 			granted, _ := c.Get(ctxFor(t), "resume")
-			time.Sleep(20 * time.Millisecond) // real time: the server's clock moves on, so that a renewal shows
+			clk.Advance(20 * time.Millisecond) // so that a renewal shows
 			status, body := call(t, "POST", hs.URL+"/v1/leases/resume/acquire", "", req)
 			if status != http.StatusOK {
 				t.Fatalf("second request: HTTP %d %s, want 200", status, body)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -132,32 +133,36 @@ func TestClientWatchTimeoutBoundsOnlyTheStart(t *testing.T) {
 // as TCP let it. A stream that is quiet but sound, its heartbeats
 // arriving, is not cut.
 func TestClientWatchReportsASilentStream(t *testing.T) {
-	mem := memtest.New(t)
-	const hb = 50 * time.Millisecond
-	_, hs := startServer(t, mem, leasehttp.WithHeartbeat(hb))
-	px := newFreezeProxy(t, hs.Listener.Addr().String())
-	ch, _ := goWatch(t, newClient(t, px.URL()), "jobs/")
-	syncedKeys(t, ch)
+	// In a bubble, on pipes: the heartbeats, the quiet spell and the
+	// client's silence limit pass on the bubble's clock.
+	synctest.Test(t, func(t *testing.T) {
+		mem := memtest.New(t)
+		const hb = 50 * time.Millisecond
+		srv := newServer(t, mem, leasehttp.WithHeartbeat(hb))
+		px, hc := newPipeFreezeProxy(t, servePipes(t, srv, &http.Server{}))
+		ch, _ := goWatch(t, newClient(t, "http://127.0.0.1", leasehttp.WithHTTPClient(hc)), "jobs/")
+		syncedKeys(t, ch)
 
-	// Quiet for well past the silence limit, with heartbeats: still open.
-	// real time: the server's heartbeats run on it, through a real proxy.
-	time.Sleep(4 * (leasehttp.MissedHeartbeats*hb + leasehttp.SilenceSlack))
-	mustAcquire(t, mem, "jobs/a")
-	if it, ok := nextItem(t, ch, "the acquire after a quiet spell"); !ok || it.err != nil || it.ev.Kind != lease.Acquired {
-		t.Fatalf("%+v (open %v), want the Acquired: a quiet stream with heartbeats is sound", it, ok)
-	}
+		// Quiet for well past the silence limit, with heartbeats: still open.
+		time.Sleep(4 * (leasehttp.MissedHeartbeats*hb + leasehttp.SilenceSlack))
+		mustAcquire(t, mem, "jobs/a")
+		if it, ok := nextItem(t, ch, "the acquire after a quiet spell"); !ok || it.err != nil || it.ev.Kind != lease.Acquired {
+			t.Fatalf("%+v (open %v), want the Acquired: a quiet stream with heartbeats is sound", it, ok)
+		}
 
-	px.freeze()
-	frozen := time.Now()
-	err := watchErr(t, ch, "the silent stream's break")
-	took := time.Since(frozen)
-	if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "silent") {
-		t.Errorf("error %v, want ErrUnavailable saying the stream went silent", err)
-	}
-	// The bound is generous for a shared machine; the benchmark measures it.
-	if limit := 2 * time.Second; took > limit {
-		t.Errorf("the break came %v after the freeze, want under %v", took, limit)
-	}
+		px.freeze()
+		frozen := time.Now()
+		err := watchErr(t, ch, "the silent stream's break")
+		took := time.Since(frozen)
+		if !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "silent") {
+			t.Errorf("error %v, want ErrUnavailable saying the stream went silent", err)
+		}
+		// On the bubble's clock the limit is exact: the silence limit and
+		// at most one heartbeat's gap before it.
+		if limit := leasehttp.MissedHeartbeats*hb + leasehttp.SilenceSlack + hb; took > limit {
+			t.Errorf("the break came %v after the freeze, want under %v", took, limit)
+		}
+	})
 }
 
 // TestClientWatchHeartbeatHeader: the client reads the server's heartbeat

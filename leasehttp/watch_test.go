@@ -9,9 +9,9 @@ import (
 	"iter"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -36,6 +36,12 @@ type rawStream struct {
 // status.
 func openRaw(t *testing.T, url, token string, status int, header ...string) *rawStream {
 	t.Helper()
+	return openRawWith(t, http.DefaultClient, url, token, status, header...)
+}
+
+// openRawWith is openRaw through hc.
+func openRawWith(t *testing.T, hc *http.Client, url, token string, status int, header ...string) *rawStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
@@ -47,7 +53,7 @@ func openRaw(t *testing.T, url, token string, status int, header ...string) *raw
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		cancel()
 		t.Fatalf("GET %s: %v", url, err)
@@ -540,23 +546,24 @@ func TestWatchEndsOnServerClose(t *testing.T) {
 // timeouts bound a request from its start; a quiet watch stream lives on
 // past both (each heartbeat moves the deadlines) and still delivers.
 func TestWatchOutlastsServerTimeouts(t *testing.T) {
-	mem := memtest.New(t)
-	srv, err := leasehttp.NewServer(mem, leasehttp.WithLogger(quiet), leasehttp.WithHeartbeat(30*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(srv)
-	hs.Config.ReadTimeout, hs.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
-	hs.Start()
-	t.Cleanup(func() { srv.Close(); hs.Close() })
+	// In a bubble, on pipes (pipeListener): the server's deadlines and
+	// heartbeats run on the bubble's clock.
+	synctest.Test(t, func(t *testing.T) {
+		mem := memtest.New(t)
+		srv, err := leasehttp.NewServer(mem, leasehttp.WithLogger(quiet), leasehttp.WithHeartbeat(30*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		hc := servePipes(t, srv, &http.Server{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}).client()
 
-	st := openRaw(t, hs.URL+"/v1/watch", "", 200)
-	st.expectSynced("1")
-	// real time: ten times both timeouts, with nothing to tell; they are
-	// deadlines on a real TCP connection.
-	time.Sleep(time.Second)
-	mustAcquire(t, mem, "late")
-	st.expect("2", "acquired", "late")
+		st := openRawWith(t, hc, "http://127.0.0.1/v1/watch", "", 200)
+		st.expectSynced("1")
+		// Ten times both timeouts, with nothing to tell.
+		time.Sleep(time.Second)
+		mustAcquire(t, mem, "late")
+		st.expect("2", "acquired", "late")
+	})
 }
 
 // TestWatchStopsForAStuckClient: a client that stops reading holds up

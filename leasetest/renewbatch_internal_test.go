@@ -7,16 +7,26 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/leasetest/fakeclock"
+	"github.com/leasehq/lease/memstore"
 )
 
 // farBackend is a backend a long way off, or on a loaded host: every
-// acquire is answered 100 ms after the backend made it. Its batches renew
-// one lease after another, as lease.RenewAll does without one.
-type farBackend struct{ lease.Backend }
+// acquire is answered 100 ms after the backend made it — 100 ms of the
+// backend's own clock, which the double moves on, so that the leases age
+// as they would without the test waiting. Its batches renew one lease
+// after another, as lease.RenewAll does without one.
+type farBackend struct {
+	lease.Backend
+	clk *fakeclock.Clock
+}
+
+// farAnswer is how long a farBackend's acquire takes to come back.
+const farAnswer = 100 * time.Millisecond
 
 func (f farBackend) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	l, err := f.Backend.Acquire(ctx, key, owner, ttl)
-	time.Sleep(100 * time.Millisecond) // real time: a far backend's answer, against the suite's real-time TTLs
+	f.clk.Advance(farAnswer)
 	return l, err
 }
 
@@ -33,6 +43,9 @@ func TestRenewBatchFarAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &suite{cfg: cfg, newBackend: func(t *testing.T) lease.Backend { return farBackend{memtest.New(t)} }}
+	s := &suite{cfg: cfg, newBackend: func(t *testing.T) lease.Backend {
+		clk := fakeclock.New(time.Now())
+		return farBackend{memtest.New(t, memstore.WithClock(clk)), clk}
+	}}
 	s.renewBatch(t)
 }

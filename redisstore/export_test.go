@@ -23,3 +23,12 @@ func (s *Store) Waiting(ctx context.Context, key string) (bool, error) {
 	}
 	return err == nil && len(v) > 0 && v[0] == wanted, err
 }
+
+// SubscriptionDrops returns how many times s's subscription has dropped
+// (and its waiters were told so): a test that cuts the subscription waits
+// for the count to rise instead of sleeping.
+func (s *Store) SubscriptionDrops() int {
+	s.notify.mu.Lock()
+	defer s.notify.mu.Unlock()
+	return s.notify.drops
+}

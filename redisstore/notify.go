@@ -50,6 +50,7 @@ type notifier struct {
 	state   notifyState
 	ready   chan struct{} // closed when the state leaves starting
 	downErr error
+	drops   int // times the subscription dropped, for tests that must know it did
 	waiters map[string]map[chan error]struct{}
 	ps      *redis.PubSub
 	stop    chan struct{}
@@ -267,6 +268,7 @@ func (n *notifier) setDown(cause error) {
 		close(n.ready)
 	}
 	n.state = down
+	n.drops++
 	n.downErr = fmt.Errorf("redisstore: release notifications interrupted, resubscribing: %w: %w", lease.ErrUnavailable, cause)
 	n.failAllLocked(n.downErr)
 }

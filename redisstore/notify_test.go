@@ -139,10 +139,11 @@ func TestWaitChangeSubscriptionDrop(t *testing.T) {
 		got <- result{h, err}
 	}()
 	waitForWaiter(t, s, k)
+	drops := s.SubscriptionDrops()
 	killPubSub(t, srv)
-	// real time: most often the release then finds no subscription to
-	// tell; the killed connection's end reaches go-redis through the kernel.
-	time.Sleep(100 * time.Millisecond)
+	// Until the store has seen its subscription drop (and told the
+	// waiter), so that the release finds no subscription to tell.
+	poll.True(t, 10*time.Second, "the store saw its subscription drop", func() bool { return s.SubscriptionDrops() > drops })
 	if err := s.Release(ctx, holder); err != nil {
 		t.Fatal(err)
 	}

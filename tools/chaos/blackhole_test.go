@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/memstore"
 	"github.com/leasehq/lease/tools/chaos"
@@ -66,12 +67,7 @@ func TestBlackholedWatcherAndWaiter(t *testing.T) {
 	wctx, giveUp := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() { _, err := c.AcquireWait(wctx, "busy", "waiter", time.Minute); waited <- err }()
-	for deadline := time.Now().Add(10 * time.Second); waiting(t, hs.URL) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter never reached the server")
-		}
-		time.Sleep(5 * time.Millisecond) // real time: the waiter crosses real sockets
-	}
+	poll.True(t, 10*time.Second, "the waiter reaches the server", func() bool { return waiting(t, hs.URL) > 0 })
 
 	if err := px.Add(chaos.Toxic{Name: "blackhole", Type: "timeout", Stream: "downstream", Attributes: map[string]int64{"timeout": 0}},
 		chaos.Toxic{Name: "blackhole-up", Type: "timeout", Stream: "upstream", Attributes: map[string]int64{"timeout": 0}}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +28,17 @@ func blackholedWaiter(t *testing.T, grace time.Duration) (time.Duration, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv)
+	// The doomed waiter's requests come through the proxy, so they name
+	// its address as their Host: served counts those the server serves now.
+	var proxyHost atomic.Pointer[string]
+	var doomedServed atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := proxyHost.Load(); h != nil && r.Host == *h {
+			doomedServed.Add(1)
+			defer doomedServed.Add(-1)
+		}
+		srv.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		srv.Close()
 		hs.Close()
@@ -45,7 +56,9 @@ func blackholedWaiter(t *testing.T, grace time.Duration) (time.Duration, string)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	direct, doomed := client(hs.URL), client("http://"+px.Listen(0))
+	doomedAddr := px.Listen(0)
+	proxyHost.Store(&doomedAddr)
+	direct, doomed := client(hs.URL), client("http://"+doomedAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	holder, err := direct.Acquire(ctx, "line", "holder", time.Minute)
@@ -85,10 +98,10 @@ func blackholedWaiter(t *testing.T, grace time.Duration) (time.Duration, string)
 	); err != nil {
 		t.Fatal(err)
 	}
-	// Long enough for the doomed waiter's request to reach the wait cap,
-	// so that it is between requests when the key comes free.
-	// real time: the server's wait cap, a timer of the real server.
-	time.Sleep(300 * time.Millisecond)
+	// Until the doomed waiter's request has reached the wait cap and been
+	// answered (into the blackhole), so that it is between requests when
+	// the key comes free: its next request never reaches the server.
+	poll.True(t, 10*time.Second, "the doomed waiter's request ended at the wait cap", func() bool { return doomedServed.Load() == 0 })
 	start := time.Now()
 	if err := direct.Release(ctx, holder); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package linebench_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/cli"
 	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -117,16 +119,22 @@ func line(url string, wait time.Duration) ([]time.Duration, int, error) {
 		})
 		// Queued when the server counts it. Without tickets a wait is not
 		// counted between its requests, so the count may never show all
-		// at once: there, 100 ms apart is the order.
-		// real time: at most 100 ms apart, on the real server.
-		for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		// at once: there, 100 ms apart is the order, and the poll's end
+		// at 100 ms is no error.
+		var asked error
+		_ = poll.Err(100*time.Millisecond, func() error {
 			n, err := waiters(url)
 			if err != nil {
-				return nil, 0, err
+				asked = err
+				return nil
 			}
-			if n >= i+1 {
-				break
+			if n < i+1 {
+				return errors.New("not counted yet")
 			}
+			return nil
+		})
+		if asked != nil {
+			return nil, 0, asked
 		}
 	}
 	time.Sleep(wait) // real time: the long wait through the real server that the benchmark measures

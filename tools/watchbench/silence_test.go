@@ -14,6 +14,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/internal/testkit/benchutil"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/memstore"
 	"github.com/leasehq/lease/tools/chaos"
@@ -273,9 +274,7 @@ func BenchmarkCompareCancel(b *testing.B) {
 			var werr error
 			go func() { werr = rows[i].wait(ctx); done <- time.Now() }()
 			if rows[i].name != "ctx-floor" {
-				for waiters() == 0 {
-					time.Sleep(time.Millisecond) // real time: the wait crosses real sockets
-				}
+				poll.True(b, 10*time.Second, "the candidate's wait reaches the server", func() bool { return waiters() > 0 })
 			}
 			link.hole(b)
 			at := time.Now()

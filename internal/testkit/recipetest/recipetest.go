@@ -44,14 +44,22 @@ type Options struct {
 	RunOptions []election.RunOption
 	// Waiting reports how many wait in b's line for key (behind its holder),
 	// so that a check knows a waiter has reached the line before the next
-	// one comes. nil, for a backend with no line to look into (one whose
-	// waiters poll), makes a check give each waiter Settle instead.
+	// one comes. A check that needs to know refuses to run with neither
+	// Waiting nor Idle.
 	Waiting func(ctx context.Context, b lease.Backend, key string) (int, error)
-	// Settle is how long a check lets a waiter reach the backend's line
-	// before the next one starts, where Waiting is nil, and how long a
-	// wait lasts in SemaphoreServesInOrder before the line moves. 0 means
-	// 50 ms.
-	Settle time.Duration
+	// Idle, for checks run in a testing/synctest bubble on a backend with
+	// no line to look into (one whose waiters poll), is synctest.Wait: it
+	// returns once every goroutine of the check is blocked until the
+	// bubble's clock moves or another goroutine acts, so a waiter started
+	// before it has tried the key and waits for its next try. Used where
+	// Waiting is nil.
+	Idle func()
+	// CappedWaits, for a backend behind a server with a short wait cap,
+	// reports how many acquire waits the server has ended at its cap so
+	// far (each is sent again at once): SemaphoreServesInOrder then lets
+	// every waiter's wait end at the cap several times before the line
+	// moves. nil for a backend whose waits last as long as they are asked.
+	CappedWaits func(ctx context.Context, b lease.Backend) (int, error)
 	// ExpiryLag is how late after its expiry the backend may let the next
 	// holder in (etcd rounds TTLs up to whole seconds and checks expiry on
 	// its own tick). 0 means 1 s.
@@ -68,19 +76,17 @@ func (o Options) expiryLag() time.Duration {
 	return time.Second
 }
 
-func (o Options) settle() time.Duration {
-	if o.Settle > 0 {
-		return o.Settle
-	}
-	return 50 * time.Millisecond
-}
+// errNoLine is reachLine's error when Options give it no way to know.
+var errNoLine = errors.New("recipetest: Options have neither Waiting nor Idle: nothing tells when a waiter has reached the line")
 
 // reachLine waits until n wait in b's line for key, through opts.Waiting;
-// without it, it gives the last of them Settle to get there.
+// without it, until the check's goroutines are idle (opts.Idle).
 func reachLine(b lease.Backend, opts Options, key string, n int) error {
 	if opts.Waiting == nil {
-		// real time: nothing tells when a waiter that polls has begun.
-		time.Sleep(opts.settle())
+		if opts.Idle == nil {
+			return errNoLine
+		}
+		opts.Idle()
 		return nil
 	}
 	return poll.Err(10*time.Second, func() error {
@@ -618,9 +624,9 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 			return fmt.Errorf("waiter %d: %w", i, err)
 		}
 	}
-	// real time: every wait outlasts a short server wait cap (a timer of
-	// a real HTTP server) several times before the line moves.
-	time.Sleep(4 * opts.settle())
+	if err := outlastCap(ctx, b, opts, waiters-1); err != nil {
+		return err
+	}
 	prev := holder.Hold
 	for want := range waiters {
 		if err := prev.Release(ctx); err != nil {
@@ -639,6 +645,31 @@ func SemaphoreServesInOrder(t *testing.T, b lease.Backend, opts Options) error {
 	return prev.Release(ctx)
 }
 
+// capsPerWait is how many times each wait of SemaphoreServesInOrder ends
+// at a server's wait cap, and is sent again, before the line moves.
+const capsPerWait = 4
+
+// outlastCap returns once the server behind b has ended waits at its cap
+// capsPerWait times for each of n waiters (opts.CappedWaits), at once for a
+// backend without a cap.
+func outlastCap(ctx context.Context, b lease.Backend, opts Options, n int) error {
+	if opts.CappedWaits == nil {
+		return nil
+	}
+	base, err := opts.CappedWaits(ctx, b)
+	if err != nil {
+		return err
+	}
+	want := base + capsPerWait*n
+	return poll.Err(30*time.Second, func() error {
+		got, err := opts.CappedWaits(ctx, b)
+		if err == nil && got < want {
+			err = fmt.Errorf("the server ended %d waits at its cap, want %d (%d waiters × %d)", got-base, want-base, n, capsPerWait)
+		}
+		return err
+	})
+}
+
 // polled is a backend with its abilities hidden (wait, notify, watch), so
 // that the recipes on it poll: their own waits are what a check sees.
 type polled struct{ lease.Backend }
@@ -646,15 +677,17 @@ type polled struct{ lease.Backend }
 // pendingWithin returns the first of clk's pending timers due in [from,
 // to], waiting up to 10 s for one to be set.
 func pendingWithin(clk *fakeclock.Clock, from, to time.Time) (time.Time, bool) {
-	// real time: the recipe sets its timer from goroutines that talk to a real engine.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	var found time.Time
+	err := poll.Err(10*time.Second, func() error {
 		for _, at := range clk.Pending() {
 			if !at.Before(from) && !at.After(to) {
-				return at, true
+				found = at
+				return nil
 			}
 		}
-	}
-	return time.Time{}, false
+		return errors.New("no timer due in the range")
+	})
+	return found, err == nil
 }
 
 // ObserveReadsOnTheClientsClock: an Elector that reads the leader (on a

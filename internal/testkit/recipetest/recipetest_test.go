@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -18,13 +19,23 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestSuite runs the suite on memstore in the three ways the recipes must
-// work on a backend (memtest.Ways).
+// work on a backend (memtest.Ways), each check in a synctest bubble: in two
+// of the ways the waiters poll, and only the bubble tells when one has
+// tried the key and waits for its next try (Options.Idle).
 func TestSuite(t *testing.T) {
 	for _, way := range memtest.Ways {
 		t.Run(way.Name, func(t *testing.T) {
 			t.Parallel()
-			recipetest.Run(t, func(t *testing.T) lease.Backend { return way.New(t) },
-				recipetest.Options{NoFIFO: way.Name != "watch"})
+			for _, c := range recipetest.Checks {
+				t.Run(c.Name, func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) {
+						opts := recipetest.Options{NoFIFO: way.Name != "watch", Idle: synctest.Wait}
+						if err := c.Check(t, way.New(t), opts); err != nil {
+							t.Fatal(err)
+						}
+					})
+				})
+			}
 		})
 	}
 }
@@ -86,20 +97,22 @@ func TestDeadHeadOnALoadedBackend(t *testing.T) {
 }
 
 // slowAnswers is a backend far away, or on a loaded host: every answer
-// comes back 300 ms after the backend acted.
+// comes back 300 ms after the backend acted. Its tests run in a synctest
+// bubble, so the 300 ms pass on the bubble's clock, as every other wait
+// of the check and the memstore's expiries do.
 type slowAnswers struct{ lease.Backend }
 
 const answerDelay = 300 * time.Millisecond
 
 func (s slowAnswers) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	l, err := s.Backend.Acquire(ctx, key, owner, ttl)
-	time.Sleep(answerDelay) // real time: a slow answer, as the suite's real backends give on a loaded host
+	time.Sleep(answerDelay) // in a bubble: TestDeadHeadBehindSlowAnswers's slow answer
 	return l, err
 }
 
 func (s slowAnswers) List(ctx context.Context, prefix string, page lease.Page) (lease.ListPage, error) {
 	p, err := s.Backend.List(ctx, prefix, page)
-	time.Sleep(answerDelay) // real time: as Acquire's
+	time.Sleep(answerDelay) // in a bubble: as Acquire's
 	return p, err
 }
 
@@ -109,9 +122,11 @@ func (s slowAnswers) List(ctx context.Context, prefix string, page lease.Page) (
 // is free or the slot granted (it once timed from its own clock, and a
 // loaded host failed it).
 func TestDeadHeadBehindSlowAnswers(t *testing.T) {
-	if err := recipetest.SemaphoreDeadHeadLeavesTheLine(t, slowAnswers{memtest.New(t)}, recipetest.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		if err := recipetest.SemaphoreDeadHeadLeavesTheLine(t, slowAnswers{memtest.New(t)}, recipetest.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // hiddenLongLine is a backend on which a semaphore's line lease lasts
@@ -145,7 +160,8 @@ func (hiddenLongLine) disguise(l lease.Lease, ttl time.Duration) lease.Lease {
 }
 
 // TestControls runs checks on broken recipes, or on backends that blind
-// a recipe, and insists that each finds the fault.
+// a recipe, and insists that each finds the fault; in synctest bubbles, as
+// TestSuite runs them.
 func TestControls(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -165,11 +181,14 @@ func TestControls(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if err := tc.check(t, tc.b(t), tc.opts); err == nil {
-				t.Fatal("the check passes a broken recipe")
-			} else {
-				t.Logf("found: %v", err)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				tc.opts.Idle = synctest.Wait
+				if err := tc.check(t, tc.b(t), tc.opts); err == nil {
+					t.Fatal("the check passes a broken recipe")
+				} else {
+					t.Logf("found: %v", err)
+				}
+			})
 		})
 	}
 }
