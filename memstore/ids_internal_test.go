@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/leasehq/lease"
@@ -42,5 +44,41 @@ func TestIDNeverZero(t *testing.T) {
 	g.buf[0] = 1 // the first ID: zero but for its first byte
 	if got := g.next(); got != lease.ID(g.buf[:16]) {
 		t.Errorf("next() = %x, want the first ID in the batch, %x", got[:], g.buf[:16])
+	}
+}
+
+// TestIDSourcesPerProcessor draws IDs from many goroutines at once, after
+// GOMAXPROCS has grown past the processors the sources were first made
+// for: there is a source for every processor, and no ID repeats.
+func TestIDSourcesPerProcessor(t *testing.T) {
+	var x idSources
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	var id lease.ID
+	x.fill(&id)
+	runtime.GOMAXPROCS(max(4, prev))
+	const workers, each = 8, 500
+	ids := make([][]lease.ID, workers)
+	var wg sync.WaitGroup
+	for w := range ids {
+		wg.Go(func() {
+			ids[w] = make([]lease.ID, each)
+			for i := range ids[w] {
+				x.fill(&ids[w][i])
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(*x.srcs.Load()); n < max(4, prev) {
+		t.Errorf("%d sources after GOMAXPROCS(%d)", n, max(4, prev))
+	}
+	seen := map[lease.ID]bool{id: true}
+	for _, s := range ids {
+		for _, id := range s {
+			if id.IsZero() || seen[id] {
+				t.Fatalf("id %v is zero or repeated", id)
+			}
+			seen[id] = true
+		}
 	}
 }
