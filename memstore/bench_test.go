@@ -39,10 +39,15 @@ import (
 //     conditions (its acquire takes `now` as an argument and reads no clock).
 //   - map-mutex: a naive reference point, the seed's logic in Go: one map,
 //     one mutex, time.Now, a 128-bit ID from crypto/rand per lease.
-//   - clock-cas-floor (Memstore only): the least a real-clock store must
-//     do per pair, and nothing else (see clockCASFloor). benchreport names
-//     it as the floor of the real-clock targets: if it misses a target,
-//     no implementation can meet that target on the machine.
+//   - clock-cas-floor (Memstore only): the least a real-clock pair must
+//     do, and nothing else (see clockCASFloor): two clock reads and two
+//     compare-and-swaps, with no key, no ID and no Lease.
+//   - backend-floor (Memstore only): clock-cas-floor plus what the
+//     lease.Backend API imposes on every store, and nothing else (see
+//     backendFloor in floor_internal_test.go): a key to find, a secret ID,
+//     a Lease returned and passed back by value. benchreport names it as
+//     the floor of the real-clock targets: if it misses a target, no store
+//     behind lease.Backend can meet that target on the machine.
 //
 // In-memory ops take tens of nanoseconds, so they are timed with b.Loop and
 // RunParallel, not benchutil.Run (whose per-op timing would double them).
@@ -68,6 +73,29 @@ var benchImpls = []struct {
 	}},
 	{name: "map-mutex", new: func(tb testing.TB) pairFunc { return newNaiveStore().pair }},
 	{name: "clock-cas-floor", new: func(tb testing.TB) pairFunc { return newClockCASFloor().pair }, distinctOnly: true},
+	{name: "backend-floor", new: newBackendFloorPair, distinctOnly: true},
+}
+
+// newBackendFloorPair is the backend-floor row: memstore's backendFloor,
+// its table built for every client's keys, called as storePair calls a
+// Store.
+func newBackendFloorPair(testing.TB) pairFunc {
+	var keys []string
+	for w := range runtime.GOMAXPROCS(0) {
+		keys = append(keys, clientKeys(w, false)...)
+	}
+	f := memstore.NewBackendFloor(keys)
+	ctx := context.Background()
+	return func(_ int, key string) (bool, error) {
+		l, err := f.Acquire(ctx, key, "bench", benchTTL)
+		if errors.Is(err, lease.ErrHeld) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return false, f.Release(ctx, l)
+	}
 }
 
 func storePair(s *memstore.Store) pairFunc {
