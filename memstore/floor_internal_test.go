@@ -151,23 +151,10 @@ func (f *backendFloor) find(key string) *floorEntry {
 	h := f.hasher.hash(key)
 	for j := h & f.mask; ; j = (j + 1) & f.mask {
 		s := &f.slots[j]
-		if s.e == nil || s.h == h && sameKey(s.e.key, key) {
+		if s.e == nil || s.h == h && s.e.key == key {
 			return s.e
 		}
 	}
-}
-
-// sameKey is a == b, for keys of 8 to 16 bytes (the benchmark's) as two
-// pairs of 8-byte loads in line rather than a call to memequal.
-func sameKey(a, b string) bool {
-	n := len(a)
-	if n != len(b) {
-		return false
-	}
-	if n < 8 || n > 16 {
-		return a == b
-	}
-	return load64(a) == load64(b) && load64(a[n-8:]) == load64(b[n-8:])
 }
 
 // Release is lease.Backend's.

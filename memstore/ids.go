@@ -93,8 +93,12 @@ func procUnpin()
 // fill sets *id to a fresh secret ID from the calling processor's source.
 func (x *idSources) fill(id *lease.ID) {
 	p := procPin()
-	if srcs := x.srcs.Load(); srcs != nil && p < len(*srcs) {
-		if g := (*srcs)[p]; g != nil {
+	var srcs []*paddedSource
+	if sp := x.srcs.Load(); sp != nil {
+		srcs = *sp
+	}
+	if uint(p) < uint(len(srcs)) { // uint: no bounds check below
+		if g := srcs[p]; g != nil {
 			if raceEnabled { // unpinned: the lock may wait
 				procUnpin()
 				g.raceMu.Lock()

@@ -47,16 +47,24 @@ func TestIDNeverZero(t *testing.T) {
 	}
 }
 
-// TestIDSourcesPerProcessor draws IDs from many goroutines at once, after
-// GOMAXPROCS has grown past the processors the sources were first made
-// for: there is a source for every processor, and no ID repeats.
+// TestIDSourcesPerProcessor: when GOMAXPROCS has grown past the
+// processors the sources were made for, a processor without one makes
+// sources for all, keeping those in use; IDs drawn from many goroutines at
+// once never repeat.
 func TestIDSourcesPerProcessor(t *testing.T) {
 	var x idSources
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
 	var id lease.ID
 	x.fill(&id)
-	runtime.GOMAXPROCS(max(4, prev))
+	first := (*x.srcs.Load())[0]
+	procs := max(4, prev)
+	runtime.GOMAXPROCS(procs)
+	var id2 lease.ID
+	x.fillSlow(&id2) // what fill does on a processor past the sources
+	if srcs := *x.srcs.Load(); len(srcs) != procs || srcs[0] != first {
+		t.Fatalf("%d sources after GOMAXPROCS(%d), the first kept: %v", len(srcs), procs, srcs[0] == first)
+	}
 	const workers, each = 8, 500
 	ids := make([][]lease.ID, workers)
 	var wg sync.WaitGroup
@@ -69,10 +77,10 @@ func TestIDSourcesPerProcessor(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := len(*x.srcs.Load()); n < max(4, prev) {
-		t.Errorf("%d sources after GOMAXPROCS(%d)", n, max(4, prev))
+	seen := map[lease.ID]bool{id: true, id2: true}
+	if len(seen) != 2 {
+		t.Fatal("the first two IDs are the same")
 	}
-	seen := map[lease.ID]bool{id: true}
 	for _, s := range ids {
 		for _, id := range s {
 			if id.IsZero() || seen[id] {
