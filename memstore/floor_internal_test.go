@@ -22,12 +22,14 @@ import (
 //     clockCASFloor).
 //   - Acquire's key hashed and found in a table (Backend.Acquire takes the
 //     key as a string; the store must reach that key's state). The cheapest
-//     correct way: the store's own seeded hash for short keys (hasher, two
-//     multiplies in line; a seed is what keeps chosen keys from colliding)
+//     correct way: the store's own seeded hash for short keys (hasher: one
+//     call, two multiplies; a seed is what keeps chosen keys from
+//     colliding)
 //     and a table built once for the clients' keys, a quarter full, that
 //     keeps each key's hash beside its entry, so a probe costs one slot and
-//     one key comparison. A Go map (its AES hash and swiss table) was
-//     measured as slower. No inserts, no growth, no sweeps happen, so the
+//     one key comparison. A Go map (its AES hash and swiss table) in its
+//     place was slower (136 against 127 ns per pair, CPU time, 2026-12-06).
+//     No inserts, no growth, no sweeps happen, so the
 //     table needs no lock and no published pointer: a store whose keys come
 //     and go can only do more.
 //   - The owner checked (Backend: bad input matches ErrInvalid) the
@@ -45,8 +47,8 @@ import (
 //     70-78 for crypto/rand.Read.
 //   - The 88-byte lease.Lease built (Expires as a time.Time, which the
 //     contract returns) and returned by value, and passed back to Release
-//     by value: the Backend's signatures. Acquire and Release are not
-//     inlined, as no call through the Backend interface is.
+//     by value: the Backend's signatures. Acquire and Release are marked
+//     not to be inlined, as no call through the Backend interface is.
 //   - Release finds the key's state from the lease the cheapest way: the
 //     key's bytes are the entry's own (Acquire returned them), so their
 //     address, checked to fall in the store's array of entries, names the
