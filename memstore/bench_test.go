@@ -309,8 +309,8 @@ func (s *naiveStore) release(key string, l naiveLease) bool {
 //     took through it (7-8 from a source at hand). Each processor's source
 //     is now found by pinning the goroutine to its processor
 //     (runtime.procPin, kept for linkname callers by go.dev/issue/67401;
-//     idSources): 152 to 131, every round lower. Kept; backend-floor uses
-//     it too. A ChaCha8 per processor (rand.NewChaCha8) costs 13-16 per ID,
+//     idSources): 152 to 131, every round lower, and in a later run of six
+//     rounds 133 to 127, five lower. Kept; backend-floor uses it too. A ChaCha8 per processor (rand.NewChaCha8) costs 13-16 per ID,
 //     crypto/rand.Read 70-78.
 //   - Acquire locking the entry it found in line, calling lock only when
 //     there is none or it was swept: 125 to 124, rounds either way (noise).
@@ -336,9 +336,11 @@ func (s *naiveStore) release(key string, l naiveLease) bool {
 //     order (order.go: work at insert and at List only, none for a key
 //     that has an entry): none shows in a profile of the pair.
 //
-// memstore now costs about 1.1× backend-floor; backend-floor itself is
-// above 1.6× clock-cas-floor, so issue 33's 1.6× is unreachable here by any
-// store behind lease.Backend, and benchreport says so.
+// Afterwards, six rounds: clock-cas-floor 62, backend-floor 106 (1.72×),
+// memstore 127 (2.05× clock-cas-floor, 1.19× backend-floor),
+// memstore-callerclock 63. backend-floor itself is above 1.6×
+// clock-cas-floor, so issue 33's 1.6× is unreachable here by any store
+// behind lease.Backend, and benchreport says so.
 // clockCASFloor is the least work any real-clock store must do for an
 // acquire+release pair, with nothing else: a monotonic clock read in
 // acquire (the expiry is now + TTL) and another in release (I4: the release
