@@ -11,3 +11,9 @@ func Waiting(s *Store, key string) int {
 	defer e.mu.Unlock()
 	return e.waiting()
 }
+
+// BackendFloor is backendFloor, for the Compare benchmarks.
+type BackendFloor = backendFloor
+
+// NewBackendFloor is newBackendFloor.
+func NewBackendFloor(keys []string) *BackendFloor { return newBackendFloor(keys) }

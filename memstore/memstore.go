@@ -36,7 +36,7 @@ type Store struct {
 	baseWall int64       // base.UnixNano(), the origin for an injected clock
 	hasher   hasher      // the index's hash of keys
 	idx      index
-	ids      sync.Pool // *idSource, one per processor in use
+	ids      idSources
 	watch    *watchhub.Hub
 
 	closed    atomic.Bool   // set first by Close: operations fail, timers do nothing
@@ -197,11 +197,6 @@ func New(opts ...Option) (*Store, error) {
 	s.baseWall = s.base.UnixNano()
 	s.idx.init()
 	s.watch = watchhub.New("memstore", watchhub.DefaultBuffer)
-	s.ids.New = func() any {
-		g := new(idSource)
-		g.init()
-		return g
-	}
 	return s, nil
 }
 
@@ -251,11 +246,7 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 }
 
 // newID sets *id to a fresh secret ID from the calling processor's source.
-func (s *Store) newID(id *lease.ID) {
-	g := s.ids.Get().(*idSource)
-	g.fill(id)
-	s.ids.Put(g)
-}
+func (s *Store) newID(id *lease.ID) { s.ids.fill(id) }
 
 // locked returns key's live entry, locked, or nil if there is none and
 // create is false.

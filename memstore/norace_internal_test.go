@@ -2,10 +2,9 @@
 
 package memstore
 
-// Allocation counts mean nothing under the race detector, which makes
-// sync.Pool drop a share of the items put back on purpose (so the
-// per-processor ID sources are made afresh now and then): this file is
-// built without it only, and make test runs it in its alloc-check target.
+// Allocation counts mean nothing under the race detector, whose
+// instrumentation allocates on its own account: this file is built
+// without it only, and make test runs it in its alloc-check target.
 
 import (
 	"context"

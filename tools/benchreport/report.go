@@ -104,6 +104,14 @@ func measuredText(o Outcome) string {
 }
 
 func statusText(o Outcome) string {
+	s := statusWord(o)
+	if o.OverFloor > 0 {
+		s += fmt.Sprintf("; %s is %.2f× %s", o.Impl, o.OverFloor, o.Floor)
+	}
+	return s
+}
+
+func statusWord(o Outcome) string {
 	switch o.Status {
 	case "met":
 		return "met"

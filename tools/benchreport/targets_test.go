@@ -95,11 +95,50 @@ func TestEvaluateFloor(t *testing.T) {
 			t.Errorf("floor %q: status text %q", tc.floor, text)
 		}
 	}
-	// A met target is met, whatever its floor.
+	// The implementation's ratio over its floor is shown, met or not.
 	tg := target
+	tg.Floor = "floor-slow"
+	got := Evaluate([]Target{tg}, results, 1)[0]
+	if text, want := statusText(got), "; impl is 1.25× floor-slow"; got.OverFloor != 1.25 || !strings.HasSuffix(text, want) {
+		t.Errorf("over floor %v, status text %q; want 1.25 and a text ending %q", got.OverFloor, text, want)
+	}
+	// A met target is met, whatever its floor.
+	tg = target
 	tg.Impl, tg.Floor = "floor-fast", "floor-slow"
 	if got := Evaluate([]Target{tg}, results, 1)[0]; !got.Met() || got.Unreachable {
 		t.Errorf("met target with a slow floor: %+v", got)
+	}
+}
+
+// TestMemstoreFloorsJudged: issue 33's target (memstore within 1.6× of
+// clock-cas-floor) is judged beside backend-floor, what the Backend API
+// imposes on every store: when backend-floor alone misses 1.6×, the report
+// says the target is unreachable here, and it shows memstore over
+// backend-floor.
+func TestMemstoreFloorsJudged(t *testing.T) {
+	out := "BenchmarkCompareMemstore/c=1/memstore-2 \t 1000 \t 125 ns/op\n" +
+		"BenchmarkCompareMemstore/c=1/clock-cas-floor-2 \t 1000 \t 60 ns/op\n" +
+		"BenchmarkCompareMemstore/c=1/backend-floor-2 \t 1000 \t 110 ns/op\n"
+	parsed, err := Parse(strings.NewReader(out), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, o := range Evaluate(Targets, Aggregate(parsed.Samples), 2) {
+		if o.Group != "Memstore" || o.Impl != "memstore" || o.Versus != "clock-cas-floor" {
+			continue
+		}
+		found = true
+		want := "**NOT met**: unreachable here, backend-floor alone measures 1.83×; memstore is 1.14× backend-floor"
+		if text := statusText(o); text != want {
+			t.Errorf("status %q, want %q", text, want)
+		}
+	}
+	if !found {
+		t.Error("no target of memstore against clock-cas-floor")
+	}
+	if !strings.Contains(groupNotes["Memstore"], "backend-floor") {
+		t.Error("the Memstore group's note does not say what backend-floor is")
 	}
 }
 
