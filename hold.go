@@ -35,15 +35,16 @@ type Hold struct {
 	mu       sync.Mutex
 	lease    Lease
 	deadline time.Time // on the client's clock
-	timer    Timer     // fires at deadline
-	timerGen uint64    // counts deadline timers; a stale one's callback does nothing
 	released bool
 
 	// The renewal scheduler's, under its lock: the Hold's window for its
 	// next renewal, from early to next.Due, and its place in the queue (not
-	// queued while a renewal is in flight, or once lost or released).
+	// queued while a renewal is in flight, or once lost or released); and
+	// its deadline (dl.Due, a copy of deadline) in the queue of deadlines
+	// whose one timer ends the holds that reach theirs.
 	next  dueheap.Entry
 	early time.Time
+	dl    dueheap.Entry
 }
 
 // hold starts renewing l, acquired by a request sent at sent, for ttl.
@@ -133,9 +134,9 @@ func (h *Hold) end(ctx context.Context, why error) error {
 		return nil
 	}
 	h.released = true
-	h.stopTimerLocked()
+	h.c.sched.unwatch(h)
 	// Cancel under the lock, so that a renewal finishing now cannot move the
-	// deadline or set a new timer; and judge by the cause whether the lease
+	// deadline or queue the hold again; and judge by the cause whether the lease
 	// was lost first (the renewal loop may have said so a moment ago).
 	h.cancel(why)
 	cause := context.Cause(h.ctx)
@@ -152,23 +153,6 @@ func (h *Hold) end(ctx context.Context, why error) error {
 	return err
 }
 
-// stopTimerLocked stops the deadline timer; a callback of it already running
-// does nothing.
-func (h *Hold) stopTimerLocked() {
-	if h.timer != nil {
-		h.timer.Stop()
-		h.timer = nil
-	}
-	h.timerGen++
-}
-
-// armLocked sets the deadline timer to fire after d.
-func (h *Hold) armLocked(d time.Duration) {
-	h.timerGen++
-	gen := h.timerGen
-	h.timer = h.c.clock.AfterFunc(d, func() { h.checkDeadline(gen) })
-}
-
 // grantedTTLLocked is the TTL the lease is judged by: the TTL the backend
 // says it granted when that is shorter than the one asked for (a backend or
 // server that caps TTLs), else the one asked for.
@@ -183,39 +167,36 @@ func (h *Hold) grantedTTLLocked() time.Duration {
 // deadline already past (the reply came back that late) ends the lease at
 // once rather than through a timer, so nothing can observe it as held.
 func (h *Hold) setDeadlineLocked(sent time.Time) {
-	h.stopTimerLocked()
 	ttl := h.grantedTTLLocked()
 	h.deadline = sent.Add(ttl - h.c.margin(ttl))
-	if left := h.deadline.Sub(h.c.clock.Now()); left > 0 {
-		h.armLocked(left)
+	if h.deadline.After(h.c.clock.Now()) {
+		h.c.sched.watch(h, h.deadline)
 		return
 	}
 	h.loseLocked()
 }
 
 func (h *Hold) loseLocked() {
-	h.cancel(fmt.Errorf("%w: no successful renewal of %q (token %d) before the safe deadline",
+	h.lose(fmt.Errorf("%w: no successful renewal of %q (token %d) before the safe deadline",
 		ErrLost, h.key, h.token))
+}
+
+// lose ends the Hold with cause why (matching ErrLost) and takes it out of
+// the scheduler's queues.
+func (h *Hold) lose(why error) {
+	h.cancel(why)
 	h.c.sched.remove(h)
 }
 
-// checkDeadline runs when a deadline timer fires. A renewal may have moved
-// the deadline since the timer was set; and a timer may fire a little early
-// by the client's clock (a clock whose rate differs from the timer's, or
-// rounding), in which case it is set again for the rest. A timer that was
-// stopped or replaced after its callback had already started (gen is no
-// longer current) does nothing: the current timer covers the deadline.
-func (h *Hold) checkDeadline(gen uint64) {
+// checkDeadline runs when the scheduler's deadline timer finds h's deadline
+// reached on the client's clock: h is lost, unless a renewal has moved the
+// deadline in the meantime (and queued it again) or it has ended.
+func (h *Hold) checkDeadline(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ctx.Err() != nil || gen != h.timerGen {
-		return
+	if h.ctx.Err() == nil && !now.Before(h.deadline) {
+		h.loseLocked()
 	}
-	if left := h.deadline.Sub(h.c.clock.Now()); left > 0 {
-		h.armLocked(left)
-		return
-	}
-	h.loseLocked()
 }
 
 // errOtherGeneration marks a renewal answered with another lease than the

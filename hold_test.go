@@ -330,34 +330,45 @@ func TestReleaseReportsALossThatRacedIt(t *testing.T) {
 	}
 }
 
-// TestNoTimerOutlivesRelease: a deadline timer that fires after a renewal
-// moved the deadline (it was already running when the renewal stopped it)
-// re-arms for the rest; that must not leave a second live timer behind that
-// Release cannot stop.
+// TestNoTimerOutlivesRelease: a Client has one deadline timer, set for the
+// earliest of its holds' deadlines, and sets it again when a hold with an
+// earlier deadline comes. A callback of the timer it replaced, already
+// running when the timer was stopped, must not leave a second live timer
+// behind that Release cannot stop.
 func TestNoTimerOutlivesRelease(t *testing.T) {
 	ctx := context.Background()
-	clk, h := holdOnFakeClock(t, memtest.New(t))
-	// The first deadline timer, as the hold set it.
-	pending := waitPending(t, clk.Clock, 2)
+	clk := newSeamClock()
+	c := newClient(t, memtest.New(t), "worker-a", lease.WithClock(clk))
+	long, err := c.TryAcquire(ctx, "long", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The deadline timer, as the first hold set it.
 	n := 0
-	for _, at := range pending {
-		if at.Equal(h.Deadline()) {
+	for _, at := range waitPending(t, clk.Clock, 2) {
+		if at.Equal(long.Deadline()) {
 			n++
 		}
 	}
 	if n != 1 {
 		t.Fatalf("%d timers at the deadline, want 1", n)
 	}
-	stale := clk.funcsAt(h.Deadline())[0] // the callback, as its goroutine would run it
-	// A renewal succeeds and moves the deadline.
-	old := h.Deadline()
-	clk.Set(pending[0]) // the renewal timer
-	poll.True(t, 10*time.Second, "a renewal", func() bool { return !h.Deadline().Equal(old) })
-	// The old deadline timer's goroutine, already started before the renewal
-	// stopped it, now runs.
-	stale()
-	if err := h.Release(ctx); err != nil {
+	stale := clk.funcsAt(long.Deadline())[0] // the callback, as its goroutine would run it
+	// A hold with an earlier deadline: the timer is set for it instead.
+	short, err := c.TryAcquire(ctx, "short", time.Second)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if got := clk.funcsAt(short.Deadline()); len(got) != 1 {
+		t.Fatalf("%d timers at the new earliest deadline, want 1", len(got))
+	}
+	// The replaced timer's goroutine, already started before it was
+	// stopped, now runs.
+	stale()
+	for _, h := range []*lease.Hold{long, short} {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, at := range clk.Pending() {
 		t.Errorf("timer for %v still pending after Release", at.Sub(clk.Now()))

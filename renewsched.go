@@ -12,7 +12,8 @@ import (
 
 // renewScheduler renews a Client's holds: one heap of the holds waiting for
 // their next renewal and one timer for the earliest of them, whatever the
-// number of holds. When the timer fires, every hold whose window has opened
+// number of holds; and ends the holds that reach their safe deadlines, from
+// one heap of deadlines and one timer (see deadlines). When the timer fires, every hold whose window has opened
 // is renewed with it: in batches of up to MaxRenewBatch through the
 // backend's RenewBatch where it is a BatchRenewer (one request or commit per
 // batch), else by one Renew each. A goroutine lives only while a renewal is
@@ -47,6 +48,16 @@ type renewScheduler struct {
 	timer    Timer               // fires at timerAt for the head of the queue; nil when none
 	timerAt  time.Time
 	timerGen uint64 // counts timers; a stale one's callback does nothing
+
+	// The holds' safe deadlines (Hold.dl.Due), and one timer that fires at
+	// or before the earliest of them. A renewal moves a hold's deadline
+	// later, so the timer is set again only for a deadline earlier than it:
+	// when it fires and finds the earliest deadline later (its hold renewed
+	// in time), it is set for that one, about once a renewal interval.
+	deadlines dueheap.Heap[*Hold]
+	dlTimer   Timer // nil when none
+	dlAt      time.Time
+	dlGen     uint64 // counts deadline timers; a stale one's callback does nothing
 }
 
 // MaxRenewBatchesInFlight is the most RenewBatch calls a Client has in
@@ -59,6 +70,7 @@ const MaxRenewBatchesInFlight = 8
 func (s *renewScheduler) init(c *Client) {
 	s.c = c
 	s.queue = dueheap.New(func(h *Hold) *dueheap.Entry { return &h.next })
+	s.deadlines = dueheap.New(func(h *Hold) *dueheap.Entry { return &h.dl })
 	s.limit = MaxRenewBatchesInFlight * MaxRenewBatch
 	if br, ok := c.backend.(BatchRenewer); ok {
 		s.batcher, s.limit = br, MaxRenewBatchesInFlight
@@ -97,15 +109,89 @@ func (s *renewScheduler) push(h *Hold) {
 	s.armLocked()
 }
 
-// remove takes h out of the queue, if it is there.
+// remove takes h out of the queues, if it is there.
 func (s *renewScheduler) remove(h *Hold) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.unwatchLocked(h)
 	if !h.next.Queued() {
 		return
 	}
 	s.queue.Remove(h)
 	s.armLocked()
+}
+
+// unwatch takes h's deadline out of the queue of deadlines.
+func (s *renewScheduler) unwatch(h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unwatchLocked(h)
+}
+
+func (s *renewScheduler) unwatchLocked(h *Hold) {
+	s.deadlines.Remove(h)
+	if s.deadlines.Len() == 0 && s.dlTimer != nil {
+		s.armDeadlineLocked(time.Time{}) // stop it
+	}
+}
+
+// watch sets h's deadline in the queue of deadlines, called with h's lock
+// held when a renewal (or the acquisition) moved it.
+func (s *renewScheduler) watch(h *Hold, deadline time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.dl.Due = deadline
+	if h.dl.Queued() {
+		s.deadlines.Fix(h)
+	} else {
+		s.deadlines.Push(h)
+	}
+	if s.dlTimer == nil || deadline.Before(s.dlAt) {
+		s.armDeadlineLocked(deadline)
+	}
+}
+
+// armDeadlineLocked sets the deadline timer for at, or stops it when at
+// is zero.
+func (s *renewScheduler) armDeadlineLocked(at time.Time) {
+	if s.dlTimer != nil {
+		s.dlTimer.Stop()
+		s.dlTimer = nil
+	}
+	s.dlGen++
+	if at.IsZero() {
+		return
+	}
+	gen := s.dlGen
+	s.dlTimer, s.dlAt = s.c.clock.AfterFunc(at.Sub(s.c.clock.Now()), func() { s.deadlinesDue(gen) }), at
+}
+
+// deadlinesDue runs when the deadline timer fires: it takes out the holds
+// whose deadlines have been reached, sets the timer for the earliest of
+// the rest, and ends those holds unless a renewal has just moved their
+// deadlines. The timer may fire a little before its time by the client's
+// clock (a clock whose rate differs from the timer's, or rounding): then
+// it takes out nothing and is set again for the rest.
+func (s *renewScheduler) deadlinesDue(gen uint64) {
+	s.mu.Lock()
+	if gen != s.dlGen {
+		s.mu.Unlock()
+		return
+	}
+	s.dlTimer = nil // this one has fired
+	now := s.c.clock.Now()
+	var reached []*Hold
+	for s.deadlines.Len() > 0 && !now.Before(s.deadlines.Peek().dl.Due) {
+		reached = append(reached, s.deadlines.Pop())
+	}
+	if s.deadlines.Len() > 0 {
+		s.armDeadlineLocked(s.deadlines.Peek().dl.Due)
+	}
+	s.mu.Unlock()
+	// The Holds' locks come before the scheduler's.
+	for _, h := range reached {
+		h.checkDeadline(now)
+	}
 }
 
 // armLocked sets the timer for the head of the queue, or stops it when the
@@ -262,9 +348,9 @@ func (h *Hold) renewed(sent time.Time, cur, renewed Lease, err error, j float64)
 	}
 	switch {
 	case errors.Is(err, errOtherGeneration):
-		h.cancel(fmt.Errorf("%w: %v", ErrLost, err))
+		h.lose(fmt.Errorf("%w: %v", ErrLost, err))
 	case errors.Is(err, ErrNotHeld):
-		h.cancel(fmt.Errorf("%w: backend no longer holds %q for token %d: %v", ErrLost, cur.Key, cur.Token, err))
+		h.lose(fmt.Errorf("%w: backend no longer holds %q for token %d: %v", ErrLost, cur.Key, cur.Token, err))
 	case err == nil:
 		h.mu.Lock()
 		defer h.mu.Unlock()
