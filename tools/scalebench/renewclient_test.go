@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -22,13 +23,26 @@ import (
 // that keeps H holds of TTL T alive keeps H × 30 s / T alive at TTL 30 s
 // with the same requests.
 //
+// Where that stops being true is the slack: a hold of TTL 30 s survives a
+// renewal 20 s late, one of 130 ms only 85 ms late, and on this machine a
+// pause of the disk's fdatasync or of the processor for other work lasts
+// that long now and then and takes every renewal in flight with it (with
+// 16,384 holds the row lost some 2,000 holds at once at TTL 130 ms, at
+// 300k renewals/s, in a turn where the server kept up). So the row holds
+// enough leases that the server is saturated at TTLs of about a second,
+// where the slack is hundreds of milliseconds and what runs out first is
+// throughput, as it is at TTL 30 s.
+//
 // The row looks for the shortest TTL at which no hold is lost: its first
 // turn holds them at clientStartTTL, each turn after one without a loss at
-// 0.6 × the last TTL, each turn after a loss at 1.4 × it. Its figures are
-// those of the turn without a loss that kept the most leases at TTL 30 s.
+// 0.6 × the shortest lossless TTL so far, until a turn loses holds; from
+// then on at the geometric mean of the shortest lossless TTL and the
+// longest lossy one below it (a bisection), or at 1.4 × a lossy TTL while
+// no turn has been lossless. Its figures are those of the turn without a
+// loss that kept the most leases at TTL 30 s.
 const (
-	clientHolds    = leasesPerRenew // per Client (LEASE_SCALE_CLIENT_HOLDS): as many as the other rows
-	clientStartTTL = time.Second
+	clientHolds    = 2048 // per Client (LEASE_SCALE_CLIENT_HOLDS): 131,072 in all
+	clientStartTTL = 2 * time.Second
 	clientMinTTL   = 50 * time.Millisecond
 	clientAt       = 30 * time.Second // the TTL the row's leases-kept is for
 	setupWorkers   = 64               // goroutines acquiring the pool
@@ -117,10 +131,12 @@ type clientRow struct {
 	holds int // per Client
 	ttl   time.Duration
 
-	// The best turn without a loss, and how many turns lost holds.
+	// The best turn without a loss, the longest lossy TTL below its TTL,
+	// and how many turns lost holds.
 	best       float64 // leases kept at clientAt
 	bestTTL    time.Duration
 	bestPerSec float64
+	lossTTL    time.Duration // 0 while no turn below bestTTL lost holds
 	lossy      int
 }
 
@@ -219,12 +235,22 @@ func (r *clientRow) turn() (int, time.Duration, error) {
 	r.tb.Logf("serve-bolt-client: TTL %v: %d holds, %d lost, %.0f renewals/s", ttl, renewClients*r.holds, lost, float64(n)/took.Seconds())
 	if lost > 0 {
 		r.lossy++
-		r.ttl = ttl * 7 / 5
-		return int(n), took, nil
-	}
-	if kept := float64(renewClients*r.holds) * float64(clientAt) / float64(ttl); kept > r.best {
+		if r.bestTTL == 0 || ttl < r.bestTTL {
+			r.lossTTL = max(r.lossTTL, ttl)
+		}
+	} else if kept := float64(renewClients*r.holds) * float64(clientAt) / float64(ttl); kept > r.best {
 		r.best, r.bestTTL, r.bestPerSec = kept, ttl, float64(n)/took.Seconds()
+		if r.lossTTL >= ttl {
+			r.lossTTL = 0
+		}
 	}
-	r.ttl = max(ttl*3/5, clientMinTTL)
+	switch {
+	case r.bestTTL == 0:
+		r.ttl = r.lossTTL * 7 / 5
+	case r.lossTTL == 0:
+		r.ttl = max(r.bestTTL*3/5, clientMinTTL)
+	default:
+		r.ttl = time.Duration(math.Sqrt(float64(r.bestTTL) * float64(r.lossTTL)))
+	}
 	return int(n), took, nil
 }
