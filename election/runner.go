@@ -233,9 +233,13 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 //
 // What is left, 0-1 µs before the Release and 0.9 µs after, is Run's own
 // code after Lead returns and the context's stop. The memstore rows of
-// the benchmark, interleaved with the runner before this work and a second
-// byHand row (400 rounds, shared machine): byHand 53.1 and 53.4 µs at the
-// median, Run 55.4 µs (1.04×), Run before 58.1 µs (1.09×).
+// the benchmark, interleaved with Run before this work and a second byHand
+// row, 1000 rounds, twice: byHand 54.5 and 54.5 µs at the median, then
+// 57.8 and 56.7; Run 56.1 (1.03×) and 59.7 (1.04× the two rows' mean);
+// Run before 57.5 (1.055×) and 60.5 (1.057×). At the 99th percentile the
+// two byHand rows differed by up to 7% and Run before was at 0.89-0.98×,
+// Run now at 1.04-1.09× (against the first byHand row): noise at that
+// resolution, not Run.
 
 // termEnd is how a term of Run's ended.
 type termEnd int
