@@ -205,7 +205,8 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 //   - The shutdown's resignation context (a lazyTimeout and a
 //     WithoutCancel, two objects) made at the shutdown: now made when Run
 //     starts (resignContext), the wake-up-to-Release gap went to 0-1 µs
-//     (it moves by that much between builds of the same code). Kept. Made on the path as one object (the lazyTimeout doing
+//     (it moves by that much between builds of the same code). Kept.
+//     Made on the path as one object (the lazyTimeout doing
 //     WithoutCancel's work) it still cost 0.5 µs there and 0.3 µs more
 //     after: dropped.
 //   - context.Cause(ctx) for an OnStoppedLeading nobody set: skipped.
@@ -218,8 +219,8 @@ func (e *Elector) Run(ctx context.Context, key, value string, lead Lead, opts ..
 //     open-coded): 1 µs more after the Release. Dropped: stop is called
 //     right after Resign.
 //   - The resignation context's stop after Resign (a cold line and a
-//     lock): about 0.6 µs, by leaving it out (wrongly: a context a backend
-//     made through it must end). Kept, as is.
+//     lock): about 0.6 µs, by leaving it out (wrongly: the timeout a
+//     backend's asking made must be stopped). Kept, as is.
 //   - That context inside runConfig, beside keepOnCancel, padded to 128
 //     bytes so that both share a cache line: no gain (0.9 µs and 0.6 µs
 //     over byHand). Dropped.
