@@ -125,9 +125,16 @@ const resignTimeout = 10 * time.Second
 // thread to see the new earliest timer) would otherwise be a good part of
 // an in-process hand-off.
 func resignOnEnd(ctx context.Context, t *Term) error {
-	rctx := &lazyTimeout{parent: context.WithoutCancel(ctx), timeout: resignTimeout}
+	rctx := resignContext(ctx)
 	defer rctx.stop()
 	return t.Resign(rctx)
+}
+
+// resignContext returns the context to resign a term under because ctx
+// ended: ctx's values without its end, bounded by resignTimeout once a
+// backend asks it anything. Stop it when the resignation has returned.
+func resignContext(ctx context.Context) *lazyTimeout {
+	return &lazyTimeout{parent: context.WithoutCancel(ctx), timeout: resignTimeout}
 }
 
 // lazyTimeout is context.WithTimeout(parent, timeout), made the first time

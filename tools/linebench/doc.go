@@ -18,5 +18,14 @@
 //     work to stop (to the next Campaign returning), interleaved round by
 //     round, on every backend.
 //
+// The hand-off rows' resolution on the shared 2-core machine (2026-12-06,
+// issue 29): with the default 100-150 rounds, two copies of the campaign
+// row in one run differed by up to 9% at the median and up to 2× at the
+// 99th percentile, on every backend; with 1000 rounds of memstore alone,
+// by 0-2% at the median and up to 7% at the 99th percentile. A ratio
+// within those spreads says nothing either way; the runner's own cost
+// shows only on memstore, where a hand-off takes tens of microseconds
+// (see the notes at election's lead).
+//
 // A shorter LINEBENCH_WAIT (e.g. 20s) is for iterating.
 package linebench
