@@ -282,7 +282,10 @@ func comparePackages(patterns []string) ([]benchPackage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("benchreport: -pkg %s: %v", pattern, err)
 		}
-		if !strings.HasPrefix(rel, ".") {
+		// A package path relative to the module (filepath.Rel cleans
+		// "./..." to "...", which go list reads as every package it
+		// knows, the standard library's included).
+		if rel = filepath.ToSlash(rel); rel != "." {
 			rel = "./" + rel
 		}
 		cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Dir,TestGoFiles,XTestGoFiles", rel)
