@@ -78,7 +78,7 @@ func benchServer(b *testing.B) string {
 // the floor of one bare HTTP round trip (GET /healthz).
 func BenchmarkCompareRenewWire(b *testing.B) {
 	ctx := context.Background()
-	b.Run("http-roundtrip", func(b *testing.B) {
+	b.Run("c=1/http-roundtrip", func(b *testing.B) {
 		hs := benchServer(b)
 		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 		defer hc.CloseIdleConnections()
@@ -92,7 +92,7 @@ func BenchmarkCompareRenewWire(b *testing.B) {
 		})
 	})
 	for _, n := range []int{1, 256} {
-		b.Run(fmt.Sprintf("renew-%d", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("c=1/renew-%d", n), func(b *testing.B) {
 			c, err := leasehttp.NewClient(benchServer(b))
 			if err != nil {
 				b.Fatal(err)
