@@ -193,6 +193,17 @@ interface Init {
   readonly headers: Record<string, string>;
   body?: string;
   readonly signal: AbortSignal | undefined;
+  deadline?: Deadline | undefined;
+}
+
+/**
+ * Deadline bounds a request and its retries: it fails with an
+ * UnavailableError once `until` (performance.now() scale) has passed
+ * without an answer; `ms` is the time it was given, for the message.
+ */
+export interface Deadline {
+  readonly until: number;
+  readonly ms: number;
 }
 
 /**
@@ -206,6 +217,8 @@ interface Init {
  */
 export class Api {
   readonly #bases: readonly URL[];
+  readonly #hrefs: readonly string[]; // #bases as strings, to build URLs on
+  readonly #origins: readonly string[]; // #bases' origins, for messages
   readonly #auth: string | undefined;
   readonly #send: Transport;
   #preferred = 0;
@@ -218,6 +231,8 @@ export class Api {
       if (bases.findIndex((o) => o.href === b.href) !== i) throw new InvalidError(`lease: server ${b.href} is listed twice`);
     }
     this.#bases = bases;
+    this.#hrefs = bases.map((b) => b.href);
+    this.#origins = bases.map((b) => b.origin);
     if (bearer !== undefined) {
       if (typeof bearer !== "string" || bearer === "" || !/^[\x21-\x7e]+$/.test(bearer)) {
         throw new InvalidError("lease: token must be printable ASCII without spaces");
@@ -237,12 +252,16 @@ export class Api {
     return this.#bases.map((b) => new URL(b));
   }
 
-  /** url returns the URL of op on endpoint at, with key and query filled in. */
-  url(op: Op, key?: string, query?: Record<string, string>, at = this.#preferred): URL {
+  /**
+   * url returns the URL of op on endpoint at, with key and query filled in.
+   * A base has a path ending in "/" and no query or fragment, and a key is
+   * one escaped segment that is not a dot segment, so the URL is the base's
+   * text and the path's: no URL to parse (the transport does that once).
+   */
+  url(op: Op, key?: string, query?: Record<string, string>, at = this.#preferred): string {
     const path = operations[op].path.replace("{key}", () => escapeKey(key ?? ""));
-    const u = new URL(path.slice(1), this.#bases[at]);
-    for (const [k, v] of Object.entries(query ?? {})) u.searchParams.set(k, v);
-    return u;
+    const search = query === undefined ? "" : new URLSearchParams(query).toString();
+    return `${this.#hrefs[at] ?? ""}${path.slice(1)}${search === "" ? "" : "?"}${search}`;
   }
 
   /** moveOn makes the endpoint after at the first to try, if at still is. */
@@ -259,7 +278,7 @@ export class Api {
    * aborted).
    */
   async #exchange(op: Op, key: string | undefined, init: Init, query: Record<string, string> | undefined, stream: boolean): Promise<Answer> {
-    const { signal } = init;
+    const { signal, deadline } = init;
     const what = () => describe(op, key);
     const resend = op !== "acquire"; // every other operation may be sent twice
     const n = this.#bases.length;
@@ -269,12 +288,28 @@ export class Api {
     let cause: unknown;
     for (let i = 0; i < n; i++) {
       const at = (first + i) % n;
-      const origin = this.#bases[at]?.origin ?? "";
+      const origin = this.#origins[at] ?? "";
       let res: WireAnswer;
       try {
-        res = await this.#send({ ...init, url: this.url(op, key, query, at), stream });
+        const timeoutMs = deadline === undefined ? undefined : deadline.until - performance.now();
+        if (timeoutMs !== undefined && timeoutMs <= 0) throw new DOMException("no time left", "TimeoutError");
+        // An object literal, not a spread: a spread costs more than the
+        // rest of this loop here (V8 copies property by property).
+        res = await this.#send({
+          method: init.method,
+          headers: init.headers,
+          body: init.body,
+          signal,
+          url: this.url(op, key, query, at),
+          stream,
+          timeoutMs,
+        });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
+        if (deadline !== undefined && err instanceof DOMException && err.name === "TimeoutError") {
+          this.moveOn(at);
+          throw new UnavailableError(`lease: ${what()}: unanswered within ${deadline.ms} ms${tried(failed)}`, { cause: err });
+        }
         this.moveOn(at);
         const never = notSent(err);
         if (!never && !resend) {
@@ -301,7 +336,7 @@ export class Api {
       return { res, at };
     }
     const outcome = operations[op].method !== "POST" ? "" : lost ? "; the outcome is unknown" : " (not sent: no server could be reached)";
-    const from = n > 1 ? `any of ${n} servers` : (this.#bases[0]?.origin ?? "");
+    const from = n > 1 ? `any of ${n} servers` : (this.#origins[0] ?? "");
     throw new UnavailableError(`lease: ${what()}: no answer from ${from}${outcome}: ${failed.join("; ")}`, { cause });
   }
 
@@ -316,8 +351,10 @@ export class Api {
     body: Operations[O]["request"],
     signal: AbortSignal | undefined,
     query?: Record<string, string>,
+    deadline?: Deadline,
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
+    init.deadline = deadline;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -429,8 +466,8 @@ export class Api {
     });
   }
 
-  async release(g: Granted, signal?: AbortSignal): Promise<void> {
-    const v: unknown = await this.call("release", g.key, { id: g.id, token: g.token }, signal);
+  async release(g: Granted, signal?: AbortSignal, deadline?: Deadline): Promise<void> {
+    const v: unknown = await this.call("release", g.key, { id: g.id, token: g.token }, signal, undefined, deadline);
     if (typeof v !== "object" || v === null || Object.keys(v).length !== 0) {
       throw new UnexpectedAnswerError(`lease: release ${JSON.stringify(g.key)}: answer ${JSON.stringify(v)}, want {}`);
     }
@@ -500,7 +537,7 @@ function granted(key: string, v: wire.GrantedLease): Granted {
   if (typeof v.id !== "string" || !/^[0-9a-fA-F]{32}$/.test(v.id)) {
     throw new UnexpectedAnswerError(`lease: the server answered a lease on ${JSON.stringify(key)} without a well-formed id`);
   }
-  return { ...l, id: v.id };
+  return { key: l.key, owner: l.owner, token: l.token, ttlMs: l.ttlMs, expiresAt: l.expiresAt, id: v.id };
 }
 
 /** isRetryable reports whether a read may be sent again: no answer, or 503 or another 5xx. */
@@ -527,15 +564,20 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** retried runs f up to 3 times, 25 ms then 100 ms apart, while it fails with no answer or a 5xx. */
-export async function retried<T>(f: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+/**
+ * retried runs f up to 3 times, 25 ms then 100 ms apart, while it fails with
+ * no answer or a 5xx, and while the pause ends before until
+ * (performance.now() scale), if given.
+ */
+export async function retried<T>(f: () => Promise<T>, signal?: AbortSignal, until = Infinity): Promise<T> {
   const pauses = [25, 100];
   for (let i = 0; ; i++) {
     try {
       return await f();
     } catch (err) {
-      if (i >= pauses.length || !isRetryable(err) || signal?.aborted) throw err;
-      await sleep(pauses[i] ?? 0, signal);
+      const pause = pauses[i] ?? 0;
+      if (i >= pauses.length || !isRetryable(err) || signal?.aborted || performance.now() + pause >= until) throw err;
+      await sleep(pause, signal);
     }
   }
 }

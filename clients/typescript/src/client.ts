@@ -199,7 +199,7 @@ export class LeaseClient {
       }
     }
     const h = new Hold(holdKey, this.#api, this.#renewer, g, sent, ttlMs, this.#margin);
-    if (h.signal.aborted) {
+    if (!h.held) {
       await this.#giveBack(g);
       throw new UnavailableError(
         `lease: ${JSON.stringify(g.key)} was granted (token ${g.token}), but the answer came ` +

@@ -41,12 +41,20 @@ export function fencedFetch(hold: Hold, fetchImpl: typeof globalThis.fetch = glo
  */
 export interface WireRequest {
   readonly method: string;
-  readonly url: URL;
-  readonly headers: Readonly<Record<string, string>>;
+  /** The absolute URL, as text. */
+  readonly url: string;
+  /** The request's own headers, which the transport may add its framing to (Content-Length). */
+  readonly headers: Record<string, string>;
   readonly body?: string | undefined;
   readonly signal?: AbortSignal | undefined;
   /** stream: a 200 answer's body is handed over unread (an event stream); any other answer is read whole. */
   readonly stream: boolean;
+  /**
+   * timeoutMs, if given, ends a request still without its whole answer
+   * after that long: the transport rejects with a DOMException named
+   * "TimeoutError", as fetch does for AbortSignal.timeout.
+   */
+  readonly timeoutMs?: number | undefined;
 }
 
 /** WireAnswer is the server's answer to a WireRequest. */
@@ -75,7 +83,13 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
   return async (req) => {
     const init: RequestInit = { method: req.method, headers: req.headers };
     if (req.body !== undefined) init.body = req.body;
-    if (req.signal !== undefined) init.signal = req.signal;
+    const { signal, timeoutMs } = req;
+    if (timeoutMs !== undefined) {
+      const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(timeoutMs)));
+      init.signal = signal === undefined ? timeout : AbortSignal.any([signal, timeout]);
+    } else if (signal !== undefined) {
+      init.signal = signal;
+    }
     const res = await fetchImpl(req.url, init);
     const unread = req.stream && res.status === 200;
     const text = unread ? "" : await res.text();

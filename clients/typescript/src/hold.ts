@@ -24,8 +24,7 @@ export function marginOf(m: DriftMargin, ttlMs: number): number {
 
 /**
  * quietly makes an error without capturing a stack: the reason of a
- * released hold's signal is made on every release, and a stack (which would
- * only show release's caller) costs more than the rest of release's own work.
+ * released hold's signal, whose stack would only show release's caller.
  */
 function quietly<E>(make: () => E): E {
   const limit = Error.stackTraceLimit;
@@ -36,6 +35,9 @@ function quietly<E>(make: () => E): E {
     Error.stackTraceLimit = limit;
   }
 }
+
+/** RELEASED stands for a release's reason until it is made (Hold.#why). */
+const RELEASED: unique symbol = Symbol("released");
 
 /** holdKey keeps Hold's constructor to this package. */
 export const holdKey: unique symbol = Symbol("lease.Hold");
@@ -64,15 +66,20 @@ export class Hold implements AsyncDisposable {
   readonly token: number;
   /** The owner name it was acquired under. */
   readonly owner: string;
-  /** Aborted when the lease is lost (reason: LeaseLostError) or released (LeaseReleasedError). */
-  readonly signal: AbortSignal;
 
   readonly #api: Api;
   readonly #renewer: Renewer;
   readonly #ticket: Ticket;
   readonly #ttlMs: number; // asked for; every renewal asks for it again
   readonly #margin: DriftMargin;
-  readonly #ctl = new AbortController();
+  // The hold ends once: lost or released. Its signal's controller is made
+  // when the signal is first asked for, as Go's context makes its Done
+  // channel (an AbortController and the event of its abort cost more than
+  // the rest of a release's own work), and the reason of a release when
+  // first needed.
+  #ctl: AbortController | undefined;
+  #ended = false;
+  #reason: unknown = undefined; // the end's reason, or RELEASED until made
   #lease: Granted;
   #deadline = 0; // performance.now() scale
   #released = false;
@@ -88,7 +95,6 @@ export class Hold implements AsyncDisposable {
     this.key = lease.key;
     this.token = lease.token;
     this.owner = lease.owner;
-    this.signal = this.#ctl.signal;
     this.#ticket = {
       early: 0,
       due: 0,
@@ -100,10 +106,19 @@ export class Hold implements AsyncDisposable {
       renewed: (sent, r, j) => this.#renewed(sent, r, j),
     };
     this.#setDeadline(sentAt);
-    if (!this.signal.aborted) {
+    if (!this.#ended) {
       renewer.add(this.#ticket);
       renewer.schedule(this.#ticket, sentAt, this.#grantedTTL() / 3, Math.random());
     }
+  }
+
+  /** Aborted when the lease is lost (reason: LeaseLostError) or released (LeaseReleasedError). */
+  get signal(): AbortSignal {
+    if (this.#ctl === undefined) {
+      this.#ctl = new AbortController();
+      if (this.#ended) this.#ctl.abort(this.#why());
+    }
+    return this.#ctl.signal;
   }
 
   /** When the lease expires on the server's clock, as its last grant or renewal said. */
@@ -127,13 +142,13 @@ export class Hold implements AsyncDisposable {
    */
   get held(): boolean {
     this.#judge();
-    return !this.signal.aborted;
+    return !this.#ended;
   }
 
   /** throwIfLost throws the signal's reason if the lease is lost or released (see held). */
   throwIfLost(): void {
     this.#judge();
-    this.signal.throwIfAborted();
+    if (this.#ended) throw this.#why();
   }
 
   /**
@@ -147,23 +162,17 @@ export class Hold implements AsyncDisposable {
     this.#released = true;
     this.#judge();
     this.#renewer.remove(this.#ticket);
-    const lost: unknown = this.signal.aborted ? this.signal.reason : undefined;
-    if (lost === undefined) this.#ctl.abort(quietly(() => new LeaseReleasedError(this.key, this.token)));
+    const lost: unknown = this.#ended ? this.#why() : undefined;
+    if (lost === undefined) this.#end(RELEASED);
     // A renewal in flight is answered to nobody: its batch's answer for this
     // hold is ignored, and the server refuses it if it comes after the
     // release.
     let failure: unknown;
-    const ctl = new AbortController();
-    const timer = setTimeout(
-      () => ctl.abort(new UnavailableError(`lease: release unanswered within ${RELEASE_TIMEOUT_MS} ms; the lease expires at its TTL`)),
-      RELEASE_TIMEOUT_MS,
-    );
+    const deadline = { until: performance.now() + RELEASE_TIMEOUT_MS, ms: RELEASE_TIMEOUT_MS };
     try {
-      await retried(() => this.#api.release(this.#lease, ctl.signal), ctl.signal);
+      await retried(() => this.#api.release(this.#lease, undefined, deadline), undefined, deadline.until);
     } catch (err) {
       failure = err;
-    } finally {
-      clearTimeout(timer);
     }
     if (lost !== undefined) throw lost;
     if (failure !== undefined) throw failure;
@@ -190,17 +199,30 @@ export class Hold implements AsyncDisposable {
     this.#judge();
   }
 
+  /** #end ends the hold with reason (RELEASED for a release), aborting its signal if it was made. */
+  #end(reason: unknown): void {
+    this.#ended = true;
+    this.#reason = reason;
+    this.#ctl?.abort(this.#why());
+  }
+
+  /** #why is the end's reason; a release's LeaseReleasedError is made on first use. */
+  #why(): unknown {
+    if (this.#reason === RELEASED) this.#reason = quietly(() => new LeaseReleasedError(this.key, this.token));
+    return this.#reason;
+  }
+
   /** #judge ends the lease if its deadline has passed; the Renewer's timer calls it at the deadline. */
   #judge(): void {
-    if (this.signal.aborted) return;
+    if (this.#ended) return;
     if (performance.now() >= this.#deadline) this.#lose("no successful renewal before the safe deadline");
   }
 
   #lose(why: string, cause?: unknown): void {
-    if (this.signal.aborted) return;
+    if (this.#ended) return;
     this.#renewer.remove(this.#ticket);
     const msg = `lease: lost ${JSON.stringify(this.key)} (token ${this.token}): ${why}`;
-    this.#ctl.abort(new LeaseLostError(this.key, this.token, msg, cause === undefined ? undefined : { cause }));
+    this.#end(new LeaseLostError(this.key, this.token, msg, cause === undefined ? undefined : { cause }));
   }
 
   /**
@@ -209,7 +231,7 @@ export class Hold implements AsyncDisposable {
    * the jitter of the next renewal.
    */
   #renewed(sent: number, r: Granted | NotHeldError | { failed: unknown }, j: number): void {
-    if (this.signal.aborted) return;
+    if (this.#ended) return;
     const cur = this.#lease;
     if (r instanceof NotHeldError) {
       this.#lose("the server no longer holds it", r);
@@ -230,7 +252,7 @@ export class Hold implements AsyncDisposable {
     }
     this.#lease = r;
     this.#setDeadline(sent);
-    if (!this.signal.aborted) this.#renewer.schedule(this.#ticket, sent, this.#grantedTTL() / 3, j);
+    if (!this.#ended) this.#renewer.schedule(this.#ticket, sent, this.#grantedTTL() / 3, j);
   }
 }
 
@@ -244,6 +266,18 @@ export interface Ticket {
   readonly lease: () => Granted;
   readonly ttlMs: number;
   readonly renewed: (sent: number, r: Granted | NotHeldError | { failed: unknown }, j: number) => void;
+}
+
+/**
+ * refTimer refs or unrefs a timer where the runtime can (Node.js, Bun),
+ * and reports whether it could.
+ */
+function refTimer(timer: ReturnType<typeof setTimeout>, ref: boolean): boolean {
+  const t = timer as { ref?: () => unknown; unref?: () => unknown };
+  if (typeof t.ref !== "function" || typeof t.unref !== "function") return false;
+  if (ref) t.ref();
+  else t.unref();
+  return true;
 }
 
 /** MAX_RENEW_BATCH is the most renewals one POST /v1/renew takes. */
@@ -265,6 +299,12 @@ const MAX_RENEW_BATCH = 256;
 export class Renewer {
   readonly #api: Api;
   readonly #holds = new Set<Ticket>();
+  // One timer, set for timerAt: at or before the earliest renewal or
+  // deadline of the holds. A hold that falls due later than it changes
+  // nothing; when the timer fires, it renews what is open and is set for
+  // the earliest that remains. With no hold left it stays, unref'd where
+  // the runtime can (so that it keeps no process alive), and a new hold
+  // refs it again: a hold taken and released costs no timer of its own.
   #timer: ReturnType<typeof setTimeout> | undefined;
   #timerAt = Infinity;
   #settling = false; // handing out a batch's answers: arm once, after
@@ -276,11 +316,17 @@ export class Renewer {
   /** add starts watching t's deadline. */
   add(t: Ticket): void {
     this.#holds.add(t);
+    if (this.#holds.size === 1 && this.#timer !== undefined) refTimer(this.#timer, true);
   }
 
   /** remove forgets t: released or lost. */
   remove(t: Ticket): void {
-    if (this.#holds.delete(t) && this.#holds.size === 0) this.#arm();
+    if (!this.#holds.delete(t) || this.#holds.size > 0 || this.#timer === undefined) return;
+    if (!refTimer(this.#timer, false)) {
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+      this.#timerAt = Infinity;
+    }
   }
 
   /** schedule queues t's next renewal after one sent at sent, renewing every intervalMs; j in [0, 1) jitters it. */
@@ -288,7 +334,7 @@ export class Renewer {
     t.due = sent + intervalMs * (0.9 + 0.2 * j);
     t.early = sent + intervalMs * 0.7;
     t.queued = true;
-    if (!this.#settling) this.#arm();
+    if (!this.#settling) this.#need(Math.min(t.due, t.deadline()));
   }
 
   /** retry queues another attempt after a renewal that failed at now. */
@@ -297,19 +343,30 @@ export class Renewer {
     t.due = now + wait;
     t.early = now + wait * 0.8;
     t.queued = true;
-    if (!this.#settling) this.#arm();
+    if (!this.#settling) this.#need(Math.min(t.due, t.deadline()));
   }
 
-  /** #arm sets the timer for the earliest renewal or deadline, or clears it with no hold left. */
+  /** #need makes the timer fire by at: it is set again only if it would fire later. */
+  #need(at: number): void {
+    if (at < this.#timerAt) this.#set(at);
+  }
+
+  /** #arm sets the timer for the earliest renewal or deadline of every hold, or clears it with none left. */
   #arm(): void {
     let at = Infinity;
     for (const t of this.#holds) at = Math.min(at, t.queued ? t.due : Infinity, t.deadline());
+    this.#set(at);
+  }
+
+  #set(at: number): void {
     if (at === this.#timerAt && this.#timer !== undefined) return;
     clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#timerAt = at;
     if (at === Infinity) return;
-    this.#timer = setTimeout(() => this.#fire(), Math.max(0, at - performance.now()));
+    // Whole milliseconds, rounded up: Node.js keeps one list of timers per
+    // duration, and a timer never fires early.
+    this.#timer = setTimeout(() => this.#fire(), Math.max(0, Math.ceil(at - performance.now())));
   }
 
   #fire(): void {

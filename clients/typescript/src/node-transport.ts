@@ -97,24 +97,36 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
         reject(signal.reason);
         return;
       }
-      const tls = req.url.protocol === "https:";
-      const headers: Record<string, string> = { ...req.headers };
+      const tls = req.url.startsWith("https:");
+      // The request's own headers (see WireRequest): not copied, as a copy
+      // costs more than the rest of this function.
+      const { headers } = req;
       if (req.body !== undefined) headers["Content-Length"] = String(Buffer.byteLength(req.body));
       const options = { method: req.method, headers, agent: tls ? agents.https : agents.http };
       const r = tls
         ? (https ??= builtin<typeof Https>("node:https")).request(req.url, options)
         : (http ??= builtin<typeof Http>("node:http")).request(req.url, options);
       let settled = false;
+      let timedOut: DOMException | undefined;
+      const timer =
+        req.timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              timedOut = new DOMException(`no answer within ${Math.ceil(req.timeoutMs ?? 0)} ms`, "TimeoutError");
+              r.destroy(timedOut);
+            }, Math.max(1, Math.ceil(req.timeoutMs)));
       const settle = () => {
         settled = true;
+        clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
       };
       // fail rejects once: with the signal's reason if it ended the request,
-      // else with err as the cause, as fetch's "fetch failed" carries it.
+      // the timeout if it did, else with err as the cause, as fetch's
+      // "fetch failed" carries it.
       const fail = (err: unknown) => {
         if (settled) return;
         settle();
-        reject(signal?.aborted ? signal.reason : new TypeError("request failed", { cause: err }));
+        reject(signal?.aborted ? signal.reason : (timedOut ?? new TypeError("request failed", { cause: err })));
       };
       const onAbort = () => r.destroy(signal?.reason instanceof Error ? signal.reason : new Error(String(signal?.reason)));
       signal?.addEventListener("abort", onAbort, { once: true });
@@ -129,6 +141,7 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
           // The stream's reader ends it (cancel), or the signal does: the
           // listener stays until the response closes.
           settled = true;
+          clearTimeout(timer);
           res.once("close", () => signal?.removeEventListener("abort", onAbort));
           const { Readable } = (stream ??= builtin<typeof Stream>("node:stream"));
           resolve({ status, header, text: "", body: Readable.toWeb(res) as ReadableStream<Uint8Array> });

@@ -1,6 +1,7 @@
 // LeaseClient and Hold against a real `lease serve`.
 
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { after, test } from "node:test";
 
 import {
@@ -237,4 +238,58 @@ test("a wait re-sent at the server's wait cap keeps its place in line", async (t
   await holder.release();
   await Promise.all(waits);
   assert.deepEqual(served, ["w1", "w2", "w3", "w4", "w5"]);
+});
+
+test("a hold's signal first asked for after the hold ended is aborted with the end's reason", async () => {
+  const a = client("worker-a");
+  const hold = await a.tryAcquire(unique("late-signal"), { ttlMs: 60_000 });
+  await hold.release();
+  assert.equal(hold.held, false);
+  const signal = hold.signal;
+  assert.equal(signal.aborted, true);
+  assert.ok(signal.reason instanceof LeaseReleasedError, String(signal.reason));
+  assert.equal(hold.signal, signal, "a second signal");
+  assert.throws(() => hold.throwIfLost(), (err: unknown) => err === signal.reason);
+});
+
+/**
+ * child runs body (a module's code, with LeaseClient and the server's URL
+ * in scope as `c`) in a node process of its own and returns it and what
+ * it writes.
+ */
+function child(body: string): { exited: Promise<number | null>; out: () => string; proc: ReturnType<typeof spawn> } {
+  const index = new URL("../src/index.js", import.meta.url).href;
+  const code = `import { LeaseClient } from ${JSON.stringify(index)};
+const c = new LeaseClient({ server: ${JSON.stringify(server.url)}, owner: "exit" });
+${body}`;
+  const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
+  after(() => void proc.kill());
+  return { exited, out: () => out, proc };
+}
+
+test("a client keeps its process alive while it holds a lease, and not once it holds none", async () => {
+  // Held: the renewal timer keeps the process running, also for a hold
+  // taken after every earlier one was released.
+  const held = child(`const a = await c.tryAcquire(${JSON.stringify(unique("alive"))}, { ttlMs: 30_000 });
+await a.release();
+await c.tryAcquire(${JSON.stringify(unique("alive"))}, { ttlMs: 30_000 });
+console.log("holding");`);
+  await waitFor("the child holds its lease", () => held.out().includes("holding"));
+  const early = await Promise.race([held.exited.then(() => "exited"), new Promise((r) => setTimeout(() => r("running"), 1_500))]);
+  assert.equal(early, "running", "the process ended while it held a lease");
+  held.proc.kill();
+
+  // Released: nothing of the client's keeps it running (its next renewal
+  // would have been 10 s away).
+  const released = child(`const a = await c.tryAcquire(${JSON.stringify(unique("alive"))}, { ttlMs: 30_000 });
+await a.release();
+console.log("released");`);
+  await waitFor("the child released its lease", () => released.out().includes("released"));
+  const t0 = performance.now();
+  assert.equal(await released.exited, 0);
+  const took = performance.now() - t0;
+  assert.ok(took < 3_000, `the process ran ${Math.round(took)} ms after its last release`);
 });

@@ -10,7 +10,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo, Socket } from "node:net";
 import { after, test } from "node:test";
 
-import { notSent } from "../src/api.js";
+import { Api, notSent, retried } from "../src/api.js";
+import { UnavailableError } from "../src/errors.js";
 import { defaultTransport, fetchTransport, isNode, type Transport } from "../src/fetch.js";
 import { Agents, defaultAgents, nodeTransport } from "../src/node-transport.js";
 import { body, closedPort } from "./harness.js";
@@ -53,6 +54,7 @@ const server = await serve((req, res) => {
       res.end('{"error":{"code":"unavailable","message":"no"}}');
       return;
     case "/hang":
+    case "/v1/leases/hang/release":
       hung.push(req);
       return;
     case "/cut":
@@ -73,7 +75,7 @@ const transports: [string, Transport][] = [
 
 for (const [name, send] of transports) {
   test(`${name}: an answer comes whole, its headers in any case`, async () => {
-    const a = await send({ method: "POST", url: new URL(`${server.url}/echo`), headers: { "Content-Type": "application/json" }, body: '{"é":1}', stream: false });
+    const a = await send({ method: "POST", url: `${server.url}/echo`, headers: { "Content-Type": "application/json" }, body: '{"é":1}', stream: false });
     assert.equal(a.status, 201);
     assert.equal(a.header("x-seen"), "POST application/json");
     assert.equal(a.header("Content-Type"), "application/json");
@@ -84,7 +86,7 @@ for (const [name, send] of transports) {
 
   test(`${name}: a stream's 200 comes unread, and the signal ends it`, async () => {
     const ctl = new AbortController();
-    const a = await send({ method: "GET", url: new URL(`${server.url}/stream`), headers: {}, signal: ctl.signal, stream: true });
+    const a = await send({ method: "GET", url: `${server.url}/stream`, headers: {}, signal: ctl.signal, stream: true });
     assert.equal(a.status, 200);
     assert.equal(a.text, "");
     assert.ok(a.body !== null);
@@ -97,7 +99,7 @@ for (const [name, send] of transports) {
   });
 
   test(`${name}: a stream asked for but refused comes read`, async () => {
-    const a = await send({ method: "GET", url: new URL(`${server.url}/refused`), headers: {}, stream: true });
+    const a = await send({ method: "GET", url: `${server.url}/refused`, headers: {}, stream: true });
     assert.equal(a.status, 503);
     assert.match(a.text, /unavailable/);
     assert.equal(a.body, null);
@@ -106,7 +108,7 @@ for (const [name, send] of transports) {
   test(`${name}: the signal ends a request waiting for its answer, with its reason, and the server sees it go`, async () => {
     const before = hung.length;
     const ctl = new AbortController();
-    const p = send({ method: "GET", url: new URL(`${server.url}/hang`), headers: {}, signal: ctl.signal, stream: false });
+    const p = send({ method: "GET", url: `${server.url}/hang`, headers: {}, signal: ctl.signal, stream: false });
     while (hung.length === before) await new Promise((r) => setTimeout(r, 5));
     const req = hung[hung.length - 1];
     const closed = new Promise<void>((r) => req?.socket.once("close", () => r()));
@@ -120,7 +122,7 @@ for (const [name, send] of transports) {
     const before = hung.length;
     const reason = new Error("already");
     await assert.rejects(
-      send({ method: "GET", url: new URL(`${server.url}/hang`), headers: {}, signal: AbortSignal.abort(reason), stream: false }),
+      send({ method: "GET", url: `${server.url}/hang`, headers: {}, signal: AbortSignal.abort(reason), stream: false }),
       (err: unknown) => err === reason,
     );
     await new Promise((r) => setTimeout(r, 20));
@@ -129,15 +131,32 @@ for (const [name, send] of transports) {
 
   test(`${name}: a timeout signal ends the request with a TimeoutError`, async () => {
     await assert.rejects(
-      send({ method: "GET", url: new URL(`${server.url}/hang`), headers: {}, signal: AbortSignal.timeout(30), stream: false }),
+      send({ method: "GET", url: `${server.url}/hang`, headers: {}, signal: AbortSignal.timeout(30), stream: false }),
       (err: unknown) => err instanceof DOMException && err.name === "TimeoutError",
     );
+  });
+
+  test(`${name}: timeoutMs ends a request still unanswered, with a TimeoutError, and the server sees it go`, { timeout: 10_000 }, async () => {
+    const before = hung.length;
+    const t0 = performance.now();
+    const p = send({ method: "GET", url: `${server.url}/hang`, headers: {}, stream: false, timeoutMs: 200 });
+    while (hung.length === before) await new Promise((r) => setTimeout(r, 5));
+    const closed = new Promise<void>((r) => hung[hung.length - 1]?.socket.once("close", () => r()));
+    await assert.rejects(p, (err: unknown) => err instanceof DOMException && err.name === "TimeoutError");
+    const took = performance.now() - t0;
+    assert.ok(took >= 190 && took < 2_000, `ended after ${Math.round(took)} ms for a timeout of 200 ms`);
+    await closed;
+  });
+
+  test(`${name}: an answer within timeoutMs comes as without it`, async () => {
+    const a = await send({ method: "POST", url: `${server.url}/echo`, headers: {}, body: "x", stream: false, timeoutMs: 5_000 });
+    assert.equal(a.status, 201);
   });
 
   test(`${name}: a refused connection and a name that does not resolve were never sent; a lost answer may have been`, async () => {
     const failure = async (url: string): Promise<unknown> => {
       try {
-        await send({ method: "POST", url: new URL(url), headers: {}, body: "{}", stream: false });
+        await send({ method: "POST", url, headers: {}, body: "{}", stream: false });
       } catch (err) {
         return err;
       }
@@ -159,13 +178,13 @@ test("node: concurrent callers share the agent's connections, and later ones reu
   after(() => own.destroy());
   const send = nodeTransport(own);
   const round = () =>
-    Promise.all(Array.from({ length: 16 }, () => send({ method: "POST", url: new URL(`${s.url}/x`), headers: {}, body: "{}", stream: false })));
+    Promise.all(Array.from({ length: 16 }, () => send({ method: "POST", url: `${s.url}/x`, headers: {}, body: "{}", stream: false })));
   await round();
   const opened = s.connections();
   assert.ok(opened >= 1 && opened <= 16, `${opened} connections for 16 callers`);
   for (let i = 0; i < 5; i++) await round();
   assert.equal(s.connections(), opened, "later rounds opened connections of their own");
-  for (let i = 0; i < 20; i++) await send({ method: "POST", url: new URL(`${s.url}/x`), headers: {}, body: "{}", stream: false });
+  for (let i = 0; i < 20; i++) await send({ method: "POST", url: `${s.url}/x`, headers: {}, body: "{}", stream: false });
   assert.equal(s.connections(), opened, "one caller at a time opened connections of its own");
 });
 
@@ -178,7 +197,7 @@ test("node: an idle connection closes after the agents' idle time, and an answer
   const own = new Agents(100);
   after(() => own.destroy());
   const send = nodeTransport(own);
-  const slow = await send({ method: "POST", url: new URL(`${s.url}/slow`), headers: {}, body: "{}", stream: false });
+  const slow = await send({ method: "POST", url: `${s.url}/slow`, headers: {}, body: "{}", stream: false });
   assert.equal(slow.text, "{}");
   const started = performance.now();
   await closed[0];
@@ -188,10 +207,27 @@ test("node: an idle connection closes after the agents' idle time, and an answer
 
 test("in Node.js the default transport is node:http through the shared agents", async () => {
   assert.equal(isNode(), true);
-  const a = await defaultTransport()({ method: "POST", url: new URL(`${server.url}/echo`), headers: {}, body: "x", stream: false });
+  const a = await defaultTransport()({ method: "POST", url: `${server.url}/echo`, headers: {}, body: "x", stream: false });
   assert.equal(a.status, 201);
   await new Promise((r) => setImmediate(r)); // the socket goes back to the pool
   const free = Object.values(defaultAgents().http.freeSockets).flat();
   assert.equal(free.length, 1, "the request left no connection in the shared agent's pool");
   defaultAgents().destroy();
+});
+
+test("a deadline bounds a request and its retries: a release unanswered gives up at it with an UnavailableError", async () => {
+  const api = new Api(server.url, undefined, undefined);
+  const g = { key: "hang", owner: "o", token: 1, ttlMs: 60_000, expiresAt: new Date(), id: "0123456789abcdef0123456789abcdef" };
+  const before = hung.length;
+  const t0 = performance.now();
+  const deadline = { until: t0 + 300, ms: 300 };
+  await assert.rejects(retried(() => api.release(g, undefined, deadline), undefined, deadline.until), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.match(err.message, /release "hang": unanswered within 300 ms/);
+    return true;
+  });
+  const took = performance.now() - t0;
+  // Each try given the whole 300 ms would take 3 tries and their pauses: over 1 s.
+  assert.ok(took >= 290 && took < 700, `gave up after ${Math.round(took)} ms for a deadline of 300 ms`);
+  assert.equal(hung.length - before, 1, "a try was sent with no time left");
 });
