@@ -272,13 +272,14 @@ func (r *clientRow) hold(ttl time.Duration) (int, time.Duration, int, error) {
 			lost++
 		}
 	}
-	if r.pool.trace != nil {
-		r.pool.trace.report(r.tb, ttl, holds)
-	}
 	for _, h := range holds {
 		if err := h.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
 			return 0, 0, 0, err
 		}
+	}
+	if r.pool.trace != nil {
+		// After the releases: the report holds up the batches it traces.
+		r.pool.trace.report(r.tb, ttl, holds)
 	}
 	return int(n), took, lost, nil
 }

@@ -23,18 +23,18 @@ import (
 	"github.com/leasehq/lease/leasehttp"
 )
 
-// BenchmarkScaleRenewClientTrace looks into the ordinary Client's row
+// BenchmarkScaleRenewClientAt looks into the ordinary Client's row
 // (clientRow): it holds the row's 131,072 holds at each TTL of
 // LEASE_SCALE_CLIENT_TTLS (a comma list, "1.2s,870ms"; skipped without
-// it), traced as LEASE_SCALE_CLIENT_TRACE traces the row's turns
-// (renewTrace), and logs the process's CPU per renewal, server and Clients
-// together, and the GC's pauses. LEASE_SCALE_BATCH_RATE=R first runs the
-// batch row's 64 callers of 256 renewals for 3 s, paced to R renewals a
-// second, for its CPU per renewal at that rate; LEASE_SCALE_CPUPROFILE=P
-// writes a CPU profile of each (P.batch, P.<ttl>). Run with `cd tools &&
-// LEASE_SCALE_CLIENT_TTLS=870ms go test -run '^$' -bench
-// ScaleRenewClientTrace -benchtime 1x -v ./scalebench`.
-func BenchmarkScaleRenewClientTrace(b *testing.B) {
+// it), traced when LEASE_SCALE_CLIENT_TRACE is set (renewTrace, which costs
+// CPU of its own), and logs the process's CPU per renewal, server and
+// Clients together, and the GC's pauses. LEASE_SCALE_BATCH_RATE=R first
+// runs the batch row's 64 callers of 256 renewals for 3 s, paced to R
+// renewals a second, for its CPU per renewal at that rate;
+// LEASE_SCALE_CPUPROFILE=P writes a CPU profile of each (P.batch, P.<ttl>).
+// Run with `cd tools && LEASE_SCALE_CLIENT_TTLS=870ms go test -run '^$'
+// -bench ScaleRenewClientAt -benchtime 1x -v ./scalebench`.
+func BenchmarkScaleRenewClientAt(b *testing.B) {
 	ttls := os.Getenv("LEASE_SCALE_CLIENT_TTLS")
 	if ttls == "" {
 		b.Skip("LEASE_SCALE_CLIENT_TTLS is not set")
@@ -57,9 +57,6 @@ func BenchmarkScaleRenewClientTrace(b *testing.B) {
 	}
 	defer hc.Close()
 	row := newClientRow(b, hc, srv.URL)
-	if row.pool.trace == nil {
-		row.pool.trace = newRenewTrace(row.holds)
-	}
 	profile := func(name string) func() {
 		prefix := os.Getenv("LEASE_SCALE_CPUPROFILE")
 		if prefix == "" {
@@ -98,18 +95,18 @@ func BenchmarkScaleRenewClientTrace(b *testing.B) {
 		var gc0, gc1 debug.GCStats
 		debug.ReadGCStats(&gc0)
 		stop := profile(s)
-		cpu0, t0 := cpuTime(), time.Now()
+		renewed0, cpu0, t0 := row.pool.renewed.Load(), cpuTime(), time.Now()
 		n, took, lost, err := row.hold(ttl)
 		cpu, wall := cpuTime()-cpu0, time.Since(t0)
+		renewed := row.pool.renewed.Load() - renewed0
 		stop()
 		if err != nil {
 			b.Fatal(err)
 		}
 		gc1.PauseQuantiles = make([]time.Duration, 5)
 		debug.ReadGCStats(&gc1)
-		sent := row.pool.trace.renewals.Load()
-		b.Logf("TTL %v: %d lost, %.0f renewals/s counted; over the turn %.2f µs CPU a renewal sent, %.2f cores; GC %d cycles, %v paused, the longest %v",
-			ttl, lost, float64(n)/took.Seconds(), float64(cpu.Nanoseconds())/1e3/float64(sent), cpu.Seconds()/wall.Seconds(),
+		b.Logf("TTL %v: %d lost, %.0f renewals/s counted; over the turn %.2f µs CPU a renewal, %.2f cores; GC %d cycles, %v paused, the longest %v",
+			ttl, lost, float64(n)/took.Seconds(), float64(cpu.Nanoseconds())/1e3/float64(renewed), cpu.Seconds()/wall.Seconds(),
 			gc1.NumGC-gc0.NumGC, gc1.PauseTotal-gc0.PauseTotal, gc1.PauseQuantiles[4])
 	}
 }
@@ -172,7 +169,6 @@ type renewTrace struct {
 	// By hold (clientKey's w × holds + i), since t0: its last send and
 	// when that send was answered (0 not yet).
 	lastSent, answeredAt []atomic.Int64
-	renewals             atomic.Int64 // sent
 	failed               atomic.Int64 // batches failed whole
 
 	mu        sync.Mutex
@@ -195,7 +191,6 @@ func (t *renewTrace) reset(t0 time.Time) {
 		t.lastSent[i].Store(0)
 		t.answeredAt[i].Store(0)
 	}
-	t.renewals.Store(0)
 	t.failed.Store(0)
 }
 
@@ -223,7 +218,6 @@ func (t *renewTrace) sent(renewals []lease.Renewal) time.Time {
 		}
 		t.answeredAt[i].Store(0)
 	}
-	t.renewals.Add(int64(len(renewals)))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sizes = append(t.sizes, len(renewals))
@@ -246,7 +240,7 @@ func (t *renewTrace) answered(renewals []lease.Renewal, sent time.Time, err erro
 	t.rtts = append(t.rtts, now.Sub(sent))
 }
 
-// report logs the turn at ttl, whose holds are still held or lost.
+// report logs the turn at ttl, whose holds are released or were lost.
 func (t *renewTrace) report(tb testing.TB, ttl time.Duration, holds []*lease.Hold) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
