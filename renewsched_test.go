@@ -347,12 +347,7 @@ func TestRenewalsInFlightAreBounded(t *testing.T) {
 		const n, ttl = 16384, 3 * time.Second
 		holds := tryAcquireN(t, c, n, ttl)
 		time.Sleep(9 * time.Second)
-		lost := 0
-		for _, h := range holds {
-			if h.Err() != nil {
-				lost++
-			}
-		}
+		lost := countLost(holds)
 		b.mu.Lock()
 		t.Logf("%d of %d holds lost in 9 s; %d batches, %d timed out, at most %d in flight",
 			lost, n, b.batches, b.timedOut, b.maxInFlight)
@@ -371,6 +366,17 @@ func TestRenewalsInFlightAreBounded(t *testing.T) {
 		b.close()
 		synctest.Wait()
 	})
+}
+
+// countLost counts the holds lost (or released).
+func countLost(holds []*lease.Hold) int {
+	lost := 0
+	for _, h := range holds {
+		if h.Err() != nil {
+			lost++
+		}
+	}
+	return lost
 }
 
 // slowRenewer is a backend without RenewBatch whose Renew takes delay; it
@@ -638,12 +644,7 @@ func TestRenewalWindowShrinksWhenTheServerQueues(t *testing.T) {
 			time.Sleep(ttl / 3 / chunks)
 		}
 		time.Sleep(9 * time.Second)
-		lost := 0
-		for _, h := range holds {
-			if h.Err() != nil {
-				lost++
-			}
-		}
+		lost := countLost(holds)
 		s.mu.Lock()
 		t.Logf("%d of %d holds lost in 9 s; at most %d batches in flight", lost, len(holds), s.maxInFlight)
 		s.mu.Unlock()
@@ -704,12 +705,7 @@ func TestRenewalWindowOpensOnAFarIdleServer(t *testing.T) {
 		const n, ttl = 16384, 3 * time.Second
 		holds := tryAcquireN(t, c, n, ttl)
 		time.Sleep(9 * time.Second)
-		lost := 0
-		for _, h := range holds {
-			if h.Err() != nil {
-				lost++
-			}
-		}
+		lost := countLost(holds)
 		b.mu.Lock()
 		most := b.maxInFlight
 		b.mu.Unlock()

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
@@ -19,7 +16,6 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -39,24 +35,8 @@ func BenchmarkScaleRenewClientAt(b *testing.B) {
 	if ttls == "" {
 		b.Skip("LEASE_SCALE_CLIENT_TTLS is not set")
 	}
-	store, err := boltstore.Open(filepath.Join(b.TempDir(), "lease.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	api, err := leasehttp.NewServer(store, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	defer api.Close()
-	hc, err := leasehttp.NewClient(srv.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer hc.Close()
-	row := newClientRow(b, hc, srv.URL)
+	_, hc, url := serveBolt(b)
+	row := newClientRow(b, hc, url)
 	profile := func(name string) func() {
 		prefix := os.Getenv("LEASE_SCALE_CPUPROFILE")
 		if prefix == "" {
@@ -111,14 +91,15 @@ func BenchmarkScaleRenewClientAt(b *testing.B) {
 	}
 }
 
-// pacedBatches renews each of the row's Clients' first 256 leases, one
-// RenewBatch of them per caller at a time, from renewClients callers paced
-// to rate renewals a second in all, for d. It returns the renewals, how
-// long they took and the process's CPU time meanwhile.
+// pacedBatches renews each of the row's Clients' first 256 leases (or all,
+// if fewer), one RenewBatch of them per caller at a time, from
+// renewClients callers paced to rate renewals a second in all, for d. It
+// returns the renewals, how long they took and the process's CPU time
+// meanwhile.
 func pacedBatches(b *testing.B, hc *leasehttp.Client, row *clientRow, rate float64, d time.Duration) (int, time.Duration, time.Duration) {
 	batches := make([][]lease.Renewal, renewClients)
 	for w := range batches {
-		for i := range leasesPerRenew {
+		for i := range min(leasesPerRenew, row.holds) {
 			batches[w] = append(batches[w], lease.Renewal{Lease: row.pool.held[clientKey(w, i)], TTL: setupTTL})
 		}
 	}
@@ -126,7 +107,7 @@ func pacedBatches(b *testing.B, hc *leasehttp.Client, row *clientRow, rate float
 		total atomic.Int64
 		wg    sync.WaitGroup
 	)
-	every := time.Duration(float64(time.Second) * leasesPerRenew * renewClients / rate)
+	every := time.Duration(float64(time.Second) * float64(len(batches[0])*renewClients) / rate)
 	cpu0, start := cpuTime(), time.Now()
 	for w := range renewClients {
 		wg.Go(func() {
