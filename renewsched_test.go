@@ -384,21 +384,37 @@ func countLost(holds []*lease.Hold) int {
 type slowRenewer struct {
 	lease.Backend
 	delay time.Duration
+	flights
+}
 
+// flights counts calls in flight and the most at once.
+type flights struct {
 	mu                    sync.Mutex
 	inFlight, maxInFlight int
 }
 
+// start counts a call in flight until the function it returns is called.
+func (f *flights) start() func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inFlight++
+	f.maxInFlight = max(f.maxInFlight, f.inFlight)
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.inFlight--
+	}
+}
+
+// most is the most calls that were in flight at once.
+func (f *flights) most() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxInFlight
+}
+
 func (s *slowRenewer) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
-	s.mu.Lock()
-	s.inFlight++
-	s.maxInFlight = max(s.maxInFlight, s.inFlight)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		s.mu.Unlock()
-	}()
+	defer s.start()()
 	time.Sleep(s.delay) // in a bubble: TestLoneRenewalsInFlightAreBounded's slow answers
 	return s.Backend.Renew(ctx, l, ttl)
 }
@@ -420,9 +436,7 @@ func TestLoneRenewalsInFlightAreBounded(t *testing.T) {
 				t.Fatalf("%s lost: %v", h.Key(), err)
 			}
 		}
-		b.mu.Lock()
-		most := b.maxInFlight
-		b.mu.Unlock()
+		most := b.most()
 		t.Logf("at most %d renewals in flight for %d holds", most, n)
 		if bound := lease.MaxRenewBatchesInFlight * lease.MaxRenewBatch; most > bound {
 			t.Errorf("%d renewals in flight at once, want at most %d", most, bound)
@@ -534,9 +548,10 @@ type shuffled struct {
 	ready      chan struct{}
 	done       chan struct{}
 
-	mu                    sync.Mutex
-	queue                 []shuffledJob
-	inFlight, maxInFlight int
+	flights
+
+	mu    sync.Mutex
+	queue []shuffledJob
 }
 
 type shuffledJob struct {
@@ -586,16 +601,10 @@ func (s *shuffled) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]
 		return nil, err
 	}
 	job := shuffledJob{renewals: renewals, answer: make(chan []lease.RenewResult, 1)}
+	defer s.start()()
 	s.mu.Lock()
 	s.queue = append(s.queue, job)
-	s.inFlight++
-	s.maxInFlight = max(s.maxInFlight, s.inFlight)
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		s.mu.Unlock()
-	}()
 	select {
 	case s.ready <- struct{}{}:
 	default:
@@ -645,9 +654,7 @@ func TestRenewalWindowShrinksWhenTheServerQueues(t *testing.T) {
 		}
 		time.Sleep(9 * time.Second)
 		lost := countLost(holds)
-		s.mu.Lock()
-		t.Logf("%d of %d holds lost in 9 s; at most %d batches in flight", lost, len(holds), s.maxInFlight)
-		s.mu.Unlock()
+		t.Logf("%d of %d holds lost in 9 s; at most %d batches in flight", lost, len(holds), s.most())
 		if lost > 0 {
 			t.Errorf("%d of %d holds lost on a server with the capacity to renew them all", lost, len(holds))
 		}
@@ -667,21 +674,11 @@ func TestRenewalWindowShrinksWhenTheServerQueues(t *testing.T) {
 type slowBatches struct {
 	lease.Backend
 	delay time.Duration
-
-	mu                    sync.Mutex
-	inFlight, maxInFlight int
+	flights
 }
 
 func (s *slowBatches) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
-	s.mu.Lock()
-	s.inFlight++
-	s.maxInFlight = max(s.maxInFlight, s.inFlight)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		s.mu.Unlock()
-	}()
+	defer s.start()()
 	time.Sleep(s.delay) // in a bubble: the far server's round trip
 	out := make([]lease.RenewResult, len(renewals))
 	for i, r := range renewals {
@@ -706,9 +703,7 @@ func TestRenewalWindowOpensOnAFarIdleServer(t *testing.T) {
 		holds := tryAcquireN(t, c, n, ttl)
 		time.Sleep(9 * time.Second)
 		lost := countLost(holds)
-		b.mu.Lock()
-		most := b.maxInFlight
-		b.mu.Unlock()
+		most := b.most()
 		t.Logf("%d of %d holds lost in 9 s; at most %d batches in flight", lost, n, most)
 		if lost > 0 {
 			t.Errorf("%d of %d holds lost on a server with the capacity to renew them all", lost, n)
