@@ -13,7 +13,7 @@ import (
 // third of its TTL with jitter (or a little earlier, together with the
 // Client's other holds that fall due close by: one batch through the
 // backend's RenewBatch where it has one; or later, in its turn, while the
-// Client has MaxRenewBatchesInFlight batches unanswered), retrying failed
+// Client has as many batches unanswered as it allows), retrying failed
 // renewals. Its Context is cancelled, with cause matching ErrLost, as soon
 // as the client can no longer be sure it holds the lease: when the backend
 // says it is gone, or when the safe deadline — send time of the last

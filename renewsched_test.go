@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -346,12 +347,7 @@ func TestRenewalsInFlightAreBounded(t *testing.T) {
 		const n, ttl = 16384, 3 * time.Second
 		holds := tryAcquireN(t, c, n, ttl)
 		time.Sleep(9 * time.Second)
-		lost := 0
-		for _, h := range holds {
-			if h.Err() != nil {
-				lost++
-			}
-		}
+		lost := countLost(holds)
 		b.mu.Lock()
 		t.Logf("%d of %d holds lost in 9 s; %d batches, %d timed out, at most %d in flight",
 			lost, n, b.batches, b.timedOut, b.maxInFlight)
@@ -372,26 +368,53 @@ func TestRenewalsInFlightAreBounded(t *testing.T) {
 	})
 }
 
+// countLost counts the holds lost (or released).
+func countLost(holds []*lease.Hold) int {
+	lost := 0
+	for _, h := range holds {
+		if h.Err() != nil {
+			lost++
+		}
+	}
+	return lost
+}
+
 // slowRenewer is a backend without RenewBatch whose Renew takes delay; it
 // records the most Renew calls in flight at once.
 type slowRenewer struct {
 	lease.Backend
 	delay time.Duration
+	flights
+}
 
+// flights counts calls in flight and the most at once.
+type flights struct {
 	mu                    sync.Mutex
 	inFlight, maxInFlight int
 }
 
+// start counts a call in flight until the function it returns is called.
+func (f *flights) start() func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inFlight++
+	f.maxInFlight = max(f.maxInFlight, f.inFlight)
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.inFlight--
+	}
+}
+
+// most is the most calls that were in flight at once.
+func (f *flights) most() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxInFlight
+}
+
 func (s *slowRenewer) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
-	s.mu.Lock()
-	s.inFlight++
-	s.maxInFlight = max(s.maxInFlight, s.inFlight)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.inFlight--
-		s.mu.Unlock()
-	}()
+	defer s.start()()
 	time.Sleep(s.delay) // in a bubble: TestLoneRenewalsInFlightAreBounded's slow answers
 	return s.Backend.Renew(ctx, l, ttl)
 }
@@ -413,9 +436,7 @@ func TestLoneRenewalsInFlightAreBounded(t *testing.T) {
 				t.Fatalf("%s lost: %v", h.Key(), err)
 			}
 		}
-		b.mu.Lock()
-		most := b.maxInFlight
-		b.mu.Unlock()
+		most := b.most()
 		t.Logf("at most %d renewals in flight for %d holds", most, n)
 		if bound := lease.MaxRenewBatchesInFlight * lease.MaxRenewBatch; most > bound {
 			t.Errorf("%d renewals in flight at once, want at most %d", most, bound)
@@ -423,6 +444,7 @@ func TestLoneRenewalsInFlightAreBounded(t *testing.T) {
 		for _, h := range holds {
 			_ = h.Release(ctx)
 		}
+		time.Sleep(time.Second) // the batches in flight are answered
 		synctest.Wait()
 	})
 }
@@ -445,10 +467,10 @@ func (h *hung) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]leas
 	return nil, fmt.Errorf("%w: %w", lease.ErrUnavailable, ctx.Err())
 }
 
-// TestWaitingHoldIsJudgedByItsOwnDeadline: with MaxRenewBatchesInFlight
-// batches of holds of TTL 30 s hung at the server, holds of TTL 3 s that
-// fall due after them wait for a request and are never sent; each is lost
-// at its own deadline, no later.
+// TestWaitingHoldIsJudgedByItsOwnDeadline: with the Client's batches of
+// holds of TTL 30 s hung at the server (its window, never answered, stays
+// at one), holds of TTL 3 s that fall due after them wait for a request
+// and are never sent; each is lost at its own deadline, no later.
 func TestWaitingHoldIsJudgedByItsOwnDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &hung{Backend: memtest.New(t), sent: map[string]bool{}}
@@ -487,7 +509,7 @@ func TestWaitingHoldIsJudgedByItsOwnDeadline(t *testing.T) {
 		defer mu.Unlock()
 		for _, h := range holds[inFlight:] {
 			if b.sent[h.Key()] {
-				t.Errorf("%s was sent while %d batches were in flight", h.Key(), lease.MaxRenewBatchesInFlight)
+				t.Errorf("%s was sent while the Client's batches hung", h.Key())
 			}
 			if !errors.Is(h.Err(), lease.ErrLost) {
 				t.Fatalf("%s: Err = %v, want ErrLost", h.Key(), h.Err())
@@ -511,4 +533,188 @@ func tryAcquireN(t *testing.T, c *lease.Client, n int, ttl time.Duration) []*lea
 		holds[i] = h
 	}
 	return holds
+}
+
+// shuffled is a busy server shared by many Clients, as lease serve is by
+// the callers of one machine: it works one request at a time, perRenewal
+// for each renewal in it, and takes the next from its queue in no
+// particular order (a server's goroutines, connections and locks keep no
+// order among requests). It finishes a request whether or not its caller
+// still waits, and records the most RenewBatch calls in flight at once.
+type shuffled struct {
+	lease.Backend
+	perRenewal time.Duration
+	rng        *rand.Rand
+	ready      chan struct{}
+	done       chan struct{}
+
+	flights
+
+	mu    sync.Mutex
+	queue []shuffledJob
+}
+
+type shuffledJob struct {
+	renewals []lease.Renewal
+	answer   chan []lease.RenewResult
+}
+
+func newShuffled(b lease.Backend, perRenewal time.Duration) *shuffled {
+	s := &shuffled{Backend: b, perRenewal: perRenewal, rng: rand.New(rand.NewPCG(1, 2)),
+		ready: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.serve()
+	return s
+}
+
+func (s *shuffled) serve() {
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 {
+			s.mu.Unlock()
+			select {
+			case <-s.ready:
+			case <-s.done:
+				return
+			}
+			s.mu.Lock()
+		}
+		i := s.rng.IntN(len(s.queue))
+		job := s.queue[i]
+		s.queue[i] = s.queue[len(s.queue)-1]
+		s.queue = s.queue[:len(s.queue)-1]
+		s.mu.Unlock()
+		// in a bubble: the shared server's work for the request.
+		time.Sleep(time.Duration(len(job.renewals)) * s.perRenewal)
+		out := make([]lease.RenewResult, len(job.renewals))
+		for i, r := range job.renewals {
+			out[i].Lease, out[i].Err = s.Backend.Renew(context.Background(), r.Lease, r.TTL)
+		}
+		job.answer <- out
+	}
+}
+
+// close stops the server's goroutine.
+func (s *shuffled) close() { close(s.done) }
+
+func (s *shuffled) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	job := shuffledJob{renewals: renewals, answer: make(chan []lease.RenewResult, 1)}
+	defer s.start()()
+	s.mu.Lock()
+	s.queue = append(s.queue, job)
+	s.mu.Unlock()
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+	select {
+	case out := <-job.answer:
+		return out, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", lease.ErrUnavailable, ctx.Err())
+	}
+}
+
+// TestRenewalWindowShrinksWhenTheServerQueues: eight Clients of 2,048
+// holds at TTL 1.5 s, taken over a renewal interval, on one server that
+// renews 33,000 leases a second, about the rate the holds fall due at: the
+// server is busy all the time, and every batch more in flight only waits in
+// its queue. With eight batches in flight per Client nearly every hold is
+// in flight at once, a request waits behind some fifty others taken in the
+// server's order, not by due time, and now and then one waits longer than
+// its holds' TTL: some 1,000-1,500 holds were lost in 9 s. The Clients keep
+// fewer batches in flight while their answers come back queued (about one
+// each); the rest of their holds wait in the Clients' own queues, earliest
+// due first, and none is lost.
+func TestRenewalWindowShrinksWhenTheServerQueues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newShuffled(memtest.New(t), 30*time.Microsecond)
+		ctx := context.Background()
+		const clients, n, ttl = 8, 2048, 1500 * time.Millisecond
+		var holds []*lease.Hold
+		cs := make([]*lease.Client, clients)
+		for w := range cs {
+			cs[w] = newClient(t, s, fmt.Sprintf("worker-%d", w))
+		}
+		// The holds are taken over a renewal interval, as a program takes them.
+		const chunks = 16
+		for k := range chunks {
+			for w, c := range cs {
+				for i := k; i < n; i += chunks {
+					h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%d/%05d", w, i), ttl)
+					if err != nil {
+						t.Fatal(err)
+					}
+					holds = append(holds, h)
+				}
+			}
+			time.Sleep(ttl / 3 / chunks)
+		}
+		time.Sleep(9 * time.Second)
+		lost := countLost(holds)
+		t.Logf("%d of %d holds lost in 9 s; at most %d batches in flight", lost, len(holds), s.most())
+		if lost > 0 {
+			t.Errorf("%d of %d holds lost on a server with the capacity to renew them all", lost, len(holds))
+		}
+		for _, h := range holds {
+			_ = h.Release(ctx)
+		}
+		time.Sleep(ttl) // the server's queue drains
+		synctest.Wait()
+		s.close()
+		synctest.Wait()
+	})
+}
+
+// slowBatches is a backend whose RenewBatch takes delay, however many
+// are in flight: a server far away but idle. It records the most calls in
+// flight at once.
+type slowBatches struct {
+	lease.Backend
+	delay time.Duration
+	flights
+}
+
+func (s *slowBatches) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	defer s.start()()
+	time.Sleep(s.delay) // in a bubble: the far server's round trip
+	out := make([]lease.RenewResult, len(renewals))
+	for i, r := range renewals {
+		out[i].Lease, out[i].Err = s.Backend.Renew(ctx, r.Lease, r.TTL)
+	}
+	return out, nil
+}
+
+// TestRenewalWindowOpensOnAFarIdleServer: one Client whose 16,384 holds
+// at TTL 3 s fall due together, on a server 100 ms away that answers every
+// request in that time: one batch in flight renews 2,560 leases a second,
+// too few to renew them all before their deadlines, eight renew 20,480.
+// The answers come back unqueued (every round trip as short as the
+// shortest), so the Client widens its window to MaxRenewBatchesInFlight
+// and keeps every hold.
+func TestRenewalWindowOpensOnAFarIdleServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &slowBatches{Backend: memtest.New(t), delay: 100 * time.Millisecond}
+		c := newClient(t, b, "worker-a")
+		ctx := context.Background()
+		const n, ttl = 16384, 3 * time.Second
+		holds := tryAcquireN(t, c, n, ttl)
+		time.Sleep(9 * time.Second)
+		lost := countLost(holds)
+		most := b.most()
+		t.Logf("%d of %d holds lost in 9 s; at most %d batches in flight", lost, n, most)
+		if lost > 0 {
+			t.Errorf("%d of %d holds lost on a server with the capacity to renew them all", lost, n)
+		}
+		if most != lease.MaxRenewBatchesInFlight {
+			t.Errorf("at most %d batches in flight, want the window open to %d", most, lease.MaxRenewBatchesInFlight)
+		}
+		for _, h := range holds {
+			_ = h.Release(ctx)
+		}
+		time.Sleep(time.Second) // the batches in flight are answered
+		synctest.Wait()
+	})
 }

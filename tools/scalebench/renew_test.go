@@ -58,24 +58,7 @@ type renewRow struct {
 // turns.
 func BenchmarkCompareScaleRenew(b *testing.B) {
 	ctx := context.Background()
-
-	store, err := boltstore.Open(filepath.Join(b.TempDir(), "lease.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	api, err := leasehttp.NewServer(store, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := httptest.NewServer(api)
-	defer srv.Close()
-	defer api.Close()
-	hc, err := leasehttp.NewClient(srv.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer hc.Close()
+	store, hc, url := serveBolt(b)
 	held := make([][]lease.Lease, renewClients)
 	for w := range held {
 		for i := range leasesPerRenew {
@@ -113,12 +96,13 @@ func BenchmarkCompareScaleRenew(b *testing.B) {
 	}
 
 	// Before etcd's leases are granted: filling the pool takes a while.
-	client := newClientRow(b, hc, srv.URL)
+	client := newClientRow(b, hc, url)
 
 	cli := etcdtest.NewClient(b, etcdtest.Start(b))
 	lc := pb.NewLeaseClient(cli.ActiveConnection())
 	streams := make([]pb.Lease_LeaseKeepAliveClient, renewClients)
 	ids := make([][]clientv3.LeaseID, renewClients)
+	var err error
 	for w := range streams {
 		if streams[w], err = lc.LeaseKeepAlive(ctx); err != nil {
 			b.Fatal(err)
@@ -155,7 +139,7 @@ func BenchmarkCompareScaleRenew(b *testing.B) {
 	}
 
 	// Last, as it renews caller 0's leases to renewTTL.
-	floor := floorRenew(b, srv.URL, filepath.Dir(store.Path()), batches)
+	floor := floorRenew(b, url, filepath.Dir(store.Path()), batches)
 
 	rows := []*renewRow{
 		{name: "etcd-keepalive", renew: keepAlive},
@@ -202,6 +186,31 @@ func BenchmarkCompareScaleRenew(b *testing.B) {
 			b.ReportMetric(perSec*float64(renewTTL/3/time.Second), "leases-kept")
 		})
 	}
+}
+
+// serveBolt starts lease serve's work on boltstore (fsync on): the
+// leasehttp server over a store in a temporary directory, on a loopback
+// socket, and a leasehttp.Client of it, all closed when b ends. It returns
+// the store, the client and the server's URL.
+func serveBolt(b *testing.B) (*boltstore.Store, *leasehttp.Client, string) {
+	store, err := boltstore.Open(filepath.Join(b.TempDir(), "lease.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	api, err := leasehttp.NewServer(store, leasehttp.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	b.Cleanup(srv.Close)
+	b.Cleanup(func() { api.Close() })
+	hc, err := leasehttp.NewClient(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { hc.Close() })
+	return store, hc, srv.URL
 }
 
 // renewFor runs renew from renewClients callers until d has passed and

@@ -61,6 +61,7 @@ type pool struct {
 	*leasehttp.Client
 	setup   *leasehttp.Client // for fill: a long timeout, as acquisitions queue behind each other
 	renewed atomic.Int64
+	trace   *renewTrace // nil unless LEASE_SCALE_CLIENT_TRACE is set
 
 	mu   sync.Mutex
 	held map[string]lease.Lease // by key
@@ -83,7 +84,14 @@ func (p *pool) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]leas
 	for i, r := range renewals {
 		long[i] = lease.Renewal{Lease: r.Lease, TTL: setupTTL}
 	}
+	var sent time.Time
+	if p.trace != nil {
+		sent = p.trace.sent(renewals)
+	}
 	res, err := p.Client.RenewBatch(ctx, long)
+	if p.trace != nil {
+		p.trace.answered(renewals, sent, err)
+	}
 	if err == nil {
 		n := 0
 		for _, r := range res {
@@ -157,6 +165,9 @@ func newClientRow(tb testing.TB, hc *leasehttp.Client, url string) *clientRow {
 	defer func() {
 		tb.Logf("serve-bolt-client: %d leases acquired for the pool in %v", renewClients*n, time.Since(start))
 	}()
+	if os.Getenv("LEASE_SCALE_CLIENT_TRACE") != "" {
+		r.pool.trace = newRenewTrace(n)
+	}
 	if err := r.pool.fill(r.keys()); err != nil {
 		tb.Fatal(err)
 	}
@@ -175,62 +186,14 @@ func (r *clientRow) keys() []string {
 	return keys
 }
 
-// turn holds every Client's holds at the turn's TTL, lets them renew for a
-// TTL, counts their renewals for two (at least a second), and
-// releases them; a hold lost at any point is a loss. It returns the
-// renewals counted and how long they were counted.
+// turn holds the Clients' holds at the turn's TTL (hold) and sets the
+// TTL of the next turn. It returns the renewals counted and how long they
+// were counted.
 func (r *clientRow) turn() (int, time.Duration, error) {
-	ctx := context.Background()
 	ttl := r.ttl
-	holds := make([]*lease.Hold, 0, renewClients*r.holds)
-	failed := 0
-	t0 := time.Now()
-	// The holds are taken over one renewal interval, a chunk from each
-	// Client at a time, as a program takes its leases over time: taken at
-	// once, they would all fall due at once, every turn starting with a
-	// burst of every renewal the row makes in an interval.
-	clients := make([]*lease.Client, renewClients)
-	for w := range clients {
-		c, err := lease.NewClient(r.pool, lease.WithOwner(fmt.Sprintf("client-%02d", w)))
-		if err != nil {
-			return 0, 0, err
-		}
-		clients[w] = c
-	}
-	const chunks = 16
-	for k := range chunks {
-		// real time: the holds are spread over a real server's renewal interval.
-		time.Sleep(time.Until(t0.Add(ttl / 3 * time.Duration(k) / chunks)))
-		for w, c := range clients {
-			for i := k; i < r.holds; i += chunks {
-				h, err := c.TryAcquire(ctx, clientKey(w, i), ttl)
-				switch {
-				case errors.Is(err, lease.ErrUnavailable):
-					// Even a lease handed out at once comes too late for its
-					// TTL when this goroutine waits that long for the processor.
-					failed++
-				case err != nil:
-					return 0, 0, err
-				default:
-					holds = append(holds, h)
-				}
-			}
-		}
-	}
-	time.Sleep(ttl) // real time: one TTL of the real server's renewals before counting
-	before, start := r.pool.renewed.Load(), time.Now()
-	time.Sleep(max(2*ttl, time.Second)) // real time: the renewals a second the real server sustains
-	n, took := r.pool.renewed.Load()-before, time.Since(start)
-	lost := failed
-	for _, h := range holds {
-		if h.Err() != nil {
-			lost++
-		}
-	}
-	for _, h := range holds {
-		if err := h.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
-			return 0, 0, err
-		}
+	n, took, lost, err := r.hold(ttl)
+	if err != nil {
+		return 0, 0, err
 	}
 	r.tb.Logf("serve-bolt-client: TTL %v: %d holds, %d lost, %.0f renewals/s", ttl, renewClients*r.holds, lost, float64(n)/took.Seconds())
 	if lost > 0 {
@@ -252,5 +215,71 @@ func (r *clientRow) turn() (int, time.Duration, error) {
 	default:
 		r.ttl = time.Duration(math.Sqrt(float64(r.bestTTL) * float64(r.lossTTL)))
 	}
-	return int(n), took, nil
+	return n, took, nil
+}
+
+// hold holds every Client's holds at ttl, lets them renew for a TTL,
+// counts their renewals for two (at least a second), and releases them; a
+// hold lost at any point is a loss. It returns the renewals counted, how
+// long they were counted and the holds lost.
+func (r *clientRow) hold(ttl time.Duration) (int, time.Duration, int, error) {
+	ctx := context.Background()
+	holds := make([]*lease.Hold, 0, renewClients*r.holds)
+	failed := 0
+	t0 := time.Now()
+	if r.pool.trace != nil {
+		r.pool.trace.reset(t0)
+	}
+	// The holds are taken over one renewal interval, a chunk from each
+	// Client at a time, as a program takes its leases over time: taken at
+	// once, they would all fall due at once, every turn starting with a
+	// burst of every renewal the row makes in an interval.
+	clients := make([]*lease.Client, renewClients)
+	for w := range clients {
+		c, err := lease.NewClient(r.pool, lease.WithOwner(fmt.Sprintf("client-%02d", w)))
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		clients[w] = c
+	}
+	const chunks = 16
+	for k := range chunks {
+		// real time: the holds are spread over a real server's renewal interval.
+		time.Sleep(time.Until(t0.Add(ttl / 3 * time.Duration(k) / chunks)))
+		for w, c := range clients {
+			for i := k; i < r.holds; i += chunks {
+				h, err := c.TryAcquire(ctx, clientKey(w, i), ttl)
+				switch {
+				case errors.Is(err, lease.ErrUnavailable):
+					// Even a lease handed out at once comes too late for its
+					// TTL when this goroutine waits that long for the processor.
+					failed++
+				case err != nil:
+					return 0, 0, 0, err
+				default:
+					holds = append(holds, h)
+				}
+			}
+		}
+	}
+	time.Sleep(ttl) // real time: one TTL of the real server's renewals before counting
+	before, start := r.pool.renewed.Load(), time.Now()
+	time.Sleep(max(2*ttl, time.Second)) // real time: the renewals a second the real server sustains
+	n, took := r.pool.renewed.Load()-before, time.Since(start)
+	lost := failed
+	for _, h := range holds {
+		if h.Err() != nil {
+			lost++
+		}
+	}
+	for _, h := range holds {
+		if err := h.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+			return 0, 0, 0, err
+		}
+	}
+	if r.pool.trace != nil {
+		// After the releases: the report holds up the batches it traces.
+		r.pool.trace.report(r.tb, ttl, holds)
+	}
+	return int(n), took, lost, nil
 }
