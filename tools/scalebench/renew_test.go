@@ -179,7 +179,7 @@ func BenchmarkCompareScaleRenew(b *testing.B) {
 			b.ReportMetric(perSec, "ops/s")
 			if c := row.client; c != nil {
 				b.ReportMetric(c.best, "leases-kept")
-				b.ReportMetric(float64(c.bestTTL.Milliseconds()), "ttl-ms")
+				b.ReportMetric(float64(c.keptTTL.Milliseconds()), "ttl-ms")
 				b.ReportMetric(float64(c.lossy), "lossy-turns")
 				return
 			}
