@@ -50,6 +50,8 @@ func crashChild() bool {
 	switch mode {
 	case "grant":
 		grantChild(s)
+	case "renew":
+		renewChild(s)
 	case "hold":
 		fmt.Println("ready")
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
