@@ -92,10 +92,7 @@ func renewRound(t *testing.T, path string, noLog bool) (map[string]promise, int)
 		t.Fatal(err)
 	}
 	<-done
-	err := cmd.Wait()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child did not die of SIGKILL: %v; stderr: %s", err, stderr.String())
-	}
+	waitKilled(t, cmd, stderr)
 	return last, lines
 }
 
@@ -156,10 +153,7 @@ func TestQuietRenewalsSurviveSIGKILLWithoutLog(t *testing.T) {
 }
 
 func testQuietSIGKILL(t *testing.T, noLog bool) {
-	var opts []boltstore.Option
-	if noLog {
-		opts = append(opts, boltstore.WithoutLogForBench())
-	}
+	opts := storeOpts(noLog)
 	rounds := 8
 	if testing.Short() {
 		rounds = 2
