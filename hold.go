@@ -58,7 +58,7 @@ func (c *Client) hold(ctx context.Context, l Lease, sent time.Time, ttl time.Dur
 	hctx, cancel := context.WithCancelCause(context.Background())
 	h := &Hold{c: c, ctx: hctx, cancel: cancel, key: l.Key, token: l.Token, ttl: ttl, lease: l}
 	h.mu.Lock()
-	h.setDeadlineLocked(sent)
+	h.setDeadlineLocked(sent, c.clock.Now())
 	if hctx.Err() == nil {
 		c.sched.schedule(h, sent, h.grantedTTLLocked()/3, c.rand())
 	}
@@ -164,12 +164,12 @@ func (h *Hold) grantedTTLLocked() time.Duration {
 }
 
 // setDeadlineLocked moves the safe deadline to sent + TTL − margin. A
-// deadline already past (the reply came back that late) ends the lease at
-// once rather than through a timer, so nothing can observe it as held.
-func (h *Hold) setDeadlineLocked(sent time.Time) {
+// deadline already past at now, when the reply came back, ends the lease
+// at once rather than through a timer, so nothing can observe it as held.
+func (h *Hold) setDeadlineLocked(sent, now time.Time) {
 	ttl := h.grantedTTLLocked()
 	h.deadline = sent.Add(ttl - h.c.margin(ttl))
-	if h.deadline.After(h.c.clock.Now()) {
+	if h.deadline.After(now) {
 		h.c.sched.watch(h, h.deadline)
 		return
 	}

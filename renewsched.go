@@ -313,12 +313,12 @@ func (s *renewScheduler) answered() {
 	s.startLocked()
 }
 
-// batchAnswered is answered for a batch sent at sent, whose holds'
-// shortest renewal interval is interval: it sets the window first.
-func (s *renewScheduler) batchAnswered(sent time.Time, interval time.Duration, failed bool) {
+// batchAnswered is answered for a batch sent at sent and answered (or
+// given up) at now, whose holds' shortest renewal interval is interval: it
+// sets the window first.
+func (s *renewScheduler) batchAnswered(sent, now time.Time, interval time.Duration, failed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.c.clock.Now()
 	starved := s.queue.Len() > 0 && !s.queue.Peek().next.Due.After(now)
 	s.window.answer(sent, now, interval, failed, starved)
 	s.limit = s.window.size
@@ -360,7 +360,7 @@ func (s *renewScheduler) renewOne(h *Hold) {
 	}
 	cur := h.Lease()
 	renewed, err := s.c.backend.Renew(h.ctx, cur, h.ttl)
-	h.renewed(sent, cur, renewed, err, s.c.rand())
+	h.renewed(sent, s.c.clock.Now(), cur, renewed, err, s.c.rand())
 }
 
 // renewBatch renews holds in one RenewBatch call. The call ends when it is
@@ -398,17 +398,18 @@ func (s *renewScheduler) renewBatch(holds []*Hold) {
 	res, err := s.batcher.RenewBatch(ctx, renewals)
 	stop.Stop()
 	cancel()
+	answered := s.c.clock.Now() // one reading for the batch: its holds' answers came together
 	if err == nil && len(res) != len(live) {
 		err = fmt.Errorf("%w: lease: a batch of %d renewals was answered with %d", ErrUnavailable, len(live), len(res))
 	}
-	defer s.batchAnswered(sent, interval, err != nil)
+	defer s.batchAnswered(sent, answered, interval, err != nil)
 	j := s.c.rand() // one jitter for the batch, so that its holds stay together
 	for i, h := range live {
 		if err != nil {
-			h.renewed(sent, renewals[i].Lease, Lease{}, err, j)
+			h.renewed(sent, answered, renewals[i].Lease, Lease{}, err, j)
 			continue
 		}
-		h.renewed(sent, renewals[i].Lease, res[i].Lease, res[i].Err, j)
+		h.renewed(sent, answered, renewals[i].Lease, res[i].Lease, res[i].Err, j)
 	}
 }
 
@@ -432,10 +433,10 @@ func (h *Hold) sendableLocked(now time.Time) bool {
 	return true
 }
 
-// renewed records the outcome of renewing cur with a request sent at sent:
-// the new deadline and the next renewal, a retry, or the loss. j is the
-// jitter for the next renewal.
-func (h *Hold) renewed(sent time.Time, cur, renewed Lease, err error, j float64) {
+// renewed records the outcome of renewing cur with a request sent at sent
+// and answered at now: the new deadline and the next renewal, a retry, or
+// the loss. j is the jitter for the next renewal.
+func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j float64) {
 	if err == nil {
 		err = sameGeneration(cur, renewed)
 	}
@@ -450,14 +451,14 @@ func (h *Hold) renewed(sent time.Time, cur, renewed Lease, err error, j float64)
 		if h.ctx.Err() != nil {
 			return
 		}
-		if !h.c.clock.Now().Before(h.deadline) {
+		if !now.Before(h.deadline) {
 			// The reply came after the deadline: the lease may have
 			// expired and been taken in between.
 			h.loseLocked()
 			return
 		}
 		h.lease = renewed
-		h.setDeadlineLocked(sent)
+		h.setDeadlineLocked(sent, now)
 		if h.ctx.Err() == nil {
 			h.c.sched.schedule(h, sent, h.grantedTTLLocked()/3, j)
 		}
@@ -467,7 +468,7 @@ func (h *Hold) renewed(sent time.Time, cur, renewed Lease, err error, j float64)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.ctx.Err() == nil {
-			h.c.sched.retry(h, h.c.clock.Now(), h.grantedTTLLocked()/3, j)
+			h.c.sched.retry(h, now, h.grantedTTLLocked()/3, j)
 		}
 	}
 }

@@ -191,6 +191,9 @@ func (s *Store) checkpoint() {
 	meta := s.live.tx.Bucket(bucketMeta)
 	_, err := s.sweep(s.live)
 	if err == nil {
+		err = s.clearQuiet(s.live)
+	}
+	if err == nil {
 		err = putMeta(meta, keyWALEpoch, epoch)
 	}
 	if err == nil {
@@ -459,9 +462,15 @@ func (s *Store) renew(t *txn, l lease.Lease, ttl time.Duration, now time.Time) (
 	case !held || rec.token != l.Token || rec.id != l.ID:
 		return lease.Lease{}, lease.ErrNotHeld
 	}
+	quiet := ttl <= rec.ttl // see quiet.go
 	rec.ttl = ttl
 	rec.expires = now.Add(ttl)
-	if err := s.putLease(t, l.Key, rec); err != nil {
+	if quiet {
+		err = s.putQuiet(t, l.Key, rec, now)
+	} else {
+		err = s.putLease(t, l.Key, rec)
+	}
+	if err != nil {
 		return lease.Lease{}, err
 	}
 	res := rec.lease(l.Key)

@@ -38,11 +38,7 @@ func crashChild() bool {
 	if !ok {
 		return false
 	}
-	var opts []boltstore.Option
-	if os.Getenv(childNoLogEnv) == "1" {
-		opts = append(opts, boltstore.WithoutLogForBench())
-	}
-	s, err := boltstore.Open(path, opts...)
+	s, err := boltstore.Open(path, storeOpts(os.Getenv(childNoLogEnv) == "1")...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
@@ -50,6 +46,8 @@ func crashChild() bool {
 	switch mode {
 	case "grant":
 		grantChild(s)
+	case "renew":
+		renewChild(s)
 	case "hold":
 		fmt.Println("ready")
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
@@ -106,10 +104,7 @@ func TestCrashWithoutLog(t *testing.T) {
 }
 
 func testCrash(t *testing.T, noLog bool) {
-	var opts []boltstore.Option
-	if noLog {
-		opts = append(opts, boltstore.WithoutLogForBench())
-	}
+	opts := storeOpts(noLog)
 	rounds := 6
 	if testing.Short() {
 		rounds = 2
@@ -207,9 +202,24 @@ func crashRound(t *testing.T, path string, round int, noLog bool) []string {
 			lines = append(lines, line)
 		}
 	}
+	waitKilled(t, cmd, stderr)
+	return lines
+}
+
+// waitKilled waits for cmd, which must die of the SIGKILL sent to it.
+func waitKilled(t *testing.T, cmd *exec.Cmd, stderr *strings.Builder) {
+	t.Helper()
 	err := cmd.Wait()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child did not die of SIGKILL: %v; stderr: %s", err, stderr.String())
 	}
-	return lines
+}
+
+// storeOpts are the options of a store opened with the log, or without it
+// (WithoutLogForBench).
+func storeOpts(noLog bool) []boltstore.Option {
+	if noLog {
+		return []boltstore.Option{boltstore.WithoutLogForBench()}
+	}
+	return nil
 }

@@ -3,8 +3,9 @@
 //
 // # Durability
 //
-// Every write (a granted acquire, a renew, a release, a hand-over to a
-// waiter) is made durable before it is answered, by a write-ahead log kept
+// Every write (a granted acquire, a renew that lengthens its TTL, a
+// release, a hand-over to a waiter) is made durable before it is answered,
+// by a write-ahead log kept
 // beside the bbolt file (PATH-wal): the commit loop appends each batch's
 // writes to it as one checksummed record and fdatasyncs it, one flush of
 // space the log has already allocated. A token is therefore never returned
@@ -47,7 +48,21 @@
 // clock (floor.go): a rollback can issue a token again only if the host
 // clock at the reopen reads earlier than when that token was issued.
 //
-// A release is the exception: it is answered as soon as the commit loop has
+// A renewal that keeps (or shortens) its lease's TTL, the common one, is
+// quiet: applied and answered with its batch but not logged, so a batch of
+// them costs no fdatasync, as etcd's lease keep-alives never reach its log.
+// What a crash can undo of it is the later expiry it answered, and the
+// store keeps that promise another way: before answering a quiet renewal
+// the log holds, durably, a mark saying until when it may answer them (a
+// second ahead, written once a second while they arrive, deleted by each
+// checkpoint, which writes them to the file), and Open after a crash keeps
+// every lease that may have been renewed quietly until at least the mark
+// plus its TTL (quiet.go). So a lease is never shortened by a crash; one
+// whose holder died with the store may be held up to a second longer.
+// TestQuietRenewalsSurviveSIGKILL kills a renewing process at random
+// moments and checks every answered expiry after the reopen.
+//
+// A release is the other exception: it is answered as soon as the commit loop has
 // applied it, before its batch's record is durable. A release lost in a
 // crash leaves the lease held until its TTL, exactly as if the holder had
 // never released, which no invariant forbids; in return the releaser waits

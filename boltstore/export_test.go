@@ -35,3 +35,13 @@ func Waiting(s *Store, key string) int {
 	defer s.wmu.Unlock()
 	return len(s.queueOf(key))
 }
+
+// WithoutQuietGraceForTest makes Open ignore the mark of quiet renewals
+// (quiet.go): the protection switched off, for the negative control of
+// the tests that check it.
+func WithoutQuietGraceForTest() Option {
+	return func(c *config) error {
+		c.noQuietGrace = true
+		return nil
+	}
+}

@@ -18,6 +18,11 @@ import (
 //	        changes (see wal.go)
 //	        "token-floor" → sealed uint64, if set: every token issued from
 //	        then on is above it
+//	        "clock-lead" → sealed uint64: how far the floor has been put
+//	        above the host clock (floor.go)
+//	        "quiet" → sealed since and until, int64 Unix nanoseconds, if
+//	        quiet renewals were answered since the last checkpoint
+//	        (quiet.go)
 //	leases  key → the sealed lease record (see record), live or expired
 //
 // Every value but the version is sealed: its bytes, then the CRC-32C of
@@ -48,10 +53,12 @@ var (
 // may hold a token floor, both of which a build of version 2 would misread
 // as an empty log and ignore. Version 4 seals every value and keeps no
 // high-water mark but the lease records and the floor, which a build of
-// version 3 would misread as keys never used. Files of versions 1 to 3 are
-// upgraded on Open, after the log of a version 2 or 3 file is replayed in
-// its own format.
-const schemaVersion = 4
+// version 3 would misread as keys never used. Version 5 may hold the mark
+// of quiet renewals (quiet.go), which a build of version 4 would ignore,
+// ending leases a crash interrupted before their holders' deadlines. Files
+// of versions 1 to 4 are upgraded on Open, after the log of a version 2 or
+// 3 file is replayed in its own format (version 4's log is version 5's).
+const schemaVersion = 5
 
 // sealSize is the bytes seal appends.
 const sealSize = 4

@@ -30,6 +30,10 @@ type recovery struct {
 	lost    *CorruptError // a loss already accepted (the bbolt file was missing, empty or damaged)
 	accept  func(*CorruptError)
 	now     func() time.Time // the host clock, for the floor
+	// expiryNow is the store's clock, which judges expiry (WithClock), for
+	// a damaged quiet mark (graceQuiet).
+	expiryNow    func() time.Time
+	noQuietGrace bool // tests only: the mark is deleted unread
 }
 
 // readMeta reads the file's meta values, and checks every sealed value in
@@ -80,6 +84,11 @@ func readMeta(tx *bolt.Tx, path string, version uint64) (metaState, *CorruptErro
 	st.top = st.floor
 	if version < 4 {
 		return st, bad, nil // nothing sealed to check; upgrade folds the rest
+	}
+	if b := meta.Get(keyQuiet); b != nil {
+		if v, ok := unseal(keyQuiet, b); !ok || len(v) != 16 {
+			damaged("holds a %s mark that fails its checksum", keyQuiet)
+		}
 	}
 	// Every lease record, once: a flipped bit anywhere in one, its key
 	// included, is found now rather than trusted later.
@@ -246,6 +255,13 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 			if err := dropDamaged(tx); err != nil {
 				return err
 			}
+		}
+		if r.noQuietGrace {
+			if err := tx.Bucket(bucketMeta).Delete(keyQuiet); err != nil {
+				return err
+			}
+		} else if err := graceQuiet(tx, r.expiryNow()); err != nil {
+			return err
 		}
 		lead := st.lead
 		clock := !r.fresh || loss != nil

@@ -66,7 +66,8 @@ type Store struct {
 	checkpointEvery  time.Duration
 	checkpointAlways bool // tests only: a checkpoint after every batch that wrote
 	lastCheckpoint   time.Time
-	sweepAfter       []byte // where the next sweep reads on from (sweep.go); nil: the first key
+	sweepAfter       []byte    // where the next sweep reads on from (sweep.go); nil: the first key
+	quiet            quietMark // the mark in the log since the last checkpoint; zero: none (quiet.go)
 
 	syncHook func() // tests only: runs before each batch's log write
 
@@ -112,6 +113,7 @@ type config struct {
 	checkpointAlways bool                // tests only
 	checkpointEvery  time.Duration       // tests only; 0: DefaultCheckpointEvery
 	noLog            bool                // benchmarks only (export_test.go)
+	noQuietGrace     bool                // tests only: Open ignores the quiet mark (the negative control of quiet.go's tests)
 	hostClock        func() time.Time    // tests only; nil: time.Now, for the floor (floor.go)
 }
 
@@ -315,9 +317,13 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	if cfg.hostClock != nil {
 		hostClock = cfg.hostClock
 	}
+	expiryNow := time.Now
+	if cfg.clock != nil {
+		expiryNow = cfg.clock.Now
+	}
 	w, floor, logCreated, err := recoverLog(db, recovery{
 		path: path, version: version, fresh: dbSize == 0, lost: lost,
-		accept: cfg.acceptLogLoss, now: hostClock,
+		accept: cfg.acceptLogLoss, now: hostClock, expiryNow: expiryNow, noQuietGrace: cfg.noQuietGrace,
 	})
 	if logCreated {
 		created = append(created, walPath(path))
