@@ -58,7 +58,8 @@ func setup(tb testing.TB) (*benchutil.Worker, []row) {
 // CPU per pair settled after 2,000 to 2,500 pairs of a row, at 1 and at 32
 // callers, raw node:http and the client alike (V8 tiers a function up by how
 // often it ran, not by time: a time budget would leave slow rows colder);
-// from 3,000 on it moved within the machine's noise.
+// from 3,000 on it moved within the machine's noise. The TypeScript group's
+// notes in tools/benchreport (targets_typescript.go) say this number.
 const warmupPairs = 3000
 
 // BenchmarkCompareTypeScript: one op = one acquire+release pair from
