@@ -21,6 +21,9 @@ func init() {
 		Cmp: ">=", Ratio: 2.0, Metric: "ops/s",
 		Note: "issue 33: at least twice the pairs per second of the same client sending through fetch, its transport in Node.js before"})
 	groupNotes["TypeScript"] = "From Node.js, one process, c callers interleaved on its one thread; one op = one acquire+release pair on the caller's own key. " +
+		"Every row, floors and rivals alike, first runs 3,000 pairs untimed in the worker (Go's timer stopped, its N ramp unaffected), once per row and c per process: " +
+		"V8 compiles a row's code to its fast tiers only after 2,000 to 2,500 pairs, and go test reports only the last round of its ramp, " +
+		"so without it a row's reported round came after anywhere from ~100 to several thousand pairs of its own code, by how many rounds its ramp took — a bias against rows that stopped early, not a property of the row. " +
 		"http-pair-mem / http-pair-bolt (the floor): two raw round trips doing the same acquire and release (JSON parsed, nothing checked) through node:http with a keep-alive Agent — the HTTP path's limit from Node.js. " +
 		"fetch-pair-mem / fetch-pair-bolt: the same two round trips through Node's fetch, for comparison (the client used fetch until issue 33; it uses node:http in Node.js, fetch elsewhere). " +
 		"ts-mem: LeaseClient.tryAcquire + Hold.release against the leasehttp server over memstore (lease serve has no memory store); " +

@@ -127,6 +127,18 @@ export function escapeKey(key: string): string {
   return encodeURIComponent(key);
 }
 
+/**
+ * PATHS are the operations' paths relative to a base, split once around
+ * their {key} (tail undefined: no key), so that building a URL is two
+ * concatenations.
+ */
+const PATHS = {} as Record<Op, readonly [head: string, tail: string | undefined]>;
+for (const op of Object.keys(operations) as Op[]) {
+  const { path } = operations[op];
+  const i = path.indexOf("{key}");
+  PATHS[op] = i < 0 ? [path.slice(1), undefined] : [path.slice(1, i), path.slice(i + "{key}".length)];
+}
+
 /** baseURL checks one server URL and makes it a base for the API's paths. */
 function baseURL(server: unknown): URL {
   let base: URL;
@@ -259,9 +271,10 @@ export class Api {
    * text and the path's: no URL to parse (the transport does that once).
    */
   url(op: Op, key?: string, query?: Record<string, string>, at = this.#preferred): string {
-    const path = operations[op].path.replace("{key}", () => escapeKey(key ?? ""));
+    const [head, tail] = PATHS[op];
+    const path = tail === undefined ? head : `${head}${escapeKey(key ?? "")}${tail}`;
     const search = query === undefined ? "" : new URLSearchParams(query).toString();
-    return `${this.#hrefs[at] ?? ""}${path.slice(1)}${search === "" ? "" : "?"}${search}`;
+    return `${this.#hrefs[at] ?? ""}${path}${search === "" ? "" : "?"}${search}`;
   }
 
   /** moveOn makes the endpoint after at the first to try, if at still is. */

@@ -59,6 +59,49 @@ func StartWorker(tb testing.TB, name string, cmd *exec.Cmd) *Worker {
 	return &Worker{name: name, in: in, out: bufio.NewScanner(out)}
 }
 
+// Bench returns the body of a benchmark that asks w to do j's operation
+// b.N times (j.N is ignored) and reports the time w answers as ns/op and
+// ops/s. Before the first timed round of the body returned, once however
+// often Go calls it (its N ramp, -count), it asks w for warmup operations
+// of j with the benchmark's timer stopped, so that neither the timing nor
+// the ramp sees them. A worker that compiles code as it runs (V8) reaches its
+// steady speed only after some thousand operations of a row, and Go reports
+// only the last round of its ramp: without the warm-up, how warm a row's
+// reported round is depends on how many rounds the ramp took, and on which
+// rows ran before it in the same process.
+func (w *Worker) Bench(j Job, warmup int) func(*testing.B) {
+	return bench(w, j, warmup)
+}
+
+// runner is what bench measures: a Worker, or a stand-in in its tests.
+type runner interface {
+	Run(Job) (time.Duration, error)
+}
+
+func bench(r runner, j Job, warmup int) func(*testing.B) {
+	warm := warmup == 0
+	return func(b *testing.B) {
+		if !warm {
+			b.StopTimer()
+			wj := j
+			wj.N = warmup
+			if _, err := r.Run(wj); err != nil {
+				b.Fatalf("warm-up: %v", err)
+			}
+			warm = true
+			b.StartTimer()
+		}
+		tj := j
+		tj.N = b.N
+		d, err := r.Run(tj)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
+		b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
+	}
+}
+
 // Run asks the worker to do j and returns the elapsed time it answers.
 func (w *Worker) Run(j Job) (time.Duration, error) {
 	line, _ := json.Marshal(j)
