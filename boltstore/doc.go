@@ -68,7 +68,8 @@
 // never released, which no invariant forbids; in return the releaser waits
 // for no fsync, and its next request reaches the next batch. Get and List
 // read the applied state and wait until every batch it includes is durable,
-// so they never show state a crash could undo. An Acquire that finds the
+// so they never show state a crash could undo (a quiet renewal's expiry,
+// which a crash can only lengthen, they show at once). An Acquire that finds the
 // key held answers from such a read, writing nothing and causing no fsync;
 // like them it waits if a batch it read is still being synced (a crash
 // could issue again a token it names), and not at all otherwise.
