@@ -36,7 +36,9 @@
 // a log missing, emptied, cut or of another size than recorded; a bbolt
 // file missing or empty beside its log, shorter than its meta pages say
 // (checked before bbolt maps it, dbfile.go), holding a value that fails its
-// checksum, or older than its log (a record of a later epoch). Serving on
+// checksum or a bucket under another name than the store's (a bit flipped
+// in the meta or leases bucket's name, whose leases a new, empty bucket
+// would forget), or older than its log (a record of a later epoch). Serving on
 // could issue again tokens that the lost writes issued. AcceptLogLoss drops
 // what cannot be read or trusted and raises a floor, kept in the file,
 // above every token it could have issued, for every key, known or not

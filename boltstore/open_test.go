@@ -2,11 +2,14 @@ package boltstore_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -268,5 +271,64 @@ func TestOpenFIFO(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantOpenError(t, path, "a FIFO, not a regular file")
+	}
+}
+
+// renameBucket gives a top-level bucket of the bbolt file at path another
+// name, as a bit flipped in its name in the root page does.
+func renameBucket(t *testing.T, path, from, to string) {
+	t.Helper()
+	writeBolt(t, path, func(tx *bolt.Tx) error {
+		src := tx.Bucket([]byte(from))
+		if src == nil {
+			return fmt.Errorf("no bucket %q", from)
+		}
+		dst, err := tx.CreateBucket([]byte(to))
+		if err != nil {
+			return err
+		}
+		if err := src.ForEach(func(k, v []byte) error { return dst.Put(k, v) }); err != nil {
+			return err
+		}
+		return tx.DeleteBucket([]byte(from))
+	})
+}
+
+// TestOpenRenamedBucket: a store whose meta or leases bucket lost its name
+// (one bit flipped in the root page: "mdta", "leasds") is refused as
+// damaged, with the way out, not taken for a foreign file or opened with a
+// new, empty leases bucket that forgets the leases held; AcceptLogLoss
+// then moves it aside and starts above every token it could have issued.
+func TestOpenRenamedBucket(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ from, to string }{{"meta", "mdta"}, {"leases", "leasds"}} {
+		t.Run(tc.from, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "lease.db")
+			s, err := boltstore.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := s.Acquire(context.Background(), "held", "o", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			renameBucket(t, path, tc.from, tc.to)
+			err = wantOpenError(t, path, "is corrupt", strconv.Quote(tc.to), "--accept-log-loss")
+			if !errors.Is(err, boltstore.ErrCorrupt) {
+				t.Errorf("Open error %q does not match ErrCorrupt", err)
+			}
+			s, err = boltstore.Open(path, boltstore.AcceptLogLoss(func(*boltstore.CorruptError) {}))
+			if err != nil {
+				t.Fatalf("AcceptLogLoss: %v", err)
+			}
+			defer s.Close()
+			next, err := s.Acquire(context.Background(), "held", "o", time.Hour)
+			if err != nil || next.Token <= l.Token {
+				t.Errorf("after the loss was accepted: token %d (%v), want above %d", next.Token, err, l.Token)
+			}
+		})
 	}
 }

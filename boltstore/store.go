@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -431,6 +433,11 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		if meta == nil {
 			empty := true
 			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+			if !empty && (tx.Bucket(bucketLeases) != nil || tx.Bucket(bucketTokens) != nil) {
+				// A lease store's buckets without its meta: a bit flipped
+				// in the name of the root page's meta bucket.
+				return strayBuckets(tx, path, "has no meta bucket")
+			}
 			if !empty {
 				return unavailablef(nil, "boltstore: %s is a bbolt database but not a lease store (no %q bucket)", path, bucketMeta)
 			}
@@ -463,6 +470,21 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		if v < 4 {
 			names = append(names, bucketTokens) // folded by upgrade
 		}
+		// Nothing but the store's buckets: a bit flipped in the leases
+		// bucket's name would leave its leases under another name, and a
+		// new, empty leases bucket would forget them (and what they hold).
+		stray := false
+		_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			known := bytes.Equal(name, bucketMeta)
+			for _, n := range names {
+				known = known || bytes.Equal(name, n)
+			}
+			stray = stray || !known
+			return nil
+		})
+		if stray {
+			return strayBuckets(tx, path, "holds a bucket that is not the store's")
+		}
 		for _, name := range names {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return unavailablef(err, "boltstore: cannot initialise bucket %q in %s", name, path)
@@ -471,6 +493,18 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		return nil
 	})
 	return version, err
+}
+
+// strayBuckets is the refusal of a lease store's file whose top-level
+// buckets are not the store's: what, and the buckets' names.
+func strayBuckets(tx *bolt.Tx, path, what string) error {
+	var names []string
+	_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		names = append(names, strconv.Quote(string(name)))
+		return nil
+	})
+	return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
+		Reason: fmt.Sprintf("is corrupt: it %s (its buckets: %s; a lease store has %q and %q)", what, strings.Join(names, ", "), bucketMeta, bucketLeases)}
 }
 
 // moveAside renames the damaged bbolt file at path out of the way, for
