@@ -64,7 +64,7 @@ type txn struct {
 	grants []*grant     // this batch's hand-overs to waiters, delivered once it is durable
 	cur    *bolt.Cursor // on leases, for getLease
 	owner  string       // the last owner getLease read, reused while the next is the same
-	key    []byte       // putLease's key, reused: bbolt and the log copy it
+	key    []byte       // leaseRecord's key, reused: bbolt and the log copy it
 }
 
 // put writes key in bucket b (meta or leases), and records it in the log.
@@ -560,11 +560,18 @@ func (s *Store) grant(t *txn, key, owner string, ttl time.Duration, now time.Tim
 }
 
 func (s *Store) putLease(t *txn, key string, rec record) error {
-	t.key = append(t.key[:0], key...)
-	if err := t.put(t.leases, t.key, rec.encode(t.key)); err != nil {
+	k, v := t.leaseRecord(key, rec)
+	if err := t.put(t.leases, k, v); err != nil {
 		return unavailablef(err, "boltstore: store lease %q", key)
 	}
 	return nil
+}
+
+// leaseRecord returns key, in t's reused buffer (bbolt and the log copy
+// it), and rec sealed under it.
+func (t *txn) leaseRecord(key string, rec record) (k, v []byte) {
+	t.key = append(t.key[:0], key...)
+	return t.key, rec.encode(t.key)
 }
 
 // getLease is getLease of the leases bucket, through a cursor kept for

@@ -89,8 +89,7 @@ func (s *Store) putQuiet(t *txn, key string, rec record, now time.Time) error {
 		}
 		s.quiet = m
 	}
-	t.key = append(t.key[:0], key...)
-	if err := t.leases.Put(t.key, rec.encode(t.key)); err != nil {
+	if err := t.leases.Put(t.leaseRecord(key, rec)); err != nil { // not logged
 		return unavailablef(err, "boltstore: store lease %q", key)
 	}
 	return nil
