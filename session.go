@@ -54,7 +54,12 @@ func (s *Session) Err() error {
 	}
 	s.mu.Unlock()
 	for _, h := range holds {
-		_ = h.Err() // a loss it finds cancels h, and the watch ends the session
+		// A loss Err finds cancels h, whose watch then ends the session and
+		// releases the rest, but in a goroutine of its own: end the
+		// session's context here too, so that this Err already says so.
+		if err := h.Err(); err != nil && !errors.Is(err, ErrReleased) {
+			s.cancel(err)
+		}
 	}
 	if s.ctx.Err() == nil {
 		return nil
