@@ -251,8 +251,11 @@ func leaderOf(l lease.Lease) Leader {
 // backend's clock, so a skew between the two clocks moves that moment by
 // as much. Reading instead of watching (a backend that cannot watch), it
 // reads the leader again at its Expires and reports what it finds; a read
-// that hangs or fails holds the last report (one that fails with
-// lease.ErrUnavailable is read again at the backoff).
+// that hangs or fails holds the last report until its Expires (one that
+// fails with lease.ErrUnavailable is read again at the backoff), and then
+// Observe reports a zero Leader too — except that the read begun at the
+// Expires itself, which looks whether the term went on, holds it until it
+// answers or fails.
 //
 // A watch that breaks (the backend failed or restarted, a leasehttp stream
 // went silent) is watched again (lease.FollowKey) after a pause on the
@@ -459,19 +462,66 @@ func (e *Elector) loop(p *wait.Pacer) wait.Loop {
 	return wait.OnClock(p, e.clock.Now, e.clock.AfterFunc)
 }
 
-// observePoll reads the leader again whenever it may have changed.
+// observePoll reads the leader again whenever it may have changed. While
+// there is a leader, each read races a timer at its Expires (as last read),
+// so that a read that fails or hangs past it (the backend went away, the
+// link went silent) does not keep a leader reported that nobody has seen
+// renew: "no leader known" is reported then, and the leader again once a
+// read finds it.
 func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
 		lo, hi := e.client.Backoff()
 		loop := e.loop(wait.NewPacer(lo, hi, nil))
 		loop.NotifyMax = 5 * time.Second
 		notifier, _ := e.backend.(lease.Notifier)
+		type answer struct {
+			l   Leader
+			err error
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		answers := make(chan answer, 1)
+		reading := false
+		defer func() {
+			cancel()
+			if reading {
+				<-answers
+			}
+		}()
 		var (
 			cur   Leader
 			first = true
 		)
+		// over reports that cur's term is over as far as anyone can tell.
+		over := func() bool {
+			cur = Leader{Key: key}
+			return yield(cur, nil)
+		}
 		for {
-			now, err := e.Leader(ctx, key)
+			reading = true
+			go func() {
+				l, err := e.Leader(rctx, key)
+				answers <- answer{l, err}
+			}()
+			var a answer
+			if cur.Token == 0 || !e.clock.Now().Before(cur.Expires) {
+				// A read begun at the Expires (the one that looks
+				// whether the term went on) is what tells.
+				a = <-answers
+			} else {
+				expired := make(chan struct{})
+				t := e.clock.AfterFunc(cur.Expires.Sub(e.clock.Now()), func() { close(expired) })
+				select {
+				case a = <-answers:
+				case <-expired:
+					if !over() {
+						return
+					}
+					a = <-answers
+				}
+				t.Stop()
+			}
+			reading = false
+			now, err := a.l, a.err
 			switch {
 			case ctx.Err() != nil:
 				return
@@ -479,19 +529,27 @@ func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader,
 				now = Leader{Key: key}
 			case errors.Is(err, lease.ErrUnavailable):
 				// Read again at the pace, as a broken watch is
-				// watched again; the last report stands meanwhile.
+				// watched again; the last report stands meanwhile,
+				// until its Expires.
 				loop.Notify = nil
-				if loop.Wait(ctx, time.Time{}) != nil {
+				if loop.Wait(ctx, cur.Expires) != nil {
 					return
+				}
+				if cur.Token != 0 && !e.clock.Now().Before(cur.Expires) && !over() {
+					return // its Expires passed with no read that saw it renew
 				}
 				continue
 			case err != nil:
 				yield(Leader{}, err)
 				return
 			}
-			if first || now.Token != cur.Token {
+			if now.Token != 0 && !e.clock.Now().Before(now.Expires) {
+				now = Leader{Key: key} // told too late to be a leader still
+			}
+			changed := first || now.Token != cur.Token
+			cur = now // the same term brings its Expires
+			if changed {
 				first = false
-				cur = now
 				if !yield(cur, nil) {
 					return
 				}

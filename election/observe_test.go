@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -438,4 +439,117 @@ func TestObserveLeaderExpiresDuringAResync(t *testing.T) {
 		cancel()
 		synctest.Wait()
 	})
+}
+
+// readFault is a backend that cannot watch (nor notify), whose reads can
+// be made to fail as an unreachable server's do (lease.ErrUnavailable), or
+// to hang as a silent link's do, until their context ends.
+type readFault struct {
+	lease.Backend // the interface alone: no Watch, no WaitChange
+	mode          atomic.Int32
+}
+
+const (
+	readsAnswer = iota
+	readsFail
+	readsHang
+)
+
+func (b *readFault) Get(ctx context.Context, key string) (lease.Lease, error) {
+	switch b.mode.Load() {
+	case readsFail:
+		return lease.Lease{}, fmt.Errorf("%w: the test's server is away", lease.ErrUnavailable)
+	case readsHang:
+		<-ctx.Done()
+		return lease.Lease{}, ctx.Err()
+	}
+	return b.Backend.Get(ctx, key)
+}
+
+// TestObserveByReadingNeverReportsALeaderPastExpires: reading instead of
+// watching, Observe reports "no leader known" once the leader's Expires,
+// as last read, passes while its reads fail or hang (the backend went away,
+// the link went silent), not the old leader for as long as the fault lasts;
+// and the leader again once a read finds it. While reads answer, a leader
+// that renews is reported once, with no gap.
+func TestObserveByReadingNeverReportsALeaderPastExpires(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		m    int32
+	}{{"fail", readsFail}, {"hang", readsHang}} {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store, err := memstore.New()
+				if err != nil {
+					t.Fatal(err)
+				}
+				const ttl = time.Second
+				term, err := newElector(t, store, ttl).Campaign(t.Context(), "svc", "a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := &readFault{Backend: store}
+				e := newElector(t, b, ttl)
+				ctx, cancel := context.WithCancel(t.Context())
+				seen := make(chan election.Leader, 10)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for ld, err := range e.Observe(ctx, "svc") {
+						if err != nil {
+							t.Errorf("Observe: %v", err)
+							return
+						}
+						seen <- ld
+					}
+				}()
+				synctest.Wait()
+				if ld := <-seen; ld.Value != "a" || ld.Token != term.Token() {
+					t.Fatalf("first report %+v, want a", ld)
+				}
+				time.Sleep(3 * ttl)
+				synctest.Wait()
+				select {
+				case ld := <-seen:
+					t.Fatalf("reported %+v while a led and renewed, reads answering", ld)
+				default:
+				}
+
+				b.mode.Store(mode.m)
+				// The last read that answered saw a's Expires at most a TTL
+				// ahead; reads come at least every 500 ms (the backoff's max).
+				time.Sleep(ttl + 500*time.Millisecond)
+				synctest.Wait()
+				select {
+				case ld := <-seen:
+					if ld.Token != 0 {
+						t.Fatalf("with reads that %s: reported %+v, want no leader known", mode.name, ld)
+					}
+				default:
+					t.Fatalf("with reads that %s, a is still reported as leader past its Expires", mode.name)
+				}
+
+				b.mode.Store(readsAnswer)
+				time.Sleep(ttl) // a hung read ends at the latest with the next report's read
+				synctest.Wait()
+				if mode.m == readsHang {
+					cancel() // the hung read holds Observe until its ctx ends
+				} else {
+					select {
+					case ld := <-seen:
+						if ld.Value != "a" || ld.Token != term.Token() {
+							t.Fatalf("once reads answer again: reported %+v, want a", ld)
+						}
+					default:
+						t.Fatal("once reads answer again, a (still leading) is not reported")
+					}
+				}
+				cancel()
+				<-done
+				if err := term.Resign(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
 }
