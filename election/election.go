@@ -102,6 +102,13 @@ func (t *Term) Resign(ctx context.Context) error {
 	if t.unbind != nil {
 		t.unbind()
 	}
+	return t.resign(ctx)
+}
+
+// resign is Resign without stopping Lead's resignation: Lead's own
+// callback, which may run before Lead has recorded how to stop it, calls
+// it.
+func (t *Term) resign(ctx context.Context) error {
 	err := t.Release(ctx)
 	if errors.Is(err, lease.ErrLost) {
 		// Release reports the loss, not the backend's answer to its
@@ -127,7 +134,7 @@ const resignTimeout = 10 * time.Second
 func resignOnEnd(ctx context.Context, t *Term) error {
 	rctx := resignContext(ctx)
 	defer rctx.stop()
-	return t.Resign(rctx)
+	return t.resign(rctx)
 }
 
 // resignContext returns the context to resign a term under because ctx

@@ -250,6 +250,35 @@ func TestLeadEndsWithItsContext(t *testing.T) {
 	})
 }
 
+// TestLeadWhoseContextEndedAsItWon: a Lead whose ctx has ended by the time
+// it wins (a shutdown as the key came free; memstore grants a free key to
+// an ended ctx) resigns the term at once, without racing Lead's own
+// bookkeeping (run with -race).
+func TestLeadWhoseContextEndedAsItWon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newElector(t, store, time.Hour)
+		for i := range 20 {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			term, err := e.Lead(ctx, "svc", "node-1")
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			synctest.Wait()
+			if !errors.Is(term.Err(), lease.ErrReleased) {
+				t.Fatalf("round %d: the term after Lead's ctx ended: %v, want ErrReleased", i, term.Err())
+			}
+			if _, err := store.Get(t.Context(), "svc"); !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("round %d: after Lead's ctx ended the lease is still held (%v)", i, err)
+			}
+		}
+	})
+}
+
 // cutOnCue is a backend whose watch breaks (lease.ErrUnavailable) when the
 // test sends on cut, as a restarting server's stream does. It offers Watch
 // alone (not WatchKey, which would bypass it).
