@@ -550,9 +550,6 @@ func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader,
 				yield(Leader{}, err)
 				return
 			}
-			if now.Token != 0 && !e.clock.Now().Before(now.Expires) {
-				now = Leader{Key: key} // told too late to be a leader still
-			}
 			changed := first || now.Token != cur.Token
 			cur = now // the same term brings its Expires
 			if changed {
