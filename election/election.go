@@ -79,7 +79,16 @@ type Term struct {
 	*lease.Hold
 	value   string
 	backend lease.Backend
-	unbind  func() bool // Lead's: stops resigning when its ctx ends
+	lead    *leadEnd // Lead's resignation when its ctx ends; nil for Campaign's
+}
+
+// leadEnd is the resignation of a Lead's term when its ctx ends, and the
+// one answer every Resign of the term shares: whoever resigns first (the
+// ctx's end, or a Resign that stopped it) closes done with the outcome.
+type leadEnd struct {
+	stop func() bool // stops the resignation on the ctx's end, unless it has started
+	done chan struct{}
+	err  error // valid once done is closed
 }
 
 // Value returns what the leader announced.
@@ -97,17 +106,31 @@ func (t *Term) Value() string { return t.value }
 // here all the same. It returns an error only when it cannot tell: the
 // backend failed or ctx ended before the backend answered (the error
 // matches lease.ErrUnavailable or ctx's); the lease then ends at the latest
-// at its TTL. Calling it again returns nil.
+// at its TTL. Calling it again returns nil. A term won with Lead whose ctx
+// has ended is being resigned already: Resign waits for that resignation
+// (or ctx) and answers as it does, asking the backend again if it could
+// not tell.
 func (t *Term) Resign(ctx context.Context) error {
-	if t.unbind != nil {
-		t.unbind()
+	if t.lead == nil {
+		return t.resign(ctx)
 	}
-	return t.resign(ctx)
+	if t.lead.stop() {
+		t.lead.err = t.resign(ctx)
+		close(t.lead.done)
+		return t.lead.err
+	}
+	select {
+	case <-t.lead.done:
+	case <-ctx.Done():
+		return t.resigned(context.Cause(ctx))
+	}
+	if t.lead.err == nil {
+		return nil
+	}
+	return t.resigned(t.backend.Release(ctx, t.Lease())) // it could not tell: ask again
 }
 
-// resign is Resign without stopping Lead's resignation: Lead's own
-// callback, which may run before Lead has recorded how to stop it, calls
-// it.
+// resign releases the term's lease and says whether it is known gone.
 func (t *Term) resign(ctx context.Context) error {
 	err := t.Release(ctx)
 	if errors.Is(err, lease.ErrLost) {
@@ -116,10 +139,17 @@ func (t *Term) resign(ctx context.Context) error {
 		// through.
 		err = t.backend.Release(ctx, t.Lease())
 	}
+	return t.resigned(err)
+}
+
+// resigned is Resign's answer after the backend answered a release with
+// err: nil once the lease is known gone, else the error, which says why
+// nobody can tell.
+func (t *Term) resigned(err error) error {
 	if err == nil || errors.Is(err, lease.ErrNotHeld) {
 		return nil
 	}
-	return fmt.Errorf("election: resigning %q: %w", t.Lease().Key, err)
+	return fmt.Errorf("election: resigning %q: %w", t.Key(), err)
 }
 
 // resignTimeout bounds the resignation of a term whose ctx ended (Lead's,
@@ -204,9 +234,13 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.unbind = context.AfterFunc(ctx, func() {
-		_ = resignOnEnd(ctx, t) // nothing to tell: the lease ends at its TTL at the latest
+	end := &leadEnd{done: make(chan struct{})}
+	end.stop = context.AfterFunc(ctx, func() {
+		// Nobody to tell but a Resign: the lease ends at its TTL at the latest.
+		end.err = resignOnEnd(ctx, t)
+		close(end.done)
 	})
+	t.lead = end
 	return t, nil
 }
 

@@ -279,6 +279,72 @@ func TestLeadWhoseContextEndedAsItWon(t *testing.T) {
 	})
 }
 
+// gatedRelease is a backend whose releases wait for gate (a slow link).
+type gatedRelease struct {
+	lease.Backend
+	gate chan struct{}
+}
+
+func (b gatedRelease) Release(ctx context.Context, l lease.Lease) error {
+	select {
+	case <-b.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.Backend.Release(ctx, l)
+}
+
+// TestResignAfterLeadsContextEnded: a process shutting down ends Lead's
+// ctx and resigns the term itself too (a deferred Resign). Resign returns
+// nil only once the lease is released — not while the resignation that
+// Lead started is still on its way to the backend, after which the
+// process may exit and leave the lease to its TTL.
+func TestResignAfterLeadsContextEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := gatedRelease{store, make(chan struct{})}
+		e := newElector(t, b, time.Hour)
+		ctx, cancel := context.WithCancel(t.Context())
+		term, err := e.Lead(ctx, "svc", "node-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		synctest.Wait() // Lead's resignation waits at the gate
+		type result struct {
+			err     error
+			holding error // the store's Get when Resign returned
+		}
+		done := make(chan result, 1)
+		go func() {
+			err := term.Resign(context.Background())
+			_, held := store.Get(context.Background(), "svc")
+			done <- result{err, held}
+		}()
+		synctest.Wait()
+		select {
+		case r := <-done:
+			close(b.gate) // let Lead's resignation end before the bubble does
+			synctest.Wait()
+			t.Fatalf("Resign returned (%v) while Lead's release still waited on its way; the store's Get then: %v", r.err, r.holding)
+		default:
+		}
+		close(b.gate)
+		synctest.Wait()
+		select {
+		case r := <-done:
+			if r.err != nil || !errors.Is(r.holding, lease.ErrNotFound) {
+				t.Fatalf("Resign = %v, Get after it = %v; want nil and ErrNotFound", r.err, r.holding)
+			}
+		default:
+			t.Fatal("Resign still waits after the release went through")
+		}
+	})
+}
+
 // cutOnCue is a backend whose watch breaks (lease.ErrUnavailable) when the
 // test sends on cut, as a restarting server's stream does. It offers Watch
 // alone (not WatchKey, which would bypass it).
