@@ -47,23 +47,41 @@ func observeUnrenewed(t *testing.T, store lease.Backend, b lease.Backend) (lease
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	t.Cleanup(cancel)
-	seen := make(chan election.Leader, 10)
-	go func() {
-		for ld, err := range e.Observe(ctx, "svc") {
-			if err != nil {
-				t.Errorf("Observe: %v", err)
-				return
-			}
-			seen <- ld
-		}
-	}()
+	seen, stop := reports(t, e, "svc")
 	synctest.Wait()
 	if ld := <-seen; ld.Value != "a" || ld.Token != l.Token {
 		t.Fatalf("first report %+v, want a", ld)
 	}
-	return l, seen, cancel
+	return l, seen, stop
+}
+
+// reports observes key through e in the background (in a synctest bubble)
+// and sends each report it makes on the returned channel; stop ends the
+// Observe and waits for its end.
+func reports(t *testing.T, e *election.Elector, key string) (<-chan election.Leader, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(t.Context())
+	seen := make(chan election.Leader, 10)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ld, err := range e.Observe(ctx, key) {
+			if err != nil {
+				t.Errorf("Observe: %v", err)
+				return
+			}
+			select {
+			case seen <- ld:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return seen, stop
 }
 
 // TestObserveNeverReportsALeaderPastExpires: a leader whose Expires passes
@@ -584,20 +602,7 @@ func TestObserveByReadingNeverReportsALeaderPastExpires(t *testing.T) {
 					t.Fatal(err)
 				}
 				b := &readFault{Backend: store}
-				e := newElector(t, b, ttl)
-				ctx, cancel := context.WithCancel(t.Context())
-				seen := make(chan election.Leader, 10)
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					for ld, err := range e.Observe(ctx, "svc") {
-						if err != nil {
-							t.Errorf("Observe: %v", err)
-							return
-						}
-						seen <- ld
-					}
-				}()
+				seen, stop := reports(t, newElector(t, b, ttl), "svc")
 				synctest.Wait()
 				if ld := <-seen; ld.Value != "a" || ld.Token != term.Token() {
 					t.Fatalf("first report %+v, want a", ld)
@@ -625,11 +630,9 @@ func TestObserveByReadingNeverReportsALeaderPastExpires(t *testing.T) {
 				}
 
 				b.mode.Store(readsAnswer)
-				time.Sleep(ttl) // a hung read ends at the latest with the next report's read
+				time.Sleep(ttl)
 				synctest.Wait()
-				if mode.m == readsHang {
-					cancel() // the hung read holds Observe until its ctx ends
-				} else {
+				if mode.m != readsHang { // a hung read holds Observe until its ctx ends
 					select {
 					case ld := <-seen:
 						if ld.Value != "a" || ld.Token != term.Token() {
@@ -639,8 +642,7 @@ func TestObserveByReadingNeverReportsALeaderPastExpires(t *testing.T) {
 						t.Fatal("once reads answer again, a (still leading) is not reported")
 					}
 				}
-				cancel()
-				<-done
+				stop()
 				if err := term.Resign(context.Background()); err != nil {
 					t.Fatal(err)
 				}
