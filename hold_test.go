@@ -438,7 +438,7 @@ func TestRenewalWithAnotherTokenLoses(t *testing.T) {
 
 // wayward is a BatchRenewer whose batches travel slowly both ways and
 // come back whole, failed after they were made, cut short, or refused in
-// part: each renewal is made after the request's way out and answered
+// part (and so do its lone renewals, but for the cut): each renewal is made after the request's way out and answered
 // after the way back (each up to 0.6 TTL), so that answers often come
 // after a hold's deadline. With lie set it answers a renewal as made
 // without making it: the negative control of the truth check.
@@ -475,15 +475,7 @@ func (b *wayward) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]l
 	}
 	out := make([]lease.RenewResult, len(renewals))
 	for i, r := range renewals {
-		switch {
-		case b.intN(8) == 0: // refused in part, as a backend that lost it
-			out[i].Err = fmt.Errorf("%w: refused for the test", lease.ErrNotHeld)
-		case b.lie:
-			out[i].Lease = r.Lease
-			out[i].Lease.Expires = time.Now().Add(r.TTL)
-		default:
-			out[i].Lease, out[i].Err = b.Backend.Renew(ctx, r.Lease, r.TTL)
-		}
+		out[i] = b.renew(ctx, r)
 	}
 	if err := b.travel(ctx); err != nil {
 		return nil, err
@@ -497,19 +489,57 @@ func (b *wayward) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]l
 	return out, nil
 }
 
+// Renew is RenewBatch for one lease, for a Client that renews its holds
+// one by one (lone hides RenewBatch): its ctx is the Hold's, which Release
+// cancels on the way.
+func (b *wayward) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := b.travel(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	r := b.renew(ctx, lease.Renewal{Lease: l, TTL: ttl})
+	if err := b.travel(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	if b.intN(10) == 0 {
+		return lease.Lease{}, fmt.Errorf("%w: the answer was lost", lease.ErrUnavailable)
+	}
+	return r.Lease, r.Err
+}
+
+// renew makes (or, lying, says it made) one renewal, or refuses it.
+func (b *wayward) renew(ctx context.Context, r lease.Renewal) (out lease.RenewResult) {
+	switch {
+	case b.intN(8) == 0: // refused, as a backend that lost it
+		out.Err = fmt.Errorf("%w: refused for the test", lease.ErrNotHeld)
+	case b.lie:
+		out.Lease = r.Lease
+		out.Lease.Expires = time.Now().Add(r.TTL)
+	default:
+		out.Lease, out.Err = b.Backend.Renew(ctx, r.Lease, r.TTL)
+	}
+	return out
+}
+
+// lone is a backend without RenewBatch.
+type lone struct{ lease.Backend }
+
 // holdTruth drives a Client on b for a minute of fake time: holds taken,
 // released (some while their renewal is in flight) and grouped in
 // sessions at random, and at random instants every hold whose Err says
 // held is checked against the store: it must hold the lease, same token,
 // unexpired on its clock (I5: the client's deadline counts from the send
 // time, before the backend made the renewal). It returns the violations.
-func holdTruth(t *testing.T, seed uint64, lie bool) []string {
+func holdTruth(t *testing.T, seed uint64, lie, alone bool) []string {
 	var bad []string
 	synctest.Test(t, func(t *testing.T) {
 		store := memtest.New(t)
 		b := &wayward{Backend: store, ttl: time.Second, lie: lie, rng: rand.New(rand.NewPCG(seed, 2))}
 		rng := rand.New(rand.NewPCG(seed, 1))
-		c := newClient(t, b, "truth")
+		var through lease.Backend = b
+		if alone {
+			through = lone{b}
+		}
+		c := newClient(t, through, "truth")
 		ctx := context.Background()
 		ttls := []time.Duration{b.ttl / 2, b.ttl, 2 * b.ttl}
 		var holds []*lease.Hold
@@ -591,15 +621,19 @@ func holdTruth(t *testing.T, seed uint64, lie bool) []string {
 // not hold its lease. The lying backend, which answers renewals it never
 // made, must be caught.
 func TestHoldNeverOutlivesItsLease(t *testing.T) {
-	const seeds = 20
-	for seed := range uint64(seeds) {
-		if bad := holdTruth(t, seed, false); len(bad) > 0 {
-			t.Errorf("seed %d: %d reports of a hold held that the store did not hold; first: %s", seed, len(bad), bad[0])
-		}
+	for _, alone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "batches", true: "lone"}[alone], func(t *testing.T) {
+			const seeds = 20
+			for seed := range uint64(seeds) {
+				if bad := holdTruth(t, seed, false, alone); len(bad) > 0 {
+					t.Errorf("seed %d: %d reports of a hold held that the store did not hold; first: %s", seed, len(bad), bad[0])
+				}
+			}
+			t.Run("control", func(t *testing.T) {
+				if bad := holdTruth(t, 0, true, alone); len(bad) == 0 {
+					t.Error("a backend that answers renewals it never made went unnoticed")
+				}
+			})
+		})
 	}
-	t.Run("control", func(t *testing.T) {
-		if bad := holdTruth(t, 0, true); len(bad) == 0 {
-			t.Error("a backend that answers renewals it never made went unnoticed")
-		}
-	})
 }
