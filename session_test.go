@@ -166,6 +166,15 @@ func TestSessionErrReportsALossOnceADeadlinePassed(t *testing.T) {
 				_ = h.Release(ctx)
 			}
 		}
+		// What an application does on hearing it: Close, which has nothing
+		// more to say of a session ended by a loss, and leaves the loss as
+		// the cause of the other holds' end.
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("Close after the session's Err reported a loss = %v, want nil (the loss is Err's)", err)
+		}
+		if err := s.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("session's Err after Close = %v, want the loss", err)
+		}
 		synctest.Wait()
 		if err := long.Err(); !errors.Is(err, lease.ErrLost) {
 			t.Errorf("long's Err after its session lost short = %v, want ErrLost", err)
