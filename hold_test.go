@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -433,4 +434,206 @@ func TestRenewalWithAnotherTokenLoses(t *testing.T) {
 			t.Errorf("token changed from %d to %d", tok, h.Token())
 		}
 	})
+}
+
+// wayward is a BatchRenewer whose batches travel slowly both ways and
+// come back whole, failed after they were made, cut short, or refused in
+// part (and so do its lone renewals, but for the cut): each renewal is made after the request's way out and answered
+// after the way back (each up to 0.6 TTL), so that answers often come
+// after a hold's deadline. With lie set it answers a renewal as made
+// without making it: the negative control of the truth check.
+type wayward struct {
+	lease.Backend
+	ttl time.Duration
+	lie bool
+
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (b *wayward) intN(n int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rng.IntN(n)
+}
+
+func (b *wayward) travel(ctx context.Context) error {
+	select {
+	case <-time.After(time.Duration(b.intN(int(b.ttl * 6 / 10)))):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *wayward) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	if err := lease.ValidateRenewals(renewals); err != nil {
+		return nil, err
+	}
+	if err := b.travel(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]lease.RenewResult, len(renewals))
+	for i, r := range renewals {
+		out[i] = b.renew(ctx, r)
+	}
+	if err := b.travel(ctx); err != nil {
+		return nil, err
+	}
+	switch b.intN(10) {
+	case 0: // made, but the answer was lost
+		return nil, fmt.Errorf("%w: the answer was lost", lease.ErrUnavailable)
+	case 1: // cut short
+		return out[:len(out)/2], nil
+	}
+	return out, nil
+}
+
+// Renew is RenewBatch for one lease, for a Client that renews its holds
+// one by one (lone hides RenewBatch): its ctx is the Hold's, which Release
+// cancels on the way.
+func (b *wayward) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if err := b.travel(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	r := b.renew(ctx, lease.Renewal{Lease: l, TTL: ttl})
+	if err := b.travel(ctx); err != nil {
+		return lease.Lease{}, err
+	}
+	if b.intN(10) == 0 {
+		return lease.Lease{}, fmt.Errorf("%w: the answer was lost", lease.ErrUnavailable)
+	}
+	return r.Lease, r.Err
+}
+
+// renew makes (or, lying, says it made) one renewal, or refuses it.
+func (b *wayward) renew(ctx context.Context, r lease.Renewal) (out lease.RenewResult) {
+	switch {
+	case b.intN(8) == 0: // refused, as a backend that lost it
+		out.Err = fmt.Errorf("%w: refused for the test", lease.ErrNotHeld)
+	case b.lie:
+		out.Lease = r.Lease
+		out.Lease.Expires = time.Now().Add(r.TTL)
+	default:
+		out.Lease, out.Err = b.Backend.Renew(ctx, r.Lease, r.TTL)
+	}
+	return out
+}
+
+// lone is a backend without RenewBatch.
+type lone struct{ lease.Backend }
+
+// holdTruth drives a Client on b for a minute of fake time: holds taken,
+// released (some while their renewal is in flight) and grouped in
+// sessions at random, and at random instants every hold whose Err says
+// held is checked against the store: it must hold the lease, same token,
+// unexpired on its clock (I5: the client's deadline counts from the send
+// time, before the backend made the renewal). It returns the violations.
+func holdTruth(t *testing.T, seed uint64, lie, alone bool) []string {
+	var bad []string
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		b := &wayward{Backend: store, ttl: time.Second, lie: lie, rng: rand.New(rand.NewPCG(seed, 2))}
+		rng := rand.New(rand.NewPCG(seed, 1))
+		var through lease.Backend = b
+		if alone {
+			through = lone{b}
+		}
+		c := newClient(t, through, "truth")
+		ctx := context.Background()
+		ttls := []time.Duration{b.ttl / 2, b.ttl, 2 * b.ttl}
+		var holds []*lease.Hold
+		var sessions []*lease.Session
+		next := 0
+		take := func() {
+			key := fmt.Sprintf("k%d", next)
+			next++
+			ttl := ttls[rng.IntN(len(ttls))]
+			var (
+				h   *lease.Hold
+				err error
+			)
+			if rng.IntN(3) == 0 {
+				if len(sessions) == 0 || rng.IntN(4) == 0 {
+					sessions = append(sessions, c.NewSession())
+				}
+				h, err = sessions[rng.IntN(len(sessions))].TryAcquire(ctx, key, ttl)
+			} else {
+				h, err = c.TryAcquire(ctx, key, ttl)
+			}
+			if err == nil {
+				holds = append(holds, h)
+			}
+		}
+		for range 30 {
+			take()
+		}
+		start := time.Now()
+		end := start.Add(time.Minute)
+		for time.Now().Before(end) {
+			time.Sleep(time.Duration(rng.IntN(int(b.ttl / 5))))
+			for _, h := range holds {
+				if h.Err() != nil {
+					continue
+				}
+				l, err := store.Get(ctx, h.Key())
+				if err != nil || l.Token != h.Token() || !time.Now().Before(l.Expires) {
+					bad = append(bad, fmt.Sprintf("at +%v %s (token %d, deadline +%v) reported held; the store says %+v, %v",
+						time.Since(start), h.Key(), h.Token(), h.Deadline().Sub(start), l, err))
+				}
+			}
+			switch rng.IntN(4) {
+			case 0:
+				if len(holds) > 0 {
+					i := rng.IntN(len(holds))
+					_ = holds[i].Release(ctx)
+					holds = append(holds[:i], holds[i+1:]...)
+				}
+			case 1:
+				take()
+			}
+			kept := holds[:0]
+			for _, h := range holds {
+				if h.Err() == nil {
+					kept = append(kept, h)
+				}
+			}
+			holds = kept
+			for len(holds) < 10 {
+				take()
+			}
+		}
+		for _, s := range sessions {
+			_ = s.Close(ctx)
+		}
+		for _, h := range holds {
+			_ = h.Release(ctx)
+		}
+		time.Sleep(3 * b.ttl) // the batches in flight end by their holds' deadlines
+		synctest.Wait()
+	})
+	return bad
+}
+
+// TestHoldNeverOutlivesItsLease: whatever the timing of a batch's answer
+// (late, lost, cut short, refused in part) and whatever is released while
+// its renewal is in flight, a hold never says held while the backend does
+// not hold its lease. The lying backend, which answers renewals it never
+// made, must be caught.
+func TestHoldNeverOutlivesItsLease(t *testing.T) {
+	for _, alone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "batches", true: "lone"}[alone], func(t *testing.T) {
+			const seeds = 20
+			for seed := range uint64(seeds) {
+				if bad := holdTruth(t, seed, false, alone); len(bad) > 0 {
+					t.Errorf("seed %d: %d reports of a hold held that the store did not hold; first: %s", seed, len(bad), bad[0])
+				}
+			}
+			t.Run("control", func(t *testing.T) {
+				if bad := holdTruth(t, 0, true, alone); len(bad) == 0 {
+					t.Error("a backend that answers renewals it never made went unnoticed")
+				}
+			})
+		})
+	}
 }

@@ -24,9 +24,10 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu    sync.Mutex
-	holds map[*Hold]func() bool // each live hold → stops its watch
-	ended bool
+	mu     sync.Mutex
+	holds  map[*Hold]func() bool // each live hold → stops its watch
+	ended  bool
+	others error // set when Err found a hold lost: the cause the rest end with
 }
 
 // NewSession starts an empty session of holds acquired through c.
@@ -54,7 +55,17 @@ func (s *Session) Err() error {
 	}
 	s.mu.Unlock()
 	for _, h := range holds {
-		_ = h.Err() // a loss it finds cancels h, and the watch ends the session
+		// A loss Err finds cancels h, whose watch then ends the session and
+		// releases the rest, but in a goroutine of its own: end the
+		// session's context here too, so that this Err already says so.
+		if err := h.Err(); err != nil && !errors.Is(err, ErrReleased) {
+			s.mu.Lock()
+			if !s.ended && s.others == nil {
+				s.others = sameSession(h, err)
+			}
+			s.mu.Unlock()
+			s.cancel(err)
+		}
 	}
 	if s.ctx.Err() == nil {
 		return nil
@@ -116,11 +127,20 @@ func (s *Session) ended1(h *Hold) {
 	if errors.Is(cause, ErrReleased) {
 		return
 	}
-	_ = s.finish(context.Background(), fmt.Errorf("%w: lease: %q, in the same session, was lost: %w", ErrLost, h.key, cause), cause)
+	_ = s.finish(context.Background(), sameSession(h, cause), cause)
+}
+
+// sameSession is the cause the other holds of a session end with when h
+// was lost with cause.
+func sameSession(h *Hold, cause error) error {
+	return fmt.Errorf("%w: lease: %q, in the same session, was lost: %w", ErrLost, h.key, cause)
 }
 
 // finish ends the session's context with ctxCause and releases every hold
-// still in it on ctx's values, each ended with cause.
+// still in it on ctx's values, each ended with cause — or, when Err has
+// found a hold lost and ended the context with that loss already, as
+// that loss ends them, with nothing to report (the loss is the session's
+// Err).
 func (s *Session) finish(ctx context.Context, cause, ctxCause error) error {
 	s.mu.Lock()
 	if s.ended {
@@ -129,6 +149,10 @@ func (s *Session) finish(ctx context.Context, cause, ctxCause error) error {
 	}
 	s.ended = true
 	s.cancel(ctxCause)
+	report := s.others == nil
+	if !report {
+		cause = s.others
+	}
 	holds := s.holds
 	s.holds = nil
 	s.mu.Unlock()
@@ -151,6 +175,9 @@ func (s *Session) finish(ctx context.Context, cause, ctxCause error) error {
 		})
 	}
 	wg.Wait()
+	if !report {
+		return nil
+	}
 	return errors.Join(errs...)
 }
 

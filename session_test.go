@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/leasetest/fakeclock"
 )
 
 // refuseKey refuses the renewals of one key with ErrNotHeld, as a backend
@@ -124,6 +125,62 @@ func TestSessionClose(t *testing.T) {
 		}
 		if err := s.Close(ctx); err != nil {
 			t.Errorf("second Close = %v", err)
+		}
+	})
+}
+
+// TestSessionErrReportsALossOnceADeadlinePassed: after a pause past one
+// hold's safe deadline, before any timer has run, the session's Err must
+// report the loss, as Hold.Err does (I5): the application checks it right
+// before it writes under the group. The session's context ends with it,
+// a new hold is refused, and the session's other holds are released.
+func TestSessionErrReportsALossOnceADeadlinePassed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		clk := fakeclock.New(time.Now())
+		c := newClient(t, store, "worker-a", lease.WithClock(clk))
+		ctx := context.Background()
+		s := c.NewSession()
+		short, err := s.TryAcquire(ctx, "short", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		long, err := s.TryAcquire(ctx, "long", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The process was paused: the clock is past short's deadline, no
+		// timer ran.
+		clk.JumpTo(short.Deadline().Add(time.Millisecond))
+		if err := s.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Fatalf("session's Err after a hold's safe deadline passed (timer not yet run) = %v, want ErrLost", err)
+		}
+		select {
+		case <-s.Done():
+		default:
+			t.Error("the session's Err reported a loss but Done is not closed")
+		}
+		if h, err := s.TryAcquire(ctx, "more", time.Minute); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("TryAcquire in a session whose Err reported a loss: %v, want ErrLost", err)
+			if h != nil {
+				_ = h.Release(ctx)
+			}
+		}
+		// What an application does on hearing it: Close, which has nothing
+		// more to say of a session ended by a loss, and leaves the loss as
+		// the cause of the other holds' end.
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("Close after the session's Err reported a loss = %v, want nil (the loss is Err's)", err)
+		}
+		if err := s.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("session's Err after Close = %v, want the loss", err)
+		}
+		synctest.Wait()
+		if err := long.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("long's Err after its session lost short = %v, want ErrLost", err)
+		}
+		if _, err := store.Get(ctx, "long"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("long still held on the backend after its session ended: %v", err)
 		}
 	})
 }

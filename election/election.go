@@ -79,7 +79,16 @@ type Term struct {
 	*lease.Hold
 	value   string
 	backend lease.Backend
-	unbind  func() bool // Lead's: stops resigning when its ctx ends
+	lead    *leadEnd // Lead's resignation when its ctx ends; nil for Campaign's
+}
+
+// leadEnd is the resignation of a Lead's term when its ctx ends, and the
+// one answer every Resign of the term shares: whoever resigns first (the
+// ctx's end, or a Resign that stopped it) closes done with the outcome.
+type leadEnd struct {
+	stop func() bool // stops the resignation on the ctx's end, unless it has started
+	done chan struct{}
+	err  error // valid once done is closed
 }
 
 // Value returns what the leader announced.
@@ -97,11 +106,32 @@ func (t *Term) Value() string { return t.value }
 // here all the same. It returns an error only when it cannot tell: the
 // backend failed or ctx ended before the backend answered (the error
 // matches lease.ErrUnavailable or ctx's); the lease then ends at the latest
-// at its TTL. Calling it again returns nil.
+// at its TTL. Calling it again returns nil. A term won with Lead whose ctx
+// has ended is being resigned already: Resign waits for that resignation
+// (or ctx) and answers as it does, asking the backend again if it could
+// not tell.
 func (t *Term) Resign(ctx context.Context) error {
-	if t.unbind != nil {
-		t.unbind()
+	if t.lead == nil {
+		return t.resign(ctx)
 	}
+	if t.lead.stop() {
+		t.lead.err = t.resign(ctx)
+		close(t.lead.done)
+		return t.lead.err
+	}
+	select {
+	case <-t.lead.done:
+	case <-ctx.Done():
+		return t.resigned(context.Cause(ctx))
+	}
+	if t.lead.err == nil {
+		return nil
+	}
+	return t.resigned(t.backend.Release(ctx, t.Lease())) // it could not tell: ask again
+}
+
+// resign releases the term's lease and says whether it is known gone.
+func (t *Term) resign(ctx context.Context) error {
 	err := t.Release(ctx)
 	if errors.Is(err, lease.ErrLost) {
 		// Release reports the loss, not the backend's answer to its
@@ -109,10 +139,17 @@ func (t *Term) Resign(ctx context.Context) error {
 		// through.
 		err = t.backend.Release(ctx, t.Lease())
 	}
+	return t.resigned(err)
+}
+
+// resigned is Resign's answer after the backend answered a release with
+// err: nil once the lease is known gone, else the error, which says why
+// nobody can tell.
+func (t *Term) resigned(err error) error {
 	if err == nil || errors.Is(err, lease.ErrNotHeld) {
 		return nil
 	}
-	return fmt.Errorf("election: resigning %q: %w", t.Lease().Key, err)
+	return fmt.Errorf("election: resigning %q: %w", t.Key(), err)
 }
 
 // resignTimeout bounds the resignation of a term whose ctx ended (Lead's,
@@ -127,7 +164,7 @@ const resignTimeout = 10 * time.Second
 func resignOnEnd(ctx context.Context, t *Term) error {
 	rctx := resignContext(ctx)
 	defer rctx.stop()
-	return t.Resign(rctx)
+	return t.resign(rctx)
 }
 
 // resignContext returns the context to resign a term under because ctx
@@ -197,9 +234,13 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.unbind = context.AfterFunc(ctx, func() {
-		_ = resignOnEnd(ctx, t) // nothing to tell: the lease ends at its TTL at the latest
+	end := &leadEnd{done: make(chan struct{})}
+	end.stop = context.AfterFunc(ctx, func() {
+		// Nobody to tell but a Resign: the lease ends at its TTL at the latest.
+		end.err = resignOnEnd(ctx, t)
+		close(end.done)
 	})
+	t.lead = end
 	return t, nil
 }
 
@@ -251,8 +292,11 @@ func leaderOf(l lease.Lease) Leader {
 // backend's clock, so a skew between the two clocks moves that moment by
 // as much. Reading instead of watching (a backend that cannot watch), it
 // reads the leader again at its Expires and reports what it finds; a read
-// that hangs or fails holds the last report (one that fails with
-// lease.ErrUnavailable is read again at the backoff).
+// that hangs or fails holds the last report until its Expires (one that
+// fails with lease.ErrUnavailable is read again at the backoff), and then
+// Observe reports a zero Leader too — except that the read begun at the
+// Expires itself, which looks whether the term went on, holds it until it
+// answers or fails.
 //
 // A watch that breaks (the backend failed or restarted, a leasehttp stream
 // went silent) is watched again (lease.FollowKey) after a pause on the
@@ -459,19 +503,66 @@ func (e *Elector) loop(p *wait.Pacer) wait.Loop {
 	return wait.OnClock(p, e.clock.Now, e.clock.AfterFunc)
 }
 
-// observePoll reads the leader again whenever it may have changed.
+// observePoll reads the leader again whenever it may have changed. While
+// there is a leader, each read races a timer at its Expires (as last read),
+// so that a read that fails or hangs past it (the backend went away, the
+// link went silent) does not keep a leader reported that nobody has seen
+// renew: "no leader known" is reported then, and the leader again once a
+// read finds it.
 func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
 		lo, hi := e.client.Backoff()
 		loop := e.loop(wait.NewPacer(lo, hi, nil))
 		loop.NotifyMax = 5 * time.Second
 		notifier, _ := e.backend.(lease.Notifier)
+		type answer struct {
+			l   Leader
+			err error
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		answers := make(chan answer, 1)
+		reading := false
+		defer func() {
+			cancel()
+			if reading {
+				<-answers
+			}
+		}()
 		var (
 			cur   Leader
 			first = true
 		)
+		// over reports that cur's term is over as far as anyone can tell.
+		over := func() bool {
+			cur = Leader{Key: key}
+			return yield(cur, nil)
+		}
 		for {
-			now, err := e.Leader(ctx, key)
+			reading = true
+			go func() {
+				l, err := e.Leader(rctx, key)
+				answers <- answer{l, err}
+			}()
+			var a answer
+			if cur.Token == 0 || !e.clock.Now().Before(cur.Expires) {
+				// A read begun at the Expires (the one that looks
+				// whether the term went on) is what tells.
+				a = <-answers
+			} else {
+				expired := make(chan struct{})
+				t := e.clock.AfterFunc(cur.Expires.Sub(e.clock.Now()), func() { close(expired) })
+				select {
+				case a = <-answers:
+				case <-expired:
+					if !over() {
+						return
+					}
+					a = <-answers
+				}
+				t.Stop()
+			}
+			reading = false
+			now, err := a.l, a.err
 			switch {
 			case ctx.Err() != nil:
 				return
@@ -479,19 +570,24 @@ func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader,
 				now = Leader{Key: key}
 			case errors.Is(err, lease.ErrUnavailable):
 				// Read again at the pace, as a broken watch is
-				// watched again; the last report stands meanwhile.
+				// watched again; the last report stands meanwhile,
+				// until its Expires.
 				loop.Notify = nil
-				if loop.Wait(ctx, time.Time{}) != nil {
+				if loop.Wait(ctx, cur.Expires) != nil {
 					return
+				}
+				if cur.Token != 0 && !e.clock.Now().Before(cur.Expires) && !over() {
+					return // its Expires passed with no read that saw it renew
 				}
 				continue
 			case err != nil:
 				yield(Leader{}, err)
 				return
 			}
-			if first || now.Token != cur.Token {
+			changed := first || now.Token != cur.Token
+			cur = now // the same term brings its Expires
+			if changed {
 				first = false
-				cur = now
 				if !yield(cur, nil) {
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,23 +47,41 @@ func observeUnrenewed(t *testing.T, store lease.Backend, b lease.Backend) (lease
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	t.Cleanup(cancel)
-	seen := make(chan election.Leader, 10)
-	go func() {
-		for ld, err := range e.Observe(ctx, "svc") {
-			if err != nil {
-				t.Errorf("Observe: %v", err)
-				return
-			}
-			seen <- ld
-		}
-	}()
+	seen, stop := reports(t, e, "svc")
 	synctest.Wait()
 	if ld := <-seen; ld.Value != "a" || ld.Token != l.Token {
 		t.Fatalf("first report %+v, want a", ld)
 	}
-	return l, seen, cancel
+	return l, seen, stop
+}
+
+// reports observes key through e in the background (in a synctest bubble)
+// and sends each report it makes on the returned channel; stop ends the
+// Observe and waits for its end.
+func reports(t *testing.T, e *election.Elector, key string) (<-chan election.Leader, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(t.Context())
+	seen := make(chan election.Leader, 10)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ld, err := range e.Observe(ctx, key) {
+			if err != nil {
+				t.Errorf("Observe: %v", err)
+				return
+			}
+			select {
+			case seen <- ld:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return seen, stop
 }
 
 // TestObserveNeverReportsALeaderPastExpires: a leader whose Expires passes
@@ -246,6 +265,101 @@ func TestLeadEndsWithItsContext(t *testing.T) {
 			t.Fatalf("a Campaign whose ctx ended after it won: %v, want the term still held", err)
 		}
 		_ = held.Resign(t.Context())
+	})
+}
+
+// TestLeadWhoseContextEndedAsItWon: a Lead whose ctx has ended by the time
+// it wins (a shutdown as the key came free; memstore grants a free key to
+// an ended ctx) resigns the term at once, without racing Lead's own
+// bookkeeping (run with -race).
+func TestLeadWhoseContextEndedAsItWon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newElector(t, store, time.Hour)
+		for i := range 20 {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			term, err := e.Lead(ctx, "svc", "node-1")
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			synctest.Wait()
+			if !errors.Is(term.Err(), lease.ErrReleased) {
+				t.Fatalf("round %d: the term after Lead's ctx ended: %v, want ErrReleased", i, term.Err())
+			}
+			if _, err := store.Get(t.Context(), "svc"); !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("round %d: after Lead's ctx ended the lease is still held (%v)", i, err)
+			}
+		}
+	})
+}
+
+// gatedRelease is a backend whose releases wait for gate (a slow link).
+type gatedRelease struct {
+	lease.Backend
+	gate chan struct{}
+}
+
+func (b gatedRelease) Release(ctx context.Context, l lease.Lease) error {
+	select {
+	case <-b.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.Backend.Release(ctx, l)
+}
+
+// TestResignAfterLeadsContextEnded: a process shutting down ends Lead's
+// ctx and resigns the term itself too (a deferred Resign). Resign returns
+// nil only once the lease is released — not while the resignation that
+// Lead started is still on its way to the backend, after which the
+// process may exit and leave the lease to its TTL.
+func TestResignAfterLeadsContextEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := memstore.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := gatedRelease{store, make(chan struct{})}
+		e := newElector(t, b, time.Hour)
+		ctx, cancel := context.WithCancel(t.Context())
+		term, err := e.Lead(ctx, "svc", "node-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		synctest.Wait() // Lead's resignation waits at the gate
+		type result struct {
+			err     error
+			holding error // the store's Get when Resign returned
+		}
+		done := make(chan result, 1)
+		go func() {
+			err := term.Resign(context.Background())
+			_, held := store.Get(context.Background(), "svc")
+			done <- result{err, held}
+		}()
+		synctest.Wait()
+		select {
+		case r := <-done:
+			close(b.gate) // let Lead's resignation end before the bubble does
+			synctest.Wait()
+			t.Fatalf("Resign returned (%v) while Lead's release still waited on its way; the store's Get then: %v", r.err, r.holding)
+		default:
+		}
+		close(b.gate)
+		synctest.Wait()
+		select {
+		case r := <-done:
+			if r.err != nil || !errors.Is(r.holding, lease.ErrNotFound) {
+				t.Fatalf("Resign = %v, Get after it = %v; want nil and ErrNotFound", r.err, r.holding)
+			}
+		default:
+			t.Fatal("Resign still waits after the release went through")
+		}
 	})
 }
 
@@ -438,4 +552,101 @@ func TestObserveLeaderExpiresDuringAResync(t *testing.T) {
 		cancel()
 		synctest.Wait()
 	})
+}
+
+// readFault is a backend that cannot watch (nor notify), whose reads can
+// be made to fail as an unreachable server's do (lease.ErrUnavailable), or
+// to hang as a silent link's do, until their context ends.
+type readFault struct {
+	lease.Backend // the interface alone: no Watch, no WaitChange
+	mode          atomic.Int32
+}
+
+const (
+	readsAnswer = iota
+	readsFail
+	readsHang
+)
+
+func (b *readFault) Get(ctx context.Context, key string) (lease.Lease, error) {
+	switch b.mode.Load() {
+	case readsFail:
+		return lease.Lease{}, fmt.Errorf("%w: the test's server is away", lease.ErrUnavailable)
+	case readsHang:
+		<-ctx.Done()
+		return lease.Lease{}, ctx.Err()
+	}
+	return b.Backend.Get(ctx, key)
+}
+
+// TestObserveByReadingNeverReportsALeaderPastExpires: reading instead of
+// watching, Observe reports "no leader known" once the leader's Expires,
+// as last read, passes while its reads fail or hang (the backend went away,
+// the link went silent), not the old leader for as long as the fault lasts;
+// and the leader again once a read finds it. While reads answer, a leader
+// that renews is reported once, with no gap.
+func TestObserveByReadingNeverReportsALeaderPastExpires(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		m    int32
+	}{{"fail", readsFail}, {"hang", readsHang}} {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store, err := memstore.New()
+				if err != nil {
+					t.Fatal(err)
+				}
+				const ttl = time.Second
+				term, err := newElector(t, store, ttl).Campaign(t.Context(), "svc", "a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := &readFault{Backend: store}
+				seen, stop := reports(t, newElector(t, b, ttl), "svc")
+				synctest.Wait()
+				if ld := <-seen; ld.Value != "a" || ld.Token != term.Token() {
+					t.Fatalf("first report %+v, want a", ld)
+				}
+				time.Sleep(3 * ttl)
+				synctest.Wait()
+				select {
+				case ld := <-seen:
+					t.Fatalf("reported %+v while a led and renewed, reads answering", ld)
+				default:
+				}
+
+				b.mode.Store(mode.m)
+				// The last read that answered saw a's Expires at most a TTL
+				// ahead; reads come at least every 500 ms (the backoff's max).
+				time.Sleep(ttl + 500*time.Millisecond)
+				synctest.Wait()
+				select {
+				case ld := <-seen:
+					if ld.Token != 0 {
+						t.Fatalf("with reads that %s: reported %+v, want no leader known", mode.name, ld)
+					}
+				default:
+					t.Fatalf("with reads that %s, a is still reported as leader past its Expires", mode.name)
+				}
+
+				b.mode.Store(readsAnswer)
+				time.Sleep(ttl)
+				synctest.Wait()
+				if mode.m != readsHang { // a hung read holds Observe until its ctx ends
+					select {
+					case ld := <-seen:
+						if ld.Value != "a" || ld.Token != term.Token() {
+							t.Fatalf("once reads answer again: reported %+v, want a", ld)
+						}
+					default:
+						t.Fatal("once reads answer again, a (still leading) is not reported")
+					}
+				}
+				stop()
+				if err := term.Resign(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
 }

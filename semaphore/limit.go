@@ -60,7 +60,7 @@ func (s *Semaphore) checkLimit(ctx context.Context) error {
 		return nil
 	}
 	held := 0
-	for l, err := range s.client.All(ctx, s.slotsPrefix()) {
+	for l, err := range s.slotsHeld(ctx) {
 		if err != nil {
 			return err
 		}

@@ -189,3 +189,51 @@ func TestDeadHeadLeavesTheLine(t *testing.T) {
 		})
 	}
 }
+
+// TestOnlyItsOwnSlotsCount: the keys under NAME/slots/ that are not its
+// slots — those of a semaphore named NAME/slots/gpu, its line among them,
+// or any lease there — neither count against its limit nor disagree with
+// it, nor show among its Holders.
+func TestOnlyItsOwnSlotsCount(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.Name, func(t *testing.T) {
+			ctx := ctxFor(t)
+			b := be.New(t)
+			c := newClient(t, b, lease.WithOwner("worker"))
+			gpu, err := semaphore.New(c, "jobs/slots/gpu", 1, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := gpu.Acquire(ctx) // its slot, and its line while it queued
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Release(ctx)
+			stray, err := c.TryAcquire(ctx, "jobs/slots/07", time.Minute) // not slot 7's key
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stray.Release(ctx)
+			for _, n := range []int{1, 2} {
+				jobs, err := semaphore.New(c, "jobs", n, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slot, err := jobs.TryAcquire(ctx)
+				if err != nil {
+					t.Fatalf("N=%d, no slot of its own held: %v, want a slot", n, err)
+				}
+				hs, err := jobs.Holders(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(hs) != 1 || hs[0].Key != slot.Key() {
+					t.Errorf("N=%d: Holders = %+v, want its one slot", n, hs)
+				}
+				if err := slot.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

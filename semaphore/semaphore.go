@@ -22,7 +22,8 @@
 // owner with the limit appended ("worker-7 #limit=3"), and a process whose
 // N differs admits nobody while such holders remain and gets an error
 // matching lease.ErrConflict; WithResize changes the limit explicitly.
-// Admission lists the holders before it takes a slot and again after, and
+// Admission lists the holders (its slots alone, not other keys under
+// NAME/slots/) before it takes a slot and again after, and
 // gives the slot up if they disagree or number more than N, so processes
 // that disagree never have more than the stored N admitted at once. An
 // idle semaphore (no slot held) stores no limit: the first holder's N is
@@ -33,8 +34,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,6 +165,19 @@ func (s *Semaphore) slotKey(i int) string { return s.name + "/slots/" + strconv.
 func (s *Semaphore) queueKey() string     { return s.name + "/queue" }
 func (s *Semaphore) slotsPrefix() string  { return s.name + "/slots/" }
 
+// isSlot reports whether key is one of the semaphore's slots under any
+// limit: NAME/slots/I as slotKey spells it, I below MaxSlots. Other keys
+// under the prefix — a semaphore named NAME/slots/gpu, its line, any lease
+// there — are not its holders.
+func (s *Semaphore) isSlot(key string) bool {
+	rest, ok := strings.CutPrefix(key, s.slotsPrefix())
+	if !ok {
+		return false
+	}
+	i, err := strconv.Atoi(rest)
+	return err == nil && i >= 0 && i < MaxSlots && strconv.Itoa(i) == rest
+}
+
 // Slot is one of the semaphore's slots, held.
 type Slot struct {
 	*lease.Hold
@@ -240,7 +256,7 @@ func (s *Semaphore) awaitWatched(ctx context.Context, w lease.Watcher) (*Slot, e
 		if err != nil {
 			return nil, err
 		}
-		if ev.Kind != lease.Synced && ev.Kind != lease.Released && ev.Kind != lease.Expired {
+		if ev.Kind != lease.Synced && (ev.Kind != lease.Released && ev.Kind != lease.Expired || !s.isSlot(ev.Lease.Key)) {
 			continue
 		}
 		slot, _, err := s.tryAll(ctx)
@@ -272,11 +288,26 @@ func (s *Semaphore) awaitPolled(ctx context.Context) (*Slot, error) {
 // every page of the backend's List: a slot held throughout is listed once.
 func (s *Semaphore) Holders(ctx context.Context) ([]lease.Lease, error) {
 	var out []lease.Lease
-	for l, err := range s.client.All(ctx, s.slotsPrefix()) {
+	for l, err := range s.slotsHeld(ctx) {
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// slotsHeld walks the semaphore's slots held now (lease.All over its
+// prefix, keeping only its slots: isSlot).
+func (s *Semaphore) slotsHeld(ctx context.Context) iter.Seq2[lease.Lease, error] {
+	return func(yield func(lease.Lease, error) bool) {
+		for l, err := range s.client.All(ctx, s.slotsPrefix()) {
+			if err == nil && !s.isSlot(l.Key) {
+				continue
+			}
+			if !yield(l, err) || err != nil {
+				return
+			}
+		}
+	}
 }
