@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/internal/testkit/disktest"
 )
 
 // Issue 28's table: damage done to the store's files after a kill -9 (or
@@ -437,4 +439,60 @@ func TestZeroedDBPageRefused(t *testing.T) {
 			wantAbove(t, path, last)
 		})
 	}
+}
+
+// TestDamageWhileServingStopsAndCloses: a lease record damaged in the
+// file while the store serves (written over in place, which bbolt's
+// mapping shows at once) is found by the checkpoint's sweep, which stops
+// the store; Close still returns, with that error, and releases the file,
+// whose next Open refuses the damage. The checkpoint used to drop its
+// open write transaction without ending it, and Close then waited for
+// bbolt's writer lock for ever.
+func TestDamageWhileServingStopsAndCloses(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/lease.db"
+	s, err := boltstore.Open(path)
+	must(t, err)
+	owner := "owner-whose-record-is-damaged"
+	_, err = s.Acquire(context.Background(), "k", owner, time.Hour)
+	must(t, err)
+	// Other leases, so that the leases bucket has pages of its own (an
+	// inline bucket is copied when the transaction opens it).
+	for i := range 20 {
+		_, err = s.Acquire(context.Background(), fmt.Sprintf("other/%d", i), strings.Repeat("o", 100), time.Hour)
+		must(t, err)
+	}
+	// A backup checkpoints: the record is in the file, read from there.
+	_, err = s.Backup(context.Background(), io.Discard)
+	must(t, err)
+	b, err := os.ReadFile(path)
+	must(t, err)
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(owner))
+		if j < 0 {
+			break
+		}
+		disktest.Overwrite(t, path, int64(i+j))
+		i += j + len(owner)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("%q not found in %s", owner, path)
+	}
+	if _, err := s.Backup(context.Background(), io.Discard); !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("a checkpoint over the damaged record: %v, want ErrUnavailable", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("Close after the failure: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(10 * time.Second): // real time: a hang, on the real store
+		t.Fatal("Close did not return within 10 s of the failed checkpoint")
+	}
+	_, err = boltstore.Open(path)
+	wantRefusal(t, err, path)
 }
