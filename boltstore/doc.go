@@ -59,8 +59,12 @@
 // second ahead, written once a second while they arrive, deleted by each
 // checkpoint, which writes them to the file), and Open after a crash keeps
 // every lease that may have been renewed quietly until at least the mark
-// plus its TTL (quiet.go). So a lease is never shortened by a crash; one
-// whose holder died with the store may be held up to a second longer.
+// plus its TTL (quiet.go). So a lease is never shortened by a crash. Open
+// cannot tell which leases were renewed, so it keeps every lease live
+// when the first mark since the last checkpoint was written: a lease may
+// be held longer than its holder was last told, up to its TTL plus a
+// second past the crash, and one that expired after that mark, in the
+// second or so before the crash, is held again until then.
 // TestQuietRenewalsSurviveSIGKILL kills a renewing process at random
 // moments and checks every answered expiry after the reopen.
 //
@@ -71,7 +75,9 @@
 // for no fsync, and its next request reaches the next batch. Get and List
 // read the applied state and wait until every batch it includes is durable,
 // so they never show state a crash could undo (a quiet renewal's expiry,
-// which a crash can only lengthen, they show at once). An Acquire that finds the
+// which a crash can only lengthen, they show at once; a lease they show
+// expired in the second before a crash may be held again after it, as
+// above). An Acquire that finds the
 // key held answers from such a read, writing nothing and causing no fsync;
 // like them it waits if a batch it read is still being synced (a crash
 // could issue again a token it names), and not at all otherwise.
