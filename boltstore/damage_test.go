@@ -496,3 +496,47 @@ func TestDamageWhileServingStopsAndCloses(t *testing.T) {
 	_, err = boltstore.Open(path)
 	wantRefusal(t, err, path)
 }
+
+// TestDamagedDBAfterRestore: a store restored from a backup issues tokens
+// a bump above the host clock (its lead, floor.go). Once its lease.db is
+// damaged so that bbolt cannot serve it, AcceptLogLoss moves it aside for
+// a new file, whose floor must be above those tokens too, and the clock
+// alone is not: the lead, sealed in the damaged file's bytes, is read out
+// of them first (salvage). The new file used to start at the clock, and
+// issued again tokens the restored store had issued.
+func TestDamagedDBAfterRestore(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string)
+	}{
+		{"meta bucket renamed", func(t *testing.T, path string) { renameBucket(t, path, "meta", "mdta") }},
+		{"leases bucket renamed", func(t *testing.T, path string) { renameBucket(t, path, "leases", "leasds") }},
+		{"bbolt's meta pages zeroed", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			must(t, err)
+			_, err = f.WriteAt(make([]byte, 2*4096), 0)
+			must(t, err)
+			must(t, f.Close())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, path := open(t)
+			must(t, s.Close())
+			s = openAt(t, path) // restarted: its tokens are the host clock's
+			acquireRelease(t, s, "k")
+			backup := backupTo(t, s)
+			restored := t.TempDir() + "/lease.db"
+			_, err := boltstore.Restore(backup, restored)
+			must(t, err)
+			r, err := boltstore.Open(restored)
+			must(t, err)
+			l, err := r.Acquire(context.Background(), damageKey, "o", time.Hour)
+			must(t, err)
+			must(t, r.Close())
+			tc.damage(t, restored)
+			refusedThenAbove(t, restored, restored, l.Token)
+		})
+	}
+}

@@ -42,7 +42,11 @@
 // could issue again tokens that the lost writes issued. AcceptLogLoss drops
 // what cannot be read or trusted and raises a floor, kept in the file,
 // above every token it could have issued, for every key, known or not
-// (recover.go).
+// (recover.go). A bbolt file it cannot open is moved aside for a new one,
+// floored at the host clock plus the lead (floor.go) read out of the
+// damaged file's bytes (salvage): a restored store's tokens are a bump
+// ahead of the clock. A bbolt file missing or emptied takes its lead with
+// it, and the new one rests on the clock alone.
 //
 // What no local check can tell from a crash (the log's last records
 // zeroed, an older copy of the log, both files copied back together) is

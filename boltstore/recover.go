@@ -1,8 +1,10 @@
 package boltstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -274,6 +276,10 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 			return err
 		}
 		lead := st.lead
+		if r.lost != nil { // a new file, in place of the one moved aside
+			floor = max(floor, r.lost.salvaged.floor)
+			lead = max(lead, r.lost.salvaged.lead)
+		}
 		clock := !r.fresh || loss != nil
 		now := clockFloor(r.now())
 		if clock {
@@ -364,6 +370,37 @@ func settleV2(db *bolt.DB, w *wal, entries []walEntry, epoch uint64, afterCommit
 		}
 	}
 	return w.zero(0, w.size)
+}
+
+// salvaged is what salvage finds of a damaged bbolt file's floor and lead.
+type salvaged struct{ floor, lead uint64 }
+
+// salvage reads the token floor and the clock lead (floor.go) out of the
+// bytes of the bbolt file at path, which bbolt cannot open and
+// AcceptLogLoss moves aside, for the new file: the clock alone is not
+// above the tokens of a store whose floor a restore's bump put ahead of
+// it. bbolt keeps each value right after its key, and the seal
+// (record.go) tells one intact from chance; of several copies (freed
+// pages keep older ones) the highest counts, as both only rise. What
+// cannot be found reads as 0.
+func salvage(path string) salvaged {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return salvaged{}
+	}
+	highest := func(key []byte) (top uint64) {
+		for off := 0; ; {
+			i := bytes.Index(b[off:], key)
+			if i < 0 {
+				return top
+			}
+			off += i + len(key)
+			if v, ok := unseal(key, b[off:min(off+8+sealSize, len(b))]); ok && len(v) == 8 {
+				top = max(top, beUint64(v))
+			}
+		}
+	}
+	return salvaged{floor: highest(keyTokenFloor), lead: highest(keyClockLead)}
 }
 
 // reasonMetaEpoch is readMeta's reason for a log epoch that fails its

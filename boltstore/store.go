@@ -213,7 +213,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 	var bad *CorruptError
 	if errors.As(err, &bad) && bad.aside && cfg.acceptLogLoss != nil {
 		// bbolt cannot open the file: a new one takes its place, above
-		// every token the host clock allows (floor.go).
+		// every token the host clock allows (floor.go) plus the lead the
+		// damaged file held.
+		bad.salvaged = salvage(path)
 		if err := moveAside(path); err != nil {
 			return nil, err
 		}
