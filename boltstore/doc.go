@@ -45,8 +45,9 @@
 // (recover.go). A bbolt file it cannot open is moved aside for a new one,
 // floored at the host clock plus the lead (floor.go) read out of the
 // damaged file's bytes (salvage): a restored store's tokens are a bump
-// ahead of the clock. A bbolt file missing or emptied takes its lead with
-// it, and the new one rests on the clock alone.
+// ahead of the clock. A bbolt file missing, emptied, or cut short before
+// the page that holds its lead takes the lead with it, and the new one
+// rests on the clock alone.
 //
 // What no local check can tell from a crash (the log's last records
 // zeroed, an older copy of the log, both files copied back together) is
