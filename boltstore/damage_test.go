@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"strconv"
@@ -539,4 +540,41 @@ func TestDamagedDBAfterRestore(t *testing.T) {
 			refusedThenAbove(t, restored, restored, l.Token)
 		})
 	}
+}
+
+// TestDamagedDBSalvageIgnoresOwners: what AcceptLogLoss reads out of a
+// damaged lease.db's bytes (salvage) cannot be planted by a client. An
+// owner holds "clock-lead" and then 8 printable bytes sealed as the store
+// seals a value; the lead it would stand for is above lease.MaxToken, as
+// any made of a key's or owner's bytes is (no control characters, so no
+// zero byte), and is ignored: taken, it made the loss unacceptable, the
+// floor past the largest token.
+func TestDamagedDBSalvageIgnoresOwners(t *testing.T) {
+	t.Parallel()
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	printable := func(b []byte) bool {
+		for _, c := range b {
+			if c < 0x20 || c > 0x7e {
+				return false
+			}
+		}
+		return true
+	}
+	key := []byte("clock-lead")
+	var planted []byte
+	for i := uint64(0); planted == nil; i++ {
+		v := []byte(fmt.Sprintf("%08d", i))
+		sealed := binary.BigEndian.AppendUint32(v, crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, v))
+		if printable(sealed) {
+			planted = sealed
+		}
+	}
+	path := t.TempDir() + "/lease.db"
+	s, err := boltstore.Open(path)
+	must(t, err)
+	l, err := s.Acquire(context.Background(), damageKey, "o "+string(key)+string(planted), time.Hour)
+	must(t, err)
+	must(t, s.Close())
+	renameBucket(t, path, "leases", "leasds")
+	refusedThenAbove(t, path, path, l.Token)
 }

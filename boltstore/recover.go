@@ -395,7 +395,10 @@ func salvage(path string) salvaged {
 				return top
 			}
 			off += i + len(key)
-			if v, ok := unseal(key, b[off:min(off+8+sealSize, len(b))]); ok && len(v) == 8 {
+			// Below lease.MaxToken, as every floor and lead is: a
+			// key or owner (valid UTF-8, no control characters) cannot
+			// hold a sealed value that passes for one.
+			if v, ok := unseal(key, b[off:min(off+8+sealSize, len(b))]); ok && len(v) == 8 && beUint64(v) < uint64(lease.MaxToken) {
 				top = max(top, beUint64(v))
 			}
 		}
