@@ -451,7 +451,7 @@ func setBackupVersion(t *testing.T, path string, version uint64) {
 
 // TestRestoreSchema4Backup: a backup written by a build of schema 4 (the
 // layout of 5 without the quiet renewals' mark, which a backup never
-// holds) restores, above every token it knows. Schema 5 came in, Restore
+// holds) restores, above every token it knows. Once schema 5 came in, Restore
 // refused every such backup.
 func TestRestoreSchema4Backup(t *testing.T) {
 	s, _ := open(t)
