@@ -308,10 +308,10 @@ func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error)
 		if err != nil {
 			return err
 		}
-		if version != schemaVersion && version != 3 {
+		if version < 3 || version > schemaVersion {
 			// Backup writes files of the writing build's schema after a
-			// checkpoint, which upgrades older ones on Open.
-			return fmt.Errorf("%w: boltstore: restore: %s has schema version %d; this build restores versions 3 and %d", lease.ErrInvalid, name, version, schemaVersion)
+			// checkpoint, which upgrades older ones on Open: 3 and later.
+			return fmt.Errorf("%w: boltstore: restore: %s has schema version %d; this build restores versions 3 to %d", lease.ErrInvalid, name, version, schemaVersion)
 		}
 		st, bad, err := readMeta(tx, name, version)
 		if err != nil {
@@ -321,7 +321,7 @@ func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error)
 			return fmt.Errorf("%w: boltstore: restore: the backup %s", lease.ErrInvalid, bad.what())
 		}
 		top := st.top
-		if version < schemaVersion {
+		if version < 4 { // schema 5 only added the quiet renewals' mark, which a backup never holds
 			t, err := upgrade(tx, name)
 			if err != nil {
 				return err

@@ -197,11 +197,15 @@ func (s *Store) checkpoint() {
 		err = putMeta(meta, keyWALEpoch, epoch)
 	}
 	if err == nil {
-		err = s.live.tx.Commit()
+		err = s.live.tx.Commit() // a failed commit rolls back
+	} else {
+		// Ended here: an open write transaction holds bbolt's writer
+		// lock, which Close waits for.
+		_ = s.live.tx.Rollback()
 	}
 	s.live = nil
 	if err != nil {
-		// bbolt rolled the transaction back. What it held is in the log,
+		// The transaction is rolled back. What it held is in the log,
 		// durably: a reopen replays it.
 		s.fail(unavailablef(err, "boltstore: checkpoint of %s failed; the store refuses further use until it is reopened", s.path))
 		return

@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/boltstore"
+	"github.com/leasehq/lease/internal/testkit/disktest"
 )
 
 // Issue 28's table: damage done to the store's files after a kill -9 (or
@@ -437,4 +440,141 @@ func TestZeroedDBPageRefused(t *testing.T) {
 			wantAbove(t, path, last)
 		})
 	}
+}
+
+// TestDamageWhileServingStopsAndCloses: a lease record damaged in the
+// file while the store serves (written over in place, which bbolt's
+// mapping shows at once) is found by the checkpoint's sweep, which stops
+// the store; Close still returns, with that error, and releases the file,
+// whose next Open refuses the damage. The checkpoint used to drop its
+// open write transaction without ending it, and Close then waited for
+// bbolt's writer lock for ever.
+func TestDamageWhileServingStopsAndCloses(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/lease.db"
+	s, err := boltstore.Open(path)
+	must(t, err)
+	owner := "owner-whose-record-is-damaged"
+	_, err = s.Acquire(context.Background(), "k", owner, time.Hour)
+	must(t, err)
+	// Other leases, so that the leases bucket has pages of its own (an
+	// inline bucket is copied when the transaction opens it).
+	for i := range 20 {
+		_, err = s.Acquire(context.Background(), fmt.Sprintf("other/%d", i), strings.Repeat("o", 100), time.Hour)
+		must(t, err)
+	}
+	// A backup checkpoints: the record is in the file, read from there.
+	_, err = s.Backup(context.Background(), io.Discard)
+	must(t, err)
+	b, err := os.ReadFile(path)
+	must(t, err)
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(owner))
+		if j < 0 {
+			break
+		}
+		disktest.Overwrite(t, path, int64(i+j))
+		i += j + len(owner)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("%q not found in %s", owner, path)
+	}
+	if _, err := s.Backup(context.Background(), io.Discard); !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("a checkpoint over the damaged record: %v, want ErrUnavailable", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("Close after the failure: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(10 * time.Second): // real time: a hang, on the real store
+		t.Fatal("Close did not return within 10 s of the failed checkpoint")
+	}
+	_, err = boltstore.Open(path)
+	wantRefusal(t, err, path)
+}
+
+// TestDamagedDBAfterRestore: a store restored from a backup issues tokens
+// a bump above the host clock (its lead, floor.go). Once its lease.db is
+// damaged so that bbolt cannot serve it, AcceptLogLoss moves it aside for
+// a new file, whose floor must be above those tokens too, and the clock
+// alone is not: the lead, sealed in the damaged file's bytes, is read out
+// of them first (salvage). The new file used to start at the clock, and
+// issued again tokens the restored store had issued.
+func TestDamagedDBAfterRestore(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string)
+	}{
+		{"meta bucket renamed", func(t *testing.T, path string) { renameBucket(t, path, "meta", "mdta") }},
+		{"leases bucket renamed", func(t *testing.T, path string) { renameBucket(t, path, "leases", "leasds") }},
+		{"bbolt's meta pages zeroed", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			must(t, err)
+			_, err = f.WriteAt(make([]byte, 2*4096), 0)
+			must(t, err)
+			must(t, f.Close())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, path := open(t)
+			must(t, s.Close())
+			s = openAt(t, path) // restarted: its tokens are the host clock's
+			acquireRelease(t, s, "k")
+			backup := backupTo(t, s)
+			restored := t.TempDir() + "/lease.db"
+			_, err := boltstore.Restore(backup, restored)
+			must(t, err)
+			r, err := boltstore.Open(restored)
+			must(t, err)
+			l, err := r.Acquire(context.Background(), damageKey, "o", time.Hour)
+			must(t, err)
+			must(t, r.Close())
+			tc.damage(t, restored)
+			refusedThenAbove(t, restored, restored, l.Token)
+		})
+	}
+}
+
+// TestDamagedDBSalvageIgnoresOwners: what AcceptLogLoss reads out of a
+// damaged lease.db's bytes (salvage) cannot be planted by a client. An
+// owner holds "clock-lead" and then 8 printable bytes sealed as the store
+// seals a value; the lead it would stand for is above lease.MaxToken, as
+// any made of a key's or owner's bytes is (no control characters, so no
+// zero byte), and is ignored: taken, it made the loss unacceptable, the
+// floor past the largest token.
+func TestDamagedDBSalvageIgnoresOwners(t *testing.T) {
+	t.Parallel()
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	printable := func(b []byte) bool {
+		for _, c := range b {
+			if c < 0x20 || c > 0x7e {
+				return false
+			}
+		}
+		return true
+	}
+	key := []byte("clock-lead")
+	var planted []byte
+	for i := uint64(0); planted == nil; i++ {
+		v := []byte(fmt.Sprintf("%08d", i))
+		sealed := binary.BigEndian.AppendUint32(v, crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, v))
+		if printable(sealed) {
+			planted = sealed
+		}
+	}
+	path := t.TempDir() + "/lease.db"
+	s, err := boltstore.Open(path)
+	must(t, err)
+	l, err := s.Acquire(context.Background(), damageKey, "o "+string(key)+string(planted), time.Hour)
+	must(t, err)
+	must(t, s.Close())
+	renameBucket(t, path, "leases", "leasds")
+	refusedThenAbove(t, path, path, l.Token)
 }

@@ -42,7 +42,12 @@
 // could issue again tokens that the lost writes issued. AcceptLogLoss drops
 // what cannot be read or trusted and raises a floor, kept in the file,
 // above every token it could have issued, for every key, known or not
-// (recover.go).
+// (recover.go). A bbolt file it cannot open is moved aside for a new one,
+// floored at the host clock plus the lead (floor.go) read out of the
+// damaged file's bytes (salvage): a restored store's tokens are a bump
+// ahead of the clock. A bbolt file missing, emptied, or cut short before
+// the page that holds its lead takes the lead with it, and the new one
+// rests on the clock alone.
 //
 // What no local check can tell from a crash (the log's last records
 // zeroed, an older copy of the log, both files copied back together) is
@@ -59,8 +64,12 @@
 // second ahead, written once a second while they arrive, deleted by each
 // checkpoint, which writes them to the file), and Open after a crash keeps
 // every lease that may have been renewed quietly until at least the mark
-// plus its TTL (quiet.go). So a lease is never shortened by a crash; one
-// whose holder died with the store may be held up to a second longer.
+// plus its TTL (quiet.go). So a lease is never shortened by a crash. Open
+// cannot tell which leases were renewed, so it keeps every lease live
+// when the first mark since the last checkpoint was written: a lease may
+// be held longer than its holder was last told, up to its TTL plus a
+// second past the crash, and one that expired after that mark, in the
+// second or so before the crash, is held again until then.
 // TestQuietRenewalsSurviveSIGKILL kills a renewing process at random
 // moments and checks every answered expiry after the reopen.
 //
@@ -71,7 +80,9 @@
 // for no fsync, and its next request reaches the next batch. Get and List
 // read the applied state and wait until every batch it includes is durable,
 // so they never show state a crash could undo (a quiet renewal's expiry,
-// which a crash can only lengthen, they show at once). An Acquire that finds the
+// which a crash can only lengthen, they show at once; a lease they show
+// expired in the second before a crash may be held again after it, as
+// above). An Acquire that finds the
 // key held answers from such a read, writing nothing and causing no fsync;
 // like them it waits if a batch it read is still being synced (a crash
 // could issue again a token it names), and not at all otherwise.

@@ -38,6 +38,9 @@ type CorruptError struct {
 	Floor lease.Token
 
 	aside bool // File is a bbolt file that cannot be opened: AcceptLogLoss moves it aside
+	// salvaged is what AcceptLogLoss read of the file it moved aside
+	// (salvage).
+	salvaged salvaged
 }
 
 // what names the damage: the file and what is wrong with it.

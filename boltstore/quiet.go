@@ -39,9 +39,12 @@ import (
 //     quietly it had to be live when renewed, after since, and its
 //     durable expiry was then its expiry.
 //
-// A lease kept on after a crash is one whose holder may still hold it; a
-// lease whose holder died with the store is held a little longer (at most
-// quietWindow past its TTL) before it can be acquired again.
+// A lease kept on after a crash is one whose holder may still hold it.
+// The file cannot tell which leases were renewed quietly, so every lease
+// live at since is kept: one whose holder died with the store, or stopped
+// renewing, is held up to quietWindow plus its TTL past the crash, longer
+// than its holder was last told, and one that expired between since and
+// the crash is held again until then, before it can be acquired again.
 // Lengthening renewals, and every grant, release and fold, are logged and
 // fsynced before their answers, as before (I1). A log whose loss is
 // accepted (AcceptLogLoss) may have lost the mark with the rest: the

@@ -1,8 +1,10 @@
 package boltstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -34,6 +36,9 @@ type recovery struct {
 	// a damaged quiet mark (graceQuiet).
 	expiryNow    func() time.Time
 	noQuietGrace bool // tests only: the mark is deleted unread
+	// afterCommit, tests only, runs after each commit of the recovery: an
+	// error stops Open there, as a kill would.
+	afterCommit func() error
 }
 
 // readMeta reads the file's meta values, and checks every sealed value in
@@ -187,6 +192,13 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		if entries, end, err = replayV2(data, st.epoch); err != nil {
 			return nil, 0, created, unavailablef(err, "boltstore: the log %s is corrupt", w.path)
 		}
+		if end > 0 {
+			if err := settleV2(db, w, entries, st.epoch, r.afterCommit); err != nil {
+				return nil, 0, created, err
+			}
+			st.epoch++
+			entries, end = nil, 0
+		}
 	default:
 		var dmg *logDamage
 		entries, end, dmg = replay(data, st.epoch)
@@ -264,6 +276,10 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 			return err
 		}
 		lead := st.lead
+		if r.lost != nil { // a new file, in place of the one moved aside
+			floor = max(floor, r.lost.salvaged.floor)
+			lead = max(lead, r.lost.salvaged.lead)
+		}
 		clock := !r.fresh || loss != nil
 		now := clockFloor(r.now())
 		if clock {
@@ -305,6 +321,11 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		}
 		return nil, 0, created, unavailablef(err, "boltstore: recovering %s from its log", r.path)
 	}
+	if r.afterCommit != nil {
+		if err := r.afterCommit(); err != nil {
+			return nil, 0, created, err
+		}
+	}
 	// The file has everything the log held, and a new epoch: the log's
 	// records are of no use now. Zeroed, damage and all, the next run's
 	// records go into zeros, and the log of an older schema leaves
@@ -324,6 +345,65 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		r.accept(loss)
 	}
 	return w, floor, created, nil
+}
+
+// settleV2 commits the records replayed from a log of schema version 2
+// to the file, still of that version, in a commit that raises its epoch,
+// and then zeroes the log: the upgrade's commit comes after, on a log of
+// zeros. In one commit with the upgrade, a crash between it and the
+// zeroing left a file of this schema beside records of version 2's
+// format, which Open then refused as a damaged log; a crash after this
+// commit leaves a file of version 2 whose log's records are of an
+// earlier epoch, which version 2's replay skips.
+func settleV2(db *bolt.DB, w *wal, entries []walEntry, epoch uint64, afterCommit func() error) error {
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if err := applyEntries(tx, entries, 2); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keyWALEpoch, encodeUint64(epoch+1))
+	}); err != nil {
+		return unavailablef(err, "boltstore: replaying the log %s of schema version 2", w.path)
+	}
+	if afterCommit != nil {
+		if err := afterCommit(); err != nil {
+			return err
+		}
+	}
+	return w.zero(0, w.size)
+}
+
+// salvaged is what salvage finds of a damaged bbolt file's floor and lead.
+type salvaged struct{ floor, lead uint64 }
+
+// salvage reads the token floor and the clock lead (floor.go) out of the
+// bytes of the bbolt file at path, which bbolt cannot open and
+// AcceptLogLoss moves aside, for the new file: the clock alone is not
+// above the tokens of a store whose floor a restore's bump put ahead of
+// it. bbolt keeps each value right after its key, and the seal
+// (record.go) tells one intact from chance; of several copies (freed
+// pages keep older ones) the highest counts, as both only rise. What
+// cannot be found reads as 0.
+func salvage(path string) salvaged {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return salvaged{}
+	}
+	highest := func(key []byte) (top uint64) {
+		for off := 0; ; {
+			i := bytes.Index(b[off:], key)
+			if i < 0 {
+				return top
+			}
+			off += i + len(key)
+			// Below lease.MaxToken, as every floor and lead is: a
+			// key or owner (valid UTF-8, no control characters) cannot
+			// hold a sealed value that passes for one.
+			if v, ok := unseal(key, b[off:min(off+8+sealSize, len(b))]); ok && len(v) == 8 && beUint64(v) < uint64(lease.MaxToken) {
+				top = max(top, beUint64(v))
+			}
+		}
+	}
+	return salvaged{floor: highest(keyTokenFloor), lead: highest(keyClockLead)}
 }
 
 // reasonMetaEpoch is readMeta's reason for a log epoch that fails its

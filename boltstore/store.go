@@ -116,6 +116,7 @@ type config struct {
 	checkpointEvery  time.Duration       // tests only; 0: DefaultCheckpointEvery
 	noLog            bool                // benchmarks only (export_test.go)
 	noQuietGrace     bool                // tests only: Open ignores the quiet mark (the negative control of quiet.go's tests)
+	afterCommit      func() error        // tests only: runs after each commit of Open's recovery (recovery.afterCommit)
 	hostClock        func() time.Time    // tests only; nil: time.Now, for the floor (floor.go)
 }
 
@@ -212,7 +213,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 	var bad *CorruptError
 	if errors.As(err, &bad) && bad.aside && cfg.acceptLogLoss != nil {
 		// bbolt cannot open the file: a new one takes its place, above
-		// every token the host clock allows (floor.go).
+		// every token the host clock allows (floor.go) plus the lead the
+		// damaged file held.
+		bad.salvaged = salvage(path)
 		if err := moveAside(path); err != nil {
 			return nil, err
 		}
@@ -326,6 +329,7 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	w, floor, logCreated, err := recoverLog(db, recovery{
 		path: path, version: version, fresh: dbSize == 0, lost: lost,
 		accept: cfg.acceptLogLoss, now: hostClock, expiryNow: expiryNow, noQuietGrace: cfg.noQuietGrace,
+		afterCommit: cfg.afterCommit,
 	})
 	if logCreated {
 		created = append(created, walPath(path))

@@ -621,11 +621,12 @@ func closedStore(t *testing.T) string {
 	return path
 }
 
-// TestUpgradeSchema2: a file of schema version 2 beside a log of that
-// version's format, left by a crash, opens with the log's records
-// replayed, and is then of version 3 with a log of zeros, which an older
-// build would refuse rather than misread.
-func TestUpgradeSchema2(t *testing.T) {
+// schema2Store makes a store of schema version 2 beside a log of that
+// version's format, as a crash leaves them: two records of the file's
+// epoch, token 7 of "k", then token 8 of "k" and token 3 of "j"; then a
+// record of another epoch, which is not replayed.
+func schema2Store(t *testing.T) string {
+	t.Helper()
 	path := closedStore(t)
 	var epoch uint64
 	db, err := bolt.Open(path, 0o600, nil)
@@ -644,8 +645,6 @@ func TestUpgradeSchema2(t *testing.T) {
 		t.Fatal(err)
 	}
 	asOldSchema(t, path, 2)
-	// Two records of the file's epoch: token 7 of "k", then token 8 of
-	// "k" and token 3 of "j"; then a record of another epoch, ignored.
 	v2 := func(epoch, seq uint64, tokens ...any) []byte {
 		var w wal
 		for i := 0; i < len(tokens); i += 2 {
@@ -661,16 +660,32 @@ func TestUpgradeSchema2(t *testing.T) {
 	if err := os.WriteFile(walPath(path), log, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The log alone must keep tokens rising: no floor from the clock.
-	s, err := Open(path, WithHostClock(func() time.Time { return time.Unix(0, 0) }))
-	if err != nil {
-		t.Fatalf("open schema 2 with its log: %v", err)
-	}
+	return path
+}
+
+// acquireAbove checks that s grants schema2Store's keys above the tokens
+// its log holds.
+func acquireAbove(t *testing.T, s *Store) {
+	t.Helper()
 	for key, above := range map[string]lease.Token{"k": 8, "j": 3} {
 		if l, err := s.Acquire(context.Background(), key, "o", time.Hour); err != nil || l.Token <= above {
 			t.Errorf("Acquire(%s) after the upgrade = %d, %v; want above %d", key, l.Token, err, above)
 		}
 	}
+}
+
+// TestUpgradeSchema2: a file of schema version 2 beside a log of that
+// version's format, left by a crash, opens with the log's records
+// replayed, and is then of version 3 with a log of zeros, which an older
+// build would refuse rather than misread.
+func TestUpgradeSchema2(t *testing.T) {
+	path := schema2Store(t)
+	// The log alone must keep tokens rising: no floor from the clock.
+	s, err := Open(path, WithHostClock(func() time.Time { return time.Unix(0, 0) }))
+	if err != nil {
+		t.Fatalf("open schema 2 with its log: %v", err)
+	}
+	acquireAbove(t, s)
 	crash(t, s)
 	if s, err = Open(path); err != nil {
 		t.Fatalf("reopen after the upgrade and a crash: %v", err)
@@ -685,6 +700,41 @@ func TestUpgradeSchema2(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestUpgradeSchema2Killed: an upgrade of schema version 2 killed right
+// after either of its commits, before the log of version 2's format is
+// zeroed, opens on the next start with the log's records kept. Its one
+// commit used to leave a file of the new schema beside those records,
+// which the next Open refused as a damaged log.
+func TestUpgradeSchema2Killed(t *testing.T) {
+	for n := 1; n <= 2; n++ {
+		t.Run(fmt.Sprintf("after commit %d", n), func(t *testing.T) {
+			path := schema2Store(t)
+			commits := 0
+			kill := func(c *config) error {
+				c.afterCommit = func() error {
+					if commits++; commits == n {
+						return errCrash
+					}
+					return nil
+				}
+				return nil
+			}
+			if s, err := Open(path, kill); !errors.Is(err, errCrash) {
+				if err == nil {
+					_ = s.Close()
+				}
+				t.Fatalf("Open killed after commit %d: %v, after %d commits", n, err, commits)
+			}
+			s, err := Open(path, WithHostClock(func() time.Time { return time.Unix(0, 0) }))
+			if err != nil {
+				t.Fatalf("open after the upgrade was killed: %v", err)
+			}
+			defer s.Close()
+			acquireAbove(t, s)
+		})
+	}
 }
 
 // TestLogKeepsItsSize: a batch whose record does not fit in the space
