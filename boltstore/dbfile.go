@@ -21,6 +21,12 @@ import (
 // page size u32, flags u32, root bucket (pgid u64, sequence u64),
 // freelist pgid u64, pgid u64 (the pages in use), txid u64, and the
 // FNV-1a 64 of all that.
+//
+// bbolt also takes every page's element headers as written: a bit flipped
+// in where a key or value starts, or in its size, points the read of it
+// outside the mapped file (it faulted, the damage campaign found), and a
+// flipped page id anywhere. So Open walks the tree bbolt will read first
+// (checkTree), from the meta page's root bucket.
 const (
 	boltMagic      = 0xED0CDAED
 	boltVersion    = 2
@@ -31,6 +37,7 @@ const (
 // boltMeta is what Open needs of a meta page.
 type boltMeta struct {
 	pageSize uint32
+	root     uint64 // the root bucket's page
 	freelist uint64
 	pgid     uint64
 	txid     uint64
@@ -49,7 +56,7 @@ func parseBoltMeta(b []byte) (boltMeta, bool) {
 	if ne.Uint32(m[0:]) != boltMagic || ne.Uint32(m[4:]) != boltVersion || ne.Uint64(m[boltMetaSize-8:]) != h.Sum64() {
 		return boltMeta{}, false
 	}
-	meta := boltMeta{pageSize: ne.Uint32(m[8:]), freelist: ne.Uint64(m[32:]), pgid: ne.Uint64(m[40:]), txid: ne.Uint64(m[48:])}
+	meta := boltMeta{pageSize: ne.Uint32(m[8:]), root: ne.Uint64(m[16:]), freelist: ne.Uint64(m[32:]), pgid: ne.Uint64(m[40:]), txid: ne.Uint64(m[48:])}
 	if meta.pageSize < 512 || meta.pageSize&(meta.pageSize-1) != 0 {
 		return boltMeta{}, false
 	}
@@ -132,7 +139,105 @@ func checkDBFile(path string) (int64, error) {
 			return size, damaged("is corrupt: its freelist, page %d, is not one", use.freelist)
 		}
 	}
+	if why := checkTree(f, use); why != "" {
+		return size, damaged("is corrupt: %s", why)
+	}
 	return size, nil
+}
+
+// The pages of the tree and their elements, as bbolt lays them out: after
+// the page header, count elements of 16 bytes; a branch element is pos u32,
+// ksize u32, pgid u64 (the child), a leaf element flags u32, pos u32,
+// ksize u32, vsize u32; pos counts from the element's own start, and a
+// leaf's value follows its key. A leaf element flagged as a bucket holds
+// the bucket's root page u64 and sequence u64, and, for a root of 0, the
+// bucket's one leaf page inline after them.
+const (
+	boltBranchPage    = 0x01
+	boltLeafPage      = 0x02
+	boltElementSize   = 16
+	boltBucketLeaf    = 0x01
+	boltBucketHeader  = 16
+	boltFirstTreePage = 2 // pages 0 and 1 are the meta pages
+)
+
+// checkTree walks every page of the tree m roots, in f, and says what
+// would make bbolt read outside its pages, or "" if nothing does: a page
+// id out of the file's pages or reached twice, a page that is not what
+// its parent makes it, an element that reaches past its page's end.
+func checkTree(f io.ReaderAt, m boltMeta) string {
+	ne := binary.NativeEndian
+	ps := uint64(m.pageSize)
+	seen := map[uint64]bool{}
+	var page func(id uint64) string
+	var elements func(b []byte, what string, inline bool) string
+	page = func(id uint64) string {
+		if id < boltFirstTreePage || id >= m.pgid || seen[id] {
+			return fmt.Sprintf("page %d is named as a page of the tree, but the tree's pages are 2 to %d, each named once", id, m.pgid-1)
+		}
+		seen[id] = true
+		h := make([]byte, boltPageHeader)
+		if _, err := f.ReadAt(h, int64(id*ps)); err != nil {
+			return fmt.Sprintf("page %d cannot be read (%v)", id, err)
+		}
+		over := uint64(ne.Uint32(h[12:]))
+		if ne.Uint64(h) != id || id+over >= m.pgid {
+			return fmt.Sprintf("page %d is not what the tree names (id %d, %d overflow pages)", id, ne.Uint64(h), over)
+		}
+		b := make([]byte, (over+1)*ps)
+		if _, err := f.ReadAt(b, int64(id*ps)); err != nil {
+			return fmt.Sprintf("page %d cannot be read (%v)", id, err)
+		}
+		return elements(b, fmt.Sprintf("page %d", id), false)
+	}
+	elements = func(b []byte, what string, inline bool) string {
+		if len(b) < boltPageHeader {
+			return what + " is shorter than a page header"
+		}
+		flags, count := ne.Uint16(b[8:]), uint64(ne.Uint16(b[10:]))
+		if boltPageHeader+count*boltElementSize > uint64(len(b)) {
+			return fmt.Sprintf("the %d elements of %s reach past its end", count, what)
+		}
+		for i := range count {
+			e := boltPageHeader + i*boltElementSize
+			el := b[e : e+boltElementSize]
+			switch {
+			case flags == boltBranchPage && !inline:
+				if e+uint64(ne.Uint32(el))+uint64(ne.Uint32(el[4:])) > uint64(len(b)) {
+					return fmt.Sprintf("element %d of %s reaches past its end", i, what)
+				}
+				if why := page(ne.Uint64(el[8:])); why != "" {
+					return why
+				}
+			case flags == boltLeafPage:
+				start := e + uint64(ne.Uint32(el[4:])) + uint64(ne.Uint32(el[8:]))
+				end := start + uint64(ne.Uint32(el[12:]))
+				if end > uint64(len(b)) {
+					return fmt.Sprintf("element %d of %s reaches past its end", i, what)
+				}
+				if ne.Uint32(el)&boltBucketLeaf == 0 {
+					continue
+				}
+				v := b[start:end]
+				if len(v) < boltBucketHeader {
+					return fmt.Sprintf("element %d of %s is a bucket too short for one", i, what)
+				}
+				var why string
+				if root := ne.Uint64(v); root == 0 {
+					why = elements(v[boltBucketHeader:], fmt.Sprintf("the bucket inline in element %d of %s", i, what), true)
+				} else {
+					why = page(root)
+				}
+				if why != "" {
+					return why
+				}
+			default:
+				return fmt.Sprintf("%s is a page of type %#x where the tree has a branch or a leaf", what, flags)
+			}
+		}
+		return ""
+	}
+	return page(m.root)
 }
 
 const (
