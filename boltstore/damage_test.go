@@ -516,3 +516,35 @@ func flipLeafElement(b, key []byte, field int, flip uint32) int {
 	}
 	return n
 }
+
+// TestFreelistCountRefused: the count of the freelist's page ids, damaged
+// to more than its page holds, points bbolt's read of the ids outside the
+// file when it opens it.
+func TestFreelistCountRefused(t *testing.T) {
+	t.Parallel()
+	for _, count := range []uint16{0x7fff, 0xfffe} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/lease.db"
+			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
+			s, err := boltstore.Open(path)
+			must(t, err)
+			must(t, s.Close())
+			b, err := os.ReadFile(path)
+			must(t, err)
+			ne := binary.NativeEndian
+			// The meta page of the higher txid names the freelist bbolt reads.
+			m := 0
+			if ne.Uint64(b[4096+16+48:]) > ne.Uint64(b[16+48:]) {
+				m = 4096
+			}
+			fl := int(ne.Uint64(b[m+16+32:])) * 4096
+			if ne.Uint16(b[fl+8:]) != 0x10 {
+				t.Fatalf("page at %d is not the freelist", fl)
+			}
+			ne.PutUint16(b[fl+10:], count)
+			must(t, os.WriteFile(path, b, 0o600))
+			refusedThenAbove(t, path, path, last)
+		})
+	}
+}

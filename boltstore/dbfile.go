@@ -132,11 +132,20 @@ func checkDBFile(path string) (int64, error) {
 		}
 	}
 	if use.freelist != boltNoFreelist {
-		h := make([]byte, boltPageHeader)
+		h := make([]byte, boltPageHeader+8)
 		_, err := f.ReadAt(h, int64(use.freelist)*int64(use.pageSize))
 		ne := binary.NativeEndian
 		if err != nil || use.freelist >= use.pgid || ne.Uint64(h) != use.freelist || ne.Uint16(h[8:])&boltFreelistPage == 0 {
 			return size, damaged("is corrupt: its freelist, page %d, is not one", use.freelist)
+		}
+		// Its page ids, 8 bytes each, after a count (u16, or, at 0xFFFF,
+		// a u64 before the ids), within its pages.
+		over, count, ids := uint64(ne.Uint32(h[12:])), uint64(ne.Uint16(h[10:])), uint64(boltPageHeader)
+		if count == 0xFFFF {
+			count, ids = ne.Uint64(h[boltPageHeader:]), ids+8
+		}
+		if room := (over + 1) * uint64(use.pageSize); use.freelist+over >= use.pgid || count > (room-ids)/8 {
+			return size, damaged("is corrupt: its freelist, page %d, counts %d page ids, more than its %d bytes hold", use.freelist, count, room-ids)
 		}
 	}
 	if why := checkTree(f, use); why != "" {
