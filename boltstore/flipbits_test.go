@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,16 +66,60 @@ func flipChild() bool {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
 	}
+	// A flip that makes Open spin or grow without bound (one did: 15 GB
+	// in seven minutes) is ended here, its bit named, rather than taking
+	// the machine down.
+	var current atomic.Int64
+	go flipWatchdog(&current)
 	for _, f := range strings.Split(parts[3], ",") {
 		bit, err := strconv.Atoi(f)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(2)
 		}
+		current.Store(int64(bit))
 		outcome := flipOutcome(dir, db, log, bit, lease.Token(last))
+		current.Store(-1)
 		fmt.Println(bit, outcome)
 	}
 	return true
+}
+
+// The bounds of one trial in the child: a real-time limit and a heap.
+const (
+	flipTrialLimit = 30 * time.Second
+	flipHeapLimit  = 1 << 30
+)
+
+// flipWatchdog ends the child, printing "BIT broken …" for the bit being
+// judged, when a trial outlasts flipTrialLimit or the heap passes
+// flipHeapLimit.
+func flipWatchdog(current *atomic.Int64) {
+	var (
+		bit   = int64(-1)
+		since time.Time
+		ms    runtime.MemStats
+	)
+	for {
+		time.Sleep(100 * time.Millisecond) // real time: a watchdog of a real process
+		b := current.Load()
+		if b != bit {
+			bit, since = b, time.Now()
+		}
+		if bit < 0 {
+			continue
+		}
+		runtime.ReadMemStats(&ms)
+		switch {
+		case ms.HeapAlloc > flipHeapLimit:
+			fmt.Printf("%d broken Open's heap grew past %d MiB\n", bit, flipHeapLimit>>20)
+		case time.Since(since) > flipTrialLimit:
+			fmt.Printf("%d broken Open took more than %v\n", bit, flipTrialLimit)
+		default:
+			continue
+		}
+		os.Exit(3)
+	}
 }
 
 // flipOutcome judges one flipped bit: a fresh copy of the store in dir
@@ -227,17 +274,24 @@ func TestEveryBitFlipped(t *testing.T) {
 			}
 		}
 		err := cmd.Wait()
-		if done == len(bits) && err == nil {
-			break
-		}
-		if done == len(bits) {
+		var exit *exec.ExitError
+		switch {
+		case done == len(bits) && err == nil:
+		case errors.As(err, &exit) && exit.ExitCode() == 3 && done > 0:
+			// The watchdog ended the child after naming bits[done-1].
+			bits = bits[done:]
+			continue
+		case done == len(bits):
 			t.Fatalf("child: %v; stderr: %s", err, stderr.String())
+		default:
+			// The child died judging bits[done].
+			first, _, _ := strings.Cut(stderr.String(), "\n")
+			outcomes["died"]++
+			failed = append(failed, fmt.Sprintf("bit %d (byte %d): the process died (%v): %s", bits[done], bits[done]/8, err, first))
+			bits = bits[done+1:]
+			continue
 		}
-		// The child died judging bits[done].
-		first, _, _ := strings.Cut(stderr.String(), "\n")
-		outcomes["died"]++
-		failed = append(failed, fmt.Sprintf("bit %d (byte %d): the process died (%v): %s", bits[done], bits[done]/8, err, first))
-		bits = bits[done+1:]
+		break
 	}
 	t.Logf("%d of the %d bits in use of a %d-byte lease.db flipped, one at a time: %v", sumCounts(outcomes), all, len(db), outcomes)
 	for _, f := range failed[:min(len(failed), 20)] {
