@@ -81,11 +81,13 @@ sim-ci:
 sim:
 	cd $(TOOLS) && LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./sim
 
-# Chaos on real engines, and the damage campaign of the default store's
-# files (504 recipes), the long forms (short forms run in make test).
+# Chaos on real engines, the damage campaign of the default store's files
+# (504 recipes) and every bit of a lease.db flipped in turn (about 9,300),
+# the long forms (short forms run in make test).
 chaos:
 	cd $(TOOLS) && LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Chaos' -v ./chaos
 	cd $(TOOLS) && LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestCampaign' -v ./damage
+	LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestEveryBitFlipped' -v ./boltstore
 
 # Without engines: tests that need PostgreSQL, Redis or etcd skip.
 short:

@@ -358,7 +358,7 @@ func rewriteBackup(tmp, name string, bump uint64) (rep RestoreReport, err error)
 				return err
 			}
 		}
-		if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
+		if err := putVersion(meta, schemaVersion); err != nil {
 			return err
 		}
 		return putMeta(meta, keyTokenFloor, floor)

@@ -12,7 +12,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if crashChild() {
+	if flipChild() || crashChild() {
 		return
 	}
 	goleak.VerifyTestMain(m)

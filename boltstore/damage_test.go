@@ -578,3 +578,113 @@ func TestDamagedDBSalvageIgnoresOwners(t *testing.T) {
 	renameBucket(t, path, "leases", "leasds")
 	refusedThenAbove(t, path, path, l.Token)
 }
+
+// TestLeafElementOutsideFileRefused: one bit flipped in a leaf page's
+// element header (where a value or key starts, or its size) points bbolt
+// outside the mapped file, where reading the record faulted and killed the
+// process (the damage campaign's seed 1796581776992762830: lease.db's bit 5
+// of byte 16517, the second byte of an element's offset). Open refuses it
+// on one line with the way out, and the way out works.
+func TestLeafElementOutsideFileRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		field int    // byte offset of the uint32 in the element header: 4 pos, 8 ksize, 12 vsize
+		flip  uint32 // bits flipped in it
+	}{
+		{"offset 8 KiB further", 4, 1 << 13},
+		{"offset 1 GiB further", 4, 1 << 30},
+		{"value 512 MiB longer", 12, 1 << 29},
+		{"key 512 MiB longer", 8, 1 << 29},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/lease.db"
+			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
+			s, err := boltstore.Open(path) // a clean shutdown: all in lease.db
+			must(t, err)
+			must(t, s.Close())
+			b, err := os.ReadFile(path)
+			must(t, err)
+			if n := flipLeafElement(b, []byte(damageKey), tc.field, tc.flip); n == 0 {
+				t.Fatalf("no leaf element of %q in %s", damageKey, path)
+			}
+			must(t, os.WriteFile(path, b, 0o600))
+			refusedThenAbove(t, path, path, last)
+		})
+	}
+}
+
+// flipLeafElement flips bits in the uint32 at field of every leaf element
+// header of key in b, a bbolt file of 4 KiB pages (freed pages' older
+// copies too), and returns how many it changed. bbolt's layout: a page
+// header of 16 bytes (id, flags, count, overflow) and, on a leaf page
+// (flags 0x02), count element headers of 16 bytes (flags, pos, ksize,
+// vsize, native byte order), each key at its header's offset plus pos and
+// its value after it; a bucket's element (flags 0x01) whose value's first
+// 8 bytes (its root page) are 0 holds the bucket's leaf page after 16.
+func flipLeafElement(b, key []byte, field int, flip uint32) int {
+	const pageSize, leaf = 4096, 0x02
+	ne := binary.NativeEndian
+	n := 0
+	var walk func(p, end int) // the leaf page at b[p:end]
+	walk = func(p, end int) {
+		count := int(ne.Uint16(b[p+10:]))
+		for i := range count {
+			e := p + 16 + 16*i
+			if e+16 > end {
+				return
+			}
+			pos, ksize, vsize := int(ne.Uint32(b[e+4:])), int(ne.Uint32(b[e+8:])), int(ne.Uint32(b[e+12:]))
+			k := e + pos
+			if k+ksize+vsize > end {
+				continue
+			}
+			if ksize == len(key) && bytes.Equal(b[k:k+ksize], key) {
+				ne.PutUint32(b[e+field:], ne.Uint32(b[e+field:])^flip)
+				n++
+			}
+			if v := k + ksize; ne.Uint32(b[e:])&1 != 0 && vsize >= 32 && ne.Uint64(b[v:]) == 0 && ne.Uint16(b[v+16+8:]) == leaf {
+				walk(v+16, v+vsize)
+			}
+		}
+	}
+	for p := 0; p+pageSize <= len(b); p += pageSize {
+		if ne.Uint16(b[p+8:]) == leaf {
+			walk(p, p+pageSize)
+		}
+	}
+	return n
+}
+
+// TestFreelistCountRefused: the count of the freelist's page ids, damaged
+// to more than its page holds, points bbolt's read of the ids outside the
+// file when it opens it.
+func TestFreelistCountRefused(t *testing.T) {
+	t.Parallel()
+	for _, count := range []uint16{0x7fff, 0xfffe} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/lease.db"
+			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
+			s, err := boltstore.Open(path)
+			must(t, err)
+			must(t, s.Close())
+			b, err := os.ReadFile(path)
+			must(t, err)
+			ne := binary.NativeEndian
+			// The meta page of the higher txid names the freelist bbolt reads.
+			m := 0
+			if ne.Uint64(b[4096+16+48:]) > ne.Uint64(b[16+48:]) {
+				m = 4096
+			}
+			fl := int(ne.Uint64(b[m+16+32:])) * 4096
+			if ne.Uint16(b[fl+8:]) != 0x10 {
+				t.Fatalf("page at %d is not the freelist", fl)
+			}
+			ne.PutUint16(b[fl+10:], count)
+			must(t, os.WriteFile(path, b, 0o600))
+			refusedThenAbove(t, path, path, last)
+		})
+	}
+}

@@ -34,8 +34,10 @@
 // only rises. So Open refuses, with a *CorruptError (ErrCorrupt) whose one
 // line names the file, what is wrong and the way out: a damaged log block;
 // a log missing, emptied, cut or of another size than recorded; a bbolt
-// file missing or empty beside its log, shorter than its meta pages say
-// (checked before bbolt maps it, dbfile.go), holding a value that fails its
+// file missing or empty beside its log, shorter than its meta pages say,
+// or with a page element (an offset, a size, a child's page) that reaches
+// outside its page, where bbolt would read outside the file (both checked
+// before bbolt maps it, dbfile.go), holding a value that fails its
 // checksum or a bucket under another name than the store's (a bit flipped
 // in the meta or leases bucket's name, whose leases a new, empty bucket
 // would forget), or older than its log (a record of a later epoch). Serving on

@@ -6,6 +6,8 @@ import (
 	"hash/crc32"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/leasehq/lease"
 )
 
@@ -13,6 +15,9 @@ import (
 // buckets and nothing else:
 //
 //	meta    "version" → uint64 big-endian schema version
+//	        "schema" → sealed uint64: the version again, so that a damaged
+//	        one is told from a newer schema's (readVersion; written by
+//	        every Open since it was added, without a new schema)
 //	        "wal-epoch" → sealed uint64: the log's epoch (see wal.go)
 //	        "wal-size" → sealed uint64: the log's size, which only Open
 //	        changes (see wal.go)
@@ -25,7 +30,7 @@ import (
 //	        (quiet.go)
 //	leases  key → the sealed lease record (see record), live or expired
 //
-// Every value but the version is sealed: its bytes, then the CRC-32C of
+// Every value but the plain version is sealed: its bytes, then the CRC-32C of
 // the key and the bytes (seal), so that a flipped bit in a value or in a
 // key's name is found (bbolt's data pages carry no checksum). Open reads
 // every value once and refuses the store if one fails (ErrCorrupt).
@@ -40,6 +45,10 @@ var (
 	bucketMeta   = []byte("meta")
 	bucketLeases = []byte("leases")
 	keyVersion   = []byte("version")
+	// keySchema is the schema version again, sealed: every build reads
+	// the plain one first, and the sealed copy tells a damaged plain one
+	// from a newer schema's (readVersion).
+	keySchema = []byte("schema")
 	// bucketTokens is schema 3's: key → uint64 high-water mark, kept for
 	// good. Open folds it into the floor (upgrade.go).
 	bucketTokens = []byte("tokens")
@@ -155,6 +164,40 @@ func (r record) lease(key string) lease.Lease {
 
 func (r record) heldError(key string) error {
 	return &lease.HeldError{Key: key, Owner: r.owner, Token: r.token, Expires: r.expires}
+}
+
+// putVersion writes the schema version v, plain and sealed.
+func putVersion(meta *bolt.Bucket, v uint64) error {
+	if err := meta.Put(keyVersion, encodeUint64(v)); err != nil {
+		return err
+	}
+	return meta.Put(keySchema, seal(keySchema, encodeUint64(v)))
+}
+
+// readVersion reads the schema version of the file at path. A file
+// written before the sealed copy (or whose copy's name was damaged: it is
+// written again) has only the plain one; where the copy is there, the two
+// must agree, and a version that does not is damage, refused as damage
+// AcceptLogLoss moves aside, not a newer schema's.
+func readVersion(meta *bolt.Bucket, path string) (uint64, error) {
+	damaged := func(format string, args ...any) error {
+		return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true, Reason: fmt.Sprintf(format, args...)}
+	}
+	sealed := meta.Get(keySchema)
+	if sealed == nil {
+		if plain := meta.Get(keyVersion); len(plain) != 8 {
+			return 0, damaged("holds a schema version of %d bytes", len(plain))
+		}
+		return decodeUint64("schema version in "+path, meta.Get(keyVersion))
+	}
+	v, ok := unseal(keySchema, sealed)
+	if !ok || len(v) != 8 {
+		return 0, damaged("holds a schema version that fails its checksum")
+	}
+	if plain := meta.Get(keyVersion); len(plain) != 8 || beUint64(plain) != beUint64(v) {
+		return 0, damaged("holds a schema version (%d bytes) that is not its sealed copy's, %d", len(plain), beUint64(v))
+	}
+	return beUint64(v), nil
 }
 
 func encodeUint64(v uint64) []byte {

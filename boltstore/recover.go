@@ -313,7 +313,7 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		if err := putMeta(meta, keyWALEpoch, epoch+1); err != nil {
 			return err
 		}
-		return meta.Put(keyVersion, encodeUint64(schemaVersion))
+		return putVersion(meta, schemaVersion)
 	}); err != nil {
 		var own *storeError
 		if errors.As(err, &own) {

@@ -368,13 +368,9 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 // starting a server can act on. bbolt may panic on some malformed files
 // rather than return an error; that is reported as corruption too.
 func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
-	corrupt := func(cause any) error {
-		return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
-			Reason: strings.ReplaceAll(fmt.Sprintf("is corrupt or not a bbolt database (%v)", cause), "\n", " ")}
-	}
 	defer func() {
 		if r := recover(); r != nil {
-			db, err = nil, corrupt(r)
+			db, err = nil, corruptFile(path, r)
 		}
 	}()
 	// NoSync stays false: every commit is fsynced before its callers are
@@ -393,12 +389,19 @@ func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 		}
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, corrupt(err)
+		return nil, corruptFile(path, err)
 	default:
 		// Other errors: a directory, a missing parent, permissions, or a
 		// file too short to be a database; bbolt's text says which.
 		return nil, unavailablef(err, "boltstore: cannot open %s", path)
 	}
+}
+
+// corruptFile is the refusal of a bbolt file that bbolt cannot read
+// (cause: its error, or its panic): AcceptLogLoss moves it aside.
+func corruptFile(path string, cause any) *CorruptError {
+	return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
+		Reason: strings.ReplaceAll(fmt.Sprintf("is corrupt or not a bbolt database (%v)", cause), "\n", " ")}
 }
 
 // checkFile creates the schema in a new file, refuses a file of another or
@@ -409,7 +412,7 @@ func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = unavailablef(fmt.Errorf("%v", r), "boltstore: %s is corrupt", path)
+			err = corruptFile(path, r)
 		}
 	}()
 	var checkErrs []error
@@ -449,16 +452,16 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 			if meta, err = tx.CreateBucket(bucketMeta); err != nil {
 				return unavailablef(err, "boltstore: cannot initialise %s", path)
 			}
-			if err := meta.Put(keyVersion, encodeUint64(schemaVersion)); err != nil {
+			if err := putVersion(meta, schemaVersion); err != nil {
 				return unavailablef(err, "boltstore: cannot initialise %s", path)
 			}
 		}
-		v, err := decodeUint64("schema version in "+path, meta.Get(keyVersion))
+		v, err := readVersion(meta, path)
 		if err != nil {
 			return err
 		}
 		if v == 1 { // schema 1 had no log: it is schema 3 without one, which recoverLog upgrades
-			if err := meta.Put(keyVersion, encodeUint64(3)); err != nil {
+			if err := putVersion(meta, 3); err != nil {
 				return unavailablef(err, "boltstore: cannot upgrade %s to schema version %d", path, 3)
 			}
 			v = 3
@@ -490,7 +493,11 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 			return strayBuckets(tx, path, "holds a bucket that is not the store's")
 		}
 		for _, name := range names {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			if _, err := tx.CreateBucketIfNotExists(name); errors.Is(err, berrors.ErrIncompatibleValue) {
+				// A bit flipped in the flags of the bucket's element.
+				return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
+					Reason: fmt.Sprintf("holds %q as a value, not as the bucket of the store's", name)}
+			} else if err != nil {
 				return unavailablef(err, "boltstore: cannot initialise bucket %q in %s", name, path)
 			}
 		}

@@ -554,6 +554,9 @@ func asOldSchema(t *testing.T, path string, v uint64) {
 		if err := meta.Put(keyVersion, encodeUint64(v)); err != nil {
 			return err
 		}
+		if err := meta.Delete(keySchema); err != nil { // sealed since schema 5
+			return err
+		}
 		tokens, err := tx.CreateBucketIfNotExists(bucketTokens)
 		if err != nil {
 			return err
