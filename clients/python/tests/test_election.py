@@ -90,3 +90,21 @@ def test_semaphore(server: Server) -> None:
     for s in (s2, s3):
         s.release()
     wait_for("the slots to free", lambda: not sem.holders())
+
+
+def test_semaphore_holders_are_its_own_slots(server: Server) -> None:
+    # Leases under NAME/slots/ that are not its slots: a semaphore named
+    # NAME/slots/gpu (its slot and its line), a slot number spelt otherwise.
+    c = LeaseClient(server.url)
+    sem = Semaphore(c, unique("sem"), 2, ttl=5.0)
+    gpu = Semaphore(c, sem.name + "/slots/gpu", 1, ttl=5.0)
+    slot = gpu.try_acquire()
+    others = [c.try_acquire(sem.name + "/slots/01", 5.0), c.try_acquire(sem.name + "/slots/7x", 5.0)]
+    assert sem.holders() == []
+    mine = sem.try_acquire()
+    assert [x.key for x in sem.holders()] == [sem.slot_key(mine.number)]
+    assert [x.key for x in gpu.holders()] == [gpu.slot_key(0)]
+    for s in (mine, slot):
+        s.release()
+    for h in others:
+        h.release()

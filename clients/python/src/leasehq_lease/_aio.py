@@ -823,4 +823,6 @@ class AsyncSemaphore(SemaphoreBase):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def holders(self) -> list[Lease]:
-        return [lease async for lease in self.client.all(self.name + "/slots/")]
+        """The slots held now, in key order: its own slots only, not other
+        leases under NAME/slots/."""
+        return [lease async for lease in self.client.all(self.name + "/slots/") if self.is_slot(lease.key)]

@@ -215,6 +215,17 @@ class SemaphoreBase:
     def slot_key(self, i: int) -> str:
         return f"{self.name}/slots/{i}"
 
+    def is_slot(self, key: str) -> bool:
+        """Whether key is one of the semaphore's slots under any limit:
+        NAME/slots/I as slot_key spells it, I below MAX_SLOTS. Other keys under
+        the prefix (a semaphore named NAME/slots/gpu, its line, any lease there)
+        are not its holders."""
+        prefix = self.name + "/slots/"
+        if not key.startswith(prefix):
+            return False
+        rest = key[len(prefix) :]
+        return rest.isascii() and rest.isdigit() and str(int(rest)) == rest and int(rest) < MAX_SLOTS
+
     @property
     def queue_key(self) -> str:
         return self.name + "/queue"
@@ -288,6 +299,7 @@ class Semaphore(SemaphoreBase):
                 pause = min(pause * 2, POLL_MAX)
 
     def holders(self) -> list[Lease]:
-        """The slots held now, in key order (every page of the list)."""
-        return list(self.client.all(self.name + "/slots/"))
+        """The slots held now, in key order (every page of the list): its own
+        slots only, not other leases under NAME/slots/."""
+        return [lease for lease in self.client.all(self.name + "/slots/") if self.is_slot(lease.key)]
 
