@@ -25,7 +25,11 @@ func TestServeWatch(t *testing.T) {
 	var logs syncBuffer
 	cfg := serveConfig(t, &logs)
 	cfg.ReadTimeout, cfg.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
-	cfg.WatchHeartbeat = 30 * time.Millisecond
+	// Longer than the timeouts (the stream outlives them by its own
+	// writes), and long enough that the client's silence limit (two
+	// heartbeats + 250 ms) outlasts a starved process: at 30 ms, a -race run
+	// on a loaded machine cut the watch ("stayed silent") now and then.
+	cfg.WatchHeartbeat = 150 * time.Millisecond
 	cfg.MaxWatchers = 1
 	cfg.ShutdownTimeout = time.Minute
 	s, err := NewServer(cfg)
