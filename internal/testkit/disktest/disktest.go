@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // SmallDisk mounts a tmpfs of size bytes, mode 0700, on a new directory for
@@ -27,9 +28,22 @@ func SmallDisk(t testing.TB, size int) (dir string, resize func(size int)) {
 		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
+		// A process forked meanwhile by a parallel test holds the
+		// mount's open files until it execs, and umount finds the mount
+		// busy (seen once in a parallel run of boltstore's tests): try
+		// again a few times before calling it a failure.
+		var (
+			out []byte
+			err error
+		)
+		for range 20 {
+			if out, err = exec.Command("umount", dir).CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // real time: another process's open files on a real mount
 		}
+		t.Errorf("umount %s: %v: %s", dir, err, out)
+		_ = exec.Command("umount", "-l", dir).Run() // detach it, not to leave it mounted
 	})
 	return dir, func(size int) {
 		t.Helper()
