@@ -11,6 +11,7 @@ import pytest
 
 import leasehq_lease
 from leasehq_lease import (
+    AsyncLeaseClient,
     DriftMargin,
     ForbiddenError,
     HeldError,
@@ -164,6 +165,14 @@ def test_bad_constructor_arguments() -> None:
     for kw in ({"owner": ""}, {"timeout": 0}, {"token": "a b"}):
         with pytest.raises(InvalidError):
             LeaseClient("http://127.0.0.1:1", **kw)  # type: ignore[arg-type]
+    # A token is printable ASCII without spaces, as the Go and TypeScript
+    # clients check it: one with other characters is refused here, not sent
+    # (a header cannot carry "日本": http.client raised UnicodeEncodeError).
+    for token in ("tök", "日本", "a\x00b", "a\x7fb", "a\u00a0b"):
+        with pytest.raises(InvalidError):
+            LeaseClient("http://127.0.0.1:1", token=token)
+        with pytest.raises(InvalidError):
+            AsyncLeaseClient("http://127.0.0.1:1", token=token)
     for url in ("", "ftp://x", "http://", "http://h?q=1"):
         with pytest.raises(InvalidError):
             LeaseClient(url)

@@ -20,6 +20,7 @@ from ._wire import (
     default_owner,
     dumps,
     granted_of,
+    is_digits,
     jittered,
     key_path,
     loads_object,
@@ -60,7 +61,7 @@ class ClientBase:
         self.owner: str = check_name("owner", default_owner() if owner is None else owner)
         """The owner name acquisitions are made under."""
         self._owner_json = dumps(self.owner)
-        if token is not None and (not isinstance(token, str) or token == "" or any(c.isspace() for c in token)):
+        if token is not None and (not isinstance(token, str) or token == "" or not all("!" <= c <= "~" for c in token)):
             raise invalid("token must be printable ASCII without spaces")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise invalid(f"timeout must be positive seconds, got {timeout!r}")
@@ -116,7 +117,7 @@ class ClientBase:
         Lease-Heartbeat-Ms: the server's own heartbeat where it says one (a
         positive whole number of milliseconds), else the client's heartbeat."""
         beat = self.heartbeat
-        if header is not None and header.strip().isdigit() and int(header) > 0:
+        if header is not None and is_digits(header.strip()) and int(header) > 0:
             beat = int(header) / 1000.0
         return beat * self.missed_heartbeats
 
