@@ -586,6 +586,28 @@ func TestBare404IsNotNotFound(t *testing.T) {
 	}
 }
 
+// TestBareStatusesMapAsTheTableSays: an error answer without the API's
+// body (a proxy's page) is judged by its status alone, as the TypeScript
+// and Python clients judge it: the statuses the error table gives code
+// invalid (DESIGN.md: 400, 405, 408, 413, 415) match lease.ErrInvalid.
+func TestBareStatusesMapAsTheTableSays(t *testing.T) {
+	for status, want := range map[int]error{
+		400: lease.ErrInvalid, 405: lease.ErrInvalid, 408: lease.ErrInvalid, 413: lease.ErrInvalid, 415: lease.ErrInvalid,
+		401: leasehttp.ErrUnauthorized, 403: leasehttp.ErrForbidden, 502: lease.ErrUnavailable,
+	} {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, "<html>a proxy's page</html>")
+		}))
+		_, err := newClient(t, hs.URL, leasehttp.WithTimeout(time.Second)).Get(ctxFor(t), "k")
+		hs.Close()
+		if !errors.Is(err, want) {
+			t.Errorf("a bare HTTP %d: err = %v, want it to match %v", status, err, want)
+		}
+	}
+}
+
 // TestClientReadsAnswersOneWay: the client reads an answer with the wire
 // codec alone. A member it does not know (a newer server's) is skipped; a
 // member repeated, named in another case, or null is a malformed answer
