@@ -1,6 +1,7 @@
 package leasehttp_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
@@ -298,6 +299,68 @@ func TestWatchStartsOnTheNextEndpoint(t *testing.T) {
 	}
 	if got := calls(rs2...); !slices.Equal(got, []int32{1, 1}) {
 		t.Fatalf("replica calls %v, want [1 1]", got)
+	}
+}
+
+// TestWatchRetriedAfterLostAnswer: a Watch whose request reached an
+// endpoint that then cut the connection without an answer (a replica
+// killed) opens its stream on the next endpoint, as Get is retried there
+// (the package doc: Watch retries opening its stream as Get does).
+func TestWatchRetriedAfterLostAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Read the request, then cut the connection: its answer is lost.
+			_, _ = http.ReadRequest(bufio.NewReader(conn))
+			conn.Close()
+		}
+	}()
+	rs, store := replicas(t, 1)
+	if _, err := store.Acquire(ctxFor(t), "w/a", "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cutting := "http://" + ln.Addr().String()
+	if _, err := newClient(t, cutting+","+rs[0].url).Get(ctxFor(t), "w/a"); err != nil {
+		t.Fatalf("Get whose first answer was lost: %v", err)
+	}
+	var kinds []lease.EventKind
+	for ev, err := range newClient(t, cutting+","+rs[0].url).Watch(ctxFor(t), "w/") {
+		if err != nil {
+			t.Fatalf("Watch whose first answer was lost: %v", err)
+		}
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == lease.Synced {
+			break
+		}
+	}
+	if !slices.Equal(kinds, []lease.EventKind{lease.Held, lease.Synced}) {
+		t.Fatalf("Watch gave %v, want held, synced", kinds)
+	}
+	// An answer that is no stream is an answer: not asked again, as a
+	// malformed answer to Get is not.
+	var asked atomic.Int32
+	notStream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"leases":[]}`))
+	}))
+	t.Cleanup(notStream.Close)
+	for _, err := range newClient(t, notStream.URL).Watch(ctxFor(t), "w/") {
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("Watch answered 200 application/json: %v, want ErrUnavailable", err)
+		}
+		break
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("a Watch answered with no stream asked %d times, want once", n)
 	}
 }
 
