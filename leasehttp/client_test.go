@@ -608,6 +608,54 @@ func TestBareStatusesMapAsTheTableSays(t *testing.T) {
 	}
 }
 
+// TestClientRefusesAnAnswerForAnotherLease: an answer to acquire, renew or
+// get whose lease is on another key (or, to a renew, of another token) is
+// a malformed answer (lease.ErrUnavailable), as the TypeScript and Python
+// clients take it and as RenewBatch's reader takes such a result: a Hold on
+// key k must never carry another key's token, which fences nothing of k.
+func TestClientRefusesAnAnswerForAnotherLease(t *testing.T) {
+	const exp = `"expires_at":"2026-12-02T10:00:00.000Z"`
+	id := lease.NewID()
+	answer := func(key string, token int) string {
+		return fmt.Sprintf(`{"key":%q,"owner":"o","token":%d,"id":%q,"ttl_ms":60000,%s}`, key, token, id.Reveal(), exp)
+	}
+	mine := lease.Lease{Key: "k", Owner: "o", Token: 7, ID: id}
+	for _, tc := range []struct {
+		name, body string
+		call       func(c *leasehttp.Client) (lease.Lease, error)
+		ok         bool
+	}{
+		{"acquire", answer("k", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Acquire(ctxFor(t), "k", "o", time.Minute)
+		}, true},
+		{"acquire answered for another key", answer("other", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Acquire(ctxFor(t), "k", "o", time.Minute)
+		}, false},
+		{"renew answered for another key", answer("other", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Renew(ctxFor(t), mine, time.Minute)
+		}, false},
+		{"renew answered for another token", answer("k", 8), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Renew(ctxFor(t), mine, time.Minute)
+		}, false},
+		{"get answered for another key", answer("other", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Get(ctxFor(t), "k")
+		}, false},
+	} {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, tc.body)
+		}))
+		l, err := tc.call(newClient(t, hs.URL))
+		hs.Close()
+		switch {
+		case tc.ok && (err != nil || l.Key != "k" || l.Token != 7):
+			t.Errorf("%s: got %+v, %v; want the lease k, token 7", tc.name, l, err)
+		case !tc.ok && (!errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "malformed answer")):
+			t.Errorf("%s: got %+v, %v; want a malformed answer", tc.name, l, err)
+		}
+	}
+}
+
 // TestClientReadsAnswersOneWay: the client reads an answer with the wire
 // codec alone. A member it does not know (a newer server's) is skipped; a
 // member repeated, named in another case, or null is a malformed answer
