@@ -21,6 +21,7 @@ from leasehq_lease import (
     LeaseReleasedError,
     UnauthorizedError,
     UnavailableError,
+    UnexpectedAnswerError,
 )
 
 from conftest import Server, StartServer, free_port, unique, wait_for
@@ -176,6 +177,46 @@ def test_bad_constructor_arguments() -> None:
     for url in ("", "ftp://x", "http://", "http://h?q=1"):
         with pytest.raises(InvalidError):
             LeaseClient(url)
+
+
+
+def test_a_get_answered_for_another_key_is_unexpected() -> None:
+    # As the Go and TypeScript clients judge it: the lease of another key is
+    # no answer to a get of this one (a confused server or proxy).
+    import asyncio
+    import http.server
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"key":"other","owner":"o","token":7,"ttl_ms":60000,"expires_at":"2026-12-02T10:00:00.000Z"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        with pytest.raises(UnexpectedAnswerError):
+            LeaseClient(url).get("k")
+
+        async def aget() -> None:
+            c = AsyncLeaseClient(url)
+            try:
+                await c.get("k")
+            finally:
+                await c.close()
+
+        with pytest.raises(UnexpectedAnswerError):
+            asyncio.run(aget())
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_keys_with_odd_bytes_travel_as_one_segment(server: Server) -> None:

@@ -12,6 +12,7 @@ from ._wire import (
     WAIT_CHUNK,
     DriftMargin,
     Granted,
+    Lease,
     acquire_body,
     check_margin,
     check_name,
@@ -23,6 +24,7 @@ from ._wire import (
     is_digits,
     jittered,
     key_path,
+    lease_of,
     loads_object,
     query,
 )
@@ -105,6 +107,14 @@ class ClientBase:
         if g.lease.key != key:
             raise UnexpectedAnswerError(f"lease: acquire {key!r} was answered with key {g.lease.key!r}")
         return g
+
+    @staticmethod
+    def _got(body: bytes, key: str) -> Lease:
+        """The lease a get of key was answered with, which must be on key."""
+        lease = lease_of(loads_object(body, "get"), "get")
+        if lease.key != key:
+            raise UnexpectedAnswerError(f"lease: get {key!r} was answered with key {lease.key!r}")
+        return lease
 
     def _watch(self, prefix: str) -> tuple[str, float]:
         """A watch's path, and the silence that breaks its stream before the
