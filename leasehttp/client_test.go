@@ -641,18 +641,26 @@ func TestClientRefusesAnAnswerForAnotherLease(t *testing.T) {
 			return c.Get(ctxFor(t), "k")
 		}, false},
 	} {
-		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, tc.body)
-		}))
-		l, err := tc.call(newClient(t, hs.URL))
-		hs.Close()
-		switch {
-		case tc.ok && (err != nil || l.Key != "k" || l.Token != 7):
-			t.Errorf("%s: got %+v, %v; want the lease k, token 7", tc.name, l, err)
-		case !tc.ok && (!errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "malformed answer")):
-			t.Errorf("%s: got %+v, %v; want a malformed answer", tc.name, l, err)
-		}
+		checkLeaseAnswer(t, tc.name, tc.body, tc.ok, tc.call)
+	}
+}
+
+// checkLeaseAnswer serves body as the answer to every request and checks
+// what call makes of it: the lease k, token 7 if ok, else a malformed
+// answer (lease.ErrUnavailable).
+func checkLeaseAnswer(t *testing.T, what, body string, ok bool, call func(c *leasehttp.Client) (lease.Lease, error)) {
+	t.Helper()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body)
+	}))
+	defer hs.Close()
+	l, err := call(newClient(t, hs.URL))
+	switch {
+	case ok && (err != nil || l.Key != "k" || l.Token != 7):
+		t.Errorf("%s: got %+v, %v; want the lease k, token 7", what, l, err)
+	case !ok && (!errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "malformed answer")):
+		t.Errorf("%s: got %+v, %v; want a malformed answer", what, l, err)
 	}
 }
 
@@ -674,17 +682,6 @@ func TestClientReadsAnswersOneWay(t *testing.T) {
 		{`{"key":"k","owner":"o","Token":8,"token":7,` + exp + `}`, false},
 		{`{"key":"k","owner":null,"token":7,` + exp + `}`, false},
 	} {
-		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, tc.body)
-		}))
-		l, err := newClient(t, hs.URL).Get(ctxFor(t), "k")
-		hs.Close()
-		switch {
-		case tc.ok && (err != nil || l.Key != "k" || l.Token != 7):
-			t.Errorf("%s: got %+v, %v; want the lease k, token 7", tc.body, l, err)
-		case !tc.ok && (!errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "malformed answer")):
-			t.Errorf("%s: got %+v, %v; want a malformed answer", tc.body, l, err)
-		}
+		checkLeaseAnswer(t, tc.body, tc.body, tc.ok, func(c *leasehttp.Client) (lease.Lease, error) { return c.Get(ctxFor(t), "k") })
 	}
 }

@@ -264,6 +264,24 @@ func TestAllEndpointsDown(t *testing.T) {
 	}
 }
 
+// syncedKinds reads c's Watch of prefix up to its synced event and returns
+// the kinds of the events it gave; an error fails t, saying what the watch
+// was.
+func syncedKinds(t *testing.T, c *leasehttp.Client, prefix, what string) []lease.EventKind {
+	t.Helper()
+	var kinds []lease.EventKind
+	for ev, err := range c.Watch(ctxFor(t), prefix) {
+		if err != nil {
+			t.Fatalf("Watch %s: %v", what, err)
+		}
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == lease.Synced {
+			break
+		}
+	}
+	return kinds
+}
+
 // TestWatchStartsOnTheNextEndpoint: a Watch whose endpoint cannot be
 // reached opens its stream on the next one.
 func TestWatchStartsOnTheNextEndpoint(t *testing.T) {
@@ -271,17 +289,7 @@ func TestWatchStartsOnTheNextEndpoint(t *testing.T) {
 	if _, err := store.Acquire(ctxFor(t), "w/a", "o", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, deadURL(t)+","+rs[0].url)
-	var kinds []lease.EventKind
-	for ev, err := range c.Watch(ctxFor(t), "w/") {
-		if err != nil {
-			t.Fatalf("Watch with the first endpoint down: %v", err)
-		}
-		kinds = append(kinds, ev.Kind)
-		if ev.Kind == lease.Synced {
-			break
-		}
-	}
+	kinds := syncedKinds(t, newClient(t, deadURL(t)+","+rs[0].url), "w/", "with the first endpoint down")
 	if !slices.Equal(kinds, []lease.EventKind{lease.Held, lease.Synced}) {
 		t.Fatalf("Watch gave %v, want held, synced", kinds)
 	}
@@ -331,16 +339,7 @@ func TestWatchRetriedAfterLostAnswer(t *testing.T) {
 	if _, err := newClient(t, cutting+","+rs[0].url).Get(ctxFor(t), "w/a"); err != nil {
 		t.Fatalf("Get whose first answer was lost: %v", err)
 	}
-	var kinds []lease.EventKind
-	for ev, err := range newClient(t, cutting+","+rs[0].url).Watch(ctxFor(t), "w/") {
-		if err != nil {
-			t.Fatalf("Watch whose first answer was lost: %v", err)
-		}
-		kinds = append(kinds, ev.Kind)
-		if ev.Kind == lease.Synced {
-			break
-		}
-	}
+	kinds := syncedKinds(t, newClient(t, cutting+","+rs[0].url), "w/", "whose first answer was lost")
 	if !slices.Equal(kinds, []lease.EventKind{lease.Held, lease.Synced}) {
 		t.Fatalf("Watch gave %v, want held, synced", kinds)
 	}
