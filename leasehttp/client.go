@@ -454,9 +454,13 @@ func (e *remoteError) Error() string {
 
 func (e *remoteError) Unwrap() error { return e.kind.err }
 
-// decodeLease reads a lease answer.
+// decodeLease reads a lease answer, which must be on key: a lease on
+// another key is a malformed answer, as a result of RenewBatch's is.
 func decodeLease(op, key string, resp *response) (lease.Lease, error) {
 	l, err := readLease(resp.body)
+	if err == nil && l.Key != key {
+		err = fmt.Errorf("the answer is for %s", quoteName(l.Key))
+	}
 	if err != nil {
 		return lease.Lease{}, fmt.Errorf("leasehttp: %s %s: %w: malformed answer: %v", op, quoteName(key), lease.ErrUnavailable, err)
 	}
@@ -631,7 +635,12 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 	if resp.status != http.StatusOK {
 		return lease.Lease{}, answerError("renew", l.Key, resp)
 	}
-	return decodeLease("renew", l.Key, resp)
+	r, err := decodeLease("renew", l.Key, resp)
+	if err == nil && r.Token != l.Token {
+		return lease.Lease{}, fmt.Errorf("leasehttp: renew %s token %d: %w: malformed answer: the answer is for token %d",
+			quoteName(l.Key), l.Token, lease.ErrUnavailable, r.Token)
+	}
+	return r, err
 }
 
 // RenewBatch implements lease.BatchRenewer with one request (POST

@@ -586,6 +586,84 @@ func TestBare404IsNotNotFound(t *testing.T) {
 	}
 }
 
+// TestBareStatusesMapAsTheTableSays: an error answer without the API's
+// body (a proxy's page) is judged by its status alone, as the TypeScript
+// and Python clients judge it: the statuses the error table gives code
+// invalid (DESIGN.md: 400, 405, 408, 413, 415) match lease.ErrInvalid.
+func TestBareStatusesMapAsTheTableSays(t *testing.T) {
+	for status, want := range map[int]error{
+		400: lease.ErrInvalid, 405: lease.ErrInvalid, 408: lease.ErrInvalid, 413: lease.ErrInvalid, 415: lease.ErrInvalid,
+		401: leasehttp.ErrUnauthorized, 403: leasehttp.ErrForbidden, 502: lease.ErrUnavailable,
+	} {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, "<html>a proxy's page</html>")
+		}))
+		_, err := newClient(t, hs.URL, leasehttp.WithTimeout(time.Second)).Get(ctxFor(t), "k")
+		hs.Close()
+		if !errors.Is(err, want) {
+			t.Errorf("a bare HTTP %d: err = %v, want it to match %v", status, err, want)
+		}
+	}
+}
+
+// TestClientRefusesAnAnswerForAnotherLease: an answer to acquire, renew or
+// get whose lease is on another key (or, to a renew, of another token) is
+// a malformed answer (lease.ErrUnavailable), as the TypeScript and Python
+// clients take it and as RenewBatch's reader takes such a result: a Hold on
+// key k must never carry another key's token, which fences nothing of k.
+func TestClientRefusesAnAnswerForAnotherLease(t *testing.T) {
+	const exp = `"expires_at":"2026-12-02T10:00:00.000Z"`
+	id := lease.NewID()
+	answer := func(key string, token int) string {
+		return fmt.Sprintf(`{"key":%q,"owner":"o","token":%d,"id":%q,"ttl_ms":60000,%s}`, key, token, id.Reveal(), exp)
+	}
+	mine := lease.Lease{Key: "k", Owner: "o", Token: 7, ID: id}
+	for _, tc := range []struct {
+		name, body string
+		call       func(c *leasehttp.Client) (lease.Lease, error)
+		ok         bool
+	}{
+		{"acquire", answer("k", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Acquire(ctxFor(t), "k", "o", time.Minute)
+		}, true},
+		{"acquire answered for another key", answer("other", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Acquire(ctxFor(t), "k", "o", time.Minute)
+		}, false},
+		{"renew answered for another key", answer("other", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Renew(ctxFor(t), mine, time.Minute)
+		}, false},
+		{"renew answered for another token", answer("k", 8), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Renew(ctxFor(t), mine, time.Minute)
+		}, false},
+		{"get answered for another key", answer("other", 7), func(c *leasehttp.Client) (lease.Lease, error) {
+			return c.Get(ctxFor(t), "k")
+		}, false},
+	} {
+		checkLeaseAnswer(t, tc.name, tc.body, tc.ok, tc.call)
+	}
+}
+
+// checkLeaseAnswer serves body as the answer to every request and checks
+// what call makes of it: the lease k, token 7 if ok, else a malformed
+// answer (lease.ErrUnavailable).
+func checkLeaseAnswer(t *testing.T, what, body string, ok bool, call func(c *leasehttp.Client) (lease.Lease, error)) {
+	t.Helper()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, body)
+	}))
+	defer hs.Close()
+	l, err := call(newClient(t, hs.URL))
+	switch {
+	case ok && (err != nil || l.Key != "k" || l.Token != 7):
+		t.Errorf("%s: got %+v, %v; want the lease k, token 7", what, l, err)
+	case !ok && (!errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "malformed answer")):
+		t.Errorf("%s: got %+v, %v; want a malformed answer", what, l, err)
+	}
+}
+
 // TestClientReadsAnswersOneWay: the client reads an answer with the wire
 // codec alone. A member it does not know (a newer server's) is skipped; a
 // member repeated, named in another case, or null is a malformed answer
@@ -604,17 +682,6 @@ func TestClientReadsAnswersOneWay(t *testing.T) {
 		{`{"key":"k","owner":"o","Token":8,"token":7,` + exp + `}`, false},
 		{`{"key":"k","owner":null,"token":7,` + exp + `}`, false},
 	} {
-		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, tc.body)
-		}))
-		l, err := newClient(t, hs.URL).Get(ctxFor(t), "k")
-		hs.Close()
-		switch {
-		case tc.ok && (err != nil || l.Key != "k" || l.Token != 7):
-			t.Errorf("%s: got %+v, %v; want the lease k, token 7", tc.body, l, err)
-		case !tc.ok && (!errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "malformed answer")):
-			t.Errorf("%s: got %+v, %v; want a malformed answer", tc.body, l, err)
-		}
+		checkLeaseAnswer(t, tc.body, tc.body, tc.ok, func(c *leasehttp.Client) (lease.Lease, error) { return c.Get(ctxFor(t), "k") })
 	}
 }

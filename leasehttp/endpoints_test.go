@@ -1,6 +1,7 @@
 package leasehttp_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
@@ -263,6 +264,24 @@ func TestAllEndpointsDown(t *testing.T) {
 	}
 }
 
+// syncedKinds reads c's Watch of prefix up to its synced event and returns
+// the kinds of the events it gave; an error fails t, saying what the watch
+// was.
+func syncedKinds(t *testing.T, c *leasehttp.Client, prefix, what string) []lease.EventKind {
+	t.Helper()
+	var kinds []lease.EventKind
+	for ev, err := range c.Watch(ctxFor(t), prefix) {
+		if err != nil {
+			t.Fatalf("Watch %s: %v", what, err)
+		}
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == lease.Synced {
+			break
+		}
+	}
+	return kinds
+}
+
 // TestWatchStartsOnTheNextEndpoint: a Watch whose endpoint cannot be
 // reached opens its stream on the next one.
 func TestWatchStartsOnTheNextEndpoint(t *testing.T) {
@@ -270,17 +289,7 @@ func TestWatchStartsOnTheNextEndpoint(t *testing.T) {
 	if _, err := store.Acquire(ctxFor(t), "w/a", "o", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, deadURL(t)+","+rs[0].url)
-	var kinds []lease.EventKind
-	for ev, err := range c.Watch(ctxFor(t), "w/") {
-		if err != nil {
-			t.Fatalf("Watch with the first endpoint down: %v", err)
-		}
-		kinds = append(kinds, ev.Kind)
-		if ev.Kind == lease.Synced {
-			break
-		}
-	}
+	kinds := syncedKinds(t, newClient(t, deadURL(t)+","+rs[0].url), "w/", "with the first endpoint down")
 	if !slices.Equal(kinds, []lease.EventKind{lease.Held, lease.Synced}) {
 		t.Fatalf("Watch gave %v, want held, synced", kinds)
 	}
@@ -298,6 +307,59 @@ func TestWatchStartsOnTheNextEndpoint(t *testing.T) {
 	}
 	if got := calls(rs2...); !slices.Equal(got, []int32{1, 1}) {
 		t.Fatalf("replica calls %v, want [1 1]", got)
+	}
+}
+
+// TestWatchRetriedAfterLostAnswer: a Watch whose request reached an
+// endpoint that then cut the connection without an answer (a replica
+// killed) opens its stream on the next endpoint, as Get is retried there
+// (the package doc: Watch retries opening its stream as Get does).
+func TestWatchRetriedAfterLostAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Read the request, then cut the connection: its answer is lost.
+			_, _ = http.ReadRequest(bufio.NewReader(conn))
+			conn.Close()
+		}
+	}()
+	rs, store := replicas(t, 1)
+	if _, err := store.Acquire(ctxFor(t), "w/a", "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cutting := "http://" + ln.Addr().String()
+	if _, err := newClient(t, cutting+","+rs[0].url).Get(ctxFor(t), "w/a"); err != nil {
+		t.Fatalf("Get whose first answer was lost: %v", err)
+	}
+	kinds := syncedKinds(t, newClient(t, cutting+","+rs[0].url), "w/", "whose first answer was lost")
+	if !slices.Equal(kinds, []lease.EventKind{lease.Held, lease.Synced}) {
+		t.Fatalf("Watch gave %v, want held, synced", kinds)
+	}
+	// An answer that is no stream is an answer: not asked again, as a
+	// malformed answer to Get is not.
+	var asked atomic.Int32
+	notStream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"leases":[]}`))
+	}))
+	t.Cleanup(notStream.Close)
+	for _, err := range newClient(t, notStream.URL).Watch(ctxFor(t), "w/") {
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("Watch answered 200 application/json: %v, want ErrUnavailable", err)
+		}
+		break
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("a Watch answered with no stream asked %d times, want once", n)
 	}
 }
 

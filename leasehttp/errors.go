@@ -93,7 +93,7 @@ func kindByStatus(status int) (errorKind, bool) {
 	case status >= 500:
 		return kindUnavailable, true
 	case status == http.StatusRequestEntityTooLarge, status == http.StatusUnsupportedMediaType,
-		status == http.StatusMethodNotAllowed:
+		status == http.StatusMethodNotAllowed, status == http.StatusRequestTimeout:
 		return kindByCodeMust("invalid"), true
 	}
 	for _, k := range errorTable {

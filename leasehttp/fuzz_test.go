@@ -81,7 +81,7 @@ func FuzzReleaseBody(f *testing.F) {
 // prefix.
 func FuzzKeyPath(f *testing.F) {
 	h, _ := fuzzServer(f)
-	for _, k := range []string{"jobs/nightly", "a%2Fb", "%00", "..", "%2E", "ü/日本", strings.Repeat("k", 600), "a?b#c", " "} {
+	for _, k := range []string{"jobs/nightly", "a%2Fb", "%00", "..", "%2E", "ü/日本", strings.Repeat("k", 600), "a?b#c", " ", "#", ".#"} {
 		f.Add(k)
 	}
 	f.Fuzz(func(t *testing.T, key string) {

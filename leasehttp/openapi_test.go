@@ -206,7 +206,9 @@ func (c *apiChecker) check(r *http.Request, body *teeBody, rec *recordingWriter)
 // findPath matches the escaped request path against the document's path
 // templates segment by segment, as the server's router does: a template
 // parameter is exactly one segment, percent-decoded (so a key "a/b" sent as
-// a%2Fb is one segment).
+// a%2Fb is one segment), and never an empty one or a dot segment
+// ("/v1/leases/" and "/v1/leases/." name no key: the server answers them
+// 400 whatever the method; a key "." travels as %2E).
 func (c *apiChecker) findPath(escaped string) (string, *openapi3.PathItem, map[string]string, bool) {
 	segs := strings.Split(escaped, "/")
 	for path, item := range c.doc.Paths.Map() {
@@ -219,7 +221,7 @@ func (c *apiChecker) findPath(escaped string) (string, *openapi3.PathItem, map[s
 		for i, ts := range tmpl {
 			if strings.HasPrefix(ts, "{") && strings.HasSuffix(ts, "}") {
 				v, err := url.PathUnescape(segs[i])
-				if err != nil {
+				if err != nil || segs[i] == "" || segs[i] == "." || segs[i] == ".." {
 					match = false
 					break
 				}

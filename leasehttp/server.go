@@ -217,6 +217,13 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.EscapedPath()
+	if !strings.HasPrefix(p, "/") {
+		// A target that is not a path ("GET *", "CONNECT host:port"):
+		// ServeMux would answer it itself, with an empty 400 or a
+		// plain-text 404. No route serves it.
+		s.routes["/"].ServeHTTP(w, r)
+		return
+	}
 	if strings.HasPrefix(p, "/v1/") && !canonicalPath(p) {
 		// ServeMux would answer a redirect to the cleaned path, which for
 		// "/v1/leases//acquire" names another resource. An empty key, or a

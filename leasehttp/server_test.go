@@ -1,10 +1,12 @@
 package leasehttp_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -594,6 +596,34 @@ func TestWrongMethodIs405(t *testing.T) {
 				t.Fatalf("HTTP %d, Allow %q %s; want 405, Allow %q", resp.StatusCode, allow, body, tc.allow)
 			case resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(body), `"code":"invalid"`):
 				t.Fatalf("405 answered with %q %s, want the JSON error body with code invalid", resp.Header.Get("Content-Type"), body)
+			}
+		})
+	}
+}
+
+// TestRequestTargetWithoutPathHasErrorBody: a request whose target is not a
+// path ("GET *", or CONNECT to an authority) names no route: 404 with the
+// API's error body, not ServeMux's empty 400 or plain-text 404.
+func TestRequestTargetWithoutPathHasErrorBody(t *testing.T) {
+	_, hs := startServer(t, newMem(t))
+	for _, target := range []string{"GET *", "POST *", "CONNECT example.com:443", "CONNECT localhost"} {
+		t.Run(target, func(t *testing.T) {
+			c, err := net.Dial("tcp", hs.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, target+" HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(body), `"code":"invalid"`) {
+				t.Fatalf("HTTP %d %q %q; want 404 with the JSON error body, code invalid", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 			}
 		})
 	}

@@ -169,6 +169,10 @@ func heartbeatOf(h http.Header) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
+// errUnreadableStream is a 200 answer to a watch that is not a stream this
+// client can follow: an answer, not a failure to get one.
+var errUnreadableStream = errors.New("the answer is not a stream this client can read")
+
 // errWatchHeaders cuts a watch whose answer did not begin within the
 // Client's timeout.
 var errWatchHeaders = errors.New("no answer within the client's timeout")
@@ -189,7 +193,11 @@ func (c *Client) openWatch(ctx context.Context, prefix string, exact bool) (io.R
 		if body != nil {
 			return body, hb, nil
 		}
-		again := errors.Is(err, errNotSent) || (err == nil && resp.status == http.StatusServiceUnavailable)
+		// As Get is retried: after any failure to get an answer (the
+		// request may have reached a replica that died), and after a 503;
+		// not after an answer it cannot read, as Get is not.
+		again := (err != nil && !errors.Is(err, errUnreadableStream)) ||
+			(err == nil && resp.status == http.StatusServiceUnavailable)
 		if !again || attempt >= c.attempts*len(c.endpoints) || ctx.Err() != nil {
 			if err != nil {
 				return nil, 0, transportError("watch", prefix, err, "")
@@ -261,13 +269,13 @@ func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadClo
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		resp.Body.Close()
 		cancel(nil)
-		return nil, 0, nil, fmt.Errorf("the answer is %q, not an event stream", resp.Header.Get("Content-Type"))
+		return nil, 0, nil, fmt.Errorf("%w: its Content-Type is %q, not an event stream", errUnreadableStream, resp.Header.Get("Content-Type"))
 	}
 	hb, err := heartbeatOf(resp.Header)
 	if err != nil {
 		resp.Body.Close()
 		cancel(nil)
-		return nil, 0, nil, err
+		return nil, 0, nil, fmt.Errorf("%w: %w", errUnreadableStream, err)
 	}
 	return cancelBody{resp.Body, func() { cancel(nil) }}, hb, nil, nil
 }

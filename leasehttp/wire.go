@@ -1,6 +1,7 @@
 package leasehttp
 
 import (
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -344,49 +345,26 @@ type leaseReader struct {
 }
 
 // lease reads the lease that is next at s, what, and checks it as
-// LeaseJSON.Lease does.
+// LeaseJSON.Lease does. A value that fails its check is reported once the
+// whole object is read: a member of the wrong shape after it is the error
+// (errorDetail keeps an answer whose holder fails the checks, not one whose
+// holder is not of the shape).
 func (s *scanner) lease(r *leaseReader, what string) (lease.Lease, error) {
 	var l lease.Lease
+	var failed error // the first check failed
 	m := members{names: leaseMembers}
 	err := s.known(what, &m, func(i int) error {
-		if i == mToken || i == mTTL {
-			n, err := s.uint(leaseMembers[i])
-			switch {
-			case err != nil:
-			case i == mToken:
-				err = checkAnswerToken(n)
-				l.Token = lease.Token(n)
-			default:
-				l.TTL, err = answerTTL(n)
-			}
-			return err
-		}
-		v, err := s.string(leaseMembers[i])
-		switch {
-		case err != nil:
-		case i == mKey && r.key != "" && string(v) == r.key:
-			l.Key = r.key
-		case i == mKey:
-			l.Key = string(v)
-			err = lease.ValidateKey(l.Key)
-		case i == mOwner:
-			if string(v) != r.owner {
-				r.owner = string(v)
-			}
-			l.Owner = r.owner
-		case i == mID && len(v) > 0:
-			l.ID, err = parseIDBytes(v)
-		case i == mExpires && r.expiresRaw != nil && string(v) == string(r.expiresRaw):
-			l.Expires = r.expires
-		case i == mExpires:
-			l.Expires, err = parseExpires(v)
-			r.expiresRaw, r.expires = v, l.Expires
+		err := s.leaseMember(r, &l, i)
+		if re := (*requestError)(nil); err != nil && !errors.As(err, &re) {
+			failed, err = cmp.Or(failed, err), nil
 		}
 		return err
 	})
 	switch {
 	case err != nil:
 		return lease.Lease{}, err
+	case failed != nil:
+		return lease.Lease{}, failed
 	case !m.has(mKey):
 		return lease.Lease{}, lease.ValidateKey("")
 	case !m.has(mToken):
@@ -396,6 +374,46 @@ func (s *scanner) lease(r *leaseReader, what string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	return l, nil
+}
+
+// leaseMember reads the value of the lease member leaseMembers[i] at s into
+// l, and checks it.
+func (s *scanner) leaseMember(r *leaseReader, l *lease.Lease, i int) error {
+	if i == mToken || i == mTTL {
+		n, err := s.uint(leaseMembers[i])
+		switch {
+		case err != nil:
+		case i == mToken:
+			err = checkAnswerToken(n)
+			l.Token = lease.Token(n)
+		default:
+			l.TTL, err = answerTTL(n)
+		}
+		return err
+	}
+	v, err := s.string(leaseMembers[i])
+	switch {
+	case err != nil:
+	case i == mKey && r.key != "" && string(v) == r.key:
+		l.Key = r.key
+	case i == mKey:
+		l.Key = string(v)
+		err = lease.ValidateKey(l.Key)
+	case i == mOwner:
+		if string(v) != r.owner {
+			r.owner = string(v)
+		}
+		l.Owner = r.owner
+	case i == mID && len(v) > 0:
+		l.ID, err = parseIDBytes(v)
+	case i == mExpires && r.expiresRaw != nil && string(v) == string(r.expiresRaw):
+		l.Expires = r.expires
+	case i == mExpires:
+		if l.Expires, err = parseExpires(v); err == nil {
+			r.expiresRaw, r.expires = v, l.Expires
+		}
+	}
+	return err
 }
 
 // readLease reads body, one lease: the answer to acquire, renew and get,

@@ -757,6 +757,9 @@ var errorBodies = []string{
 	`{"error":{"code":"held","message":"m","holder":{"key":"k","owner":"o","token":0,"expires_at":"2026-12-02T10:00:00.000Z"}}}`,
 	`{"error":{"code":"held","message":"m","holder":{"key":"k","token":1,"expires_at":"2026-12-02T10:00:00.000Z","key":"l"}}}`,
 	`{"error":{"code":"held","message":"m","holder":[}}`,
+	// A holder that fails a check (an empty key) before a member of the
+	// wrong type: not of the shape, so not an answer encoding/json reads.
+	`{"error":{"code":"held","message":"m","holder":{"key":"","token":"0"}}}`,
 	`{"error":{"message":"m"}}`, `{"error":{"code":"held"}}`, `{"error":{"code":1}}`, `{"error":null}`, `{}`,
 	`{"error":{"Code":"held","message":"m"}}`, `{"error":{"code":"held","code":"x"}}`, `<html>502</html>`, ``,
 }

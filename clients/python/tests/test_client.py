@@ -11,6 +11,7 @@ import pytest
 
 import leasehq_lease
 from leasehq_lease import (
+    AsyncLeaseClient,
     DriftMargin,
     ForbiddenError,
     HeldError,
@@ -20,6 +21,7 @@ from leasehq_lease import (
     LeaseReleasedError,
     UnauthorizedError,
     UnavailableError,
+    UnexpectedAnswerError,
 )
 
 from conftest import Server, StartServer, free_port, unique, wait_for
@@ -164,9 +166,57 @@ def test_bad_constructor_arguments() -> None:
     for kw in ({"owner": ""}, {"timeout": 0}, {"token": "a b"}):
         with pytest.raises(InvalidError):
             LeaseClient("http://127.0.0.1:1", **kw)  # type: ignore[arg-type]
+    # A token is printable ASCII without spaces, as the Go and TypeScript
+    # clients check it: one with other characters is refused here, not sent
+    # (a header cannot carry "日本": http.client raised UnicodeEncodeError).
+    for token in ("tök", "日本", "a\x00b", "a\x7fb", "a\u00a0b"):
+        with pytest.raises(InvalidError):
+            LeaseClient("http://127.0.0.1:1", token=token)
+        with pytest.raises(InvalidError):
+            AsyncLeaseClient("http://127.0.0.1:1", token=token)
     for url in ("", "ftp://x", "http://", "http://h?q=1"):
         with pytest.raises(InvalidError):
             LeaseClient(url)
+
+
+
+def test_a_get_answered_for_another_key_is_unexpected() -> None:
+    # As the Go and TypeScript clients judge it: the lease of another key is
+    # no answer to a get of this one (a confused server or proxy).
+    import asyncio
+    import http.server
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"key":"other","owner":"o","token":7,"ttl_ms":60000,"expires_at":"2026-12-02T10:00:00.000Z"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        with pytest.raises(UnexpectedAnswerError):
+            LeaseClient(url).get("k")
+
+        async def aget() -> None:
+            c = AsyncLeaseClient(url)
+            try:
+                await c.get("k")
+            finally:
+                await c.close()
+
+        with pytest.raises(UnexpectedAnswerError):
+            asyncio.run(aget())
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_keys_with_odd_bytes_travel_as_one_segment(server: Server) -> None:

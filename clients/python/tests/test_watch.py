@@ -34,6 +34,21 @@ def test_parser_reads_chunks_cut_anywhere() -> None:
         assert p.retry == 1.0
 
 
+
+def test_only_ascii_digits_are_numbers() -> None:
+    # str.isdigit() holds for "²" (and other Unicode digits), which int()
+    # refuses: a retry field or a Lease-Heartbeat-Ms header of one raised a
+    # bare ValueError out of the watch. The standard's retry is ASCII digits
+    # only; anything else is ignored, as is a heartbeat header that is not
+    # a positive whole number.
+    for value in ("²", "1²", "١٠٠٠"):
+        p = EventStreamParser()
+        assert p.feed(f"retry: {value}\nevent: synced\ndata: {{}}\n\n".encode()) == [Message("synced", "{}", "")]
+        assert p.retry is None
+        c = LeaseClient("http://127.0.0.1:1", heartbeat=2.0, missed_heartbeats=3)
+        assert c._silence(value) == 6.0
+
+
 def collect(w: object, until: Callable[[list[WatchEvent]], bool], timeout: float = 10.0) -> list[WatchEvent]:
     got: list[WatchEvent] = []
     t0 = time.monotonic()

@@ -1,6 +1,6 @@
 // client.watch: GET /v1/watch read as an async iterator of typed events.
 
-import { type Api, errText, info, type LeaseInfo } from "./api.js";
+import { type Api, errText, info, type LeaseInfo, retried } from "./api.js";
 
 /**
  * MISSED_HEARTBEATS is how many of the server's heartbeat intervals a watch
@@ -130,7 +130,8 @@ async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean)
   const what = `watch ${JSON.stringify(prefix)}`;
   let opened: { body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number };
   try {
-    opened = await api.stream("watchLeases", exact ? { key: prefix } : prefix === "" ? {} : { prefix }, stop);
+    // Asked again after no answer or a 5xx, as a get is (client.get).
+    opened = await retried(() => api.stream("watchLeases", exact ? { key: prefix } : prefix === "" ? {} : { prefix }, stop), stop);
   } catch (err) {
     if (stop.aborted) return undefined;
     throw err;

@@ -191,6 +191,36 @@ test("two servers over one PostgreSQL: a hold outlives the server it was acquire
   await hold.release();
 });
 
+test("a watch answered 503 is opened again, as a get is asked again", async () => {
+  let refuse = 0;
+  const asked: string[] = [];
+  const srv = createHTTPServer((req, res) => {
+    asked.push(`${req.method} ${req.url}`);
+    if (refuse > 0) {
+      refuse--;
+      res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "1" });
+      res.end(JSON.stringify({ error: { code: "unavailable", message: "flaky: the backend is unavailable" } }));
+      return;
+    }
+    if (req.url?.startsWith("/v1/watch")) {
+      res.writeHead(200, { "Content-Type": "text/event-stream", "Lease-Heartbeat-Ms": "15000" });
+      res.write("retry: 1000\n\nid: 1\nevent: synced\ndata: {}\n\n");
+      return; // open until the client closes it
+    }
+    res.writeHead(404, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ error: { code: "not_found", message: "flaky: no lease" } }));
+  });
+  const c = new LeaseClient({ server: await listen(srv), owner: "worker-a" });
+  refuse = 1;
+  assert.equal(await c.get("k"), undefined);
+  refuse = 1;
+  {
+    await using w = c.watch("");
+    assert.deepEqual((await w.next()).value, { kind: "synced" });
+  }
+  assert.deepEqual(asked, ["GET /v1/leases/k", "GET /v1/leases/k", "GET /v1/watch", "GET /v1/watch"]);
+});
+
 test("a list of servers must be URLs, not empty, each once", () => {
   assert.throws(() => new LeaseClient({ server: [] }), InvalidError);
   assert.throws(() => new LeaseClient({ server: [live.url, `${live.url}/`] }), InvalidError);

@@ -45,7 +45,6 @@ from ._wire import (
     granted_of,
     jittered,
     key_path,
-    lease_of,
     list_path,
     loads_object,
     page_of,
@@ -541,7 +540,7 @@ class AsyncLeaseClient(ClientBase):
             a = await self._transport.request("GET", key_path(key), repeatable=True)
         except NotFoundError:
             return None
-        return lease_of(loads_object(a.body, "get"), "get")
+        return self._got(a.body, key)
 
     async def list(self, prefix: str = "", *, limit: int | None = None, after: str = "") -> LeasePage:
         """One page of the leases under prefix (see LeaseClient.list)."""

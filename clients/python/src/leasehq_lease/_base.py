@@ -12,6 +12,7 @@ from ._wire import (
     WAIT_CHUNK,
     DriftMargin,
     Granted,
+    Lease,
     acquire_body,
     check_margin,
     check_name,
@@ -20,8 +21,10 @@ from ._wire import (
     default_owner,
     dumps,
     granted_of,
+    is_digits,
     jittered,
     key_path,
+    lease_of,
     loads_object,
     query,
 )
@@ -60,7 +63,7 @@ class ClientBase:
         self.owner: str = check_name("owner", default_owner() if owner is None else owner)
         """The owner name acquisitions are made under."""
         self._owner_json = dumps(self.owner)
-        if token is not None and (not isinstance(token, str) or token == "" or any(c.isspace() for c in token)):
+        if token is not None and (not isinstance(token, str) or token == "" or not all("!" <= c <= "~" for c in token)):
             raise invalid("token must be printable ASCII without spaces")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise invalid(f"timeout must be positive seconds, got {timeout!r}")
@@ -105,6 +108,14 @@ class ClientBase:
             raise UnexpectedAnswerError(f"lease: acquire {key!r} was answered with key {g.lease.key!r}")
         return g
 
+    @staticmethod
+    def _got(body: bytes, key: str) -> Lease:
+        """The lease a get of key was answered with, which must be on key."""
+        lease = lease_of(loads_object(body, "get"), "get")
+        if lease.key != key:
+            raise UnexpectedAnswerError(f"lease: get {key!r} was answered with key {lease.key!r}")
+        return lease
+
     def _watch(self, prefix: str) -> tuple[str, float]:
         """A watch's path, and the silence that breaks its stream before the
         server's answer says its heartbeat."""
@@ -116,7 +127,7 @@ class ClientBase:
         Lease-Heartbeat-Ms: the server's own heartbeat where it says one (a
         positive whole number of milliseconds), else the client's heartbeat."""
         beat = self.heartbeat
-        if header is not None and header.strip().isdigit() and int(header) > 0:
+        if header is not None and is_digits(header.strip()) and int(header) > 0:
             beat = int(header) / 1000.0
         return beat * self.missed_heartbeats
 

@@ -22,7 +22,6 @@ from ._wire import (
     granted_of,
     jittered,
     key_path,
-    lease_of,
     list_path,
     loads_object,
     page_of,
@@ -176,7 +175,7 @@ class LeaseClient(ClientBase):
             a = self._transport.request("GET", key_path(key), repeatable=True)
         except NotFoundError:
             return None
-        return lease_of(loads_object(a.body, "get"), "get")
+        return self._got(a.body, key)
 
     def list(self, prefix: str = "", *, limit: int | None = None, after: str = "") -> LeasePage:
         """One page of the unexpired leases whose keys start with prefix, in byte

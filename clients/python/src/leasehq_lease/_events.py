@@ -10,7 +10,7 @@ import codecs
 from typing import Final, NamedTuple
 
 from ._errors import LeaseError, UnexpectedAnswerError, error_from_event, quote
-from ._wire import Lease, lease_of
+from ._wire import Lease, is_digits, lease_of
 
 # The server's event names. Only this block and decode() below know them.
 EVENT_SYNCED: Final = "synced"
@@ -129,7 +129,7 @@ class EventStreamParser:
             if "\0" not in value:
                 self.last_id = value
         elif field == "retry":
-            if value.isdigit():
+            if is_digits(value):
                 self.retry = int(value) / 1000.0
         return None
 

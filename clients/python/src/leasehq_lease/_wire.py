@@ -70,6 +70,13 @@ def check_name(what: str, name: object) -> str:
     return name
 
 
+
+def is_digits(s: str) -> bool:
+    """Whether s is one or more ASCII digits: str.isdigit() also holds for
+    "²" and other Unicode digits, some of which int() refuses."""
+    return s.isascii() and s.isdigit()
+
+
 def check_ttl(ttl: object) -> float:
     """Checks a TTL in seconds: 0.01 to 86400."""
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not (MIN_TTL <= ttl <= MAX_TTL):
