@@ -75,6 +75,30 @@ func waitClosed(t *testing.T, c net.Conn, r io.Reader, what string) {
 const waitingAcquire = "POST /v1/leases/held/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
 	"Content-Length: 49\r\n\r\n" + `{"owner":"waiter","ttl_ms":60000,"wait_ms":20000}`
 
+// waitIdle waits until n of s's connections are idle as its connection
+// limit sees them (http.StateIdle reached it).
+func waitIdle(t *testing.T, s *Server, n int) {
+	t.Helper()
+	l, ok := s.ln.(*limitListener)
+	if !ok {
+		t.Fatalf("the server listens on a %T, not on its connection limit", s.ln)
+	}
+	poll.Until(t, patience, func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		idle := 0
+		for c := range l.conns {
+			if c.phase == phaseIdle {
+				idle++
+			}
+		}
+		if idle < n {
+			return fmt.Errorf("%d of %d connections idle, want %d", idle, len(l.conns), n)
+		}
+		return nil
+	})
+}
+
 // waitForWaiters waits until n acquire requests wait at s, asking its
 // /v1/stats in process (a connection could be what is waited for).
 func waitForWaiters(t *testing.T, s *Server, n int64) {
@@ -455,6 +479,11 @@ func TestServeKeepsNewcomerOverIdle(t *testing.T) {
 	if resp, body, err := readAnswer(idle, r, patience); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("healthz: %v %s", err, body)
 	}
+	// The server marks a connection idle just after it has written the
+	// answer the client has read: until then the listener sees it busy,
+	// and only the newcomer could make room (this test failed so, now
+	// and then, under -race on a loaded machine).
+	waitIdle(t, s, 1)
 	newcomer := dialServe(t, s) // accepted before the probe: the kernel queues them in order
 	probeHealthz(t, s, "127.0.0.1", quick)
 	send(t, newcomer, healthz)
