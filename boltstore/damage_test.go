@@ -92,6 +92,19 @@ func crashAfterGrants(t *testing.T, path string, n int, env ...string) lease.Tok
 	return last
 }
 
+// closedAfterGrants makes a store of 30 grants of damageKey, the last
+// left held, shut down cleanly (all in lease.db), and returns its path
+// and the last token.
+func closedAfterGrants(t *testing.T) (string, lease.Token) {
+	t.Helper()
+	path := t.TempDir() + "/lease.db"
+	last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
+	s, err := boltstore.Open(path)
+	must(t, err)
+	must(t, s.Close())
+	return path, last
+}
+
 // nextToken opens path (with opts) and returns the next token of
 // damageKey, once its lease, if one is left, is out of the way.
 func nextToken(t *testing.T, path string, opts ...boltstore.Option) (lease.Token, error) {
@@ -418,11 +431,7 @@ func TestZeroedDBPageRefused(t *testing.T) {
 	for page := int64(2); page < 8; page++ {
 		t.Run(fmt.Sprint("page ", page), func(t *testing.T) {
 			t.Parallel()
-			path := t.TempDir() + "/lease.db"
-			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
-			s, err := boltstore.Open(path)
-			must(t, err)
-			must(t, s.Close())
+			path, last := closedAfterGrants(t)
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
 			must(t, err)
 			_, err = f.WriteAt(make([]byte, 4096), page*4096)
@@ -599,11 +608,7 @@ func TestLeafElementOutsideFileRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			path := t.TempDir() + "/lease.db"
-			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
-			s, err := boltstore.Open(path) // a clean shutdown: all in lease.db
-			must(t, err)
-			must(t, s.Close())
+			path, last := closedAfterGrants(t)
 			b, err := os.ReadFile(path)
 			must(t, err)
 			if n := flipLeafElement(b, []byte(damageKey), tc.field, tc.flip); n == 0 {
@@ -665,11 +670,7 @@ func TestFreelistCountRefused(t *testing.T) {
 	for _, count := range []uint16{0x7fff, 0xfffe} {
 		t.Run(fmt.Sprint(count), func(t *testing.T) {
 			t.Parallel()
-			path := t.TempDir() + "/lease.db"
-			last := crashAfterGrants(t, path, 30, holdLastEnv+"=1")
-			s, err := boltstore.Open(path)
-			must(t, err)
-			must(t, s.Close())
+			path, last := closedAfterGrants(t)
 			b, err := os.ReadFile(path)
 			must(t, err)
 			ne := binary.NativeEndian
