@@ -82,8 +82,9 @@ sim:
 	cd $(TOOLS) && LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./sim
 
 # Chaos on real engines, the damage campaign of the default store's files
-# (504 recipes) and every bit of a lease.db flipped in turn (about 9,300),
-# the long forms (short forms run in make test).
+# (504 recipes) and the bits of a lease.db flipped one at a time (every one
+# of a small store's, about 9,300, and 20,000 of a larger one's), the long
+# forms (short forms run in make test).
 chaos:
 	cd $(TOOLS) && LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Chaos' -v ./chaos
 	cd $(TOOLS) && LEASE_CHAOS_LONG=1 $(GO) test -count=1 -timeout 30m -run 'TestCampaign' -v ./damage

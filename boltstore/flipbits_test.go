@@ -23,8 +23,8 @@ import (
 )
 
 // flipEnv makes the test binary a child that judges damaged copies of a
-// store: "SRC:DIR:LAST:BIT,BIT,…" copies the store at SRC (lease.db and
-// its log) into DIR once per BIT, with that bit of lease.db flipped, opens
+// store: "SRC:DIR:LAST:LIST" copies the store at SRC (lease.db and its
+// log) into DIR once per BIT of the file LIST ("BIT,BIT,…"), with that bit of lease.db flipped, opens
 // it and prints "BIT OUTCOME [DETAIL]" (flipOutcome). A flip that kills
 // the process (a fault) prints nothing: the parent names it.
 const flipEnv = "BOLTSTORE_TEST_FLIP"
@@ -71,7 +71,12 @@ func flipChild() bool {
 	// the machine down.
 	var current atomic.Int64
 	go flipWatchdog(&current)
-	for _, f := range strings.Split(parts[3], ",") {
+	list, err := os.ReadFile(parts[3])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	for _, f := range strings.Split(string(list), ",") {
 		bit, err := strconv.Atoi(f)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -217,19 +222,42 @@ func flipServes(s *boltstore.Store, last lease.Token) string {
 // issued, or be refused on one line with the way out, which works. The
 // bits are those of the file's pages in use (page headers, element
 // headers, keys and values; not the unused tail of a page, which nothing
-// reads): every one of them with LEASE_CHAOS_LONG set (make chaos), else
-// a sample of flipSample, seeded (LEASE_CRASH_SEED replays it).
+// reads): with LEASE_CHAOS_LONG set (make chaos), every one of a small
+// store's and a sample of a larger one's, else a sample of flipSample of
+// each, seeded (LEASE_CRASH_SEED replays it).
 func TestEveryBitFlipped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens a damaged store thousands of times in child processes; skipped in -short")
 	}
 	t.Parallel()
+	// A small store, its buckets inline in the root page, and one whose
+	// leases take leaf pages under a branch page of their own.
+	// The long form flips every bit of the small one and a sample of
+	// 20,000 of the larger one's 255,000 (every one would take hours).
+	for _, tc := range []struct {
+		name   string
+		others int // leases held besides damageKey's
+		long   int // bits flipped in the long form; 0: all
+	}{{"inline", 1, 0}, {"paged", 400, 20000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			flipEveryBit(t, tc.others, tc.long)
+		})
+	}
+}
+
+// flipEveryBit is TestEveryBitFlipped on a store of damageKey's grants and
+// others leases held besides, flipping long bits in the long form (0:
+// every one).
+func flipEveryBit(t *testing.T, others, long int) {
 	src := filepath.Join(t.TempDir(), "lease.db")
 	last := crashAfterGrants(t, src, 30, holdLastEnv+"=1")
 	s, err := boltstore.Open(src) // a clean shutdown: all in lease.db
 	must(t, err)
-	_, err = s.Acquire(context.Background(), "flip/other", "o", time.Hour)
-	must(t, err)
+	for i := range others {
+		_, err = s.Acquire(context.Background(), fmt.Sprintf("flip/other/%03d", i), "o", time.Hour)
+		must(t, err)
+	}
 	must(t, s.Close())
 	db, err := os.ReadFile(src)
 	must(t, err)
@@ -242,11 +270,15 @@ func TestEveryBitFlipped(t *testing.T) {
 	}
 	bits := bitsInUse(t, db)
 	all := len(bits)
-	if os.Getenv("LEASE_CHAOS_LONG") == "" {
+	sample := flipSample
+	if os.Getenv("LEASE_CHAOS_LONG") != "" {
+		sample = long
+	}
+	if sample > 0 {
 		seed := flipSeed(t)
 		r := rand.New(rand.NewPCG(seed, seed))
 		r.Shuffle(len(bits), func(i, j int) { bits[i], bits[j] = bits[j], bits[i] })
-		bits = bits[:min(flipSample, len(bits))]
+		bits = bits[:min(sample, len(bits))]
 		slices.Sort(bits)
 	}
 	outcomes := map[string]int{}
@@ -257,7 +289,9 @@ func TestEveryBitFlipped(t *testing.T) {
 		for i, b := range bits {
 			args[i] = strconv.Itoa(b)
 		}
-		cmd, stdout, stderr := startChild(t, fmt.Sprintf("%s=%s:%s:%d:%s", flipEnv, src, dir, last, strings.Join(args, ",")))
+		list := filepath.Join(t.TempDir(), "bits")
+		must(t, os.WriteFile(list, []byte(strings.Join(args, ",")), 0o600))
+		cmd, stdout, stderr := startChild(t, fmt.Sprintf("%s=%s:%s:%d:%s", flipEnv, src, dir, last, list))
 		done := 0
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(nil, 1<<20)
