@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -688,4 +689,43 @@ func TestFreelistCountRefused(t *testing.T) {
 			refusedThenAbove(t, path, path, last)
 		})
 	}
+}
+
+// TestMovedAsideNeverOverwrites: a damaged lease.db that AcceptLogLoss
+// moves aside in the same second as an earlier one (lease.db.damaged-UNIX,
+// made here for the next few seconds) takes a name of its own: the
+// earlier copy is what the operator keeps to look into the damage.
+func TestMovedAsideNeverOverwrites(t *testing.T) {
+	t.Parallel()
+	path, _ := closedAfterGrants(t)
+	now := time.Now().Unix()
+	for s := now; s < now+10; s++ {
+		must(t, os.WriteFile(fmt.Sprintf("%s.damaged-%d", path, s), []byte("earlier"), 0o600))
+	}
+	b := mustRead(t, path)
+	if n := flipLeafElement(b, []byte(damageKey), 4, 1<<30); n == 0 {
+		t.Fatal("no leaf element to damage")
+	}
+	must(t, os.WriteFile(path, b, 0o600))
+	s, err := boltstore.Open(path, boltstore.AcceptLogLoss(func(*boltstore.CorruptError) {}))
+	must(t, err)
+	must(t, s.Close())
+	copies, err := filepath.Glob(path + ".damaged-*")
+	must(t, err)
+	moved := 0
+	for _, c := range copies {
+		if string(mustRead(t, c)) != "earlier" {
+			moved++
+		}
+	}
+	if len(copies) != 11 || moved != 1 {
+		t.Fatalf("after the move aside: %d copies, %d of them not an earlier one (%v); want the 10 earlier ones kept and one more", len(copies), moved, copies)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	return b
 }

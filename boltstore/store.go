@@ -522,7 +522,15 @@ func strayBuckets(tx *bolt.Tx, path, what string) error {
 // AcceptLogLoss: kept for whoever looks into the damage, and replaced by a
 // new file.
 func moveAside(path string) error {
+	// Never over an earlier damaged copy (one moved aside in the same
+	// second): it is what the operator keeps to find out what happened.
 	to := fmt.Sprintf("%s.damaged-%d", path, time.Now().Unix())
+	for i, base := 2, to; ; i++ {
+		if _, err := os.Lstat(to); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		to = fmt.Sprintf("%s-%d", base, i)
+	}
 	if err := os.Rename(path, to); err != nil {
 		return unavailablef(err, "boltstore: cannot move the damaged %s aside", path)
 	}
