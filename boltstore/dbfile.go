@@ -112,9 +112,7 @@ func checkDBFile(path string) (int64, error) {
 			break
 		}
 	}
-	damaged := func(format string, args ...any) error {
-		return &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: fmt.Sprintf(format, args...), aside: true}
-	}
+	damaged := func(format string, args ...any) error { return dbDamaged(path, format, args...) }
 	if len(metas) == 0 {
 		return size, damaged("is corrupt or not a bbolt database: neither of its meta pages is intact (%d bytes)", size)
 	}

@@ -37,7 +37,7 @@ type CorruptError struct {
 	// whether or not the store knows the key, is above it.
 	Floor lease.Token
 
-	aside bool // File is a bbolt file that cannot be opened: AcceptLogLoss moves it aside
+	aside bool // File is a bbolt file that cannot be opened: AcceptLogLoss moves it aside (dbDamaged)
 	// salvaged is what AcceptLogLoss read of the file it moved aside
 	// (salvage).
 	salvaged salvaged
@@ -60,3 +60,9 @@ func (e *CorruptError) Error() string {
 
 // Unwrap makes the error match ErrCorrupt and lease.ErrUnavailable.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, lease.ErrUnavailable} }
+
+// dbDamaged is the refusal of the bbolt file at path, as damage that
+// AcceptLogLoss moves aside: reason, formatted.
+func dbDamaged(path, format string, args ...any) *CorruptError {
+	return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true, Reason: fmt.Sprintf(format, args...)}
+}

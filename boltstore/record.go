@@ -180,22 +180,19 @@ func putVersion(meta *bolt.Bucket, v uint64) error {
 // must agree, and a version that does not is damage, refused as damage
 // AcceptLogLoss moves aside, not a newer schema's.
 func readVersion(meta *bolt.Bucket, path string) (uint64, error) {
-	damaged := func(format string, args ...any) error {
-		return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true, Reason: fmt.Sprintf(format, args...)}
+	plain, sealed := meta.Get(keyVersion), meta.Get(keySchema)
+	if len(plain) != 8 {
+		return 0, dbDamaged(path, "holds a schema version of %d bytes", len(plain))
 	}
-	sealed := meta.Get(keySchema)
 	if sealed == nil {
-		if plain := meta.Get(keyVersion); len(plain) != 8 {
-			return 0, damaged("holds a schema version of %d bytes", len(plain))
-		}
-		return decodeUint64("schema version in "+path, meta.Get(keyVersion))
+		return beUint64(plain), nil
 	}
 	v, ok := unseal(keySchema, sealed)
-	if !ok || len(v) != 8 {
-		return 0, damaged("holds a schema version that fails its checksum")
-	}
-	if plain := meta.Get(keyVersion); len(plain) != 8 || beUint64(plain) != beUint64(v) {
-		return 0, damaged("holds a schema version (%d bytes) that is not its sealed copy's, %d", len(plain), beUint64(v))
+	switch {
+	case !ok || len(v) != 8:
+		return 0, dbDamaged(path, "holds a schema version that fails its checksum")
+	case beUint64(plain) != beUint64(v):
+		return 0, dbDamaged(path, "holds a schema version, %d, that is not its sealed copy's, %d", beUint64(plain), beUint64(v))
 	}
 	return beUint64(v), nil
 }

@@ -400,8 +400,7 @@ func openDB(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 // corruptFile is the refusal of a bbolt file that bbolt cannot read
 // (cause: its error, or its panic): AcceptLogLoss moves it aside.
 func corruptFile(path string, cause any) *CorruptError {
-	return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
-		Reason: strings.ReplaceAll(fmt.Sprintf("is corrupt or not a bbolt database (%v)", cause), "\n", " ")}
+	return dbDamaged(path, "%s", strings.ReplaceAll(fmt.Sprintf("is corrupt or not a bbolt database (%v)", cause), "\n", " "))
 }
 
 // checkFile creates the schema in a new file, refuses a file of another or
@@ -433,7 +432,7 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		if len(checkErrs) > 3 {
 			msgs = append(msgs, fmt.Sprintf("and %d more", len(checkErrs)-3))
 		}
-		return 0, &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: "is corrupt: bbolt's consistency check failed (" + strings.Join(msgs, "; ") + ")", aside: true}
+		return 0, dbDamaged(path, "is corrupt: bbolt's consistency check failed (%s)", strings.Join(msgs, "; "))
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
@@ -495,8 +494,7 @@ func checkFile(db *bolt.DB, path string) (version uint64, err error) {
 		for _, name := range names {
 			if _, err := tx.CreateBucketIfNotExists(name); errors.Is(err, berrors.ErrIncompatibleValue) {
 				// A bit flipped in the flags of the bucket's element.
-				return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
-					Reason: fmt.Sprintf("holds %q as a value, not as the bucket of the store's", name)}
+				return dbDamaged(path, "holds %q as a value, not as the bucket of the store's", name)
 			} else if err != nil {
 				return unavailablef(err, "boltstore: cannot initialise bucket %q in %s", name, path)
 			}
@@ -514,8 +512,7 @@ func strayBuckets(tx *bolt.Tx, path, what string) error {
 		names = append(names, strconv.Quote(string(name)))
 		return nil
 	})
-	return &CorruptError{File: path, Log: walPath(path), Offset: -1, aside: true,
-		Reason: fmt.Sprintf("is corrupt: it %s (its buckets: %s; a lease store has %q and %q)", what, strings.Join(names, ", "), bucketMeta, bucketLeases)}
+	return dbDamaged(path, "is corrupt: it %s (its buckets: %s; a lease store has %q and %q)", what, strings.Join(names, ", "), bucketMeta, bucketLeases)
 }
 
 // moveAside renames the damaged bbolt file at path out of the way, for
