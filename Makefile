@@ -63,7 +63,7 @@ staticcheck:
 # The full suite: real PostgreSQL, Redis and etcd started by the tests. The
 # simulator runs a smaller share of its schedules under the race detector
 # (LEASE_SIM_SCHEDULES lock schedules, and a quarter as many of each of the
-# election and semaphore workloads)...
+# election, semaphore and session workloads)...
 unit:
 	$(call IN_BOTH,LEASE_SIM_SCHEDULES=2000 $(GO) test -race -count=1 -timeout 12m $(PKGS))
 
@@ -73,11 +73,11 @@ alloc-check:
 	$(GO) test -count=1 -run 'DoesNotAllocate' ./memstore
 
 # ...and its CI budget without it: 20,000 lock schedules and 5,000 each of
-# election and semaphore (about 35 s here).
+# election, semaphore and session (about 40 s here).
 sim-ci:
 	cd $(TOOLS) && LEASE_SIM_SCHEDULES=20000 $(GO) test -count=1 -run 'TestSimulation' ./sim
 
-# More schedules: make sim N=1000000 (N lock, N/4 election, N/4 semaphore)
+# More schedules: make sim N=1000000 (N lock, N/4 each of election, semaphore and session)
 sim:
 	cd $(TOOLS) && LEASE_SIM_SCHEDULES=$(N) $(GO) test -count=1 -timeout 0 -run 'TestSimulation' -v ./sim
 

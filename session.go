@@ -28,12 +28,14 @@ type Session struct {
 	holds  map[*Hold]func() bool // each live hold → stops its watch
 	ended  bool
 	others error // set when Err found a hold lost: the cause the rest end with
+
+	finished chan struct{} // closed once the session's end has ended every hold
 }
 
 // NewSession starts an empty session of holds acquired through c.
 func (c *Client) NewSession() *Session {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Session{c: c, ctx: ctx, cancel: cancel, holds: map[*Hold]func() bool{}}
+	return &Session{c: c, ctx: ctx, cancel: cancel, holds: map[*Hold]func() bool{}, finished: make(chan struct{})}
 }
 
 // Context returns a context cancelled when the session ends: with a cause
@@ -140,12 +142,18 @@ func sameSession(h *Hold, cause error) error {
 // still in it on ctx's values, each ended with cause — or, when Err has
 // found a hold lost and ended the context with that loss already, as
 // that loss ends them, with nothing to report (the loss is the session's
-// Err).
+// Err). A finish after the first waits until the first has ended every
+// hold, or ctx ends.
 func (s *Session) finish(ctx context.Context, cause, ctxCause error) error {
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
-		return nil
+		select {
+		case <-s.finished:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 	s.ended = true
 	s.cancel(ctxCause)
@@ -175,6 +183,7 @@ func (s *Session) finish(ctx context.Context, cause, ctxCause error) error {
 		})
 	}
 	wg.Wait()
+	close(s.finished)
 	if !report {
 		return nil
 	}
@@ -183,9 +192,12 @@ func (s *Session) finish(ctx context.Context, cause, ctxCause error) error {
 
 // Close ends the session with cause ErrReleased and releases every hold in
 // it, each as Hold.Release does (for at most its TTL). It returns the
-// holds' losses and the backend's errors, joined; calling it again, or
+// holds' losses and the backend's errors, joined. Calling it again, or
 // after the session ended by a loss, returns nil (the loss is the
-// session's Err).
+// session's Err) once the holds that end released are released or given
+// up, or ctx's cause if ctx ends first: so when Close returns nil, no
+// lease of the session is left held by it, and the same keys can be
+// acquired again at once.
 func (s *Session) Close(ctx context.Context) error {
 	return s.finish(ctx, ErrReleased, ErrReleased)
 }

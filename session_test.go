@@ -84,6 +84,79 @@ func TestSessionDiesTogether(t *testing.T) {
 	})
 }
 
+// gateRelease holds back the releases of one key until open is closed.
+type gateRelease struct {
+	lease.Backend
+	key  string
+	open chan struct{}
+}
+
+func (b *gateRelease) Release(ctx context.Context, l lease.Lease) error {
+	if l.Key == b.key {
+		select {
+		case <-b.open:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return b.Backend.Release(ctx, l)
+}
+
+// TestSessionCloseAfterALossWaitsForItsReleases: a session ended by a loss
+// releases its other holds in a goroutine of its own; a Close meanwhile
+// returns only once they are released, so that the program can take the
+// same keys again at once (it used to return at once, with the leases still
+// held: a TryAcquire of the same key right after was refused by the
+// program's own lease), and with ctx's cause if ctx ends first.
+func TestSessionCloseAfterALossWaitsForItsReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		refuse := &refuseKey{Backend: store}
+		gate := &gateRelease{Backend: refuse, key: "b", open: make(chan struct{})}
+		c := newClient(t, gate, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		for _, k := range []string{"a", "b"} {
+			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lost := "a"
+		refuse.key.Store(&lost)
+		<-s.Done()
+		synctest.Wait() // b's release has started, and waits at the gate
+
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if err := s.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Close while b's release is held back, ctx ending = %v, want its cause", err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(ctx) }()
+		synctest.Wait()
+		select {
+		case err := <-closed:
+			t.Errorf("Close returned (%v) while b's release was still held back", err)
+			close(gate.open)
+			synctest.Wait()
+			return
+		default:
+		}
+		close(gate.open)
+		if err := <-closed; err != nil {
+			t.Errorf("Close after a loss = %v, want nil (the loss is Err's)", err)
+		}
+		if _, err := store.Get(ctx, "b"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("b still held after Close returned: %v", err)
+		}
+		h, err := c.TryAcquire(ctx, "b", time.Second)
+		if err != nil {
+			t.Fatalf("TryAcquire of b right after Close: %v", err)
+		}
+		_ = h.Release(ctx)
+	})
+}
+
 // TestSessionClose: Close releases every hold with ErrReleased; a hold
 // released by itself before just leaves the session.
 func TestSessionClose(t *testing.T) {

@@ -232,6 +232,12 @@ func describe(r result) string {
 		return fmt.Sprintf("token %d", v.Token)
 	case []lease.Lease:
 		return fmt.Sprintf("%d leases", len(v))
+	case []lease.RenewResult:
+		parts := make([]string, len(v))
+		for i, r := range v {
+			parts[i] = describe(result{v: r.Lease, err: r.Err})
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
 	case nil:
 		return "ok"
 	default:

@@ -87,7 +87,8 @@ func TestNegativeControlClientPastDeadline(t *testing.T) {
 }
 
 // TestReplayIsExact: a seed plays the same run twice, event by event, in
-// each workload (the semaphore's without faults: see sim.Semaphore).
+// each workload but the session's (the semaphore's without faults: see
+// sim.Semaphore and sim.Session).
 func TestReplayIsExact(t *testing.T) {
 	for seed := uint64(12340); seed < 12440; seed++ {
 		replay(t, sim.Config{Seed: seed})
@@ -255,4 +256,28 @@ func TestSimulationSilentLinks(t *testing.T) {
 // timer at the leader's Expires, reports a dead leader behind a silent link.
 func TestNegativeControlObserveBelievesSilentWatch(t *testing.T) {
 	findViolation(t, sim.Config{Workload: sim.Election, SilentLinks: true, NaiveObserver: true}, sim.ObservedFresh, 2000)
+}
+
+// TestSimulationSession: transfers between accounts held in one
+// lease.Session write to the accounts' guarded registers while the session
+// lives, their Clients renewing by batches or one lease at a time; see
+// sim.Session.
+func TestSimulationSession(t *testing.T) {
+	total := simulate(t, sim.Session, share(t, 4))
+	if total.Sessions == 0 || total.Batches == 0 {
+		t.Fatalf("the schedules never held a whole session or renewed by a batch: %+v", total)
+	}
+}
+
+// Negative control of G1: workers that ask only their first hold whether
+// the group lives act on a session part of which is lost.
+func TestNegativeControlLooseSession(t *testing.T) {
+	findViolation(t, sim.Config{Workload: sim.Session, LooseSession: true}, sim.SessionWhole, 2000)
+}
+
+// Negative control of G1 through the batch path: clients whose clocks run
+// 25% slow believe in holds, renewed by batches or alone, past the
+// backend's expiry, and act on their sessions then.
+func TestNegativeControlSessionClientPastDeadline(t *testing.T) {
+	findViolation(t, sim.Config{Workload: sim.Session, ClientDrift: 0.25}, sim.SessionWhole, 2000)
 }
