@@ -41,6 +41,12 @@
 // a newer term was elected (E1) and that no observer reports a leader's
 // token below one it reported before (E3).
 //
+// With Config.Session each worker holds every key in one lease.Session and
+// writes every key's register while the session's Err is nil; on top of
+// both histories Run lists (Result.Split) every time a worker found its
+// session live after another's Acquire of one of its keys had returned a
+// newer token (G1).
+//
 // A history that is not linearizable fails the test, and porcupine's HTML
 // visualisation is written to $LEASE_CHAOS_ARTIFACTS (or a fresh temporary
 // directory) with its path in the failure message. With the guard off

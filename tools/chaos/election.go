@@ -255,6 +255,13 @@ func RunElection(t *testing.T, cfg ElectionConfig) ElectionResult {
 // the newer one), so a leader that still finds its term held acts beside
 // another (E1).
 func twoLeaders(beliefs []belief, grants []termGrant) []string {
+	return actedAfter(beliefs, grants, "leader of term", "term", "elected")
+}
+
+// actedAfter finds every belief in a generation after a newer
+// generation's grant had returned; role, gen and granted name them in
+// the findings.
+func actedAfter(beliefs []belief, grants []termGrant, role, gen, granted string) []string {
 	sort.Slice(grants, func(i, j int) bool { return grants[i].ret < grants[j].ret })
 	var out []string
 	for _, b := range beliefs {
@@ -263,8 +270,8 @@ func twoLeaders(beliefs []belief, grants []termGrant) []string {
 				break
 			}
 			if g.token > b.token {
-				out = append(out, fmt.Sprintf("w%d acted as leader of term t%d at %.3fms, after w%d's term t%d was elected at %.3fms",
-					b.worker, b.token, float64(b.at)/1e6, g.worker, g.token, float64(g.ret)/1e6))
+				out = append(out, fmt.Sprintf("w%d acted as %s t%d at %.3fms, after w%d's %s t%d was %s at %.3fms",
+					b.worker, role, b.token, float64(b.at)/1e6, g.worker, gen, g.token, granted, float64(g.ret)/1e6))
 				break
 			}
 		}

@@ -109,6 +109,15 @@ type Config struct {
 	// AlwaysVisualize writes the register history's visualisation even
 	// when it is linearizable.
 	AlwaysVisualize bool
+	// Session makes each of the Workers workers (not Workers per key) hold
+	// every one of the Keys keys in one lease.Session, acquired in key
+	// order, and write every key's register with that key's token while
+	// the session's Err is nil (issue 31's sessions); Result.Split lists
+	// the G1 findings.
+	Session bool
+	// IgnoreSession has session workers write without asking the
+	// session's Err (a negative control of G1).
+	IgnoreSession bool
 }
 
 // Stats counts what a run did.
@@ -138,6 +147,12 @@ type Result struct {
 	Grants   Verdict // the grant history against GrantModel
 	// Events is a readable tail of the run's events, for failure messages.
 	Events string
+	// Split lists, for Config.Session, every time a worker found its
+	// session live (and so wrote every key of it) after another worker's
+	// Acquire of one of its keys had returned a newer token: the engine
+	// had expired that hold by then, so work went on under part of the
+	// group (G1).
+	Split []string
 }
 
 // writesPerHold is how many writes a worker makes under one lease.
@@ -151,6 +166,8 @@ type worker struct {
 	id      int
 	key     string
 	reg     Register
+	keys    []string   // Config.Session: every key, in order
+	regs    []Register // and their registers
 	client  *lease.Client
 	closeFn func()
 	rng     *rand.Rand
@@ -165,9 +182,11 @@ type run struct {
 	rec     *Recorder
 	workers []*worker
 
-	mu    sync.Mutex
-	stats Stats
-	errs  []error
+	mu      sync.Mutex
+	stats   Stats
+	errs    []error
+	beliefs map[string][]belief    // Config.Session: by key, each time a worker found its session live
+	grants  map[string][]termGrant // and the grants, by key
 }
 
 func (r *run) count(f func(s *Stats)) {
@@ -197,12 +216,22 @@ func Run(t *testing.T, cfg Config) Result {
 	}
 	defer proxies.Close()
 
-	r := &run{cfg: cfg, rec: NewRecorder(), stats: Stats{Faults: map[Fault]int{}}}
+	r := &run{cfg: cfg, rec: NewRecorder(), stats: Stats{Faults: map[Fault]int{}},
+		beliefs: map[string][]belief{}, grants: map[string][]termGrant{}}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	var keys []string
+	var regs []Register
 	for k := range cfg.Keys {
 		key := fmt.Sprintf("chaos-%s-%d", cfg.Engine.Name, k)
-		reg := newRegister(t, cfg.Engine, key, cfg.Mode, cfg.Unguarded)
+		keys = append(keys, key)
+		regs = append(regs, newRegister(t, cfg.Engine, key, cfg.Mode, cfg.Unguarded))
+	}
+	for k, key := range keys {
+		reg := regs[k]
+		if cfg.Session && k > 0 {
+			break // each session worker holds every key
+		}
 		for range cfg.Workers {
 			id := len(r.workers)
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -212,7 +241,7 @@ func Run(t *testing.T, cfg Config) Result {
 				r.closeWorkers()
 				t.Fatalf("chaos: %s: connecting worker %d: %v", cfg.Engine.Name, id, err)
 			}
-			w := &worker{id: id, key: key, reg: reg, closeFn: closeFn, freezer: newFreezer(),
+			w := &worker{id: id, key: key, reg: reg, keys: keys, regs: regs, closeFn: closeFn, freezer: newFreezer(),
 				rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(id))),
 				pauseRq: make(chan time.Duration, 1), paused: make(chan struct{}, 1)}
 			r.workers = append(r.workers, w)
@@ -232,6 +261,10 @@ func Run(t *testing.T, cfg Config) Result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if cfg.Session {
+				r.workSession(ctx, w)
+				return
+			}
 			r.work(ctx, w)
 		}()
 	}
@@ -263,6 +296,11 @@ func Run(t *testing.T, cfg Config) Result {
 
 	register, grants, events := r.rec.History()
 	res := Result{Stats: r.stats, Events: describeEvents(events, 40)}
+	for _, key := range keys {
+		for _, f := range actedAfter(r.beliefs[key], r.grants[key], "a session's holder of token", "token", "granted") {
+			res.Split = append(res.Split, key+": "+f)
+		}
+	}
 	dir := ArtifactDir(t.Name())
 	var once struct {
 		sync.Once
@@ -372,45 +410,125 @@ func (r *run) work(ctx context.Context, w *worker) {
 			// ago, and now the worker stops before its write lands.
 			r.maybePause(ctx, w)
 			seq++
-			value := fmt.Sprintf("w%d.%d", w.id, seq)
-			call := r.rec.Now()
-			// Not ctx: a write cut off as the run stops would have an
-			// unknown outcome that the history cannot hold.
-			gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
-			werr := w.reg.Write(gctx, h.Token(), value)
-			gcancel()
-			ret := r.rec.Now()
-			ok, err := accepted(werr)
-			if err != nil {
-				r.fail(err)
+			if !r.writeOnce(w, w.key, w.reg, h.Token(), seq) {
 				break
-			}
-			r.rec.Write(w.id, w.key, h.Token(), value, call, ret, ok)
-			r.count(func(s *Stats) {
-				s.Writes++
-				if ok {
-					s.Accepted++
-				} else {
-					s.Rejected++
-				}
-			})
-			if w.rng.IntN(3) == 0 {
-				call := r.rec.Now()
-				gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
-				v, tok, err := w.reg.Read(gctx)
-				gcancel()
-				if err != nil {
-					r.fail(fmt.Errorf("chaos: register read failed: %w", err))
-					break
-				}
-				r.rec.Read(w.id, w.key, v, tok, call, r.rec.Now())
-				r.count(func(s *Stats) { s.Reads++ })
 			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 		}
 		w.holding.Store(false)
 		rctx, cancel := context.WithTimeout(context.Background(), ttl+r.cfg.Engine.Linger)
 		_ = h.Release(rctx) // an error here is a lost lease or an unreachable engine: both expected
+		cancel()
+	}
+}
+
+// writeOnce writes the register reg of key with token, and sometimes reads
+// it back, recording both; false if the run must stop using the register.
+func (r *run) writeOnce(w *worker, key string, reg Register, token lease.Token, seq int) bool {
+	value := fmt.Sprintf("w%d.%d", w.id, seq)
+	call := r.rec.Now()
+	// Not ctx: a write cut off as the run stops would have an unknown
+	// outcome that the history cannot hold.
+	gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
+	werr := reg.Write(gctx, token, value)
+	gcancel()
+	ret := r.rec.Now()
+	ok, err := accepted(werr)
+	if err != nil {
+		r.fail(err)
+		return false
+	}
+	r.rec.Write(w.id, key, token, value, call, ret, ok)
+	r.count(func(s *Stats) {
+		s.Writes++
+		if ok {
+			s.Accepted++
+		} else {
+			s.Rejected++
+		}
+	})
+	if w.rng.IntN(3) == 0 {
+		call := r.rec.Now()
+		gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
+		v, tok, err := reg.Read(gctx)
+		gcancel()
+		if err != nil {
+			r.fail(fmt.Errorf("chaos: register read failed: %w", err))
+			return false
+		}
+		r.rec.Read(w.id, key, v, tok, call, r.rec.Now())
+		r.count(func(s *Stats) { s.Reads++ })
+	}
+	return true
+}
+
+// workSession is work for Config.Session: acquire every key into one
+// lease.Session, in key order, then, while the session's Err is nil, write
+// every key's register with that key's token, a few times; then Close.
+// Each time it finds the session live it records a belief per key, which
+// Run checks against the other workers' grants (G1).
+func (r *run) workSession(ctx context.Context, w *worker) {
+	ttl := r.cfg.TTL
+	seq := 0
+	for ctx.Err() == nil {
+		sess := w.client.NewSession()
+		holds := make([]*lease.Hold, 0, len(w.keys))
+		for _, key := range w.keys {
+			actx, cancel := context.WithTimeout(ctx, r.cfg.ProgressTimeout)
+			call := r.rec.Now()
+			h, err := sess.Acquire(actx, key, ttl)
+			ret := r.rec.Now()
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					r.count(func(s *Stats) { s.AcquireErrors++ })
+					r.rec.Event(w.id, call, ret, "acquire failed", "%s: %v", key, err)
+				}
+				break
+			}
+			r.rec.Grant(w.id, key, h.Token(), call, ret)
+			r.mu.Lock()
+			r.grants[key] = append(r.grants[key], termGrant{worker: w.id, token: h.Token(), ret: ret})
+			r.mu.Unlock()
+			r.count(func(s *Stats) { s.Grants++ })
+			holds = append(holds, h)
+		}
+		if len(holds) == len(w.keys) {
+			w.holding.Store(true)
+			for range writesPerHold {
+				if ctx.Err() != nil {
+					break
+				}
+				if err := sess.Err(); err != nil && !r.cfg.IgnoreSession {
+					r.count(func(s *Stats) { s.Lost++ })
+					r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", err)
+					break
+				}
+				at := r.rec.Now()
+				r.mu.Lock()
+				for _, h := range holds {
+					r.beliefs[h.Key()] = append(r.beliefs[h.Key()], belief{worker: w.id, token: h.Token(), at: at})
+				}
+				r.mu.Unlock()
+				r.maybePause(ctx, w)
+				ok := true
+				for i, h := range holds {
+					seq++
+					if ok = r.writeOnce(w, w.keys[i], w.regs[i], h.Token(), seq); !ok {
+						break
+					}
+				}
+				if !ok {
+					break
+				}
+				sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
+			}
+			w.holding.Store(false)
+		} else {
+			sleep(ctx, ttl/10)
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), ttl+r.cfg.Engine.Linger)
+		_ = sess.Close(rctx) // an error here is a lost lease or an unreachable engine: both expected
 		cancel()
 	}
 }
