@@ -57,11 +57,12 @@ type ElectionConfig struct {
 
 // ElectionStats counts what an election run did.
 type ElectionStats struct {
-	Terms, CampaignErrors, Writes, Accepted, Rejected, Reads, Lost int
-	Pauses, Crashes                                                int
-	Observed, ObserveBreaks                                        int           // leaders reported by Observe; its streams that broke
-	Faults                                                         map[Fault]int // faults injected by the driver
-	Duration                                                       time.Duration
+	Terms, CampaignErrors, Lost int
+	RegisterStats
+	Pauses, Crashes         int
+	Observed, ObserveBreaks int           // leaders reported by Observe; its streams that broke
+	Faults                  map[Fault]int // faults injected by the driver
+	Duration                time.Duration
 }
 
 // ElectionResult is what an election run found.
@@ -407,38 +408,12 @@ func (r *electionRun) believe(w *candidate, token lease.Token) {
 // write writes value with token to the register and sometimes reads it
 // back, recording both; false if the run must stop using the register.
 func (r *electionRun) write(w *candidate, token lease.Token, value string) bool {
-	call := r.rec.Now()
-	// Not the worker's context: a write cut off by a crash would have an
-	// unknown outcome that the history cannot hold.
-	gctx, cancel := context.WithTimeout(context.Background(), guardLimit)
-	werr := w.reg.Write(gctx, token, value)
-	cancel()
-	ret := r.rec.Now()
-	ok, err := accepted(werr)
+	err := guardedWrite(r.rec, w.rng, w.id, r.key, w.reg, token, value, func(write, ok bool) {
+		r.count(func(s *ElectionStats) { s.tally(write, ok) })
+	})
 	if err != nil {
 		r.fail(err)
 		return false
-	}
-	r.rec.Write(w.id, r.key, token, value, call, ret, ok)
-	r.count(func(s *ElectionStats) {
-		s.Writes++
-		if ok {
-			s.Accepted++
-		} else {
-			s.Rejected++
-		}
-	})
-	if w.rng.IntN(3) == 0 {
-		call := r.rec.Now()
-		gctx, cancel := context.WithTimeout(context.Background(), guardLimit)
-		v, tok, err := w.reg.Read(gctx)
-		cancel()
-		if err != nil {
-			r.fail(fmt.Errorf("chaos: register read failed: %w", err))
-			return false
-		}
-		r.rec.Read(w.id, r.key, v, tok, call, r.rec.Now())
-		r.count(func(s *ElectionStats) { s.Reads++ })
 	}
 	return true
 }

@@ -122,13 +122,34 @@ type Config struct {
 
 // Stats counts what a run did.
 type Stats struct {
-	Grants, AcquireErrors, Writes, Accepted, Rejected, Reads, Lost int
-	Pauses                                                         int           // worker pauses, the driver's and random ones
-	Faults                                                         map[Fault]int // faults injected by the driver
-	Duration                                                       time.Duration // from the first worker's start to the last one's end
+	Grants, AcquireErrors, Lost int
+	RegisterStats
+	Pauses   int           // worker pauses, the driver's and random ones
+	Faults   map[Fault]int // faults injected by the driver
+	Duration time.Duration // from the first worker's start to the last one's end
 	// Recoveries are, for each Crash injected and each heal, the time from
 	// it to the end of the first accepted write invoked after it.
 	Recoveries []Recovery
+}
+
+// RegisterStats counts a run's calls of its registers: writes, those the
+// guard accepted and rejected, and reads.
+type RegisterStats struct {
+	Writes, Accepted, Rejected, Reads int
+}
+
+// tally counts a write (accepted or not) or a read.
+func (s *RegisterStats) tally(write, accepted bool) {
+	switch {
+	case !write:
+		s.Reads++
+	case accepted:
+		s.Writes++
+		s.Accepted++
+	default:
+		s.Writes++
+		s.Rejected++
+	}
 }
 
 // Recovery is how long the workers took to make progress after a crash.
@@ -425,41 +446,46 @@ func (r *run) work(ctx context.Context, w *worker) {
 // writeOnce writes the register reg of key with token, and sometimes reads
 // it back, recording both; false if the run must stop using the register.
 func (r *run) writeOnce(w *worker, key string, reg Register, token lease.Token, seq int) bool {
-	value := fmt.Sprintf("w%d.%d", w.id, seq)
-	call := r.rec.Now()
-	// Not ctx: a write cut off as the run stops would have an unknown
-	// outcome that the history cannot hold.
-	gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
-	werr := reg.Write(gctx, token, value)
-	gcancel()
-	ret := r.rec.Now()
-	ok, err := accepted(werr)
+	err := guardedWrite(r.rec, w.rng, w.id, key, reg, token, fmt.Sprintf("w%d.%d", w.id, seq), func(write, ok bool) {
+		r.count(func(s *Stats) { s.tally(write, ok) })
+	})
 	if err != nil {
 		r.fail(err)
 		return false
 	}
-	r.rec.Write(w.id, key, token, value, call, ret, ok)
-	r.count(func(s *Stats) {
-		s.Writes++
-		if ok {
-			s.Accepted++
-		} else {
-			s.Rejected++
-		}
-	})
-	if w.rng.IntN(3) == 0 {
-		call := r.rec.Now()
+	return true
+}
+
+// guardedWrite writes value with token to reg, the register of key, and
+// one time in three (rng) reads it back, recording both in rec as worker's
+// and telling tally of each: a write (and whether the guard accepted it)
+// or a read. An error means the run must stop using the register.
+func guardedWrite(rec *Recorder, rng *rand.Rand, worker int, key string, reg Register, token lease.Token, value string, tally func(write, accepted bool)) error {
+	call := rec.Now()
+	// Not the worker's context: a write cut off as the run stops, or by a
+	// crash, would have an unknown outcome that the history cannot hold.
+	gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
+	werr := reg.Write(gctx, token, value)
+	gcancel()
+	ret := rec.Now()
+	ok, err := accepted(werr)
+	if err != nil {
+		return err
+	}
+	rec.Write(worker, key, token, value, call, ret, ok)
+	tally(true, ok)
+	if rng.IntN(3) == 0 {
+		call := rec.Now()
 		gctx, gcancel := context.WithTimeout(context.Background(), guardLimit)
 		v, tok, err := reg.Read(gctx)
 		gcancel()
 		if err != nil {
-			r.fail(fmt.Errorf("chaos: register read failed: %w", err))
-			return false
+			return fmt.Errorf("chaos: register read failed: %w", err)
 		}
-		r.rec.Read(w.id, key, v, tok, call, r.rec.Now())
-		r.count(func(s *Stats) { s.Reads++ })
+		rec.Read(worker, key, v, tok, call, rec.Now())
+		tally(false, false)
 	}
-	return true
+	return nil
 }
 
 // workSession is work for Config.Session: acquire every key into one
