@@ -552,6 +552,114 @@ func TestDamagedDBAfterRestore(t *testing.T) {
 	}
 }
 
+// TestLostDBAfterRestoreKeepsTheLead: a restored store's tokens are the
+// bump (2^40 microseconds, some twelve days) ahead of the host clock, a
+// lead that lease.db holds. lease.db missing, emptied or cut short before
+// the page that holds it, or both files gone, used to take the lead along:
+// the way out floored the new file at the clock alone (or, both files
+// gone, started a new store at token 1), below the tokens just issued.
+// The lead's copy beside the file (lead.go) keeps it.
+func TestLostDBAfterRestoreKeepsTheLead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string)
+	}{
+		{"lease.db missing", func(t *testing.T, path string) { must(t, os.Remove(path)) }},
+		{"lease.db emptied", func(t *testing.T, path string) { must(t, os.Truncate(path, 0)) }},
+		{"lease.db cut to its meta pages", func(t *testing.T, path string) { must(t, os.Truncate(path, 2*4096)) }},
+		{"lease.db and its log missing", func(t *testing.T, path string) {
+			must(t, os.Remove(path))
+			must(t, os.Remove(path+"-wal"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, path := open(t)
+			must(t, s.Close())
+			s = openAt(t, path) // restarted: its tokens are the host clock's
+			acquireRelease(t, s, "k")
+			backup := backupTo(t, s)
+			restored := t.TempDir() + "/lease.db"
+			_, err := boltstore.Restore(backup, restored)
+			must(t, err)
+			r, err := boltstore.Open(restored)
+			must(t, err)
+			l, err := r.Acquire(context.Background(), damageKey, "o", time.Hour)
+			must(t, err)
+			must(t, r.Close())
+			if clock := lease.Token(time.Now().UnixMicro()); l.Token < clock+1<<39 {
+				t.Fatalf("the restored store issued token %d, not the bump ahead of the clock (%d)", l.Token, clock)
+			}
+			tc.damage(t, restored)
+			refusedThenAbove(t, restored, restored, l.Token)
+		})
+	}
+}
+
+// TestLeadCopyDamagedOrMissing: lease.db's lead is the one that counts
+// when the file is whole; a lead copy that is damaged, cut short or
+// missing is written again from it, and one that is not the store's own
+// regular file is refused before anything is opened.
+func TestLeadCopyDamagedOrMissing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, copyPath string)
+	}{
+		{"missing", func(t *testing.T, p string) { must(t, os.Remove(p)) }},
+		{"emptied", func(t *testing.T, p string) { must(t, os.Truncate(p, 0)) }},
+		{"cut short", func(t *testing.T, p string) { must(t, os.Truncate(p, 20)) }},
+		{"a bit flipped", func(t *testing.T, p string) {
+			b := mustRead(t, p)
+			b[len(b)-6] ^= 0x10
+			must(t, os.WriteFile(p, b, 0o600))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, path := open(t)
+			must(t, s.Close())
+			s = openAt(t, path)
+			acquireRelease(t, s, "k")
+			backup := backupTo(t, s)
+			restored := t.TempDir() + "/lease.db"
+			_, err := boltstore.Restore(backup, restored)
+			must(t, err)
+			r, err := boltstore.Open(restored)
+			must(t, err)
+			last := acquireRelease(t, r, "k")
+			must(t, r.Close())
+			good := mustRead(t, restored+"-lead")
+			tc.damage(t, restored+"-lead")
+			r, err = boltstore.Open(restored)
+			must(t, err)
+			if got := acquireRelease(t, r, "k"); got <= last {
+				t.Fatalf("token %d after %d (I1)", got, last)
+			}
+			must(t, r.Close())
+			if got := mustRead(t, restored+"-lead"); !bytes.Equal(got, good) {
+				t.Errorf("the lead copy was not written again from lease.db's lead: %q, want %q", got, good)
+			}
+			// With it written again, losing lease.db still keeps the lead.
+			must(t, os.Remove(restored))
+			refusedThenAbove(t, restored, restored, last)
+		})
+	}
+	t.Run("a symbolic link", func(t *testing.T) {
+		t.Parallel()
+		s, path := open(t)
+		must(t, s.Close())
+		other := t.TempDir() + "/elsewhere"
+		must(t, os.Rename(path+"-lead", other))
+		must(t, os.Symlink(other, path+"-lead"))
+		_, err := boltstore.Open(path)
+		if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Fatalf("Open with the lead copy a symbolic link: %v, want a refusal naming it", err)
+		}
+	})
+}
+
 // TestDamagedDBSalvageIgnoresOwners: what AcceptLogLoss reads out of a
 // damaged lease.db's bytes (salvage) cannot be planted by a client. An
 // owner holds "clock-lead" and then 8 printable bytes sealed as the store

@@ -45,11 +45,14 @@
 // what cannot be read or trusted and raises a floor, kept in the file,
 // above every token it could have issued, for every key, known or not
 // (recover.go). A bbolt file it cannot open is moved aside for a new one,
-// floored at the host clock plus the lead (floor.go) read out of the
-// damaged file's bytes (salvage): a restored store's tokens are a bump
-// ahead of the clock. A bbolt file missing, emptied, or cut short before
-// the page that holds its lead takes the lead with it, and the new one
-// rests on the clock alone.
+// floored at the host clock plus the lead (floor.go): the larger of what
+// the damaged file's bytes hold of it (salvage) and the copy of the lead
+// every Open keeps beside the file (PATH-lead, lead.go), so that a
+// restored store's tokens, a bump ahead of the clock, stay ahead of it
+// when the file is missing, emptied or cut short before the page that
+// holds its lead. The bbolt file and its log both missing beside that
+// copy is refused too: a store issued tokens there, and a new one would
+// start again at 1.
 //
 // What no local check can tell from a crash (the log's last records
 // zeroed, an older copy of the log, both files copied back together) is
@@ -157,7 +160,11 @@
 //
 // # Its files
 //
-// Open refuses a bbolt file or log that is a symbolic link, has another
+// Beside the bbolt file and its log is the copy of the store's lead,
+// path with "-lead" after it (lead.go), written at every Open before the
+// store answers anything: 28 bytes, replaced whole by a rename.
+//
+// Open refuses a bbolt file, log or lead copy that is a symbolic link, has another
 // name (a hard link), belongs to another user or is not a regular file,
 // before it writes to, zeroes or chmods it, and a directory that other
 // users may write to (AllowSharedDir allows it), as they could remove the

@@ -27,7 +27,8 @@ import "time"
 // put above the clock: by a restore's bump, an accepted loss, or tokens
 // found above it. It only grows, and every copy of the file holds the lead
 // of its time, so a rollback's floor is still above every token issued
-// after the copy was taken.
+// after the copy was taken. A copy of it beside the file (lead.go) keeps
+// it when the file is lost.
 // A new store (no lease.db before this Open) starts at 1, as the seed's
 // tokens did; the first restart moves its tokens to about 1.8 × 10^15,
 // where they stay below lease.MaxToken (2^53) until the year 2255.

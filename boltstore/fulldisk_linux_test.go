@@ -99,7 +99,7 @@ func TestFullDisk(t *testing.T) {
 	} else {
 		t.Logf("Open on the full disk: %v", err)
 	}
-	if left := entries(t, dir); strings.Join(left, " ") != "filler lease.db lease.db-wal" {
+	if left := entries(t, dir); strings.Join(left, " ") != "filler lease.db lease.db-lead lease.db-wal" {
 		t.Fatalf("after a start on the full disk the directory holds %v", left)
 	}
 

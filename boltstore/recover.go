@@ -30,8 +30,11 @@ type recovery struct {
 	version uint64
 	fresh   bool          // the bbolt file is new: no floor from the clock, tokens start at 1
 	lost    *CorruptError // a loss already accepted (the bbolt file was missing, empty or damaged)
-	accept  func(*CorruptError)
-	now     func() time.Time // the host clock, for the floor
+	// leadCopy is the lead in the copy beside the file (lead.go), 0 if
+	// none: the lead is at least it.
+	leadCopy uint64
+	accept   func(*CorruptError)
+	now      func() time.Time // the host clock, for the floor
 	// expiryNow is the store's clock, which judges expiry (WithClock), for
 	// a damaged quiet mark (graceQuiet).
 	expiryNow    func() time.Time
@@ -126,7 +129,7 @@ func readMeta(tx *bolt.Tx, path string, version uint64) (metaState, *CorruptErro
 // *CorruptError, unless r.accept is not nil: then what cannot be trusted
 // is dropped and the floor is raised above every token it may have
 // issued, in the same commit, and accept hears of it.
-func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, err error) {
+func recoverLog(db *bolt.DB, r recovery) (w *wal, floor, lead uint64, created bool, err error) {
 	var (
 		st   metaState
 		loss = r.lost
@@ -140,15 +143,15 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		}
 		return err
 	}); err != nil {
-		return nil, 0, false, err
+		return nil, 0, 0, false, err
 	}
 	if loss != nil && r.accept == nil {
-		return nil, 0, false, loss
+		return nil, 0, 0, false, loss
 	}
 	logLost := loss != nil && loss.File == r.path && loss.Reason == reasonMetaEpoch
 	w, data, created, err := openWAL(r.path, st.epoch, loss != nil || r.accept != nil)
 	if err != nil {
-		return nil, 0, created, err
+		return nil, 0, 0, created, err
 	}
 	opened := w // w is nil once a failure is returned
 	defer func() {
@@ -169,13 +172,13 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 	if created && st.epoch > 0 {
 		// openWAL lets this through only to accept it.
 		if err := refuse(&CorruptError{File: w.path, Log: w.path, Offset: -1, Reason: fmt.Sprintf("is missing, but %s has had a log, which may hold writes made after its last checkpoint (if it was moved, move it back)", r.path)}); err != nil {
-			return nil, 0, created, err
+			return nil, 0, 0, created, err
 		}
 		lostFrom = 0
 	}
 	if st.walSize > 0 && int64(len(data)) != st.walSize && !created {
 		if err := refuse(&CorruptError{File: w.path, Log: w.path, Offset: -1, Reason: fmt.Sprintf("is %d bytes, but %s recorded %d: it was cut short, grown or replaced since", len(data), r.path, st.walSize)}); err != nil {
-			return nil, 0, created, err
+			return nil, 0, 0, created, err
 		}
 		lostFrom = 0
 	}
@@ -190,11 +193,11 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		// file's.
 	case r.version == 2:
 		if entries, end, err = replayV2(data, st.epoch); err != nil {
-			return nil, 0, created, unavailablef(err, "boltstore: the log %s is corrupt", w.path)
+			return nil, 0, 0, created, unavailablef(err, "boltstore: the log %s is corrupt", w.path)
 		}
 		if end > 0 {
 			if err := settleV2(db, w, entries, st.epoch, r.afterCommit); err != nil {
-				return nil, 0, created, err
+				return nil, 0, 0, created, err
 			}
 			st.epoch++
 			entries, end = nil, 0
@@ -208,7 +211,7 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 				c = &CorruptError{File: r.path, Log: w.path, Offset: -1, Reason: dmg.reason}
 			}
 			if err := refuse(c); err != nil {
-				return nil, 0, created, err
+				return nil, 0, 0, created, err
 			}
 			lostFrom = dmg.from
 		}
@@ -227,12 +230,12 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		// (A damaged log keeps all it holds until the floor that stands
 		// for its loss is committed.)
 		if err := w.zero(int64(end), w.size); err != nil {
-			return nil, 0, created, err
+			return nil, 0, 0, created, err
 		}
 	}
 	// The log keeps one size from now on (see wal.go), recorded below.
 	if err := w.reserve(); err != nil {
-		return nil, 0, created, err
+		return nil, 0, 0, created, err
 	}
 	epoch := st.epoch
 	if logLost {
@@ -275,7 +278,7 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		} else if err := graceQuiet(tx, r.expiryNow()); err != nil {
 			return err
 		}
-		lead := st.lead
+		lead = max(st.lead, r.leadCopy)
 		if r.lost != nil { // a new file, in place of the one moved aside
 			floor = max(floor, r.lost.salvaged.floor)
 			lead = max(lead, r.lost.salvaged.lead)
@@ -317,13 +320,13 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 	}); err != nil {
 		var own *storeError
 		if errors.As(err, &own) {
-			return nil, 0, created, err
+			return nil, 0, 0, created, err
 		}
-		return nil, 0, created, unavailablef(err, "boltstore: recovering %s from its log", r.path)
+		return nil, 0, 0, created, unavailablef(err, "boltstore: recovering %s from its log", r.path)
 	}
 	if r.afterCommit != nil {
 		if err := r.afterCommit(); err != nil {
-			return nil, 0, created, err
+			return nil, 0, 0, created, err
 		}
 	}
 	// The file has everything the log held, and a new epoch: the log's
@@ -335,16 +338,16 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor uint64, created bool, er
 		zeroTo = w.size
 	}
 	if err := w.zero(0, zeroTo); err != nil {
-		return nil, 0, created, err
+		return nil, 0, 0, created, err
 	}
 	if err := w.prepare(); err != nil {
-		return nil, 0, created, err
+		return nil, 0, 0, created, err
 	}
 	w.restart(epoch + 1)
 	if loss != nil {
 		r.accept(loss)
 	}
-	return w, floor, created, nil
+	return w, floor, lead, created, nil
 }
 
 // settleV2 commits the records replayed from a log of schema version 2

@@ -185,12 +185,13 @@ func AllowSharedDir() Option {
 
 // Open opens the store in the bbolt file at path, creating it (mode 0600) if
 // it does not exist; its directory must exist, and be writable by this
-// process's user alone (see AllowSharedDir). The file and the log beside
-// it, path with "-wal" after it, must each be a regular file of this
-// process's user, with one name, or be missing: Open refuses a symbolic
-// link, another user's file or a hard-linked one, before it writes to it,
-// and sets both to mode 0600 whatever their mode was, as they hold every
-// lease's secret ID. It fails fast, with an error matching
+// process's user alone (see AllowSharedDir). The file, the log beside
+// it (path with "-wal" after it) and the copy of its lead (path with
+// "-lead" after it, lead.go) must each be a regular file of this process's
+// user, with one name, or be missing: Open refuses a symbolic link,
+// another user's file or a hard-linked one, before it writes to it, and
+// sets the file and its log to mode 0600 whatever their mode was, as they
+// hold every lease's secret ID. It fails fast, with an error matching
 // lease.ErrUnavailable that names path, if another process holds the file, if
 // the file is not a consistent bbolt database, or if it was written by a newer
 // schema, and with one matching ErrCorrupt too if the log is damaged (see
@@ -232,7 +233,7 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	}
 	// Refused before anything is opened: opening a FIFO or a device may
 	// block, or act.
-	for _, p := range []string{path, walPath(path)} {
+	for _, p := range []string{path, walPath(path), leadPath(path)} {
 		fi, err := os.Lstat(p)
 		switch {
 		case err == nil:
@@ -253,12 +254,21 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Lstat(walPath(path)); dbSize == 0 && err == nil && lost == nil {
+	leadCopy, copyFound, copyOK, err := readLeadCopy(path)
+	if err != nil {
+		return nil, err
+	}
+	_, walErr := os.Lstat(walPath(path))
+	if dbSize == 0 && lost == nil && (walErr == nil || copyFound) {
 		what := "is missing"
 		if _, err := os.Lstat(path); err == nil {
 			what = "is empty"
 		}
-		lost = &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: what + ", but its log is there: the file held every token issued before the log's last checkpoint (put it back, or restore a backup into a new data directory)"}
+		reason := what + ", but its log is there: the file held every token issued before the log's last checkpoint (put it back, or restore a backup into a new data directory)"
+		if walErr != nil {
+			reason = what + ", and so is its log, but " + leadPath(path) + " is there: a store issued tokens here, and a new one would start at token 1 again (put both files back, or restore a backup into a new data directory)"
+		}
+		lost = &CorruptError{File: path, Log: walPath(path), Offset: -1, Reason: reason}
 		if cfg.acceptLogLoss == nil {
 			return nil, lost
 		}
@@ -326,8 +336,8 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	if cfg.clock != nil {
 		expiryNow = cfg.clock.Now
 	}
-	w, floor, logCreated, err := recoverLog(db, recovery{
-		path: path, version: version, fresh: dbSize == 0, lost: lost,
+	w, floor, lead, logCreated, err := recoverLog(db, recovery{
+		path: path, version: version, fresh: dbSize == 0, lost: lost, leadCopy: leadCopy,
 		accept: cfg.acceptLogLoss, now: hostClock, expiryNow: expiryNow, noQuietGrace: cfg.noQuietGrace,
 		afterCommit: cfg.afterCommit,
 	})
@@ -336,6 +346,16 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// The lead's copy (lead.go), before the store answers anything: the
+	// tokens it issues rest on this lead.
+	if !copyOK || leadCopy != lead {
+		if err := writeLeadCopy(path, lead); err != nil {
+			return nil, err
+		}
+		if !copyFound {
+			created = append(created, leadPath(path))
+		}
 	}
 	s = &Store{
 		db:        db,

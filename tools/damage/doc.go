@@ -17,8 +17,9 @@
 // flipped anywhere, in a key's name or in the 8 bytes after it (its
 // high-water mark, or its lease's token); the log removed, emptied, cut
 // inside its records, its last blocks or a page zeroed, a bit of it
-// flipped, rolled back; and both files rolled back together (a VM or
-// filesystem snapshot restored).
+// flipped, rolled back; both files removed, the lead's copy beside them
+// left (lease.db-lead); the lead's copy removed; and both files, or all
+// three, rolled back together (a VM or filesystem snapshot restored).
 //
 // Each start of the damaged store is judged (Judge):
 //

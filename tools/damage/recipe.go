@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 )
 
-// The store's two files, as `lease serve --data-dir` names them.
+// The store's files, as `lease serve --data-dir` names them.
 const (
 	DBFile  = "lease.db"
 	LogFile = "lease.db-wal"
+	// LeadFile is the copy of the store's lead beside it (boltstore's lead.go).
+	LeadFile = "lease.db-lead"
 )
 
 // A Recipe is one damage done to a crash state's files before the restart.
@@ -46,6 +48,17 @@ var classes = []class{
 	}},
 	{"empty-db", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
 		return "lease.db emptied", os.Truncate(filepath.Join(dir, DBFile), 0)
+	}},
+	{"rm-both", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
+		for _, f := range []string{DBFile, LogFile} {
+			if err := os.Remove(filepath.Join(dir, f)); err != nil {
+				return "", err
+			}
+		}
+		return "lease.db and lease.db-wal removed (lease.db-lead left)", nil
+	}},
+	{"rm-lead", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
+		return "lease.db-lead removed", os.Remove(filepath.Join(dir, LeadFile))
 	}},
 	{"rm-log", func(dir string, _ *State, _ []*State, _ *rand.Rand, _ int) (string, error) {
 		return "lease.db-wal removed", os.Remove(filepath.Join(dir, LogFile))
@@ -113,6 +126,15 @@ var classes = []class{
 			}
 		}
 		return "both files rolled back to their " + snap.name + " copies", nil
+	}},
+	{"old-all", func(dir string, src *State, _ []*State, rng *rand.Rand, round int) (string, error) {
+		snap := src.snapshot(round)
+		for _, f := range []string{DBFile, LogFile, LeadFile} {
+			if err := copyFile(filepath.Join(snap.dir, f), filepath.Join(dir, f)); err != nil {
+				return "", err
+			}
+		}
+		return "lease.db, its log and its lead's copy rolled back to their " + snap.name + " copies", nil
 	}},
 	{"foreign-db", func(dir string, src *State, others []*State, rng *rand.Rand, round int) (string, error) {
 		o := others[rng.IntN(len(others))]

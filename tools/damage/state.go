@@ -198,13 +198,13 @@ func burst(ctx context.Context, c *leasehttp.Client, keys []string, h *crashtest
 	wg.Wait()
 }
 
-// copyOut copies both files to a snapshot named name.
+// copyOut copies the store's files to a snapshot named name.
 func (s *State) copyOut(name string) error {
 	dir := filepath.Join(filepath.Dir(s.Dir), name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	for _, f := range []string{LogFile, DBFile} {
+	for _, f := range []string{LogFile, DBFile, LeadFile} {
 		if err := copyFile(filepath.Join(s.Dir, f), filepath.Join(dir, f)); err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (s *State) CopyTo(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	for _, f := range []string{DBFile, LogFile} {
+	for _, f := range []string{DBFile, LogFile, LeadFile} {
 		if err := copyFile(filepath.Join(s.Dir, f), filepath.Join(dir, f)); err != nil {
 			return err
 		}
