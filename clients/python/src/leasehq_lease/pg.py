@@ -83,6 +83,19 @@ def _numbered(sql: str) -> str:
         i = j + 2
 
 
+def _in_transaction(conn: Executor) -> None:
+    """Raises InvalidError if conn would run a statement in a transaction of
+    its own: an autocommit connection, or a cursor of one, outside
+    ``with conn.transaction():``. (One not in autocommit opens a transaction
+    with its first statement and keeps it until commit or rollback.)"""
+    c: Any = getattr(conn, "connection", conn)  # a cursor's connection
+    if c.autocommit and c.info.transaction_status.name == "IDLE":
+        raise _Invalid(
+            "lease: pg: check needs the writer's open transaction: the connection is in autocommit "
+            "outside a transaction block, so the check would commit alone and fence nothing"
+        )
+
+
 class PgGuard:
     """Admits writes by fencing token inside PostgreSQL transactions, recording
     the highest token per resource in pgfence's table (created, with its
@@ -134,9 +147,12 @@ class PgGuard:
         a cursor of one) and records it as the highest accepted, to commit or
         roll back with it; the resource stays locked against other checks
         until the transaction ends. A refused token raises StaleTokenError
-        and records nothing; roll the transaction back."""
+        and records nothing; roll the transaction back. An autocommit
+        connection outside a transaction block (or a cursor of one) raises
+        InvalidError: the check would commit alone and fence nothing."""
         check_name("resource", resource)
         check_token(token)
+        _in_transaction(conn)
         if conn.execute(self._upsert.encode(), (resource, token)).fetchone() is not None:
             return
         raise _stale(resource, token, self.highest(conn, resource), self.mode)
