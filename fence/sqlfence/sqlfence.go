@@ -51,6 +51,12 @@
 // session's LAST_INSERT_ID() set to a token: take an insert's ID from its
 // own Result, not from a later SELECT LAST_INSERT_ID().
 //
+// UpdateRow's read after a rejected update (stale, or no such row?) is a
+// locking read (SELECT … FOR UPDATE): like the UPDATE, it sees the latest
+// committed row, where a plain SELECT in a REPEATABLE READ transaction
+// would see the transaction's snapshot, without a newer writer's token or
+// row.
+//
 // # SQLite
 //
 // SQLite locks the whole database for a write, from a transaction's first

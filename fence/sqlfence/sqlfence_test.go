@@ -349,6 +349,54 @@ func TestUpdateRow(t *testing.T) {
 	})
 }
 
+// TestUpdateRowStaleInSnapshot: in the caller's REPEATABLE READ
+// transaction on MariaDB, a stale UpdateRow on a row written or inserted
+// after the transaction's snapshot is a StaleTokenError naming the newer
+// token. The UPDATE reads the latest committed row, so the read that tells
+// stale from missing must too: a snapshot read saw the older token (and
+// retried until it gave up with ErrUnavailable) or no row (ErrNoRows), so a
+// late write went uncounted as one, and a stale writer was told the row
+// was missing.
+func TestUpdateRowStaleInSnapshot(t *testing.T) {
+	e := engine{"mariadb", sqlfence.MySQL, openMySQL(t)}
+	ctx := testCtx(t)
+	for _, stmt := range []string{jobsTable[e.d], `INSERT INTO jobs (id, value, fencing_token) VALUES (1, 'initial', 5)`} {
+		if _, err := e.db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upd := func(q sqlfence.Querier, id int, tok lease.Token, value string) error {
+		return sqlfence.UpdateRow(ctx, q, e.d, sqlfence.Update{Table: []string{"jobs"}, IDColumn: "id", ID: id,
+			TokenColumn: "fencing_token", Token: tok, Set: map[string]any{"value": value}})
+	}
+	tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	// A newer writer, outside the transaction, after its snapshot.
+	if err := upd(e.db, 1, 9, "nine"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.ExecContext(ctx, `INSERT INTO jobs (id, value, fencing_token) VALUES (2, 'new', 9)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{1, 2} {
+		err := upd(tx, id, 7, "late")
+		var stale *fence.StaleTokenError
+		if !errors.As(err, &stale) || stale.Highest != 9 || stale.Token != 7 {
+			t.Errorf("token 7 on row %d, whose token became 9 after the snapshot: err = %v, want a StaleTokenError with highest 9", id, err)
+		}
+	}
+	if err := upd(tx, 1, 9, "nine again"); err != nil {
+		t.Errorf("token 9 on row 1 in the transaction: %v", err)
+	}
+}
+
 // TestUpdateSQL: each dialect's statement, quoted its way; MySQL's ?
 // placeholders take the token twice, SQLite's ?3 names it twice.
 func TestUpdateSQL(t *testing.T) {
