@@ -164,6 +164,12 @@ type Guard struct {
 // it does not exist (CREATE TABLE IF NOT EXISTS, so concurrent News are
 // safe). On MySQL, CREATE TABLE commits any transaction it runs in: pass a
 // *sql.DB or *sql.Conn, not a *sql.Tx.
+//
+// A table already under that name must be one the guard can trust, or New
+// fails with an error matching lease.ErrInvalid: on MySQL an InnoDB table
+// whose one unique key is its binary resource column, with a BIGINT token
+// (without that key every token would be admitted as a resource's first);
+// on SQLite one whose token has INTEGER affinity (as TEXT, "10" < "9").
 func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, error) {
 	sp, err := d.spelling()
 	if err != nil {
@@ -192,27 +198,6 @@ func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, er
 		return nil, err
 	}
 	return g, nil
-}
-
-func (g *Guard) create(ctx context.Context, db Querier, name string) error {
-	ddl := sqliteTable
-	if g.dialect == MySQL {
-		// Only when missing: an existing table needs no CREATE privilege,
-		// which MySQL checks even for CREATE TABLE IF NOT EXISTS.
-		var n int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.TABLES
-			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, name).Scan(&n); err != nil {
-			return fmt.Errorf("sqlfence: looking for %s: %w", g.marks.Table, err)
-		}
-		if n > 0 {
-			return nil
-		}
-		ddl = mysqlTable
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+g.marks.Table+ddl); err != nil {
-		return fmt.Errorf("sqlfence: creating %s: %w", g.marks.Table, err)
-	}
-	return nil
 }
 
 // Mode returns the rule the guard admits tokens by.

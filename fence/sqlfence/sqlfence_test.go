@@ -221,6 +221,57 @@ func TestOddNamesAndResources(t *testing.T) {
 	})
 }
 
+// TestNewRefusesTableItCannotTrust: a table already under the guard's name
+// that would not keep the marks safely fails New with ErrInvalid. Before,
+// New took any table it found: on MariaDB, one without a unique key on
+// resource admitted every token (each upsert inserted a row of its own, so
+// token 5 was admitted after 9), and on SQLite a TEXT token compared as
+// text ("10" < "9").
+func TestNewRefusesTableItCannotTrust(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		bad := map[sqlfence.Dialect]map[string]string{
+			sqlfence.MySQL: {
+				"no key":          `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB`,
+				"MyISAM":          `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT NOT NULL) ENGINE=MyISAM`,
+				"text token":      `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token VARCHAR(20) NOT NULL) ENGINE=InnoDB`,
+				"int token":       `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token INT NOT NULL) ENGINE=InnoDB`,
+				"folding names":   `(resource VARCHAR(512) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB`,
+				"key on token":    `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT NOT NULL UNIQUE) ENGINE=InnoDB`,
+				"key with token":  `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL, PRIMARY KEY (resource, token)) ENGINE=InnoDB`,
+				"key on a prefix": `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL, PRIMARY KEY (resource(16))) ENGINE=InnoDB`,
+				"no token":        `(resource VARBINARY(512) NOT NULL PRIMARY KEY, mark BIGINT NOT NULL) ENGINE=InnoDB`,
+			},
+			sqlfence.SQLite: {
+				"text token": `(resource TEXT NOT NULL PRIMARY KEY, token TEXT NOT NULL)`,
+				"no token":   `(resource TEXT NOT NULL PRIMARY KEY, mark INTEGER NOT NULL)`,
+			},
+		}[e.d]
+		i := 0
+		for what, ddl := range bad {
+			i++
+			table := fmt.Sprintf("bad_%d", i)
+			if _, err := e.db.ExecContext(ctx, "CREATE TABLE "+table+" "+ddl); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if _, err := sqlfence.New(ctx, e.db, e.d, sqlfence.WithTable(table)); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("New on a table with %s: err = %v, want ErrInvalid", what, err)
+			}
+		}
+		// A name differing only in case from an existing table is a table
+		// of its own (MariaDB on Linux): New makes it and uses it.
+		if e.d == sqlfence.MySQL {
+			if _, err := e.db.ExecContext(ctx, "CREATE TABLE casefold "+bad["no token"]); err != nil {
+				t.Fatal(err)
+			}
+			g := newGuard(t, e, sqlfence.WithTable("CASEFOLD"))
+			if err := (txGuard{e.db, g, nil}).Check(ctx, "job", 3, func() error { return nil }); err != nil {
+				t.Errorf("Check on table CASEFOLD, beside casefold: %v", err)
+			}
+		}
+	})
+}
+
 // TestRejectedCheckLeavesTxUsable: after a stale token the caller's
 // transaction still runs statements (and would commit nothing of the
 // guard's).

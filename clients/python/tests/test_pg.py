@@ -109,3 +109,17 @@ def test_check_refuses_a_connection_outside_a_transaction(pg: Any) -> None:
     finally:
         other.close()
     assert g.highest(pg, r) == 6
+
+
+def test_guard_refuses_a_table_it_cannot_trust(pg: Any) -> None:
+    # As pgfence.New: a text token compares as text ("10" <= "9" would admit
+    # 9 after 10); an unlogged table is emptied by crash recovery.
+    for what, ddl in {
+        "text token": "CREATE TABLE {} (resource text PRIMARY KEY, token text NOT NULL)",
+        "unlogged": "CREATE UNLOGGED TABLE {} (resource text PRIMARY KEY, token bigint NOT NULL)",
+        "no token": "CREATE TABLE {} (resource text PRIMARY KEY, mark bigint NOT NULL)",
+    }.items():
+        table = unique("bad").replace("-", "_")
+        pg.execute(ddl.format(table).encode())
+        with pytest.raises(InvalidError, match="cannot hold"):
+            PgGuard(pg, table=table)

@@ -99,7 +99,8 @@ def _in_transaction(conn: Executor) -> None:
 class PgGuard:
     """Admits writes by fencing token inside PostgreSQL transactions, recording
     the highest token per resource in pgfence's table (created, with its
-    schema, if missing, under the advisory lock pgfence.New takes). It holds
+    schema, if missing, under the advisory lock pgfence.New takes; an existing
+    one must be a logged table with a bigint token, or InvalidError). It holds
     no connection and is safe to share."""
 
     def __init__(
@@ -126,7 +127,9 @@ class PgGuard:
                 (self.table, schema),
             ).fetchone()
             assert row is not None
-            if not row[0]:
+            if row[0]:
+                self._verify(conn)
+            else:
                 if not row[1]:
                     conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident('schema', schema)}".encode())
                 conn.execute(
@@ -135,6 +138,30 @@ class PgGuard:
 			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
 		)""".encode()
                 )
+
+    def _verify(self, conn: Connection[Any]) -> None:
+        """Raises InvalidError unless the existing table is one the guard can
+        trust, as pgfence.New checks it: a logged table (an UNLOGGED one is
+        emptied by crash recovery, every mark with it) with a bigint token
+        (as text, "10" < "9")."""
+        row = conn.execute(
+            """SELECT c.relkind::text, c.relpersistence::text,
+		coalesce((SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+			WHERE a.attrelid = c.oid AND a.attname = 'token' AND a.attnum > 0 AND NOT a.attisdropped), '')
+		FROM pg_class c WHERE c.oid = to_regclass(%s)""",
+            (self.table,),
+        ).fetchone()
+        assert row is not None
+        kind, persistence, token = row
+        if kind not in ("r", "p"):
+            why = f"it is not a table (relkind {kind!r})"
+        elif persistence != "p":
+            why = f"it is unlogged or temporary (relpersistence {persistence!r}): a crash would empty it"
+        elif token != "bigint":
+            why = f"column token is {token!r}, want bigint"
+        else:
+            return
+        raise _Invalid(f"lease: pg: table {self.table} exists but cannot hold the guard's marks: {why}")
 
     @property
     def upsert_sql(self) -> str:
