@@ -15,6 +15,7 @@ import (
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/pgfence"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 )
 
 // rowGuard is UpdateRow as a guardtest.ValueGuard: each resource is a row,
@@ -32,16 +33,8 @@ func (g rowGuard) Set(ctx context.Context, resource string, token lease.Token, v
 	if _, err := g.pool.Exec(ctx, `INSERT INTO `+g.table+` (id, value) VALUES ($1, '') ON CONFLICT DO NOTHING`, resource); err != nil {
 		return err
 	}
-	err := pgfence.UpdateRow(ctx, g.pool, pgfence.Update{Table: pgx.Identifier{g.table}, IDColumn: "id", ID: resource,
-		TokenColumn: "fencing_token", Token: token, Set: map[string]any{"value": value}, Mode: g.mode})
-	var stale *fence.StaleTokenError
-	if errors.As(err, &stale) {
-		if want := g.table + "/" + resource; stale.Resource != want {
-			return fmt.Errorf("StaleTokenError names %q, want %q", stale.Resource, want)
-		}
-		return &fence.StaleTokenError{Resource: resource, Token: stale.Token, Highest: stale.Highest, Mode: stale.Mode}
-	}
-	return err
+	return sqlguardtest.RowError(pgfence.UpdateRow(ctx, g.pool, pgfence.Update{Table: pgx.Identifier{g.table}, IDColumn: "id", ID: resource,
+		TokenColumn: "fencing_token", Token: token, Set: map[string]any{"value": value}, Mode: g.mode}), g.table, resource)
 }
 
 func (g rowGuard) Get(ctx context.Context, resource string) (string, lease.Token, error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/guardtest"
 	"github.com/leasehq/lease/fence/sqlfence"
+	"github.com/leasehq/lease/internal/testkit/sqlguardtest"
 )
 
 // rowsTable is each engine's table of rows that carry their own token,
@@ -45,16 +46,8 @@ func (g rowGuard) Set(ctx context.Context, resource string, token lease.Token, v
 	if _, err := g.e.db.ExecContext(ctx, fmt.Sprintf(insertRow[g.e.d], g.table), resource); err != nil {
 		return err
 	}
-	err := g.update(ctx, sqlfence.Update{Table: []string{g.table}, IDColumn: "id", ID: resource,
-		TokenColumn: "fencing_token", Token: token, Set: map[string]any{"value": value}, Mode: g.mode})
-	var stale *fence.StaleTokenError
-	if errors.As(err, &stale) {
-		if want := g.table + "/" + resource; stale.Resource != want {
-			return fmt.Errorf("StaleTokenError names %q, want %q", stale.Resource, want)
-		}
-		return &fence.StaleTokenError{Resource: resource, Token: stale.Token, Highest: stale.Highest, Mode: stale.Mode}
-	}
-	return err
+	return sqlguardtest.RowError(g.update(ctx, sqlfence.Update{Table: []string{g.table}, IDColumn: "id", ID: resource,
+		TokenColumn: "fencing_token", Token: token, Set: map[string]any{"value": value}, Mode: g.mode}), g.table, resource)
 }
 
 func (g rowGuard) update(ctx context.Context, u sqlfence.Update) error {
