@@ -84,6 +84,11 @@ def test_update_row(pg: Any) -> None:
             update_row(pg, table, 1, bad, 4)
     with pytest.raises(InvalidError):
         update_row(pg, table, 1, {"value": "x"}, 0)
+    # Values that are not a mapping of column names are bad input too, not
+    # a TypeError from sorting them.
+    for values in ({1: "a", "b": 2}, {2: "a"}, None, [("value", "x")]):
+        with pytest.raises(InvalidError):
+            update_row(pg, table, 1, values, 4)  # type: ignore[arg-type]
 
 
 def test_check_refuses_a_connection_outside_a_transaction(pg: Any) -> None:

@@ -19,6 +19,7 @@ caller retries the transaction. The module imports psycopg only for types."""
 
 from __future__ import annotations
 
+from collections import abc
 from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
 
 from ._errors import NotFoundError, StaleTokenError, UnavailableError, quote
@@ -212,6 +213,8 @@ def update_row_sql(
     if id is None:
         raise _Invalid("lease: pg: row id is missing")
     check_token(token)
+    if not isinstance(values, abc.Mapping) or not all(isinstance(c, str) for c in values):
+        raise _Invalid("lease: pg: values must map column names (str) to values")
     sets, args = [], []
     for c in sorted(values):
         if c in (id_column, token_column):
