@@ -13,12 +13,12 @@ func (g *Guard) create(ctx context.Context, db Querier, name string) error {
 	ddl := sqliteTable
 	if g.dialect == MySQL {
 		// Only when missing: an existing table needs no CREATE privilege,
-		// which MySQL checks even for CREATE TABLE IF NOT EXISTS. Names
-		// compare as bytes, as the server's tables do on Linux, whatever
-		// the collation of information_schema.
+		// which MySQL checks even for CREATE TABLE IF NOT EXISTS.
+		// information_schema compares names as the server's tables do
+		// (by case or not, per lower_case_table_names).
 		var n int
 		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.TABLES
-			WHERE TABLE_SCHEMA = DATABASE() AND CAST(TABLE_NAME AS BINARY) = CAST(? AS BINARY)`, name).Scan(&n); err != nil {
+			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, name).Scan(&n); err != nil {
 			return fmt.Errorf("sqlfence: looking for %s: %w", g.marks.Table, err)
 		}
 		if n > 0 {
@@ -48,7 +48,7 @@ func (g *Guard) refuse(why string, args ...any) error {
 // meets the resource's row, and every token would be admitted as the
 // first; with another, it could meet another resource's row.
 func (g *Guard) verifyMySQL(ctx context.Context, db Querier, name string) error {
-	const where = ` WHERE TABLE_SCHEMA = DATABASE() AND CAST(TABLE_NAME AS BINARY) = CAST(? AS BINARY)`
+	const where = ` WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`
 	var engine string
 	if err := db.QueryRowContext(ctx, `SELECT coalesce(ENGINE, '') FROM information_schema.TABLES`+where, name).Scan(&engine); err != nil {
 		return fmt.Errorf("sqlfence: checking %s: %w", g.marks.Table, err)
