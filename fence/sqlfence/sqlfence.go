@@ -75,6 +75,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
@@ -170,6 +171,7 @@ type Guard struct {
 // whose one unique key is its binary resource column, with a BIGINT token
 // (without that key every token would be admitted as a resource's first);
 // on SQLite one whose token has INTEGER affinity (as TEXT, "10" < "9").
+// On MySQL the table must also have no AUTO_INCREMENT column.
 func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, error) {
 	sp, err := d.spelling()
 	if err != nil {
@@ -189,6 +191,9 @@ func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, er
 	}
 	if err := sp.CheckIdent("table", cfg.table); err != nil {
 		return nil, err
+	}
+	if d == SQLite && strings.HasPrefix(strings.ToLower(cfg.table), "sqlite_") {
+		return nil, sp.Invalidf("table %q: SQLite keeps names that begin with sqlite_ for itself", cfg.table)
 	}
 	g := &Guard{dialect: d, d: sp, mode: cfg.mode, marks: sp.Marks(cfg.mode, cfg.table)}
 	if d == MySQL {

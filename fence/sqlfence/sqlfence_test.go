@@ -173,7 +173,7 @@ func TestBadInput(t *testing.T) {
 	for _, c := range []struct {
 		e     engine
 		table string
-	}{{my, strings.Repeat("t", 65)}, {my, "trailing "}, {my, "🔒"}} {
+	}{{my, strings.Repeat("t", 65)}, {my, "trailing "}, {my, "🔒"}, {lite, "sqlite_fence"}, {lite, "SQLite_x"}} {
 		if _, err := sqlfence.New(testCtx(t), c.e.db, c.e.d, sqlfence.WithTable(c.table)); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("%s: New with table %q: err = %v, want ErrInvalid", c.e.name, c.table, err)
 		}
@@ -241,6 +241,9 @@ func TestNewRefusesTableItCannotTrust(t *testing.T) {
 				"key with token":  `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL, PRIMARY KEY (resource, token)) ENGINE=InnoDB`,
 				"key on a prefix": `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL, PRIMARY KEY (resource(16))) ENGINE=InnoDB`,
 				"no token":        `(resource VARBINARY(512) NOT NULL PRIMARY KEY, mark BIGINT NOT NULL) ENGINE=InnoDB`,
+				// The insert ID of a first Check would be the counter's, read
+				// as the token the row held: "highest accepted is 4".
+				"auto-increment": `(id BIGINT AUTO_INCREMENT, resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, KEY (id)) ENGINE=InnoDB`,
 			},
 			sqlfence.SQLite: {
 				"text token": `(resource TEXT NOT NULL PRIMARY KEY, token TEXT NOT NULL)`,

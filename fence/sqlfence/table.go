@@ -43,8 +43,9 @@ func (g *Guard) refuse(why string, args ...any) error {
 
 // verifyMySQL checks the table as the guard relies on it: InnoDB (a lock
 // per row and a commit shared with the write), a BIGINT token, a binary
-// resource (compared byte-wise, as Go compares names), and resource as its
-// one unique key — without one, INSERT … ON DUPLICATE KEY UPDATE never
+// resource (compared byte-wise, as Go compares names), no AUTO_INCREMENT
+// column (whose value would be the insert ID), and resource as its one
+// unique key — without one, INSERT … ON DUPLICATE KEY UPDATE never
 // meets the resource's row, and every token would be admitted as the
 // first; with another, it could meet another resource's row.
 func (g *Guard) verifyMySQL(ctx context.Context, db Querier, name string) error {
@@ -65,6 +66,16 @@ func (g *Guard) verifyMySQL(ctx context.Context, db Querier, name string) error 
 		if !slices.Contains(want, strings.ToLower(typ)) {
 			return g.refuse("column %s is %q, want %s", col, typ, strings.Join(want, " or "))
 		}
+	}
+	var counters int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.COLUMNS`+where+
+		` AND EXTRA LIKE '%auto_increment%'`, name).Scan(&counters); err != nil {
+		return fmt.Errorf("sqlfence: checking %s: %w", g.marks.Table, err)
+	}
+	if counters > 0 {
+		// A first Check's insert would report the counter's value as the
+		// insert ID, which Check reads as the token the row held.
+		return g.refuse("it has an AUTO_INCREMENT column")
 	}
 	// The columns of every unique key: exactly one, resource, whole.
 	var n int
