@@ -24,7 +24,11 @@ const (
 	// times with its token. It is the default.
 	AtLeast Mode = iota
 	// Strict admits only token > highest accepted: each token writes once,
-	// the rule of the seed's FencedResource.
+	// the rule of the seed's FencedResource. A writer that sends a write
+	// again after losing the answer to the first (a timeout, a dropped
+	// connection) is refused as stale if the first was accepted; only
+	// redisfence recognises its own client's resending. Use AtLeast for
+	// writes that may be retried.
 	Strict
 )
 

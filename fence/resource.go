@@ -30,7 +30,8 @@ func (r *Resource[T]) Write(token lease.Token, v T) error {
 }
 
 // Update replaces the value with f's result if token is admitted, atomically
-// with the check. If f fails, nothing changes.
+// with the check. If f fails, nothing changes. f must not write r: the
+// nested call would wait for the lock its caller holds, forever.
 func (r *Resource[T]) Update(token lease.Token, f func(old T) (T, error)) error {
 	if err := ValidateToken(token); err != nil {
 		return err

@@ -52,11 +52,21 @@ func (g *ref) Check(ctx context.Context, resource string, token lease.Token, wri
 		}
 	}
 	key := resource
-	if g.bug == "OneMarkForAll" {
+	switch g.bug {
+	case "OneMarkForAll":
 		key = ""
+	case "FoldsCase":
+		key = strings.ToLower(resource)
+	case "TruncatesNames":
+		key = resource[:min(len(resource), 255)]
+	case "ComposesAccents":
+		key = strings.ReplaceAll(resource, "e\u0301", "\u00e9")
 	}
 	g.mu.Lock()
-	h := g.highest[key]
+	h, ok := g.highest[key]
+	if !ok && g.bug == "FreshMarkIsOne" {
+		h = 1
+	}
 	admits := g.mode.Admits(token, h)
 	switch g.bug {
 	case "StrictAdmitsEqual":
@@ -159,6 +169,14 @@ var brokenGuards = []broken{
 		caughtBy: []string{"AdmitsByMode"}},
 	{name: "OneMarkForAll", breaks: "one highest token for every resource",
 		caughtBy: []string{"ResourcesIndependent"}},
+	{name: "FoldsCase", breaks: "names that differ only in case share one mark",
+		caughtBy: []string{"ResourcesIndependent"}},
+	{name: "TruncatesNames", breaks: "names are cut to 255 bytes, so long ones with a common prefix share one mark",
+		caughtBy: []string{"ResourcesIndependent"}},
+	{name: "ComposesAccents", breaks: "a decomposed accent (e + U+0301) names the same resource as the composed letter",
+		caughtBy: []string{"ResourcesIndependent"}},
+	{name: "FreshMarkIsOne", breaks: "a resource never written starts with highest token 1, not 0",
+		caughtBy: []string{"NeverWritten", "TokenEdges"}},
 	{name: "InvalidTokenAdmitted", breaks: "token 0 and tokens above MaxToken are admitted",
 		caughtBy: []string{"TokenEdges"}},
 	{name: "IgnoresContext", breaks: "a Check whose context has ended writes",

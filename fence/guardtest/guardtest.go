@@ -36,6 +36,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,11 +225,17 @@ func neverWritten(t *testing.T, g ValueGuard, mode fence.Mode) {
 }
 
 // resourcesIndependent: a token recorded on one resource says nothing
-// about another, however alike their names.
+// about another, however alike their names: names that differ only in
+// case, in a trailing space, in how an accented letter is composed, or
+// after a long common prefix (the longest names a lease key can have) are
+// different resources, as they are to Go — a store that folds case or pads
+// spaces (a case-insensitive collation) or truncates keys would merge them.
 func resourcesIndependent(t *testing.T, g ValueGuard, mode fence.Mode) {
 	ctx := ctxFor(t)
 	base := resource("job")
-	names := []string{base, base + "/", base + "/x", base + " ", base + "X", base + "/ünï/🔒", base + `/"q" 'q'`}
+	long := base + "/" + strings.Repeat("l", lease.MaxKeyLen-len(base)-2)
+	names := []string{base, base + "/", base + "/x", base + " ", base + "X", base + "/ünï/🔒", base + `/"q" 'q'`,
+		base + "/X", base + "/\u00e9", base + "/e\u0301", long + "a", long + "b"}
 	for i, res := range names {
 		// Highest first, so that a guard keeping one mark for all rejects
 		// every later name.

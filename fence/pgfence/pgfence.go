@@ -127,6 +127,8 @@ type Guard struct {
 
 // New returns a Guard, creating its table (and schema) in db if they do not
 // exist. Concurrent New calls on one database serialise on an advisory lock.
+// A table already under that name must be a logged table with a bigint
+// token column, or New fails with an error matching lease.ErrInvalid.
 func New(ctx context.Context, db DB, opts ...Option) (*Guard, error) {
 	if db == nil {
 		return nil, invalidf("db is nil")
@@ -169,7 +171,11 @@ func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 		g.marks.Table, schema).Scan(&exists, &hasSchema); err != nil {
 		return fmt.Errorf("pgfence: looking for %s: %w", g.marks.Table, err)
 	}
-	if !exists {
+	if exists {
+		if err := g.verify(ctx, tx); err != nil {
+			return err
+		}
+	} else {
 		// Only when missing: an existing table needs no CREATE privilege.
 		if !hasSchema {
 			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
@@ -187,6 +193,32 @@ func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 		return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 	}
 	return nil
+}
+
+// verify checks that the existing table is one the guard can trust: a
+// plain table, logged (an UNLOGGED table is emptied by crash recovery, and
+// every mark with it, while the data it guards survives), whose token is a
+// bigint (as text, "10" < "9").
+func (g *Guard) verify(ctx context.Context, tx pgx.Tx) error {
+	var kind, persistence, token string
+	if err := tx.QueryRow(ctx, `SELECT c.relkind::text, c.relpersistence::text,
+		coalesce((SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+			WHERE a.attrelid = c.oid AND a.attname = 'token' AND a.attnum > 0 AND NOT a.attisdropped), '')
+		FROM pg_class c WHERE c.oid = to_regclass($1)`, g.marks.Table).Scan(&kind, &persistence, &token); err != nil {
+		return fmt.Errorf("pgfence: checking %s: %w", g.marks.Table, err)
+	}
+	var why string
+	switch {
+	case kind != "r" && kind != "p":
+		why = fmt.Sprintf("it is not a table (relkind %q)", kind)
+	case persistence != "p":
+		why = fmt.Sprintf("it is unlogged or temporary (relpersistence %q): a crash would empty it", persistence)
+	case token != "bigint":
+		why = fmt.Sprintf("column token is %q, want bigint", token)
+	default:
+		return nil
+	}
+	return invalidf("table %s exists but cannot hold the guard's marks: %s (drop or rename it, or name another WithTable)", g.marks.Table, why)
 }
 
 // Mode returns the rule the guard admits tokens by.

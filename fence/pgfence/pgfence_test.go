@@ -137,6 +137,32 @@ func TestOddNamesAndResources(t *testing.T) {
 	}
 }
 
+// TestNewRefusesTableItCannotTrust: a table already under the guard's name
+// that would not keep the marks safely fails New with ErrInvalid. Before,
+// New took it: with a text token, "10" <= "9" admitted token 9 after 10;
+// an UNLOGGED table loses every mark in crash recovery while the data it
+// guards survives.
+func TestNewRefusesTableItCannotTrust(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	for what, ddl := range map[string]string{
+		"text token":   `CREATE TABLE %s (resource text PRIMARY KEY, token text NOT NULL)`,
+		"int token":    `CREATE TABLE %s (resource text PRIMARY KEY, token integer NOT NULL)`,
+		"no token":     `CREATE TABLE %s (resource text PRIMARY KEY, mark bigint NOT NULL)`,
+		"unlogged":     `CREATE UNLOGGED TABLE %s (resource text PRIMARY KEY, token bigint NOT NULL)`,
+		"a view":       `CREATE VIEW %s AS SELECT 'r'::text AS resource, 1::bigint AS token`,
+		"dropped then": `CREATE TABLE %s (resource text PRIMARY KEY, token bigint, x int); ALTER TABLE %[1]s DROP COLUMN token`,
+	} {
+		table := "bad_" + strings.ReplaceAll(what, " ", "_")
+		if _, err := pool.Exec(ctx, fmt.Sprintf(ddl, table)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if _, err := pgfence.New(ctx, pool, pgfence.WithTable(table)); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("New on %s: err = %v, want ErrInvalid", what, err)
+		}
+	}
+}
+
 func TestUpdateRow(t *testing.T) {
 	pool := newPool(t)
 	ctx := testCtx(t)

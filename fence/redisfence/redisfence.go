@@ -1,9 +1,9 @@
 // Package redisfence guards values kept in Redis with fencing tokens: each
-// resource is a hash holding the value and the highest token accepted, and
-// one Lua script compares the writer's token with it and writes value and
-// token together only if the token is admitted (fence.AtLeast by default,
-// or fence.Strict). A rejected write changes nothing and returns a
-// *fence.StaleTokenError (I6).
+// resource is a hash holding the value, the highest token accepted and the
+// ID of the Set call that wrote them, and one Lua script compares the
+// writer's token with it and writes value and token together only if the
+// token is admitted (fence.AtLeast by default, or fence.Strict). A rejected
+// write changes nothing and returns a *fence.StaleTokenError (I6).
 //
 //	g, _ := redisfence.New(ctx, rdb)
 //	err := g.Set(ctx, "report", hold.Token(), "done")
@@ -22,7 +22,9 @@ package redisfence
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -122,7 +124,12 @@ func (g *Guard) Mode() fence.Mode { return g.mode }
 // Set stores value as resource's value and token as its highest accepted
 // token, if the mode admits token — in one script call. Otherwise it returns
 // a *fence.StaleTokenError naming the highest token accepted, and changes
-// nothing. Resource names follow the rules of lease keys (1 to 512 bytes of
+// nothing. Each call carries a random ID, stored with the value, so that
+// the client's own retry of a call whose answer was lost (go-redis sends
+// the command again) is answered with the write the first attempt made,
+// not judged as a second write (which Strict mode would refuse as stale).
+// A retry that arrives after a newer token's write is refused, although
+// the first attempt's value was stored until then. Resource names follow the rules of lease keys (1 to 512 bytes of
 // UTF-8 without control characters); the error for a bad name or token
 // matches lease.ErrInvalid, and one from the server lease.ErrUnavailable.
 func (g *Guard) Set(ctx context.Context, resource string, token lease.Token, value string) error {
@@ -133,8 +140,13 @@ func (g *Guard) Set(ctx context.Context, resource string, token lease.Token, val
 	if g.mode == fence.Strict {
 		mode = "strict"
 	}
+	// The call's ID makes the client's own retries of this call (go-redis
+	// sends a command again when its answer was lost) find their write
+	// rather than be judged as a second one.
+	var call [12]byte
+	_, _ = rand.Read(call[:])
 	res, err := setScript.Run(ctx, g.rdb, []string{g.prefix + resource},
-		strconv.FormatUint(uint64(token), 10), value, mode).Int64Slice()
+		strconv.FormatUint(uint64(token), 10), value, mode, hex.EncodeToString(call[:])).Int64Slice()
 	if err != nil {
 		return g.fail(ctx, "set", resource, err)
 	}

@@ -13,14 +13,17 @@ import (
 // mysqlDialect: backquoted names, ? placeholders (each takes the next
 // argument), and the fenced UPDATE assigns the token through
 // LAST_INSERT_ID(?), so that the insert ID of its answer says whether the
-// row matched (see the package doc).
+// row matched (see the package doc); the read after a rejected UPDATE is a
+// locking read, which sees the latest row as the UPDATE did, not a
+// REPEATABLE READ transaction's snapshot.
 var mysqlDialect = sqlguard.Dialect{
-	Pkg:      "sqlfence",
-	Ident:    sqlident.MySQL,
-	Quote:    func(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" },
-	Param:    func(int) string { return "?" },
-	SetToken: func(p string) string { return "LAST_INSERT_ID(" + p + ")" },
-	NoRows:   sql.ErrNoRows,
+	Pkg:         "sqlfence",
+	Ident:       sqlident.MySQL,
+	Quote:       func(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" },
+	Param:       func(int) string { return "?" },
+	SetToken:    func(p string) string { return "LAST_INSERT_ID(" + p + ")" },
+	NoRows:      sql.ErrNoRows,
+	LockingRead: " FOR UPDATE",
 }
 
 // sqliteDialect: double-quoted names and numbered placeholders (?1), which

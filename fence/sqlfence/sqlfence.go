@@ -51,6 +51,12 @@
 // session's LAST_INSERT_ID() set to a token: take an insert's ID from its
 // own Result, not from a later SELECT LAST_INSERT_ID().
 //
+// UpdateRow's read after a rejected update (stale, or no such row?) is a
+// locking read (SELECT … FOR UPDATE): like the UPDATE, it sees the latest
+// committed row, where a plain SELECT in a REPEATABLE READ transaction
+// would see the transaction's snapshot, without a newer writer's token or
+// row.
+//
 // # SQLite
 //
 // SQLite locks the whole database for a write, from a transaction's first
@@ -69,6 +75,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
@@ -158,6 +165,13 @@ type Guard struct {
 // it does not exist (CREATE TABLE IF NOT EXISTS, so concurrent News are
 // safe). On MySQL, CREATE TABLE commits any transaction it runs in: pass a
 // *sql.DB or *sql.Conn, not a *sql.Tx.
+//
+// A table already under that name must be one the guard can trust, or New
+// fails with an error matching lease.ErrInvalid: on MySQL an InnoDB table
+// whose one unique key is its binary resource column, with a BIGINT token
+// (without that key every token would be admitted as a resource's first);
+// on SQLite one whose token has INTEGER affinity (as TEXT, "10" < "9").
+// On MySQL the table must also have no AUTO_INCREMENT column.
 func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, error) {
 	sp, err := d.spelling()
 	if err != nil {
@@ -178,6 +192,9 @@ func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, er
 	if err := sp.CheckIdent("table", cfg.table); err != nil {
 		return nil, err
 	}
+	if d == SQLite && strings.HasPrefix(strings.ToLower(cfg.table), "sqlite_") {
+		return nil, sp.Invalidf("table %q: SQLite keeps names that begin with sqlite_ for itself", cfg.table)
+	}
 	g := &Guard{dialect: d, d: sp, mode: cfg.mode, marks: sp.Marks(cfg.mode, cfg.table)}
 	if d == MySQL {
 		g.marks.Upsert = mysqlCheck(g.marks.Table, cfg.mode)
@@ -186,27 +203,6 @@ func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, er
 		return nil, err
 	}
 	return g, nil
-}
-
-func (g *Guard) create(ctx context.Context, db Querier, name string) error {
-	ddl := sqliteTable
-	if g.dialect == MySQL {
-		// Only when missing: an existing table needs no CREATE privilege,
-		// which MySQL checks even for CREATE TABLE IF NOT EXISTS.
-		var n int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.TABLES
-			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, name).Scan(&n); err != nil {
-			return fmt.Errorf("sqlfence: looking for %s: %w", g.marks.Table, err)
-		}
-		if n > 0 {
-			return nil
-		}
-		ddl = mysqlTable
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+g.marks.Table+ddl); err != nil {
-		return fmt.Errorf("sqlfence: creating %s: %w", g.marks.Table, err)
-	}
-	return nil
 }
 
 // Mode returns the rule the guard admits tokens by.

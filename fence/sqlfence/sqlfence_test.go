@@ -173,7 +173,7 @@ func TestBadInput(t *testing.T) {
 	for _, c := range []struct {
 		e     engine
 		table string
-	}{{my, strings.Repeat("t", 65)}, {my, "trailing "}, {my, "🔒"}} {
+	}{{my, strings.Repeat("t", 65)}, {my, "trailing "}, {my, "🔒"}, {lite, "sqlite_fence"}, {lite, "SQLite_x"}} {
 		if _, err := sqlfence.New(testCtx(t), c.e.db, c.e.d, sqlfence.WithTable(c.table)); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("%s: New with table %q: err = %v, want ErrInvalid", c.e.name, c.table, err)
 		}
@@ -217,6 +217,60 @@ func TestOddNamesAndResources(t *testing.T) {
 		again := newGuard(t, e, sqlfence.WithTable(table))
 		if got, err := again.Highest(ctx, e.db, "ünïcødé/日本語/🔒"); err != nil || got != 98 {
 			t.Fatalf("second Guard reads %d, %v; want 98", got, err)
+		}
+	})
+}
+
+// TestNewRefusesTableItCannotTrust: a table already under the guard's name
+// that would not keep the marks safely fails New with ErrInvalid. Before,
+// New took any table it found: on MariaDB, one without a unique key on
+// resource admitted every token (each upsert inserted a row of its own, so
+// token 5 was admitted after 9), and on SQLite a TEXT token compared as
+// text ("10" < "9").
+func TestNewRefusesTableItCannotTrust(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		bad := map[sqlfence.Dialect]map[string]string{
+			sqlfence.MySQL: {
+				"no key":          `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB`,
+				"MyISAM":          `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT NOT NULL) ENGINE=MyISAM`,
+				"text token":      `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token VARCHAR(20) NOT NULL) ENGINE=InnoDB`,
+				"int token":       `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token INT NOT NULL) ENGINE=InnoDB`,
+				"folding names":   `(resource VARCHAR(512) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB`,
+				"key on token":    `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT NOT NULL UNIQUE) ENGINE=InnoDB`,
+				"key with token":  `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL, PRIMARY KEY (resource, token)) ENGINE=InnoDB`,
+				"key on a prefix": `(resource VARBINARY(512) NOT NULL, token BIGINT NOT NULL, PRIMARY KEY (resource(16))) ENGINE=InnoDB`,
+				"no token":        `(resource VARBINARY(512) NOT NULL PRIMARY KEY, mark BIGINT NOT NULL) ENGINE=InnoDB`,
+				// The insert ID of a first Check would be the counter's, read
+				// as the token the row held: "highest accepted is 4".
+				"auto-increment": `(id BIGINT AUTO_INCREMENT, resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT NOT NULL, KEY (id)) ENGINE=InnoDB`,
+			},
+			sqlfence.SQLite: {
+				"text token": `(resource TEXT NOT NULL PRIMARY KEY, token TEXT NOT NULL)`,
+				"no token":   `(resource TEXT NOT NULL PRIMARY KEY, mark INTEGER NOT NULL)`,
+			},
+		}[e.d]
+		i := 0
+		for what, ddl := range bad {
+			i++
+			table := fmt.Sprintf("bad_%d", i)
+			if _, err := e.db.ExecContext(ctx, "CREATE TABLE "+table+" "+ddl); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if _, err := sqlfence.New(ctx, e.db, e.d, sqlfence.WithTable(table)); !errors.Is(err, lease.ErrInvalid) {
+				t.Errorf("New on a table with %s: err = %v, want ErrInvalid", what, err)
+			}
+		}
+		// A name differing only in case from an existing table is a table
+		// of its own (MariaDB on Linux): New makes it and uses it.
+		if e.d == sqlfence.MySQL {
+			if _, err := e.db.ExecContext(ctx, "CREATE TABLE casefold "+bad["no token"]); err != nil {
+				t.Fatal(err)
+			}
+			g := newGuard(t, e, sqlfence.WithTable("CASEFOLD"))
+			if err := (txGuard{e.db, g, nil}).Check(ctx, "job", 3, func() error { return nil }); err != nil {
+				t.Errorf("Check on table CASEFOLD, beside casefold: %v", err)
+			}
 		}
 	})
 }
@@ -347,6 +401,54 @@ func TestUpdateRow(t *testing.T) {
 			t.Errorf("UpdateRow without a querier: %v", err)
 		}
 	})
+}
+
+// TestUpdateRowStaleInSnapshot: in the caller's REPEATABLE READ
+// transaction on MariaDB, a stale UpdateRow on a row written or inserted
+// after the transaction's snapshot is a StaleTokenError naming the newer
+// token. The UPDATE reads the latest committed row, so the read that tells
+// stale from missing must too: a snapshot read saw the older token (and
+// retried until it gave up with ErrUnavailable) or no row (ErrNoRows), so a
+// late write went uncounted as one, and a stale writer was told the row
+// was missing.
+func TestUpdateRowStaleInSnapshot(t *testing.T) {
+	e := engine{"mariadb", sqlfence.MySQL, openMySQL(t)}
+	ctx := testCtx(t)
+	for _, stmt := range []string{jobsTable[e.d], `INSERT INTO jobs (id, value, fencing_token) VALUES (1, 'initial', 5)`} {
+		if _, err := e.db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upd := func(q sqlfence.Querier, id int, tok lease.Token, value string) error {
+		return sqlfence.UpdateRow(ctx, q, e.d, sqlfence.Update{Table: []string{"jobs"}, IDColumn: "id", ID: id,
+			TokenColumn: "fencing_token", Token: tok, Set: map[string]any{"value": value}})
+	}
+	tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	// A newer writer, outside the transaction, after its snapshot.
+	if err := upd(e.db, 1, 9, "nine"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.ExecContext(ctx, `INSERT INTO jobs (id, value, fencing_token) VALUES (2, 'new', 9)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{1, 2} {
+		err := upd(tx, id, 7, "late")
+		var stale *fence.StaleTokenError
+		if !errors.As(err, &stale) || stale.Highest != 9 || stale.Token != 7 {
+			t.Errorf("token 7 on row %d, whose token became 9 after the snapshot: err = %v, want a StaleTokenError with highest 9", id, err)
+		}
+	}
+	if err := upd(tx, 1, 9, "nine again"); err != nil {
+		t.Errorf("token 9 on row 1 in the transaction: %v", err)
+	}
 }
 
 // TestUpdateSQL: each dialect's statement, quoted its way; MySQL's ?

@@ -50,6 +50,14 @@ type Dialect struct {
 	// NoRows is the driver's error for a query that found no row; UpdateRow
 	// wraps it when the row to update does not exist.
 	NoRows error
+	// LockingRead, if set, ends the read UpdateRow makes after a rejected
+	// update, so that the read sees the latest committed row, as the
+	// UPDATE did. InnoDB needs it (" FOR UPDATE"): in a REPEATABLE READ
+	// transaction its UPDATE reads the latest row but a plain SELECT the
+	// transaction's snapshot, where a newer token or the row itself may be
+	// missing. PostgreSQL fails such an UPDATE with a serialization error
+	// instead, and SQLite's writer sees the latest database.
+	LockingRead string
 }
 
 // Invalidf returns an error matching lease.ErrInvalid, in d's package.
@@ -302,7 +310,7 @@ func (d Dialect) UpdateRow(ctx context.Context, u Update, exec Exec, read Query)
 		return err
 	}
 	readSQL := `SELECT coalesce(` + d.Quote(u.TokenColumn) + `, 0) FROM ` + d.Name(u.Table...) +
-		` WHERE ` + d.Quote(u.IDColumn) + ` = ` + d.Param(1)
+		` WHERE ` + d.Quote(u.IDColumn) + ` = ` + d.Param(1) + d.LockingRead
 	// Outside a transaction the row can change between the update and the
 	// read; a read that would have admitted the token means exactly that
 	// (tokens only rise, so the row was missing at the update and has been

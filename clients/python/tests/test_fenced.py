@@ -58,3 +58,31 @@ def test_tokens_outside_the_range_are_invalid(token: object) -> None:
 def test_unknown_mode_is_invalid() -> None:
     with pytest.raises(InvalidError):
         FencedResource(mode="loose")
+
+
+def test_a_write_from_inside_its_own_update_is_refused() -> None:
+    # The lock is not reentrant: a nested write from f's thread waited for
+    # itself forever. It is refused instead, and nothing changes.
+    r: FencedResource[str] = FencedResource("initial")
+    r.write(5, "five")
+    result: list[BaseException | None] = []
+
+    def six(_: str) -> str:
+        r.write(10, "ten")
+        return "six"
+
+    def nested() -> None:
+        try:
+            r.update(6, six)
+            result.append(None)
+        except BaseException as e:  # noqa: BLE001
+            result.append(e)
+
+    t = threading.Thread(target=nested, daemon=True)
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "a write from inside update waited for itself"
+    assert isinstance(result[0], InvalidError)
+    assert r.read() == ("five", 5)
+    r.write(7, "seven")
+    assert r.read() == ("seven", 7)

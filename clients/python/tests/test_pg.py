@@ -84,3 +84,47 @@ def test_update_row(pg: Any) -> None:
             update_row(pg, table, 1, bad, 4)
     with pytest.raises(InvalidError):
         update_row(pg, table, 1, {"value": "x"}, 0)
+    # Values that are not a mapping of column names are bad input too, not
+    # a TypeError from sorting them.
+    for values in ({1: "a", "b": 2}, {2: "a"}, None, [("value", "x")]):
+        with pytest.raises(InvalidError):
+            update_row(pg, table, 1, values, 4)  # type: ignore[arg-type]
+
+
+def test_check_refuses_a_connection_outside_a_transaction(pg: Any) -> None:
+    # On an autocommit connection outside ``with conn.transaction():`` the
+    # upsert would commit alone and release the resource's lock at once, so
+    # the write after it would be unfenced: a stale writer whose check came
+    # first could write after a newer one. check must refuse, recording
+    # nothing, on the connection and on a cursor of it.
+    g = PgGuard(pg, table=unique("fence").replace("-", "_"))
+    r = unique("job")
+    for conn in (pg, pg.cursor()):
+        with pytest.raises(InvalidError, match="transaction"):
+            g.check(conn, r, 5)
+    assert g.highest(pg, r) == 0
+    # Inside a transaction block, and on a connection that is not in
+    # autocommit (psycopg opens the transaction), it works.
+    with pg.transaction():
+        g.check(pg.cursor(), r, 5)
+    other = psycopg.connect(postgres_url())
+    try:
+        g.check(other, r, 6)
+        other.commit()
+    finally:
+        other.close()
+    assert g.highest(pg, r) == 6
+
+
+def test_guard_refuses_a_table_it_cannot_trust(pg: Any) -> None:
+    # As pgfence.New: a text token compares as text ("10" <= "9" would admit
+    # 9 after 10); an unlogged table is emptied by crash recovery.
+    for what, ddl in {
+        "text token": "CREATE TABLE {} (resource text PRIMARY KEY, token text NOT NULL)",
+        "unlogged": "CREATE UNLOGGED TABLE {} (resource text PRIMARY KEY, token bigint NOT NULL)",
+        "no token": "CREATE TABLE {} (resource text PRIMARY KEY, mark bigint NOT NULL)",
+    }.items():
+        table = unique("bad").replace("-", "_")
+        pg.execute(ddl.format(table).encode())
+        with pytest.raises(InvalidError, match="cannot hold"):
+            PgGuard(pg, table=table)

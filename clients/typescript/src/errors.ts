@@ -175,7 +175,7 @@ const byCode: { [C in ErrorCode]: (message: string, body: Record<string, unknown
       {
         ...(typeof b["resource"] === "string" ? { resource: b["resource"] } : {}),
         ...(isToken(b["token"]) ? { token: b["token"] } : {}),
-        ...(typeof b["highest"] === "number" && Number.isSafeInteger(b["highest"]) ? { highest: b["highest"] } : {}),
+        ...(isToken(b["highest"]) ? { highest: b["highest"] } : {}),
       },
       o,
     ),

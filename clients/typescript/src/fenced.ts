@@ -28,6 +28,7 @@ export class FencedResource<T> {
   readonly mode: FenceMode;
   #value: T;
   #highest = 0;
+  #updating = false; // f of an update is running
 
   constructor(initial: T, options: FencedResourceOptions = {}) {
     this.name = options.name ?? "resource";
@@ -48,11 +49,16 @@ export class FencedResource<T> {
   /**
    * update replaces the value with f(old) if token is admitted, atomically
    * with the check. If f throws, nothing changes. f must not be async: the
-   * check would not hold across an await.
+   * check would not hold across an await. Nor may f write this resource: a
+   * nested write or update throws an InvalidError (the outer one would
+   * otherwise record its token over a newer one the nested call recorded).
    */
   update(token: number, f: (old: T) => T): void {
     if (!isToken(token)) {
       throw new InvalidError(`lease: fencing token ${String(token)} is outside [1, ${MAX_TOKEN}]`);
+    }
+    if (this.#updating) {
+      throw new InvalidError(`lease: ${JSON.stringify(this.name)} written from inside its own update`);
     }
     const admitted = this.mode === "strict" ? token > this.#highest : token >= this.#highest;
     if (!admitted) {
@@ -61,7 +67,13 @@ export class FencedResource<T> {
         { resource: this.name, token, highest: this.#highest, mode: this.mode },
       );
     }
-    const next = f(this.#value);
+    let next: T;
+    this.#updating = true;
+    try {
+      next = f(this.#value);
+    } finally {
+      this.#updating = false;
+    }
     if (next instanceof Promise) {
       throw new InvalidError("lease: FencedResource.update needs a synchronous function");
     }

@@ -10,6 +10,7 @@ import {
   HeldError,
   InvalidError,
   LeaseError,
+  MAX_TOKEN,
   NotFoundError,
   NotHeldError,
   StaleTokenError,
@@ -56,6 +57,21 @@ test("held carries the holder; stale_token the guard's detail", () => {
   assert.equal(stale.resource, "r");
   assert.equal(stale.token, 1);
   assert.equal(stale.highest, 2);
+});
+
+test("stale_token keeps the edge tokens: MAX_TOKEN (2^53, not a safe integer) is a token like any other", () => {
+  const stale = errorFromBody(409, {
+    error: { code: "stale_token", message: "m", resource: "r", token: MAX_TOKEN - 1, highest: MAX_TOKEN },
+  }, "");
+  assert.ok(stale instanceof StaleTokenError);
+  assert.equal(stale.token, MAX_TOKEN - 1);
+  assert.equal(stale.highest, MAX_TOKEN);
+  // What no server can have accepted is left out, as for token.
+  for (const highest of [0, -1, 1.5, MAX_TOKEN + 2, "5"]) {
+    const e = errorFromBody(409, { error: { code: "stale_token", message: "m", resource: "r", token: 1, highest } }, "");
+    assert.ok(e instanceof StaleTokenError);
+    assert.equal(e.highest, undefined, `highest ${String(highest)}`);
+  }
 });
 
 test("answers without the API's error body go by their status, never to not_found or 409", () => {

@@ -53,3 +53,19 @@ test("tokens a server cannot have issued are InvalidError, and change nothing", 
   assert.throws(() => r.update(2 ** 53, (() => Promise.resolve("p")) as unknown as () => string), InvalidError);
   assert.deepEqual(r.read(), { value: "max", lastToken: 2 ** 53 });
 });
+
+test("an update run from inside another update's function is refused, so the mark never goes back", () => {
+  // Go's Resource and Python's hold a lock across f; JavaScript runs a
+  // nested call at once, and the outer update then recorded its older token
+  // over the newer one the nested call had recorded.
+  const r = new FencedResource("initial");
+  r.write(5, "five");
+  assert.throws(() => r.update(6, () => {
+    r.write(10, "ten");
+    return "six";
+  }), InvalidError);
+  assert.deepEqual(r.read(), { value: "five", lastToken: 5 });
+  // The resource is usable again after the refused nested call.
+  r.write(7, "seven");
+  assert.deepEqual(r.read(), { value: "seven", lastToken: 7 });
+});

@@ -54,21 +54,30 @@ class FencedResource(Generic[T]):
         self._value = initial
         self._highest = 0
         self._lock = threading.Lock()
+        self._updating: int | None = None  # the thread running f, if any
 
     def write(self, token: int, value: T) -> None:
         """Stores value if token is admitted, and records token as the highest accepted."""
         self.update(token, lambda _: value)
 
     def update(self, token: int, f: Callable[[T], T]) -> None:
-        """Replaces the value with f(old) if token is admitted, atomically with the check. If f raises, nothing changes."""
+        """Replaces the value with f(old) if token is admitted, atomically with the check. If f raises, nothing changes.
+        f must not write this resource: a nested write or update raises InvalidError."""
         check_token(token)
+        if self._updating == threading.get_ident():
+            raise InvalidError(f"lease: {quote(self.name)} written from inside its own update")
         with self._lock:
             if not admits(self.mode, token, self._highest):
                 raise StaleTokenError(
                     f"lease: stale token {token} for {quote(self.name)}: highest accepted is {self._highest} (mode {self.mode})",
                     resource=self.name, token=token, highest=self._highest, mode=self.mode,
                 )
-            self._value = f(self._value)
+            self._updating = threading.get_ident()
+            try:
+                value = f(self._value)
+            finally:
+                self._updating = None
+            self._value = value
             self._highest = token
 
     def read(self) -> Snapshot[T]:

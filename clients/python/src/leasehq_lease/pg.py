@@ -19,6 +19,7 @@ caller retries the transaction. The module imports psycopg only for types."""
 
 from __future__ import annotations
 
+from collections import abc
 from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
 
 from ._errors import NotFoundError, StaleTokenError, UnavailableError, quote
@@ -83,10 +84,24 @@ def _numbered(sql: str) -> str:
         i = j + 2
 
 
+def _in_transaction(conn: Executor) -> None:
+    """Raises InvalidError if conn would run a statement in a transaction of
+    its own: an autocommit connection, or a cursor of one, outside
+    ``with conn.transaction():``. (One not in autocommit opens a transaction
+    with its first statement and keeps it until commit or rollback.)"""
+    c: Any = getattr(conn, "connection", conn)  # a cursor's connection
+    if c.autocommit and c.info.transaction_status.name == "IDLE":
+        raise _Invalid(
+            "lease: pg: check needs the writer's open transaction: the connection is in autocommit "
+            "outside a transaction block, so the check would commit alone and fence nothing"
+        )
+
+
 class PgGuard:
     """Admits writes by fencing token inside PostgreSQL transactions, recording
     the highest token per resource in pgfence's table (created, with its
-    schema, if missing, under the advisory lock pgfence.New takes). It holds
+    schema, if missing, under the advisory lock pgfence.New takes; an existing
+    one must be a logged table with a bigint token, or InvalidError). It holds
     no connection and is safe to share."""
 
     def __init__(
@@ -113,7 +128,9 @@ class PgGuard:
                 (self.table, schema),
             ).fetchone()
             assert row is not None
-            if not row[0]:
+            if row[0]:
+                self._verify(conn)
+            else:
                 if not row[1]:
                     conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident('schema', schema)}".encode())
                 conn.execute(
@@ -122,6 +139,30 @@ class PgGuard:
 			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
 		)""".encode()
                 )
+
+    def _verify(self, conn: Connection[Any]) -> None:
+        """Raises InvalidError unless the existing table is one the guard can
+        trust, as pgfence.New checks it: a logged table (an UNLOGGED one is
+        emptied by crash recovery, every mark with it) with a bigint token
+        (as text, "10" < "9")."""
+        row = conn.execute(
+            """SELECT c.relkind::text, c.relpersistence::text,
+		coalesce((SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+			WHERE a.attrelid = c.oid AND a.attname = 'token' AND a.attnum > 0 AND NOT a.attisdropped), '')
+		FROM pg_class c WHERE c.oid = to_regclass(%s)""",
+            (self.table,),
+        ).fetchone()
+        assert row is not None
+        kind, persistence, token = row
+        if kind not in ("r", "p"):
+            why = f"it is not a table (relkind {kind!r})"
+        elif persistence != "p":
+            why = f"it is unlogged or temporary (relpersistence {persistence!r}): a crash would empty it"
+        elif token != "bigint":
+            why = f"column token is {token!r}, want bigint"
+        else:
+            return
+        raise _Invalid(f"lease: pg: table {self.table} exists but cannot hold the guard's marks: {why}")
 
     @property
     def upsert_sql(self) -> str:
@@ -134,9 +175,12 @@ class PgGuard:
         a cursor of one) and records it as the highest accepted, to commit or
         roll back with it; the resource stays locked against other checks
         until the transaction ends. A refused token raises StaleTokenError
-        and records nothing; roll the transaction back."""
+        and records nothing; roll the transaction back. An autocommit
+        connection outside a transaction block (or a cursor of one) raises
+        InvalidError: the check would commit alone and fence nothing."""
         check_name("resource", resource)
         check_token(token)
+        _in_transaction(conn)
         if conn.execute(self._upsert.encode(), (resource, token)).fetchone() is not None:
             return
         raise _stale(resource, token, self.highest(conn, resource), self.mode)
@@ -169,6 +213,8 @@ def update_row_sql(
     if id is None:
         raise _Invalid("lease: pg: row id is missing")
     check_token(token)
+    if not isinstance(values, abc.Mapping) or not all(isinstance(c, str) for c in values):
+        raise _Invalid("lease: pg: values must map column names (str) to values")
     sets, args = [], []
     for c in sorted(values):
         if c in (id_column, token_column):
