@@ -9,7 +9,7 @@ import type * as Http from "node:http";
 import type * as Https from "node:https";
 import type * as Stream from "node:stream";
 
-import type { Transport, WireAnswer } from "./fetch.js";
+import { MAX_ANSWER_BYTES, type Transport, tooLarge, type WireAnswer } from "./fetch.js";
 
 type GetBuiltin = (id: string) => unknown;
 
@@ -147,13 +147,30 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
           resolve({ status, header, text: "", body: Readable.toWeb(res) as ReadableStream<Uint8Array> });
           return;
         }
-        let text = "";
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => (text += chunk));
+        // At most MAX_ANSWER_BYTES, as the Go client reads: a server that
+        // never stops sending fails the request rather than filling memory.
+        const length = Number(res.headers["content-length"] ?? 0);
+        if (length > MAX_ANSWER_BYTES) {
+          fail(tooLarge());
+          res.destroy();
+          return;
+        }
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > MAX_ANSWER_BYTES) {
+            fail(tooLarge());
+            res.destroy();
+            return;
+          }
+          chunks.push(chunk);
+        });
         res.on("error", fail);
         res.on("end", () => {
           if (settled) return;
           settle();
+          const text = chunks.length === 1 ? (chunks[0] as Buffer).toString("utf8") : Buffer.concat(chunks, size).toString("utf8");
           resolve({ status, header, text, body: null });
         });
         res.on("close", () => {

@@ -19,7 +19,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coro
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
-from ._endpoints import Endpoints, Failed, Plan, unanswered
+from ._endpoints import MAX_ANSWER, Endpoints, Failed, Plan, TooLarge, unanswered
 from ._errors import (
     HeldError,
     LeaseError,
@@ -92,32 +92,68 @@ async def _read_head(r: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     return status, headers
 
 
-async def _read_chunk(r: asyncio.StreamReader) -> bytes:
-    """One chunk of a chunked body; b"" at its end."""
-    size_line = await r.readline()
-    try:
-        size = int(size_line.split(b";")[0].strip(), 16)
-    except ValueError:
-        raise ConnectionResetError(f"bad chunk size {size_line[:40]!r}") from None
-    if size == 0:
-        while (await r.readline()) not in (b"\r\n", b"\n", b""):
-            pass
-        return b""
-    data = await r.readexactly(size)
-    await r.readexactly(2)
-    return data
+class _Chunks:
+    """Reads a chunked body in pieces of at most `most` bytes, however large
+    the chunks the server declares: a stream's reader then sees a line that
+    never ends before it is buffered whole."""
+
+    def __init__(self, r: asyncio.StreamReader) -> None:
+        self._r = r
+        self._left = 0  # bytes of the current chunk not read yet
+        self._done = False
+
+    async def read(self, most: int) -> bytes:
+        """The next piece of the body; b"" at its end."""
+        r = self._r
+        if self._done:
+            return b""
+        if self._left == 0:
+            size_line = await r.readline()
+            try:
+                size = int(size_line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise ConnectionResetError(f"bad chunk size {size_line[:40]!r}") from None
+            if size < 0:
+                raise ConnectionResetError(f"bad chunk size {size_line[:40]!r}")
+            if size == 0:
+                while (await r.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+                self._done = True
+                return b""
+            self._left = size
+        data = await r.readexactly(min(self._left, most))
+        self._left -= len(data)
+        if self._left == 0:
+            await r.readexactly(2)
+        return data
 
 
 async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> tuple[bytes, bool]:
-    """An answer's body, and whether the connection ends with it (no length given)."""
+    """An answer's body, at most MAX_ANSWER bytes (else TooLarge), and whether
+    the connection ends with it (no length given)."""
     if headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks = _Chunks(r)
         parts = []
-        while chunk := await _read_chunk(r):
+        size = 0
+        while chunk := await chunks.read(MAX_ANSWER + 1 - size):
             parts.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                raise TooLarge()
         return b"".join(parts), False
     if "content-length" in headers:
-        return await r.readexactly(int(headers["content-length"])), False
-    return await r.read(), True
+        length = headers["content-length"]
+        if not length.isascii() or not length.isdigit():
+            raise ConnectionResetError(f"bad Content-Length {length[:40]!r}")
+        if int(length) > MAX_ANSWER:
+            raise TooLarge()
+        return await r.readexactly(int(length)), False
+    data = await r.read(MAX_ANSWER + 1)
+    while data and len(data) <= MAX_ANSWER and (more := await r.read(MAX_ANSWER + 1 - len(data))):
+        data += more
+    if len(data) > MAX_ANSWER:
+        raise TooLarge()
+    return data, True
 
 
 class _Transport:
@@ -174,7 +210,7 @@ class _Transport:
             w.write(self._request_bytes(i, method, path, body, "application/json"))
             a = await asyncio.wait_for(self._answer(r), timeout)
             ok = True
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+        except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             raise Failed(e, False) from e
         finally:
             if not ok:
@@ -227,7 +263,7 @@ class _Transport:
                 try:
                     c[1].write(self._request_bytes(i, "GET", path, None, "text/event-stream"))
                     status, headers = await asyncio.wait_for(_read_head(c[0]), timeout)
-                except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+                except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     c[1].close()
                     raise Failed(e, False) from e
             except Failed as f:
@@ -241,7 +277,7 @@ class _Transport:
                 return c, headers, i
             try:
                 a, _ = await asyncio.wait_for(_read_body(c[0], headers), timeout)
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError):
                 a = b""
             c[1].close()
             err = error_from_answer(status, a)
@@ -638,20 +674,24 @@ class AsyncWatch:
         t = c._transport
         path, silence = c._watch(self.prefix)
         (r, w), headers, used = await t.stream(path, min(silence, t.timeout))
-        silence = c._silence(headers.get(HEARTBEAT_HEADER.lower()))
+        try:
+            silence = c._silence(headers.get("content-type"), headers.get(HEARTBEAT_HEADER.lower()))
+        except LeaseError:
+            w.close()
+            raise
         what = f"watch {json.dumps(self.prefix)}"
-        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        chunks = _Chunks(r) if headers.get("transfer-encoding", "").lower() == "chunked" else None
         parser = EventStreamParser()
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(_read_chunk(r) if chunked else r.read(65536), silence)
+                    chunk = await asyncio.wait_for(r.read(65536) if chunks is None else chunks.read(65536), silence)
                 except asyncio.TimeoutError:
                     t.endpoints.move_on(used)
                     raise UnavailableError(
                         f"lease: {what}: the stream broke: silent for {c.missed_heartbeats} heartbeats ({silence:g} s)"
                     ) from None
-                except (OSError, asyncio.IncompleteReadError) as e:
+                except (OSError, ValueError, asyncio.IncompleteReadError) as e:  # ValueError: a line past the reader's limit
                     t.endpoints.move_on(used)
                     raise UnavailableError(f"lease: {what}: the stream broke: {e!r}") from e
                 if not chunk:

@@ -33,6 +33,31 @@ MAX_LINE: Final = 64 << 10
 """The longest line, and message data, the parser takes: a lease event is a few KiB at most."""
 
 
+MIN_HEARTBEAT_MS: Final = 10
+MAX_HEARTBEAT_MS: Final = 3_600_000
+"""The heartbeats a server may say (leasehttp.MinHeartbeat, MaxHeartbeat)."""
+
+
+def stream_heartbeat(content_type: str | None, heartbeat: str | None) -> float | None:
+    """Checks the head of a watch's 200 answer, as the Go and TypeScript clients
+    do: its Content-Type must be text/event-stream (else a proxy's page, or
+    another service, answered: UnexpectedAnswerError, not retried), and its
+    Lease-Heartbeat-Ms, if given, a whole number of milliseconds in [10,
+    3600000]. Returns that heartbeat in seconds, or None when not given."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "text/event-stream":
+        raise UnexpectedAnswerError(f"lease: watch: HTTP 200 of type {content_type!r}, not an event stream", status=200)
+    if heartbeat is None:
+        return None
+    if not (is_digits(heartbeat) and len(heartbeat) <= 7 and MIN_HEARTBEAT_MS <= int(heartbeat) <= MAX_HEARTBEAT_MS):
+        raise UnexpectedAnswerError(
+            f"lease: watch: the answer's {HEARTBEAT_HEADER} {heartbeat[:40]!r} is not a heartbeat in "
+            f"[{MIN_HEARTBEAT_MS}, {MAX_HEARTBEAT_MS}] ms",
+            status=200,
+        )
+    return int(heartbeat) / 1000.0
+
+
 class WatchEvent(NamedTuple):
     """One event of a watch. kind is "held" (one per lease at the start, in key
     order), "synced" (the picture is complete), "acquired", "renewed",

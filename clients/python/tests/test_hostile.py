@@ -1,0 +1,211 @@
+"""Answers no lease server gives, from a server that writes raw HTTP: both
+clients bound what they read (64 MiB of an answer, 64 KiB of a stream's
+line, as the Go and TypeScript clients do), read a watch only from an event
+stream, and raise their own classes, never a bare ValueError."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from leasehq_lease import AsyncLeaseClient, ForbiddenError, LeaseClient, UnavailableError, UnexpectedAnswerError
+from leasehq_lease._endpoints import MAX_ANSWER
+
+LEASE = b'{"key":"k","owner":"o","token":1,"ttl_ms":1000,"expires_at":"2026-01-01T00:00:00.000Z"}'
+
+Answer = Callable[[socket.socket], None]
+
+
+class RawServer:
+    """Answers every request with answer(sock), whatever was asked."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self._conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        buf = b""
+        try:
+            while b"\r\n\r\n" not in buf:
+                got = c.recv(65536)
+                if not got:
+                    return
+                buf += got
+            self.answer(c)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self._conns:
+            c.close()
+
+
+@pytest.fixture
+def raw() -> Iterator[Callable[[Answer], RawServer]]:
+    made: list[RawServer] = []
+
+    def make(answer: Answer) -> RawServer:
+        s = RawServer(answer)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def padded(c: socket.socket, framing: str) -> None:
+    """A lease on k, one byte past MAX_ANSWER: spaces, then the lease."""
+    pad = MAX_ANSWER + 1 - len(LEASE)
+    if framing == "length":
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (pad + len(LEASE)))
+    elif framing == "chunked":
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    else:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+    block = b" " * (1 << 20)
+    while pad > 0:
+        part = block[: min(pad, len(block))]
+        c.sendall(b"%x\r\n%s\r\n" % (len(part), part) if framing == "chunked" else part)
+        pad -= len(part)
+    if framing == "chunked":
+        c.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(LEASE), LEASE))
+    else:
+        c.sendall(LEASE)
+    c.close()
+
+
+def get(url: str, asynchronous: bool, **kw: Any) -> object:
+    if asynchronous:
+        async def go() -> object:
+            async with AsyncLeaseClient(url, **kw) as c:
+                return await c.get("k")
+
+        return asyncio.run(asyncio.wait_for(go(), 30))
+    with LeaseClient(url, **kw) as c:
+        return c.get("k")
+
+
+def first_event(url: str, asynchronous: bool, **kw: Any) -> object:
+    if asynchronous:
+        async def go() -> object:
+            async with AsyncLeaseClient(url, **kw) as c:
+                async with c.watch("", reconnect=False) as w:
+                    return await w.__anext__()
+
+        return asyncio.run(asyncio.wait_for(go(), 30))
+    with LeaseClient(url, **kw) as c:
+        with c.watch("", reconnect=False) as w:
+            return next(w)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("framing", ["length", "chunked", "close"])
+def test_an_answer_over_64_mib_is_an_answer_lost(raw: Callable[[Answer], RawServer], framing: str, asynchronous: bool) -> None:
+    s = raw(lambda c: padded(c, framing))
+    with pytest.raises(UnavailableError, match="larger than 67108864 bytes"):
+        get(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_refusal_over_64_mib_is_not_read_whole(raw: Callable[[Answer], RawServer], asynchronous: bool) -> None:
+    # An error answer to a watch says more than the bound, then sends it
+    # slowly: refused at its header, not after the whole of it.
+    def answer(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{" % (MAX_ANSWER + 1))
+        threading.Event().wait(20)
+
+    s = raw(answer)
+    start = time.monotonic()
+    with pytest.raises(ForbiddenError):
+        first_event(s.url, asynchronous, timeout=10)
+    assert time.monotonic() - start < 5
+
+
+def sse(content_type: bytes, extra: bytes = b"") -> Answer:
+    def answer(c: socket.socket) -> None:
+        c.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type + b"\r\n" + extra + b"Connection: close\r\n\r\n"
+            b"event: synced\ndata: {}\n\n"
+        )
+        threading.Event().wait(5)
+        c.close()
+
+    return answer
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("content_type", [b"text/html", b"text/plain; charset=utf-8", b"application/json"])
+def test_a_watch_answered_with_another_type_is_not_read(
+    raw: Callable[[Answer], RawServer], content_type: bytes, asynchronous: bool
+) -> None:
+    s = raw(sse(content_type))
+    with pytest.raises(UnexpectedAnswerError, match="not an event stream"):
+        first_event(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("content_type", [b"text/event-stream", b"Text/Event-Stream; charset=utf-8"])
+def test_an_event_stream_is_read(raw: Callable[[Answer], RawServer], content_type: bytes, asynchronous: bool) -> None:
+    s = raw(sse(content_type, b"Lease-Heartbeat-Ms: 1000\r\n"))
+    ev = first_event(s.url, asynchronous)
+    assert getattr(ev, "kind") == "synced"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("beat", [b"0", b"9", b"3600001", b"1e3", b"-5", b"\xc2\xb2"])
+def test_a_heartbeat_out_of_range_is_refused(raw: Callable[[Answer], RawServer], beat: bytes, asynchronous: bool) -> None:
+    # As Go's heartbeatOf and the TypeScript client: a heartbeat of 0 ms
+    # would make every stream break at once, one of hours never.
+    s = raw(sse(b"text/event-stream", b"Lease-Heartbeat-Ms: " + beat + b"\r\n"))
+    with pytest.raises(UnexpectedAnswerError, match="not a heartbeat"):
+        first_event(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_stream_line_that_never_ends_is_refused_without_buffering_it(
+    raw: Callable[[Answer], RawServer], asynchronous: bool
+) -> None:
+    # One chunk declared 1 GiB long, of which 1 MiB comes without a line's
+    # end: the reader refuses the line at 64 KiB rather than waiting for the
+    # whole chunk.
+    def answer(c: socket.socket) -> None:
+        c.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 5000\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % (1 << 30)
+        )
+        c.sendall(b"data: " + b"x" * (1 << 20))
+        threading.Event().wait(20)
+
+    s = raw(answer)
+    with pytest.raises(UnexpectedAnswerError, match="longer than"):
+        first_event(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_header_line_over_64_kib_is_an_answer_lost(raw: Callable[[Answer], RawServer], asynchronous: bool) -> None:
+    def answer(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nX-Long: " + b"x" * (100 << 10) + b"\r\nContent-Length: 2\r\n\r\n{}")
+        c.close()
+
+    s = raw(answer)
+    with pytest.raises(UnavailableError):
+        get(s.url, asynchronous)
