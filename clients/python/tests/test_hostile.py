@@ -209,3 +209,88 @@ def test_a_header_line_over_64_kib_is_an_answer_lost(raw: Callable[[Answer], Raw
     s = raw(answer)
     with pytest.raises(UnavailableError):
         get(s.url, asynchronous)
+
+
+class FakeLeaseServer:
+    """Grants every acquire (token 7) and answers each renew batch with
+    renewal(n, item), n counting the batches from 1: the JSON text of one
+    result."""
+
+    def __init__(self, renewal: Callable[[int, dict[str, Any]], str]) -> None:
+        import http.server
+        import json
+
+        self.batches = 0
+        self.renewal = renewal
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.endswith("/acquire"):
+                    key = self.path.split("/")[3]
+                    out = ('{"key":"%s","owner":"o","token":7,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}'
+                           % (key, "a" * 32, req["ttl_ms"]))
+                elif self.path == "/v1/renew":
+                    fake.batches += 1
+                    out = '{"results":[%s]}' % ",".join(fake.renewal(fake.batches, r) for r in req["renewals"])
+                else:
+                    out = "{}"
+                b = out.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def renewed(ttl_ms: str) -> Callable[[int, dict[str, Any]], str]:
+    """Renews each lease; the first batch says ttl_ms as given, later ones as asked."""
+
+    def answer(n: int, r: dict[str, Any]) -> str:
+        t = ttl_ms if n == 1 else str(r["ttl_ms"])
+        return ('{"lease":{"key":"%s","owner":"o","token":%d,"id":"%s","ttl_ms":%s,"expires_at":"2026-01-01T00:00:00.000Z"}}'
+                % (r["key"], r["token"], r["id"], t))
+
+    return answer
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("ttl_ms", ["1" + "0" * 400, "-600", "86400001"], ids=["400-digits", "negative", "over-24h"])
+def test_a_renewal_answered_with_a_ttl_out_of_range_is_retried_and_renewing_goes_on(ttl_ms: str, asynchronous: bool) -> None:
+    # A ttl_ms of 400 digits made the renewer raise OverflowError (not a
+    # LeaseError), which ended the thread (the task) renewing every hold of
+    # the client: the hold was then lost at its deadline however well the
+    # server answered afterwards.
+    fake = FakeLeaseServer(renewed(ttl_ms))
+    try:
+        if asynchronous:
+            async def go() -> bool:
+                async with AsyncLeaseClient(fake.url) as c:
+                    h = await c.try_acquire("k", 0.6)
+                    await asyncio.sleep(1.5)
+                    return h.held
+
+            held = asyncio.run(asyncio.wait_for(go(), 30))
+        else:
+            with LeaseClient(fake.url) as c:
+                h = c.try_acquire("k", 0.6)
+                time.sleep(1.5)  # real time: 2.5 TTLs of renewals by the client's own thread
+                held = h.held
+        assert fake.batches >= 3
+        assert held, f"lost after {fake.batches} batches"
+    finally:
+        fake.close()

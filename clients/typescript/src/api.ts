@@ -7,6 +7,7 @@ import {
   errorFromBody,
   InvalidError,
   isToken,
+  MAX_TOKEN,
   NotHeldError,
   UnavailableError,
   UnexpectedAnswerError,
@@ -391,6 +392,7 @@ export class Api {
     if (parsed === undefined) {
       throw new UnexpectedAnswerError(`lease: ${describe(op, key)}: HTTP 200 whose body is not JSON`, { status: 200 });
     }
+    checkNumbers(text, describe(op, key));
     return parsed as OK<O>;
   }
 
@@ -473,6 +475,9 @@ export class Api {
     }
     return v.results.map((r, i) => {
       const key = items[i]?.g.key ?? "";
+      if (typeof r !== "object" || r === null) {
+        throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is not an object`);
+      }
       if ("lease" in r) return granted(key, r.lease);
       if ("error" in r && r.error?.code === "not_held") return new NotHeldError(`lease: renew ${JSON.stringify(key)}: ${r.error.message}`);
       throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is neither a lease nor not_held`);
@@ -527,6 +532,35 @@ export function errText(err: unknown): string {
     return `${err.message}${cause}`;
   }
   return String(err);
+}
+
+/**
+ * NUMBER_MEMBER finds the token and ttl_ms members of a JSON text and the
+ * number each is written as. In valid JSON a member's name follows "{" or
+ * ",": a string that merely contains `"token":` has its quotes escaped.
+ */
+const NUMBER_MEMBER = /[{,]\s*"(token|ttl_ms)"\s*:\s*(-?[0-9][0-9.eE+-]*)/g;
+
+/**
+ * checkNumbers refuses an answer (UnexpectedAnswerError) whose token or
+ * ttl_ms is not written as a lease server writes it: digits without sign,
+ * fraction or exponent, a token at most 2^53. JSON.parse would read
+ * 9007199254740993 as 2^53, another server's token, and 1e0 or 1.0 as 1,
+ * which the Go and Python clients refuse; this reads the numbers as written.
+ */
+export function checkNumbers(text: string, what: string): void {
+  NUMBER_MEMBER.lastIndex = 0;
+  for (let m = NUMBER_MEMBER.exec(text); m !== null; m = NUMBER_MEMBER.exec(text)) {
+    const name = m[1] ?? "";
+    const n = m[2] ?? "";
+    const plain = /^(0|[1-9][0-9]*)$/.test(n);
+    if (!plain || (name === "token" && (n.length > 16 || (n.length === 16 && n > String(MAX_TOKEN))))) {
+      throw new UnexpectedAnswerError(
+        `lease: ${what}: the answer's ${name} is written ${JSON.stringify(n.slice(0, 40))}, not as a whole number` +
+          (name === "token" ? " in [1, 2^53]" : ""),
+      );
+    }
+  }
 }
 
 /** info checks a lease the server sent, as the document describes it; key, if given, is the key it must be on. */

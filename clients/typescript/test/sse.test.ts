@@ -115,4 +115,11 @@ test("watch messages decode to typed events; errors and strangers throw their cl
   assert.throws(() => decodeWatchEvent("", m("{", "held")), UnexpectedAnswerError);
   assert.throws(() => decodeWatchEvent("", m(JSON.stringify({ ...lease, token: 0 }), "held")), UnexpectedAnswerError);
   assert.throws(() => decodeWatchEvent("reports/", m(JSON.stringify(lease), "held")), UnexpectedAnswerError);
+  // Numbers as written: JSON.parse reads 9007199254740993 as 2^53.
+  for (const token of ["9007199254740993", "3.0", "3e0"]) {
+    const data = JSON.stringify(lease).replace('"token":3', `"token":${token}`);
+    assert.throws(() => decodeWatchEvent("", m(data, "held")), UnexpectedAnswerError, token);
+  }
+  const max = decodeWatchEvent("", m(JSON.stringify({ ...lease, token: 2 ** 53 }), "held"));
+  assert.equal(max.kind === "held" && max.lease.token, 2 ** 53);
 });

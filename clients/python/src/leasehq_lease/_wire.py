@@ -171,7 +171,10 @@ def lease_of(v: object, what: str) -> Lease:
     if isinstance(v, dict):
         key, owner, token, ttl_ms, at = v.get("key"), v.get("owner"), v.get("token"), v.get("ttl_ms"), v.get("expires_at")
         exp = parse_time(at)
-        if isinstance(key, str) and isinstance(owner, str) and is_token(token) and type(ttl_ms) is int and exp is not None:
+        if (
+            isinstance(key, str) and isinstance(owner, str) and is_token(token)
+            and type(ttl_ms) is int and 0 <= ttl_ms <= MAX_TTL * 1000 and exp is not None
+        ):
             assert isinstance(token, int)
             return Lease(key, owner, token, ttl_ms / 1000.0, exp)
     raise UnexpectedAnswerError(f"lease: {what}: not a lease: {str(v)[:200]}")

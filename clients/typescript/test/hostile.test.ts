@@ -1,0 +1,133 @@
+// Answers no lease server gives, from a fake server in the test: numbers
+// JSON.parse would read as another token, batch results of the wrong type,
+// one renewal of a batch refused, and a server slower than the TTL.
+
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { after, test } from "node:test";
+
+import { Api } from "../src/api.js";
+import { LeaseClient, LeaseLostError, UnexpectedAnswerError } from "../src/index.js";
+import { body } from "./harness.js";
+
+const ID = "a".repeat(32);
+
+interface Renewal {
+  key: string;
+  id: string;
+  token: number;
+  ttl_ms: number;
+}
+
+/** leaseText is a granted lease as a server writes it, its token written as given. */
+function leaseText(key: string, token: string, ttlMs: number, id = ID): string {
+  return `{"key":${JSON.stringify(key)},"owner":"o","token":${token},"id":"${id}","ttl_ms":${ttlMs},"expires_at":"2026-01-01T00:00:00.000Z"}`;
+}
+
+/**
+ * fake is a lease server that grants every acquire with the token written
+ * as token(key), and answers each renew batch, n counting them from 1, with
+ * renewal(n, item) per item (the JSON text of one result) after delayMs(n).
+ */
+async function fake(opts: {
+  token?: (key: string) => string;
+  renewal?: (n: number, r: Renewal) => string;
+  delayMs?: (n: number) => number;
+}): Promise<{ url: string; batches: () => number }> {
+  let batches = 0;
+  const srv = createServer((req, res) => {
+    void body(req).then(async (text) => {
+      const url = req.url ?? "";
+      let out = "{}";
+      if (url.endsWith("/acquire")) {
+        const key = decodeURIComponent(url.split("/")[3] ?? "");
+        const ttl = (JSON.parse(text) as { ttl_ms: number }).ttl_ms;
+        out = leaseText(key, opts.token?.(key) ?? "7", ttl);
+      } else if (url === "/v1/renew") {
+        const n = ++batches;
+        const { renewals } = JSON.parse(text) as { renewals: Renewal[] };
+        const one = opts.renewal ?? ((_n: number, r: Renewal) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`);
+        out = `{"results":[${renewals.map((r) => one(n, r)).join(",")}]}`;
+        await new Promise((r) => setTimeout(r, opts.delayMs?.(n) ?? 0));
+      }
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(out);
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    srv.closeAllConnections();
+    srv.close(() => r());
+  }));
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, batches: () => batches };
+}
+
+test("a token is read as written: past 2^53, or with a fraction or an exponent, is an UnexpectedAnswerError", async () => {
+  const written: Record<string, string> = {
+    over: "9007199254740993", // JSON.parse reads 2^53: another server's token
+    far: "9007199254740999",
+    fraction: "7.0",
+    exponent: "7e0",
+    max: "9007199254740992",
+    plain: "7",
+  };
+  const srv = await fake({ token: (key) => written[key] ?? "7" });
+  const client = new LeaseClient({ server: srv.url });
+  for (const key of ["over", "far", "fraction", "exponent"]) {
+    await assert.rejects(client.tryAcquire(key, { ttlMs: 60_000 }), UnexpectedAnswerError, key);
+  }
+  for (const [key, token] of [["max", 2 ** 53], ["plain", 7]] as const) {
+    const h = await client.tryAcquire(key, { ttlMs: 60_000 });
+    assert.equal(h.token, token);
+    await h.release();
+  }
+});
+
+test("a batch result that is not an object is an UnexpectedAnswerError, not a TypeError", async () => {
+  for (const result of ["5", "null", '"lease"']) {
+    const srv = await fake({ renewal: () => result });
+    const api = new Api(srv.url, undefined, undefined);
+    const g = { key: "k", owner: "o", token: 7, ttlMs: 1000, expiresAt: new Date(), id: ID };
+    await assert.rejects(api.renewBatch([{ g, ttlMs: 1000 }]), UnexpectedAnswerError, result);
+  }
+});
+
+test("one renewal of a batch refused or answered with another lease loses that hold alone", async () => {
+  // Three holds fall due together and share each batch; from the second
+  // batch on, the server refuses "refused" and answers "other" with
+  // another token.
+  const srv = await fake({
+    renewal: (n, r) => {
+      if (n >= 2 && r.key === "refused") return '{"error":{"code":"not_held","message":"gone"}}';
+      if (n >= 2 && r.key === "other") return `{"lease":${leaseText(r.key, String(r.token + 1), r.ttl_ms, r.id)}}`;
+      return `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`;
+    },
+  });
+  const client = new LeaseClient({ server: srv.url });
+  const ttlMs = 600;
+  const [kept, refused, other] = await Promise.all(["kept", "refused", "other"].map((k) => client.tryAcquire(k, { ttlMs })));
+  assert.ok(kept && refused && other);
+  await new Promise((r) => setTimeout(r, 4 * ttlMs));
+  assert.ok(kept.held, "the hold the server kept renewing was lost");
+  assert.ok(!refused.held && refused.signal.reason instanceof LeaseLostError);
+  assert.match(String(refused.signal.reason), /no longer holds it/);
+  assert.ok(!other.held && other.signal.reason instanceof LeaseLostError);
+  assert.match(String(other.signal.reason), /another lease/);
+  assert.ok(srv.batches() >= 6, `${srv.batches()} batches`);
+  await kept.release();
+});
+
+test("a server that answers renewals slower than the TTL: the hold is lost at its safe deadline, and the late answer does not bring it back", async () => {
+  const ttlMs = 300;
+  const srv = await fake({ delayMs: () => 2 * ttlMs });
+  const client = new LeaseClient({ server: srv.url });
+  const sent = performance.now();
+  const h = await client.tryAcquire("slow", { ttlMs });
+  const lostAt = await new Promise<number>((r) => h.signal.addEventListener("abort", () => r(performance.now()), { once: true }));
+  assert.ok(h.signal.reason instanceof LeaseLostError);
+  assert.ok(lostAt - sent <= ttlMs + 50, `lost ${Math.round(lostAt - sent)} ms after the acquire was sent, TTL ${ttlMs}`);
+  await new Promise((r) => setTimeout(r, 3 * ttlMs)); // the late answers come
+  assert.equal(h.held, false);
+  await assert.rejects(h.release(), LeaseLostError);
+});
