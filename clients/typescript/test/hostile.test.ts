@@ -34,8 +34,11 @@ async function fake(opts: {
   token?: (key: string) => string;
   renewal?: (n: number, r: Renewal) => string;
   delayMs?: (n: number) => number;
-}): Promise<{ url: string; batches: () => number }> {
+  /** Leaves every release unanswered. */
+  hangReleases?: boolean;
+}): Promise<{ url: string; batches: () => number; releases: () => number }> {
   let batches = 0;
+  let releases = 0;
   const srv = createServer((req, res) => {
     void body(req).then(async (text) => {
       const url = req.url ?? "";
@@ -50,6 +53,9 @@ async function fake(opts: {
         const one = opts.renewal ?? ((_n: number, r: Renewal) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`);
         out = `{"results":[${renewals.map((r) => one(n, r)).join(",")}]}`;
         await new Promise((r) => setTimeout(r, opts.delayMs?.(n) ?? 0));
+      } else if (url.endsWith("/release")) {
+        releases++;
+        if (opts.hangReleases === true) return;
       }
       res.writeHead(200, { "Content-Type": "application/json" });
       res.end(out);
@@ -60,7 +66,7 @@ async function fake(opts: {
     srv.closeAllConnections();
     srv.close(() => r());
   }));
-  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, batches: () => batches };
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, batches: () => batches, releases: () => releases };
 }
 
 test("a token is read as written: past 2^53, or with a fraction or an exponent, is an UnexpectedAnswerError", async () => {
@@ -130,4 +136,21 @@ test("a server that answers renewals slower than the TTL: the hold is lost at it
   await new Promise((r) => setTimeout(r, 3 * ttlMs)); // the late answers come
   assert.equal(h.held, false);
   await assert.rejects(h.release(), LeaseLostError);
+});
+
+test("release and await using after a loss send nothing and return at once, however hung the server", async () => {
+  // The loss came from a server that stopped answering: a release then
+  // waited up to 10 s for it, at the end of every await using scope.
+  const ttlMs = 200;
+  const srv = await fake({ delayMs: () => 60_000, hangReleases: true });
+  const client = new LeaseClient({ server: srv.url });
+  for (const how of ["release", "dispose"] as const) {
+    const h = await client.tryAcquire(`lost-${how}`, { ttlMs });
+    await new Promise<void>((r) => h.signal.addEventListener("abort", () => r(), { once: true }));
+    const start = performance.now();
+    if (how === "release") await assert.rejects(h.release(), LeaseLostError);
+    else await h[Symbol.asyncDispose]();
+    assert.ok(performance.now() - start < 1_000, `${how} took ${Math.round(performance.now() - start)} ms`);
+  }
+  assert.equal(srv.releases(), 0);
 });
