@@ -294,3 +294,91 @@ def test_a_renewal_answered_with_a_ttl_out_of_range_is_retried_and_renewing_goes
         assert held, f"lost after {fake.batches} batches"
     finally:
         fake.close()
+
+
+class CrossingGrantServer:
+    """Answers an acquire only once the client hangs up (EOF), with status:
+    a lease server whose grant crossed the hang-up (200, the lease) or that
+    saw the hang-up first (499). Any other request is answered {} and
+    recorded."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.requests: list[str] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    got = c.recv(65536)
+                    if not got:
+                        return
+                    buf += got
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                line = head.split(b"\r\n")[0].decode()
+                length = 0
+                for h in head.split(b"\r\n")[1:]:
+                    if h.lower().startswith(b"content-length:"):
+                        length = int(h.split(b":")[1])
+                while len(buf) < length:
+                    buf += c.recv(65536)
+                buf = buf[length:]
+                self.requests.append(line)
+                if "/acquire" in line:
+                    while c.recv(65536):
+                        pass  # until the client's half of the connection ends
+                    if self.status == 200:
+                        b = b'{"key":"k","owner":"o","token":7,"id":"' + b"a" * 32 + b'","ttl_ms":60000,"expires_at":"2026-01-01T00:00:00.000Z"}'
+                    else:
+                        b = b'{"error":{"code":"unavailable","message":"the client hung up; nothing is held for it"}}'
+                    c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (self.status, len(b), b))
+                    c.close()
+                    return
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("status", [200, 499])
+def test_a_cancelled_wait_gives_back_a_grant_that_crossed_the_hang_up(status: int) -> None:
+    # asyncio: cancelling acquire closed the connection outright, so a grant
+    # the server had sent as it saw the hang-up was never read, and the
+    # lease stayed held until its TTL. Now the client half-closes, reads the
+    # last answer in the background and releases a 200's lease, as the Go
+    # client's AcquireWait does; a 499 (nothing held) is left alone.
+    srv = CrossingGrantServer(status)
+
+    async def go() -> None:
+        async with AsyncLeaseClient(srv.url) as c:
+            task = asyncio.get_running_loop().create_task(c.acquire("k", 60, wait=30).__aenter__())
+            while not any("/acquire" in r for r in srv.requests):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(200):
+                if any("/release" in r for r in srv.requests):
+                    break
+                await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+        released = [r for r in srv.requests if "/release" in r]
+        assert released == (["POST /v1/leases/k/release HTTP/1.1"] if status == 200 else []), srv.requests
+    finally:
+        srv.close()

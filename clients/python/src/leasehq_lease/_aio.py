@@ -156,6 +156,10 @@ async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> tuple[
     return data, True
 
 
+Late = Callable[["_Answer"], Awaitable[None]]
+"""What to do with the answer to a request cancelled while it waited for it."""
+
+
 class _Transport:
     def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
         self.endpoints = endpoints
@@ -164,8 +168,11 @@ class _Transport:
         self._idle: list[list[tuple[_Conn, float]]] = [[] for _ in endpoints.all]
         auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
         self._head = [f"Host: {e.host_header}\r\n{auth}".encode("latin-1") for e in endpoints.all]
+        self._lingering: set[asyncio.Task[None]] = set()  # waits given up, reading their last answers
 
     async def close(self) -> None:
+        for t in list(self._lingering):
+            t.cancel()  # as the Go client's Close stops its background work
         idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
         for conns in idle:
             for (_, w), _ in conns:
@@ -200,7 +207,9 @@ class _Transport:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
         return head + b"\r\n" + (body or b"")
 
-    async def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float) -> _Answer:
+    async def _once(
+        self, i: int, method: str, path: str, body: bytes | None, timeout: float, late: Late | None = None
+    ) -> _Answer:
         c = self._get(i)
         if c is None:
             c = await self.connect(i, timeout)
@@ -208,10 +217,16 @@ class _Transport:
         ok = False
         try:
             w.write(self._request_bytes(i, method, path, body, "application/json"))
-            a = await asyncio.wait_for(self._answer(r), timeout)
+            if late is None:
+                a = await asyncio.wait_for(self._answer(r), timeout)
+            else:
+                a = await self._answer_or_linger(r, w, timeout, late)
             ok = True
         except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             raise Failed(e, False) from e
+        except asyncio.CancelledError:
+            ok = late is not None  # _answer_or_linger closed the connection, or lingers on it
+            raise
         finally:
             if not ok:
                 w.close()  # also on cancellation: the server sees the hang-up
@@ -221,20 +236,70 @@ class _Transport:
             self._idle[i].append((c, time.monotonic()))
         return a
 
+    async def _answer_or_linger(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, timeout: float, late: Late) -> _Answer:
+        """The answer, read by a task of its own that a cancellation does not
+        end: the caller is cancelled at once, and the connection lingers,
+        half-closed, in the background until the answer comes, which is
+        handed to late (a grant that crossed the hang-up, given back). Where
+        the connection cannot be half-closed (TLS) it is closed, and the
+        outcome is unknown, as in the Go client."""
+        reading = asyncio.ensure_future(self._answer(r))
+        try:
+            return await asyncio.wait_for(asyncio.shield(reading), timeout)
+        except asyncio.CancelledError:
+            answered = reading.done() and not reading.cancelled() and reading.exception() is None
+            if answered:
+                self._linger(reading, w, late)  # read, but not used: late has it
+                raise
+            if reading.done() or not w.can_write_eof():
+                reading.cancel()
+                w.close()
+                raise
+            try:
+                w.write_eof()
+            except OSError:
+                reading.cancel()
+                w.close()
+                raise
+            self._linger(reading, w, late)
+            raise
+        except BaseException:
+            reading.cancel()
+            raise
+
+    def _linger(self, reading: asyncio.Future[_Answer], w: asyncio.StreamWriter, late: Late) -> None:
+        async def wait() -> None:
+            try:
+                a = await asyncio.wait_for(reading, self.timeout)
+            except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError, LeaseError):
+                return
+            finally:
+                w.close()
+            await late(a)
+
+        t = asyncio.get_running_loop().create_task(wait(), name="leasehq-lease-late-answer")
+        self._lingering.add(t)
+        t.add_done_callback(self._lingering.discard)
+
     async def _answer(self, r: asyncio.StreamReader) -> _Answer:
         status, headers = await _read_head(r)
         body, close = await _read_body(r, headers)
         return _Answer(status, body, close or headers.get("connection", "").lower() == "close")
 
     async def request(
-        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
+        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
+        late: Late | None = None,
     ) -> _Answer:
+        """Sends a request by the multi-endpoint rules and returns a 2xx answer;
+        an error answer raises its class, a request that got none an
+        UnavailableError. late, if given, gets the answer of a request
+        cancelled while it waited for it (see _answer_or_linger)."""
         plan = Plan(len(self.endpoints.all), repeatable)
         t = self.timeout if timeout is None else timeout
         while True:
             i = self.endpoints.current()
             try:
-                a = await self._once(i, method, path, body, t)
+                a = await self._once(i, method, path, body, t, late)
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
@@ -500,7 +565,9 @@ class AsyncLeaseClient(ClientBase):
         """Waits until it holds key (see LeaseClient.acquire): ``hold = await
         client.acquire(key)``, or ``async with client.acquire(key) as hold:``,
         whose block is cancelled if the lease is lost. Cancelling the wait
-        hangs up, and the server releases a lease granted at that moment."""
+        half-closes its connection: the server releases a lease granted at
+        that moment, and one granted just before, whose answer crossed the
+        hang-up, is read in the background and released."""
         ttl, owner = self._check(key, ttl, owner)
         return _Acquiring(functools.partial(self._acquire_wait, key, ttl, WaitPlan(wait), owner))
 
@@ -534,7 +601,20 @@ class AsyncLeaseClient(ClientBase):
 
     async def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
         path, body, timeout = self._acquire_request(key, owner, ttl, wait)
-        return self._granted((await self._transport.request("POST", path, body, repeatable=False, timeout=timeout)).body, key)
+
+        async def late(a: _Answer) -> None:
+            # Cancelled as the server granted it: the grant crossed the
+            # hang-up (the server releases one it grants after seeing it,
+            # answering 499), so give it back.
+            if a.status == 200:
+                try:
+                    g = self._granted(a.body, key)
+                except LeaseError:
+                    return
+                await self._give_back(g)
+
+        a = await self._transport.request("POST", path, body, repeatable=False, timeout=timeout, late=late)
+        return self._granted(a.body, key)
 
     async def _hold(self, g: Granted, sent: float, ttl: float) -> AsyncHold | None:
         """As LeaseClient._hold."""
