@@ -207,6 +207,8 @@ interface Init {
   body?: string;
   readonly signal: AbortSignal | undefined;
   deadline?: Deadline | undefined;
+  /** Gets the answer of a request the signal ended while it waited for it (WireRequest.late). */
+  late?: ((answer: WireAnswer) => void) | undefined;
 }
 
 /**
@@ -317,6 +319,7 @@ export class Api {
           url: this.url(op, key, query, at),
           stream,
           timeoutMs,
+          late: init.late,
         });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
@@ -366,9 +369,11 @@ export class Api {
     signal: AbortSignal | undefined,
     query?: Record<string, string>,
     deadline?: Deadline,
+    late?: (answer: WireAnswer) => void,
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
     init.deadline = deadline;
+    init.late = late;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -454,7 +459,22 @@ export class Api {
       body.ticket = ticket.ticket;
       if (ticket.last) body.last = true;
     }
-    return granted(key, await this.call("acquire", key, body, signal));
+    // A wait its signal ends hangs up; the server releases a lease it grants
+    // at that moment, and one it granted just before, whose answer crossed
+    // the hang-up, comes here (where the transport can read it) and is
+    // given back, as the Go client's AcquireWait does.
+    const late = (a: WireAnswer) => {
+      if (a.status !== 200) return;
+      let g: Granted;
+      try {
+        checkNumbers(a.text, describe("acquire", key));
+        g = granted(key, JSON.parse(a.text) as wire.GrantedLease);
+      } catch {
+        return;
+      }
+      this.release(g, AbortSignal.timeout(Math.max(1, g.ttlMs))).catch(() => undefined);
+    };
+    return granted(key, await this.call("acquire", key, body, signal, undefined, undefined, late));
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {

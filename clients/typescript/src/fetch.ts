@@ -55,6 +55,14 @@ export interface WireRequest {
    * "TimeoutError", as fetch does for AbortSignal.timeout.
    */
   readonly timeoutMs?: number | undefined;
+  /**
+   * late, if given, gets the answer of a request its signal ended while it
+   * waited for it, where the transport can still read it: node:http over
+   * plain HTTP half-closes the connection, so that the server sees the
+   * hang-up and its answer still arrives (an acquire's grant that crossed
+   * the hang-up, to give back). fetch cannot, and never calls it.
+   */
+  readonly late?: ((answer: WireAnswer) => void) | undefined;
 }
 
 /** WireAnswer is the server's answer to a WireRequest. */

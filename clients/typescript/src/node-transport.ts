@@ -44,6 +44,9 @@ let stream: typeof Stream | undefined;
  */
 export const IDLE_SOCKET_MS = 4_000;
 
+/** LINGER_MS bounds how long a request ended by its signal waits for its last answer (WireRequest.late). */
+const LINGER_MS = 10_000;
+
 /**
  * Agents pool the connections of every request made through them: a
  * keep-alive agent per protocol, made on first use, whose idle connections
@@ -128,7 +131,24 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
         settle();
         reject(signal?.aborted ? signal.reason : (timedOut ?? new TypeError("request failed", { cause: err })));
       };
-      const onAbort = () => r.destroy(signal?.reason instanceof Error ? signal.reason : new Error(String(signal?.reason)));
+      // With req.late, a request the signal ends while it waits lingers:
+      // the caller gets the signal's reason at once, the connection is
+      // half-closed (the server sees the hang-up, and its answer still
+      // comes) and the answer, when whole, goes to late. TLS and a
+      // connection not yet made are ended outright, as always.
+      let lingering = false;
+      const onAbort = () => {
+        const sock = r.socket;
+        if (req.late !== undefined && !tls && sock !== null && !sock.connecting && !sock.destroyed) {
+          fail(undefined); // settles: rejects with the signal's reason
+          lingering = true;
+          const bound = setTimeout(() => r.destroy(), LINGER_MS);
+          r.once("close", () => clearTimeout(bound));
+          sock.end();
+          return;
+        }
+        r.destroy(signal?.reason instanceof Error ? signal.reason : new Error(String(signal?.reason)));
+      };
       signal?.addEventListener("abort", onAbort, { once: true });
       r.on("error", fail);
       r.on("response", (res: Http.IncomingMessage) => {
@@ -168,10 +188,16 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
         });
         res.on("error", fail);
         res.on("end", () => {
+          const text = () => (chunks.length === 1 ? (chunks[0] as Buffer).toString("utf8") : Buffer.concat(chunks, size).toString("utf8"));
+          if (lingering) {
+            lingering = false;
+            r.destroy(); // half-closed: no use to the pool
+            req.late?.({ status, header, text: text(), body: null });
+            return;
+          }
           if (settled) return;
           settle();
-          const text = chunks.length === 1 ? (chunks[0] as Buffer).toString("utf8") : Buffer.concat(chunks, size).toString("utf8");
-          resolve({ status, header, text, body: null });
+          resolve({ status, header, text: text(), body: null });
         });
         res.on("close", () => {
           if (!res.complete) fail(new Error("the connection closed before the answer was whole"));

@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, createServer as createTCPServer, type Socket } from "node:net";
 import { after, test } from "node:test";
 
 import { Api } from "../src/api.js";
@@ -154,3 +154,76 @@ test("release and await using after a loss send nothing and return at once, howe
   }
   assert.equal(srv.releases(), 0);
 });
+
+/**
+ * crossing is a server that answers an acquire only once the client hangs
+ * up its half of the connection, with status: a lease server whose grant
+ * crossed the hang-up (200, the lease) or that saw the hang-up first (499).
+ * Other requests are answered {} and recorded.
+ */
+async function crossing(status: number): Promise<{ url: string; requests: string[] }> {
+  const requests: string[] = [];
+  const socks = new Set<Socket>();
+  const srv = createTCPServer({ allowHalfOpen: true }, (sock) => {
+    socks.add(sock);
+    sock.on("close", () => socks.delete(sock));
+    let got = "";
+    let acquire = false;
+    sock.on("error", () => undefined);
+    sock.on("data", (b) => {
+      got += b.toString();
+      for (;;) {
+        const end = got.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const head = got.slice(0, end);
+        const length = Number(/content-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+        if (got.length < end + 4 + length) return;
+        got = got.slice(end + 4 + length);
+        const line = head.slice(0, head.indexOf("\r\n"));
+        requests.push(line);
+        if (line.includes("/acquire")) {
+          acquire = true;
+          return;
+        }
+        sock.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+      }
+    });
+    sock.on("end", () => {
+      if (!acquire) {
+        sock.end();
+        return;
+      }
+      const b = status === 200
+        ? leaseText("k", "7", 60_000)
+        : '{"error":{"code":"unavailable","message":"the client hung up; nothing is held for it"}}';
+      sock.end(`HTTP/1.1 ${status} X\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`);
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    for (const sock of socks) sock.destroy(); // the client's pooled keep-alive connections
+    srv.close(() => r());
+  }));
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, requests };
+}
+
+for (const status of [200, 499]) {
+  test(`a wait its signal ends gives back a grant that crossed the hang-up (server answers ${status})`, async () => {
+    // The signal destroyed the connection, so a grant the server had sent
+    // as it saw the hang-up was never read: the lease stayed held until its
+    // TTL. Now the connection is half-closed, the last answer read, and a
+    // 200's lease released, as the Go client's AcquireWait does.
+    const srv = await crossing(status);
+    const client = new LeaseClient({ server: srv.url });
+    const ctl = new AbortController();
+    const reason = new Error("gave up");
+    const p = client.acquire("k", { ttlMs: 60_000, signal: ctl.signal });
+    while (!srv.requests.some((r) => r.includes("/acquire"))) await new Promise((r) => setTimeout(r, 5));
+    const start = performance.now();
+    ctl.abort(reason);
+    await assert.rejects(p, (err: unknown) => err === reason);
+    assert.ok(performance.now() - start < 500, "the caller waited for the last answer");
+    for (let i = 0; i < 200 && !srv.requests.some((r) => r.includes("/release")); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(srv.requests.filter((r) => r.includes("/release")), status === 200 ? ["POST /v1/leases/k/release HTTP/1.1"] : []);
+  });
+}
