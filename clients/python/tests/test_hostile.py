@@ -268,13 +268,19 @@ def renewed(ttl_ms: str) -> Callable[[int, dict[str, Any]], str]:
     return answer
 
 
+DEEP = "[" * 100_000 + "]" * 100_000
+"""JSON nested deeper than Python's stack: json.loads raises RecursionError, no ValueError."""
+
+
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
-@pytest.mark.parametrize("ttl_ms", ["1" + "0" * 400, "-600", "86400001"], ids=["400-digits", "negative", "over-24h"])
+@pytest.mark.parametrize(
+    "ttl_ms", ["1" + "0" * 400, "-600", "86400001", DEEP], ids=["400-digits", "negative", "over-24h", "nested-100000-deep"]
+)
 def test_a_renewal_answered_with_a_ttl_out_of_range_is_retried_and_renewing_goes_on(ttl_ms: str, asynchronous: bool) -> None:
-    # A ttl_ms of 400 digits made the renewer raise OverflowError (not a
-    # LeaseError), which ended the thread (the task) renewing every hold of
-    # the client: the hold was then lost at its deadline however well the
-    # server answered afterwards.
+    # A ttl_ms of 400 digits made the renewer raise OverflowError, and one
+    # nested 100,000 deep RecursionError (neither a LeaseError), which ended
+    # the thread (the task) renewing every hold of the client: the hold was
+    # then lost at its deadline however well the server answered afterwards.
     fake = FakeLeaseServer(renewed(ttl_ms))
     try:
         if asynchronous:
@@ -382,3 +388,26 @@ def test_a_cancelled_wait_gives_back_a_grant_that_crossed_the_hang_up(status: in
         assert released == (["POST /v1/leases/k/release HTTP/1.1"] if status == 200 else []), srv.requests
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("status", [200, 409, 503])
+def test_an_answer_nested_too_deep_is_an_answer_of_the_client_s_classes(
+    raw: Callable[[Answer], RawServer], status: int, asynchronous: bool
+) -> None:
+    def answer(c: socket.socket) -> None:
+        b = DEEP.encode()
+        c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (status, len(b), b))
+        c.close()
+
+    s = raw(answer)
+    want = {200: UnexpectedAnswerError, 409: UnexpectedAnswerError, 503: UnavailableError}[status]
+    with pytest.raises(want):
+        get(s.url, asynchronous)
+
+
+def test_a_watch_event_nested_too_deep_is_an_unexpected_answer() -> None:
+    from leasehq_lease._events import Message, decode
+
+    with pytest.raises(UnexpectedAnswerError):
+        decode("", Message("held", "[" * 5000 + "]" * 5000, ""))

@@ -214,12 +214,24 @@ BY_CODE: Final[dict[str, Callable[[str, dict[str, Any], int | None], LeaseError]
 }
 
 
-def _detail(body: bytes | str) -> dict[str, Any] | None:
-    """The error object of an error body {"error":{...}}, or None."""
+def load_json(body: bytes | str) -> Any:
+    """json.loads, whose every failure is a ValueError: it raises RecursionError,
+    no ValueError, for a text nested deeper than the interpreter's stack
+    (100,000 "[" from a broken or hostile server), which escaped the clients'
+    handling of answers that are not JSON and ended the thread renewing
+    every hold."""
     import json
 
     try:
-        v = json.loads(body)
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def _detail(body: bytes | str) -> dict[str, Any] | None:
+    """The error object of an error body {"error":{...}}, or None."""
+    try:
+        v = load_json(body)
     except ValueError:
         return None
     d = v.get("error") if isinstance(v, dict) else None

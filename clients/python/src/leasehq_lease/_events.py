@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 from typing import Final, NamedTuple
 
-from ._errors import LeaseError, UnexpectedAnswerError, error_from_event, quote
+from ._errors import LeaseError, UnexpectedAnswerError, error_from_event, load_json, quote
 from ._wire import Lease, is_digits, lease_of
 
 # The server's event names. Only this block and decode() below know them.
@@ -164,8 +164,6 @@ def decode(prefix: str, m: Message) -> WatchEvent:
     its error class, and a message no lease server sends as
     UnexpectedAnswerError, since skipping it would leave the picture
     incomplete."""
-    import json
-
     what = f"watch {quote(prefix)}"
     if m.event in (EVENT_END, EVENT_END_OLD):
         raise error_from_event(what, m.data)
@@ -174,7 +172,7 @@ def decode(prefix: str, m: Message) -> WatchEvent:
     if m.event not in LEASE_EVENTS:
         raise UnexpectedAnswerError(f"lease: {what}: the stream sent an event {m.event[:100]!r}, not one of a lease server")
     try:
-        v = json.loads(m.data)
+        v = load_json(m.data)
     except ValueError:
         raise UnexpectedAnswerError(f"lease: {what}: {m.event} event whose data is not JSON: {m.data[:200]!r}") from None
     lease = lease_of(v, what)

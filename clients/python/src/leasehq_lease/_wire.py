@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from ._errors import InvalidError, UnexpectedAnswerError, is_token, parse_time
+from ._errors import InvalidError, UnexpectedAnswerError, is_token, load_json, parse_time
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -155,10 +155,8 @@ def dumps(v: Any) -> bytes:
 
 
 def loads_object(body: bytes, what: str) -> dict[str, Any]:
-    import json
-
     try:
-        v = json.loads(body)
+        v = load_json(body)
     except ValueError:
         raise UnexpectedAnswerError(f"lease: {what}: the answer is not JSON: {body[:200]!r}") from None
     if not isinstance(v, dict):
