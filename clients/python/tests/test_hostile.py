@@ -216,12 +216,13 @@ class FakeLeaseServer:
     renewal(n, item), n counting the batches from 1: the JSON text of one
     result."""
 
-    def __init__(self, renewal: Callable[[int, dict[str, Any]], str]) -> None:
+    def __init__(self, renewal: Callable[[int, dict[str, Any]], str], *, acquire_delay: float = 0.0, hang: str = "") -> None:
         import http.server
         import json
 
         self.batches = 0
         self.renewal = renewal
+        self.requests: list[str] = []
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -232,7 +233,12 @@ class FakeLeaseServer:
 
             def do_POST(self) -> None:
                 req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(self.path)
+                if hang and self.path.endswith(hang):
+                    time.sleep(30)  # real time: a server that does not answer this request
+                    return
                 if self.path.endswith("/acquire"):
+                    time.sleep(acquire_delay)  # real time: a grant that comes after a wait
                     key = self.path.split("/")[3]
                     out = ('{"key":"%s","owner":"o","token":7,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}'
                            % (key, "a" * 32, req["ttl_ms"]))
@@ -411,3 +417,29 @@ def test_a_watch_event_nested_too_deep_is_an_unexpected_answer() -> None:
 
     with pytest.raises(UnexpectedAnswerError):
         decode("", Message("held", "[" * 5000 + "]" * 5000, ""))
+
+
+def test_a_cancellation_while_a_late_grant_is_renewed_gives_it_back() -> None:
+    # A grant that comes a third of its TTL after its request is renewed at
+    # once, before the hold is made; a cancellation then left the granted
+    # lease held until its TTL. It is now released in the background.
+    fake = FakeLeaseServer(renewed("600"), acquire_delay=0.3, hang="/k/renew")
+
+    async def go() -> None:
+        async with AsyncLeaseClient(fake.url) as c:
+            task = asyncio.get_running_loop().create_task(c.acquire("k", 0.6).__aenter__())
+            while not any(p.endswith("/k/renew") for p in fake.requests):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(200):
+                if any(p.endswith("/release") for p in fake.requests):
+                    break
+                await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+        assert [p for p in fake.requests if p.endswith("/release")] == ["/v1/leases/k/release"], fake.requests
+    finally:
+        fake.close()

@@ -168,7 +168,7 @@ class _Transport:
         self._idle: list[list[tuple[_Conn, float]]] = [[] for _ in endpoints.all]
         auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
         self._head = [f"Host: {e.host_header}\r\n{auth}".encode("latin-1") for e in endpoints.all]
-        self._lingering: set[asyncio.Task[None]] = set()  # waits given up, reading their last answers
+        self._lingering: set[asyncio.Task[None]] = set()  # background(): given-up waits, leases given back
 
     async def close(self) -> None:
         for t in list(self._lingering):
@@ -277,7 +277,12 @@ class _Transport:
                 w.close()
             await late(a)
 
-        t = asyncio.get_running_loop().create_task(wait(), name="leasehq-lease-late-answer")
+        self.background(wait())
+
+    def background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Runs work in a task of its own that close() cancels, as the Go
+        client's Close stops its background work."""
+        t = asyncio.get_running_loop().create_task(work, name="leasehq-lease-background")
         self._lingering.add(t)
         t.add_done_callback(self._lingering.discard)
 
@@ -631,6 +636,11 @@ class AsyncLeaseClient(ClientBase):
                 return None
             except LeaseError:
                 await self._give_back(g)
+                raise
+            except asyncio.CancelledError:
+                # The caller is cancelled at once; the lease it will never
+                # hold is given back in the background.
+                self._transport.background(self._give_back(g))
                 raise
             g, sent = r, again
         h = AsyncHold(self._renewer, g, sent, ttl, self.drift_margin)
