@@ -148,12 +148,12 @@ async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> tuple[
         if int(length) > MAX_ANSWER:
             raise TooLarge()
         return await r.readexactly(int(length)), False
-    data = await r.read(MAX_ANSWER + 1)
-    while data and len(data) <= MAX_ANSWER and (more := await r.read(MAX_ANSWER + 1 - len(data))):
+    data = bytearray()
+    while more := await r.read(MAX_ANSWER + 1 - len(data)):
         data += more
-    if len(data) > MAX_ANSWER:
-        raise TooLarge()
-    return data, True
+        if len(data) > MAX_ANSWER:
+            raise TooLarge()
+    return bytes(data), True
 
 
 Late = Callable[["_Answer"], Awaitable[None]]
