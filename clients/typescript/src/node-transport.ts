@@ -142,7 +142,11 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
         if (req.late !== undefined && !tls && sock !== null && !sock.connecting && !sock.destroyed) {
           fail(undefined); // settles: rejects with the signal's reason
           lingering = true;
+          // Background work: it keeps no process alive (one that exits
+          // first leaves a crossing grant to its TTL, as a hang-up did).
           const bound = setTimeout(() => r.destroy(), LINGER_MS);
+          bound.unref();
+          sock.unref();
           r.once("close", () => clearTimeout(bound));
           sock.end();
           return;

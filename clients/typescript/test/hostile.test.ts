@@ -3,6 +3,7 @@
 // one renewal of a batch refused, and a server slower than the TTL.
 
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { createServer } from "node:http";
 import { type AddressInfo, createServer as createTCPServer, type Socket } from "node:net";
 import { after, test } from "node:test";
@@ -227,3 +228,36 @@ for (const status of [200, 499]) {
     assert.deepEqual(srv.requests.filter((r) => r.includes("/release")), status === 200 ? ["POST /v1/leases/k/release HTTP/1.1"] : []);
   });
 }
+
+test("a wait its signal ended keeps no process alive while its last answer lingers", async () => {
+  // A server that reads requests and never answers, not even after the
+  // client's half-close: the lingering connection must not hold the
+  // process for its 10 s bound.
+  const socks = new Set<Socket>();
+  const mute = createTCPServer({ allowHalfOpen: true }, (sock) => {
+    socks.add(sock);
+    sock.on("error", () => undefined);
+    sock.resume();
+  });
+  await new Promise<void>((r) => mute.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    for (const sock of socks) sock.destroy();
+    mute.close(() => r());
+  }));
+  const url = `http://127.0.0.1:${(mute.address() as AddressInfo).port}`;
+  const index = new URL("../src/index.js", import.meta.url).href;
+  const code = `import { LeaseClient } from ${JSON.stringify(index)};
+const c = new LeaseClient({ server: ${JSON.stringify(url)} });
+const ctl = new AbortController();
+setTimeout(() => ctl.abort(new Error("gave up")), 200);
+await c.acquire("k", { ttlMs: 60_000, signal: ctl.signal }).catch((e) => console.log(String(e)));`;
+  const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { stdio: ["ignore", "pipe", "inherit"] });
+  after(() => void proc.kill());
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  const start = performance.now();
+  const exited = await new Promise<number | null>((r) => proc.once("exit", (c) => r(c)));
+  assert.equal(exited, 0);
+  assert.match(out, /gave up/);
+  assert.ok(performance.now() - start < 3_000, `the process ran ${Math.round(performance.now() - start)} ms`);
+});
