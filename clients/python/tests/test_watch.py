@@ -43,8 +43,14 @@ def test_only_ascii_digits_are_numbers() -> None:
     # number of milliseconds in [10, 3600000] is refused, as the Go and
     # TypeScript clients refuse it (tests/test_hostile.py).
     c = LeaseClient("http://127.0.0.1:1", heartbeat=2.0, missed_heartbeats=3)
-    assert c._silence("text/event-stream", None) == 6.0
-    assert c._silence("text/event-stream", "1000") == 3.0
+    assert c._silence("text/event-stream", None) == 6.25
+    assert c._silence("text/event-stream", "1000") == 3.25
+    # By default a stream is broken after the silence the Go and TypeScript
+    # clients allow: 2 heartbeats + 250 ms (leasehttp.MissedHeartbeats,
+    # SilenceSlack), 30.25 s without the header.
+    d = LeaseClient("http://127.0.0.1:1")
+    assert d._silence("text/event-stream", None) == 30.25
+    assert d._silence("text/event-stream", "1000") == 2.25
     for value in ("²", "1²", "١٠٠٠"):
         p = EventStreamParser()
         assert p.feed(f"retry: {value}\nevent: synced\ndata: {{}}\n\n".encode()) == [Message("synced", "{}", "")]
