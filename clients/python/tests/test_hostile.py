@@ -308,7 +308,7 @@ def test_a_renewal_answered_with_a_ttl_out_of_range_is_retried_and_renewing_goes
         fake.close()
 
 
-class CrossingGrantServer:
+class CrossingGrantServer(RawServer):
     """Answers an acquire only once the client hangs up (EOF), with status:
     a lease server whose grant crossed the hang-up (200, the lease) or that
     saw the hang-up first (499). Any other request is answered {} and
@@ -317,17 +317,7 @@ class CrossingGrantServer:
     def __init__(self, status: int) -> None:
         self.status = status
         self.requests: list[str] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+        super().__init__(lambda c: None)
 
     def _serve(self, c: socket.socket) -> None:
         buf = b""
@@ -361,9 +351,6 @@ class CrossingGrantServer:
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
         except OSError:
             pass
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.mark.parametrize("status", [200, 499])
