@@ -430,3 +430,16 @@ def test_a_cancellation_while_a_late_grant_is_renewed_gives_it_back() -> None:
         assert [p for p in fake.requests if p.endswith("/release")] == ["/v1/leases/k/release"], fake.requests
     finally:
         fake.close()
+
+
+def test_an_event_stream_that_is_not_utf8_is_an_unexpected_answer() -> None:
+    # Read with U+FFFD in place of the bytes, it gave a key the server does
+    # not have; the Go and TypeScript clients refuse it.
+    from leasehq_lease._events import EventStreamParser
+
+    p = EventStreamParser()
+    with pytest.raises(UnexpectedAnswerError, match="not UTF-8"):
+        p.feed(b"data: \xff\n\n")
+    cut = EventStreamParser()
+    assert cut.feed("data: é".encode()[:-1]) == []  # a character cut between chunks is kept whole
+    assert cut.feed("é".encode()[-1:] + b"\n\n")[0].data == "é"

@@ -118,6 +118,17 @@ export function tooLarge(): RangeError {
   return new RangeError(`the answer is larger than ${MAX_ANSWER_BYTES} bytes`);
 }
 
+const strictUTF8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * utf8 decodes an answer's bytes, which must be UTF-8, as the Go client's
+ * reader and Python's json require: a TypeError otherwise, rather than
+ * U+FFFD in place of the bytes (a key that is not the one the server has).
+ */
+export function utf8(bytes: Uint8Array): string {
+  return strictUTF8.decode(bytes);
+}
+
 /** readText reads res's body as UTF-8, at most MAX_ANSWER_BYTES of it, else rejects as a failed request does. */
 async function readText(res: Response): Promise<string> {
   if (res.body === null) return "";
@@ -127,15 +138,20 @@ async function readText(res: Response): Promise<string> {
     throw new TypeError("request failed", { cause: tooLarge() });
   };
   if (Number(res.headers.get("Content-Length") ?? 0) > MAX_ANSWER_BYTES) return fail();
-  const decoder = new TextDecoder("utf-8");
+  const decoder = new TextDecoder("utf-8", { fatal: true });
   let text = "";
   let size = 0;
   for (;;) {
     const { done, value } = await reader.read();
-    if (done) return text + decoder.decode();
-    size += value.length;
+    size += value?.length ?? 0;
     if (size > MAX_ANSWER_BYTES) return fail();
-    text += decoder.decode(value, { stream: true });
+    try {
+      if (done) return text + decoder.decode();
+      text += decoder.decode(value, { stream: true });
+    } catch (err) {
+      await reader.cancel().catch(() => undefined);
+      throw new TypeError("request failed", { cause: err });
+    }
   }
 }
 

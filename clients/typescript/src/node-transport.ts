@@ -9,7 +9,7 @@ import type * as Http from "node:http";
 import type * as Https from "node:https";
 import type * as Stream from "node:stream";
 
-import { MAX_ANSWER_BYTES, type Transport, tooLarge, type WireAnswer } from "./fetch.js";
+import { MAX_ANSWER_BYTES, type Transport, tooLarge, utf8, type WireAnswer } from "./fetch.js";
 
 type GetBuiltin = (id: string) => unknown;
 
@@ -192,16 +192,23 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
         });
         res.on("error", fail);
         res.on("end", () => {
-          const text = () => (chunks.length === 1 ? (chunks[0] as Buffer).toString("utf8") : Buffer.concat(chunks, size).toString("utf8"));
+          let text: string;
+          try {
+            text = utf8(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size));
+          } catch (err) {
+            lingering = false;
+            fail(err);
+            return;
+          }
           if (lingering) {
             lingering = false;
             r.destroy(); // half-closed: no use to the pool
-            req.late?.({ status, header, text: text(), body: null });
+            req.late?.({ status, header, text, body: null });
             return;
           }
           if (settled) return;
           settle();
-          resolve({ status, header, text: text(), body: null });
+          resolve({ status, header, text, body: null });
         });
         res.on("close", () => {
           if (!res.complete) fail(new Error("the connection closed before the answer was whole"));

@@ -79,6 +79,14 @@ test("a leading BOM is dropped once; UTF-8 cut inside a character is kept whole"
   every("\uFEFF\uFEFFdata: x\n\ndata: y\n\n", [m("y")]);
 });
 
+test("bytes that are not UTF-8 throw, not read as U+FFFD", () => {
+  const p = new EventStreamParser();
+  assert.throws(() => p.push(new Uint8Array([0x64, 0x61, 0x74, 0x61, 0x3a, 0x20, 0xff, 0x0a, 0x0a])), TypeError);
+  const cut = new EventStreamParser();
+  assert.deepEqual(cut.push(new TextEncoder().encode("data: é").slice(0, -1)), []);
+  cut.end(); // a character cut off by the end is dropped with its message
+});
+
 test("a message cut off by the end of the stream is dropped", () => {
   every("event: held\ndata: {}\n\nevent: acquired\ndata: {}\n", [m("{}", "held")]);
 });

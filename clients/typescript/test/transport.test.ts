@@ -71,6 +71,10 @@ const server = await serve((req, res) => {
       res.writeHead(200, { "Content-Type": "application/json", "Content-Length": String(MAX_ANSWER_BYTES + 1) });
       res.write("{");
       return; // never ends
+    case "/not-utf8":
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(Buffer.from([0x7b, 0x22, 0x6b, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d])); // {"k":"\xff"}
+      return;
     case "/cut":
       req.socket.destroy(); // the request arrived; its answer is lost
       return;
@@ -121,6 +125,13 @@ for (const [name, send] of transports) {
         path,
       );
     }
+  });
+
+  test(`${name}: an answer that is not UTF-8 fails the request, not read with U+FFFD in place of its bytes`, async () => {
+    await assert.rejects(
+      send({ method: "GET", url: `${server.url}/not-utf8`, headers: {}, stream: false }),
+      (err: unknown) => err instanceof TypeError && err.cause instanceof TypeError,
+    );
   });
 
   test(`${name}: a stream asked for but refused comes read`, async () => {

@@ -80,10 +80,12 @@ class EventStreamParser:
     dropped; lines starting with ":" are comments (the heartbeats); a blank
     line dispatches a message that has data; "data" lines join with LF; "id"
     sets the last event ID, "retry" the reconnection time. A line longer than
-    MAX_LINE raises UnexpectedAnswerError."""
+    MAX_LINE, or bytes that are not UTF-8, raise UnexpectedAnswerError."""
 
     def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+        # Strict: bytes that are not UTF-8 are an answer no lease server
+        # gives (the Go and TypeScript clients refuse them too), not U+FFFD.
+        self._dec = codecs.getincrementaldecoder("utf-8")("strict")
         self._pending = ""
         self._after_cr = False
         self._first = True
@@ -94,7 +96,10 @@ class EventStreamParser:
         self.retry: float | None = None
 
     def feed(self, chunk: bytes) -> list[Message]:
-        text = self._dec.decode(chunk)
+        try:
+            text = self._dec.decode(chunk)
+        except UnicodeDecodeError as e:
+            raise UnexpectedAnswerError(f"lease: the event stream is not UTF-8: {e}") from None
         if self._first and text:
             self._first = False
             if text[0] == "\ufeff":
