@@ -11,7 +11,7 @@ from typing import Callable
 
 import pytest
 
-from leasehq_lease import LeaseClient, TooManyWatchersError, UnavailableError, WatchEvent
+from leasehq_lease import LeaseClient, TooManyWatchersError, UnavailableError, UnexpectedAnswerError, WatchEvent
 from leasehq_lease._events import EventStreamParser, Message
 
 from conftest import Proxy, Server, StartServer, unique
@@ -39,14 +39,24 @@ def test_only_ascii_digits_are_numbers() -> None:
     # str.isdigit() holds for "²" (and other Unicode digits), which int()
     # refuses: a retry field or a Lease-Heartbeat-Ms header of one raised a
     # bare ValueError out of the watch. The standard's retry is ASCII digits
-    # only; anything else is ignored, as is a heartbeat header that is not
-    # a positive whole number.
+    # only; anything else is ignored. A heartbeat header that is not a whole
+    # number of milliseconds in [10, 3600000] is refused, as the Go and
+    # TypeScript clients refuse it (tests/test_hostile.py).
+    c = LeaseClient("http://127.0.0.1:1", heartbeat=2.0, missed_heartbeats=3)
+    assert c._silence("text/event-stream", None) == 6.25
+    assert c._silence("text/event-stream", "1000") == 3.25
+    # By default a stream is broken after the silence the Go and TypeScript
+    # clients allow: 2 heartbeats + 250 ms (leasehttp.MissedHeartbeats,
+    # SilenceSlack), 30.25 s without the header.
+    d = LeaseClient("http://127.0.0.1:1")
+    assert d._silence("text/event-stream", None) == 30.25
+    assert d._silence("text/event-stream", "1000") == 2.25
     for value in ("²", "1²", "١٠٠٠"):
         p = EventStreamParser()
         assert p.feed(f"retry: {value}\nevent: synced\ndata: {{}}\n\n".encode()) == [Message("synced", "{}", "")]
         assert p.retry is None
-        c = LeaseClient("http://127.0.0.1:1", heartbeat=2.0, missed_heartbeats=3)
-        assert c._silence(value) == 6.0
+        with pytest.raises(UnexpectedAnswerError):
+            c._silence("text/event-stream", value)
 
 
 def collect(w: object, until: Callable[[list[WatchEvent]], bool], timeout: float = 10.0) -> list[WatchEvent]:

@@ -7,6 +7,7 @@ import {
   errorFromBody,
   InvalidError,
   isToken,
+  MAX_TOKEN,
   NotHeldError,
   UnavailableError,
   UnexpectedAnswerError,
@@ -206,6 +207,8 @@ interface Init {
   body?: string;
   readonly signal: AbortSignal | undefined;
   deadline?: Deadline | undefined;
+  /** Gets the answer of a request the signal ended while it waited for it (WireRequest.late). */
+  late?: ((answer: WireAnswer) => void) | undefined;
 }
 
 /**
@@ -316,6 +319,7 @@ export class Api {
           url: this.url(op, key, query, at),
           stream,
           timeoutMs,
+          late: init.late,
         });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
@@ -365,9 +369,11 @@ export class Api {
     signal: AbortSignal | undefined,
     query?: Record<string, string>,
     deadline?: Deadline,
+    late?: (answer: WireAnswer) => void,
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
     init.deadline = deadline;
+    init.late = late;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -391,6 +397,7 @@ export class Api {
     if (parsed === undefined) {
       throw new UnexpectedAnswerError(`lease: ${describe(op, key)}: HTTP 200 whose body is not JSON`, { status: 200 });
     }
+    checkNumbers(text, describe(op, key));
     return parsed as OK<O>;
   }
 
@@ -452,7 +459,22 @@ export class Api {
       body.ticket = ticket.ticket;
       if (ticket.last) body.last = true;
     }
-    return granted(key, await this.call("acquire", key, body, signal));
+    // A wait its signal ends hangs up; the server releases a lease it grants
+    // at that moment, and one it granted just before, whose answer crossed
+    // the hang-up, comes here (where the transport can read it) and is
+    // given back, as the Go client's AcquireWait does.
+    const late = (a: WireAnswer) => {
+      if (a.status !== 200) return;
+      let g: Granted;
+      try {
+        checkNumbers(a.text, describe("acquire", key));
+        g = granted(key, JSON.parse(a.text) as wire.GrantedLease);
+      } catch {
+        return;
+      }
+      this.release(g, AbortSignal.timeout(Math.max(1, g.ttlMs))).catch(() => undefined);
+    };
+    return granted(key, await this.call("acquire", key, body, signal, undefined, undefined, late));
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {
@@ -473,6 +495,9 @@ export class Api {
     }
     return v.results.map((r, i) => {
       const key = items[i]?.g.key ?? "";
+      if (typeof r !== "object" || r === null) {
+        throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is not an object`);
+      }
       if ("lease" in r) return granted(key, r.lease);
       if ("error" in r && r.error?.code === "not_held") return new NotHeldError(`lease: renew ${JSON.stringify(key)}: ${r.error.message}`);
       throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is neither a lease nor not_held`);
@@ -527,6 +552,35 @@ export function errText(err: unknown): string {
     return `${err.message}${cause}`;
   }
   return String(err);
+}
+
+/**
+ * NUMBER_MEMBER finds the token and ttl_ms members of a JSON text and the
+ * number each is written as. In valid JSON a member's name follows "{" or
+ * ",": a string that merely contains `"token":` has its quotes escaped.
+ */
+const NUMBER_MEMBER = /[{,]\s*"(token|ttl_ms)"\s*:\s*(-?[0-9][0-9.eE+-]*)/g;
+
+/**
+ * checkNumbers refuses an answer (UnexpectedAnswerError) whose token or
+ * ttl_ms is not written as a lease server writes it: digits without sign,
+ * fraction or exponent, a token at most 2^53. JSON.parse would read
+ * 9007199254740993 as 2^53, another server's token, and 1e0 or 1.0 as 1,
+ * which the Go and Python clients refuse; this reads the numbers as written.
+ */
+export function checkNumbers(text: string, what: string): void {
+  NUMBER_MEMBER.lastIndex = 0;
+  for (let m = NUMBER_MEMBER.exec(text); m !== null; m = NUMBER_MEMBER.exec(text)) {
+    const name = m[1] ?? "";
+    const n = m[2] ?? "";
+    const plain = /^(0|[1-9][0-9]*)$/.test(n);
+    if (!plain || (name === "token" && (n.length > 16 || (n.length === 16 && n > String(MAX_TOKEN))))) {
+      throw new UnexpectedAnswerError(
+        `lease: ${what}: the answer's ${name} is written ${JSON.stringify(n.slice(0, 40))}, not as a whole number` +
+          (name === "token" ? " in [1, 2^53]" : ""),
+      );
+    }
+  }
 }
 
 /** info checks a lease the server sent, as the document describes it; key, if given, is the key it must be on. */

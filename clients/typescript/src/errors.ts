@@ -208,13 +208,18 @@ function parseHolder(v: unknown): Holder | undefined {
 }
 
 /**
- * errorFromBody turns an error answer into its class: by the API error body
- * `{"error":{"code","message",…}}` when there is one, else by the status
- * alone — and then never NotFoundError or a 409 class, which a proxy's page
- * could not mean.
+ * errorFromBody turns an error answer into its class: by the code of the API
+ * error body `{"error":{"code","message",…}}` when it is one of the table's;
+ * else (no such body, or a code this client does not know, a newer
+ * server's) by the status alone, as every client does (docs/DESIGN.md, below
+ * the error table): a 5xx is UnavailableError, 400, 405, 408, 413 and 415
+ * InvalidError, 401 UnauthorizedError, 403 ForbiddenError, any other
+ * UnexpectedAnswerError — never NotFoundError or a 409 or 429 class, which a
+ * proxy's page could not mean.
  */
 export function errorFromBody(status: number, body: unknown, text: string): LeaseError {
   const e = typeof body === "object" && body !== null ? (body as Record<string, unknown>)["error"] : undefined;
+  let what: string;
   if (typeof e === "object" && e !== null) {
     const detail = e as Record<string, unknown>;
     const code = detail["code"];
@@ -224,11 +229,11 @@ export function errorFromBody(status: number, body: unknown, text: string): Leas
     if (typeof code === "string" && Object.hasOwn(byCode, code)) {
       return byCode[code as ErrorCode](message, detail, { status });
     }
-    if (status >= 500) return new UnavailableError(message, { status });
-    return new UnexpectedAnswerError(`lease: HTTP ${status} with unknown error code ${JSON.stringify(code)}: ${message}`, { status });
+    what = `lease: HTTP ${status} with error code ${JSON.stringify(code)}, which this client does not know: ${message}`;
+  } else {
+    const snippet = text.length > 200 ? `${text.slice(0, 200)}…` : text;
+    what = `lease: HTTP ${status} without the API's error body: ${JSON.stringify(snippet)}`;
   }
-  const snippet = text.length > 200 ? `${text.slice(0, 200)}…` : text;
-  const what = `lease: HTTP ${status} without the API's error body: ${JSON.stringify(snippet)}`;
   if (status >= 500) return new UnavailableError(what, { status });
   switch (status) {
     case 400:

@@ -55,6 +55,14 @@ export interface WireRequest {
    * "TimeoutError", as fetch does for AbortSignal.timeout.
    */
   readonly timeoutMs?: number | undefined;
+  /**
+   * late, if given, gets the answer of a request its signal ended while it
+   * waited for it, where the transport can still read it: node:http over
+   * plain HTTP half-closes the connection, so that the server sees the
+   * hang-up and its answer still arrives (an acquire's grant that crossed
+   * the hang-up, to give back). fetch cannot, and never calls it.
+   */
+  readonly late?: ((answer: WireAnswer) => void) | undefined;
 }
 
 /** WireAnswer is the server's answer to a WireRequest. */
@@ -92,9 +100,59 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
     }
     const res = await fetchImpl(req.url, init);
     const unread = req.stream && res.status === 200;
-    const text = unread ? "" : await res.text();
+    const text = unread ? "" : await readText(res);
     return { status: res.status, header: (name) => res.headers.get(name), text, body: unread ? res.body : null };
   };
+}
+
+/**
+ * MAX_ANSWER_BYTES bounds what a transport reads of one answer, as the Go
+ * client's does (leasehttp: 64 MiB, room for the largest page of list): a
+ * longer one fails the request as an answer lost would, so that a broken or
+ * hostile server cannot make the client buffer without end.
+ */
+export const MAX_ANSWER_BYTES = 64 << 20;
+
+/** tooLarge is the failure of an answer longer than MAX_ANSWER_BYTES: the cause a transport rejects with. */
+export function tooLarge(): RangeError {
+  return new RangeError(`the answer is larger than ${MAX_ANSWER_BYTES} bytes`);
+}
+
+const strictUTF8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * utf8 decodes an answer's bytes, which must be UTF-8, as the Go client's
+ * reader and Python's json require: a TypeError otherwise, rather than
+ * U+FFFD in place of the bytes (a key that is not the one the server has).
+ */
+export function utf8(bytes: Uint8Array): string {
+  return strictUTF8.decode(bytes);
+}
+
+/** readText reads res's body as UTF-8, at most MAX_ANSWER_BYTES of it, else rejects as a failed request does. */
+async function readText(res: Response): Promise<string> {
+  if (res.body === null) return "";
+  const reader = res.body.getReader();
+  const fail = async (): Promise<never> => {
+    await reader.cancel().catch(() => undefined);
+    throw new TypeError("request failed", { cause: tooLarge() });
+  };
+  if (Number(res.headers.get("Content-Length") ?? 0) > MAX_ANSWER_BYTES) return fail();
+  const decoder = new TextDecoder("utf-8", { fatal: true });
+  let text = "";
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    size += value?.length ?? 0;
+    if (size > MAX_ANSWER_BYTES) return fail();
+    try {
+      if (done) return text + decoder.decode();
+      text += decoder.decode(value, { stream: true });
+    } catch (err) {
+      await reader.cancel().catch(() => undefined);
+      throw new TypeError("request failed", { cause: err });
+    }
+  }
 }
 
 /**

@@ -155,27 +155,24 @@ export class Hold implements AsyncDisposable {
    * release stops renewal, aborts the signal with a LeaseReleasedError —
    * before the server is told, so work under the lease stops first — and
    * releases the lease on the server. If the lease had already been lost it
-   * throws that LeaseLostError; calling it again does nothing.
+   * throws that LeaseLostError at once and sends nothing, as the Python
+   * client does: the server lets the lease go within the drift margin of
+   * the deadline, or has already, and the loss most often comes from a
+   * server that does not answer, which a release would wait for. Calling
+   * it again does nothing.
    */
   async release(): Promise<void> {
     if (this.#released) return;
     this.#released = true;
     this.#judge();
     this.#renewer.remove(this.#ticket);
-    const lost: unknown = this.#ended ? this.#why() : undefined;
-    if (lost === undefined) this.#end(RELEASED);
+    if (this.#ended) throw this.#why();
+    this.#end(RELEASED);
     // A renewal in flight is answered to nobody: its batch's answer for this
     // hold is ignored, and the server refuses it if it comes after the
     // release.
-    let failure: unknown;
     const deadline = { until: performance.now() + RELEASE_TIMEOUT_MS, ms: RELEASE_TIMEOUT_MS };
-    try {
-      await retried(() => this.#api.release(this.#lease, undefined, deadline), undefined, deadline.until);
-    } catch (err) {
-      failure = err;
-    }
-    if (lost !== undefined) throw lost;
-    if (failure !== undefined) throw failure;
+    await retried(() => this.#api.release(this.#lease, undefined, deadline), undefined, deadline.until);
   }
 
   /**

@@ -9,7 +9,7 @@ import type * as Http from "node:http";
 import type * as Https from "node:https";
 import type * as Stream from "node:stream";
 
-import type { Transport, WireAnswer } from "./fetch.js";
+import { MAX_ANSWER_BYTES, type Transport, tooLarge, utf8, type WireAnswer } from "./fetch.js";
 
 type GetBuiltin = (id: string) => unknown;
 
@@ -43,6 +43,9 @@ let stream: typeof Stream | undefined;
  * keeps one for.
  */
 export const IDLE_SOCKET_MS = 4_000;
+
+/** LINGER_MS bounds how long a request ended by its signal waits for its last answer (WireRequest.late). */
+const LINGER_MS = 10_000;
 
 /**
  * Agents pool the connections of every request made through them: a
@@ -128,7 +131,28 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
         settle();
         reject(signal?.aborted ? signal.reason : (timedOut ?? new TypeError("request failed", { cause: err })));
       };
-      const onAbort = () => r.destroy(signal?.reason instanceof Error ? signal.reason : new Error(String(signal?.reason)));
+      // With req.late, a request the signal ends while it waits lingers:
+      // the caller gets the signal's reason at once, the connection is
+      // half-closed (the server sees the hang-up, and its answer still
+      // comes) and the answer, when whole, goes to late. TLS and a
+      // connection not yet made are ended outright, as always.
+      let lingering = false;
+      const onAbort = () => {
+        const sock = r.socket;
+        if (req.late !== undefined && !tls && sock !== null && !sock.connecting && !sock.destroyed) {
+          fail(undefined); // settles: rejects with the signal's reason
+          lingering = true;
+          // Background work: it keeps no process alive (one that exits
+          // first leaves a crossing grant to its TTL, as a hang-up did).
+          const bound = setTimeout(() => r.destroy(), LINGER_MS);
+          bound.unref();
+          sock.unref();
+          r.once("close", () => clearTimeout(bound));
+          sock.end();
+          return;
+        }
+        r.destroy(signal?.reason instanceof Error ? signal.reason : new Error(String(signal?.reason)));
+      };
       signal?.addEventListener("abort", onAbort, { once: true });
       r.on("error", fail);
       r.on("response", (res: Http.IncomingMessage) => {
@@ -147,11 +171,41 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
           resolve({ status, header, text: "", body: Readable.toWeb(res) as ReadableStream<Uint8Array> });
           return;
         }
-        let text = "";
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => (text += chunk));
+        // At most MAX_ANSWER_BYTES, as the Go client reads: a server that
+        // never stops sending fails the request rather than filling memory.
+        const length = Number(res.headers["content-length"] ?? 0);
+        if (length > MAX_ANSWER_BYTES) {
+          fail(tooLarge());
+          res.destroy();
+          return;
+        }
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > MAX_ANSWER_BYTES) {
+            fail(tooLarge());
+            res.destroy();
+            return;
+          }
+          chunks.push(chunk);
+        });
         res.on("error", fail);
         res.on("end", () => {
+          let text: string;
+          try {
+            text = utf8(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size));
+          } catch (err) {
+            lingering = false;
+            fail(err);
+            return;
+          }
+          if (lingering) {
+            lingering = false;
+            r.destroy(); // half-closed: no use to the pool
+            req.late?.({ status, header, text, body: null });
+            return;
+          }
           if (settled) return;
           settle();
           resolve({ status, header, text, body: null });

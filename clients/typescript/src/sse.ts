@@ -24,13 +24,16 @@ export interface EventStreamMessage {
  * (unless it contains NUL), "retry" the reconnection time (digits only);
  * other fields are ignored. A message cut off by the end of the stream is
  * dropped. A line or message longer than MAX_EVENT_STREAM_LINE throws a
- * RangeError.
+ * RangeError; bytes that are not UTF-8 a TypeError.
  */
 export class EventStreamParser {
   /** The reconnection time the stream asked for, in milliseconds, if it did. */
   retryMs: number | undefined;
 
-  readonly #decoder = new TextDecoder("utf-8"); // drops one leading BOM, as the standard's decode does
+  // Drops one leading BOM, as the standard's decode does; bytes that are
+  // not UTF-8 throw (a TypeError), where the standard would put U+FFFD in
+  // their place: a lease server sends only UTF-8, as the Go client expects.
+  readonly #decoder = new TextDecoder("utf-8", { fatal: true });
   #pending = ""; // text of a line not ended yet
   #afterCR = false; // the last line ended with CR: an LF first is part of that end
   #event = "";
@@ -48,7 +51,11 @@ export class EventStreamParser {
    * message whose blank line never came.
    */
   end(): void {
-    this.#decoder.decode();
+    try {
+      this.#decoder.decode(); // resets it; a character cut off at the end belongs to the dropped message
+    } catch {
+      // dropped with it
+    }
     this.#pending = "";
     this.#reset();
   }

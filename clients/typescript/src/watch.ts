@@ -1,6 +1,6 @@
 // client.watch: GET /v1/watch read as an async iterator of typed events.
 
-import { type Api, errText, info, type LeaseInfo, retried } from "./api.js";
+import { type Api, checkNumbers, errText, info, type LeaseInfo, retried } from "./api.js";
 
 /**
  * MISSED_HEARTBEATS is how many of the server's heartbeat intervals a watch
@@ -61,6 +61,7 @@ export function decodeWatchEvent(prefix: string, msg: EventStreamMessage, exact 
   } catch {
     throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event whose data is not JSON: ${JSON.stringify(msg.data.slice(0, 200))}`);
   }
+  checkNumbers(msg.data, what);
   const lease = info(v as Parameters<typeof info>[0], undefined);
   if (!lease.key.startsWith(prefix)) {
     throw new UnexpectedAnswerError(`lease: ${what}: ${msg.event} event of key ${JSON.stringify(lease.key)}, outside the prefix`);

@@ -2,6 +2,8 @@
 // error body never become "not found" or a 409 class.
 
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 
 import {
@@ -21,6 +23,7 @@ import {
   UnsupportedError,
 } from "../src/index.js";
 import { errorCodeValues } from "../src/openapi.js";
+import { repoRoot } from "./harness.js";
 
 const classes = {
   held: HeldError,
@@ -81,6 +84,23 @@ test("answers without the API's error body go by their status, never to not_foun
   assert.ok(errorFromBody(409, undefined, "conflict") instanceof UnexpectedAnswerError);
   assert.ok(errorFromBody(401, undefined, "") instanceof UnauthorizedError);
   assert.ok(errorFromBody(413, undefined, "") instanceof InvalidError);
-  assert.ok(errorFromBody(400, { error: { code: "from_a_newer_server", message: "m" } }, "") instanceof UnexpectedAnswerError);
-  assert.ok(errorFromBody(503, { error: { code: "from_a_newer_server", message: "m" } }, "") instanceof UnavailableError);
+});
+
+test("error answers become the class every client makes of them (leasehttp/testdata/error_answers.json)", () => {
+  const doc = JSON.parse(readFileSync(join(repoRoot(), "leasehttp", "testdata", "error_answers.json"), "utf8")) as {
+    cases: { status: number; body: string; want: keyof typeof classes | "unexpected" }[];
+  };
+  assert.ok(doc.cases.length > 0);
+  for (const c of doc.cases) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(c.body);
+    } catch {
+      parsed = undefined;
+    }
+    const err = errorFromBody(c.status, parsed, c.body);
+    const want = c.want === "unexpected" ? UnexpectedAnswerError : classes[c.want];
+    assert.equal(err.constructor, want, `HTTP ${c.status} ${c.body}: ${err.name} ${err.message}`);
+    assert.equal(err.status, c.status);
+  }
 });

@@ -15,7 +15,7 @@ import { fileURLToPath } from "node:url";
 const here = dirname(fileURLToPath(import.meta.url));
 
 /** repoRoot finds the module root above this file (dist/test or .build-*\/test). */
-function repoRoot(): string {
+export function repoRoot(): string {
   for (let d = here; d !== dirname(d); d = dirname(d)) {
     if (existsSync(join(d, "go.mod"))) return d;
   }

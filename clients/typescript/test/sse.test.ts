@@ -79,6 +79,14 @@ test("a leading BOM is dropped once; UTF-8 cut inside a character is kept whole"
   every("\uFEFF\uFEFFdata: x\n\ndata: y\n\n", [m("y")]);
 });
 
+test("bytes that are not UTF-8 throw, not read as U+FFFD", () => {
+  const p = new EventStreamParser();
+  assert.throws(() => p.push(new Uint8Array([0x64, 0x61, 0x74, 0x61, 0x3a, 0x20, 0xff, 0x0a, 0x0a])), TypeError);
+  const cut = new EventStreamParser();
+  assert.deepEqual(cut.push(new TextEncoder().encode("data: é").slice(0, -1)), []);
+  cut.end(); // a character cut off by the end is dropped with its message
+});
+
 test("a message cut off by the end of the stream is dropped", () => {
   every("event: held\ndata: {}\n\nevent: acquired\ndata: {}\n", [m("{}", "held")]);
 });
@@ -115,4 +123,11 @@ test("watch messages decode to typed events; errors and strangers throw their cl
   assert.throws(() => decodeWatchEvent("", m("{", "held")), UnexpectedAnswerError);
   assert.throws(() => decodeWatchEvent("", m(JSON.stringify({ ...lease, token: 0 }), "held")), UnexpectedAnswerError);
   assert.throws(() => decodeWatchEvent("reports/", m(JSON.stringify(lease), "held")), UnexpectedAnswerError);
+  // Numbers as written: JSON.parse reads 9007199254740993 as 2^53.
+  for (const token of ["9007199254740993", "3.0", "3e0"]) {
+    const data = JSON.stringify(lease).replace('"token":3', `"token":${token}`);
+    assert.throws(() => decodeWatchEvent("", m(data, "held")), UnexpectedAnswerError, token);
+  }
+  const max = decodeWatchEvent("", m(JSON.stringify({ ...lease, token: 2 ** 53 }), "held"));
+  assert.equal(max.kind === "held" && max.lease.token, 2 ** 53);
 });

@@ -12,7 +12,7 @@ import { after, test } from "node:test";
 
 import { Api, notSent, retried } from "../src/api.js";
 import { UnavailableError } from "../src/errors.js";
-import { defaultTransport, fetchTransport, isNode, type Transport } from "../src/fetch.js";
+import { defaultTransport, fetchTransport, isNode, MAX_ANSWER_BYTES, type Transport } from "../src/fetch.js";
 import { Agents, defaultAgents, nodeTransport } from "../src/node-transport.js";
 import { body, closedPort } from "./harness.js";
 
@@ -57,6 +57,24 @@ const server = await serve((req, res) => {
     case "/v1/leases/hang/release":
       hung.push(req);
       return;
+    case "/huge":
+    case "/huge?status=503": {
+      // Valid JSON, one byte past the bound: spaces, then {}.
+      res.writeHead(req.url === "/huge" ? 200 : 503, { "Content-Type": "application/json" });
+      const spaces = Buffer.alloc(1 << 20, 0x20);
+      for (let i = 0; i < MAX_ANSWER_BYTES >> 20; i++) res.write(spaces);
+      res.end(" {}");
+      return;
+    }
+    case "/huge-length":
+      // Says more than the bound is coming: refused before any of it is read.
+      res.writeHead(200, { "Content-Type": "application/json", "Content-Length": String(MAX_ANSWER_BYTES + 1) });
+      res.write("{");
+      return; // never ends
+    case "/not-utf8":
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(Buffer.from([0x7b, 0x22, 0x6b, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d])); // {"k":"\xff"}
+      return;
     case "/cut":
       req.socket.destroy(); // the request arrived; its answer is lost
       return;
@@ -96,6 +114,24 @@ for (const [name, send] of transports) {
     const reason = new Error("enough");
     ctl.abort(reason);
     await assert.rejects(reader.read());
+  });
+
+  test(`${name}: an answer longer than MAX_ANSWER_BYTES fails the request, as the Go client's does`, { timeout: 30_000 }, async () => {
+    // A 200, and a refusal of a stream (read whole, as any answer but a stream's 200).
+    for (const [path, stream] of [["/huge", false], ["/huge-length", false], ["/huge?status=503", true]] as const) {
+      await assert.rejects(
+        send({ method: "GET", url: `${server.url}${path}`, headers: {}, stream, timeoutMs: 20_000 }),
+        (err: unknown) => err instanceof TypeError && err.cause instanceof RangeError && /larger than 67108864 bytes/.test(err.cause.message),
+        path,
+      );
+    }
+  });
+
+  test(`${name}: an answer that is not UTF-8 fails the request, not read with U+FFFD in place of its bytes`, async () => {
+    await assert.rejects(
+      send({ method: "GET", url: `${server.url}/not-utf8`, headers: {}, stream: false }),
+      (err: unknown) => err instanceof TypeError && err.cause instanceof TypeError,
+    );
   });
 
   test(`${name}: a stream asked for but refused comes read`, async () => {

@@ -19,7 +19,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coro
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
-from ._endpoints import Endpoints, Failed, Plan, unanswered
+from ._endpoints import MAX_ANSWER, Endpoints, Failed, Plan, TooLarge, unanswered
 from ._errors import (
     HeldError,
     LeaseError,
@@ -92,32 +92,72 @@ async def _read_head(r: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     return status, headers
 
 
-async def _read_chunk(r: asyncio.StreamReader) -> bytes:
-    """One chunk of a chunked body; b"" at its end."""
-    size_line = await r.readline()
-    try:
-        size = int(size_line.split(b";")[0].strip(), 16)
-    except ValueError:
-        raise ConnectionResetError(f"bad chunk size {size_line[:40]!r}") from None
-    if size == 0:
-        while (await r.readline()) not in (b"\r\n", b"\n", b""):
-            pass
-        return b""
-    data = await r.readexactly(size)
-    await r.readexactly(2)
-    return data
+class _Chunks:
+    """Reads a chunked body in pieces of at most `most` bytes, however large
+    the chunks the server declares: a stream's reader then sees a line that
+    never ends before it is buffered whole."""
+
+    def __init__(self, r: asyncio.StreamReader) -> None:
+        self._r = r
+        self._left = 0  # bytes of the current chunk not read yet
+        self._done = False
+
+    async def read(self, most: int) -> bytes:
+        """The next piece of the body; b"" at its end."""
+        r = self._r
+        if self._done:
+            return b""
+        if self._left == 0:
+            size_line = await r.readline()
+            try:
+                size = int(size_line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise ConnectionResetError(f"bad chunk size {size_line[:40]!r}") from None
+            if size < 0:
+                raise ConnectionResetError(f"bad chunk size {size_line[:40]!r}")
+            if size == 0:
+                while (await r.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+                self._done = True
+                return b""
+            self._left = size
+        data = await r.readexactly(min(self._left, most))
+        self._left -= len(data)
+        if self._left == 0:
+            await r.readexactly(2)
+        return data
 
 
 async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> tuple[bytes, bool]:
-    """An answer's body, and whether the connection ends with it (no length given)."""
+    """An answer's body, at most MAX_ANSWER bytes (else TooLarge), and whether
+    the connection ends with it (no length given)."""
     if headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks = _Chunks(r)
         parts = []
-        while chunk := await _read_chunk(r):
+        size = 0
+        while chunk := await chunks.read(MAX_ANSWER + 1 - size):
             parts.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                raise TooLarge()
         return b"".join(parts), False
     if "content-length" in headers:
-        return await r.readexactly(int(headers["content-length"])), False
-    return await r.read(), True
+        length = headers["content-length"]
+        if not length.isascii() or not length.isdigit():
+            raise ConnectionResetError(f"bad Content-Length {length[:40]!r}")
+        if int(length) > MAX_ANSWER:
+            raise TooLarge()
+        return await r.readexactly(int(length)), False
+    data = bytearray()
+    while more := await r.read(MAX_ANSWER + 1 - len(data)):
+        data += more
+        if len(data) > MAX_ANSWER:
+            raise TooLarge()
+    return bytes(data), True
+
+
+Late = Callable[["_Answer"], Awaitable[None]]
+"""What to do with the answer to a request cancelled while it waited for it."""
 
 
 class _Transport:
@@ -128,8 +168,11 @@ class _Transport:
         self._idle: list[list[tuple[_Conn, float]]] = [[] for _ in endpoints.all]
         auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
         self._head = [f"Host: {e.host_header}\r\n{auth}".encode("latin-1") for e in endpoints.all]
+        self._lingering: set[asyncio.Task[None]] = set()  # background(): given-up waits, leases given back
 
     async def close(self) -> None:
+        for t in list(self._lingering):
+            t.cancel()  # as the Go client's Close stops its background work
         idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
         for conns in idle:
             for (_, w), _ in conns:
@@ -164,7 +207,9 @@ class _Transport:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
         return head + b"\r\n" + (body or b"")
 
-    async def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float) -> _Answer:
+    async def _once(
+        self, i: int, method: str, path: str, body: bytes | None, timeout: float, late: Late | None = None
+    ) -> _Answer:
         c = self._get(i)
         if c is None:
             c = await self.connect(i, timeout)
@@ -172,10 +217,16 @@ class _Transport:
         ok = False
         try:
             w.write(self._request_bytes(i, method, path, body, "application/json"))
-            a = await asyncio.wait_for(self._answer(r), timeout)
+            if late is None:
+                a = await asyncio.wait_for(self._answer(r), timeout)
+            else:
+                a = await self._answer_or_linger(r, w, timeout, late)
             ok = True
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+        except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             raise Failed(e, False) from e
+        except asyncio.CancelledError:
+            ok = late is not None  # _answer_or_linger closed the connection, or lingers on it
+            raise
         finally:
             if not ok:
                 w.close()  # also on cancellation: the server sees the hang-up
@@ -185,20 +236,75 @@ class _Transport:
             self._idle[i].append((c, time.monotonic()))
         return a
 
+    async def _answer_or_linger(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, timeout: float, late: Late) -> _Answer:
+        """The answer, read by a task of its own that a cancellation does not
+        end: the caller is cancelled at once, and the connection lingers,
+        half-closed, in the background until the answer comes, which is
+        handed to late (a grant that crossed the hang-up, given back). Where
+        the connection cannot be half-closed (TLS) it is closed, and the
+        outcome is unknown, as in the Go client."""
+        reading = asyncio.ensure_future(self._answer(r))
+        try:
+            return await asyncio.wait_for(asyncio.shield(reading), timeout)
+        except asyncio.CancelledError:
+            answered = reading.done() and not reading.cancelled() and reading.exception() is None
+            if answered:
+                self._linger(reading, w, late)  # read, but not used: late has it
+                raise
+            if reading.done() or not w.can_write_eof():
+                reading.cancel()
+                w.close()
+                raise
+            try:
+                w.write_eof()
+            except OSError:
+                reading.cancel()
+                w.close()
+                raise
+            self._linger(reading, w, late)
+            raise
+        except BaseException:
+            reading.cancel()
+            raise
+
+    def _linger(self, reading: asyncio.Future[_Answer], w: asyncio.StreamWriter, late: Late) -> None:
+        async def wait() -> None:
+            try:
+                a = await asyncio.wait_for(reading, self.timeout)
+            except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError, LeaseError):
+                return
+            finally:
+                w.close()
+            await late(a)
+
+        self.background(wait())
+
+    def background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Runs work in a task of its own that close() cancels, as the Go
+        client's Close stops its background work."""
+        t = asyncio.get_running_loop().create_task(work, name="leasehq-lease-background")
+        self._lingering.add(t)
+        t.add_done_callback(self._lingering.discard)
+
     async def _answer(self, r: asyncio.StreamReader) -> _Answer:
         status, headers = await _read_head(r)
         body, close = await _read_body(r, headers)
         return _Answer(status, body, close or headers.get("connection", "").lower() == "close")
 
     async def request(
-        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
+        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
+        late: Late | None = None,
     ) -> _Answer:
+        """Sends a request by the multi-endpoint rules and returns a 2xx answer;
+        an error answer raises its class, a request that got none an
+        UnavailableError. late, if given, gets the answer of a request
+        cancelled while it waited for it (see _answer_or_linger)."""
         plan = Plan(len(self.endpoints.all), repeatable)
         t = self.timeout if timeout is None else timeout
         while True:
             i = self.endpoints.current()
             try:
-                a = await self._once(i, method, path, body, t)
+                a = await self._once(i, method, path, body, t, late)
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
@@ -227,7 +333,7 @@ class _Transport:
                 try:
                     c[1].write(self._request_bytes(i, "GET", path, None, "text/event-stream"))
                     status, headers = await asyncio.wait_for(_read_head(c[0]), timeout)
-                except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+                except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     c[1].close()
                     raise Failed(e, False) from e
             except Failed as f:
@@ -241,7 +347,7 @@ class _Transport:
                 return c, headers, i
             try:
                 a, _ = await asyncio.wait_for(_read_body(c[0], headers), timeout)
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError):
                 a = b""
             c[1].close()
             err = error_from_answer(status, a)
@@ -464,7 +570,9 @@ class AsyncLeaseClient(ClientBase):
         """Waits until it holds key (see LeaseClient.acquire): ``hold = await
         client.acquire(key)``, or ``async with client.acquire(key) as hold:``,
         whose block is cancelled if the lease is lost. Cancelling the wait
-        hangs up, and the server releases a lease granted at that moment."""
+        half-closes its connection: the server releases a lease granted at
+        that moment, and one granted just before, whose answer crossed the
+        hang-up, is read in the background and released."""
         ttl, owner = self._check(key, ttl, owner)
         return _Acquiring(functools.partial(self._acquire_wait, key, ttl, WaitPlan(wait), owner))
 
@@ -498,7 +606,20 @@ class AsyncLeaseClient(ClientBase):
 
     async def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
         path, body, timeout = self._acquire_request(key, owner, ttl, wait)
-        return self._granted((await self._transport.request("POST", path, body, repeatable=False, timeout=timeout)).body, key)
+
+        async def late(a: _Answer) -> None:
+            # Cancelled as the server granted it: the grant crossed the
+            # hang-up (the server releases one it grants after seeing it,
+            # answering 499), so give it back.
+            if a.status == 200:
+                try:
+                    g = self._granted(a.body, key)
+                except LeaseError:
+                    return
+                await self._give_back(g)
+
+        a = await self._transport.request("POST", path, body, repeatable=False, timeout=timeout, late=late)
+        return self._granted(a.body, key)
 
     async def _hold(self, g: Granted, sent: float, ttl: float) -> AsyncHold | None:
         """As LeaseClient._hold."""
@@ -515,6 +636,11 @@ class AsyncLeaseClient(ClientBase):
                 return None
             except LeaseError:
                 await self._give_back(g)
+                raise
+            except asyncio.CancelledError:
+                # The caller is cancelled at once; the lease it will never
+                # hold is given back in the background.
+                self._transport.background(self._give_back(g))
                 raise
             g, sent = r, again
         h = AsyncHold(self._renewer, g, sent, ttl, self.drift_margin)
@@ -638,20 +764,24 @@ class AsyncWatch:
         t = c._transport
         path, silence = c._watch(self.prefix)
         (r, w), headers, used = await t.stream(path, min(silence, t.timeout))
-        silence = c._silence(headers.get(HEARTBEAT_HEADER.lower()))
+        try:
+            silence = c._silence(headers.get("content-type"), headers.get(HEARTBEAT_HEADER.lower()))
+        except LeaseError:
+            w.close()
+            raise
         what = f"watch {json.dumps(self.prefix)}"
-        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        chunks = _Chunks(r) if headers.get("transfer-encoding", "").lower() == "chunked" else None
         parser = EventStreamParser()
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(_read_chunk(r) if chunked else r.read(65536), silence)
+                    chunk = await asyncio.wait_for(r.read(65536) if chunks is None else chunks.read(65536), silence)
                 except asyncio.TimeoutError:
                     t.endpoints.move_on(used)
                     raise UnavailableError(
                         f"lease: {what}: the stream broke: silent for {c.missed_heartbeats} heartbeats ({silence:g} s)"
                     ) from None
-                except (OSError, asyncio.IncompleteReadError) as e:
+                except (OSError, ValueError, asyncio.IncompleteReadError) as e:  # ValueError: a line past the reader's limit
                     t.endpoints.move_on(used)
                     raise UnavailableError(f"lease: {what}: the stream broke: {e!r}") from e
                 if not chunk:

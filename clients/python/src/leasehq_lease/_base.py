@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Final, Sequence
 
 from ._endpoints import Endpoints, parse_servers
 from ._errors import InvalidError, UnexpectedAnswerError
+from ._events import stream_heartbeat
 from ._wire import (
     WAIT_CHUNK,
     DriftMargin,
@@ -21,7 +22,6 @@ from ._wire import (
     default_owner,
     dumps,
     granted_of,
-    is_digits,
     jittered,
     key_path,
     lease_of,
@@ -34,8 +34,12 @@ if TYPE_CHECKING:
 
 DEFAULT_HEARTBEAT: Final = 15.0
 """lease serve's default --watch-heartbeat, in seconds."""
-MISSED_HEARTBEATS: Final = 3
-"""A watch stream silent for this many heartbeats is broken."""
+MISSED_HEARTBEATS: Final = 2
+"""A watch stream silent for this many heartbeats, plus SILENCE_SLACK, is
+broken: leasehttp.MissedHeartbeats, as the Go and TypeScript clients."""
+SILENCE_SLACK: Final = 0.25
+"""Seconds of silence a stream gets on top of its missed heartbeats, for a
+heartbeat delayed on its way (leasehttp.SilenceSlack)."""
 RESUME_FIRST: Final = 0.1
 RESUME_MAX: Final = 5.0
 """A broken watch is opened again after 100 ms, doubling to 5 s (as lease watch does)."""
@@ -120,16 +124,16 @@ class ClientBase:
         """A watch's path, and the silence that breaks its stream before the
         server's answer says its heartbeat."""
         path = "/v1/watch" + ("?prefix=" + query({"p": prefix})[3:] if prefix else "")
-        return path, self.heartbeat * self.missed_heartbeats
+        return path, self.heartbeat * self.missed_heartbeats + SILENCE_SLACK
 
-    def _silence(self, header: str | None) -> float:
-        """The silence that breaks a stream whose answer carried header as its
-        Lease-Heartbeat-Ms: the server's own heartbeat where it says one (a
-        positive whole number of milliseconds), else the client's heartbeat."""
-        beat = self.heartbeat
-        if header is not None and is_digits(header.strip()) and int(header) > 0:
-            beat = int(header) / 1000.0
-        return beat * self.missed_heartbeats
+    def _silence(self, content_type: str | None, header: str | None) -> float:
+        """The silence that breaks a stream whose 200 answer has content_type and
+        header as its Lease-Heartbeat-Ms: the server's own heartbeat where it
+        says one, else the client's heartbeat. An answer that is not an event
+        stream, or says a heartbeat out of range, raises UnexpectedAnswerError
+        (stream_heartbeat)."""
+        beat = stream_heartbeat(content_type, header)
+        return (self.heartbeat if beat is None else beat) * self.missed_heartbeats + SILENCE_SLACK
 
 
 class WaitPlan:

@@ -295,7 +295,12 @@ class Watch:
         t = c._transport
         conn, resp, used = t.stream(path, min(silence, t.timeout))
         self._conn = conn
-        silence = c._silence(resp.getheader(HEARTBEAT_HEADER))
+        try:
+            silence = c._silence(resp.getheader("Content-Type"), resp.getheader(HEARTBEAT_HEADER))
+        except LeaseError:
+            self._conn = None
+            conn.close()
+            raise
         what = f"watch {quote(self.prefix)}"
         try:
             if conn.sock is not None:

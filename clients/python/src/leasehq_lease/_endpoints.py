@@ -14,6 +14,18 @@ RETRY_ROUNDS: Final = 3
 """A retried request goes round every endpoint at most this many times."""
 RETRY_BACKOFF: Final = 0.025
 """Seconds between rounds, times 4 each round."""
+MAX_ANSWER: Final = 64 << 20
+"""The most bytes either transport reads of one answer, as the Go client's
+(leasehttp) and the TypeScript client's: a longer one is an answer lost
+(TooLarge), so that a broken or hostile server cannot make the client
+buffer without end."""
+
+
+class TooLarge(OSError):
+    """An answer longer than MAX_ANSWER: the request failed as if its answer was lost."""
+
+    def __init__(self) -> None:
+        super().__init__(f"the answer is larger than {MAX_ANSWER} bytes")
 
 
 class Endpoint(NamedTuple):

@@ -214,12 +214,24 @@ BY_CODE: Final[dict[str, Callable[[str, dict[str, Any], int | None], LeaseError]
 }
 
 
-def _detail(body: bytes | str) -> dict[str, Any] | None:
-    """The error object of an error body {"error":{...}}, or None."""
+def load_json(body: bytes | str) -> Any:
+    """json.loads, whose every failure is a ValueError: it raises RecursionError,
+    no ValueError, for a text nested deeper than the interpreter's stack
+    (100,000 "[" from a broken or hostile server), which escaped the clients'
+    handling of answers that are not JSON and ended the thread renewing
+    every hold."""
     import json
 
     try:
-        v = json.loads(body)
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def _detail(body: bytes | str) -> dict[str, Any] | None:
+    """The error object of an error body {"error":{...}}, or None."""
+    try:
+        v = load_json(body)
     except ValueError:
         return None
     d = v.get("error") if isinstance(v, dict) else None
@@ -227,10 +239,14 @@ def _detail(body: bytes | str) -> dict[str, Any] | None:
 
 
 def error_from_answer(status: int, body: bytes) -> LeaseError:
-    """The class of an error answer: by the API's error body
-    ``{"error":{"code","message",...}}`` when there is one, else by the status
-    alone, as leasehttp's kindByStatus guesses, and never a 404 or a 409
-    class, which a proxy's page could not mean."""
+    """The class of an error answer: by the code of the API's error body
+    ``{"error":{"code","message",...}}`` when it is one of the table's; else
+    (no such body, or a code this client does not know, a newer server's) by
+    the status alone, as every client does (docs/DESIGN.md, below the error
+    table): a 5xx is UnavailableError, 400, 405, 408, 413 and 415
+    InvalidError, 401 UnauthorizedError, 403 ForbiddenError, and any other
+    UnexpectedAnswerError; never a 404, 409 or 429 class, which a proxy's
+    page could not mean."""
     detail = _detail(body)
     if detail is not None:
         code = detail.get("code")
@@ -238,11 +254,10 @@ def error_from_answer(status: int, body: bytes) -> LeaseError:
         message = msg if isinstance(msg, str) and msg else f"lease: HTTP {status} {code}"
         if isinstance(code, str) and code in BY_CODE:
             return BY_CODE[code](message, detail, status)
-        if status >= 500:
-            return UnavailableError(message, status=status)
-        return UnexpectedAnswerError(f"lease: HTTP {status} with unknown error code {code!r}: {message}", status=status)
-    text = body[:200].decode("utf-8", "replace")
-    what = f"lease: HTTP {status} without the API's error body: {text!r}"
+        what = f"lease: HTTP {status} with error code {code!r}, which this client does not know: {message}"
+    else:
+        text = body[:200].decode("utf-8", "replace")
+        what = f"lease: HTTP {status} without the API's error body: {text!r}"
     if status >= 500:
         return UnavailableError(what, status=status)
     if status in (400, 405, 408, 413, 415):

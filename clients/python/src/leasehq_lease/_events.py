@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 from typing import Final, NamedTuple
 
-from ._errors import LeaseError, UnexpectedAnswerError, error_from_event, quote
+from ._errors import LeaseError, UnexpectedAnswerError, error_from_event, load_json, quote
 from ._wire import Lease, is_digits, lease_of
 
 # The server's event names. Only this block and decode() below know them.
@@ -31,6 +31,31 @@ picture: held events and a synced follow, from the current state."""
 
 MAX_LINE: Final = 64 << 10
 """The longest line, and message data, the parser takes: a lease event is a few KiB at most."""
+
+
+MIN_HEARTBEAT_MS: Final = 10
+MAX_HEARTBEAT_MS: Final = 3_600_000
+"""The heartbeats a server may say (leasehttp.MinHeartbeat, MaxHeartbeat)."""
+
+
+def stream_heartbeat(content_type: str | None, heartbeat: str | None) -> float | None:
+    """Checks the head of a watch's 200 answer, as the Go and TypeScript clients
+    do: its Content-Type must be text/event-stream (else a proxy's page, or
+    another service, answered: UnexpectedAnswerError, not retried), and its
+    Lease-Heartbeat-Ms, if given, a whole number of milliseconds in [10,
+    3600000]. Returns that heartbeat in seconds, or None when not given."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "text/event-stream":
+        raise UnexpectedAnswerError(f"lease: watch: HTTP 200 of type {content_type!r}, not an event stream", status=200)
+    if heartbeat is None:
+        return None
+    if not (is_digits(heartbeat) and len(heartbeat) <= 7 and MIN_HEARTBEAT_MS <= int(heartbeat) <= MAX_HEARTBEAT_MS):
+        raise UnexpectedAnswerError(
+            f"lease: watch: the answer's {HEARTBEAT_HEADER} {heartbeat[:40]!r} is not a heartbeat in "
+            f"[{MIN_HEARTBEAT_MS}, {MAX_HEARTBEAT_MS}] ms",
+            status=200,
+        )
+    return int(heartbeat) / 1000.0
 
 
 class WatchEvent(NamedTuple):
@@ -55,10 +80,12 @@ class EventStreamParser:
     dropped; lines starting with ":" are comments (the heartbeats); a blank
     line dispatches a message that has data; "data" lines join with LF; "id"
     sets the last event ID, "retry" the reconnection time. A line longer than
-    MAX_LINE raises UnexpectedAnswerError."""
+    MAX_LINE, or bytes that are not UTF-8, raise UnexpectedAnswerError."""
 
     def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+        # Strict: bytes that are not UTF-8 are an answer no lease server
+        # gives (the Go and TypeScript clients refuse them too), not U+FFFD.
+        self._dec = codecs.getincrementaldecoder("utf-8")("strict")
         self._pending = ""
         self._after_cr = False
         self._first = True
@@ -69,7 +96,10 @@ class EventStreamParser:
         self.retry: float | None = None
 
     def feed(self, chunk: bytes) -> list[Message]:
-        text = self._dec.decode(chunk)
+        try:
+            text = self._dec.decode(chunk)
+        except UnicodeDecodeError as e:
+            raise UnexpectedAnswerError(f"lease: the event stream is not UTF-8: {e}") from None
         if self._first and text:
             self._first = False
             if text[0] == "\ufeff":
@@ -139,8 +169,6 @@ def decode(prefix: str, m: Message) -> WatchEvent:
     its error class, and a message no lease server sends as
     UnexpectedAnswerError, since skipping it would leave the picture
     incomplete."""
-    import json
-
     what = f"watch {quote(prefix)}"
     if m.event in (EVENT_END, EVENT_END_OLD):
         raise error_from_event(what, m.data)
@@ -149,7 +177,7 @@ def decode(prefix: str, m: Message) -> WatchEvent:
     if m.event not in LEASE_EVENTS:
         raise UnexpectedAnswerError(f"lease: {what}: the stream sent an event {m.event[:100]!r}, not one of a lease server")
     try:
-        v = json.loads(m.data)
+        v = load_json(m.data)
     except ValueError:
         raise UnexpectedAnswerError(f"lease: {what}: {m.event} event whose data is not JSON: {m.data[:200]!r}") from None
     lease = lease_of(v, what)

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Final
 
-from ._endpoints import Endpoints, Failed, Plan, unanswered
+from ._endpoints import MAX_ANSWER, Endpoints, Failed, Plan, TooLarge, unanswered
 from ._errors import LeaseError, UnavailableError, error_from_answer
 
 IDLE_KEEP: Final = 60.0
@@ -101,7 +101,7 @@ class Transport:
         try:
             c.request(method, ep.path + path, body, self.headers if body is not None else self.get_headers)
             r = c.getresponse()
-            data = r.read()
+            data = _read(r)
         except (OSError, http.client.HTTPException) as e:
             c.close()
             # A pooled connection the server had closed fails at once; the
@@ -173,7 +173,11 @@ class Transport:
                 continue
             if r.status == 200:
                 return c, r, i
-            err = error_from_answer(r.status, r.read())
+            try:
+                body = _read(r)
+            except (OSError, http.client.HTTPException):
+                body = b""
+            err = error_from_answer(r.status, body)
             c.close()
             if r.status == 503:
                 self.endpoints.move_on(i)
@@ -182,6 +186,18 @@ class Transport:
                     time.sleep(pause)
                     continue
             raise err
+
+
+def _read(r: http.client.HTTPResponse) -> bytes:
+    """r's body, at most MAX_ANSWER bytes of it; a longer one raises TooLarge."""
+    if r.length is not None and r.length > MAX_ANSWER:
+        raise TooLarge()
+    data = r.read(MAX_ANSWER + 1)
+    if len(data) > MAX_ANSWER:
+        raise TooLarge()
+    if not r.isclosed():
+        r.read()  # the end of a chunked body (its last chunk), so that the connection can be reused
+    return data
 
 
 def _closed_by_peer(c: http.client.HTTPConnection) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from ._errors import InvalidError, UnexpectedAnswerError, is_token, parse_time
+from ._errors import InvalidError, UnexpectedAnswerError, is_token, load_json, parse_time
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -155,10 +155,8 @@ def dumps(v: Any) -> bytes:
 
 
 def loads_object(body: bytes, what: str) -> dict[str, Any]:
-    import json
-
     try:
-        v = json.loads(body)
+        v = load_json(body)
     except ValueError:
         raise UnexpectedAnswerError(f"lease: {what}: the answer is not JSON: {body[:200]!r}") from None
     if not isinstance(v, dict):
@@ -171,7 +169,10 @@ def lease_of(v: object, what: str) -> Lease:
     if isinstance(v, dict):
         key, owner, token, ttl_ms, at = v.get("key"), v.get("owner"), v.get("token"), v.get("ttl_ms"), v.get("expires_at")
         exp = parse_time(at)
-        if isinstance(key, str) and isinstance(owner, str) and is_token(token) and type(ttl_ms) is int and exp is not None:
+        if (
+            isinstance(key, str) and isinstance(owner, str) and is_token(token)
+            and type(ttl_ms) is int and 0 <= ttl_ms <= MAX_TTL * 1000 and exp is not None
+        ):
             assert isinstance(token, int)
             return Lease(key, owner, token, ttl_ms / 1000.0, exp)
     raise UnexpectedAnswerError(f"lease: {what}: not a lease: {str(v)[:200]}")

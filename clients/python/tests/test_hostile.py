@@ -1,0 +1,445 @@
+"""Answers no lease server gives, from a server that writes raw HTTP: both
+clients bound what they read (64 MiB of an answer, 64 KiB of a stream's
+line, as the Go and TypeScript clients do), read a watch only from an event
+stream, and raise their own classes, never a bare ValueError."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from leasehq_lease import AsyncLeaseClient, ForbiddenError, LeaseClient, UnavailableError, UnexpectedAnswerError
+from leasehq_lease._endpoints import MAX_ANSWER
+
+LEASE = b'{"key":"k","owner":"o","token":1,"ttl_ms":1000,"expires_at":"2026-01-01T00:00:00.000Z"}'
+
+Answer = Callable[[socket.socket], None]
+
+
+class RawServer:
+    """Answers every request with answer(sock), whatever was asked."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self._conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        buf = b""
+        try:
+            while b"\r\n\r\n" not in buf:
+                got = c.recv(65536)
+                if not got:
+                    return
+                buf += got
+            self.answer(c)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self._conns:
+            c.close()
+
+
+@pytest.fixture
+def raw() -> Iterator[Callable[[Answer], RawServer]]:
+    made: list[RawServer] = []
+
+    def make(answer: Answer) -> RawServer:
+        s = RawServer(answer)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def padded(c: socket.socket, framing: str) -> None:
+    """A lease on k, one byte past MAX_ANSWER: spaces, then the lease."""
+    pad = MAX_ANSWER + 1 - len(LEASE)
+    if framing == "length":
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (pad + len(LEASE)))
+    elif framing == "chunked":
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    else:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+    block = b" " * (1 << 20)
+    while pad > 0:
+        part = block[: min(pad, len(block))]
+        c.sendall(b"%x\r\n%s\r\n" % (len(part), part) if framing == "chunked" else part)
+        pad -= len(part)
+    if framing == "chunked":
+        c.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(LEASE), LEASE))
+    else:
+        c.sendall(LEASE)
+    c.close()
+
+
+def get(url: str, asynchronous: bool, **kw: Any) -> object:
+    if asynchronous:
+        async def go() -> object:
+            async with AsyncLeaseClient(url, **kw) as c:
+                return await c.get("k")
+
+        return asyncio.run(asyncio.wait_for(go(), 30))
+    with LeaseClient(url, **kw) as c:
+        return c.get("k")
+
+
+def first_event(url: str, asynchronous: bool, **kw: Any) -> object:
+    if asynchronous:
+        async def go() -> object:
+            async with AsyncLeaseClient(url, **kw) as c:
+                async with c.watch("", reconnect=False) as w:
+                    return await w.__anext__()
+
+        return asyncio.run(asyncio.wait_for(go(), 30))
+    with LeaseClient(url, **kw) as c:
+        with c.watch("", reconnect=False) as w:
+            return next(w)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("framing", ["length", "chunked", "close"])
+def test_an_answer_over_64_mib_is_an_answer_lost(raw: Callable[[Answer], RawServer], framing: str, asynchronous: bool) -> None:
+    s = raw(lambda c: padded(c, framing))
+    with pytest.raises(UnavailableError, match="larger than 67108864 bytes"):
+        get(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_refusal_over_64_mib_is_not_read_whole(raw: Callable[[Answer], RawServer], asynchronous: bool) -> None:
+    # An error answer to a watch says more than the bound, then sends it
+    # slowly: refused at its header, not after the whole of it.
+    def answer(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{" % (MAX_ANSWER + 1))
+        threading.Event().wait(20)
+
+    s = raw(answer)
+    start = time.monotonic()
+    with pytest.raises(ForbiddenError):
+        first_event(s.url, asynchronous, timeout=10)
+    assert time.monotonic() - start < 5
+
+
+def sse(content_type: bytes, extra: bytes = b"") -> Answer:
+    def answer(c: socket.socket) -> None:
+        c.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type + b"\r\n" + extra + b"Connection: close\r\n\r\n"
+            b"event: synced\ndata: {}\n\n"
+        )
+        threading.Event().wait(5)
+        c.close()
+
+    return answer
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("content_type", [b"text/html", b"text/plain; charset=utf-8", b"application/json"])
+def test_a_watch_answered_with_another_type_is_not_read(
+    raw: Callable[[Answer], RawServer], content_type: bytes, asynchronous: bool
+) -> None:
+    s = raw(sse(content_type))
+    with pytest.raises(UnexpectedAnswerError, match="not an event stream"):
+        first_event(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("content_type", [b"text/event-stream", b"Text/Event-Stream; charset=utf-8"])
+def test_an_event_stream_is_read(raw: Callable[[Answer], RawServer], content_type: bytes, asynchronous: bool) -> None:
+    s = raw(sse(content_type, b"Lease-Heartbeat-Ms: 1000\r\n"))
+    ev = first_event(s.url, asynchronous)
+    assert getattr(ev, "kind") == "synced"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("beat", [b"0", b"9", b"3600001", b"1e3", b"-5", b"\xc2\xb2"])
+def test_a_heartbeat_out_of_range_is_refused(raw: Callable[[Answer], RawServer], beat: bytes, asynchronous: bool) -> None:
+    # As Go's heartbeatOf and the TypeScript client: a heartbeat of 0 ms
+    # would make every stream break at once, one of hours never.
+    s = raw(sse(b"text/event-stream", b"Lease-Heartbeat-Ms: " + beat + b"\r\n"))
+    with pytest.raises(UnexpectedAnswerError, match="not a heartbeat"):
+        first_event(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_stream_line_that_never_ends_is_refused_without_buffering_it(
+    raw: Callable[[Answer], RawServer], asynchronous: bool
+) -> None:
+    # One chunk declared 1 GiB long, of which 1 MiB comes without a line's
+    # end: the reader refuses the line at 64 KiB rather than waiting for the
+    # whole chunk.
+    def answer(c: socket.socket) -> None:
+        c.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 5000\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % (1 << 30)
+        )
+        c.sendall(b"data: " + b"x" * (1 << 20))
+        threading.Event().wait(20)
+
+    s = raw(answer)
+    with pytest.raises(UnexpectedAnswerError, match="longer than"):
+        first_event(s.url, asynchronous)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_header_line_over_64_kib_is_an_answer_lost(raw: Callable[[Answer], RawServer], asynchronous: bool) -> None:
+    def answer(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nX-Long: " + b"x" * (100 << 10) + b"\r\nContent-Length: 2\r\n\r\n{}")
+        c.close()
+
+    s = raw(answer)
+    with pytest.raises(UnavailableError):
+        get(s.url, asynchronous)
+
+
+class FakeLeaseServer:
+    """Grants every acquire (token 7) and answers each renew batch with
+    renewal(n, item), n counting the batches from 1: the JSON text of one
+    result."""
+
+    def __init__(self, renewal: Callable[[int, dict[str, Any]], str], *, acquire_delay: float = 0.0, hang: str = "") -> None:
+        import http.server
+        import json
+
+        self.batches = 0
+        self.renewal = renewal
+        self.requests: list[str] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(self.path)
+                if hang and self.path.endswith(hang):
+                    time.sleep(30)  # real time: a server that does not answer this request
+                    return
+                if self.path.endswith("/acquire"):
+                    time.sleep(acquire_delay)  # real time: a grant that comes after a wait
+                    key = self.path.split("/")[3]
+                    out = ('{"key":"%s","owner":"o","token":7,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}'
+                           % (key, "a" * 32, req["ttl_ms"]))
+                elif self.path == "/v1/renew":
+                    fake.batches += 1
+                    out = '{"results":[%s]}' % ",".join(fake.renewal(fake.batches, r) for r in req["renewals"])
+                else:
+                    out = "{}"
+                b = out.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def renewed(ttl_ms: str) -> Callable[[int, dict[str, Any]], str]:
+    """Renews each lease; the first batch says ttl_ms as given, later ones as asked."""
+
+    def answer(n: int, r: dict[str, Any]) -> str:
+        t = ttl_ms if n == 1 else str(r["ttl_ms"])
+        return ('{"lease":{"key":"%s","owner":"o","token":%d,"id":"%s","ttl_ms":%s,"expires_at":"2026-01-01T00:00:00.000Z"}}'
+                % (r["key"], r["token"], r["id"], t))
+
+    return answer
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+"""JSON nested deeper than Python's stack: json.loads raises RecursionError, no ValueError."""
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize(
+    "ttl_ms", ["1" + "0" * 400, "-600", "86400001", DEEP], ids=["400-digits", "negative", "over-24h", "nested-100000-deep"]
+)
+def test_a_renewal_answered_with_a_ttl_out_of_range_is_retried_and_renewing_goes_on(ttl_ms: str, asynchronous: bool) -> None:
+    # A ttl_ms of 400 digits made the renewer raise OverflowError, and one
+    # nested 100,000 deep RecursionError (neither a LeaseError), which ended
+    # the thread (the task) renewing every hold of the client: the hold was
+    # then lost at its deadline however well the server answered afterwards.
+    fake = FakeLeaseServer(renewed(ttl_ms))
+    try:
+        if asynchronous:
+            async def go() -> bool:
+                async with AsyncLeaseClient(fake.url) as c:
+                    h = await c.try_acquire("k", 0.6)
+                    await asyncio.sleep(1.5)
+                    return h.held
+
+            held = asyncio.run(asyncio.wait_for(go(), 30))
+        else:
+            with LeaseClient(fake.url) as c:
+                h = c.try_acquire("k", 0.6)
+                time.sleep(1.5)  # real time: 2.5 TTLs of renewals by the client's own thread
+                held = h.held
+        assert fake.batches >= 3
+        assert held, f"lost after {fake.batches} batches"
+    finally:
+        fake.close()
+
+
+class CrossingGrantServer(RawServer):
+    """Answers an acquire only once the client hangs up (EOF), with status:
+    a lease server whose grant crossed the hang-up (200, the lease) or that
+    saw the hang-up first (499). Any other request is answered {} and
+    recorded."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.requests: list[str] = []
+        super().__init__(lambda c: None)
+
+    def _serve(self, c: socket.socket) -> None:
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    got = c.recv(65536)
+                    if not got:
+                        return
+                    buf += got
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                line = head.split(b"\r\n")[0].decode()
+                length = 0
+                for h in head.split(b"\r\n")[1:]:
+                    if h.lower().startswith(b"content-length:"):
+                        length = int(h.split(b":")[1])
+                while len(buf) < length:
+                    buf += c.recv(65536)
+                buf = buf[length:]
+                self.requests.append(line)
+                if "/acquire" in line:
+                    while c.recv(65536):
+                        pass  # until the client's half of the connection ends
+                    if self.status == 200:
+                        b = b'{"key":"k","owner":"o","token":7,"id":"' + b"a" * 32 + b'","ttl_ms":60000,"expires_at":"2026-01-01T00:00:00.000Z"}'
+                    else:
+                        b = b'{"error":{"code":"unavailable","message":"the client hung up; nothing is held for it"}}'
+                    c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (self.status, len(b), b))
+                    c.close()
+                    return
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("status", [200, 499])
+def test_a_cancelled_wait_gives_back_a_grant_that_crossed_the_hang_up(status: int) -> None:
+    # asyncio: cancelling acquire closed the connection outright, so a grant
+    # the server had sent as it saw the hang-up was never read, and the
+    # lease stayed held until its TTL. Now the client half-closes, reads the
+    # last answer in the background and releases a 200's lease, as the Go
+    # client's AcquireWait does; a 499 (nothing held) is left alone.
+    srv = CrossingGrantServer(status)
+
+    async def go() -> None:
+        async with AsyncLeaseClient(srv.url) as c:
+            task = asyncio.get_running_loop().create_task(c.acquire("k", 60, wait=30).__aenter__())
+            while not any("/acquire" in r for r in srv.requests):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(200):
+                if any("/release" in r for r in srv.requests):
+                    break
+                await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+        released = [r for r in srv.requests if "/release" in r]
+        assert released == (["POST /v1/leases/k/release HTTP/1.1"] if status == 200 else []), srv.requests
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("status", [200, 409, 503])
+def test_an_answer_nested_too_deep_is_an_answer_of_the_client_s_classes(
+    raw: Callable[[Answer], RawServer], status: int, asynchronous: bool
+) -> None:
+    def answer(c: socket.socket) -> None:
+        b = DEEP.encode()
+        c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (status, len(b), b))
+        c.close()
+
+    s = raw(answer)
+    want = {200: UnexpectedAnswerError, 409: UnexpectedAnswerError, 503: UnavailableError}[status]
+    with pytest.raises(want):
+        get(s.url, asynchronous)
+
+
+def test_a_watch_event_nested_too_deep_is_an_unexpected_answer() -> None:
+    from leasehq_lease._events import Message, decode
+
+    with pytest.raises(UnexpectedAnswerError):
+        decode("", Message("held", "[" * 5000 + "]" * 5000, ""))
+
+
+def test_a_cancellation_while_a_late_grant_is_renewed_gives_it_back() -> None:
+    # A grant that comes a third of its TTL after its request is renewed at
+    # once, before the hold is made; a cancellation then left the granted
+    # lease held until its TTL. It is now released in the background.
+    fake = FakeLeaseServer(renewed("600"), acquire_delay=0.3, hang="/k/renew")
+
+    async def go() -> None:
+        async with AsyncLeaseClient(fake.url) as c:
+            task = asyncio.get_running_loop().create_task(c.acquire("k", 0.6).__aenter__())
+            while not any(p.endswith("/k/renew") for p in fake.requests):
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(200):
+                if any(p.endswith("/release") for p in fake.requests):
+                    break
+                await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+        assert [p for p in fake.requests if p.endswith("/release")] == ["/v1/leases/k/release"], fake.requests
+    finally:
+        fake.close()
+
+
+def test_an_event_stream_that_is_not_utf8_is_an_unexpected_answer() -> None:
+    # Read with U+FFFD in place of the bytes, it gave a key the server does
+    # not have; the Go and TypeScript clients refuse it.
+    from leasehq_lease._events import EventStreamParser
+
+    p = EventStreamParser()
+    with pytest.raises(UnexpectedAnswerError, match="not UTF-8"):
+        p.feed(b"data: \xff\n\n")
+    cut = EventStreamParser()
+    assert cut.feed("data: é".encode()[:-1]) == []  # a character cut between chunks is kept whole
+    assert cut.feed("é".encode()[-1:] + b"\n\n")[0].data == "é"

@@ -1,0 +1,263 @@
+// Answers no lease server gives, from a fake server in the test: numbers
+// JSON.parse would read as another token, batch results of the wrong type,
+// one renewal of a batch refused, and a server slower than the TTL.
+
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { createServer } from "node:http";
+import { type AddressInfo, createServer as createTCPServer, type Socket } from "node:net";
+import { after, test } from "node:test";
+
+import { Api } from "../src/api.js";
+import { LeaseClient, LeaseLostError, UnexpectedAnswerError } from "../src/index.js";
+import { body } from "./harness.js";
+
+const ID = "a".repeat(32);
+
+interface Renewal {
+  key: string;
+  id: string;
+  token: number;
+  ttl_ms: number;
+}
+
+/** leaseText is a granted lease as a server writes it, its token written as given. */
+function leaseText(key: string, token: string, ttlMs: number, id = ID): string {
+  return `{"key":${JSON.stringify(key)},"owner":"o","token":${token},"id":"${id}","ttl_ms":${ttlMs},"expires_at":"2026-01-01T00:00:00.000Z"}`;
+}
+
+/**
+ * fake is a lease server that grants every acquire with the token written
+ * as token(key), and answers each renew batch, n counting them from 1, with
+ * renewal(n, item) per item (the JSON text of one result) after delayMs(n).
+ */
+async function fake(opts: {
+  token?: (key: string) => string;
+  renewal?: (n: number, r: Renewal) => string;
+  delayMs?: (n: number) => number;
+  /** Leaves every release unanswered. */
+  hangReleases?: boolean;
+}): Promise<{ url: string; batches: () => number; releases: () => number }> {
+  let batches = 0;
+  let releases = 0;
+  const srv = createServer((req, res) => {
+    void body(req).then(async (text) => {
+      const url = req.url ?? "";
+      let out = "{}";
+      if (url.endsWith("/acquire")) {
+        const key = decodeURIComponent(url.split("/")[3] ?? "");
+        const ttl = (JSON.parse(text) as { ttl_ms: number }).ttl_ms;
+        out = leaseText(key, opts.token?.(key) ?? "7", ttl);
+      } else if (url === "/v1/renew") {
+        const n = ++batches;
+        const { renewals } = JSON.parse(text) as { renewals: Renewal[] };
+        const one = opts.renewal ?? ((_n: number, r: Renewal) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`);
+        out = `{"results":[${renewals.map((r) => one(n, r)).join(",")}]}`;
+        await new Promise((r) => setTimeout(r, opts.delayMs?.(n) ?? 0));
+      } else if (url.endsWith("/release")) {
+        releases++;
+        if (opts.hangReleases === true) return;
+      }
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(out);
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    srv.closeAllConnections();
+    srv.close(() => r());
+  }));
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, batches: () => batches, releases: () => releases };
+}
+
+test("a token is read as written: past 2^53, or with a fraction or an exponent, is an UnexpectedAnswerError", async () => {
+  const written: Record<string, string> = {
+    over: "9007199254740993", // JSON.parse reads 2^53: another server's token
+    far: "9007199254740999",
+    fraction: "7.0",
+    exponent: "7e0",
+    max: "9007199254740992",
+    plain: "7",
+  };
+  const srv = await fake({ token: (key) => written[key] ?? "7" });
+  const client = new LeaseClient({ server: srv.url });
+  for (const key of ["over", "far", "fraction", "exponent"]) {
+    await assert.rejects(client.tryAcquire(key, { ttlMs: 60_000 }), UnexpectedAnswerError, key);
+  }
+  for (const [key, token] of [["max", 2 ** 53], ["plain", 7]] as const) {
+    const h = await client.tryAcquire(key, { ttlMs: 60_000 });
+    assert.equal(h.token, token);
+    await h.release();
+  }
+});
+
+test("a batch result that is not an object is an UnexpectedAnswerError, not a TypeError", async () => {
+  for (const result of ["5", "null", '"lease"']) {
+    const srv = await fake({ renewal: () => result });
+    const api = new Api(srv.url, undefined, undefined);
+    const g = { key: "k", owner: "o", token: 7, ttlMs: 1000, expiresAt: new Date(), id: ID };
+    await assert.rejects(api.renewBatch([{ g, ttlMs: 1000 }]), UnexpectedAnswerError, result);
+  }
+});
+
+test("one renewal of a batch refused or answered with another lease loses that hold alone", async () => {
+  // Three holds fall due together and share each batch; from the second
+  // batch on, the server refuses "refused" and answers "other" with
+  // another token.
+  const srv = await fake({
+    renewal: (n, r) => {
+      if (n >= 2 && r.key === "refused") return '{"error":{"code":"not_held","message":"gone"}}';
+      if (n >= 2 && r.key === "other") return `{"lease":${leaseText(r.key, String(r.token + 1), r.ttl_ms, r.id)}}`;
+      return `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`;
+    },
+  });
+  const client = new LeaseClient({ server: srv.url });
+  const ttlMs = 600;
+  const [kept, refused, other] = await Promise.all(["kept", "refused", "other"].map((k) => client.tryAcquire(k, { ttlMs })));
+  assert.ok(kept && refused && other);
+  await new Promise((r) => setTimeout(r, 4 * ttlMs));
+  assert.ok(kept.held, "the hold the server kept renewing was lost");
+  assert.ok(!refused.held && refused.signal.reason instanceof LeaseLostError);
+  assert.match(String(refused.signal.reason), /no longer holds it/);
+  assert.ok(!other.held && other.signal.reason instanceof LeaseLostError);
+  assert.match(String(other.signal.reason), /another lease/);
+  assert.ok(srv.batches() >= 6, `${srv.batches()} batches`);
+  await kept.release();
+});
+
+test("a server that answers renewals slower than the TTL: the hold is lost at its safe deadline, and the late answer does not bring it back", async () => {
+  const ttlMs = 300;
+  const srv = await fake({ delayMs: () => 2 * ttlMs });
+  const client = new LeaseClient({ server: srv.url });
+  const sent = performance.now();
+  const h = await client.tryAcquire("slow", { ttlMs });
+  const lostAt = await new Promise<number>((r) => h.signal.addEventListener("abort", () => r(performance.now()), { once: true }));
+  assert.ok(h.signal.reason instanceof LeaseLostError);
+  assert.ok(lostAt - sent <= ttlMs + 50, `lost ${Math.round(lostAt - sent)} ms after the acquire was sent, TTL ${ttlMs}`);
+  await new Promise((r) => setTimeout(r, 3 * ttlMs)); // the late answers come
+  assert.equal(h.held, false);
+  await assert.rejects(h.release(), LeaseLostError);
+});
+
+test("release and await using after a loss send nothing and return at once, however hung the server", async () => {
+  // The loss came from a server that stopped answering: a release then
+  // waited up to 10 s for it, at the end of every await using scope.
+  const ttlMs = 200;
+  const srv = await fake({ delayMs: () => 60_000, hangReleases: true });
+  const client = new LeaseClient({ server: srv.url });
+  for (const how of ["release", "dispose"] as const) {
+    const h = await client.tryAcquire(`lost-${how}`, { ttlMs });
+    await new Promise<void>((r) => h.signal.addEventListener("abort", () => r(), { once: true }));
+    const start = performance.now();
+    if (how === "release") await assert.rejects(h.release(), LeaseLostError);
+    else await h[Symbol.asyncDispose]();
+    assert.ok(performance.now() - start < 1_000, `${how} took ${Math.round(performance.now() - start)} ms`);
+  }
+  assert.equal(srv.releases(), 0);
+});
+
+/**
+ * crossing is a server that answers an acquire only once the client hangs
+ * up its half of the connection, with status: a lease server whose grant
+ * crossed the hang-up (200, the lease) or that saw the hang-up first (499).
+ * Other requests are answered {} and recorded.
+ */
+async function crossing(status: number): Promise<{ url: string; requests: string[] }> {
+  const requests: string[] = [];
+  const socks = new Set<Socket>();
+  const srv = createTCPServer({ allowHalfOpen: true }, (sock) => {
+    socks.add(sock);
+    sock.on("close", () => socks.delete(sock));
+    let got = "";
+    let acquire = false;
+    sock.on("error", () => undefined);
+    sock.on("data", (b) => {
+      got += b.toString();
+      for (;;) {
+        const end = got.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const head = got.slice(0, end);
+        const length = Number(/content-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+        if (got.length < end + 4 + length) return;
+        got = got.slice(end + 4 + length);
+        const line = head.slice(0, head.indexOf("\r\n"));
+        requests.push(line);
+        if (line.includes("/acquire")) {
+          acquire = true;
+          return;
+        }
+        sock.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+      }
+    });
+    sock.on("end", () => {
+      if (!acquire) {
+        sock.end();
+        return;
+      }
+      const b = status === 200
+        ? leaseText("k", "7", 60_000)
+        : '{"error":{"code":"unavailable","message":"the client hung up; nothing is held for it"}}';
+      sock.end(`HTTP/1.1 ${status} X\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`);
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    for (const sock of socks) sock.destroy(); // the client's pooled keep-alive connections
+    srv.close(() => r());
+  }));
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, requests };
+}
+
+for (const status of [200, 499]) {
+  test(`a wait its signal ends gives back a grant that crossed the hang-up (server answers ${status})`, async () => {
+    // The signal destroyed the connection, so a grant the server had sent
+    // as it saw the hang-up was never read: the lease stayed held until its
+    // TTL. Now the connection is half-closed, the last answer read, and a
+    // 200's lease released, as the Go client's AcquireWait does.
+    const srv = await crossing(status);
+    const client = new LeaseClient({ server: srv.url });
+    const ctl = new AbortController();
+    const reason = new Error("gave up");
+    const p = client.acquire("k", { ttlMs: 60_000, signal: ctl.signal });
+    while (!srv.requests.some((r) => r.includes("/acquire"))) await new Promise((r) => setTimeout(r, 5));
+    const start = performance.now();
+    ctl.abort(reason);
+    await assert.rejects(p, (err: unknown) => err === reason);
+    assert.ok(performance.now() - start < 500, "the caller waited for the last answer");
+    for (let i = 0; i < 200 && !srv.requests.some((r) => r.includes("/release")); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(srv.requests.filter((r) => r.includes("/release")), status === 200 ? ["POST /v1/leases/k/release HTTP/1.1"] : []);
+  });
+}
+
+test("a wait its signal ended keeps no process alive while its last answer lingers", async () => {
+  // A server that reads requests and never answers, not even after the
+  // client's half-close: the lingering connection must not hold the
+  // process for its 10 s bound.
+  const socks = new Set<Socket>();
+  const mute = createTCPServer({ allowHalfOpen: true }, (sock) => {
+    socks.add(sock);
+    sock.on("error", () => undefined);
+    sock.resume();
+  });
+  await new Promise<void>((r) => mute.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    for (const sock of socks) sock.destroy();
+    mute.close(() => r());
+  }));
+  const url = `http://127.0.0.1:${(mute.address() as AddressInfo).port}`;
+  const index = new URL("../src/index.js", import.meta.url).href;
+  const code = `import { LeaseClient } from ${JSON.stringify(index)};
+const c = new LeaseClient({ server: ${JSON.stringify(url)} });
+const ctl = new AbortController();
+setTimeout(() => ctl.abort(new Error("gave up")), 200);
+await c.acquire("k", { ttlMs: 60_000, signal: ctl.signal }).catch((e) => console.log(String(e)));`;
+  const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { stdio: ["ignore", "pipe", "inherit"] });
+  after(() => void proc.kill());
+  let out = "";
+  proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+  const start = performance.now();
+  const exited = await new Promise<number | null>((r) => proc.once("exit", (c) => r(c)));
+  assert.equal(exited, 0);
+  assert.match(out, /gave up/);
+  assert.ok(performance.now() - start < 3_000, `the process ran ${Math.round(performance.now() - start)} ms`);
+});
