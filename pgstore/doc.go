@@ -51,9 +51,35 @@
 // flush, and one batch is in flight at a time. Operations on one key never
 // share a statement. A statement that fails fails every operation in it
 // with an error matching lease.ErrUnavailable (for an acquire: outcome
-// unknown). A batch locks its rows in key order (keys are sorted before
-// sending), so batches from several processes do not deadlock on one
-// another.
+// unknown, and settled: below). A batch locks its rows in key order (keys
+// are sorted before sending), so batches from several processes do not
+// deadlock on one another.
+//
+// # An acquire nobody hears
+//
+// An acquire statement that grants a lease whose answer never reaches its
+// caller would leave the key held by nobody until the TTL: PostgreSQL
+// commits a statement whose connection pgx has closed, as long as it is
+// waiting on a lock or committing when the connection goes (a cancel
+// request does not stop a commit). So no caller's context cancels an
+// acquire statement: a caller whose context ends gets its error at once
+// (matching the context's, not lease.ErrUnavailable: it holds nothing),
+// the statement runs on (for at most 30 s, or until Close), and a lease it
+// grants to a caller that left is released when its answer comes. A
+// statement whose answer is lost (its connection broken, the server
+// restarted, the 30 s reached) is settled in the background: the backend
+// that ran it is ended if it still runs it (pg_terminate_backend, waiting
+// for it to exit, so its transaction has committed or aborted), then the
+// leases granted under the statement's secret IDs, chosen before it was
+// sent, are released, so the release can only end what that statement
+// granted. Settling is retried while the server cannot be reached, for the
+// longest TTL in the statement; a grant outlives it only if the server
+// went on running a statement it could not be asked to stop. The role
+// needs no privilege for this beyond ending its own sessions. Close
+// abandons the statements and settling still under way: what they grant
+// is held until its TTL. TestAcquireGivenUpMidCommit checks both paths on
+// a commit slowed by commit_delay (5 trials each, every one committed);
+// before, each left the lease held by nobody.
 //
 // # Tokens never regress (I1)
 //

@@ -10,6 +10,9 @@ type queries struct {
 	// distinct keys (batch.go).
 	acquire, renew, release stmt
 	get, list, wait         string
+	// stopped and granted settle an acquire statement whose answer was
+	// lost (settle.go).
+	stopped, granted string
 	// watchSnapshot and watchCheck serve Watch (watch.go).
 	watchSnapshot, watchCheck string
 }
@@ -171,6 +174,30 @@ WHERE l.key ` + match + ` AND l.key = req.key AND l.token = req.token AND l.id =
 RETURNING l.key, CASE WHEN l.wanted THEN pg_notify($4::text, l.key) END, set_config('synchronous_commit', 'off', true),
 	` + told("'r'", "o.expires_at", "$5")
 		}),
+
+		// stopped ends the backend that ran an acquire statement whose
+		// answer was lost, if it still runs it, and waits (10 s at most)
+		// until it has exited: its transaction has then committed or
+		// aborted, and no grant of it can come later. A statement ended
+		// on this side (pgx closes the connection) goes on on the server
+		// until it next reads from the client, which it does not while
+		// it waits on a lock or commits. pg_stat_activity.query is cut at
+		// track_activity_query_size, so the statement is matched by its
+		// start. false: the backend outlived the wait.
+		//
+		// $1 the backend's PID; $2 the statement.
+		stopped: `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+WHERE pid = $1 AND state <> 'idle' AND query <> '' AND starts_with($2, query)`,
+
+		// granted finds the unexpired leases of the IDs given: what an
+		// acquire statement granted, read once its backend is known to be
+		// gone (stopped). An ID is 128 random bits chosen before the
+		// statement, so a lease found is one that statement granted.
+		//
+		// $1 keys, $2 their IDs.
+		granted: `SELECT l.key, l.token FROM unnest($1::text[], $2::bytea[]) AS r(key, id)
+JOIN ` + n.leases + ` AS l ON l.key = r.key AND l.id = r.id
+WHERE l.expires_at > clock_timestamp()`,
 
 		get: `SELECT owner, token, ttl_ns, expires_at FROM ` + n.leases + `
 WHERE key = $1 AND expires_at > clock_timestamp()`,

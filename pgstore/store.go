@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,15 @@ type Store struct {
 
 	notify *notifier
 	watch  watcher // Watch's listener (watch.go)
+
+	// life ends with Close; bg counts the goroutines that settle
+	// acquisitions whose callers left or whose answers were lost
+	// (settle.go), which Close waits for.
+	life context.Context
+	stop context.CancelFunc
+	bg   sync.WaitGroup
+	// acquireBound is acquireBound, shorter in tests.
+	acquireBound time.Duration
 
 	acquires *batcher[acquireReq, lease.Lease]
 	renews   *batcher[renewReq, lease.Lease]
@@ -146,7 +156,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
 	s.notify = newNotifier(s)
+	s.life, s.stop = context.WithCancel(context.Background())
+	s.acquireBound = acquireBound
 	s.acquires = newBatcher(loneSlots, maxBatch, s.execAcquire)
+	s.acquires.detached, s.acquires.orphaned = s.acquireContext, s.orphaned
 	s.renews = newBatcher(loneSlots, maxBatch, s.execRenew)
 	s.releases = newBatcher(loneSlots, maxBatch, s.execRelease)
 	return s, nil
@@ -165,6 +178,8 @@ func (s *Store) Close() error {
 	}
 	s.notify.close()
 	s.closeWatch()
+	s.stop()
+	s.bg.Wait()
 	if s.owned {
 		s.pool.Close()
 	}
@@ -209,10 +224,14 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		return lease.Lease{}, err
 	case errors.As(err, &ended) && !ended.sent:
 		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q", key), err)
+	case errors.As(err, &ended):
+		// The statement goes on without us, and the Store releases what
+		// it grants (orphaned): the caller holds nothing.
+		return lease.Lease{}, fmt.Errorf("pgstore: acquiring %q: gave up waiting for the answer; a lease granted meanwhile is released: %w", key, ended.cause)
 	case err != nil:
-		// The statement may have committed: a lease may now exist that
-		// nobody knows the ID of, until its TTL ends.
-		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q, outcome unknown", key), err)
+		// The statement may have committed before its answer was lost;
+		// the Store ends what it granted (settle), as soon as it knows.
+		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q, outcome unknown; a lease granted is released once the server is reached", key), err)
 	}
 	return l, nil
 }
@@ -240,7 +259,23 @@ func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease
 	if len(calls) == 1 {
 		sql, args = s.q.acquire.one, []any{keys[0], ids[0], owners[0], ttls[0], s.n.watchChannel}
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err // nothing sent
+	}
+	defer conn.Release()
+	err = s.grant(ctx, conn.Conn(), sql, args, calls, byKey)
+	if err != nil && !pgconn.SafeToRetry(err) {
+		// Sent, and the answer lost: end whatever it granted.
+		s.settle(conn.Conn().PgConn().PID(), sql, calls)
+	}
+	return err
+}
+
+// grant runs the acquire statement sql with args on conn and sets the
+// answers of calls (byKey: by their keys).
+func (s *Store) grant(ctx context.Context, conn *pgx.Conn, sql string, args []any, calls []*call[acquireReq, lease.Lease], byKey map[string]*call[acquireReq, lease.Lease]) error {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}
