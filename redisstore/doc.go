@@ -81,6 +81,18 @@
 // reply was lost return the lease the first try granted instead of a false
 // "held".
 //
+// An Acquire whose ctx ends while its script is on the wire returns ctx's
+// error at once, and holds nothing: the call goes on without it (go-redis
+// would read on past the ctx's end, or, with ContextTimeoutEnabled, close
+// the connection at its deadline after the server had the script, which
+// then granted a lease nobody knew the ID of, held until its TTL), and the
+// store releases what it grants. A call that gets no reply at all after
+// go-redis' retries is settled: the lease carrying its ID, if any, is
+// released, retried for its TTL while the server cannot be reached
+// (settle.go says what this cannot reach). TestAcquireGivenUpLeavesNothing
+// checks it against a server in DEBUG SLEEP; before, with
+// ContextTimeoutEnabled, the lease stayed held for its minute.
+//
 // # Redis Cluster
 //
 // The lease, its counter and the token floor its grant reads are touched

@@ -65,6 +65,16 @@ type Store struct {
 	watch      watcher
 	batch      *batcher
 
+	// life ends with Close; bg counts the acquire scripts that outlive
+	// their callers and the releases of what they grant (settle.go),
+	// which Close waits for.
+	life     context.Context
+	stop     context.CancelFunc
+	bgMu     sync.Mutex
+	bgIdle   sync.Cond // on bgMu: signalled when bgN drops to 0
+	bgN      int
+	bgClosed bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -193,6 +203,8 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	}
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
+	s.life, s.stop = context.WithCancel(context.Background())
+	s.bgIdle.L = &s.bgMu
 	return s, nil
 }
 
@@ -203,6 +215,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.notify.close()
 		s.closeWatch()
+		s.closeBackground()
 		s.batch.wait()
 		if s.ownsClient {
 			s.closeErr = s.rdb.Close()
@@ -222,17 +235,22 @@ func ttlMillis(ttl time.Duration) int64 {
 // read, never written. The call is idempotent: if go-redis retries it after
 // a dropped connection and the first try had granted the lease, the retry
 // finds the lease carrying this call's ID and returns it, so a retry never
-// turns a grant into a false "held" and never grants twice.
+// turns a grant into a false "held" and never grants twice. ctx does not
+// cut the call short (settle.go): when it ends first, Acquire returns its
+// error at once and the store releases what the call grants.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+	}
 	id := lease.NewID()
 	ids := id.Reveal()
 	ms := ttlMillis(ttl)
-	res, err := s.batch.run(ctx, acquireScript, s.acquireKeys(key), ids, owner, ms, s.changesArg).Text()
+	res, err := s.acquireOnce(ctx, key, ids, owner, ms, ttl)
 	if err != nil {
-		return lease.Lease{}, s.fail(ctx, "acquire", key, err)
+		return lease.Lease{}, err
 	}
 	v, err := parseValue(res)
 	if err != nil {
