@@ -93,6 +93,43 @@ var renewBatchMutants = []mutant{
 				return out, nil
 			}
 		}},
+	{name: "BatchRefusesRepeatedKey", breaks: "a batch refuses the second renewal of a key it names twice (a batch keyed by key)",
+		caughtBy: []string{"RenewBatch/FullMixedBatch"},
+		install: func(w *wrapper) {
+			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+				if err := lease.ValidateRenewals(renewals); err != nil {
+					return nil, err
+				}
+				out := w.renewEach(ctx, renewals)
+				seen := map[string]bool{}
+				for i, r := range renewals {
+					if seen[r.Lease.Key] {
+						out[i] = lease.RenewResult{Err: lease.ErrNotHeld}
+					}
+					seen[r.Lease.Key] = true
+				}
+				return out, nil
+			}
+		}},
+	{name: "BatchFailsWhole", breaks: "one refused renewal fails the whole batch",
+		caughtBy: []string{"RenewBatch/FullMixedBatch"},
+		install: func(w *wrapper) {
+			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+				if err := lease.ValidateRenewals(renewals); err != nil {
+					return nil, err
+				}
+				out := w.renewEach(ctx, renewals)
+				for _, r := range out {
+					if r.Err != nil {
+						for i := range out {
+							out[i] = lease.RenewResult{Err: r.Err}
+						}
+						break
+					}
+				}
+				return out, nil
+			}
+		}},
 	{name: "BatchPartlyRenewsMalformed", breaks: "a malformed batch renews the renewals before the malformed one",
 		caughtBy: []string{"RenewBatch/MalformedRefusedWhole"},
 		install: func(w *wrapper) {
