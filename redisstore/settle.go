@@ -48,7 +48,7 @@ func (s *Store) acquireOnce(ctx context.Context, key, ids, owner string, ms int6
 	started := s.background(func() {
 		actx, cancel := context.WithTimeout(s.life, acquireBound)
 		defer cancel()
-		r, e := s.batch.call(ctx, actx, true, acquireScript, s.acquireKeys(key), ids, owner, ms, s.changesArg).Text()
+		r, e := s.batch.call(ctx, actx, true, acquireScript, s.acquireKeys(key), ids, owner, ms, s.changesArg, s.aofArg).Text()
 		if e != nil && !answered(e) && !errors.Is(e, errNotSent) {
 			s.settle(key, ids, ttl) // whether it granted is unknown
 		}
@@ -80,6 +80,9 @@ func (s *Store) acquireOnce(ctx context.Context, key, ids, owner string, ms int6
 	}
 	if errors.Is(err, errNotSent) { // ctx ended as it left the queue
 		return "", fmt.Errorf("redisstore: acquire %q: %w", key, err)
+	}
+	if err != nil && redis.HasErrorPrefix(err, "redisstore: appendonly is off") {
+		return "", fmt.Errorf("%w: %w: acquire %q: %w", ErrVolatile, lease.ErrUnavailable, key, err)
 	}
 	if err != nil {
 		return "", s.fail(context.Background(), "acquire", key, err)

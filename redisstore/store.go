@@ -61,6 +61,7 @@ type Store struct {
 	channel    string
 	channelArg any // channel, boxed once for every Release
 	changesArg any // the changes channel (watch.go), boxed once
+	aofArg     any // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
 	notify     *notifier
 	watch      watcher
 	batch      *batcher
@@ -196,10 +197,12 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	s.channel = s.ns + channelSuffix
 	s.channelArg = s.channel
 	s.changesArg = s.ns + changesSuffix
+	s.aofArg = "0"
 	if !cfg.allowVolatile && !cfg.assumeDurable {
 		if err := checkDurable(ctx, client); err != nil {
 			return nil, err
 		}
+		s.aofArg = "1"
 	}
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
