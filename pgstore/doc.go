@@ -139,8 +139,13 @@
 // its tokens go backwards (I1). Before it serves anything, a Store reads
 // both settings with current_setting and refuses, with an error matching
 // ErrVolatile that names them, unless both are on; AllowVolatile runs
-// anyway (tests, throwaway databases). The check runs once per Store: a
-// server reconfigured later is not noticed.
+// anyway (tests, throwaway databases). A grant checks both again, in its
+// statement (current_setting, where a free key is written; a held key's
+// try and a renewal do not): a server reconfigured since (ALTER SYSTEM SET
+// fsync = off and a reload) is refused every grant, with an error matching
+// ErrVolatile and lease.ErrUnavailable, until they are on again
+// (TestGrantRefusedOnceNotDurable). Renewals are not refused: a holder
+// keeps its lease while an operator mends the server.
 //
 // Replication: with asynchronous streaming replication a promoted replica
 // may lack the most recent commits, so after a failover it can hand out a

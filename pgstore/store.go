@@ -154,7 +154,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
+	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true, checkedSettings(cfg.volatile)), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
 	s.notify = newNotifier(s)
 	s.life, s.stop = context.WithCancel(context.Background())
 	s.acquireBound = acquireBound
@@ -184,6 +184,15 @@ func (s *Store) Close() error {
 		s.pool.Close()
 	}
 	return nil
+}
+
+// checkedSettings are the settings a grant checks are still on: none
+// with AllowVolatile.
+func checkedSettings(volatile bool) []string {
+	if volatile {
+		return nil
+	}
+	return durableSettings[:]
 }
 
 // Pool returns the pool the Store uses.
@@ -222,6 +231,8 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	switch {
 	case errors.Is(err, lease.ErrHeld):
 		return lease.Lease{}, err
+	case errors.Is(err, ErrVolatile):
+		return lease.Lease{}, fmt.Errorf("pgstore: acquiring %q: %w", key, err)
 	case errors.As(err, &ended) && !ended.sent:
 		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q", key), err)
 	case errors.As(err, &ended):
@@ -265,7 +276,15 @@ func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease
 	}
 	defer conn.Release()
 	err = s.grant(ctx, conn.Conn(), sql, args, calls, byKey)
-	if err != nil && !pgconn.SafeToRetry(err) {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+		// The statement failed, and its transaction with it: nothing
+		// granted. (A FATAL may come after the commit.)
+		if pgErr.Code == "42704" && strings.Contains(pgErr.Message, volatileMark) {
+			return fmt.Errorf("%w: %w: %s: set them on again, or pass pgstore.AllowVolatile()", ErrVolatile, lease.ErrUnavailable, volatileMark)
+		}
+	case err != nil && !pgconn.SafeToRetry(err):
 		// Sent, and the answer lost: end whatever it granted.
 		s.settle(conn.Conn().PgConn().PID(), sql, calls)
 	}
