@@ -31,7 +31,7 @@ const acquireBound = 30 * time.Second
 // batcher's detached): the Store's life, not its callers', for at most
 // acquireBound.
 func (s *Store) acquireContext([]*call[acquireReq, lease.Lease]) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(s.life, s.acquireBound)
+	return context.WithTimeout(s.bg.Context(), s.acquireBound)
 }
 
 // orphaned releases the lease granted to c, whose caller gave up before the
@@ -42,20 +42,11 @@ func (s *Store) orphaned(c *call[acquireReq, lease.Lease]) {
 		return // held, or the statement failed and is being settled
 	}
 	l := c.res
-	s.background(func() {
-		ctx, cancel := context.WithTimeout(s.life, l.TTL)
+	s.bg.Go(func(life context.Context) {
+		ctx, cancel := context.WithTimeout(life, l.TTL)
 		defer cancel()
 		_ = s.Release(ctx, l)
 	})
-}
-
-// background runs f in a goroutine that Close waits for.
-func (s *Store) background(f func()) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		f()
-	}()
 }
 
 // settle ends the leases that the acquire statement sql, sent for calls
@@ -72,23 +63,8 @@ func (s *Store) settle(pid uint32, sql string, calls []*call[acquireReq, lease.L
 		keys[i], ids[i] = c.key, c.res.ID[:]
 		ttl = max(ttl, c.res.TTL)
 	}
-	s.background(func() {
-		until := time.Now().Add(ttl)
-		for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-			ctx, cancel := context.WithDeadline(s.life, until)
-			err := s.settleOnce(ctx, pid, sql, keys, ids)
-			cancel()
-			if err == nil || !time.Now().Add(pause).Before(until) {
-				return
-			}
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-s.life.Done():
-				t.Stop()
-				return
-			}
-		}
+	s.bg.Retry(time.Now().Add(ttl), func(ctx context.Context) bool {
+		return s.settleOnce(ctx, pid, sql, keys, ids) == nil
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/background"
 )
 
 // Store is a lease.Backend on PostgreSQL. It is safe for concurrent use.
@@ -34,12 +34,9 @@ type Store struct {
 	notify *notifier
 	watch  watcher // Watch's listener (watch.go)
 
-	// life ends with Close; bg counts the goroutines that settle
-	// acquisitions whose callers left or whose answers were lost
-	// (settle.go), which Close waits for.
-	life context.Context
-	stop context.CancelFunc
-	bg   sync.WaitGroup
+	// bg settles the acquisitions whose callers left or whose answers
+	// were lost (settle.go); Close ends it.
+	bg *background.Group
 	// acquireBound is acquireBound, shorter in tests.
 	acquireBound time.Duration
 
@@ -156,7 +153,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true, checkedSettings(cfg.volatile)), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
 	s.notify = newNotifier(s)
-	s.life, s.stop = context.WithCancel(context.Background())
+	s.bg = background.New()
 	s.acquireBound = acquireBound
 	s.acquires = newBatcher(loneSlots, maxBatch, s.execAcquire)
 	s.acquires.detached, s.acquires.orphaned = s.acquireContext, s.orphaned
@@ -178,8 +175,7 @@ func (s *Store) Close() error {
 	}
 	s.notify.close()
 	s.closeWatch()
-	s.stop()
-	s.bg.Wait()
+	s.bg.Close()
 	if s.owned {
 		s.pool.Close()
 	}

@@ -45,8 +45,8 @@ func (s *Store) acquireOnce(ctx context.Context, key, ids, owner string, ms int6
 		err  error
 	)
 	done := make(chan struct{})
-	started := s.background(func() {
-		actx, cancel := context.WithTimeout(s.life, acquireBound)
+	started := s.bg.Go(func(life context.Context) {
+		actx, cancel := context.WithTimeout(life, acquireBound)
 		defer cancel()
 		r, e := s.batch.call(ctx, actx, true, acquireScript, s.acquireKeys(key), ids, owner, ms, s.changesArg, s.aofArg).Text()
 		if e != nil && !answered(e) && !errors.Is(e, errNotSent) {
@@ -105,8 +105,8 @@ func ownedBy(v, ids string) bool {
 // releaseByID releases, in the background, the lease on key if it carries
 // the ID ids, for at most ttl.
 func (s *Store) releaseByID(key, ids string, ttl time.Duration) {
-	s.background(func() {
-		ctx, cancel := context.WithTimeout(s.life, ttl)
+	s.bg.Go(func(life context.Context) {
+		ctx, cancel := context.WithTimeout(life, ttl)
 		defer cancel()
 		_ = s.releaseID(ctx, key, ids)
 	})
@@ -122,59 +122,8 @@ func (s *Store) releaseID(ctx context.Context, key, ids string) error {
 // again while the server cannot be reached, for at most ttl: a grant has
 // expired by then.
 func (s *Store) settle(key, ids string, ttl time.Duration) {
-	s.background(func() {
-		until := time.Now().Add(ttl)
-		for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-			ctx, cancel := context.WithDeadline(s.life, until)
-			err := s.releaseID(ctx, key, ids)
-			cancel()
-			if err == nil || answered(err) || !time.Now().Add(pause).Before(until) {
-				return
-			}
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-s.life.Done():
-				t.Stop()
-				return
-			}
-		}
+	s.bg.Retry(time.Now().Add(ttl), func(ctx context.Context) bool {
+		err := s.releaseID(ctx, key, ids)
+		return err == nil || answered(err)
 	})
-}
-
-// background runs f in a goroutine that Close waits for, and reports
-// whether it did: not once Close has begun.
-func (s *Store) background(f func()) bool {
-	s.bgMu.Lock()
-	defer s.bgMu.Unlock()
-	if s.bgClosed {
-		return false
-	}
-	s.bgN++
-	go func() {
-		defer func() {
-			s.bgMu.Lock()
-			if s.bgN--; s.bgN == 0 {
-				s.bgIdle.Broadcast()
-			}
-			s.bgMu.Unlock()
-		}()
-		f()
-	}()
-	return true
-}
-
-// closeBackground ends the Store's life and waits for the goroutines of
-// background. (A sync.WaitGroup would forbid a background call, from an
-// Acquire racing Close, during its Wait.)
-func (s *Store) closeBackground() {
-	s.bgMu.Lock()
-	s.bgClosed = true
-	s.bgMu.Unlock()
-	s.stop()
-	s.bgMu.Lock()
-	for s.bgN > 0 {
-		s.bgIdle.Wait()
-	}
-	s.bgMu.Unlock()
 }

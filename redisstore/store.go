@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/background"
 )
 
 var (
@@ -66,15 +67,9 @@ type Store struct {
 	watch      watcher
 	batch      *batcher
 
-	// life ends with Close; bg counts the acquire scripts that outlive
-	// their callers and the releases of what they grant (settle.go),
-	// which Close waits for.
-	life     context.Context
-	stop     context.CancelFunc
-	bgMu     sync.Mutex
-	bgIdle   sync.Cond // on bgMu: signalled when bgN drops to 0
-	bgN      int
-	bgClosed bool
+	// bg runs the acquire scripts that outlive their callers and the
+	// releases of what they grant (settle.go); Close ends it.
+	bg *background.Group
 
 	closeOnce sync.Once
 	closeErr  error
@@ -206,8 +201,7 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	}
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
-	s.life, s.stop = context.WithCancel(context.Background())
-	s.bgIdle.L = &s.bgMu
+	s.bg = background.New()
 	return s, nil
 }
 
@@ -218,7 +212,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.notify.close()
 		s.closeWatch()
-		s.closeBackground()
+		s.bg.Close()
 		s.batch.wait()
 		if s.ownsClient {
 			s.closeErr = s.rdb.Close()
