@@ -230,3 +230,25 @@ func TestAcquireGivenUpMidCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestAcquireEndedSendsNothing: an Acquire whose ctx has ended before it
+// is called sends no statement (which, outliving its caller, would grant
+// and release a lease for nothing).
+func TestAcquireEndedSendsNothing(t *testing.T) {
+	db := newTestDB(t, 4)
+	s := db.store(t)
+	if _, err := s.Get(testCtx(t), "warm"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatal(err)
+	}
+	log := logStatements(s.acquires)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	if _, err := s.Acquire(ctx, "ended", "w", time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with an ended ctx = %v, want context.Canceled", err)
+	}
+	// A statement sent is in flight from before Acquire returns.
+	eventually(t, 10*time.Second, "a statement still in flight", func() bool { n, _ := s.acquires.state(); return n == 0 })
+	if sent := log.with("ended"); len(sent) != 0 {
+		t.Fatalf("Acquire with an ended ctx sent %d statements", len(sent))
+	}
+}

@@ -222,6 +222,10 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	if err := s.ready(ctx); err != nil {
 		return lease.Lease{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		// Ended already: send nothing (the statement would outlive it).
+		return lease.Lease{}, fmt.Errorf("pgstore: acquiring %q: %w", key, err)
+	}
 	l, err := s.acquires.do(ctx, key, acquireReq{owner: owner, ttl: ttl})
 	var ended *endedError
 	switch {
