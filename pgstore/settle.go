@@ -20,7 +20,11 @@ import (
 // ran it is ended if it still runs it, and once it is gone, the leases
 // granted under the statement's IDs (chosen before it was sent) are
 // released (settle). Either way the release can only end a lease that
-// statement granted, never a later holder's.
+// statement granted, never a later holder's. The backend is known by its
+// PID and the statement's text: were the PID reused within the seconds of
+// settling by another session running an acquire statement of the same
+// text (another pgstore's), that one would be ended too, and settled by
+// its own Store.
 
 // acquireBound bounds an acquire statement that no caller can cancel: a
 // server that has not answered by then is taken for gone, and what the
