@@ -215,13 +215,16 @@ func (c *Client) check(key string, ttl time.Duration) error {
 // once with an error matching ErrHeld (a *HeldError naming the holder). If
 // the backend's answer came so late that the lease's safe deadline had
 // already passed, it releases the lease and fails with an error matching
-// ErrUnavailable: a lease it cannot vouch for is no lease.
+// ErrUnavailable: a lease it cannot vouch for is no lease. If ctx ends
+// while the request is in flight, it returns ctx's cause at once, and a
+// grant the backend makes meanwhile is released when its answer comes
+// (acquireOnce): the caller holds nothing, and nor does anybody else.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Hold, error) {
 	if err := c.check(key, ttl); err != nil {
 		return nil, err
 	}
 	sent := c.clock.Now()
-	l, err := c.backend.Acquire(ctx, key, c.owner, ttl)
+	l, err := c.acquireOnce(ctx, key, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -262,17 +265,22 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*H
 	}
 }
 
-// acquireOnce sends one Acquire of a waiting Acquire's polls, which ctx
-// does not cut short: a statement cancelled as it commits (pgx, go-redis)
-// would leave a lease granted to nobody, held until its TTL — a phantom
-// term that a cancelled Campaign leaves in everyone's way. When ctx ends
+// acquireOnce sends one Acquire (TryAcquire's, or one of a waiting
+// Acquire's polls), which ctx does not cut short: a statement cancelled as
+// it commits (pgx, go-redis) would leave a lease granted to nobody, held
+// until its TTL — a phantom term that a cancelled Campaign leaves in
+// everyone's way. When ctx ends
 // first, acquireOnce returns ctx's cause at once and gives a grant that
-// arrives later back in the background; the request is bounded by the TTL,
-// past which a grant has expired anyway.
+// arrives later back in the background. The request is bounded by the
+// TTL: a backend still at it then is cut short, and a grant it makes
+// after that is the backend's to end (pgstore settles such a statement).
 func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration) (Lease, error) {
 	type result struct {
 		l   Lease
 		err error
+	}
+	if ctx.Err() != nil {
+		return Lease{}, context.Cause(ctx) // ended already: send nothing
 	}
 	done := make(chan result, 1)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)

@@ -476,43 +476,71 @@ func (b cancelRacesCommit) Acquire(ctx context.Context, key, owner string, ttl t
 	return l, err
 }
 
-// TestCancelledAcquireLeavesNoPhantom: a waiting Acquire whose context ends
-// while its request is in flight returns at once, and a grant the backend
-// makes as the request ends is given back, not left held by nobody until
-// its TTL (a cancelled Campaign's phantom term, which the recipe suite found
-// on PostgreSQL).
+// TestCancelledAcquireLeavesNoPhantom: an Acquire or TryAcquire whose
+// context ends while its request is in flight returns at once, and a grant
+// the backend makes as the request ends is given back, not left held by
+// nobody until its TTL (a cancelled Campaign's phantom term, which the
+// recipe suite found on PostgreSQL; TryAcquire passed its ctx straight to
+// the backend and left it so).
 func TestCancelledAcquireLeavesNoPhantom(t *testing.T) {
+	for _, name := range []string{"Acquire", "TryAcquire"} {
+		t.Run(name, func(t *testing.T) {
+			b := cancelRacesCommit{Backend: memtest.New(t), sent: make(chan struct{}, 1), gate: make(chan struct{}), granted: make(chan struct{}, 1)}
+			c, err := lease.NewClient(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acquire := c.Acquire
+			if name == "TryAcquire" {
+				acquire = c.TryAcquire
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() {
+				_, err := acquire(ctx, "job", time.Minute)
+				done <- err
+			}()
+			<-b.sent // the request is in flight
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("%s after cancel = %v, want context.Canceled", name, err)
+				}
+			case <-time.After(10 * time.Second):
+				close(b.gate)
+				t.Fatalf("%s did not return when its context ended with its request in flight", name)
+			}
+			close(b.gate)
+			<-b.granted // the grant made as the call was cancelled
+			// The give-back runs in the background.
+			poll.Until(t, 10*time.Second, func() error {
+				if _, err := b.Backend.Get(t.Context(), "job"); !errors.Is(err, lease.ErrNotFound) {
+					return fmt.Errorf("Get(job) = %v, want ErrNotFound: the grant made as the %s was cancelled is still held", err, name)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestTryAcquireEndedSendsNothing: a TryAcquire whose context has ended
+// before it starts sends no request at all (that it now detaches the
+// request from ctx must not turn an ended ctx into a grant and a release).
+func TestTryAcquireEndedSendsNothing(t *testing.T) {
 	b := cancelRacesCommit{Backend: memtest.New(t), sent: make(chan struct{}, 1), gate: make(chan struct{}), granted: make(chan struct{}, 1)}
-	c, err := lease.NewClient(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Acquire(ctx, "job", time.Minute)
-		done <- err
-	}()
-	<-b.sent // the request is in flight
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Acquire after cancel = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		close(b.gate)
-		t.Fatal("Acquire did not return when its context ended with its request in flight")
-	}
 	close(b.gate)
-	<-b.granted // the grant made as the Acquire was cancelled
-	// The give-back runs in the background.
-	poll.Until(t, 10*time.Second, func() error {
-		if _, err := b.Backend.Get(t.Context(), "job"); !errors.Is(err, lease.ErrNotFound) {
-			return fmt.Errorf("Get(job) = %v, want ErrNotFound: the grant made as the Acquire was cancelled is still held", err)
-		}
-		return nil
-	})
+	c := newClient(t, b, "worker-a")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if h, err := c.TryAcquire(ctx, "job", time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire(ended ctx) = %v, %v; want context.Canceled", h, err)
+	}
+	select {
+	case <-b.sent:
+		t.Fatal("TryAcquire with an ended ctx sent an Acquire")
+	default:
+	}
 }
 
 // TestJitterSharedAcrossClients: one WithJitter option given to several

@@ -133,6 +133,19 @@
 // etcd refuses before applying it is sent again one operation at a time.
 // The rules are in batch.go.
 //
+// An acquisition whose outcome is unknown (its ctx ended, or etcd failed,
+// with its Txn on the way) may have created a generation that nobody will
+// hear of: the Store revokes its etcd lease, which deletes the generation,
+// and a Txn that names a revoked etcd lease is refused, so the revoke ends
+// exactly what that acquisition may have made, however late its Txn
+// arrives. A revoke that etcd cannot take then (a member lost, a leader
+// being elected) is tried again in the background until it can, or until
+// the etcd lease has expired by itself (twice its TTL and 5 s: a new leader
+// renews every etcd lease), or Close (TestAcquireGivenUpAsLeaderDies; it
+// was tried once, for a second, and a revoke that fell in an election left
+// the key held until its TTL). A wait given up as it was granted is revoked
+// the same way.
+//
 // # Waiting (AcquireWait)
 //
 // A waiter creates its entry (one Txn, which holds at once if the key had

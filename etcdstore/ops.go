@@ -111,7 +111,7 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		}
 		if err != nil {
 			if kaErr != nil {
-				s.revoke(el.id) // not vouched for: not pooled again either way
+				s.revokeSurely(el) // not vouched for, and may carry the generation
 			} else {
 				s.lost(el, err) // we may have created a generation on it
 			}

@@ -211,14 +211,43 @@ func (s *Store) revoke(id clientv3.LeaseID) {
 }
 
 // lost disposes of el, taken for an acquisition whose Txn failed with err:
-// back to the pool if the Txn was never sent, else revoked, as the Txn may
-// have attached a generation to it.
+// back to the pool if the Txn was never sent, else revoked for sure, as
+// the Txn may have attached a generation to it.
 func (s *Store) lost(el *etcdLease, err error) {
 	if errors.Is(err, errNotSent) {
 		s.give(el)
 		return
 	}
-	s.revoke(el.id)
+	s.revokeSurely(el)
+}
+
+// revokeSurely revokes el, which may carry a generation nobody will hear
+// of (an acquisition whose outcome is unknown, a wait given up as it was
+// granted): once at once, as revoke does, and if etcd cannot be reached
+// (a member lost, a leader being elected), again in the background until
+// it can or el has expired by itself. An etcd lease that exists no more
+// cannot have a generation attached later: a Txn naming it is refused, so
+// the revoke ends exactly what the acquisition may have made. Without the
+// retries, a revoke tried within a leader election left the generation
+// held by nobody until its TTL (1 of 2 acquisitions given up as the leader
+// was killed, in a trial). A new leader renews every etcd lease for its
+// TTL, so the background tries go on for twice el's TTL and 5 s more.
+func (s *Store) revokeSurely(el *etcdLease) {
+	if s.tryRevoke(context.Background(), el.id) {
+		return
+	}
+	s.bg.Retry(time.Now().Add(2*time.Duration(el.secs)*time.Second+5*time.Second), func(ctx context.Context) bool {
+		return s.tryRevoke(ctx, el.id)
+	})
+}
+
+// tryRevoke revokes id within a second of ctx and reports whether it is
+// gone: revoked now, or unknown to etcd (expired, or revoked before).
+func (s *Store) tryRevoke(ctx context.Context, id clientv3.LeaseID) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := s.cli.Revoke(ctx, id)
+	return err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound)
 }
 
 // hold records el as the etcd lease of the generation with secret id and

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/background"
 )
 
 // ErrRevisionBehind means the cluster's revision is lower than a token this
@@ -41,7 +42,8 @@ type Store struct {
 	broken atomic.Pointer[error]
 	hwNext atomic.Int64 // unix ns after which the next acquisition raises the high-water mark
 
-	batch *batcher // group commit of the transactions of Acquire, AcquireWait, Renew and Release
+	batch *batcher          // group commit of the transactions of Acquire, AcquireWait, Renew and Release
+	bg    *background.Group // revocations retried until etcd can be reached (revokeSurely)
 
 	mu        sync.Mutex
 	pool      map[int64][]*etcdLease // idle etcd leases with no keys, by TTL in seconds
@@ -135,13 +137,16 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		owned:  owned,
 		prefix: cfg.prefix,
 		batch:  newBatcher(cli),
+		bg:     background.New(),
 		pool:   make(map[int64][]*etcdLease),
 		held:   make(map[lease.ID]*etcdLease),
 	}
 	if err := s.checkLayout(ctx); err != nil {
+		s.bg.Close()
 		return nil, err
 	}
 	if err := s.checkHighWater(ctx); err != nil {
+		s.bg.Close()
 		return nil, err
 	}
 	return s, nil
@@ -172,6 +177,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
+	s.bg.Close() // the retried revocations are abandoned: those generations expire by themselves
+	s.mu.Lock()
 	var idle []*etcdLease
 	for _, l := range s.pool {
 		idle = append(idle, l...)

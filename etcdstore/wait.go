@@ -196,7 +196,7 @@ func (q *waiter) keepAlive(ctx context.Context) error {
 		then: []clientv3.Op{clientv3.OpPut(q.name, holderValue(q.id, q.owner, q.ttl, q.el.secs, exp), clientv3.WithLease(q.el.id))}})
 	if err != nil {
 		if ctx.Err() != nil {
-			s.revoke(q.el.id) // the write may have happened; we may hold
+			s.revokeSurely(q.el) // the write may have happened; we may hold
 			return fmt.Errorf("etcdstore: waiting for %q: %w", q.key, context.Cause(ctx))
 		}
 		return q.abandon(ctx, err)
@@ -320,7 +320,7 @@ func (q *waiter) leave(ctx context.Context) error {
 // to hold, or a write of it may have happened, so revoking our etcd lease
 // ends whatever it carries.
 func (q *waiter) abandon(ctx context.Context, err error) error {
-	q.s.revoke(q.el.id)
+	q.s.revokeSurely(q.el) // its entry may hold by now
 	return fail(ctx, "acquire (waiting)", q.key, err)
 }
 

@@ -479,6 +479,9 @@ func ttlMillis(ttl time.Duration) int64 {
 // provably never reached the server. If the answer is lost, it returns an
 // error matching lease.ErrUnavailable that says the outcome is unknown: the
 // server may have granted the lease, which then expires after its TTL.
+// When ctx ends first it returns at once, and the request ends in the
+// background as a given-up AcquireWait's does: a lease the server grants
+// meanwhile is released, by the server or by the Client.
 func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
@@ -488,16 +491,9 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, error) {
 	body := appendAcquireRequest(nil, owner, ttl, wait, ticket, last)
-	if wait > 0 {
-		return c.acquireWaiting(ctx, key, body, wait) // see waitcancel.go
-	}
-	resp, err, _ := c.retry(ctx, false, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
-	})
-	if err == nil {
-		defer resp.release()
-	}
-	return acquireAnswer(key, resp, err)
+	// A try (wait 0) too: a caller that gives up as the server grants
+	// must not leave the lease held by nobody (see waitcancel.go).
+	return c.acquireWaiting(ctx, key, body, wait)
 }
 
 // acquireAnswer is the outcome of an acquire request: its lease, or its

@@ -132,6 +132,7 @@ func TestBackend(t *testing.T, newBackend func(t *testing.T) lease.Backend, opts
 		{"HeldUntilTTL", s.heldUntilTTL},
 		{"RenewCanShorten", s.renewCanShorten},
 		{"FailedAcquireChangesNothing", s.failedAcquireChangesNothing},
+		{"AcquireGivenUp", s.acquireGivenUp},
 		{"RenewAfterExpiryFails", s.renewAfterExpiryFails},
 		{"SecretIDRequired", s.secretIDRequired},
 		{"ReleaseSupersededFails", s.releaseSupersededFails},

@@ -660,6 +660,17 @@ var mutants = []mutant{
 				return l, err
 			}
 		}},
+	{name: "GrantToAGoneCaller", breaks: "an Acquire whose ctx ended as it granted answers the ctx's error and keeps the grant, held by nobody until its TTL",
+		caughtBy: []string{"AcquireGivenUp"},
+		install: func(w *wrapper) {
+			w.h.acquire = func(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+				l, err := w.acquire(context.WithoutCancel(ctx), key, owner, ttl)
+				if err == nil && ctx.Err() != nil {
+					return lease.Lease{}, ctx.Err()
+				}
+				return l, err
+			}
+		}},
 	{name: "FailedAcquireExtendsHolder", breaks: "an Acquire refused with ErrHeld renews the holder with its TTL",
 		caughtBy: []string{"FailedAcquireChangesNothing"},
 		install: func(w *wrapper) {

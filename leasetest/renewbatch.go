@@ -1,6 +1,7 @@
 package leasetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -77,6 +78,76 @@ func (s *suite) renewBatch(t *testing.T) {
 			if g, err := b.Get(ctxFor(t), l.Key); err != nil || g.TTL != longTTL || g.Token != l.Token {
 				t.Errorf("Get(%s) after RenewBatch: %+v, %v; want the renewal, TTL %v", l.Key, g, err, longTTL)
 			}
+		}
+	})
+	t.Run("FullMixedBatch", func(t *testing.T) {
+		// A batch of MaxRenewBatch: leases held, one named twice, one
+		// expired, one released, one superseded beside its successor, one
+		// on a key never acquired. Each is answered as Renew would answer
+		// it alone, and none fails another.
+		b := s.newBackend(t)
+		br := b.(lease.BatchRenewer)
+		ttl := s.cfg.expiryTTL
+		expired := mustAcquire(t, b, key(t, "expired"), "worker-e", ttl)
+		released := mustAcquire(t, b, key(t, "released"), "worker-r", heldTTL)
+		if err := b.Release(ctxFor(t), released); err != nil {
+			t.Fatal(err)
+		}
+		gone := mustAcquire(t, b, key(t, "stolen"), "worker-g", heldTTL)
+		if err := b.Release(ctxFor(t), gone); err != nil {
+			t.Fatal(err)
+		}
+		successor := mustAcquire(t, b, gone.Key, "worker-s", heldTTL)
+		unknown := lease.Lease{Key: key(t, "never"), Owner: "nobody", Token: 1, ID: lease.NewID(), TTL: heldTTL}
+		s.waitExpired(t, b, expired.Key, ttl)
+		twice := mustAcquire(t, b, key(t, "twice"), "worker-t", heldTTL)
+		refused := map[lease.ID]bool{expired.ID: true, released.ID: true, gone.ID: true, unknown.ID: true}
+		renewals := []lease.Renewal{
+			{Lease: twice, TTL: longTTL},
+			{Lease: expired, TTL: longTTL},
+			{Lease: released, TTL: longTTL},
+			{Lease: gone, TTL: longTTL},
+			{Lease: successor, TTL: longTTL},
+			{Lease: unknown, TTL: longTTL},
+			{Lease: twice, TTL: longTTL},
+		}
+		for i := 0; len(renewals) < lease.MaxRenewBatch; i++ {
+			renewals = append(renewals, lease.Renewal{Lease: mustAcquire(t, b, key(t, fmt.Sprintf("held/%d", i)), "worker-h", heldTTL), TTL: longTTL})
+		}
+		before := time.Now()
+		res, err := br.RenewBatch(ctxFor(t), renewals)
+		after := time.Now()
+		if err != nil {
+			t.Fatalf("RenewBatch of %d: %v", len(renewals), err)
+		}
+		if len(res) != len(renewals) {
+			t.Fatalf("RenewBatch answered %d renewals of %d", len(res), len(renewals))
+		}
+		for i, r := range renewals {
+			got := res[i]
+			if refused[r.Lease.ID] {
+				if !errIs(got.Err, lease.ErrNotHeld) {
+					t.Errorf("renewal %d, of %s (expired, released, superseded or never held): %+v, %v; want ErrNotHeld", i, r.Lease.Key, got.Lease, got.Err)
+				}
+				continue
+			}
+			if got.Err != nil {
+				t.Errorf("renewal %d, of %s: %v", i, r.Lease.Key, got.Err)
+				continue
+			}
+			l := got.Lease
+			if l.Key != r.Lease.Key || l.Token != r.Lease.Token || l.ID != r.Lease.ID || l.TTL != longTTL {
+				t.Errorf("renewal %d answered %+v for %+v renewed to %v", i, l, r.Lease, longTTL)
+			}
+			s.checkExpires(t, "RenewBatch", l.Expires, longTTL, before, after)
+		}
+		for _, k := range []string{expired.Key, released.Key, unknown.Key} {
+			if g, err := b.Get(ctxFor(t), k); !errIs(err, lease.ErrNotFound) {
+				t.Errorf("a refused renewal brought %s back: Get = %+v, %v", k, g, err)
+			}
+		}
+		if g, err := b.Get(ctxFor(t), successor.Key); err != nil || g.Token != successor.Token || g.TTL != longTTL {
+			t.Errorf("the successor beside its superseded lease: Get = %+v, %v; want token %d renewed to %v", g, err, successor.Token, longTTL)
 		}
 	})
 	t.Run("MalformedRefusedWhole", func(t *testing.T) {

@@ -32,22 +32,30 @@ func (w *wrapper) renewEach(ctx context.Context, renewals []lease.Renewal) []lea
 
 func init() { mutants = append(mutants, renewBatchMutants...) }
 
+// alteredAnswers makes w's RenewBatch check the batch and renew each
+// renewal honestly, then alter the answers before giving them.
+func alteredAnswers(w *wrapper, alter func(renewals []lease.Renewal, out []lease.RenewResult)) {
+	w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+		if err := lease.ValidateRenewals(renewals); err != nil {
+			return nil, err
+		}
+		out := w.renewEach(ctx, renewals)
+		alter(renewals, out)
+		return out, nil
+	}
+}
+
 var renewBatchMutants = []mutant{
 	{name: "BatchRenewsReleased", breaks: "a batch answers a released lease as renewed",
 		caughtBy: []string{"RenewBatch/EachAsRenew"},
 		install: func(w *wrapper) {
-			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
-				if err := lease.ValidateRenewals(renewals); err != nil {
-					return nil, err
-				}
-				out := w.renewEach(ctx, renewals)
+			alteredAnswers(w, func(renewals []lease.Renewal, out []lease.RenewResult) {
 				for i := range out {
 					if out[i].Err != nil {
 						out[i] = lease.RenewResult{Lease: renewals[i].Lease}
 					}
 				}
-				return out, nil
-			}
+			})
 		}},
 	{name: "BatchIgnoresID", breaks: "a batch renews a lease named by its token without its secret ID (I4)",
 		caughtBy: []string{"RenewBatch/EachAsRenew"},
@@ -84,14 +92,34 @@ var renewBatchMutants = []mutant{
 	{name: "BatchOutOfOrder", breaks: "a batch's answers are not in the order of its renewals",
 		caughtBy: []string{"RenewBatch/EachAsRenew"},
 		install: func(w *wrapper) {
-			w.h.renewBatch = func(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
-				if err := lease.ValidateRenewals(renewals); err != nil {
-					return nil, err
+			alteredAnswers(w, func(_ []lease.Renewal, out []lease.RenewResult) { slices.Reverse(out) })
+		}},
+	{name: "BatchRefusesRepeatedKey", breaks: "a batch refuses the second renewal of a key it names twice (a batch keyed by key)",
+		caughtBy: []string{"RenewBatch/FullMixedBatch"},
+		install: func(w *wrapper) {
+			alteredAnswers(w, func(renewals []lease.Renewal, out []lease.RenewResult) {
+				seen := map[string]bool{}
+				for i, r := range renewals {
+					if seen[r.Lease.Key] {
+						out[i] = lease.RenewResult{Err: lease.ErrNotHeld}
+					}
+					seen[r.Lease.Key] = true
 				}
-				out := w.renewEach(ctx, renewals)
-				slices.Reverse(out)
-				return out, nil
-			}
+			})
+		}},
+	{name: "BatchFailsWhole", breaks: "one refused renewal fails the whole batch",
+		caughtBy: []string{"RenewBatch/FullMixedBatch"},
+		install: func(w *wrapper) {
+			alteredAnswers(w, func(_ []lease.Renewal, out []lease.RenewResult) {
+				for _, r := range out {
+					if r.Err != nil {
+						for i := range out {
+							out[i] = lease.RenewResult{Err: r.Err}
+						}
+						break
+					}
+				}
+			})
 		}},
 	{name: "BatchPartlyRenewsMalformed", breaks: "a malformed batch renews the renewals before the malformed one",
 		caughtBy: []string{"RenewBatch/MalformedRefusedWhole"},

@@ -36,6 +36,9 @@ import (
 //     never sent; one whose context ends while its statement is in flight
 //     returns at once, its outcome unknown. The statement runs until every
 //     operation in it has given up (then it is cancelled) or it ends;
+//     except an acquire's (a detached batcher), which no caller cancels: it
+//     runs until it ends (or its bound, or the Store's Close), and a lease
+//     it grants to a caller that left is released (Store.orphaned);
 //   - the queue is never left waiting: it is not empty only while a batch
 //     or loneSlots statements are in flight, and each statement's end
 //     looks at it.
@@ -51,6 +54,18 @@ const maxBatch = 64
 // batcher sends the operations of one kind, alone or in batches.
 type batcher[Req, Res any] struct {
 	slots, max int // loneSlots, maxBatch
+	// detached, if set, makes the statements outlive their callers: each
+	// runs on the context detached returns (not the callers'), from a
+	// goroutine of its own, and a caller whose context ends while its
+	// statement is in flight returns at once, leaving the answer to
+	// orphaned. Acquire's batcher is detached: a statement that grants a
+	// lease must be heard out, or the lease is held by nobody until its
+	// TTL.
+	detached func(calls []*call[Req, Res]) (context.Context, context.CancelFunc)
+	// orphaned is given each call of a detached batcher whose caller left
+	// before its statement answered, with what the statement answered
+	// (res and err), once it has. It must not block.
+	orphaned func(c *call[Req, Res])
 	// exec sends one statement for calls (distinct keys, at least one) and
 	// sets each call's res and err; an error it returns fails them all.
 	exec func(ctx context.Context, calls []*call[Req, Res]) error
@@ -72,8 +87,9 @@ type call[Req, Res any] struct {
 	req  Req
 	res  Res
 	err  error
-	done chan struct{} // closed once res and err are set; nil when sent alone
+	done chan struct{} // closed once res and err are set; nil when sent alone from the caller's goroutine
 	sent bool          // under batcher.mu: taken into a statement
+	left bool          // under batcher.mu: its caller gave up once it was sent (detached batchers)
 }
 
 func newBatcher[Req, Res any](slots, max int, exec func(context.Context, []*call[Req, Res]) error) *batcher[Req, Res] {
@@ -102,19 +118,29 @@ func (b *batcher[Req, Res]) do(ctx context.Context, key string, req Req) (Res, e
 	c := &call[Req, Res]{ctx: ctx, key: key, req: req}
 	b.mu.Lock()
 	if len(b.queue) == 0 && !b.batching && b.inflight < b.slots {
-		// Send alone, now, from this goroutine.
+		// Send alone, now: from this goroutine, or from one of its own
+		// that outlives this call if the batcher is detached.
 		b.inflight++
 		c.sent = true
-		b.mu.Unlock()
-		b.send([]*call[Req, Res]{c})
-		if batch := b.finish(false); batch != nil {
-			go b.run(batch)
+		if b.detached == nil {
+			b.mu.Unlock()
+			b.send([]*call[Req, Res]{c})
+			if batch := b.finish(false); batch != nil {
+				go b.run(batch)
+			}
+			return c.res, c.err
 		}
-		return c.res, c.err
+		c.done = make(chan struct{})
+		b.mu.Unlock()
+		go func() {
+			b.send([]*call[Req, Res]{c})
+			b.run(b.finish(false))
+		}()
+	} else {
+		c.done = make(chan struct{})
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
 	}
-	c.done = make(chan struct{})
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.res, c.err
@@ -130,14 +156,18 @@ func (b *batcher[Req, Res]) do(ctx context.Context, key string, req Req) (Res, e
 			}
 		}
 	}
-	b.mu.Unlock()
 	if sent {
+		// send closes done under mu: either the answer is here, or send
+		// will find left set and hand it to orphaned.
 		select {
 		case <-c.done: // the answer came after all
+			b.mu.Unlock()
 			return c.res, c.err
 		default:
 		}
+		c.left = b.orphaned != nil
 	}
+	b.mu.Unlock()
 	var zero Res
 	return zero, &endedError{sent: sent, cause: ctx.Err()}
 }
@@ -151,16 +181,33 @@ func (b *batcher[Req, Res]) send(calls []*call[Req, Res]) {
 		}
 		(*hook)(keys)
 	}
-	ctx, stop := batchContext(calls)
+	var (
+		ctx  context.Context
+		stop func()
+	)
+	if b.detached != nil {
+		ctx, stop = b.detached(calls)
+	} else {
+		ctx, stop = batchContext(calls)
+	}
 	err := b.exec(ctx, calls)
 	stop()
+	var orphans []*call[Req, Res]
+	b.mu.Lock()
 	for _, c := range calls {
 		if err != nil {
 			c.err = err
 		}
+		if c.left {
+			orphans = append(orphans, c)
+		}
 		if c.done != nil {
 			close(c.done)
 		}
+	}
+	b.mu.Unlock()
+	for _, c := range orphans {
+		b.orphaned(c)
 	}
 }
 
@@ -181,7 +228,7 @@ func (b *batcher[Req, Res]) finish(wasBatch bool) []*call[Req, Res] {
 	return b.take()
 }
 
-// run sends batch, then the batches that leave when it ends.
+// run sends batch (none if nil), then the batches that leave when it ends.
 func (b *batcher[Req, Res]) run(batch []*call[Req, Res]) {
 	for batch != nil {
 		b.send(batch)

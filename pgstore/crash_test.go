@@ -79,7 +79,7 @@ func runServerCrashes(t *testing.T, durable bool) []crashtest.Acquisition {
 	}
 	defer s.Close()
 	if !durable {
-		s.q = newQueries(s.n, false)
+		s.q = newQueries(s.n, false, checkedSettings(false))
 	}
 
 	h := &crashtest.History{}

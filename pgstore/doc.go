@@ -51,9 +51,35 @@
 // flush, and one batch is in flight at a time. Operations on one key never
 // share a statement. A statement that fails fails every operation in it
 // with an error matching lease.ErrUnavailable (for an acquire: outcome
-// unknown). A batch locks its rows in key order (keys are sorted before
-// sending), so batches from several processes do not deadlock on one
-// another.
+// unknown, and settled: below). A batch locks its rows in key order (keys
+// are sorted before sending), so batches from several processes do not
+// deadlock on one another.
+//
+// # An acquire nobody hears
+//
+// An acquire statement that grants a lease whose answer never reaches its
+// caller would leave the key held by nobody until the TTL: PostgreSQL
+// commits a statement whose connection pgx has closed, as long as it is
+// waiting on a lock or committing when the connection goes (a cancel
+// request does not stop a commit). So no caller's context cancels an
+// acquire statement: a caller whose context ends gets its error at once
+// (matching the context's, not lease.ErrUnavailable: it holds nothing),
+// the statement runs on (for at most 30 s, or until Close), and a lease it
+// grants to a caller that left is released when its answer comes. A
+// statement whose answer is lost (its connection broken, the server
+// restarted, the 30 s reached) is settled in the background: the backend
+// that ran it is ended if it still runs it (pg_terminate_backend, waiting
+// for it to exit, so its transaction has committed or aborted), then the
+// leases granted under the statement's secret IDs, chosen before it was
+// sent, are released, so the release can only end what that statement
+// granted. Settling is retried while the server cannot be reached, for the
+// longest TTL in the statement; a grant outlives it only if the server
+// went on running a statement it could not be asked to stop. The role
+// needs no privilege for this beyond ending its own sessions. Close
+// abandons the statements and settling still under way: what they grant
+// is held until its TTL. TestAcquireGivenUpMidCommit checks both paths on
+// a commit slowed by commit_delay (5 trials each, every one committed);
+// before, each left the lease held by nobody.
 //
 // # Tokens never regress (I1)
 //
@@ -113,8 +139,13 @@
 // its tokens go backwards (I1). Before it serves anything, a Store reads
 // both settings with current_setting and refuses, with an error matching
 // ErrVolatile that names them, unless both are on; AllowVolatile runs
-// anyway (tests, throwaway databases). The check runs once per Store: a
-// server reconfigured later is not noticed.
+// anyway (tests, throwaway databases). A grant checks both again, in its
+// statement (current_setting, where a free key is written; a held key's
+// try and a renewal do not): a server reconfigured since (ALTER SYSTEM SET
+// fsync = off and a reload) is refused every grant, with an error matching
+// ErrVolatile and lease.ErrUnavailable, until they are on again
+// (TestGrantRefusedOnceNotDurable). Renewals are not refused: a holder
+// keeps its lease while an operator mends the server.
 //
 // Replication: with asynchronous streaming replication a promoted replica
 // may lack the most recent commits, so after a failover it can hand out a

@@ -1,6 +1,9 @@
 package pgstore
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // queries are the statements of one Store, with its table names filled in.
 // Each operation is one statement, sent in one round trip (pgx prepares it
@@ -10,6 +13,9 @@ type queries struct {
 	// distinct keys (batch.go).
 	acquire, renew, release stmt
 	get, list, wait         string
+	// stopped and granted settle an acquire statement whose answer was
+	// lost (settle.go).
+	stopped, granted string
 	// watchSnapshot and watchCheck serve Watch (watch.go).
 	watchSnapshot, watchCheck string
 }
@@ -63,10 +69,31 @@ func expiresAt(ttlNS string) string {
 const durableCommit = `set_config('synchronous_commit', CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on' ` +
 	`ELSE current_setting('synchronous_commit') END, true) IS NOT NULL`
 
+// stillDurable is a condition, true while the server's settings (fsync and
+// full_page_writes: durableSettings) are on, that otherwise ends the statement with an error
+// carrying volatileMark: asking current_setting for a setting that does
+// not exist is how plain SQL raises one. The Store checks both settings
+// when it starts (checkDurable); a grant checks them again, so that a
+// server reconfigured since (ALTER SYSTEM SET fsync = off and a reload)
+// grants nothing a crash of its machine could take back (I1, I7).
+func stillDurable(settings []string) string {
+	all := make([]string, len(settings))
+	for i, name := range settings {
+		all[i] = `current_setting('` + name + `')::bool`
+	}
+	return `(CASE WHEN ` + strings.Join(all, " AND ") + ` THEN true ELSE current_setting('` + volatileMark + `') IS NULL END)`
+}
+
+// volatileMark names the error of stillDurable (SQLSTATE 42704,
+// unrecognized configuration parameter).
+const volatileMark = "pgstore: fsync or full_page_writes was turned off after the store started, no grant"
+
 // newQueries builds the Store's statements. Without durable (tests only: the
 // negative control of the crash test), Acquire and Renew commit as the
-// session's synchronous_commit says.
-func newQueries(n names, durable bool) queries {
+// session's synchronous_commit says. With checked settings (a Store
+// without AllowVolatile: durableSettings), a grant also checks that they
+// are still on (stillDurable).
+func newQueries(n names, durable bool, checked []string) queries {
 	durably := ""
 	if durable {
 		durably = " AND " + durableCommit
@@ -76,6 +103,12 @@ func newQueries(n names, durable bool) queries {
 	// row.
 	floor := `(SELECT token_floor FROM ` + n.meta + `)`
 	tryLock := `pg_try_advisory_xact_lock(` + strconv.Itoa(int(n.lockClass)) + `, hashtext(req.key))`
+	// A grant, and only a grant, checks the settings: inside the CASE that
+	// a held key's try never reaches, and not in a renewal.
+	lockIfFree := tryLock
+	if len(checked) > 0 {
+		lockIfFree = stillDurable(checked) + " AND " + tryLock
+	}
 	return queries{
 		// cur reads the keys' rows without locking them. Only a key whose row
 		// is expired goes on to upd, and only a key without a row to ins: a
@@ -121,13 +154,13 @@ func newQueries(n names, durable bool) queries {
 		ttl_ns = req.ttl_ns, expires_at = ` + expiresAt("req.ttl_ns") + `, wanted = false
 	FROM req
 	WHERE l.key ` + match + ` AND l.key = req.key AND l.expires_at <= clock_timestamp()
-		AND CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key AND cur.live) THEN false ELSE ` + tryLock + ` END` + durably + `
+		AND CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key AND cur.live) THEN false ELSE ` + lockIfFree + ` END` + durably + `
 	RETURNING l.key, true AS acquired, l.token, l.owner, l.ttl_ns, l.expires_at, ` + told("'a'", "l.expires_at", "$5") + `
 ), ins AS (
 	INSERT INTO ` + n.leases + ` AS l (key, token, id, owner, ttl_ns, expires_at)
 	SELECT req.key, ` + floor + ` + 1, req.id, req.owner, req.ttl_ns, ` + expiresAt("req.ttl_ns") + `
 	FROM req
-	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + tryLock + ` END` + durably + `
+	WHERE CASE WHEN EXISTS (SELECT FROM cur WHERE cur.key = req.key) THEN false ELSE ` + lockIfFree + ` END` + durably + `
 	ON CONFLICT (key) DO NOTHING
 	RETURNING l.key, true, l.token, l.owner, l.ttl_ns, l.expires_at, ` + told("'a'", "l.expires_at", "$5") + `
 )
@@ -171,6 +204,30 @@ WHERE l.key ` + match + ` AND l.key = req.key AND l.token = req.token AND l.id =
 RETURNING l.key, CASE WHEN l.wanted THEN pg_notify($4::text, l.key) END, set_config('synchronous_commit', 'off', true),
 	` + told("'r'", "o.expires_at", "$5")
 		}),
+
+		// stopped ends the backend that ran an acquire statement whose
+		// answer was lost, if it still runs it, and waits (10 s at most)
+		// until it has exited: its transaction has then committed or
+		// aborted, and no grant of it can come later. A statement ended
+		// on this side (pgx closes the connection) goes on on the server
+		// until it next reads from the client, which it does not while
+		// it waits on a lock or commits. pg_stat_activity.query is cut at
+		// track_activity_query_size, so the statement is matched by its
+		// start. false: the backend outlived the wait.
+		//
+		// $1 the backend's PID; $2 the statement.
+		stopped: `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+WHERE pid = $1 AND state <> 'idle' AND query <> '' AND starts_with($2, query)`,
+
+		// granted finds the unexpired leases of the IDs given: what an
+		// acquire statement granted, read once its backend is known to be
+		// gone (stopped). An ID is 128 random bits chosen before the
+		// statement, so a lease found is one that statement granted.
+		//
+		// $1 keys, $2 their IDs.
+		granted: `SELECT l.key, l.token FROM unnest($1::text[], $2::bytea[]) AS r(key, id)
+JOIN ` + n.leases + ` AS l ON l.key = r.key AND l.id = r.id
+WHERE l.expires_at > clock_timestamp()`,
 
 		get: `SELECT owner, token, ttl_ns, expires_at FROM ` + n.leases + `
 WHERE key = $1 AND expires_at > clock_timestamp()`,

@@ -148,7 +148,7 @@ var durableSettings = [...]string{"fsync", "full_page_writes"}
 // checkDurable refuses a server whose settings cannot keep a committed
 // grant through a crash of its machine. It runs with the tables' first
 // preparation, before the Store serves anything; a server reconfigured
-// later is not noticed.
+// later is refused its grants by the grants themselves (stillDurable).
 func (s *Store) checkDurable(ctx context.Context) error {
 	var off []string
 	for _, name := range durableSettings {

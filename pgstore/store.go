@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/background"
 )
 
 // Store is a lease.Backend on PostgreSQL. It is safe for concurrent use.
@@ -32,6 +33,12 @@ type Store struct {
 
 	notify *notifier
 	watch  watcher // Watch's listener (watch.go)
+
+	// bg settles the acquisitions whose callers left or whose answers
+	// were lost (settle.go); Close ends it.
+	bg *background.Group
+	// acquireBound is acquireBound, shorter in tests.
+	acquireBound time.Duration
 
 	acquires *batcher[acquireReq, lease.Lease]
 	renews   *batcher[renewReq, lease.Lease]
@@ -144,9 +151,12 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
+	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true, checkedSettings(cfg.volatile)), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
 	s.notify = newNotifier(s)
+	s.bg = background.New()
+	s.acquireBound = acquireBound
 	s.acquires = newBatcher(loneSlots, maxBatch, s.execAcquire)
+	s.acquires.detached, s.acquires.orphaned = s.acquireContext, s.orphaned
 	s.renews = newBatcher(loneSlots, maxBatch, s.execRenew)
 	s.releases = newBatcher(loneSlots, maxBatch, s.execRelease)
 	return s, nil
@@ -165,10 +175,20 @@ func (s *Store) Close() error {
 	}
 	s.notify.close()
 	s.closeWatch()
+	s.bg.Close()
 	if s.owned {
 		s.pool.Close()
 	}
 	return nil
+}
+
+// checkedSettings are the settings a grant checks are still on: none
+// with AllowVolatile.
+func checkedSettings(volatile bool) []string {
+	if volatile {
+		return nil
+	}
+	return durableSettings[:]
 }
 
 // Pool returns the pool the Store uses.
@@ -202,17 +222,27 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	if err := s.ready(ctx); err != nil {
 		return lease.Lease{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		// Ended already: send nothing (the statement would outlive it).
+		return lease.Lease{}, fmt.Errorf("pgstore: acquiring %q: %w", key, err)
+	}
 	l, err := s.acquires.do(ctx, key, acquireReq{owner: owner, ttl: ttl})
 	var ended *endedError
 	switch {
 	case errors.Is(err, lease.ErrHeld):
 		return lease.Lease{}, err
+	case errors.Is(err, ErrVolatile):
+		return lease.Lease{}, fmt.Errorf("pgstore: acquiring %q: %w", key, err)
 	case errors.As(err, &ended) && !ended.sent:
 		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q", key), err)
+	case errors.As(err, &ended):
+		// The statement goes on without us, and the Store releases what
+		// it grants (orphaned): the caller holds nothing.
+		return lease.Lease{}, fmt.Errorf("pgstore: acquiring %q: gave up waiting for the answer; a lease granted meanwhile is released: %w", key, ended.cause)
 	case err != nil:
-		// The statement may have committed: a lease may now exist that
-		// nobody knows the ID of, until its TTL ends.
-		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q, outcome unknown", key), err)
+		// The statement may have committed before its answer was lost;
+		// the Store ends what it granted (settle), as soon as it knows.
+		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q, outcome unknown; a lease granted is released once the server is reached", key), err)
 	}
 	return l, nil
 }
@@ -240,7 +270,31 @@ func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease
 	if len(calls) == 1 {
 		sql, args = s.q.acquire.one, []any{keys[0], ids[0], owners[0], ttls[0], s.n.watchChannel}
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err // nothing sent
+	}
+	defer conn.Release()
+	err = s.grant(ctx, conn.Conn(), sql, args, calls, byKey)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Severity == "ERROR":
+		// The statement failed, and its transaction with it: nothing
+		// granted. (A FATAL may come after the commit.)
+		if pgErr.Code == "42704" && strings.Contains(pgErr.Message, volatileMark) {
+			return fmt.Errorf("%w: %w: %s: set them on again, or pass pgstore.AllowVolatile()", ErrVolatile, lease.ErrUnavailable, volatileMark)
+		}
+	case err != nil && !pgconn.SafeToRetry(err):
+		// Sent, and the answer lost: end whatever it granted.
+		s.settle(conn.Conn().PgConn().PID(), sql, calls)
+	}
+	return err
+}
+
+// grant runs the acquire statement sql with args on conn and sets the
+// answers of calls (byKey: by their keys).
+func (s *Store) grant(ctx context.Context, conn *pgx.Conn, sql string, args []any, calls []*call[acquireReq, lease.Lease], byKey map[string]*call[acquireReq, lease.Lease]) error {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}

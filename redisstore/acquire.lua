@@ -5,7 +5,8 @@
 -- KEYS[2] token counter: never deleted, never expiring (same hash slot)
 -- KEYS[3] token floor (Bump), the slot's on Cluster (same hash slot)
 -- ARGV[1] lease id (32 hex digits), ARGV[2] owner, ARGV[3] ttl in ms,
--- ARGV[4] the changes channel
+-- ARGV[4] the changes channel, ARGV[5] '1' if the server must be writing
+-- its AOF (the store checked it was durable when it started)
 -- Returns the lease value now stored. The caller holds the lease if the
 -- value carries its id: a new grant, or (after a lost reply and a retry)
 -- the grant of an earlier run of this same call.
@@ -14,6 +15,15 @@ if cur then
   -- Held: one read, no write. A failed try that wrote would cost a durable
   -- write (an fsync) per loser and collapse a contended key.
   return cur
+end
+
+-- I7 holds only while the AOF is written: CONFIG SET appendonly no at
+-- runtime, after the store's check, leaves the AOF behind, and a restart
+-- that loads it would issue this grant's token again. A grant is refused
+-- while it is off (INFO, a few microseconds beside a grant's fsync; a held
+-- key's try above never pays it). appendfsync cannot be read here.
+if ARGV[5] == '1' and not string.find(redis.call('INFO', 'persistence'), 'aof_enabled:1', 1, true) then
+  return redis.error_reply('ERR redisstore: appendonly is off on this server since the store started: no grant, so that a restart cannot issue its token again')
 end
 
 local token = redis.call('INCR', KEYS[2])

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 
@@ -74,11 +76,25 @@ type batcher struct {
 // run runs script on keys and args, alone or in a pipeline with other
 // calls, and returns its reply.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return b.call(ctx, ctx, false, script, keys, args...)
+}
+
+// errNotSent is the error of a call whose context ended before it was
+// sent: it had no effect.
+var errNotSent = errors.New("redisstore: not sent")
+
+// call is run with the contexts apart: ctx bounds the wait in the queue
+// (a call still queued when it ends leaves, never sent, with an error
+// matching errNotSent and ctx's), wire is the context of a call sent
+// alone, and awaitReply says a call that was sent, alone or in a pipeline,
+// is waited for until its reply, whatever ctx (acquireOnce: a grant must
+// be heard).
+func (b *batcher) call(ctx, wire context.Context, awaitReply bool, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	b.mu.Lock()
 	if b.units < maxUnits {
 		b.units++
 		b.mu.Unlock()
-		cmd := script.Run(ctx, b.rdb, keys, args...)
+		cmd := script.Run(wire, b.rdb, keys, args...)
 		b.done()
 		return cmd
 	}
@@ -100,7 +116,8 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	// although the caller has gone, as a single call cancelled mid-flight
 	// may, and its reply is dropped.
 	b.mu.Lock()
-	if c.state == queued {
+	wasQueued := c.state == queued
+	if wasQueued {
 		for i, q := range b.queue {
 			if q == c {
 				b.queue = append(b.queue[:i], b.queue[i+1:]...)
@@ -109,8 +126,16 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 		}
 	}
 	b.mu.Unlock()
+	if !wasQueued && awaitReply {
+		<-c.ready
+		return c.cmd
+	}
 	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(ctx.Err())
+	if wasQueued {
+		cmd.SetErr(fmt.Errorf("%w: %w", errNotSent, ctx.Err()))
+	} else {
+		cmd.SetErr(ctx.Err())
+	}
 	return cmd
 }
 
@@ -182,7 +207,7 @@ func (b *batcher) exec(batch []*call) {
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.cmd = redis.NewCmd(c.ctx)
-			c.cmd.SetErr(err)
+			c.cmd.SetErr(fmt.Errorf("%w: %w", errNotSent, err))
 			close(c.ready)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/internal/background"
 )
 
 var (
@@ -61,9 +62,14 @@ type Store struct {
 	channel    string
 	channelArg any // channel, boxed once for every Release
 	changesArg any // the changes channel (watch.go), boxed once
+	aofArg     any // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
 	notify     *notifier
 	watch      watcher
 	batch      *batcher
+
+	// bg runs the acquire scripts that outlive their callers and the
+	// releases of what they grant (settle.go); Close ends it.
+	bg *background.Group
 
 	closeOnce sync.Once
 	closeErr  error
@@ -186,13 +192,16 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	s.channel = s.ns + channelSuffix
 	s.channelArg = s.channel
 	s.changesArg = s.ns + changesSuffix
+	s.aofArg = "0"
 	if !cfg.allowVolatile && !cfg.assumeDurable {
 		if err := checkDurable(ctx, client); err != nil {
 			return nil, err
 		}
+		s.aofArg = "1"
 	}
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
+	s.bg = background.New()
 	return s, nil
 }
 
@@ -203,6 +212,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.notify.close()
 		s.closeWatch()
+		s.bg.Close()
 		s.batch.wait()
 		if s.ownsClient {
 			s.closeErr = s.rdb.Close()
@@ -222,17 +232,22 @@ func ttlMillis(ttl time.Duration) int64 {
 // read, never written. The call is idempotent: if go-redis retries it after
 // a dropped connection and the first try had granted the lease, the retry
 // finds the lease carrying this call's ID and returns it, so a retry never
-// turns a grant into a false "held" and never grants twice.
+// turns a grant into a false "held" and never grants twice. ctx does not
+// cut the call short (settle.go): when it ends first, Acquire returns its
+// error at once and the store releases what the call grants.
 func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+	}
 	id := lease.NewID()
 	ids := id.Reveal()
 	ms := ttlMillis(ttl)
-	res, err := s.batch.run(ctx, acquireScript, s.acquireKeys(key), ids, owner, ms, s.changesArg).Text()
+	res, err := s.acquireOnce(ctx, key, ids, owner, ms, ttl)
 	if err != nil {
-		return lease.Lease{}, s.fail(ctx, "acquire", key, err)
+		return lease.Lease{}, err
 	}
 	v, err := parseValue(res)
 	if err != nil {
