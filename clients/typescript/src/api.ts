@@ -12,7 +12,8 @@ import {
   UnavailableError,
   UnexpectedAnswerError,
 } from "./errors.js";
-import { defaultTransport, fetchTransport, type Transport, type WireAnswer } from "./fetch.js";
+import { defaultTransport, fetchTransport } from "./fetch.js";
+import type { Transport, WireAnswer } from "./transport.js";
 import type * as wire from "./openapi.js";
 import { type Op, operations, type Operations } from "./operations.js";
 

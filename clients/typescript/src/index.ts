@@ -30,6 +30,5 @@ export {
   type Holder,
   type LeaseErrorCode,
 } from "./errors.js";
-export { FencedResource, type FencedResourceOptions } from "./fenced.js";
-export { fencedFetch, TOKEN_HEADER } from "./fetch.js";
+export { FencedResource, fencedFetch, TOKEN_HEADER, type FencedResourceOptions } from "./fenced.js";
 export { MISSED_HEARTBEATS, SILENCE_SLACK_MS, Watch, type LeaseEventKind, type WatchEvent, type WatchEventKind, type WatchOptions } from "./watch.js";

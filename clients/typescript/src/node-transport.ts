@@ -9,7 +9,7 @@ import type * as Http from "node:http";
 import type * as Https from "node:https";
 import type * as Stream from "node:stream";
 
-import { MAX_ANSWER_BYTES, type Transport, tooLarge, utf8, type WireAnswer } from "./fetch.js";
+import { MAX_ANSWER_BYTES, type Transport, tooLarge, utf8, type WireAnswer } from "./transport.js";
 
 type GetBuiltin = (id: string) => unknown;
 

@@ -12,7 +12,8 @@ import { after, test } from "node:test";
 
 import { Api, notSent, retried } from "../src/api.js";
 import { UnavailableError } from "../src/errors.js";
-import { defaultTransport, fetchTransport, isNode, MAX_ANSWER_BYTES, type Transport } from "../src/fetch.js";
+import { defaultTransport, fetchTransport, isNode } from "../src/fetch.js";
+import { MAX_ANSWER_BYTES, type Transport } from "../src/transport.js";
 import { Agents, defaultAgents, nodeTransport } from "../src/node-transport.js";
 import { body, closedPort } from "./harness.js";
 
