@@ -108,12 +108,26 @@ func (ws *watches) join(slot [sha256.Size]byte) bool {
 	return true
 }
 
+// full reports whether slot has as many streams open as the bound allows,
+// so that join would refuse one more.
+func (ws *watches) full(slot [sha256.Size]byte) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.open[slot] >= ws.max
+}
+
 func (ws *watches) leave(slot [sha256.Size]byte) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.open[slot]--; ws.open[slot] <= 0 {
 		delete(ws.open, slot)
 	}
+}
+
+// tooManyWatchers answers a watch past the bound of its credential.
+func (s *Server) tooManyWatchers() error {
+	return fmt.Errorf("%w: this credential has %d watch streams open, as many as the server allows; end one first",
+		ErrTooManyWatchers, s.watches.max)
 }
 
 // errCannotWatch answers a watch on a backend that is not a lease.Watcher.
@@ -195,17 +209,22 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	case s.closing.Err() != nil:
 		s.writeError(w, errShuttingDown)
 		return
-	case r.Method == http.MethodHead:
-		streamHeaders(w, s.watches.heartbeat)
-		return
 	}
 	var slot [sha256.Size]byte
 	if c != nil {
 		slot = c.sum
 	}
+	if r.Method == http.MethodHead {
+		// What GET would answer now, without taking a slot.
+		if s.watches.full(slot) {
+			s.writeError(w, s.tooManyWatchers())
+			return
+		}
+		streamHeaders(w, s.watches.heartbeat)
+		return
+	}
 	if !s.watches.join(slot) {
-		s.writeError(w, fmt.Errorf("%w: this credential has %d watch streams open, as many as the server allows; end one first",
-			ErrTooManyWatchers, s.watches.max))
+		s.writeError(w, s.tooManyWatchers())
 		return
 	}
 	defer s.watches.leave(slot)

@@ -448,6 +448,13 @@ func TestWatchBoundPerCredential(t *testing.T) {
 	if status != 429 || !strings.Contains(body, `"code":"too_many_watchers"`) {
 		t.Fatalf("a third watch of one credential: HTTP %d %s, want 429 too_many_watchers", status, body)
 	}
+	// HEAD asks what GET would answer, and GET would refuse.
+	if status, _ := call(t, "HEAD", hs.URL+"/v1/watch", "token-a", ""); status != 429 {
+		t.Errorf("HEAD of a third watch of one credential: HTTP %d, want 429, as GET answers", status)
+	}
+	if status, _ := call(t, "HEAD", hs.URL+"/v1/watch", "token-b", ""); status != 200 {
+		t.Errorf("HEAD of another credential's first watch: HTTP %d, want 200", status)
+	}
 	ch, _ := goWatch(t, newClient(t, hs.URL, leasehttp.WithAuthToken("token-a")), "")
 	if err := watchErr(t, ch, "a watch past the bound"); !errors.Is(err, leasehttp.ErrTooManyWatchers) || errors.Is(err, lease.ErrUnavailable) {
 		t.Errorf("the client's watch past the bound: %v, want ErrTooManyWatchers (and not ErrUnavailable: watching again at once will not help)", err)
