@@ -163,7 +163,10 @@
 //
 // Store implements lease.Watcher (see Store.Watch) natively: a watch reads
 // the entries under its prefix at one revision and watches the Store's
-// keys from the next, so its state and its changes meet at one revision.
+// keys after it, so its state and its changes meet at one revision. A
+// watch that hears nothing from etcd for 5 s, though it asks for progress
+// after each second of silence, breaks (ErrUnavailable): over a link that
+// drops everything it would otherwise tell an old picture for good.
 // Acquisitions are an entry's creation (or, for a waiter, the deletion of
 // the last older one), renewals writes of the holder's entry, releases its
 // delete beside a release mark, expiries its delete by etcd when the etcd

@@ -40,6 +40,9 @@ type Store struct {
 	maxRev atomic.Int64
 	broken atomic.Pointer[error]
 	hwNext atomic.Int64 // unix ns after which the next acquisition raises the high-water mark
+	// progressNext is the unix ns after which a silent watch asks etcd for
+	// progress again (requestProgress).
+	progressNext atomic.Int64
 
 	batch *batcher // group commit of the transactions of Acquire, AcquireWait, Renew and Release
 

@@ -248,11 +248,29 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 		wg.Go(func() { forwardWatch(ctx, s.watches.watcher, p, exact, snaps[i], changes) })
 	}
 
+	// The headers wait for the first prefix's watch to start (its first
+	// item): a backend that cannot watch now (a replica cut from etcd) is
+	// then answered with its error's status, 503, which moves a client
+	// listing several replicas on to the next, rather than with a 200
+	// stream that ends at once and keeps the client on this replica.
+	var first watchItem
+	select {
+	case first = <-snaps[0]:
+	case <-s.closing.Done():
+		s.writeError(w, errShuttingDown)
+		return
+	case <-ctx.Done():
+		return
+	}
+	if first.err != nil {
+		s.writeError(w, first.err)
+		return
+	}
 	st := newEventStream(w, r, s.watches.heartbeat)
 	st.encoded = &s.watches.last
 	defer st.close()
 	st.start(r.Header.Get("Last-Event-ID") != "")
-	err = s.runStream(ctx, st, c, credsAt, snaps, changes)
+	err = s.runStream(ctx, st, c, credsAt, first, snaps, changes)
 	if errors.Is(err, errClientGone) {
 		return
 	}
@@ -264,11 +282,12 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	st.fail(kindOf(err).code, msg)
 }
 
-// runStream writes the snapshots and then the changes until the stream
-// ends, and returns why: errClientGone when the client went away or a write
-// failed, else the error to tell the client.
+// runStream writes the snapshots, the first's first item already read,
+// and then the changes until the stream ends, and returns why:
+// errClientGone when the client went away or a write failed, else the
+// error to tell the client.
 func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, credsAt *[]credential,
-	snaps []chan watchItem, changes chan watchItem) error {
+	first watchItem, snaps []chan watchItem, changes chan watchItem) error {
 	beat := time.NewTimer(st.heartbeat)
 	defer beat.Stop()
 	// next waits for an item from ch, sending heartbeats meanwhile.
@@ -298,9 +317,17 @@ func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, 
 			}
 		}
 	}
+	pending := &first
+	take := func(snap chan watchItem) (watchItem, error) {
+		if p := pending; p != nil {
+			pending = nil
+			return *p, nil
+		}
+		return next(snap)
+	}
 	for _, snap := range snaps {
 		for {
-			it, err := next(snap)
+			it, err := take(snap)
 			if err != nil {
 				return err
 			}
@@ -470,8 +497,8 @@ func streamHeaders(w http.ResponseWriter, heartbeat time.Duration) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// start sends the headers and the reconnection delay at once, so the
-// client knows its watch was accepted before the snapshot is read.
+// start sends the headers and the reconnection delay at once, once the
+// backend's watch has begun, before the rest of the snapshot is read.
 func (st *eventStream) start(resumed bool) {
 	st.extend()
 	streamHeaders(st.w, st.heartbeat)

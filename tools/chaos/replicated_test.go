@@ -75,6 +75,7 @@ const replicaToken = "chaos-replicas-0123456789abcdef"
 // at the URL the clients list.
 type replicaSet struct {
 	bin, backend, tokens, dir string
+	args                      []string // more flags of every replica
 	ports                     []int
 
 	mu    sync.Mutex
@@ -83,12 +84,17 @@ type replicaSet struct {
 
 func startReplicas(t *testing.T, n int, cluster *etcdtest.Cluster, prefix string) *replicaSet {
 	t.Helper()
-	r := &replicaSet{bin: leaseBinary(t), dir: t.TempDir()}
 	var hosts []string
 	for _, ep := range cluster.Endpoints() {
 		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
 	}
-	r.backend = "etcd://" + strings.Join(hosts, ",") + "/" + prefix
+	return startReplicasOf(t, n, "etcd://"+strings.Join(hosts, ",")+"/"+prefix)
+}
+
+// startReplicasOf starts n replicas serving --backend backend.
+func startReplicasOf(t *testing.T, n int, backend string, args ...string) *replicaSet {
+	t.Helper()
+	r := &replicaSet{bin: leaseBinary(t), dir: t.TempDir(), backend: backend, args: args}
 	r.tokens = filepath.Join(r.dir, "tokens")
 	if err := os.WriteFile(r.tokens, []byte(replicaToken+" *\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -152,8 +158,9 @@ func (r *replicaSet) start(i int) error {
 		return err
 	}
 	defer log.Close() // the child has its own descriptor
-	cmd := exec.Command(r.bin, "serve", "--addr", fmt.Sprintf("127.0.0.1:%d", r.ports[i]),
-		"--backend", r.backend, "--auth-tokens-file", r.tokens, "--shutdown-timeout", "2s")
+	args := append([]string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", r.ports[i]),
+		"--backend", r.backend, "--auth-tokens-file", r.tokens, "--shutdown-timeout", "2s"}, r.args...)
+	cmd := exec.Command(r.bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	p, err := serverproc.Start(cmd, nil, syscall.SIGKILL)
 	if err != nil {
