@@ -41,6 +41,13 @@ const (
 	DefaultWaitGrace         = leasehttp.DefaultWaitGrace
 )
 
+// MaxHeaderBytes bounds a request's headers (http.Server.MaxHeaderBytes;
+// net/http allows 4 KiB more): a request over it is answered 431. The API
+// needs a few hundred bytes, and a browser's cookies fit; net/http's
+// default, 1 MiB, let every connection trickling headers hold a MiB, so
+// that --max-connections of them took gigabytes.
+const MaxHeaderBytes = 64 << 10
+
 func newServeCommand(a *app) *cobra.Command {
 	cfg := ServeConfig{}
 	cmd := &cobra.Command{
@@ -407,6 +414,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if limit != nil {
