@@ -56,10 +56,7 @@ func TestReplicaCutFromEtcd(t *testing.T) {
 		t.Fatalf("second event %+v, want synced", ev)
 	}
 
-	if err := px.Add(chaos.Toxic{Name: "down", Type: "timeout", Stream: "downstream", Attributes: map[string]int64{"timeout": 0}},
-		chaos.Toxic{Name: "up", Type: "timeout", Stream: "upstream", Attributes: map[string]int64{"timeout": 0}}); err != nil {
-		t.Fatal(err)
-	}
+	blackhole(t, px)
 	holed := time.Now()
 	viaWhole := whole.client(t, 0)
 	if err := viaWhole.Release(ctx, a); err != nil {
