@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/leasetest"
 )
 
@@ -126,5 +128,34 @@ func TestPrefixesDisjoint(t *testing.T) {
 				t.Errorf("store %q lists %q owned by %q", prefixes[i], l.Key, l.Owner)
 			}
 		}
+	}
+}
+
+// TestStoreID: Stores on one cluster with one prefix have one StoreID; a
+// Store with another prefix, even one an operator takes for the same
+// ("lease/" and "/lease/"), has another; a long prefix still gives an id
+// leasehttp.WithStoreID takes.
+func TestStoreID(t *testing.T) {
+	eps := etcdtest.Start(t)
+	p := uniquePrefix(t)
+	a, b := open(t, eps, etcdstore.WithPrefix(p)), open(t, eps, etcdstore.WithPrefix(p))
+	if a.StoreID() != b.StoreID() {
+		t.Errorf("one prefix, two ids: %q and %q", a.StoreID(), b.StoreID())
+	}
+	long := p + strings.Repeat("x", 300) + "/"
+	for _, other := range []*etcdstore.Store{
+		open(t, eps, etcdstore.WithPrefix("/"+p)),
+		open(t, eps, etcdstore.WithPrefix(long)),
+	} {
+		id := other.StoreID()
+		if id == a.StoreID() {
+			t.Errorf("prefixes %q and another share the id %q", p, id)
+		}
+		srv, err := leasehttp.NewServer(other, leasehttp.WithStoreID(id))
+		if err != nil {
+			t.Errorf("WithStoreID(%q): %v", id, err)
+			continue
+		}
+		srv.Close()
 	}
 }

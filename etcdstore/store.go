@@ -3,8 +3,10 @@ package etcdstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,9 +33,10 @@ const DefaultPrefix = "lease/"
 // Store is a lease.Backend, lease.WaitAcquirer and lease.Watcher on etcd. It
 // is safe for concurrent use. See the package documentation for the model.
 type Store struct {
-	cli    *clientv3.Client
-	owned  bool // cli was made by Open and is closed by Close
-	prefix string
+	cli     *clientv3.Client
+	owned   bool // cli was made by Open and is closed by Close
+	prefix  string
+	cluster uint64 // the etcd cluster's ID, read by New
 
 	// maxRev is the highest revision seen in a response. A later response
 	// with a lower one means the cluster's history was rewound.
@@ -163,6 +166,23 @@ func (s *Store) checkLayout(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// StoreID names the leases the Store serves: the etcd cluster (its ID)
+// and the prefix, which together decide which leases a Store sees. Two
+// Stores with the same StoreID serve the same leases; a Store with
+// another prefix or on another cluster serves others, though its keys may
+// have the same names. lease serve sends it to clients (leasehttp
+// WithStoreID), so that a client listing several replicas finds one
+// configured with another --backend.
+// It is printable ASCII without spaces, at most 128 bytes: the prefix
+// path-escaped, or its SHA-256 when that would be longer.
+func (s *Store) StoreID() string {
+	id := fmt.Sprintf("etcd:%016x:%s", s.cluster, url.PathEscape(s.prefix))
+	if len(id) > 128 {
+		id = fmt.Sprintf("etcd:%016x:sha256:%x", s.cluster, sha256.Sum256([]byte(s.prefix)))
+	}
+	return id
 }
 
 // Close revokes the idle etcd leases the Store keeps for reuse and, if Open
@@ -321,6 +341,7 @@ func (s *Store) checkHighWater(ctx context.Context) error {
 		return fmt.Errorf("%w: etcdstore: reading the high-water mark: %v", lease.ErrUnavailable, err)
 	}
 	cur := resp.Header.Revision
+	s.cluster = resp.Header.ClusterId
 	var stored int64
 	if len(resp.Kvs) == 1 {
 		stored, err = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)

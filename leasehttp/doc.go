@@ -104,6 +104,16 @@
 // added to the read and write deadlines of the http.Server serving it, so
 // its ReadTimeout and WriteTimeout need not allow for waits.
 //
+// # Replicas of one store
+//
+// A Server given WithStoreID names its store in the StoreHeader
+// (Lease-Store) header of every answer; lease serve over etcd gives the
+// cluster's ID and the prefix (etcdstore.Store.StoreID). A Client given
+// several servers takes the first store named for the service's and
+// refuses an answer naming another, as a lost answer (lease.ErrUnavailable,
+// moving on to the next server): a replica given another prefix would
+// otherwise answer for a key held through the others as free.
+//
 // # Watching
 //
 // GET /v1/watch?prefix=P streams the backend's lease.Watcher as Server-Sent

@@ -257,6 +257,13 @@ func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadClo
 		resp.Body.Close()
 		cancel(nil)
 		return nil, 0, nil, errWatchHeaders
+	}
+	if err := c.store.check(base, resp.Header.Get(StoreHeader)); err != nil {
+		resp.Body.Close()
+		cancel(nil)
+		return nil, 0, nil, err
+	}
+	switch {
 	case resp.StatusCode != http.StatusOK:
 		defer cancel(nil)
 		defer resp.Body.Close()

@@ -384,6 +384,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		leasehttp.WithMaxWait(s.cfg.MaxWait),
 		leasehttp.WithWaitGrace(s.cfg.WaitGrace),
 	}
+	if s.backend.storeID != "" {
+		apiOpts = append(apiOpts, leasehttp.WithStoreID(s.backend.storeID))
+	}
 	if len(creds) > 0 {
 		apiOpts = append(apiOpts, leasehttp.WithCredentials(creds))
 	} else {
@@ -431,7 +434,11 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 		s.errc <- err
 	}()
-	log.Info("listening", "addr", s.ln.Addr().String(), "tls", s.tlsCert.Load() != nil, "backend", s.backend.desc, "auth", len(creds) > 0)
+	attrs := []any{"addr", s.ln.Addr().String(), "tls", s.tlsCert.Load() != nil, "backend", s.backend.desc, "auth", len(creds) > 0}
+	if s.backend.storeID != "" {
+		attrs = append(attrs, "store", s.backend.storeID)
+	}
+	log.Info("listening", attrs...)
 	return nil
 }
 
