@@ -57,7 +57,7 @@ var _ lease.Watcher = (*Store)(nil)
 // silence — a link that drops everything without closing, a hung member:
 // its picture may then be stale — and when its reader leaves more than
 // watchhub.DefaultBuffer (1024) events unread. Its first read gives up
-// after watchSilenceLimit alike. Each watch is an etcd watch
+// after watchStartLimit (10 s), which leaves room for a large prefix. Each watch is an etcd watch
 // of its own over the Store's prefix, filtered here: it costs etcd a watcher
 // and the client every change under the Store's prefix while it lasts.
 func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
@@ -102,9 +102,10 @@ func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Su
 		return nil, err
 	}
 	floor := s.maxRev.Load()
-	// Bounded as the watch's silence is: over a link that drops everything
-	// the read would wait for good, and the watch's reader with it.
-	gctx, cancel := context.WithTimeoutCause(ctx, watchSilenceLimit, errSilent)
+	// Bounded: over a link that drops everything the read would wait for
+	// good, and the watch's reader with it.
+	gctx, cancel := context.WithTimeoutCause(ctx, watchStartLimit,
+		fmt.Errorf("etcd did not answer the watch's first read within %v: %w", watchStartLimit, errSilent))
 	resp, err := s.cli.Get(gctx, s.path(kindEntry, prefix), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
@@ -244,7 +245,7 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 			resp = r
 		case <-quiet.C:
 			if silent := time.Since(heard); silent >= watchSilenceLimit {
-				broken(fmt.Errorf("%w (sent nothing for %v, not even the progress asked for)", errSilent, silent.Round(time.Millisecond)))
+				broken(fmt.Errorf("etcd sent nothing for %v, not even the progress asked for: %w", silent.Round(time.Millisecond), errSilent))
 				return
 			}
 			s.requestProgress(rctx)
@@ -332,11 +333,12 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 const (
 	watchProgressAfter = time.Second
 	watchSilenceLimit  = 5 * time.Second
+	// watchStartLimit bounds a watch's first read, the prefix's entries.
+	watchStartLimit = 10 * time.Second
 )
 
-// errSilent is why a watch's first read ended when etcd did not answer it
-// within watchSilenceLimit.
-var errSilent = fmt.Errorf("etcd did not answer within %v: the link to etcd is down or drops everything", watchSilenceLimit)
+// errSilent is why a watch ended when etcd did not answer it.
+var errSilent = errors.New("the link to etcd is down or drops everything")
 
 // requestProgress asks etcd for a progress notification on the watch stream
 // of ctx (whose metadata names the stream), at most once per
