@@ -221,6 +221,10 @@ func (r *replicaSet) client(t testing.TB, first int, opts ...leasehttp.ClientOpt
 const (
 	killReplica    chaos.Fault = "kill_replica"     // kill -9 one lease serve replica, restarted when healed
 	killEtcdLeader chaos.Fault = "kill_etcd_leader" // kill the etcd leader (no leadership transfer), restarted when healed
+	// kill every etcd member at once and start them all again at once (a
+	// power loss, a botched rolling restart): the outage is the restart,
+	// and the heal does nothing more.
+	restartEtcdCluster chaos.Fault = "restart_etcd_cluster"
 )
 
 // clientTimeout is the workers' leasehttp.WithTimeout: a request caught by
@@ -284,6 +288,19 @@ func replicatedEngine(t *testing.T, ttl time.Duration) chaos.Engine {
 				i := cluster.Leader(t)
 				cluster.Kill(t, i)
 				return fmt.Sprintf("kill etcd leader m%d", i), func(t testing.TB) { cluster.Restart(t, i) }
+			}},
+			{Kind: restartEtcdCluster, Inject: func(t testing.TB, _ *rand.Rand) (string, func(testing.TB)) {
+				for i := range cluster.Size() {
+					cluster.Kill(t, i)
+				}
+				// Together: a member does not start until a quorum has.
+				var wg sync.WaitGroup
+				for i := range cluster.Size() {
+					wg.Go(func() { cluster.Restart(t, i) })
+				}
+				wg.Wait()
+				cluster.Leader(t)
+				return "kill every etcd member and start them again", func(testing.TB) {}
 			}},
 		},
 		// etcdstore holds an etcd lease of ceil(TTL) + 1 s, which a new
@@ -572,4 +589,32 @@ func waitQueued(t *testing.T, cluster *etcdtest.Cluster, prefix, key string, n i
 		}
 		return err
 	})
+}
+
+// TestChaosReplicatedClusterRestart is TestChaosReplicatedServe's run with
+// the whole etcd cluster killed and started again, at once, under the
+// workers: tokens (etcd revisions, in the Raft log) must go on rising per
+// key, the guarded register must accept no stale write, and the workers
+// must make progress after each restart within progressBound of its end.
+func TestChaosReplicatedClusterRestart(t *testing.T) {
+	const ttl = 500 * time.Millisecond
+	cfg := plan(chaos.Config{Engine: replicatedEngine(t, ttl), Seed: 11, TTL: ttl, Kinds: []chaos.Fault{chaos.Pause, restartEtcdCluster}})
+	cfg.Keys, cfg.Workers = 2, 3
+	if !long() {
+		cfg.Faults = 3
+	}
+	cfg.ProgressTimeout = progressBound(ttl)
+	res := runChaos(t, cfg)
+	var ds []time.Duration
+	for _, r := range res.Stats.Recoveries {
+		if r.Fault == restartEtcdCluster && !r.Healed {
+			ds = append(ds, r.After)
+		}
+	}
+	if len(ds) == 0 {
+		t.Fatalf("no progress measured after a cluster restart: %+v", res.Stats.Recoveries)
+	}
+	slices.Sort(ds)
+	t.Logf("progress after a whole-cluster restart, from the kill: %d times, min %v, median %v, max %v (bound %v)",
+		len(ds), ds[0].Round(time.Millisecond), ds[(len(ds)-1)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), cfg.ProgressTimeout)
 }
