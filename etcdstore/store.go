@@ -89,8 +89,19 @@ func WithPrefix(p string) Option {
 	}
 }
 
+// The keep-alive of the connections Open makes: a ping after keepAliveTime
+// without traffic, and the connection closed when its answer has not come
+// within keepAliveTimeout.
+const (
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 5 * time.Second
+)
+
 // Open connects to the etcd cluster at endpoints and returns a Store that
-// owns the connection (Close closes it). Like New it refuses a cluster
+// owns the connection (Close closes it). Its connections ping a member
+// after 10 s without traffic and drop one that does not answer within 5 s,
+// so that a member whose link drops everything is left for the others
+// (New's client keeps its own settings). Like New it refuses a cluster
 // whose revision is behind the tokens already issued (ErrRevisionBehind).
 func Open(ctx context.Context, endpoints []string, opts ...Option) (*Store, error) {
 	if len(endpoints) == 0 {
@@ -99,8 +110,15 @@ func Open(ctx context.Context, endpoints []string, opts ...Option) (*Store, erro
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
-		Context:     context.WithoutCancel(ctx),
-		Logger:      zap.NewNop(),
+		// A member whose link drops everything without closing would
+		// otherwise keep its connection READY for good, and every request
+		// the balancer sends there would wait for its deadline. etcd
+		// refuses pings more often than every 5 s (--grpc-keepalive-min-time).
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		PermitWithoutStream:  true,
+		Context:              context.WithoutCancel(ctx),
+		Logger:               zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcdstore: connecting to %v: %v", lease.ErrUnavailable, endpoints, err)

@@ -121,3 +121,63 @@ func readyz(t *testing.T, base string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// memberDropBound is how soon a replica's etcd client stops sending
+// requests to a member whose link went silent: etcdstore's keep-alive, a
+// ping after 10 s without traffic unanswered for 5 s, and room for a
+// loaded machine.
+const memberDropBound = 25 * time.Second
+
+// TestReplicaWithOneSilentMember blackholes the link between a replica
+// and one of three etcd members (each member behind a proxy of its own),
+// the other two still reachable. Within memberDropBound the replica must
+// answer every request at once again: it used to keep the silent
+// connection in its etcd client's balancer for good, so that a request
+// sent there waited out the 10 s backend timeout, about every other Get
+// (6 rounds of 5 s: 2 answered in each).
+func TestReplicaWithOneSilentMember(t *testing.T) {
+	cluster := etcdtest.StartCluster(t, 3)
+	var pxs []*chaos.Proxies
+	var addrs []string
+	for _, ep := range cluster.Endpoints() {
+		px, err := chaos.NewProxies([]string{strings.TrimPrefix(ep, "http://")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer px.Close()
+		pxs, addrs = append(pxs, px), append(addrs, px.Listen(0))
+	}
+	rs := startReplicasOf(t, 1, "etcd://"+strings.Join(addrs, ",")+"/member")
+	c := rs.client(t, 0, leasehttp.WithTimeout(15*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "k", "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	blackhole(t, pxs[1])
+	holed := time.Now()
+	// A run of quick answers lasting quickRun, each Get within quick.
+	const quick, quickRun = 500 * time.Millisecond, 3 * time.Second
+	var runStart time.Time
+	for n := 0; ; n++ {
+		if since := time.Since(holed); since > memberDropBound {
+			t.Fatalf("%v after the blackhole, Gets through the replica still take over %v (%d asked)", since.Round(time.Millisecond), quick, n)
+		}
+		sent := time.Now()
+		if runStart.IsZero() {
+			runStart = sent
+		}
+		l, err := c.Get(ctx, "k")
+		if err != nil || l.Owner != "o" {
+			t.Fatalf("Get: %+v, %v", l, err)
+		}
+		if time.Since(sent) > quick {
+			runStart = time.Time{}
+			continue
+		}
+		if time.Since(runStart) >= quickRun {
+			t.Logf("every Get quick again from %v after the blackhole (%d asked)", runStart.Sub(holed).Round(time.Millisecond), n)
+			return
+		}
+	}
+}
