@@ -57,9 +57,10 @@ var _ lease.Watcher = (*Store)(nil)
 // silence — a link that drops everything without closing, a hung member:
 // its picture may then be stale — and when its reader leaves more than
 // watchhub.DefaultBuffer (1024) events unread. Its first read gives up
-// after watchStartLimit (10 s), which leaves room for a large prefix. Each watch is an etcd watch
-// of its own over the Store's prefix, filtered here: it costs etcd a watcher
-// and the client every change under the Store's prefix while it lasts.
+// after watchStartLimit (10 s), which leaves room for a large prefix.
+// Each watch is an etcd watch of its own over the Store's prefix, filtered
+// here: it costs etcd a watcher and the client every change under the
+// Store's prefix while it lasts.
 func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
 	return func(yield func(lease.Event, error) bool) {
 		wctx, cancel := context.WithCancel(ctx)

@@ -78,6 +78,12 @@ func TestClientRefusesAnotherStore(t *testing.T) {
 			if _, err := c.Acquire(ctxFor(t), "k", "second", time.Minute); err == nil {
 				t.Error("an acquire through a server of another store was granted, while the first store's holder holds the key")
 			}
+			// The watch is tried on both in turn, and never opens: the
+			// first is down, the second serves another store.
+			ch, _ := goWatch(t, c, "")
+			if it, ok := nextItem(t, ch, "the refused watch"); !ok || !errors.Is(it.err, lease.ErrUnavailable) {
+				t.Errorf("a watch through a server of another store: %+v (open %v); want no stream, ErrUnavailable", it, ok)
+			}
 		})
 	}
 }

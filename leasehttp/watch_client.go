@@ -263,8 +263,7 @@ func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadClo
 		cancel(nil)
 		return nil, 0, nil, err
 	}
-	switch {
-	case resp.StatusCode != http.StatusOK:
+	if resp.StatusCode != http.StatusOK {
 		defer cancel(nil)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
