@@ -27,7 +27,8 @@
 //     tells a release from an expiry. One small key per lease key ever
 //     released.
 //
-// and one high-water key per prefix (m). (Versions before the entries
+// and, per prefix, one high-water key and one store id (m; StoreID).
+// (Versions before the entries
 // kept a holder key 'h' and a queue 'w' per lease key, and a waiter created
 // the holder key when its turn came — a second write per hand-off. New
 // refuses a prefix that still holds such keys.)

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,22 +133,46 @@ func TestPrefixesDisjoint(t *testing.T) {
 	}
 }
 
-// TestStoreID: Stores on one cluster with one prefix have one StoreID; a
-// Store with another prefix, even one an operator takes for the same
-// ("lease/" and "/lease/"), has another; a long prefix still gives an id
-// leasehttp.WithStoreID takes.
+// TestStoreID: Stores on one cluster with one prefix have one StoreID,
+// also when they start at once on a new prefix; a Store with another
+// prefix, even one an operator takes for the same ("lease/" and
+// "/lease/"), or on another cluster, has another; a long prefix still
+// gives an id leasehttp.WithStoreID takes.
 func TestStoreID(t *testing.T) {
 	eps := etcdtest.Start(t)
 	p := uniquePrefix(t)
-	a, b := open(t, eps, etcdstore.WithPrefix(p)), open(t, eps, etcdstore.WithPrefix(p))
-	if a.StoreID() != b.StoreID() {
-		t.Errorf("one prefix, two ids: %q and %q", a.StoreID(), b.StoreID())
+	stores := make([]*etcdstore.Store, 6)
+	var wg sync.WaitGroup
+	for i := range stores {
+		wg.Go(func() {
+			s, err := etcdstore.Open(ctxFor(t), eps, etcdstore.WithPrefix(p))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			stores[i] = s
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	a := stores[0]
+	for _, b := range stores[1:] {
+		if a.StoreID() != b.StoreID() {
+			t.Errorf("one prefix, two ids: %q and %q", a.StoreID(), b.StoreID())
+		}
 	}
 	long := p + strings.Repeat("x", 300) + "/"
-	for _, other := range []*etcdstore.Store{
+	others := []*etcdstore.Store{
 		open(t, eps, etcdstore.WithPrefix("/"+p)),
 		open(t, eps, etcdstore.WithPrefix(long)),
-	} {
+	}
+	if os.Getenv(etcdtest.EnvEndpoints) == "" { // a cluster of its own
+		others = append(others, open(t, etcdtest.Start(t), etcdstore.WithPrefix(p)))
+	}
+	for _, other := range others {
 		id := other.StoreID()
 		if id == a.StoreID() {
 			t.Errorf("prefixes %q and another share the id %q", p, id)

@@ -36,7 +36,7 @@ type Store struct {
 	cli     *clientv3.Client
 	owned   bool // cli was made by Open and is closed by Close
 	prefix  string
-	cluster uint64 // the etcd cluster's ID, read by New
+	storeID string // StoreID's: the prefix and the store's id key, read by New
 
 	// maxRev is the highest revision seen in a response. A later response
 	// with a lower one means the cluster's history was rewound.
@@ -168,6 +168,9 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 	if err := s.checkHighWater(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.readStoreID(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -186,21 +189,43 @@ func (s *Store) checkLayout(ctx context.Context) error {
 	return nil
 }
 
-// StoreID names the leases the Store serves: the etcd cluster (its ID)
-// and the prefix, which together decide which leases a Store sees. Two
-// Stores with the same StoreID serve the same leases; a Store with
-// another prefix or on another cluster serves others, though its keys may
-// have the same names. lease serve sends it to clients (leasehttp
+// StoreID names the leases the Store serves: the prefix, and a random id
+// the first Store on the prefix writes under it, which every later one
+// reads. Two Stores with the same StoreID serve the same leases; a Store
+// with another prefix, or on another cluster, serves others, though its
+// keys may have the same names. The id is data in etcd, so a snapshot
+// restored (with --bump-revision, ETCD.md) keeps it: the store is the same,
+// though the cluster is new. lease serve sends it to clients (leasehttp
 // WithStoreID), so that a client listing several replicas finds one
-// configured with another --backend.
-// It is printable ASCII without spaces, at most 128 bytes: the prefix
-// path-escaped, or its SHA-256 when that would be longer.
-func (s *Store) StoreID() string {
-	id := fmt.Sprintf("etcd:%016x:%s", s.cluster, url.PathEscape(s.prefix))
-	if len(id) > 128 {
-		id = fmt.Sprintf("etcd:%016x:sha256:%x", s.cluster, sha256.Sum256([]byte(s.prefix)))
+// configured with another --backend. It is printable ASCII without
+// spaces, at most 128 bytes: "etcd:", the prefix path-escaped (its
+// SHA-256 when that would be too long), ":" and the id's 32 hex digits.
+func (s *Store) StoreID() string { return s.storeID }
+
+// readStoreID reads the prefix's store id, writing a new one if there is
+// none (Stores starting at once on a new prefix agree on the first
+// written), and sets s.storeID.
+func (s *Store) readStoreID(ctx context.Context) error {
+	k := s.path(kindMeta, "store-id")
+	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, lease.NewID().Reveal())).Commit()
+	if err != nil {
+		return fmt.Errorf("%w: etcdstore: writing the store id: %v", lease.ErrUnavailable, err)
 	}
-	return id
+	resp, err := s.cli.Get(ctx, k)
+	if err != nil {
+		return fmt.Errorf("%w: etcdstore: reading the store id: %v", lease.ErrUnavailable, err)
+	}
+	kvs := resp.Kvs
+	if len(kvs) != 1 || len(kvs[0].Value) != 32 || strings.Trim(string(kvs[0].Value), "0123456789abcdef") != "" {
+		return fmt.Errorf("%w: etcdstore: the store id at %q is not 32 hex digits", lease.ErrUnavailable, k)
+	}
+	p := url.PathEscape(s.prefix)
+	if len(p) > 128-len("etcd:")-1-32 {
+		p = fmt.Sprintf("sha256-%x", sha256.Sum256([]byte(s.prefix)))[:48]
+	}
+	s.storeID = "etcd:" + p + ":" + string(kvs[0].Value)
+	return nil
 }
 
 // Close revokes the idle etcd leases the Store keeps for reuse and, if Open
@@ -239,7 +264,7 @@ const (
 	// The entry with the oldest create revision is the holder; its create
 	// revision is the token.
 	kindEntry = 'e'
-	kindMeta  = 'm' // the high-water mark
+	kindMeta  = 'm' // the high-water mark, the store id
 	// kindReleased marks a release: written with the holder's entry's
 	// delete, so that a watch tells a release from an expiry (watch.go).
 	kindReleased = 'r'
@@ -359,7 +384,6 @@ func (s *Store) checkHighWater(ctx context.Context) error {
 		return fmt.Errorf("%w: etcdstore: reading the high-water mark: %v", lease.ErrUnavailable, err)
 	}
 	cur := resp.Header.Revision
-	s.cluster = resp.Header.ClusterId
 	var stored int64
 	if len(resp.Kvs) == 1 {
 		stored, err = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)

@@ -108,7 +108,7 @@
 //
 // A Server given WithStoreID names its store in the StoreHeader
 // (Lease-Store) header of every answer; lease serve over etcd gives the
-// cluster's ID and the prefix (etcdstore.Store.StoreID). A Client given
+// prefix and a random id kept under it (etcdstore.Store.StoreID). A Client given
 // several servers takes the first store named for the service's and
 // refuses an answer naming another, as a lost answer (lease.ErrUnavailable,
 // moving on to the next server): a replica given another prefix would
