@@ -27,7 +27,8 @@
 //     tells a release from an expiry. One small key per lease key ever
 //     released.
 //
-// and one high-water key per prefix (m). (Versions before the entries
+// and, per prefix, one high-water key and one store id (m; StoreID).
+// (Versions before the entries
 // kept a holder key 'h' and a queue 'w' per lease key, and a waiter created
 // the holder key when its turn came — a second write per hand-off. New
 // refuses a prefix that still holds such keys.)
@@ -176,7 +177,10 @@
 //
 // Store implements lease.Watcher (see Store.Watch) natively: a watch reads
 // the entries under its prefix at one revision and watches the Store's
-// keys from the next, so its state and its changes meet at one revision.
+// keys after it, so its state and its changes meet at one revision. A
+// watch that hears nothing from etcd for 5 s, though it asks for progress
+// after each second of silence, breaks (ErrUnavailable): over a link that
+// drops everything it would otherwise tell an old picture for good.
 // Acquisitions are an entry's creation (or, for a waiter, the deletion of
 // the last older one), renewals writes of the holder's entry, releases its
 // delete beside a release mark, expiries its delete by etcd when the etcd

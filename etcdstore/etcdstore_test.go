@@ -6,12 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/leasetest"
 )
 
@@ -126,5 +130,58 @@ func TestPrefixesDisjoint(t *testing.T) {
 				t.Errorf("store %q lists %q owned by %q", prefixes[i], l.Key, l.Owner)
 			}
 		}
+	}
+}
+
+// TestStoreID: Stores on one cluster with one prefix have one StoreID,
+// also when they start at once on a new prefix; a Store with another
+// prefix, even one an operator takes for the same ("lease/" and
+// "/lease/"), or on another cluster, has another; a long prefix still
+// gives an id leasehttp.WithStoreID takes.
+func TestStoreID(t *testing.T) {
+	eps := etcdtest.Start(t)
+	p := uniquePrefix(t)
+	stores := make([]*etcdstore.Store, 6)
+	var wg sync.WaitGroup
+	for i := range stores {
+		wg.Go(func() {
+			s, err := etcdstore.Open(ctxFor(t), eps, etcdstore.WithPrefix(p))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			stores[i] = s
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	a := stores[0]
+	for _, b := range stores[1:] {
+		if a.StoreID() != b.StoreID() {
+			t.Errorf("one prefix, two ids: %q and %q", a.StoreID(), b.StoreID())
+		}
+	}
+	long := p + strings.Repeat("x", 300) + "/"
+	others := []*etcdstore.Store{
+		open(t, eps, etcdstore.WithPrefix("/"+p)),
+		open(t, eps, etcdstore.WithPrefix(long)),
+	}
+	if os.Getenv(etcdtest.EnvEndpoints) == "" { // a cluster of its own
+		others = append(others, open(t, etcdtest.Start(t), etcdstore.WithPrefix(p)))
+	}
+	for _, other := range others {
+		id := other.StoreID()
+		if id == a.StoreID() {
+			t.Errorf("prefixes %q and another share the id %q", p, id)
+		}
+		srv, err := leasehttp.NewServer(other, leasehttp.WithStoreID(id))
+		if err != nil {
+			t.Errorf("WithStoreID(%q): %v", id, err)
+			continue
+		}
+		srv.Close()
 	}
 }

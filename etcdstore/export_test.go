@@ -55,3 +55,7 @@ func Waiting(ctx context.Context, s *Store, key string) (int, error) {
 	}
 	return max(int(resp.Count)-1, 0), nil
 }
+
+// WatchSilenceLimit is how long a watch hears nothing from etcd before it
+// breaks.
+const WatchSilenceLimit = watchSilenceLimit

@@ -3,8 +3,10 @@ package etcdstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,15 +34,19 @@ const DefaultPrefix = "lease/"
 // Store is a lease.Backend, lease.WaitAcquirer and lease.Watcher on etcd. It
 // is safe for concurrent use. See the package documentation for the model.
 type Store struct {
-	cli    *clientv3.Client
-	owned  bool // cli was made by Open and is closed by Close
-	prefix string
+	cli     *clientv3.Client
+	owned   bool // cli was made by Open and is closed by Close
+	prefix  string
+	storeID string // StoreID's: the prefix and the store's id key, read by New
 
 	// maxRev is the highest revision seen in a response. A later response
 	// with a lower one means the cluster's history was rewound.
 	maxRev atomic.Int64
 	broken atomic.Pointer[error]
 	hwNext atomic.Int64 // unix ns after which the next acquisition raises the high-water mark
+	// progressNext is the unix ns after which a silent watch asks etcd for
+	// progress again (requestProgress).
+	progressNext atomic.Int64
 
 	batch *batcher          // group commit of the transactions of Acquire, AcquireWait, Renew and Release
 	bg    *background.Group // revocations retried until etcd can be reached (revokeSurely)
@@ -85,8 +91,19 @@ func WithPrefix(p string) Option {
 	}
 }
 
+// The keep-alive of the connections Open makes: a ping after keepAliveTime
+// without traffic, and the connection closed when its answer has not come
+// within keepAliveTimeout.
+const (
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 5 * time.Second
+)
+
 // Open connects to the etcd cluster at endpoints and returns a Store that
-// owns the connection (Close closes it). Like New it refuses a cluster
+// owns the connection (Close closes it). Its connections ping a member
+// after 10 s without traffic and drop one that does not answer within 5 s,
+// so that a member whose link drops everything is left for the others
+// (New's client keeps its own settings). Like New it refuses a cluster
 // whose revision is behind the tokens already issued (ErrRevisionBehind).
 func Open(ctx context.Context, endpoints []string, opts ...Option) (*Store, error) {
 	if len(endpoints) == 0 {
@@ -95,8 +112,15 @@ func Open(ctx context.Context, endpoints []string, opts ...Option) (*Store, erro
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
-		Context:     context.WithoutCancel(ctx),
-		Logger:      zap.NewNop(),
+		// A member whose link drops everything without closing would
+		// otherwise keep its connection READY for good, and every request
+		// the balancer sends there would wait for its deadline. etcd
+		// refuses pings more often than every 5 s (--grpc-keepalive-min-time).
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		PermitWithoutStream:  true,
+		Context:              context.WithoutCancel(ctx),
+		Logger:               zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcdstore: connecting to %v: %v", lease.ErrUnavailable, endpoints, err)
@@ -149,6 +173,9 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		s.bg.Close()
 		return nil, err
 	}
+	if err := s.readStoreID(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -164,6 +191,45 @@ func (s *Store) checkLayout(ctx context.Context) error {
 			return fmt.Errorf("%w: etcdstore: prefix %q holds leases of an earlier etcdstore layout (key %q); let them expire or release them with that version, or use another prefix", lease.ErrUnavailable, s.prefix, resp.Kvs[0].Key)
 		}
 	}
+	return nil
+}
+
+// StoreID names the leases the Store serves: the prefix, and a random id
+// the first Store on the prefix writes under it, which every later one
+// reads. Two Stores with the same StoreID serve the same leases; a Store
+// with another prefix, or on another cluster, serves others, though its
+// keys may have the same names. The id is data in etcd, so a snapshot
+// restored (with --bump-revision, ETCD.md) keeps it: the store is the same,
+// though the cluster is new. lease serve sends it to clients (leasehttp
+// WithStoreID), so that a client listing several replicas finds one
+// configured with another --backend. It is printable ASCII without
+// spaces, at most 128 bytes: "etcd:", the prefix path-escaped (its
+// SHA-256 when that would be too long), ":" and the id's 32 hex digits.
+func (s *Store) StoreID() string { return s.storeID }
+
+// readStoreID reads the prefix's store id, writing a new one if there is
+// none (Stores starting at once on a new prefix agree on the first
+// written), and sets s.storeID.
+func (s *Store) readStoreID(ctx context.Context) error {
+	k := s.path(kindMeta, "store-id")
+	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, lease.NewID().Reveal())).Commit()
+	if err != nil {
+		return fmt.Errorf("%w: etcdstore: writing the store id: %v", lease.ErrUnavailable, err)
+	}
+	resp, err := s.cli.Get(ctx, k)
+	if err != nil {
+		return fmt.Errorf("%w: etcdstore: reading the store id: %v", lease.ErrUnavailable, err)
+	}
+	kvs := resp.Kvs
+	if len(kvs) != 1 || len(kvs[0].Value) != 32 || strings.Trim(string(kvs[0].Value), "0123456789abcdef") != "" {
+		return fmt.Errorf("%w: etcdstore: the store id at %q is not 32 hex digits", lease.ErrUnavailable, k)
+	}
+	p := url.PathEscape(s.prefix)
+	if len(p) > 128-len("etcd:")-1-32 {
+		p = fmt.Sprintf("sha256-%x", sha256.Sum256([]byte(s.prefix)))[:48]
+	}
+	s.storeID = "etcd:" + p + ":" + string(kvs[0].Value)
 	return nil
 }
 
@@ -206,7 +272,7 @@ const (
 	// The entry with the oldest create revision is the holder; its create
 	// revision is the token.
 	kindEntry = 'e'
-	kindMeta  = 'm' // the high-water mark
+	kindMeta  = 'm' // the high-water mark, the store id
 	// kindReleased marks a release: written with the holder's entry's
 	// delete, so that a watch tells a release from an expiry (watch.go).
 	kindReleased = 'r'

@@ -21,7 +21,8 @@ var _ lease.Watcher = (*Store)(nil)
 
 // Watch implements lease.Watcher with an etcd watch. A watch reads the
 // entries under the prefix at one revision R (a linearizable range read:
-// one instant of the store) and watches the Store's keys from R+1, so that
+// one instant of the store) and watches the Store's keys after R (an etcd
+// watch from R whose events of R are dropped), so that
 // its state and its changes meet at R with nothing missed or told twice,
 // in revision order. It keeps each key's entries, oldest first (the first
 // holds), and etcd's watch carries each change:
@@ -51,10 +52,15 @@ var _ lease.Watcher = (*Store)(nil)
 //
 // A watch breaks with an error matching lease.ErrUnavailable when etcd
 // cancels it (the revision was compacted, the member lost its leader, the
-// client closed), and when its reader leaves more than
-// watchhub.DefaultBuffer (1024) events unread. Each watch is an etcd watch
-// of its own over the Store's prefix, filtered here: it costs etcd a watcher
-// and the client every change under the Store's prefix while it lasts.
+// client closed), when etcd sends it nothing for watchSilenceLimit (5 s)
+// though it asks for progress after each watchProgressAfter (1 s) of
+// silence — a link that drops everything without closing, a hung member:
+// its picture may then be stale — and when its reader leaves more than
+// watchhub.DefaultBuffer (1024) events unread. Its first read gives up
+// after watchStartLimit (10 s), which leaves room for a large prefix.
+// Each watch is an etcd watch of its own over the Store's prefix, filtered
+// here: it costs etcd a watcher and the client every change under the
+// Store's prefix while it lasts.
 func (s *Store) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
 	return func(yield func(lease.Event, error) bool) {
 		wctx, cancel := context.WithCancel(ctx)
@@ -97,9 +103,14 @@ func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Su
 		return nil, err
 	}
 	floor := s.maxRev.Load()
-	resp, err := s.cli.Get(ctx, s.path(kindEntry, prefix), clientv3.WithPrefix())
+	// Bounded: over a link that drops everything the read would wait for
+	// good, and the watch's reader with it.
+	gctx, cancel := context.WithTimeoutCause(ctx, watchStartLimit,
+		fmt.Errorf("etcd did not answer the watch's first read within %v: %w", watchStartLimit, errSilent))
+	resp, err := s.cli.Get(gctx, s.path(kindEntry, prefix), clientv3.WithPrefix())
+	cancel()
 	if err != nil {
-		return nil, fail(ctx, "watch", prefix, err)
+		return nil, fail(gctx, "watch", prefix, err)
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		return nil, err
@@ -128,9 +139,14 @@ func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Su
 	for _, l := range sortedLeases(st.told) {
 		sub.Held(l)
 	}
+	// The etcd watch starts at the state's revision R, not R+1, and its
+	// events of R are dropped: etcd answers a progress request only for
+	// watches that start at or below its current revision, and a watch
+	// from R+1 where nothing is written would never hear one.
+	rev := resp.Header.Revision
 	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.prefix, clientv3.WithPrefix(),
-		clientv3.WithRev(resp.Header.Revision+1))
-	go s.publishChanges(ctx, hub, prefix, st, wch)
+		clientv3.WithRev(rev))
+	go s.publishChanges(ctx, hub, prefix, st, rev, wch)
 	return sub, nil
 }
 
@@ -199,17 +215,54 @@ func (s *Store) watchLease(key string, kv *mvccpb.KeyValue) (lease.Lease, error)
 	return l, nil
 }
 
-// publishChanges publishes the changes wch reports of the holders of keys
-// under prefix until ctx ends or etcd cancels the watch, which breaks it.
-func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix string, st *watchState, wch clientv3.WatchChan) {
+// publishChanges publishes the changes wch reports after revision seen of
+// the holders of keys under prefix until ctx ends, etcd cancels the watch
+// or falls silent, which breaks it.
+func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix string, st *watchState, seen int64, wch clientv3.WatchChan) {
 	marks := s.path(kindReleased, "")
 	broken := func(err error) {
 		hub.Close(fmt.Errorf("etcdstore: watch of %q: %w: %w", prefix, lease.ErrUnavailable, err))
 	}
-	for resp := range wch {
+	// etcd is asked for progress after each watchProgressAfter of silence;
+	// a watch that hears nothing for watchSilenceLimit, not even that,
+	// breaks: its picture may be stale, and a link that stays open while
+	// it drops everything would otherwise keep it open for good.
+	rctx := clientv3.WithRequireLeader(ctx)
+	quiet := time.NewTimer(watchProgressAfter)
+	defer quiet.Stop()
+	heard := time.Now()
+	for {
+		var resp clientv3.WatchResponse
+		select {
+		case r, ok := <-wch:
+			if !ok {
+				// The channel closed: ctx ended (the watch is over), or
+				// the client closed.
+				if ctx.Err() == nil {
+					broken(errors.New("the etcd watch ended"))
+				}
+				return
+			}
+			resp = r
+		case <-quiet.C:
+			if silent := time.Since(heard); silent >= watchSilenceLimit {
+				broken(fmt.Errorf("etcd sent nothing for %v, not even the progress asked for: %w", silent.Round(time.Millisecond), errSilent))
+				return
+			}
+			s.requestProgress(rctx)
+			quiet.Reset(watchProgressAfter)
+			continue
+		case <-ctx.Done():
+			return
+		}
+		heard = time.Now()
+		quiet.Reset(watchProgressAfter)
 		if err := resp.Err(); err != nil {
 			broken(err)
 			return
+		}
+		for len(resp.Events) > 0 && resp.Events[0].Kv.ModRevision <= seen {
+			resp.Events = resp.Events[1:] // in the state read already
 		}
 		// A release deletes the holder's entry and writes its mark in one
 		// revision, whose events come in one response (which may hold
@@ -269,9 +322,39 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 			}
 		}
 	}
-	// The channel closed: ctx ended (the watch is over), or the client
-	// closed.
-	if ctx.Err() == nil {
-		broken(errors.New("the etcd watch ended"))
+}
+
+// How a watch tells a live etcd from a silent link: after
+// watchProgressAfter without a response it asks etcd for a progress
+// notification (a response without events, which every watch on the
+// client's stream gets), and after watchSilenceLimit without any response
+// it breaks. The limit leaves room for several lost asks and an etcd
+// leader election (which a watch requiring a leader is cancelled by
+// anyway).
+const (
+	watchProgressAfter = time.Second
+	watchSilenceLimit  = 5 * time.Second
+	// watchStartLimit bounds a watch's first read, the prefix's entries.
+	watchStartLimit = 10 * time.Second
+)
+
+// errSilent is why a watch ended when etcd did not answer it.
+var errSilent = errors.New("the link to etcd is down or drops everything")
+
+// requestProgress asks etcd for a progress notification on the watch stream
+// of ctx (whose metadata names the stream), at most once per
+// watchProgressAfter for all of the Store's watches: etcd answers every
+// watch on the stream at once. It does not wait: a silent link can block
+// the send until ctx ends.
+func (s *Store) requestProgress(ctx context.Context) {
+	now := time.Now().UnixNano()
+	next := s.progressNext.Load()
+	if now < next || !s.progressNext.CompareAndSwap(next, now+int64(watchProgressAfter)) {
+		return
 	}
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, watchSilenceLimit)
+		defer cancel()
+		_ = s.cli.RequestProgress(ctx)
+	}()
 }

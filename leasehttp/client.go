@@ -44,7 +44,8 @@ type Client struct {
 	clientConfig
 	attempts int
 	backoff  time.Duration
-	left     givenUp // waits the callers gave up, ending in the background
+	left     givenUp   // waits the callers gave up, ending in the background
+	store    storeSeen // the store the first answer named (StoreHeader)
 }
 
 // clientConfig is what ClientOptions set, before the Client exists.
@@ -301,6 +302,9 @@ func (c *Client) roundTripTo(ctx context.Context, base, method, path string, bod
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if err := c.store.check(base, resp.Header.Get(StoreHeader)); err != nil {
+		return nil, err
+	}
 	buf := getBuf()
 	b, err := readBodyInto(*buf, io.LimitReader(resp.Body, maxResponseBytes+1), resp.ContentLength, 64<<10)
 	if err != nil {

@@ -16,7 +16,7 @@
 //	POST /v1/leases/{key}/release      {"id","token"}                200 {}                       409 not_held
 //	GET  /v1/leases/{key}              –                             200 lease (no id)            404 not_found
 //	GET  /v1/leases?prefix=P&limit=N&after=C                         200 {"leases":[…],"next"}    403 forbidden
-//	GET  /v1/watch?prefix=P            –                             200 text/event-stream        403 forbidden, 429 too_many_watchers, 501 unsupported
+//	GET  /v1/watch?prefix=P            –                             200 text/event-stream        403 forbidden, 429 too_many_watchers, 501 unsupported, 503 unavailable
 //	GET  /v1/stats?prefix=P            –                             200 the server's figures
 //	GET  /healthz                      –                             200 {"status":"ok"}
 //	GET  /readyz                       –                             200 {"status":"ready"}       503 unavailable
@@ -104,6 +104,16 @@
 // added to the read and write deadlines of the http.Server serving it, so
 // its ReadTimeout and WriteTimeout need not allow for waits.
 //
+// # Replicas of one store
+//
+// A Server given WithStoreID names its store in the StoreHeader
+// (Lease-Store) header of every answer; lease serve over etcd gives the
+// prefix and a random id kept under it (etcdstore.Store.StoreID). A Client given
+// several servers takes the first store named for the service's and
+// refuses an answer naming another, as a lost answer (lease.ErrUnavailable,
+// moving on to the next server): a replica given another prefix would
+// otherwise answer for a key held through the others as free.
+//
 // # Watching
 //
 // GET /v1/watch?prefix=P streams the backend's lease.Watcher as Server-Sent
@@ -136,7 +146,11 @@
 // credential may have WithMaxWatchers streams open (DefaultMaxWatchers =
 // 64; without credentials, all clients together); one more is 429
 // too_many_watchers until one of them ends. A backend that is not a
-// lease.Watcher answers 501 unsupported: list the prefix instead.
+// lease.Watcher answers 501 unsupported: list the prefix instead. The
+// answer's headers wait for the backend's watch to begin (its first event,
+// or its error): a watch the backend cannot begin now is answered 503
+// unavailable, which moves a Client listing several replicas on to the
+// next, as a failed request does.
 //
 // A stream ends with an end event (EndEvent; not "error", which an
 // EventSource fires for its own connection errors, so a browser would lose

@@ -46,6 +46,7 @@ type Server struct {
 	notifier lease.Notifier     // the backend's change notifications, if any
 	hosts    hostSet            // Hosts answered without credentials besides loopback
 	log      *slog.Logger
+	storeID  string // sent in StoreHeader; "" for none
 	maxWait  time.Duration
 	tickets  *tickets // waits kept in line between their requests
 	mux      *http.ServeMux
@@ -80,6 +81,7 @@ type serverConfig struct {
 	grace    time.Duration
 	hosts    hostSet
 	watch    watchConfig
+	storeID  string
 }
 
 // WithCredentials makes the server demand a bearer token from creds on every
@@ -163,7 +165,7 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{backend: b, log: cfg.log, maxWait: cfg.maxWait, hosts: cfg.hosts, mux: http.NewServeMux(),
+	s := &Server{backend: b, log: cfg.log, storeID: cfg.storeID, maxWait: cfg.maxWait, hosts: cfg.hosts, mux: http.NewServeMux(),
 		routes: map[string]http.Handler{}, queues: newQueues(), tickets: newTickets(cfg.grace)}
 	s.waitAcq, _ = b.(lease.WaitAcquirer)
 	s.notifier, _ = b.(lease.Notifier)
@@ -216,6 +218,9 @@ func NewServer(b lease.Backend, opts ...ServerOption) (*Server, error) {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.storeID != "" {
+		w.Header().Set(StoreHeader, s.storeID)
+	}
 	p := r.URL.EscapedPath()
 	if !strings.HasPrefix(p, "/") {
 		// A target that is not a path ("GET *", "CONNECT host:port"):

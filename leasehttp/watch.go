@@ -108,12 +108,26 @@ func (ws *watches) join(slot [sha256.Size]byte) bool {
 	return true
 }
 
+// full reports whether slot has as many streams open as the bound allows,
+// so that join would refuse one more.
+func (ws *watches) full(slot [sha256.Size]byte) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.open[slot] >= ws.max
+}
+
 func (ws *watches) leave(slot [sha256.Size]byte) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.open[slot]--; ws.open[slot] <= 0 {
 		delete(ws.open, slot)
 	}
+}
+
+// tooManyWatchers answers a watch past the bound of its credential.
+func (s *Server) tooManyWatchers() error {
+	return fmt.Errorf("%w: this credential has %d watch streams open, as many as the server allows; end one first",
+		ErrTooManyWatchers, s.watches.max)
 }
 
 // errCannotWatch answers a watch on a backend that is not a lease.Watcher.
@@ -195,17 +209,22 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	case s.closing.Err() != nil:
 		s.writeError(w, errShuttingDown)
 		return
-	case r.Method == http.MethodHead:
-		streamHeaders(w, s.watches.heartbeat)
-		return
 	}
 	var slot [sha256.Size]byte
 	if c != nil {
 		slot = c.sum
 	}
+	if r.Method == http.MethodHead {
+		// What GET would answer now, without taking a slot.
+		if s.watches.full(slot) {
+			s.writeError(w, s.tooManyWatchers())
+			return
+		}
+		streamHeaders(w, s.watches.heartbeat)
+		return
+	}
 	if !s.watches.join(slot) {
-		s.writeError(w, fmt.Errorf("%w: this credential has %d watch streams open, as many as the server allows; end one first",
-			ErrTooManyWatchers, s.watches.max))
+		s.writeError(w, s.tooManyWatchers())
 		return
 	}
 	defer s.watches.leave(slot)
@@ -229,11 +248,29 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 		wg.Go(func() { forwardWatch(ctx, s.watches.watcher, p, exact, snaps[i], changes) })
 	}
 
+	// The headers wait for the first prefix's watch to start (its first
+	// item): a backend that cannot watch now (a replica cut from etcd) is
+	// then answered with its error's status, 503, which moves a client
+	// listing several replicas on to the next, rather than with a 200
+	// stream that ends at once and keeps the client on this replica.
+	var first watchItem
+	select {
+	case first = <-snaps[0]:
+	case <-s.closing.Done():
+		s.writeError(w, errShuttingDown)
+		return
+	case <-ctx.Done():
+		return
+	}
+	if first.err != nil {
+		s.writeError(w, first.err)
+		return
+	}
 	st := newEventStream(w, r, s.watches.heartbeat)
 	st.encoded = &s.watches.last
 	defer st.close()
 	st.start(r.Header.Get("Last-Event-ID") != "")
-	err = s.runStream(ctx, st, c, credsAt, snaps, changes)
+	err = s.runStream(ctx, st, c, credsAt, first, snaps, changes)
 	if errors.Is(err, errClientGone) {
 		return
 	}
@@ -245,11 +282,12 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	st.fail(kindOf(err).code, msg)
 }
 
-// runStream writes the snapshots and then the changes until the stream
-// ends, and returns why: errClientGone when the client went away or a write
-// failed, else the error to tell the client.
+// runStream writes the snapshots, the first's first item already read,
+// and then the changes until the stream ends, and returns why:
+// errClientGone when the client went away or a write failed, else the
+// error to tell the client.
 func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, credsAt *[]credential,
-	snaps []chan watchItem, changes chan watchItem) error {
+	first watchItem, snaps []chan watchItem, changes chan watchItem) error {
 	beat := time.NewTimer(st.heartbeat)
 	defer beat.Stop()
 	// next waits for an item from ch, sending heartbeats meanwhile.
@@ -279,9 +317,17 @@ func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, 
 			}
 		}
 	}
+	pending := &first
+	take := func(snap chan watchItem) (watchItem, error) {
+		if p := pending; p != nil {
+			pending = nil
+			return *p, nil
+		}
+		return next(snap)
+	}
 	for _, snap := range snaps {
 		for {
-			it, err := next(snap)
+			it, err := take(snap)
 			if err != nil {
 				return err
 			}
@@ -451,8 +497,8 @@ func streamHeaders(w http.ResponseWriter, heartbeat time.Duration) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// start sends the headers and the reconnection delay at once, so the
-// client knows its watch was accepted before the snapshot is read.
+// start sends the headers and the reconnection delay at once, once the
+// backend's watch has begun, before the rest of the snapshot is read.
 func (st *eventStream) start(resumed bool) {
 	st.extend()
 	streamHeaders(st.w, st.heartbeat)

@@ -257,7 +257,13 @@ func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadClo
 		resp.Body.Close()
 		cancel(nil)
 		return nil, 0, nil, errWatchHeaders
-	case resp.StatusCode != http.StatusOK:
+	}
+	if err := c.store.check(base, resp.Header.Get(StoreHeader)); err != nil {
+		resp.Body.Close()
+		cancel(nil)
+		return nil, 0, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
 		defer cancel(nil)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

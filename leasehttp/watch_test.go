@@ -448,6 +448,13 @@ func TestWatchBoundPerCredential(t *testing.T) {
 	if status != 429 || !strings.Contains(body, `"code":"too_many_watchers"`) {
 		t.Fatalf("a third watch of one credential: HTTP %d %s, want 429 too_many_watchers", status, body)
 	}
+	// HEAD asks what GET would answer, and GET would refuse.
+	if status, _ := call(t, "HEAD", hs.URL+"/v1/watch", "token-a", ""); status != 429 {
+		t.Errorf("HEAD of a third watch of one credential: HTTP %d, want 429, as GET answers", status)
+	}
+	if status, _ := call(t, "HEAD", hs.URL+"/v1/watch", "token-b", ""); status != 200 {
+		t.Errorf("HEAD of another credential's first watch: HTTP %d, want 200", status)
+	}
 	ch, _ := goWatch(t, newClient(t, hs.URL, leasehttp.WithAuthToken("token-a")), "")
 	if err := watchErr(t, ch, "a watch past the bound"); !errors.Is(err, leasehttp.ErrTooManyWatchers) || errors.Is(err, lease.ErrUnavailable) {
 		t.Errorf("the client's watch past the bound: %v, want ErrTooManyWatchers (and not ErrUnavailable: watching again at once will not help)", err)
@@ -631,6 +638,47 @@ func TestWatchUnsupportedBackend(t *testing.T) {
 	ch, _ := goWatch(t, newClient(t, hs.URL), "")
 	if err := watchErr(t, ch, "a refused watch"); !errors.Is(err, errors.ErrUnsupported) || errors.Is(err, lease.ErrUnavailable) {
 		t.Errorf("the client's watch: %v, want errors.ErrUnsupported and not ErrUnavailable", err)
+	}
+}
+
+// cannotWatchNow is a backend whose every watch breaks before it begins, as
+// etcdstore's does on a replica cut from etcd.
+type cannotWatchNow struct{ lease.Backend }
+
+func (cannotWatchNow) Watch(context.Context, string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		yield(lease.Event{}, fmt.Errorf("%w: etcd did not answer", lease.ErrUnavailable))
+	}
+}
+
+// TestWatchThatCannotBeginIs503: a watch the backend cannot begin is
+// answered 503 unavailable, not 200 and a stream that ends at once, so
+// that a client listing several replicas moves on from this one (a
+// replica cut from etcd used to keep such a client's watches for good);
+// the backend's words stay in the log.
+func TestWatchThatCannotBeginIs503(t *testing.T) {
+	_, bad := startServer(t, cannotWatchNow{memtest.New(t)})
+	status, body := call(t, "GET", bad.URL+"/v1/watch", "", "")
+	if status != 503 || !strings.Contains(body, `"code":"unavailable"`) || strings.Contains(body, "etcd") {
+		t.Errorf("a watch the backend cannot begin: HTTP %d %s, want 503 unavailable without the backend's words", status, body)
+	}
+	mem := memtest.New(t)
+	_, good := startServer(t, mem)
+	mustAcquire(t, mem, "a")
+	c := newClient(t, bad.URL+","+good.URL)
+	for try := 1; ; try++ {
+		ch, cancel := goWatch(t, c, "")
+		it, ok := nextItem(t, ch, "the first event")
+		cancel()
+		if ok && it.err == nil {
+			if it.ev.Kind != lease.Held || it.ev.Lease.Key != "a" {
+				t.Fatalf("first event %+v, want a held (from the good server)", it.ev)
+			}
+			break
+		}
+		if try == 2 {
+			t.Fatalf("watch %d through the list: %+v (open %v), want the good server's stream", try, it, ok)
+		}
 	}
 }
 

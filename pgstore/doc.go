@@ -170,7 +170,10 @@
 // see Watching). Each Store keeps one
 // connection, taken out of its pool, listening on the channel and fans
 // notifications out to WaitChange calls for their key; WaitChange also
-// returns when the lease expires. If the listening connection breaks,
+// returns when the lease expires. If the listening connection breaks —
+// or stays silent for 5 s and then does not answer a SELECT 1 within 5 s
+// more, as over a link that drops everything without closing (the watch
+// channel's listener alike) —
 // notifications may have been missed: pending and new WaitChange
 // calls fail with an error matching lease.ErrUnavailable (lease.Client then
 // polls) until the listener has reconnected.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasehq/lease"
 )
@@ -205,7 +206,7 @@ func (n *notifier) listen(conn *pgx.Conn) error {
 	n.pid.Store(conn.PgConn().PID())
 	defer n.pid.Store(0)
 	for {
-		msg, err := conn.WaitForNotification(n.ctx)
+		msg, err := nextNotification(n.ctx, conn)
 		if err != nil {
 			return err
 		}
@@ -215,6 +216,33 @@ func (n *notifier) listen(conn *pgx.Conn) error {
 		}
 		delete(n.waiters, msg.Payload)
 		n.mu.Unlock()
+	}
+}
+
+// listenHealth is how long a listening connection may stay silent before
+// it is pinged; a ping not answered within it counts as a drop, as
+// redisstore's subscription does. Over a link that drops everything
+// without closing, a listener would otherwise wait for good, and the
+// watches and waits it serves would go on with an old picture.
+const listenHealth = 5 * time.Second
+
+// nextNotification waits for conn's next notification until ctx ends,
+// pinging the connection after each listenHealth of silence; a ping that
+// fails or takes longer ends it with the error.
+func nextNotification(ctx context.Context, conn *pgx.Conn) (*pgconn.Notification, error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenHealth)
+		msg, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !pgconn.Timeout(err) {
+			return msg, err
+		}
+		pctx, cancel := context.WithTimeout(ctx, listenHealth)
+		_, err = conn.Exec(pctx, "SELECT 1")
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("silent for %v, and a ping failed: %w", listenHealth, err)
+		}
 	}
 }
 

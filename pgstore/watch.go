@@ -194,7 +194,7 @@ func (s *Store) watchFeed(ctx context.Context) (*watchhub.Feed, error) {
 // fails or ctx ends.
 func (s *Store) listenChanges(ctx context.Context, conn *pgx.Conn, feed *watchhub.Feed) error {
 	for {
-		msg, err := conn.WaitForNotification(ctx)
+		msg, err := nextNotification(ctx, conn)
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,9 @@ type openedBackend struct {
 	lease.Backend
 	desc  string // for the log, without secrets
 	close func() error
+	// storeID names the leases served, for leasehttp.WithStoreID: set
+	// for etcd, whose replicas must agree on it; "" otherwise.
+	storeID string
 }
 
 // openBackend opens what `lease serve` serves: the bbolt store in
@@ -100,7 +103,7 @@ func openEngine(ctx context.Context, spec string, allowVolatile bool, verb strin
 		if err != nil {
 			return nil, fmt.Errorf("%s: --backend %s: %w", verb, redact(spec), err)
 		}
-		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
+		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close, storeID: s.StoreID()}, nil
 	case "redis", "rediss":
 		var opts []redisstore.Option
 		if allowVolatile {

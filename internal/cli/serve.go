@@ -41,6 +41,13 @@ const (
 	DefaultWaitGrace         = leasehttp.DefaultWaitGrace
 )
 
+// MaxHeaderBytes bounds a request's headers (http.Server.MaxHeaderBytes;
+// net/http allows 4 KiB more): a request over it is answered 431. The API
+// needs a few hundred bytes, and a browser's cookies fit; net/http's
+// default, 1 MiB, let every connection trickling headers hold a MiB, so
+// that --max-connections of them took gigabytes.
+const MaxHeaderBytes = 64 << 10
+
 func newServeCommand(a *app) *cobra.Command {
 	cfg := ServeConfig{}
 	cmd := &cobra.Command{
@@ -377,6 +384,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		leasehttp.WithMaxWait(s.cfg.MaxWait),
 		leasehttp.WithWaitGrace(s.cfg.WaitGrace),
 	}
+	if s.backend.storeID != "" {
+		apiOpts = append(apiOpts, leasehttp.WithStoreID(s.backend.storeID))
+	}
 	if len(creds) > 0 {
 		apiOpts = append(apiOpts, leasehttp.WithCredentials(creds))
 	} else {
@@ -407,6 +417,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if limit != nil {
@@ -423,7 +434,11 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 		s.errc <- err
 	}()
-	log.Info("listening", "addr", s.ln.Addr().String(), "tls", s.tlsCert.Load() != nil, "backend", s.backend.desc, "auth", len(creds) > 0)
+	attrs := []any{"addr", s.ln.Addr().String(), "tls", s.tlsCert.Load() != nil, "backend", s.backend.desc, "auth", len(creds) > 0}
+	if s.backend.storeID != "" {
+		attrs = append(attrs, "store", s.backend.storeID)
+	}
+	log.Info("listening", attrs...)
 	return nil
 }
 

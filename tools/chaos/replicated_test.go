@@ -75,6 +75,7 @@ const replicaToken = "chaos-replicas-0123456789abcdef"
 // at the URL the clients list.
 type replicaSet struct {
 	bin, backend, tokens, dir string
+	args                      []string // more flags of every replica
 	ports                     []int
 
 	mu    sync.Mutex
@@ -83,12 +84,17 @@ type replicaSet struct {
 
 func startReplicas(t *testing.T, n int, cluster *etcdtest.Cluster, prefix string) *replicaSet {
 	t.Helper()
-	r := &replicaSet{bin: leaseBinary(t), dir: t.TempDir()}
 	var hosts []string
 	for _, ep := range cluster.Endpoints() {
 		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
 	}
-	r.backend = "etcd://" + strings.Join(hosts, ",") + "/" + prefix
+	return startReplicasOf(t, n, "etcd://"+strings.Join(hosts, ",")+"/"+prefix)
+}
+
+// startReplicasOf starts n replicas serving --backend backend.
+func startReplicasOf(t *testing.T, n int, backend string, args ...string) *replicaSet {
+	t.Helper()
+	r := &replicaSet{bin: leaseBinary(t), dir: t.TempDir(), backend: backend, args: args}
 	r.tokens = filepath.Join(r.dir, "tokens")
 	if err := os.WriteFile(r.tokens, []byte(replicaToken+" *\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -152,8 +158,9 @@ func (r *replicaSet) start(i int) error {
 		return err
 	}
 	defer log.Close() // the child has its own descriptor
-	cmd := exec.Command(r.bin, "serve", "--addr", fmt.Sprintf("127.0.0.1:%d", r.ports[i]),
-		"--backend", r.backend, "--auth-tokens-file", r.tokens, "--shutdown-timeout", "2s")
+	args := append([]string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", r.ports[i]),
+		"--backend", r.backend, "--auth-tokens-file", r.tokens, "--shutdown-timeout", "2s"}, r.args...)
+	cmd := exec.Command(r.bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	p, err := serverproc.Start(cmd, nil, syscall.SIGKILL)
 	if err != nil {
@@ -214,6 +221,10 @@ func (r *replicaSet) client(t testing.TB, first int, opts ...leasehttp.ClientOpt
 const (
 	killReplica    chaos.Fault = "kill_replica"     // kill -9 one lease serve replica, restarted when healed
 	killEtcdLeader chaos.Fault = "kill_etcd_leader" // kill the etcd leader (no leadership transfer), restarted when healed
+	// kill every etcd member at once and start them all again at once (a
+	// power loss, a botched rolling restart): the outage is the restart,
+	// and the heal does nothing more.
+	restartEtcdCluster chaos.Fault = "restart_etcd_cluster"
 )
 
 // clientTimeout is the workers' leasehttp.WithTimeout: a request caught by
@@ -277,6 +288,19 @@ func replicatedEngine(t *testing.T, ttl time.Duration) chaos.Engine {
 				i := cluster.Leader(t)
 				cluster.Kill(t, i)
 				return fmt.Sprintf("kill etcd leader m%d", i), func(t testing.TB) { cluster.Restart(t, i) }
+			}},
+			{Kind: restartEtcdCluster, Inject: func(t testing.TB, _ *rand.Rand) (string, func(testing.TB)) {
+				for i := range cluster.Size() {
+					cluster.Kill(t, i)
+				}
+				// Together: a member does not start until a quorum has.
+				var wg sync.WaitGroup
+				for i := range cluster.Size() {
+					wg.Go(func() { cluster.Restart(t, i) })
+				}
+				wg.Wait()
+				cluster.Leader(t)
+				return "kill every etcd member and start them again", func(testing.TB) {}
 			}},
 		},
 		// etcdstore holds an etcd lease of ceil(TTL) + 1 s, which a new
@@ -565,4 +589,32 @@ func waitQueued(t *testing.T, cluster *etcdtest.Cluster, prefix, key string, n i
 		}
 		return err
 	})
+}
+
+// TestChaosReplicatedClusterRestart is TestChaosReplicatedServe's run with
+// the whole etcd cluster killed and started again, at once, under the
+// workers: tokens (etcd revisions, in the Raft log) must go on rising per
+// key, the guarded register must accept no stale write, and the workers
+// must make progress after each restart within progressBound of its end.
+func TestChaosReplicatedClusterRestart(t *testing.T) {
+	const ttl = 500 * time.Millisecond
+	cfg := plan(chaos.Config{Engine: replicatedEngine(t, ttl), Seed: 11, TTL: ttl, Kinds: []chaos.Fault{chaos.Pause, restartEtcdCluster}})
+	cfg.Keys, cfg.Workers = 2, 3
+	if !long() {
+		cfg.Faults = 3
+	}
+	cfg.ProgressTimeout = progressBound(ttl)
+	res := runChaos(t, cfg)
+	var ds []time.Duration
+	for _, r := range res.Stats.Recoveries {
+		if r.Fault == restartEtcdCluster && !r.Healed {
+			ds = append(ds, r.After)
+		}
+	}
+	if len(ds) == 0 {
+		t.Fatalf("no progress measured after a cluster restart: %+v", res.Stats.Recoveries)
+	}
+	slices.Sort(ds)
+	t.Logf("progress after a whole-cluster restart, from the kill: %d times, min %v, median %v, max %v (bound %v)",
+		len(ds), ds[0].Round(time.Millisecond), ds[(len(ds)-1)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), cfg.ProgressTimeout)
 }
