@@ -533,23 +533,33 @@ func TestDamagedDBAfterRestore(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, path := open(t)
-			must(t, s.Close())
-			s = openAt(t, path) // restarted: its tokens are the host clock's
-			acquireRelease(t, s, "k")
-			backup := backupTo(t, s)
-			restored := t.TempDir() + "/lease.db"
-			_, err := boltstore.Restore(backup, restored)
-			must(t, err)
-			r, err := boltstore.Open(restored)
-			must(t, err)
-			l, err := r.Acquire(context.Background(), damageKey, "o", time.Hour)
-			must(t, err)
-			must(t, r.Close())
+			restored, last := restoredAfterGrant(t)
 			tc.damage(t, restored)
-			refusedThenAbove(t, restored, restored, l.Token)
+			refusedThenAbove(t, restored, restored, last)
 		})
 	}
+}
+
+// restoredAfterGrant makes a store as a restore leaves it, its tokens the
+// bump ahead of the host clock (the store it was backed up from restarted
+// first, so that its own tokens are the clock's), and closes it after one
+// grant of damageKey, whose token it returns with the store's path.
+func restoredAfterGrant(t *testing.T) (string, lease.Token) {
+	t.Helper()
+	s, path := open(t)
+	must(t, s.Close())
+	s = openAt(t, path)
+	acquireRelease(t, s, "k")
+	backup := backupTo(t, s)
+	restored := t.TempDir() + "/lease.db"
+	_, err := boltstore.Restore(backup, restored)
+	must(t, err)
+	r, err := boltstore.Open(restored)
+	must(t, err)
+	l, err := r.Acquire(context.Background(), damageKey, "o", time.Hour)
+	must(t, err)
+	must(t, r.Close())
+	return restored, l.Token
 }
 
 // TestLostDBAfterRestoreKeepsTheLead: a restored store's tokens are the
@@ -575,24 +585,12 @@ func TestLostDBAfterRestoreKeepsTheLead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, path := open(t)
-			must(t, s.Close())
-			s = openAt(t, path) // restarted: its tokens are the host clock's
-			acquireRelease(t, s, "k")
-			backup := backupTo(t, s)
-			restored := t.TempDir() + "/lease.db"
-			_, err := boltstore.Restore(backup, restored)
-			must(t, err)
-			r, err := boltstore.Open(restored)
-			must(t, err)
-			l, err := r.Acquire(context.Background(), damageKey, "o", time.Hour)
-			must(t, err)
-			must(t, r.Close())
-			if clock := lease.Token(time.Now().UnixMicro()); l.Token < clock+1<<39 {
-				t.Fatalf("the restored store issued token %d, not the bump ahead of the clock (%d)", l.Token, clock)
+			restored, last := restoredAfterGrant(t)
+			if clock := lease.Token(time.Now().UnixMicro()); last < clock+1<<39 {
+				t.Fatalf("the restored store issued token %d, not the bump ahead of the clock (%d)", last, clock)
 			}
 			tc.damage(t, restored)
-			refusedThenAbove(t, restored, restored, l.Token)
+			refusedThenAbove(t, restored, restored, last)
 		})
 	}
 }
@@ -618,32 +616,22 @@ func TestLeadCopyDamagedOrMissing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, path := open(t)
-			must(t, s.Close())
-			s = openAt(t, path)
-			acquireRelease(t, s, "k")
-			backup := backupTo(t, s)
-			restored := t.TempDir() + "/lease.db"
-			_, err := boltstore.Restore(backup, restored)
-			must(t, err)
-			r, err := boltstore.Open(restored)
-			must(t, err)
-			last := acquireRelease(t, r, "k")
-			must(t, r.Close())
+			restored, last := restoredAfterGrant(t)
 			good := mustRead(t, restored+"-lead")
 			tc.damage(t, restored+"-lead")
-			r, err = boltstore.Open(restored)
+			r, err := boltstore.Open(restored)
 			must(t, err)
-			if got := acquireRelease(t, r, "k"); got <= last {
+			got := acquireRelease(t, r, "k")
+			if got <= last {
 				t.Fatalf("token %d after %d (I1)", got, last)
 			}
 			must(t, r.Close())
-			if got := mustRead(t, restored+"-lead"); !bytes.Equal(got, good) {
-				t.Errorf("the lead copy was not written again from lease.db's lead: %q, want %q", got, good)
+			if b := mustRead(t, restored+"-lead"); !bytes.Equal(b, good) {
+				t.Errorf("the lead copy was not written again from lease.db's lead: %q, want %q", b, good)
 			}
 			// With it written again, losing lease.db still keeps the lead.
 			must(t, os.Remove(restored))
-			refusedThenAbove(t, restored, restored, last)
+			refusedThenAbove(t, restored, restored, got)
 		})
 	}
 	t.Run("a symbolic link", func(t *testing.T) {
