@@ -6,6 +6,7 @@ stream, and raise their own classes, never a bare ValueError."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import socket
 import threading
 import time
@@ -211,13 +212,34 @@ def test_a_header_line_over_64_kib_is_an_answer_lost(raw: Callable[[Answer], Raw
         get(s.url, asynchronous)
 
 
-class FakeLeaseServer:
+class Quiet(http.server.BaseHTTPRequestHandler):
+    """A handler of HTTP/1.1 requests that logs nothing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class HandlerServer:
+    """Serves handler on a free loopback port, in threads, until close()."""
+
+    def __init__(self, handler: type[Quiet]) -> None:
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+class FakeLeaseServer(HandlerServer):
     """Grants every acquire (token 7) and answers each renew batch with
     renewal(n, item), n counting the batches from 1: the JSON text of one
     result."""
 
     def __init__(self, renewal: Callable[[int, dict[str, Any]], str], *, acquire_delay: float = 0.0, hang: str = "") -> None:
-        import http.server
         import json
 
         self.batches = 0
@@ -225,12 +247,7 @@ class FakeLeaseServer:
         self.requests: list[str] = []
         fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(Quiet):
             def do_POST(self) -> None:
                 req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append(self.path)
@@ -254,13 +271,7 @@ class FakeLeaseServer:
                 self.end_headers()
                 self.wfile.write(b)
 
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.srv.shutdown()
-        self.srv.server_close()
+        super().__init__(Handler)
 
 
 def renewed(ttl_ms: str) -> Callable[[int, dict[str, Any]], str]:
@@ -445,7 +456,7 @@ def test_an_event_stream_that_is_not_utf8_is_an_unexpected_answer() -> None:
     assert cut.feed("é".encode()[-1:] + b"\n\n")[0].data == "é"
 
 
-class StoreServer:
+class StoreServer(HandlerServer):
     """A lease server of the store named store (its Lease-Store header; None:
     none, as an older server or another backend) on which every key is held
     with token: acquire grants it, get shows it, and a watch opens synced.
@@ -453,18 +464,12 @@ class StoreServer:
     refusing connections and no pooled connection to it."""
 
     def __init__(self, store: str | None, token: int) -> None:
-        import http.server
         import json
 
         self.requests: list[str] = []
         fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(Quiet):
             def head(self, content_type: str, length: int | None) -> None:
                 self.send_response(200)
                 if store is not None:
@@ -497,13 +502,7 @@ class StoreServer:
                 req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 self.answer(req.get("ttl_ms", 60_000))
 
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.srv.shutdown()
-        self.srv.server_close()
+        super().__init__(Handler)
 
 
 def through_another(a: StoreServer, urls: list[str], asynchronous: bool) -> list[object]:
