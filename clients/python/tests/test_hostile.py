@@ -6,10 +6,11 @@ stream, and raise their own classes, never a bare ValueError."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -211,13 +212,34 @@ def test_a_header_line_over_64_kib_is_an_answer_lost(raw: Callable[[Answer], Raw
         get(s.url, asynchronous)
 
 
-class FakeLeaseServer:
+class Quiet(http.server.BaseHTTPRequestHandler):
+    """A handler of HTTP/1.1 requests that logs nothing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class HandlerServer:
+    """Serves handler on a free loopback port, in threads, until close()."""
+
+    def __init__(self, handler: type[Quiet]) -> None:
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+class FakeLeaseServer(HandlerServer):
     """Grants every acquire (token 7) and answers each renew batch with
     renewal(n, item), n counting the batches from 1: the JSON text of one
     result."""
 
     def __init__(self, renewal: Callable[[int, dict[str, Any]], str], *, acquire_delay: float = 0.0, hang: str = "") -> None:
-        import http.server
         import json
 
         self.batches = 0
@@ -225,12 +247,7 @@ class FakeLeaseServer:
         self.requests: list[str] = []
         fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(Quiet):
             def do_POST(self) -> None:
                 req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append(self.path)
@@ -254,13 +271,7 @@ class FakeLeaseServer:
                 self.end_headers()
                 self.wfile.write(b)
 
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.srv.shutdown()
-        self.srv.server_close()
+        super().__init__(Handler)
 
 
 def renewed(ttl_ms: str) -> Callable[[int, dict[str, Any]], str]:
@@ -443,3 +454,116 @@ def test_an_event_stream_that_is_not_utf8_is_an_unexpected_answer() -> None:
     cut = EventStreamParser()
     assert cut.feed("data: é".encode()[:-1]) == []  # a character cut between chunks is kept whole
     assert cut.feed("é".encode()[-1:] + b"\n\n")[0].data == "é"
+
+
+class StoreServer(HandlerServer):
+    """A lease server of the store named store (its Lease-Store header; None:
+    none, as an older server or another backend) on which every key is held
+    with token: acquire grants it, get shows it, and a watch opens synced.
+    Every answer closes its connection, so that close() leaves the port
+    refusing connections and no pooled connection to it."""
+
+    def __init__(self, store: str | None, token: int) -> None:
+        import json
+
+        self.requests: list[str] = []
+        fake = self
+
+        class Handler(Quiet):
+            def head(self, content_type: str, length: int | None) -> None:
+                self.send_response(200)
+                if store is not None:
+                    self.send_header("Lease-Store", store)
+                self.send_header("Content-Type", content_type)
+                if length is not None:
+                    self.send_header("Content-Length", str(length))
+                self.send_header("Connection", "close")
+                self.end_headers()
+
+            def answer(self, ttl_ms: int) -> None:
+                fake.requests.append(f"{self.command} {self.path}")
+                if self.path.startswith("/v1/watch"):
+                    self.head("text/event-stream", None)
+                    self.wfile.write(b"event: synced\ndata: {}\n\n")
+                    self.wfile.flush()
+                    threading.Event().wait(5)  # open until the client hangs up, or 5 s
+                    return
+                key = self.path.split("/")[3]
+                out = b"{}" if self.path.endswith("/release") else (
+                    '{"key":"%s","owner":"o","token":%d,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}'
+                    % (key, token, "a" * 32, ttl_ms)).encode()
+                self.head("application/json", len(out))
+                self.wfile.write(out)
+
+            def do_GET(self) -> None:
+                self.answer(60_000)
+
+            def do_POST(self) -> None:
+                req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.answer(req.get("ttl_ms", 60_000))
+
+        super().__init__(Handler)
+
+
+def through_another(a: StoreServer, urls: list[str], asynchronous: bool) -> list[object]:
+    """What a client given a's URL and then b's gets, once a has granted k and
+    stopped, from get, try_acquire and a watch's first event: each the
+    result or the UnavailableError."""
+    if asynchronous:
+        async def go() -> list[object]:
+            async def first_event(c: AsyncLeaseClient) -> object:
+                async with c.watch("", reconnect=False) as w:
+                    return await w.__anext__()
+
+            out: list[object] = []
+            async with AsyncLeaseClient(urls) as c:
+                assert (await c.try_acquire("k", 60)).token == 7  # through a
+                a.close()
+                calls: list[Callable[[], Awaitable[object]]] = [
+                    lambda: c.get("k"), lambda: c.try_acquire("k", 60), lambda: first_event(c)]
+                for f in calls:
+                    try:
+                        out.append(await f())
+                    except UnavailableError as e:
+                        out.append(e)
+                return out
+
+        return asyncio.run(asyncio.wait_for(go(), 30))
+
+    def first_event(c: LeaseClient) -> object:
+        with c.watch("", reconnect=False) as w:
+            return next(w)
+
+    out: list[object] = []
+    with LeaseClient(urls) as c:
+        assert c.try_acquire("k", 60).token == 7  # through a
+        a.close()
+        calls: list[Callable[[], object]] = [lambda: c.get("k"), lambda: c.try_acquire("k", 60), lambda: first_event(c)]
+        for f in calls:
+            try:
+                out.append(f())
+            except UnavailableError as e:
+                out.append(e)
+    return out
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("second", ["store-b", None], ids=["another-store", "no-store-id"])
+def test_a_server_of_another_store_than_the_first_answer_named_is_refused(second: str | None, asynchronous: bool) -> None:
+    # Two replicas given different etcd prefixes: the second shows its own
+    # holder of k (token 8) where the first granted it (token 7). Once the
+    # first stops, the client refuses the second's answers, a watch's
+    # opening too, as answers lost; a server that names no store is used.
+    a, b = StoreServer("store-a", 7), StoreServer(second, 8)
+    try:
+        got = through_another(a, [a.url, b.url], asynchronous)
+    finally:
+        a.close()
+        b.close()
+    if second is None:
+        assert [getattr(x, "token", getattr(x, "kind", x)) for x in got] == [8, 8, "synced"]
+        return
+    for x in got:
+        assert isinstance(x, UnavailableError), x
+        assert f"{b.url} serves another store than {a.url} (Lease-Store 'store-b', not 'store-a')" in str(x)
+    assert "POST /v1/leases/k/acquire" in b.requests and "GET /v1/watch" in b.requests

@@ -21,6 +21,16 @@ import { type Op, operations, type Operations } from "./operations.js";
 /** HEARTBEAT_HEADER says a watch stream's heartbeat in milliseconds. */
 export const HEARTBEAT_HEADER = "Lease-Heartbeat-Ms";
 
+/**
+ * STORE_HEADER names the store a server serves (lease serve over etcd sends
+ * it: leasehttp.StoreHeader). An Api given several servers keeps the first
+ * value it gets and refuses an answer that names another store, as the Go
+ * and Python clients do: a replica given another etcd cluster or prefix
+ * serves other leases, and a key held through one would look free through
+ * the other.
+ */
+export const STORE_HEADER = "Lease-Store";
+
 /** DEFAULT_HEARTBEAT_MS is the heartbeat assumed of a server that does not say its own (leasehttp.DefaultHeartbeat). */
 export const DEFAULT_HEARTBEAT_MS = 15_000;
 
@@ -238,6 +248,8 @@ export class Api {
   readonly #auth: string | undefined;
   readonly #send: Transport;
   #preferred = 0;
+  /** The store the first answer that named one named (STORE_HEADER), and the origin that named it. */
+  #store: { readonly id: string; readonly origin: string } | undefined;
 
   constructor(server: string | URL | readonly (string | URL)[], bearer: string | undefined, fetchImpl: typeof globalThis.fetch | undefined) {
     const list: readonly unknown[] = Array.isArray(server) ? server : [server];
@@ -284,6 +296,23 @@ export class Api {
   /** moveOn makes the endpoint after at the first to try, if at still is. */
   moveOn(at: number): void {
     if (this.#preferred === at) this.#preferred = (at + 1) % this.#bases.length;
+  }
+
+  /**
+   * otherStore returns why an answer from origin naming the store id
+   * (STORE_HEADER; null: none) is not used, or undefined when it may be: it
+   * names the store the first answer that named one named, or none (a
+   * server without a store id, an older one, is not checked).
+   */
+  #otherStore(origin: string, id: string | null): string | undefined {
+    if (id === null || id === "") return undefined;
+    if (this.#store === undefined) {
+      this.#store = { id, origin };
+      return undefined;
+    }
+    if (id === this.#store.id) return undefined;
+    return `${origin} serves another store than ${this.#store.origin} (${STORE_HEADER} ${JSON.stringify(id)}, not ${JSON.stringify(this.#store.id)}): ` +
+      "every replica must be given the same --backend, the same etcd cluster and prefix; its answer is not used";
   }
 
   /**
@@ -339,6 +368,18 @@ export class Api {
         failed.push(`${origin}: ${errText(err)}`);
         lost ||= !never;
         cause = err;
+        continue;
+      }
+      // An answer from a server of another store is not used: it is an
+      // answer lost (the request may have been done there), as in the Go
+      // client.
+      const refused = this.#otherStore(origin, res.header(STORE_HEADER));
+      if (refused !== undefined) {
+        await res.body?.cancel().catch(() => undefined);
+        this.moveOn(at);
+        if (!resend) throw new UnavailableError(`lease: ${what()}: ${refused}; the outcome is unknown${tried(failed)}`);
+        failed.push(refused);
+        lost = true;
         continue;
       }
       // A 5xx says this server could not do it (a 501, that no server

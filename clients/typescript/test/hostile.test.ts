@@ -9,7 +9,7 @@ import { type AddressInfo, createServer as createTCPServer, type Socket } from "
 import { after, test } from "node:test";
 
 import { Api } from "../src/api.js";
-import { LeaseClient, LeaseLostError, UnexpectedAnswerError } from "../src/index.js";
+import { LeaseClient, LeaseLostError, UnavailableError, UnexpectedAnswerError } from "../src/index.js";
 import { body } from "./harness.js";
 
 const ID = "a".repeat(32);
@@ -260,4 +260,68 @@ await c.acquire("k", { ttlMs: 60_000, signal: ctl.signal }).catch((e) => console
   assert.equal(exited, 0);
   assert.match(out, /gave up/);
   assert.ok(performance.now() - start < 3_000, `the process ran ${Math.round(performance.now() - start)} ms`);
+});
+
+/**
+ * storeServer is a lease server of the store named store (its Lease-Store
+ * header; undefined: none, as an older server or another backend) on which
+ * every key is held with token: acquire grants it, get shows it, and a
+ * watch opens synced. down() stops it: its port refuses connections.
+ */
+async function storeServer(store: string | undefined, token: number): Promise<{ url: string; down(): void; asked: string[] }> {
+  const asked: string[] = [];
+  const srv = createServer((req, res) => {
+    void body(req).then((text) => {
+      const url = req.url ?? "";
+      asked.push(`${req.method} ${url}`);
+      const headers: Record<string, string> = store === undefined ? {} : { "Lease-Store": store };
+      if (url.startsWith("/v1/watch")) {
+        res.writeHead(200, { ...headers, "Content-Type": "text/event-stream", "Lease-Heartbeat-Ms": "15000" });
+        res.write("retry: 1000\n\nid: 1\nevent: synced\ndata: {}\n\n");
+        return; // open until the client closes it
+      }
+      const key = decodeURIComponent(url.split("/")[3] ?? "");
+      const ttl = url.endsWith("/acquire") ? (JSON.parse(text) as { ttl_ms: number }).ttl_ms : 60_000;
+      res.writeHead(200, { ...headers, "Content-Type": "application/json" });
+      res.end(url.endsWith("/release") ? "{}" : leaseText(key, String(token), ttl));
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const down = () => {
+    srv.close();
+    srv.closeAllConnections();
+  };
+  after(down);
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, down, asked };
+}
+
+test("a server naming another store than the first answer did is refused as unavailable, a watch's opening too; one naming none is used", async () => {
+  for (const second of ["store-b", undefined]) {
+    const a = await storeServer("store-a", 7);
+    const b = await storeServer(second, 8); // another prefix: it shows its own holder of the key
+    const c = new LeaseClient({ server: [a.url, b.url], owner: "o" });
+    const hold = await c.tryAcquire("k", { ttlMs: 60_000 }); // through a, which names store-a
+    assert.equal(hold.token, 7);
+    a.down();
+    if (second === undefined) {
+      assert.equal((await c.get("k"))?.token, 8, "the answer of a server without Lease-Store was not used");
+      const w = c.watch("");
+      assert.deepEqual((await w.next()).value, { kind: "synced" });
+      await w.return();
+      await hold.release();
+      continue;
+    }
+    const another = (err: unknown) => {
+      assert.ok(err instanceof UnavailableError, String(err));
+      assert.match(err.message, new RegExp(`${b.url} serves another store than ${a.url} \\(Lease-Store "store-b", not "store-a"\\)`));
+      return true;
+    };
+    await assert.rejects(c.get("k"), another, "get returned the other store's lease");
+    await assert.rejects(c.tryAcquire("k", { ttlMs: 60_000 }), another, "an acquire was granted through a server of another store");
+    assert.ok(b.asked.includes("POST /v1/leases/k/acquire"), b.asked.join("\n"));
+    await assert.rejects(c.watch("").next(), another, "a watch opened on a server of another store");
+    assert.ok(b.asked.includes("GET /v1/watch"), b.asked.join("\n"));
+    // Its release is refused too: the hold is let go of, as a's holder keeps the key until its TTL.
+    await assert.rejects(hold.release(), another);
+  }
 });

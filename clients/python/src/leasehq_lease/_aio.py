@@ -19,7 +19,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coro
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
-from ._endpoints import MAX_ANSWER, Endpoints, Failed, Plan, TooLarge, unanswered
+from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, unanswered, unopened
 from ._errors import (
     HeldError,
     LeaseError,
@@ -62,12 +62,13 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class _Answer:
-    __slots__ = ("status", "body", "close")
+    __slots__ = ("status", "body", "close", "store")
 
-    def __init__(self, status: int, body: bytes, close: bool) -> None:
+    def __init__(self, status: int, body: bytes, close: bool, store: str | None) -> None:
         self.status = status
         self.body = body
         self.close = close
+        self.store = store
 
 
 async def _read_head(r: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
@@ -221,6 +222,7 @@ class _Transport:
                 a = await asyncio.wait_for(self._answer(r), timeout)
             else:
                 a = await self._answer_or_linger(r, w, timeout, late)
+            self.endpoints.check_store(i, a.store)
             ok = True
         except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             raise Failed(e, False) from e
@@ -289,7 +291,7 @@ class _Transport:
     async def _answer(self, r: asyncio.StreamReader) -> _Answer:
         status, headers = await _read_head(r)
         body, close = await _read_body(r, headers)
-        return _Answer(status, body, close or headers.get("connection", "").lower() == "close")
+        return _Answer(status, body, close or headers.get("connection", "").lower() == "close", headers.get(STORE_HEADER.lower()))
 
     async def request(
         self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
@@ -333,6 +335,7 @@ class _Transport:
                 try:
                     c[1].write(self._request_bytes(i, "GET", path, None, "text/event-stream"))
                     status, headers = await asyncio.wait_for(_read_head(c[0]), timeout)
+                    self.endpoints.check_store(i, headers.get(STORE_HEADER.lower()))
                 except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     c[1].close()
                     raise Failed(e, False) from e
@@ -340,7 +343,7 @@ class _Transport:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
                 if pause is None:
-                    raise UnavailableError(f"lease: watch: could not reach {self.endpoints.all[i].url}: {f.cause!r}") from f.cause
+                    raise unopened(self.endpoints.all[i].url, f.cause) from f.cause
                 await asyncio.sleep(pause)
                 continue
             if status == 200:

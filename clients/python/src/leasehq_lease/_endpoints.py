@@ -28,6 +28,24 @@ class TooLarge(OSError):
         super().__init__(f"the answer is larger than {MAX_ANSWER} bytes")
 
 
+STORE_HEADER: Final = "Lease-Store"
+"""The answer header naming the store a server serves (lease serve over etcd
+sends it: leasehttp.StoreHeader)."""
+
+
+class OtherStore(OSError):
+    """An answer naming another store (STORE_HEADER) than the first answer
+    that named one: a replica given another etcd cluster or prefix, where a
+    key held through the others looks free. Not used: the request failed as
+    if its answer was lost, as in the Go and TypeScript clients."""
+
+    def __init__(self, url: str, first_url: str, store: str, first: str) -> None:
+        super().__init__(
+            f"{url} serves another store than {first_url} ({STORE_HEADER} {store!r}, not {first!r}): "
+            "every replica must be given the same --backend, the same etcd cluster and prefix; its answer is not used"
+        )
+
+
 class Endpoint(NamedTuple):
     url: str
     tls: bool
@@ -74,6 +92,23 @@ class Endpoints:
         self.all = endpoints
         self._cur = 0
         self._lock = threading.Lock()
+        self._store: tuple[str, str] | None = None  # the first store named, and the URL that named it
+
+    def check_store(self, used: int, store: str | None) -> None:
+        """Raises OtherStore if store, the STORE_HEADER of an answer from
+        endpoint used, names another store than the first answer that named
+        one; None or "" (a server without a store id, an older one) is not
+        checked."""
+        if not store:
+            return
+        url = self.all[used].url
+        with self._lock:
+            if self._store is None:
+                self._store = (store, url)
+                return
+            first, first_url = self._store
+        if store != first:
+            raise OtherStore(url, first_url, store, first)
 
     def current(self) -> int:
         return self._cur
@@ -122,3 +157,10 @@ def unanswered(method: str, path: str, url: str, cause: BaseException, never_lef
     what = "could not reach" if never_left else "lost the answer of"
     outcome = "" if never_left or repeatable else "; its outcome is unknown"
     return UnavailableError(f"lease: {method} {path}: {what} {url}: {cause!r}{outcome}")
+
+
+def unopened(url: str, cause: BaseException) -> UnavailableError:
+    """The error of a watch that could not be opened on url, the last tried."""
+    if isinstance(cause, OtherStore):
+        return UnavailableError(f"lease: watch: {cause}")
+    return UnavailableError(f"lease: watch: could not reach {url}: {cause!r}")

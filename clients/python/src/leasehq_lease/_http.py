@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Final
 
-from ._endpoints import MAX_ANSWER, Endpoints, Failed, Plan, TooLarge, unanswered
-from ._errors import LeaseError, UnavailableError, error_from_answer
+from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, unanswered, unopened
+from ._errors import LeaseError, error_from_answer
 
 IDLE_KEEP: Final = 60.0
 """A pooled connection idle this long is closed rather than reused: well
@@ -101,6 +101,7 @@ class Transport:
         try:
             c.request(method, ep.path + path, body, self.headers if body is not None else self.get_headers)
             r = c.getresponse()
+            self.endpoints.check_store(i, r.getheader(STORE_HEADER))
             data = _read(r)
         except (OSError, http.client.HTTPException) as e:
             c.close()
@@ -161,6 +162,7 @@ class Transport:
                 try:
                     c.request("GET", ep.path + path, None, headers)
                     r = c.getresponse()
+                    self.endpoints.check_store(i, r.getheader(STORE_HEADER))
                 except (OSError, http.client.HTTPException) as e:
                     c.close()
                     raise Failed(e, False) from e
@@ -168,7 +170,7 @@ class Transport:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
                 if pause is None:
-                    raise UnavailableError(f"lease: watch: could not reach {ep.url}: {f.cause!r}") from f.cause
+                    raise unopened(ep.url, f.cause) from f.cause
                 time.sleep(pause)
                 continue
             if r.status == 200:
