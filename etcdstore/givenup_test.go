@@ -10,6 +10,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/etcdstore"
 	"github.com/leasehq/lease/internal/testkit/etcdtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 )
 
 // TestAcquireGivenUpAsLeaderDies: an Acquire whose ctx ends while the etcd
@@ -43,23 +44,20 @@ func TestAcquireGivenUpAsLeaderDies(t *testing.T) {
 			continue // granted and answered: the key is held by a caller that knows it
 		}
 		failed++
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		// The revoke is retried in the background: the key must come free.
+		poll.Until(t, 10*time.Second, func() error {
 			l, err := s.Acquire(context.Background(), k, "next", time.Minute)
 			if err == nil {
 				if err := s.Release(context.Background(), l); err != nil {
 					t.Fatal(err)
 				}
-				break
+				return nil
 			}
 			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, lease.ErrUnavailable) {
 				t.Fatal(err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("trial %d: %q still held 10 s after its Acquire failed as the leader died: %v", trial, k, err)
-			}
-			time.Sleep(50 * time.Millisecond) // real time: the revoke is retried in the background
-		}
+			return fmt.Errorf("trial %d: %q still held after its Acquire failed as the leader died: %w", trial, k, err)
+		})
 	}
 	if failed == 0 {
 		t.Fatalf("no Acquire of %d failed as the leader died: the test did not cut one off", trials)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -59,14 +60,18 @@ func TestRetry(t *testing.T) {
 		return false
 	})
 	<-done
-	inner := background.New()
-	defer inner.Close()
-	var n atomic.Int32
-	inner.Retry(time.Now().Add(50*time.Millisecond), func(context.Context) bool { n.Add(1); return false })
-	time.Sleep(time.Second) // real time: the bound passes
-	before := n.Load()
-	time.Sleep(1200 * time.Millisecond) // real time: longer than the longest pause
-	if after := n.Load(); after != before {
-		t.Fatalf("a Retry bounded by 50 ms still tries a second later (%d tries, then %d)", before, after)
-	}
+	// On the bubble's clock: the bound passes, then longer than the
+	// longest pause.
+	synctest.Test(t, func(t *testing.T) {
+		inner := background.New()
+		defer inner.Close()
+		var n atomic.Int32
+		inner.Retry(time.Now().Add(50*time.Millisecond), func(context.Context) bool { n.Add(1); return false })
+		time.Sleep(time.Second)
+		before := n.Load()
+		time.Sleep(1200 * time.Millisecond)
+		if after := n.Load(); after != before {
+			t.Fatalf("a Retry bounded by 50 ms still tries a second later (%d tries, then %d)", before, after)
+		}
+	})
 }
