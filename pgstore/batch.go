@@ -119,10 +119,12 @@ func (b *batcher[Req, Res]) do(ctx context.Context, key string, req Req) (Res, e
 	b.mu.Lock()
 	if len(b.queue) == 0 && !b.batching && b.inflight < b.slots {
 		// Send alone, now: from this goroutine, or from one of its own
-		// that outlives this call if the batcher is detached.
+		// that outlives this call if the batcher is detached and the
+		// caller could leave (a ctx that cannot end cannot: its statement
+		// needs no goroutine to wait for it).
 		b.inflight++
 		c.sent = true
-		if b.detached == nil {
+		if b.detached == nil || ctx.Done() == nil {
 			b.mu.Unlock()
 			b.send([]*call[Req, Res]{c})
 			if batch := b.finish(false); batch != nil {
