@@ -52,8 +52,7 @@ const (
 	clientHolds    = 2048 // per Client (LEASE_SCALE_CLIENT_HOLDS): 131,072 in all
 	clientStartTTL = 2 * time.Second
 	clientMinTTL   = 50 * time.Millisecond
-	clientAt       = 30 * time.Second // the TTL the row's leases-kept is for
-	setupWorkers   = 64               // goroutines acquiring the pool
+	setupWorkers   = 64 // goroutines acquiring the pool
 )
 
 // pool is the row's backend: the leasehttp.Client, except that Acquire
@@ -147,10 +146,10 @@ type clientRow struct {
 	holds int // per Client
 	ttl   time.Duration
 
-	// The turn without a loss that kept the most leases at clientAt, the
+	// The turn without a loss that kept the most leases at keptAt, the
 	// shortest TTL without a loss and the longest lossy TTL below it (the
 	// search), and how many turns lost holds.
-	best       float64 // leases kept at clientAt
+	best       float64 // leases kept at keptAt
 	keptTTL    time.Duration
 	bestPerSec float64
 	bestTTL    time.Duration
@@ -235,10 +234,10 @@ func (r *clientRow) turn() (int, time.Duration, error) {
 }
 
 // leasesKept is what holds holds of TTL ttl, kept alive with perSec
-// renewals a second, keep alive at TTL clientAt renewed every clientAt/3:
+// renewals a second, keep alive at TTL keptAt renewed every keptAt/3:
 // the lesser of the same requests' leases and the renewals' (see above).
 func leasesKept(holds int, ttl time.Duration, perSec float64) float64 {
-	return min(float64(holds)*float64(clientAt)/float64(ttl), perSec*(clientAt/3).Seconds())
+	return min(float64(holds)*float64(keptAt)/float64(ttl), perSec*(keptAt/3).Seconds())
 }
 
 // hold holds every Client's holds at ttl, lets them renew for a TTL,

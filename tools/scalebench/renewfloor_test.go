@@ -160,7 +160,7 @@ func TestRenewFloorBody(t *testing.T) {
 	for i := range 3 {
 		renewals = append(renewals, lease.Renewal{
 			Lease: lease.Lease{Key: idleKey(i), Token: lease.Token(i + 1), ID: lease.NewID()},
-			TTL:   renewTTL,
+			TTL:   setupTTL,
 		})
 	}
 	if _, err := hc.RenewBatch(context.Background(), renewals); err == nil {
