@@ -428,6 +428,31 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 }
 
+// TestOpenAPIMetricsMediaTypes: /metrics answers each media type the
+// document declares for it when Accept asks for that one.
+func TestOpenAPIMetricsMediaTypes(t *testing.T) {
+	srv := newServer(t, newMem(t))
+	op := mustSpec(t).Paths.Value("/metrics").Get
+	content := op.Responses.Status(http.StatusOK).Value.Content
+	if len(content) == 0 {
+		t.Fatal("the document declares no media type for /metrics")
+	}
+	for mt := range content {
+		accept := mt
+		if mt == "application/vnd.google.protobuf" {
+			// Prometheus's protobuf is asked for with its message and encoding.
+			accept += ";proto=io.prometheus.client.MetricFamily;encoding=delimited"
+		}
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Accept", accept)
+		rec := serveRequest(srv, req)
+		got, _, _ := strings.Cut(rec.Header().Get("Content-Type"), ";")
+		if rec.Code != http.StatusOK || strings.TrimSpace(got) != mt {
+			t.Errorf("GET /metrics with Accept: %s: HTTP %d, Content-Type %q; want 200 and %s, as the document says", accept, rec.Code, rec.Header().Get("Content-Type"), mt)
+		}
+	}
+}
+
 // TestOpenAPICheckCatchesDrift is the check's negative control: answers and
 // requests that the document does not allow are reported.
 func TestOpenAPICheckCatchesDrift(t *testing.T) {
