@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -579,4 +581,73 @@ func TestOpenAPIIDAgreesWithServer(t *testing.T) {
 			t.Errorf("ID %q: the server says %v, the document says %v", s, perr, verr)
 		}
 	}
+}
+
+// TestGuardedRoutesAgree: the operations the document gives the API's
+// security (all but those with "security": []) are exactly those that a
+// server with credentials answers 401 without a token and a server without
+// credentials answers 403 under a Host neither loopback nor allowed; and
+// the document's description and DESIGN.md, where they name the routes so
+// guarded, name exactly those.
+func TestGuardedRoutesAgree(t *testing.T) {
+	doc := mustSpec(t)
+	const token = "a-token-long-enough-for-tests"
+	withCreds := newServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{{Token: token, Prefixes: []string{"*"}}}))
+	open := newServer(t, newMem(t))
+	guarded := map[string]bool{} // by the path's first two segments: "/v1/leases"
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			needs := op.Security == nil // the document's own: a token where the server has credentials
+			if needs {
+				guarded["/"+strings.Join(strings.SplitN(strings.TrimPrefix(path, "/"), "/", 3)[:2], "/")] = true
+			}
+			for _, tc := range []struct {
+				srv    *checkedServer
+				host   string
+				status int
+			}{{withCreds, loopbackHost, http.StatusUnauthorized}, {open, "lease.example", http.StatusForbidden}} {
+				// A watch the server wrongly let in would stream until ctx ends.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				req := httptest.NewRequestWithContext(ctx, method, strings.ReplaceAll(path, "{key}", "k"), strings.NewReader("{}"))
+				req.Host = tc.host
+				req.Header.Set("Content-Type", "application/json")
+				rec := serveRequest(tc.srv, req)
+				cancel()
+				if (rec.Code == tc.status) != needs {
+					t.Errorf("%s %s with Host %s and no token: HTTP %d, but the document says it needs a token: %v", method, path, tc.host, rec.Code, needs)
+				}
+			}
+		}
+	}
+	var want []string
+	for r := range guarded {
+		want = append(want, r)
+	}
+	slices.Sort(want)
+	names := regexp.MustCompile("`(/[^`]*)`")
+	routesIn := func(where, text, before, after string) {
+		t.Helper()
+		text = strings.Join(strings.Fields(text), " ")
+		_, rest, ok := strings.Cut(text, before)
+		list, _, ok2 := strings.Cut(rest, after)
+		if !ok || !ok2 {
+			t.Errorf("%s: no %q… %q", where, before, after)
+			return
+		}
+		var got []string
+		for _, m := range names.FindAllStringSubmatch(list, -1) {
+			got = append(got, m[1])
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s names %q as the routes %s… %s; the routes that need a token are %q", where, got, before, after, want)
+		}
+	}
+	routesIn("openapi.json's description", doc.Info.Description, "Without credentials the server answers", "requests only when their `Host` is loopback")
+	routesIn("openapi.json's description", doc.Info.Description, "With credentials every", "request needs `Authorization: Bearer TOKEN`")
+	design, err := os.ReadFile("../docs/DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routesIn("DESIGN.md", string(design), "A server without credentials answers", "only for a loopback `Host`")
 }
