@@ -251,3 +251,45 @@ func TestLibraryModuleRequiresNoToolsOnlyDependency(t *testing.T) {
 		t.Errorf("tools/go.mod does not use this checkout (replace %s => ../)", modulePath)
 	}
 }
+
+// TestLayoutNamesEveryCommand: the Layout row of internal/cli names the
+// commands of its cobra tree (each command's Use), every one and no other.
+func TestLayoutNamesEveryCommand(t *testing.T) {
+	design, err := os.ReadFile(filepath.Join("docs", "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `internal/cli` \\|[^\\n]*?\\(([^)]*)\\)").FindSubmatch(design)
+	if row == nil {
+		t.Fatal("DESIGN.md: no row of internal/cli with its commands in parentheses")
+	}
+	var listed []string
+	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllSubmatch(row[1], -1) {
+		listed = append(listed, string(m[1]))
+	}
+	files, err := filepath.Glob(filepath.Join("internal", "cli", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	use := regexp.MustCompile(`Use:\s+"([a-z][a-z-]*)`)
+	var commands []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range use.FindAllSubmatch(src, -1) {
+			if name := string(m[1]); name != "lease" { // the root command
+				commands = append(commands, name)
+			}
+		}
+	}
+	slices.Sort(listed)
+	slices.Sort(commands)
+	if len(commands) == 0 || !slices.Equal(listed, commands) {
+		t.Errorf("DESIGN.md's Layout row of internal/cli names the commands %q; its cobra tree has %q", listed, commands)
+	}
+}
