@@ -56,7 +56,7 @@ func TestErrorAnswersAsEveryClientReadsThem(t *testing.T) {
 
 // TestErrorTableAgreesEverywhere holds every place that names the error
 // codes to errorTable, code for code and status for status: DESIGN.md's
-// table, openapi.json (its ErrorCode enum and description, and the code
+// table, the package doc's, openapi.json (its ErrorCode enum and description, and the code
 // of each error answer at each status it is documented with), the
 // TypeScript and Python clients' classes (each code's factory, and the
 // status each class's comment gives), and testdata/error_answers.json,
@@ -133,6 +133,27 @@ func TestErrorTableAgreesEverywhere(t *testing.T) {
 	}
 	sameCodes("DESIGN.md's error table", designCodes, true)
 	statuses("DESIGN.md's error table", designPairs, true)
+
+	// The package doc's table, in doc.go: "//\tcode  status  error", a long
+	// code with its status on the next line.
+	pkgDoc := read("doc.go")
+	_, pkgTbl, ok := strings.Cut(pkgDoc, "One table (errors.go)")
+	if !ok {
+		t.Fatal("doc.go: no error table")
+	}
+	start := strings.Index(pkgTbl, "//\t")
+	if start < 0 {
+		t.Fatal("doc.go: no rows under \"One table (errors.go)\"")
+	}
+	pkgTbl, _, _ = strings.Cut(pkgTbl[start:], "\n//\n")
+	var pkgCodes []string
+	var pkgPairs [][2]string
+	for _, m := range regexp.MustCompile("(?m)^//\t([a-z_]+)[ \t]*(?:\n//\t[ \t]*)?(\\d{3})  ").FindAllStringSubmatch(pkgTbl, -1) {
+		pkgCodes = append(pkgCodes, m[1])
+		pkgPairs = append(pkgPairs, [2]string{m[1], m[2]})
+	}
+	sameCodes("doc.go's error table", pkgCodes, true)
+	statuses("doc.go's error table", pkgPairs, true)
 
 	// openapi.json.
 	var doc map[string]any
