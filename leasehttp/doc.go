@@ -185,7 +185,8 @@
 // pause, announced by a lease.Resync event).
 //
 // An error answered before the request's body was read (401, 403, 404, 405,
-// 415) closes the connection instead of reading the body, so a client
+// 413 for a Content-Length over the limit, 415, a 400 for a bad key or
+// path) closes the connection instead of reading the body, so a client
 // trickling a body cannot hold the connection by it.
 //
 // # Authentication
