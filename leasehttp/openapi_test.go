@@ -360,7 +360,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	if doc.OpenAPI != "3.1.0" {
 		t.Errorf("openapi: %q, want 3.1.0", doc.OpenAPI)
 	}
-	const store = "etcd:0123456789abcdef:lease%2F"
+	const store = "etcd:lease%2F:0123456789abcdef"
 	srv := newServer(t, newMem(t), leasehttp.WithStoreID(store),
 		leasehttp.WithCredentials([]leasehttp.Credential{{Token: "a-token-long-enough-for-tests", Prefixes: []string{"*"}}}))
 	open := newServer(t, newMem(t))
@@ -516,7 +516,7 @@ func TestOpenAPICheckCatchesDrift(t *testing.T) {
 		})
 	}
 	// The same exchanges done right pass, with the store's id or without.
-	for _, store := range []string{"", "etcd:0123456789abcdef:lease%2F"} {
+	for _, store := range []string{"", "etcd:lease%2F:0123456789abcdef"} {
 		for _, x := range [][2]string{{"GET", "/v1/leases/k"}, {"GET", "/v1/nothing"}, {"DELETE", "/v1/leases/k"}} {
 			var reported []error
 			h := &apiChecker{doc: doc, report: func(err error) { reported = append(reported, err) }, next: answerRight(leaseBody, leasehttp.StoreHeader, store)}
