@@ -251,3 +251,109 @@ func TestLibraryModuleRequiresNoToolsOnlyDependency(t *testing.T) {
 		t.Errorf("tools/go.mod does not use this checkout (replace %s => ../)", modulePath)
 	}
 }
+
+// TestLayoutNamesEveryCommand: the Layout row of internal/cli names the
+// commands of its cobra tree (each command's Use), every one and no other.
+func TestLayoutNamesEveryCommand(t *testing.T) {
+	design, err := os.ReadFile(filepath.Join("docs", "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `internal/cli` \\|[^\\n]*?\\(([^)]*)\\)").FindSubmatch(design)
+	if row == nil {
+		t.Fatal("DESIGN.md: no row of internal/cli with its commands in parentheses")
+	}
+	var listed []string
+	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllSubmatch(row[1], -1) {
+		listed = append(listed, string(m[1]))
+	}
+	files, err := filepath.Glob(filepath.Join("internal", "cli", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	use := regexp.MustCompile(`Use:\s+"([a-z][a-z-]*)`)
+	var commands []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range use.FindAllSubmatch(src, -1) {
+			if name := string(m[1]); name != "lease" { // the root command
+				commands = append(commands, name)
+			}
+		}
+	}
+	slices.Sort(listed)
+	slices.Sort(commands)
+	if len(commands) == 0 || !slices.Equal(listed, commands) {
+		t.Errorf("DESIGN.md's Layout row of internal/cli names the commands %q; its cobra tree has %q", listed, commands)
+	}
+}
+
+// abilities are the optional interfaces DESIGN.md's Layout section names
+// a backend by: "Optional abilities (WaitAcquirer, Notifier, Watcher,
+// BatchRenewer)".
+var abilities = []string{"WaitAcquirer", "Notifier", "Watcher", "BatchRenewer"}
+
+// TestLayoutNamesEveryAbility: each backend's row under "Code that ships"
+// names exactly the optional abilities its package asserts it has, by the
+// `var _ lease.Ability = (*T)(nil)` checks of its code.
+func TestLayoutNamesEveryAbility(t *testing.T) {
+	design, err := os.ReadFile(filepath.Join("docs", "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ships, ok := strings.Cut(string(design), "\n### Code that ships")
+	ships, _, _ = strings.Cut(ships, "\n### ")
+	if !ok {
+		t.Fatal("DESIGN.md: no Code that ships table")
+	}
+	asserted := regexp.MustCompile(`_\s+lease\.(\w+)\s*=\s*\(\*\w+\)\(nil\)`)
+	named := regexp.MustCompile("`(\\w+)`")
+	for _, dir := range []string{"memstore", "boltstore", "pgstore", "redisstore", "etcdstore", "leasehttp"} {
+		var row string
+		for _, line := range strings.Split(ships, "\n") {
+			if strings.HasPrefix(line, "| `"+dir+"` |") {
+				row = line
+			}
+		}
+		if row == "" {
+			t.Errorf("DESIGN.md: no row of %s under Code that ships", dir)
+			continue
+		}
+		var says []string
+		for _, m := range named.FindAllStringSubmatch(row, -1) {
+			if slices.Contains(abilities, m[1]) && !slices.Contains(says, m[1]) {
+				says = append(says, m[1])
+			}
+		}
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var has []string
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range asserted.FindAllSubmatch(src, -1) {
+				if a := string(m[1]); slices.Contains(abilities, a) && !slices.Contains(has, a) {
+					has = append(has, a)
+				}
+			}
+		}
+		slices.Sort(says)
+		slices.Sort(has)
+		if !slices.Equal(says, has) {
+			t.Errorf("DESIGN.md's Layout row of %s names the abilities %q; its code asserts %q", dir, says, has)
+		}
+	}
+}

@@ -106,9 +106,11 @@ func WithTimeout(d time.Duration) ClientOption {
 
 // WithWaitChunk sets the longest wait_ms AcquireWait asks for in one
 // request; it asks again until its context ends. A server caps the wait at
-// its own maximum (DefaultMaxWait unless configured). Each new request joins
-// the back of the queue, so chunks shorter than the server's maximum cost
-// fairness. The default is DefaultMaxWait.
+// its own maximum (DefaultMaxWait unless configured). Every request of one
+// wait carries its ticket, so a server that keeps tickets (WithWaitGrace)
+// keeps the wait's place in line from one request to the next; on one that
+// does not, each new request joins the back of the line, and chunks shorter
+// than the server's maximum cost fairness. The default is DefaultMaxWait.
 func WithWaitChunk(d time.Duration) ClientOption {
 	return func(c *clientConfig) error {
 		if d < 10*time.Millisecond || d > MaxMaxWait {

@@ -185,13 +185,15 @@
 // pause, announced by a lease.Resync event).
 //
 // An error answered before the request's body was read (401, 403, 404, 405,
-// 415) closes the connection instead of reading the body, so a client
+// 413 for a Content-Length over the limit, 415, a 400 for a bad key or
+// path) closes the connection instead of reading the body, so a client
 // trickling a body cannot hold the connection by it.
 //
 // # Authentication
 //
-// WithCredentials (usually from LoadCredentials) makes every /v1/leases
-// request need "Authorization: Bearer TOKEN". Tokens are compared as SHA-256 hashes
+// WithCredentials (usually from LoadCredentials) makes every /v1/leases,
+// /v1/renew, /v1/watch and /v1/stats request need "Authorization: Bearer
+// TOKEN". Tokens are compared as SHA-256 hashes
 // with crypto/subtle against every credential, without stopping at a match.
 // A missing or unknown token is 401 unauthorized; a key outside the
 // credential's prefixes is 403 forbidden. A list whose prefix is within one
@@ -205,7 +207,7 @@
 // server authorises every request, so it must then listen on loopback only
 // (the lease serve command enforces that); and since a web page can reach
 // loopback through DNS rebinding, under a name of its own, it then answers
-// /v1/leases only for a Host that is "localhost", a name under ".localhost", an
+// /v1/leases, /v1/renew, /v1/watch and /v1/stats only for a Host that is "localhost", a name under ".localhost", an
 // address in 127.0.0.0/8 or ::1 (with or without port), or one allowed with
 // WithAllowedHosts: any other Host is 403 forbidden.
 //

@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -33,8 +36,11 @@ import (
 // the operation's documented responses (status, required headers, body
 // schema); a path the document lacks must be answered 404 or 400, a method
 // it lacks 405 with an Allow header naming exactly the documented methods,
-// each with the error body. The document may be looser than the server
-// (it cannot say "512 bytes" or "no repeated member"), never stricter.
+// each with the error body. Every header an answer carries must be one the
+// document declares for it (those of the Invalid response, and Allow on a
+// 405, for an answer no operation documents), but for its framing. The
+// document may be looser than the server (it cannot say "512 bytes" or "no
+// repeated member"), never stricter.
 
 // spec is openapi.json, loaded and validated once.
 var spec = sync.OnceValues(func() (*openapi3.T, error) {
@@ -138,7 +144,7 @@ func (c *apiChecker) check(r *http.Request, body *teeBody, rec *recordingWriter)
 		if rec.status != http.StatusNotFound && rec.status != http.StatusBadRequest {
 			return errors.New("the document has no such path, so the server must answer 404 or 400")
 		}
-		return c.checkErrorBody(rec, "invalid")
+		return errors.Join(c.checkErrorBody(rec, "invalid"), c.undocumentedHeaders(rec.header, c.invalidHeaders()))
 	}
 	method := r.Method
 	if method == http.MethodHead {
@@ -162,7 +168,7 @@ func (c *apiChecker) check(r *http.Request, body *teeBody, rec *recordingWriter)
 		if !slices.Equal(got, want) {
 			return fmt.Errorf("Allow: %q, but the document has methods %q", rec.header.Get("Allow"), want)
 		}
-		return c.checkErrorBody(rec, "invalid")
+		return errors.Join(c.checkErrorBody(rec, "invalid"), c.undocumentedHeaders(rec.header, c.invalidHeaders(), "Allow"))
 	}
 
 	req := r.Clone(ctx)
@@ -199,6 +205,45 @@ func (c *apiChecker) check(r *http.Request, body *teeBody, rec *recordingWriter)
 	})
 	if err != nil {
 		return fmt.Errorf("the answer is not one the document gives: %w", err)
+	}
+	if resp := op.Responses.Status(rec.status); resp != nil && resp.Value != nil {
+		return c.undocumentedHeaders(rec.header, resp.Value.Headers)
+	}
+	return nil
+}
+
+// framingHeaders are the answer headers the document does not declare:
+// the body's type, which the response's content says (OpenAPI ignores a
+// Content-Type header), and its length and the connection's fate, which
+// net/http manages below the API.
+var framingHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Connection"}
+
+// undocumentedHeaders returns an error naming each header of h that is
+// neither declared nor framing nor among also.
+func (c *apiChecker) undocumentedHeaders(h http.Header, declared openapi3.Headers, also ...string) error {
+	var extra []string
+	for name := range h {
+		ok := slices.Contains(framingHeaders, name) || slices.ContainsFunc(also, func(a string) bool { return http.CanonicalHeaderKey(a) == name })
+		for d := range declared {
+			ok = ok || http.CanonicalHeaderKey(d) == name
+		}
+		if !ok {
+			extra = append(extra, name)
+		}
+	}
+	if len(extra) == 0 {
+		return nil
+	}
+	slices.Sort(extra)
+	return fmt.Errorf("the answer carries headers the document does not declare for it: %q", extra)
+}
+
+// invalidHeaders are the headers the document declares for an invalid
+// answer: what an answer no operation documents (no route, a method the
+// path lacks) may carry.
+func (c *apiChecker) invalidHeaders() openapi3.Headers {
+	if r := c.doc.Components.Responses["Invalid"]; r != nil && r.Value != nil {
+		return r.Value.Headers
 	}
 	return nil
 }
@@ -307,13 +352,17 @@ func (w *recordingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter
 
 // TestOpenAPIDocument: the document is a valid OpenAPI 3.1 document and
 // lists every route the server has; the server serves it, byte for byte,
-// to any Host and without credentials.
+// to any Host and without credentials. A server given a store id names it
+// in every answer, each of which the document declares with its headers
+// (newServer's check).
 func TestOpenAPIDocument(t *testing.T) {
 	doc := mustSpec(t)
 	if doc.OpenAPI != "3.1.0" {
 		t.Errorf("openapi: %q, want 3.1.0", doc.OpenAPI)
 	}
-	srv := newServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{{Token: "a-token-long-enough-for-tests", Prefixes: []string{"*"}}}))
+	const store = "etcd:lease%2F:0123456789abcdef"
+	srv := newServer(t, newMem(t), leasehttp.WithStoreID(store),
+		leasehttp.WithCredentials([]leasehttp.Credential{{Token: "a-token-long-enough-for-tests", Prefixes: []string{"*"}}}))
 	open := newServer(t, newMem(t))
 	for _, s := range []*checkedServer{srv, open} {
 		for _, host := range []string{"127.0.0.1", "lease.example"} {
@@ -347,6 +396,61 @@ func TestOpenAPIDocument(t *testing.T) {
 			if rec.Code == http.StatusMethodNotAllowed || rec.Code == http.StatusNotFound && strings.Contains(body.Error.Message, "no route") {
 				t.Errorf("documented %s %s: HTTP %d %s", method, path, rec.Code, rec.Body)
 			}
+			if got := rec.Header().Get(leasehttp.StoreHeader); got != store {
+				t.Errorf("%s %s: HTTP %d with %s %q, want %q", method, path, rec.Code, leasehttp.StoreHeader, got, store)
+			}
+		}
+	}
+	// And the answers no operation documents, and the errors: no route, a
+	// method the path lacks, no token, a body too large or not JSON, a
+	// server shutting down.
+	for _, x := range []struct{ method, target, auth, contentType, body string }{
+		{"GET", "/v1/nothing", "Bearer a-token-long-enough-for-tests", "", ""},
+		{"DELETE", "/v1/leases/k", "Bearer a-token-long-enough-for-tests", "", ""},
+		{"GET", "/v1/leases/k", "", "", ""},
+		{"POST", "/v1/leases/k/acquire", "Bearer a-token-long-enough-for-tests", "text/plain", "{}"},
+		{"POST", "/v1/leases/k/acquire", "Bearer a-token-long-enough-for-tests", "application/json", strings.Repeat(" ", leasehttp.MaxBodyBytes+1)},
+	} {
+		req := httptest.NewRequest(x.method, x.target, strings.NewReader(x.body))
+		req.Host = loopbackHost
+		if x.auth != "" {
+			req.Header.Set("Authorization", x.auth)
+		}
+		if x.contentType != "" {
+			req.Header.Set("Content-Type", x.contentType)
+		}
+		rec := serveRequest(srv, req)
+		if rec.Code < 400 || rec.Header().Get(leasehttp.StoreHeader) != store {
+			t.Errorf("%s %s: HTTP %d with %s %q; want an error with %q", x.method, x.target, rec.Code, leasehttp.StoreHeader, rec.Header().Get(leasehttp.StoreHeader), store)
+		}
+	}
+	srv.Close()
+	if rec := serve(srv, "GET", "/readyz", "", nil); rec.Code != http.StatusServiceUnavailable || rec.Header().Get(leasehttp.StoreHeader) != store {
+		t.Errorf("GET /readyz of a closed server: HTTP %d with %s %q; want 503 with %q", rec.Code, leasehttp.StoreHeader, rec.Header().Get(leasehttp.StoreHeader), store)
+	}
+}
+
+// TestOpenAPIMetricsMediaTypes: /metrics answers each media type the
+// document declares for it when Accept asks for that one.
+func TestOpenAPIMetricsMediaTypes(t *testing.T) {
+	srv := newServer(t, newMem(t))
+	op := mustSpec(t).Paths.Value("/metrics").Get
+	content := op.Responses.Status(http.StatusOK).Value.Content
+	if len(content) == 0 {
+		t.Fatal("the document declares no media type for /metrics")
+	}
+	for mt := range content {
+		accept := mt
+		if mt == "application/vnd.google.protobuf" {
+			// Prometheus's protobuf is asked for with its message and encoding.
+			accept += ";proto=io.prometheus.client.MetricFamily;encoding=delimited"
+		}
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Accept", accept)
+		rec := serveRequest(srv, req)
+		got, _, _ := strings.Cut(rec.Header().Get("Content-Type"), ";")
+		if rec.Code != http.StatusOK || strings.TrimSpace(got) != mt {
+			t.Errorf("GET /metrics with Accept: %s: HTTP %d, Content-Type %q; want 200 and %s, as the document says", accept, rec.Code, rec.Header().Get("Content-Type"), mt)
 		}
 	}
 }
@@ -379,9 +483,10 @@ func TestOpenAPICheckCatchesDrift(t *testing.T) {
 			h := &apiChecker{doc: doc, report: func(err error) { reported = append(reported, err) },
 				next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					_, _ = io.ReadAll(r.Body)
-					w.Header().Set("Content-Type", "application/json")
-					w.Header().Set("Cache-Control", "no-store")
-					w.Header().Set("Allow", "GET, HEAD")
+					setJSONHeaders(w.Header())
+					if tc.status == http.StatusMethodNotAllowed {
+						w.Header().Set("Allow", "GET, HEAD")
+					}
 					w.WriteHeader(tc.status)
 					_, _ = io.WriteString(w, tc.answer)
 				})}
@@ -391,18 +496,66 @@ func TestOpenAPICheckCatchesDrift(t *testing.T) {
 			}
 		})
 	}
-	// The same exchanges done right pass.
-	var reported []error
-	h := &apiChecker{doc: doc, report: func(err error) { reported = append(reported, err) },
-		next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Cache-Control", "no-store")
-			_, _ = io.WriteString(w, leaseBody)
-		})}
-	serve(h, "GET", "/v1/leases/k", "", nil)
-	if len(reported) > 0 {
-		t.Errorf("a documented answer was reported: %v", reported)
+	// A header the document does not declare for the answer, or declares
+	// otherwise, is reported: on a lease, on an answer with no route, on
+	// a 405.
+	for _, tc := range []struct{ name, method, target, header, value string }{
+		{"undeclared header", "GET", "/v1/leases/k", "X-Powered-By", "lease"},
+		{"Allow on a 200", "GET", "/v1/leases/k", "Allow", "GET, HEAD"},
+		{"store id with a space", "GET", "/v1/leases/k", leasehttp.StoreHeader, "a store"},
+		{"undeclared header without a route", "GET", "/v1/nothing", "X-Powered-By", "lease"},
+		{"undeclared header on a 405", "DELETE", "/v1/leases/k", "X-Powered-By", "lease"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reported []error
+			h := &apiChecker{doc: doc, report: func(err error) { reported = append(reported, err) }, next: answerRight(leaseBody, tc.header, tc.value)}
+			serve(h, tc.method, tc.target, "", nil)
+			if len(reported) == 0 {
+				t.Errorf("%s %s answered with %s: %s: no mismatch reported", tc.method, tc.target, tc.header, tc.value)
+			}
+		})
 	}
+	// The same exchanges done right pass, with the store's id or without.
+	for _, store := range []string{"", "etcd:lease%2F:0123456789abcdef"} {
+		for _, x := range [][2]string{{"GET", "/v1/leases/k"}, {"GET", "/v1/nothing"}, {"DELETE", "/v1/leases/k"}} {
+			var reported []error
+			h := &apiChecker{doc: doc, report: func(err error) { reported = append(reported, err) }, next: answerRight(leaseBody, leasehttp.StoreHeader, store)}
+			serve(h, x[0], x[1], "", nil)
+			if len(reported) > 0 {
+				t.Errorf("a documented answer to %s %s (store %q) was reported: %v", x[0], x[1], store, reported)
+			}
+		}
+	}
+}
+
+// setJSONHeaders sets the headers every JSON answer of the server carries.
+func setJSONHeaders(h http.Header) {
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
+// answerRight answers as the server does: leaseBody to a GET of a lease,
+// 405 with Allow to another method on its path, 404 to any other path,
+// each with the header name: value too unless value is empty.
+func answerRight(leaseBody, name, value string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		setJSONHeaders(w.Header())
+		if value != "" {
+			w.Header().Set(name, value)
+		}
+		switch {
+		case r.URL.Path != "/v1/leases/k":
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"error":{"code":"invalid","message":"leasehttp: no route"}}`)
+		case r.Method != http.MethodGet:
+			w.Header().Set("Allow", "GET, HEAD")
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			_, _ = io.WriteString(w, `{"error":{"code":"invalid","message":"leasehttp: method not allowed"}}`)
+		default:
+			_, _ = io.WriteString(w, leaseBody)
+		}
+	})
 }
 
 // TestOpenAPIIDAgreesWithServer: the document's ID schema accepts exactly
@@ -428,4 +581,73 @@ func TestOpenAPIIDAgreesWithServer(t *testing.T) {
 			t.Errorf("ID %q: the server says %v, the document says %v", s, perr, verr)
 		}
 	}
+}
+
+// TestGuardedRoutesAgree: the operations the document gives the API's
+// security (all but those with "security": []) are exactly those that a
+// server with credentials answers 401 without a token and a server without
+// credentials answers 403 under a Host neither loopback nor allowed; and
+// the document's description and DESIGN.md, where they name the routes so
+// guarded, name exactly those.
+func TestGuardedRoutesAgree(t *testing.T) {
+	doc := mustSpec(t)
+	const token = "a-token-long-enough-for-tests"
+	withCreds := newServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{{Token: token, Prefixes: []string{"*"}}}))
+	open := newServer(t, newMem(t))
+	guarded := map[string]bool{} // by the path's first two segments: "/v1/leases"
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			needs := op.Security == nil // the document's own: a token where the server has credentials
+			if needs {
+				guarded["/"+strings.Join(strings.SplitN(strings.TrimPrefix(path, "/"), "/", 3)[:2], "/")] = true
+			}
+			for _, tc := range []struct {
+				srv    *checkedServer
+				host   string
+				status int
+			}{{withCreds, loopbackHost, http.StatusUnauthorized}, {open, "lease.example", http.StatusForbidden}} {
+				// A watch the server wrongly let in would stream until ctx ends.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				req := httptest.NewRequestWithContext(ctx, method, strings.ReplaceAll(path, "{key}", "k"), strings.NewReader("{}"))
+				req.Host = tc.host
+				req.Header.Set("Content-Type", "application/json")
+				rec := serveRequest(tc.srv, req)
+				cancel()
+				if (rec.Code == tc.status) != needs {
+					t.Errorf("%s %s with Host %s and no token: HTTP %d, but the document says it needs a token: %v", method, path, tc.host, rec.Code, needs)
+				}
+			}
+		}
+	}
+	var want []string
+	for r := range guarded {
+		want = append(want, r)
+	}
+	slices.Sort(want)
+	names := regexp.MustCompile("`(/[^`]*)`")
+	routesIn := func(where, text, before, after string) {
+		t.Helper()
+		text = strings.Join(strings.Fields(text), " ")
+		_, rest, ok := strings.Cut(text, before)
+		list, _, ok2 := strings.Cut(rest, after)
+		if !ok || !ok2 {
+			t.Errorf("%s: no %q… %q", where, before, after)
+			return
+		}
+		var got []string
+		for _, m := range names.FindAllStringSubmatch(list, -1) {
+			got = append(got, m[1])
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s names %q as the routes %s… %s; the routes that need a token are %q", where, got, before, after, want)
+		}
+	}
+	routesIn("openapi.json's description", doc.Info.Description, "Without credentials the server answers", "requests only when their `Host` is loopback")
+	routesIn("openapi.json's description", doc.Info.Description, "With credentials every", "request needs `Authorization: Bearer TOKEN`")
+	design, err := os.ReadFile("../docs/DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routesIn("DESIGN.md", string(design), "A server without credentials answers", "only for a loopback `Host`")
 }

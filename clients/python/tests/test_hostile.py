@@ -567,3 +567,90 @@ def test_a_server_of_another_store_than_the_first_answer_named_is_refused(second
         assert isinstance(x, UnavailableError), x
         assert f"{b.url} serves another store than {a.url} (Lease-Store 'store-b', not 'store-a')" in str(x)
     assert "POST /v1/leases/k/acquire" in b.requests and "GET /v1/watch" in b.requests
+
+
+class TicketServer(HandlerServer):
+    """Answers every acquire held at once, or grants the grant_at-th (token
+    7), and keeps the bodies of the acquires; answers renew and release as a
+    lease server would."""
+
+    def __init__(self, grant_at: int = 0) -> None:
+        import json
+
+        self.bodies: list[dict[str, Any]] = []
+        fake = self
+        lease = {"key": "k", "owner": "o", "token": 7, "id": "0123456789abcdef0123456789abcdef", "ttl_ms": 5000,
+                 "expires_at": "2030-01-01T00:00:00.000Z"}
+
+        class Handler(Quiet):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.endswith("/acquire"):
+                    fake.bodies.append(body)
+                    if len(fake.bodies) != grant_at:
+                        held = {"error": {"code": "held", "message": "lease: held"}}
+                        return self.answer(409, json.dumps(held))
+                if self.path.endswith("/release"):
+                    return self.answer(200, "{}")
+                self.answer(200, json.dumps(lease))
+
+            def answer(self, status: int, text: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text.encode())
+
+        super().__init__(Handler)
+
+
+def test_every_request_of_a_wait_carries_its_ticket() -> None:
+    # A wait longer than one request keeps its place in line only if every
+    # request of it names the same ticket (docs/DESIGN.md, HTTP API), as
+    # the Go and TypeScript clients send: one ticket per wait, another for
+    # the next wait, "last" on the requests whose wait_ms runs to the
+    # caller's deadline, none on those of an unbounded wait; sync and
+    # asyncio alike.
+    import re
+
+    from leasehq_lease import HeldError
+
+    def check(bodies: list[dict[str, Any]], last: bool) -> str:
+        # A request whose wait_ms rounds to 0 tries once: no ticket.
+        assert all("ticket" not in b for b in bodies if b["wait_ms"] == 0), bodies
+        bodies = [b for b in bodies if b["wait_ms"] > 0]
+        assert len(bodies) >= 2, bodies
+        tickets = {b.get("ticket") for b in bodies}
+        assert len(tickets) == 1, bodies
+        ticket = tickets.pop()
+        assert isinstance(ticket, str) and re.fullmatch("[0-9a-f]{32}", ticket), bodies
+        assert all(b.get("last", False) is last for b in bodies), bodies
+        return ticket
+
+    for run in ("sync", "asyncio"):
+        seen = []
+        for wait, grant_at in ((0.3, 0), (None, 3)):
+            srv = TicketServer(grant_at)
+            try:
+                if run == "sync":
+                    with LeaseClient(srv.url) as c:
+                        if grant_at:
+                            with c.acquire("k", 5.0, wait=wait) as h:
+                                assert h.token == 7
+                        else:
+                            with pytest.raises(HeldError):
+                                c.acquire("k", 5.0, wait=wait)
+                else:
+                    async def main() -> None:
+                        async with AsyncLeaseClient(srv.url) as c:
+                            if grant_at:
+                                async with c.acquire("k", 5.0, wait=wait) as h:
+                                    assert h.token == 7
+                            else:
+                                with pytest.raises(HeldError):
+                                    await c.acquire("k", 5.0, wait=wait)
+                    asyncio.run(main())
+                seen.append(check(srv.bodies[: grant_at or None], last=wait is not None))
+            finally:
+                srv.close()
+        assert seen[0] != seen[1], f"{run}: two waits sent one ticket"

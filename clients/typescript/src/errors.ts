@@ -251,9 +251,10 @@ export function errorFromBody(status: number, body: unknown, text: string): Leas
 }
 
 /**
- * errorFromEvent turns the `error` event that ends a watch stream — its data
- * an error body — into its class: by its code, else (no body, or a code this
- * client does not know) an UnavailableError, since the stream broke.
+ * errorFromEvent turns the `end` event that ends a watch stream (an older
+ * server's `error`) — its data an error body — into its class: by its code,
+ * else (no body, or a code this client does not know) an UnavailableError,
+ * since the stream broke.
  */
 export function errorFromEvent(what: string, data: string): LeaseError {
   let body: unknown;

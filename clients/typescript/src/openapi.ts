@@ -205,7 +205,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description The server's metrics in the Prometheus text format (or OpenMetrics when asked for in `Accept`).
+         * @description The server's metrics in the Prometheus text format, or in Prometheus's protobuf format (`io.prometheus.client.MetricFamily` messages, as the answer's `Content-Type` parameters say) when `Accept` prefers it, as a Prometheus that scrapes native histograms does. OpenMetrics is not served: an `Accept` that asks for it gets the text format.
          */
         get: operations["metrics"];
         put?: never;
@@ -464,6 +464,9 @@ export interface components {
         /** @description A malformed request: bad key, body or query (code `invalid`). */
         Invalid: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -473,6 +476,9 @@ export interface components {
         /** @description The body did not arrive within the server's read timeout (code `invalid`); the connection is closed. */
         RequestTimeout: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -482,6 +488,9 @@ export interface components {
         /** @description The body is larger than 64 KiB (1 MiB for `POST /v1/renew`) (code `invalid`). */
         TooLarge: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -491,6 +500,9 @@ export interface components {
         /** @description The body is not sent as `application/json` (code `invalid`). */
         NotJSON: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -501,6 +513,9 @@ export interface components {
         Unauthorized: {
             headers: {
                 "WWW-Authenticate": "Bearer realm=\"lease\"";
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -510,6 +525,9 @@ export interface components {
         /** @description The credential does not cover the key or prefix, or a server without credentials was asked under a Host that is neither loopback nor allowed (code `forbidden`). */
         Forbidden: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -519,6 +537,9 @@ export interface components {
         /** @description The key is held by someone else (code `held`), with the holder when known. */
         Held: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -528,6 +549,9 @@ export interface components {
         /** @description The lease is no longer held: it expired, was released or was superseded (code `not_held`). */
         NotHeld: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -537,6 +561,9 @@ export interface components {
         /** @description No unexpired lease on the key (code `not_found`). */
         NotFound: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -547,6 +574,9 @@ export interface components {
         Unavailable: {
             headers: {
                 "Retry-After": string;
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -556,6 +586,9 @@ export interface components {
         /** @description The credential (or, without credentials, the server) has as many watch streams open as it allows (code `too_many_watchers`): end one, or watch later. */
         TooManyWatchers: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -565,6 +598,9 @@ export interface components {
         /** @description The server's backend cannot watch (code `unsupported`); asking again will not help. */
         Unsupported: {
             headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
                 [name: string]: unknown;
             };
             content: {
@@ -580,6 +616,10 @@ export interface components {
     headers: {
         /** @description Answers about leases are never cached. */
         NoStore: "no-store";
+        /** @description The body is what `Content-Type` says; a browser must not guess otherwise. */
+        NoSniff: "nosniff";
+        /** @description The store the server serves (`leasehttp.WithStoreID`; `lease serve --backend etcd://…` sends its etcd cluster's store id and key prefix): the same value from every replica of one store, another from each other store. A server given a store id sends it on every answer; without one it sends none. A client given several replicas keeps the first value it gets and takes an answer naming another store as lost (`unavailable`: that replica would answer for other leases); an answer without it is not checked. */
+        Store: string;
     };
     pathItems: never;
 }
@@ -625,6 +665,8 @@ export type ResponseTooManyWatchers = components['responses']['TooManyWatchers']
 export type ResponseUnsupported = components['responses']['Unsupported'];
 export type ParameterKey = components['parameters']['Key'];
 export type HeaderNoStore = components['headers']['NoStore'];
+export type HeaderNoSniff = components['headers']['NoSniff'];
+export type HeaderStore = components['headers']['Store'];
 export type $defs = Record<string, never>;
 export interface operations {
     acquire: {
@@ -647,6 +689,8 @@ export interface operations {
             200: {
                 headers: {
                     "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -683,6 +727,8 @@ export interface operations {
             200: {
                 headers: {
                     "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -719,6 +765,8 @@ export interface operations {
             200: {
                 headers: {
                     "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -752,6 +800,8 @@ export interface operations {
             200: {
                 headers: {
                     "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -783,6 +833,8 @@ export interface operations {
             200: {
                 headers: {
                     "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -816,6 +868,8 @@ export interface operations {
             200: {
                 headers: {
                     "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -840,6 +894,8 @@ export interface operations {
             /** @description This document. */
             200: {
                 headers: {
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -864,6 +920,9 @@ export interface operations {
             /** @description The process answers. */
             200: {
                 headers: {
+                    "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -884,6 +943,9 @@ export interface operations {
             /** @description The backend answers. */
             200: {
                 headers: {
+                    "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -905,11 +967,16 @@ export interface operations {
             /** @description The metrics. */
             200: {
                 headers: {
+                    /** @description The answer depends on `Accept` and `Accept-Encoding`. */
+                    Vary: string;
+                    /** @description `gzip` when `Accept-Encoding` asks for it; absent for an uncompressed answer. */
+                    "Content-Encoding"?: "gzip";
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
                     "text/plain": string;
-                    "application/openmetrics-text": string;
+                    "application/vnd.google.protobuf": unknown;
                 };
             };
         };
@@ -937,6 +1004,10 @@ export interface operations {
                     "Cache-Control": components["headers"]["NoStore"];
                     /** @description The server's heartbeat in milliseconds: the longest the stream stays silent before a `: ping` comment. A client that hears nothing for two heartbeats takes the stream for broken. */
                     "Lease-Heartbeat-Ms": number;
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
+                    /** @description Asks a proxy that buffers answers (nginx) to pass each event on at once. */
+                    "X-Accel-Buffering": "no";
                     [name: string]: unknown;
                 };
                 content: {
@@ -967,6 +1038,8 @@ export interface operations {
             200: {
                 headers: {
                     "Cache-Control": components["headers"]["NoStore"];
+                    "X-Content-Type-Options": components["headers"]["NoSniff"];
+                    "Lease-Store": components["headers"]["Store"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -987,6 +1060,8 @@ type ReadonlyArray<T> = [
 ] extends [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
+export const pathsMetricsGetResponses200HeadersContentEncodingValues: ReadonlyArray<FlattenedDeepRequired<paths>["/metrics"]["get"]["responses"]["200"]["headers"]["Content-Encoding"]> = ["gzip"];
+export const pathsV1WatchGetResponses200HeadersXAccelBufferingValues: ReadonlyArray<FlattenedDeepRequired<paths>["/v1/watch"]["get"]["responses"]["200"]["headers"]["X-Accel-Buffering"]> = ["no"];
 export const renewBatchResultsResultsOneOf1ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["schemas"]["RenewBatchResults"]["results"], {
     error: unknown;
 }>["error"], {
@@ -1005,3 +1080,4 @@ export const tooManyWatchersErrorErrorCodeValues: ReadonlyArray<FlattenedDeepReq
 export const unsupportedErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UnsupportedError"]["error"]["code"]> = ["unsupported"];
 export const componentsResponsesUnauthorizedHeadersWWWAuthenticateValues: ReadonlyArray<FlattenedDeepRequired<components>["responses"]["Unauthorized"]["headers"]["WWW-Authenticate"]> = ["Bearer realm=\"lease\""];
 export const componentsHeadersNoStoreValues: ReadonlyArray<FlattenedDeepRequired<components>["headers"]["NoStore"]> = ["no-store"];
+export const componentsHeadersNoSniffValues: ReadonlyArray<FlattenedDeepRequired<components>["headers"]["NoSniff"]> = ["nosniff"];

@@ -583,7 +583,7 @@ class AsyncLeaseClient(ClientBase):
         while True:
             chunk = plan.chunk()
             try:
-                g = await self._acquire(key, owner, ttl, chunk)
+                g = await self._acquire(key, owner, ttl, chunk, plan)
             except HeldError:
                 pause = plan.held()
                 if pause is None:
@@ -607,8 +607,8 @@ class AsyncLeaseClient(ClientBase):
             raise UnavailableError(f"lease: {json.dumps(key)} was granted (token {g.lease.token}) but expired before its answer could be used")
         return h
 
-    async def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
-        path, body, timeout = self._acquire_request(key, owner, ttl, wait)
+    async def _acquire(self, key: str, owner: str, ttl: float, wait: float, plan: WaitPlan | None = None) -> Granted:
+        path, body, timeout = self._acquire_request(key, owner, ttl, wait, plan)
 
         async def late(a: _Answer) -> None:
             # Cancelled as the server granted it: the grant crossed the

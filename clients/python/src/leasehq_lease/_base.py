@@ -3,6 +3,7 @@ the servers, the acquire request and its answer, and the pace of a wait."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import TYPE_CHECKING, Final, Sequence
 
@@ -100,9 +101,11 @@ class ClientBase:
         check_usable(self.drift_margin, ttl)
         return ttl, self.owner if owner is None else check_name("owner", owner)
 
-    def _acquire_request(self, key: str, owner: str, ttl: float, wait: float) -> tuple[str, bytes, float]:
-        """The path, body and timeout of an acquire that waits up to wait seconds."""
-        body = acquire_body(self._owner_json if owner == self.owner else owner, ttl, wait)
+    def _acquire_request(self, key: str, owner: str, ttl: float, wait: float, plan: WaitPlan | None = None) -> tuple[str, bytes, float]:
+        """The path, body and timeout of an acquire that waits up to wait seconds,
+        as the request of plan's wait that plan.chunk() has just marked sent."""
+        ticket, last = (plan.ticket, plan.last) if plan is not None else ("", False)
+        body = acquire_body(self._owner_json if owner == self.owner else owner, ttl, wait, ticket, last)
         return key_path(key, "acquire"), body, self._timeout + wait
 
     @staticmethod
@@ -140,7 +143,10 @@ class WaitPlan:
     """The pace of a waiting acquire: each request waits at the server for up to
     30 s (its chunk) of the caller's wait; a held answer that came before the
     chunk was up (a server that does not wait, or not that long) is paced
-    with a backoff from 5 to 500 ms."""
+    with a backoff from 5 to 500 ms. Every request of one wait carries its
+    ticket, so that the server keeps the wait's place in line from one to the
+    next (first come, first served however long the wait), and the last says
+    so (docs/DESIGN.md, HTTP API)."""
 
     def __init__(self, wait: float | None) -> None:
         if wait is not None and not (isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait >= 0):
@@ -149,11 +155,14 @@ class WaitPlan:
         self._backoff = 0.005
         self.sent = 0.0
         self._chunk = 0.0
+        self.ticket = secrets.token_hex(16)
+        self.last = False
 
     def chunk(self) -> float:
         """How long the next request waits; it also marks the request sent."""
         self.sent = time.monotonic()
         self._chunk = max(0.0, min(self.until - self.sent, WAIT_CHUNK))
+        self.last = self.until - self.sent <= WAIT_CHUNK
         return self._chunk
 
     def held(self) -> float | None:

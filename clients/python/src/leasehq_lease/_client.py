@@ -102,7 +102,7 @@ class LeaseClient(ClientBase):
         while True:
             chunk = plan.chunk()
             try:
-                g = self._acquire(key, owner, ttl, chunk)
+                g = self._acquire(key, owner, ttl, chunk, plan)
             except HeldError:
                 pause = plan.held()
                 if pause is None:
@@ -124,8 +124,8 @@ class LeaseClient(ClientBase):
             raise UnavailableError(f"lease: {quote(key)} was granted (token {g.lease.token}) but expired before its answer could be used")
         return h
 
-    def _acquire(self, key: str, owner: str, ttl: float, wait: float) -> Granted:
-        path, body, timeout = self._acquire_request(key, owner, ttl, wait)
+    def _acquire(self, key: str, owner: str, ttl: float, wait: float, plan: WaitPlan | None = None) -> Granted:
+        path, body, timeout = self._acquire_request(key, owner, ttl, wait, plan)
         return self._granted(self._transport.request("POST", path, body, repeatable=False, timeout=timeout).body, key)
 
     def _hold(self, g: Granted, sent: float, ttl: float) -> Hold | None:

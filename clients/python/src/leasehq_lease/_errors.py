@@ -270,8 +270,9 @@ def error_from_answer(status: int, body: bytes) -> LeaseError:
 
 
 def error_from_event(what: str, data: str) -> LeaseError:
-    """The class of the error event that ends a watch stream (its data an error
-    body): by its code, else an UnavailableError, since the stream broke."""
+    """The class of the ``end`` event that ends a watch stream (an older
+    server's ``error``; its data an error body): by its code, else an
+    UnavailableError, since the stream broke."""
     d = _detail(data) or {}
     code = d.get("code")
     said = d.get("message") if isinstance(d.get("message"), str) and d.get("message") else repr(data[:200])

@@ -188,11 +188,21 @@ def granted_of(v: object, what: str) -> Granted:
     return Granted(lease, lid)
 
 
-def acquire_body(owner: str | bytes, ttl: float, wait: float) -> bytes:
-    """The body of an acquire; owner as a str, or already as its JSON."""
-    return b'{"owner":%s,"ttl_ms":%d,"wait_ms":%d}' % (
-        owner if isinstance(owner, bytes) else dumps(owner), ttl_ms(ttl), round(wait * 1000)
+def acquire_body(owner: str | bytes, ttl: float, wait: float, ticket: str = "", last: bool = False) -> bytes:
+    """The body of an acquire; owner as a str, or already as its JSON. A
+    request that waits carries its wait's ticket, if given (32 hex digits,
+    the same for every request of one wait, so that the server keeps the
+    wait's place in line between them), and last when the wait ends with
+    this request's wait_ms."""
+    wait_ms = round(wait * 1000)
+    body = b'{"owner":%s,"ttl_ms":%d,"wait_ms":%d' % (
+        owner if isinstance(owner, bytes) else dumps(owner), ttl_ms(ttl), wait_ms
     )
+    if ticket and wait_ms > 0:
+        body += b',"ticket":"%s"' % ticket.encode()
+        if last:
+            body += b',"last":true'
+    return body + b"}"
 
 
 def ttl_ms(ttl: float) -> int:
