@@ -140,3 +140,50 @@ func TestBackupRefusals(t *testing.T) {
 		t.Errorf("refused commands left %d files behind", len(entries))
 	}
 }
+
+// TestBackupRefusesFileInTheDataDir: a backup named into the data dir
+// itself is refused, however the path is spelled, served or not: renamed
+// into place as lease.db, lease.db-wal or lease.db-lead it replaced the
+// store's own file, under a running server too, whose next start then
+// found a backup where its store was.
+func TestBackupRefusesFileInTheDataDir(t *testing.T) {
+	var logs syncBuffer
+	cfg := serveConfig(t, &logs)
+	srv := startServe(t, cfg)
+	issued := takeTokens(t, "http://"+srv.Addr(), "k", 2)
+	files := []string{BoltFile, BoltFile + "-wal", BoltFile + "-lead"}
+	refused := func(state string) {
+		t.Helper()
+		for _, name := range files {
+			before, err := os.Stat(filepath.Join(cfg.DataDir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, file := range []string{
+				filepath.Join(cfg.DataDir, name),
+				filepath.Join(cfg.DataDir, "..", filepath.Base(cfg.DataDir), ".", name),
+			} {
+				r := cliHTTP(t, nil, nil, "backup", "--data-dir", cfg.DataDir, file)
+				if r.code != ExitUsage {
+					t.Errorf("%s: lease backup --data-dir %s %s: exit %d, stdout %q, stderr %q; want %d", state, cfg.DataDir, file, r.code, r.stdout, r.stderr, ExitUsage)
+					continue
+				}
+				oneErrorLine(t, r, "in the data dir")
+			}
+			if fi, err := os.Stat(filepath.Join(cfg.DataDir, name)); err != nil || !os.SameFile(fi, before) {
+				t.Fatalf("%s: after the refused backups, %s is not the store's own file (%v)", state, name, err)
+			}
+		}
+	}
+	refused("served")
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	refused("not served")
+
+	// The store is whole: it serves again, above every token it issued.
+	srv = startServe(t, cfg)
+	if tok := takeTokens(t, "http://"+srv.Addr(), "k", 1); tok <= issued {
+		t.Errorf("after the refused backups the store issued token %d; it had issued %d", tok, issued)
+	}
+}
