@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -95,9 +97,12 @@ func serveBackups(store *boltstore.Store, dir string, log *slog.Logger) (*backup
 // reach from the moment it exists: it is made, and set to 0600, in a new
 // 0700 directory inside dir, then renamed into place, so that nobody who
 // may write to dir (a shared data dir) can connect in between or swap it
-// for theirs unnoticed.
+// for theirs unnoticed. Where it is made, dir/.sXXXXXX/s, is as long as
+// dir/lease.sock, so that the socket can be made wherever its path is short
+// enough (a longer name there, such as os.MkdirTemp's, kept a server on a
+// data dir of 89 to 92 bytes from starting at all).
 func listenPrivate(dir, path string) (net.Listener, error) {
-	tmp, err := os.MkdirTemp(dir, ".sock-")
+	tmp, err := mkdirPrivate(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +122,24 @@ func listenPrivate(dir, path string) (net.Listener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// mkdirPrivate makes a new 0700 directory in dir named ".s" and 6 random
+// hex digits: as long as BackupSocket, less the "s" of the socket made in it
+// and its separator.
+func mkdirPrivate(dir string) (string, error) {
+	for try := 0; ; try++ {
+		var b [3]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		name := filepath.Join(dir, ".s"+hex.EncodeToString(b[:]))
+		err := os.Mkdir(name, 0o700)
+		switch {
+		case err == nil:
+			return name, nil
+		case !errors.Is(err, os.ErrExist) || try == 100:
+			return "", err
+		}
+	}
 }
 
 // Close stops serving backups (a copy in progress is cut off) and removes

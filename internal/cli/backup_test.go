@@ -187,3 +187,56 @@ func TestBackupRefusesFileInTheDataDir(t *testing.T) {
 		t.Errorf("after the refused backups the store issued token %d; it had issued %d", tok, issued)
 	}
 }
+
+// TestServeBackupSocketAtTheLongestPath: a data dir whose lease.sock is
+// maxSocketPath bytes long gets its socket, and lease backup copies the
+// running server through it; one byte longer, the server says it has none
+// and serves. The socket used to be made first under a name up to 8 bytes
+// longer than lease.sock, past what bind takes, so a data dir of 89 to 92
+// bytes kept lease serve from starting at all.
+func TestServeBackupSocketAtTheLongestPath(t *testing.T) {
+	base := t.TempDir()
+	room := maxSocketPath - len(string(filepath.Separator)+BackupSocket) - len(base) - 1
+	if room < 1 {
+		t.Skipf("the temporary directory %s leaves no room for a data dir of %d bytes", base, maxSocketPath-len("/"+BackupSocket))
+	}
+	for _, extra := range []int{0, 1} {
+		dataDir := filepath.Join(base, strings.Repeat("d", room+extra))
+		sock := filepath.Join(dataDir, BackupSocket)
+		if len(sock) != maxSocketPath+extra {
+			t.Fatalf("socket path %q is %d bytes, want %d", sock, len(sock), maxSocketPath+extra)
+		}
+		var logs syncBuffer
+		cfg := serveConfig(t, &logs)
+		cfg.DataDir = dataDir
+		srv, err := NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Run(t.Context()); err != nil {
+			t.Fatalf("lease serve on a data dir of %d bytes: %v", len(dataDir), err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		takeTokens(t, "http://"+srv.Addr(), "k", 1)
+		_, statErr := os.Lstat(sock)
+		if extra == 0 {
+			if statErr != nil {
+				t.Errorf("no backup socket at %d bytes: %v", len(sock), statErr)
+			}
+			r := cliHTTP(t, nil, nil, "backup", "--data-dir", dataDir, filepath.Join(base, "b"))
+			if r.code != ExitOK || !strings.Contains(r.stdout, "from the running server") {
+				t.Errorf("lease backup through a socket of %d bytes: exit %d, stdout %q, stderr %q", len(sock), r.code, r.stdout, r.stderr)
+			}
+		} else {
+			if statErr == nil {
+				t.Errorf("a backup socket of %d bytes was made", len(sock))
+			}
+			if !strings.Contains(logs.String(), "lease backup can copy this store only while it is not served") {
+				t.Errorf("the server does not say it has no backup socket:\n%s", logs.String())
+			}
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
