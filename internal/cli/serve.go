@@ -180,7 +180,8 @@ type ServeConfig struct {
 	MaxConnections int
 	// MaxConnectionsPerAddress bounds the connections open at once from one
 	// client IP address; 0 means a quarter of MaxConnections (at least 1),
-	// and no limit when MaxConnections is 0.
+	// and no limit when MaxConnections is 0, with which any other value is
+	// refused.
 	MaxConnectionsPerAddress int
 	// WatchHeartbeat is leasehttp.WithHeartbeat's, within
 	// [leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat].
@@ -279,6 +280,11 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	}
 	if cfg.MaxConnectionsPerAddress < 0 {
 		return nil, usageError(fmt.Errorf("--max-connections-per-address must be 0 (a quarter of --max-connections) or more, got %d", cfg.MaxConnectionsPerAddress))
+	}
+	if cfg.MaxConnectionsPerAddress > 0 && cfg.MaxConnections == 0 {
+		// The limit per address is kept by the listener that keeps the
+		// total: without one, it would be ignored without a word.
+		return nil, usageError(fmt.Errorf("--max-connections-per-address %d needs --max-connections: with --max-connections 0 no connection limit applies", cfg.MaxConnectionsPerAddress))
 	}
 	if cfg.WatchHeartbeat < leasehttp.MinHeartbeat || cfg.WatchHeartbeat > leasehttp.MaxHeartbeat {
 		return nil, usageError(fmt.Errorf("--watch-heartbeat must be within [%v, %v], got %v", leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat, cfg.WatchHeartbeat))

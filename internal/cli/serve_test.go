@@ -222,6 +222,7 @@ func TestServeRefusals(t *testing.T) {
 		{"zero idle timeout", func(c *ServeConfig) { c.IdleTimeout = 0 }, ExitUsage, "--idle-timeout"},
 		{"negative max connections", func(c *ServeConfig) { c.MaxConnections = -1 }, ExitUsage, "--max-connections"},
 		{"negative max connections per address", func(c *ServeConfig) { c.MaxConnectionsPerAddress = -1 }, ExitUsage, "--max-connections-per-address"},
+		{"max connections per address without a total", func(c *ServeConfig) { c.MaxConnections, c.MaxConnectionsPerAddress = 0, 10 }, ExitUsage, "needs --max-connections"},
 		{"zero watch heartbeat", func(c *ServeConfig) { c.WatchHeartbeat = 0 }, ExitUsage, "--watch-heartbeat"},
 		{"zero max watchers", func(c *ServeConfig) { c.MaxWatchers = 0 }, ExitUsage, "--max-watchers"},
 		{"negative max wait", func(c *ServeConfig) { c.MaxWait = -time.Second }, ExitUsage, "--max-wait"},
