@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -48,7 +49,7 @@ current holder for up to 5s.
 				return err
 			}
 			defer closeBackend(b)
-			ctx, cancel := context.WithTimeout(cmd.Context(), rf.timeout+wait)
+			ctx, cancel := context.WithTimeout(cmd.Context(), onTop(rf.timeout, wait))
 			defer cancel()
 			l, err := acquireOnce(ctx, b, key, owner, ttl, wait)
 			if err != nil {
@@ -62,6 +63,16 @@ current holder for up to 5s.
 	addWaitFlag(cmd, &wait)
 	addOwnerFlag(cmd, &owner)
 	return cmd
+}
+
+// onTop is --timeout counted on top of --wait, at most the longest
+// time.Duration: two long ones (a wait meant as "for ever") would otherwise
+// add up past it to a negative timeout, which ends the wait before it began.
+func onTop(timeout, wait time.Duration) time.Duration {
+	if wait > math.MaxInt64-timeout {
+		return math.MaxInt64
+	}
+	return timeout + wait
 }
 
 // acquireOnce acquires key, waiting up to wait in the server's queue. A wait

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -155,5 +157,30 @@ func TestServerListFailsOver(t *testing.T) {
 			t.Errorf("$%s=%q: exit %d, dialled %q; want a usage error", EnvServer, bad.list, r.code, r.url)
 		}
 		oneErrorLine(t, r, "$"+EnvServer, bad.want)
+	}
+}
+
+// TestLongWaitAndTimeoutDoNotOverflow: --timeout counts on top of --wait, and
+// two long ones (a wait meant as "for ever") add up to at most the longest
+// duration. They used to add up past it to a negative timeout: acquire
+// failed at once with "context deadline exceeded" (exit 1) on a free key,
+// and run exited 75 without trying.
+func TestLongWaitAndTimeoutDoNotOverflow(t *testing.T) {
+	longest := time.Duration(math.MaxInt64).String()
+	env := map[string]string{EnvServer: apiServerOver(t, memtest.New(t)).URL}
+	for i, flags := range [][]string{
+		{"--wait", longest},
+		{"--wait", "2000000h", "--timeout", "2000000h"},
+	} {
+		key := fmt.Sprintf("job%d", i)
+		r := cliHTTP(t, env, nil, append([]string{"acquire", key}, flags...)...)
+		if r.code != ExitOK || !strings.HasPrefix(r.stdout, "key="+key+" ") {
+			t.Errorf("acquire %s %v: exit %d, stdout %q, stderr %q; want the free key acquired", key, flags, r.code, r.stdout, r.stderr)
+		}
+	}
+	childEnviron(t, "env", "", 0)
+	r := cliHTTP(t, env, nil, runArgs(t, "run-job", "--wait", "2000000h", "--timeout", "2000000h")...)
+	if r.code != ExitOK || !strings.HasPrefix(r.stdout, "key=run-job ") {
+		t.Errorf("run --wait 2000000h --timeout 2000000h: exit %d, stdout %q, stderr %q; want the command run under the free key", r.code, r.stdout, r.stderr)
 	}
 }

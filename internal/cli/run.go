@@ -426,7 +426,7 @@ func (r *runner) stopGroup(pg *procGroup, grace <-chan time.Time) {
 // the exit status.
 func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 	key, ttl := r.opts.key, r.opts.ttl
-	actx, cancel := context.WithTimeout(ctx, r.timeout+r.opts.wait)
+	actx, cancel := context.WithTimeout(ctx, onTop(r.timeout, r.opts.wait))
 	defer cancel()
 	// A signal while we wait or try means: give up, nothing has started.
 	var (
