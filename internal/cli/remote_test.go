@@ -184,3 +184,36 @@ func TestLongWaitAndTimeoutDoNotOverflow(t *testing.T) {
 		t.Errorf("run --wait 2000000h --timeout 2000000h: exit %d, stdout %q, stderr %q; want the command run under the free key", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestWaitOnAnUnreachableServerIsNotHeld: a --wait that runs out while the
+// server refuses every connection ends as an unreachable server does, exit
+// 1 (run: 75) with the failure named, not as a key held by someone: acquire
+// used to exit 3, "held by another owner: "k" was held until the wait
+// ended", when no server had been reached at all, and run --slots said all
+// the slots stayed held.
+func TestWaitOnAnUnreachableServerIsNotHeld(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{EnvServer: "http://" + ln.Addr().String()}
+	if err := ln.Close(); err != nil { // connections to it are refused now
+		t.Fatal(err)
+	}
+	r := cliHTTP(t, env, nil, "acquire", "k", "--wait", "100ms")
+	if r.code != ExitFailure {
+		t.Errorf("acquire --wait 100ms: exit %d, stderr %q; want %d, the server unreachable", r.code, r.stderr, ExitFailure)
+	}
+	oneErrorLine(t, r, "refused")
+	childEnviron(t, "env", "", 0)
+	for _, flags := range [][]string{{"--wait", "100ms"}, {"--wait", "100ms", "--slots", "2"}} {
+		r = cliHTTP(t, env, nil, runArgs(t, append([]string{"k"}, flags...)...)...)
+		if r.code != ExitTempFail {
+			t.Errorf("run %v: exit %d, stderr %q; want %d", flags, r.code, r.stderr, ExitTempFail)
+		}
+		oneErrorLine(t, r, "refused")
+		if strings.Contains(r.stderr, "held") {
+			t.Errorf("run %v says the key was held, though no server was reached: %q", flags, r.stderr)
+		}
+	}
+}

@@ -456,7 +456,7 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 		wctx, wcancel := context.WithTimeout(actx, r.opts.wait)
 		h, err = r.client.Acquire(wctx, key, ttl)
 		if err != nil && wctx.Err() != nil && actx.Err() == nil {
-			err = lease.StillHeld(actx, r.client.Backend(), key, err)
+			err = stillHeld(actx, r.client.Backend(), key, err)
 		}
 		wcancel()
 	}
@@ -494,6 +494,10 @@ func (r *runner) takeSlot(ctx context.Context) (*lease.Hold, int, error) {
 		s, err = r.sem.Acquire(wctx)
 		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w: all %d slots of %q stayed held for --wait %v", lease.ErrHeld, r.opts.slots, r.opts.key, r.opts.wait)
+			// Unless the server cannot be asked (as for a lease: stillHeld).
+			if _, gerr := r.client.Backend().Get(ctx, r.opts.key+"/slots/0"); gerr != nil && !errors.Is(gerr, lease.ErrNotFound) {
+				err = fmt.Errorf("the wait for a slot of %q ran out without an answer: %w", r.opts.key, gerr)
+			}
 		}
 		cancel()
 	}
