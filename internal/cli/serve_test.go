@@ -583,3 +583,50 @@ func TestServeBusyPortCreatesNoStore(t *testing.T) {
 		t.Errorf("after failing to listen, %s: %v; want it not created", filepath.Join(cfg.DataDir, BoltFile), err)
 	}
 }
+
+// TestServeShutdownLogsNoErrorForWaiters: the waits a graceful shutdown ends
+// (503, "the server is shutting down") are logged at INFO, not as failures:
+// each waiting key used to add one ERROR line to every restart's log.
+func TestServeShutdownLogsNoErrorForWaiters(t *testing.T) {
+	var logs syncBuffer
+	s := startServe(t, serveConfig(t, &logs))
+	base := "http://" + s.Addr()
+	c := httpClient(t, base)
+	keys := []string{"a", "b"}
+	answered := make(chan int, len(keys))
+	for _, key := range keys {
+		if _, err := c.Acquire(t.Context(), key, "holder", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/leases/"+key+"/acquire", strings.NewReader(`{"owner":"waiter","ttl_ms":1000,"wait_ms":60000}`))
+			req.Header.Set("Content-Type", "application/json")
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				answered <- 0
+				return
+			}
+			resp.Body.Close()
+			answered <- resp.StatusCode
+		}()
+	}
+	waitMetric(t, base, fmt.Sprintf("lease_waiters %d", len(keys)))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range keys {
+		if code := <-answered; code != http.StatusServiceUnavailable {
+			t.Errorf("a waiter got %d, want 503", code)
+		}
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("a graceful shutdown logged an error: %s", line)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=INFO msg=\"leasehttp: request\""); n != len(keys) {
+		t.Errorf("%d waits ended by the shutdown logged at INFO, want %d:\n%s", n, len(keys), logs.String())
+	}
+}
