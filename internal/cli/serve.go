@@ -106,6 +106,13 @@ what it had and logs why.`,
 				return err
 			}
 			if err := s.Run(ctx); err != nil {
+				if ctx.Err() != nil {
+					// SIGTERM or SIGINT while it started (an engine slow
+					// to answer): the stop asked for, with nothing served
+					// yet, not a failure to start.
+					cfg.Logger.Info("stopped before serving", "reason", "signal", "err", err)
+					return nil
+				}
 				return err
 			}
 			var serveErr error
