@@ -262,7 +262,13 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		return nil, errors.New("serve: logger is nil")
 	}
-	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
+	_, port, err := net.SplitHostPort(cfg.Addr)
+	if err == nil {
+		// A port out of range was otherwise found out only by the
+		// listen, and reported as a failure to start (exit 1).
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
 		return nil, usageError(fmt.Errorf("--addr %q: %v", cfg.Addr, err))
 	}
 	if cfg.Backend == "" && cfg.DataDir == "" {

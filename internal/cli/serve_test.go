@@ -211,6 +211,8 @@ func TestServeRefusals(t *testing.T) {
 		{"cert without key", func(c *ServeConfig) { c.TLSCert = empty }, ExitUsage, "--tls-key"},
 		{"unloadable key pair", func(c *ServeConfig) { c.TLSCert, c.TLSKey = empty, empty }, ExitFailure, "TLS"},
 		{"bad addr", func(c *ServeConfig) { c.Addr = "7420" }, ExitUsage, "--addr"},
+		{"port out of range", func(c *ServeConfig) { c.Addr = "127.0.0.1:99999" }, ExitUsage, "--addr"},
+		{"negative port", func(c *ServeConfig) { c.Addr = "127.0.0.1:-1" }, ExitUsage, "--addr"},
 		{"both stores", func(c *ServeConfig) { c.Backend = "redis://127.0.0.1:1" }, ExitUsage, "mutually exclusive"},
 		{"unknown scheme", func(c *ServeConfig) { c.DataDir, c.Backend = "", "mysql://u:secret@h/db" }, ExitUsage, `"mysql"`},
 		{"not a URL", func(c *ServeConfig) { c.DataDir, c.Backend = "", "localhost:6379" }, ExitUsage, "not a URL"},
