@@ -392,6 +392,11 @@ func (s *Server) wrap(route string, h func(*responseWriter, *http.Request)) http
 		switch {
 		case r.Context().Err() != nil:
 			// The client hung up; nothing went wrong here.
+		case errors.Is(rw.err, errShuttingDown):
+			// A wait ended by Close: the shutdown asked for, not a
+			// failure, and one line per waiting key would say it at
+			// ERROR at every restart.
+			level = slog.LevelInfo
 		case rw.status >= 500:
 			level = slog.LevelError
 			if s.failures.repeated(rw.err, start) {

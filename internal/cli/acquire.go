@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -48,7 +49,7 @@ current holder for up to 5s.
 				return err
 			}
 			defer closeBackend(b)
-			ctx, cancel := context.WithTimeout(cmd.Context(), rf.timeout+wait)
+			ctx, cancel := context.WithTimeout(cmd.Context(), onTop(rf.timeout, wait))
 			defer cancel()
 			l, err := acquireOnce(ctx, b, key, owner, ttl, wait)
 			if err != nil {
@@ -62,6 +63,16 @@ current holder for up to 5s.
 	addWaitFlag(cmd, &wait)
 	addOwnerFlag(cmd, &owner)
 	return cmd
+}
+
+// onTop is --timeout counted on top of --wait, at most the longest
+// time.Duration: two long ones (a wait meant as "for ever") would otherwise
+// add up past it to a negative timeout, which ends the wait before it began.
+func onTop(timeout, wait time.Duration) time.Duration {
+	if wait > math.MaxInt64-timeout {
+		return math.MaxInt64
+	}
+	return timeout + wait
 }
 
 // acquireOnce acquires key, waiting up to wait in the server's queue. A wait
@@ -83,9 +94,30 @@ func acquireOnce(ctx context.Context, b lease.Backend, key, owner string, ttl, w
 	}
 	if wctx.Err() != nil && ctx.Err() == nil {
 		// Our wait ran out: say who is in the way.
-		err = lease.StillHeld(ctx, b, key, err)
+		err = stillHeld(ctx, b, key, err)
 	}
 	return lease.Lease{}, heldMessage(err)
+}
+
+// stillHeld is lease.StillHeld for a wait that ran out at --wait: the
+// holder that last names, or the one the server names now, or, with the key
+// free by now, that it was held until the wait ended. But a server that
+// cannot be asked is that failure, not a key held: a wait whose every
+// request was refused until --wait ran out had reached no server at all,
+// and reporting it held (exit 3, 75 for run) hid that.
+func stillHeld(ctx context.Context, b lease.Backend, key string, last error) error {
+	var he *lease.HeldError
+	if errors.As(last, &he) {
+		return he
+	}
+	l, err := b.Get(ctx, key)
+	switch {
+	case err == nil:
+		return &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+	case errors.Is(err, lease.ErrNotFound):
+		return lease.StillHeld(ctx, b, key, last)
+	}
+	return fmt.Errorf("the wait for %q ran out without an answer: %w", key, err)
 }
 
 // heldMessage rewrites a *lease.HeldError as the CLI's sentence about the

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -95,9 +97,12 @@ func serveBackups(store *boltstore.Store, dir string, log *slog.Logger) (*backup
 // reach from the moment it exists: it is made, and set to 0600, in a new
 // 0700 directory inside dir, then renamed into place, so that nobody who
 // may write to dir (a shared data dir) can connect in between or swap it
-// for theirs unnoticed.
+// for theirs unnoticed. Where it is made, dir/.sXXXXXX/s, is as long as
+// dir/lease.sock, so that the socket can be made wherever its path is short
+// enough (a longer name there, such as os.MkdirTemp's, kept a server on a
+// data dir of 89 to 92 bytes from starting at all).
 func listenPrivate(dir, path string) (net.Listener, error) {
-	tmp, err := os.MkdirTemp(dir, ".sock-")
+	tmp, err := mkdirPrivate(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +122,24 @@ func listenPrivate(dir, path string) (net.Listener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// mkdirPrivate makes a new 0700 directory in dir named ".s" and 6 random
+// hex digits: as long as BackupSocket, less the "s" of the socket made in it
+// and its separator.
+func mkdirPrivate(dir string) (string, error) {
+	for try := 0; ; try++ {
+		var b [3]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		name := filepath.Join(dir, ".s"+hex.EncodeToString(b[:]))
+		err := os.Mkdir(name, 0o700)
+		switch {
+		case err == nil:
+			return name, nil
+		case !errors.Is(err, os.ErrExist) || try == 100:
+			return "", err
+		}
+	}
 }
 
 // Close stops serving backups (a copy in progress is cut off) and removes
@@ -140,7 +163,8 @@ If a lease serve is running on that data dir, the copy comes from it through
 the Unix socket ` + BackupSocket + ` in the data dir and it goes on serving;
 otherwise backup opens the store itself. The copy holds every write answered
 before it began. FILE is written beside itself and renamed into place once it
-is complete, synced and checked page by page.
+is complete, synced and checked page by page. FILE may not be in the data dir:
+its rename could replace the store's own files.
 
 A backup is not a store: lease serve refuses it. lease restore makes one from
 it whose tokens all stay above any the old store could have issued after the
@@ -162,6 +186,9 @@ backup.`,
 // backup copies the store in dataDir to file, through the backup socket of
 // the server running on it, or by opening the store when none is.
 func backup(ctx context.Context, dataDir, file string) (n int64, via string, err error) {
+	if err := checkBackupFile(file, dataDir); err != nil {
+		return 0, "", err
+	}
 	dir := filepath.Dir(file)
 	tmp, err := os.CreateTemp(dir, filepath.Base(file)+".part-*")
 	if err != nil {
@@ -193,6 +220,23 @@ func backup(ctx context.Context, dataDir, file string) (n int64, via string, err
 		return 0, "", fmt.Errorf("backup: %w", err)
 	}
 	return n, via, nil
+}
+
+// checkBackupFile refuses a backup written into the data dir itself: the
+// copy is renamed into place, and named lease.db, lease.db-wal or
+// lease.db-lead it would replace the store's own file (under a running
+// server too, whose next start would then find its store gone); the names
+// there are the store's. A directory that cannot be looked at is left to
+// the writes that follow, which say why.
+func checkBackupFile(file, dataDir string) error {
+	fi, err := os.Stat(filepath.Dir(file))
+	if err != nil {
+		return nil
+	}
+	if di, err := os.Stat(dataDir); err == nil && os.SameFile(fi, di) {
+		return usageError(fmt.Errorf("backup: %s is in the data dir %s, where it could replace the store's own files; write the backup outside it", file, dataDir))
+	}
+	return nil
 }
 
 // copyStore writes the store in dataDir to w and says how it got it.

@@ -140,3 +140,103 @@ func TestBackupRefusals(t *testing.T) {
 		t.Errorf("refused commands left %d files behind", len(entries))
 	}
 }
+
+// TestBackupRefusesFileInTheDataDir: a backup named into the data dir
+// itself is refused, however the path is spelled, served or not: renamed
+// into place as lease.db, lease.db-wal or lease.db-lead it replaced the
+// store's own file, under a running server too, whose next start then
+// found a backup where its store was.
+func TestBackupRefusesFileInTheDataDir(t *testing.T) {
+	var logs syncBuffer
+	cfg := serveConfig(t, &logs)
+	srv := startServe(t, cfg)
+	issued := takeTokens(t, "http://"+srv.Addr(), "k", 2)
+	files := []string{BoltFile, BoltFile + "-wal", BoltFile + "-lead"}
+	refused := func(state string) {
+		t.Helper()
+		for _, name := range files {
+			before, err := os.Stat(filepath.Join(cfg.DataDir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, file := range []string{
+				filepath.Join(cfg.DataDir, name),
+				filepath.Join(cfg.DataDir, "..", filepath.Base(cfg.DataDir), ".", name),
+			} {
+				r := cliHTTP(t, nil, nil, "backup", "--data-dir", cfg.DataDir, file)
+				if r.code != ExitUsage {
+					t.Errorf("%s: lease backup --data-dir %s %s: exit %d, stdout %q, stderr %q; want %d", state, cfg.DataDir, file, r.code, r.stdout, r.stderr, ExitUsage)
+					continue
+				}
+				oneErrorLine(t, r, "in the data dir")
+			}
+			if fi, err := os.Stat(filepath.Join(cfg.DataDir, name)); err != nil || !os.SameFile(fi, before) {
+				t.Fatalf("%s: after the refused backups, %s is not the store's own file (%v)", state, name, err)
+			}
+		}
+	}
+	refused("served")
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	refused("not served")
+
+	// The store is whole: it serves again, above every token it issued.
+	srv = startServe(t, cfg)
+	if tok := takeTokens(t, "http://"+srv.Addr(), "k", 1); tok <= issued {
+		t.Errorf("after the refused backups the store issued token %d; it had issued %d", tok, issued)
+	}
+}
+
+// TestServeBackupSocketAtTheLongestPath: a data dir whose lease.sock is
+// maxSocketPath bytes long gets its socket, and lease backup copies the
+// running server through it; one byte longer, the server says it has none
+// and serves. The socket used to be made first under a name up to 8 bytes
+// longer than lease.sock, past what bind takes, so a data dir of 89 to 92
+// bytes kept lease serve from starting at all.
+func TestServeBackupSocketAtTheLongestPath(t *testing.T) {
+	base := t.TempDir()
+	room := maxSocketPath - len(string(filepath.Separator)+BackupSocket) - len(base) - 1
+	if room < 1 {
+		t.Skipf("the temporary directory %s leaves no room for a data dir of %d bytes", base, maxSocketPath-len("/"+BackupSocket))
+	}
+	for _, extra := range []int{0, 1} {
+		dataDir := filepath.Join(base, strings.Repeat("d", room+extra))
+		sock := filepath.Join(dataDir, BackupSocket)
+		if len(sock) != maxSocketPath+extra {
+			t.Fatalf("socket path %q is %d bytes, want %d", sock, len(sock), maxSocketPath+extra)
+		}
+		var logs syncBuffer
+		cfg := serveConfig(t, &logs)
+		cfg.DataDir = dataDir
+		srv, err := NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Run(t.Context()); err != nil {
+			t.Fatalf("lease serve on a data dir of %d bytes: %v", len(dataDir), err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		takeTokens(t, "http://"+srv.Addr(), "k", 1)
+		_, statErr := os.Lstat(sock)
+		if extra == 0 {
+			if statErr != nil {
+				t.Errorf("no backup socket at %d bytes: %v", len(sock), statErr)
+			}
+			r := cliHTTP(t, nil, nil, "backup", "--data-dir", dataDir, filepath.Join(base, "b"))
+			if r.code != ExitOK || !strings.Contains(r.stdout, "from the running server") {
+				t.Errorf("lease backup through a socket of %d bytes: exit %d, stdout %q, stderr %q", len(sock), r.code, r.stdout, r.stderr)
+			}
+		} else {
+			if statErr == nil {
+				t.Errorf("a backup socket of %d bytes was made", len(sock))
+			}
+			if !strings.Contains(logs.String(), "lease backup can copy this store only while it is not served") {
+				t.Errorf("the server does not say it has no backup socket:\n%s", logs.String())
+			}
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -28,8 +28,9 @@ line, first come, first served, until it is elected leader of KEY, announcing
 term lasts, exactly as lease run does: CMD's environment has LEASE_KEY,
 LEASE_TOKEN (the term's fencing token) and LEASE_OWNER (V); if the term is lost
 CMD and its process group get SIGTERM and, --grace later, SIGKILL; SIGINT,
-SIGTERM and SIGHUP are passed on to CMD; and the term is resigned when CMD
-exits, so the next candidate leads at once.
+SIGTERM and SIGHUP are passed on to CMD's process group; and the term is
+resigned when CMD exits (after processes it left running are stopped), so
+the next candidate leads at once.
 
 It leads one term and exits with CMD's status; to lead again after a loss, run
 it again (a supervisor's restart is the requeue). --wait bounds the wait to be

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
 )
 
@@ -372,4 +375,46 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// TestBinaryServeStoppedWhileStarting: SIGTERM while lease serve waits for
+// its engine (an etcd that does not answer) stops it as SIGTERM stops a
+// running server, with exit 0 and no error line: the stop was asked for.
+// It used to exit 1 with "context canceled" as if the start had failed.
+func TestBinaryServeStoppedWhileStarting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd := ln.Addr().String()
+	if err := ln.Close(); err != nil { // connections to it are refused now
+		t.Fatal(err)
+	}
+	p := startBinary(t, nil, "serve", "--addr", "127.0.0.1:0", "--backend", "etcd://"+etcd)
+	// Said as it starts, before it opens the backend.
+	poll.Until(t, 20*time.Second, func() error {
+		if strings.Contains(p.stderr.String(), "no credentials configured") {
+			return nil
+		}
+		return fmt.Errorf("serve has not started: %q", p.stderr.String())
+	})
+	select {
+	case <-p.done:
+		t.Fatalf("serve exited before the signal: %q", p.stderr.String())
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 20*time.Second); code != ExitOK {
+		t.Errorf("serve stopped while starting: exit %d, want 0; stderr %q", code, p.stderr.String())
+	}
+	for _, line := range strings.Split(p.stderr.String(), "\n") {
+		if strings.HasPrefix(line, "lease: ") {
+			t.Errorf("serve stopped while starting printed an error: %q", line)
+		}
+	}
+	if !strings.Contains(p.stderr.String(), "stopped before serving") {
+		t.Errorf("serve does not say it stopped: %q", p.stderr.String())
+	}
 }

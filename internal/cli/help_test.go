@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/spf13/cobra"
@@ -161,6 +162,72 @@ func TestWrongArgumentCountPrintsUsage(t *testing.T) {
 		if r.code != ExitUsage || len(lines) != 2 || !strings.HasPrefix(lines[0], "lease: ") || !strings.HasPrefix(lines[1], tc.usage) {
 			t.Errorf("lease %s: exit %d, stderr %q; want exit %d, the error, then a line starting %q",
 				strings.Join(tc.args, " "), r.code, r.stderr, ExitUsage, tc.usage)
+		}
+	}
+}
+
+// TestServeFlagsTableIsTheCommands: SERVE.md's table of lease serve's flags
+// names every flag the command has and no other, each with the default the
+// command really has (durations compared as durations: the table's 2m is
+// pflag's 2m0s).
+func TestServeFlagsTableIsTheCommands(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "SERVE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "### Flags of `lease serve`\n")
+	if !ok {
+		t.Fatal("SERVE.md has no section \"Flags of `lease serve`\"")
+	}
+	table, _, _ = strings.Cut(strings.TrimLeft(table, "\n"), "\n\n") // to the first blank line
+	rowRE := regexp.MustCompile("(?m)^\\| (`--[a-z-]+`(?:, `--[a-z-]+`)*) \\| ([^|]*) \\|")
+	namesRE := regexp.MustCompile("`--([a-z-]+)`")
+	var serve *cobra.Command
+	for _, c := range newRoot(&app{}).Commands() {
+		if c.Name() == "serve" {
+			serve = c
+		}
+	}
+	documented := map[string]bool{}
+	rows := rowRE.FindAllStringSubmatch(table, -1)
+	for _, row := range rows {
+		want := strings.Trim(strings.TrimSpace(row[2]), "`")
+		for _, m := range namesRE.FindAllStringSubmatch(row[1], -1) {
+			name := m[1]
+			documented[name] = true
+			f := serve.Flags().Lookup(name)
+			if f == nil {
+				t.Errorf("SERVE.md documents lease serve --%s, which it does not have", name)
+				continue
+			}
+			got := f.DefValue
+			if got == "[]" { // an empty list's
+				got = ""
+			}
+			switch {
+			case want == "–":
+				want = ""
+			case f.Value.Type() == "duration":
+				d, err := time.ParseDuration(want)
+				if err != nil {
+					t.Errorf("SERVE.md: --%s's default %q is not a duration", name, want)
+					continue
+				}
+				want = d.String()
+			}
+			if got != want {
+				t.Errorf("SERVE.md says lease serve --%s defaults to %q; it is %q", name, want, got)
+			}
+		}
+	}
+	if len(rows) < 20 {
+		t.Fatalf("read only %d rows of SERVE.md's table of flags", len(rows))
+	}
+	help := cli(t, memtest.New(t), nil, nil, "serve", "--help").stdout
+	_, flags, _ := strings.Cut(help, "\nFlags:\n")
+	for _, line := range strings.Split(flags, "\n") {
+		if m := flagLineRE.FindStringSubmatch(line); m != nil && m[1] != "help" && !documented[m[1]] {
+			t.Errorf("lease serve --%s is missing from SERVE.md's table of flags", m[1])
 		}
 	}
 }

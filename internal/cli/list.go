@@ -60,10 +60,16 @@ CURSOR starts after the page that gave it.
 				return writePage(a.stdout, a.stderr, p, rf.json())
 			}
 			var all []lease.Lease
+			_, last, _ := lease.ParseList(prefix, page) // the key --after names; checked above
 			for {
 				p, err := list(page)
 				if err != nil {
 					return err
+				}
+				// A page that does not move on (a broken server, a proxy
+				// that drops the query) would be printed again and again.
+				if len(p.Leases) > 0 && page.After != "" && p.Leases[0].Key <= last {
+					return fmt.Errorf("%w: list: asked for the leases after %q, the server answered from %q on", lease.ErrUnavailable, last, p.Leases[0].Key)
 				}
 				if !rf.json() {
 					// Text goes out page by page; JSON is one object.
@@ -76,7 +82,11 @@ CURSOR starts after the page that gave it.
 				if p.Next == "" {
 					break
 				}
-				page.After = p.Next
+				_, next, err := lease.ParseList("", lease.Page{After: p.Next})
+				if err != nil || next <= last {
+					return fmt.Errorf("%w: list: the server's next cursor %q does not move past %q", lease.ErrUnavailable, p.Next, last)
+				}
+				page.After, last = p.Next, next
 			}
 			if rf.json() {
 				return writeLeases(a.stdout, all, true)

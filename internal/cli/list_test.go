@@ -4,7 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,5 +67,72 @@ func TestListOnePage(t *testing.T) {
 	r = cli(t, b, nil, nil, "list", "--prefix", "q/", "--after", lease.Cursor("q/a"))
 	if r.code != ExitOK || !strings.Contains(r.stdout, "key=q/b") || !strings.Contains(r.stdout, "key=q/c") || strings.Contains(r.stdout, "key=q/a") {
 		t.Fatalf("list --after without --limit: %q; want q/b and q/c", r.stdout)
+	}
+}
+
+// TestListRefusesAPageThatDoesNotMoveOn: behind a proxy that drops the
+// query (after=…), every page the server answers is the first, with the
+// same next cursor; a broken server may answer an empty page whose next
+// cursor is the one asked for. list ends with exit 1 and one line that says
+// so, having printed each lease once; it used to print the first page again,
+// or ask again, for as long as the answers came.
+func TestListRefusesAPageThatDoesNotMoveOn(t *testing.T) {
+	b := memtest.New(t)
+	n := lease.DefaultPageLimit + 2
+	for i := range n {
+		if _, err := b.Acquire(context.Background(), fmt.Sprintf("p/%05d", i), "o", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api, err := url.Parse(apiServerOver(t, b).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropAfter := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(api)
+		q := r.Out.URL.Query()
+		q.Del("after")
+		r.Out.URL.RawQuery = q.Encode()
+	}}
+	sameCursor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"leases":[],"next":%q}`, lease.Cursor("p/00000"))
+	})
+	for _, tc := range []struct {
+		name   string
+		server http.Handler
+		want   string
+	}{
+		{"a proxy that drops the query", dropAfter, "the server answered from"},
+		{"empty pages with the same cursor", sameCursor, "does not move past"},
+	} {
+		// The server ends the walk after a few pages, so that a walk that
+		// does not stop by itself ends rather than hang the test.
+		const pages = 5
+		var lists atomic.Int32
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/leases" && lists.Add(1) > pages {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"leases":[],"next":""}`)
+				return
+			}
+			tc.server.ServeHTTP(w, r)
+		}))
+		t.Cleanup(front.Close)
+		for _, output := range []string{"text", "json"} {
+			lists.Store(0)
+			r := cliHTTP(t, map[string]string{EnvServer: front.URL}, nil, "list", "--prefix", "p/", "-o", output)
+			if r.code != ExitFailure {
+				t.Errorf("%s: list -o %s: exit %d after %d requests, stdout %d bytes, stderr %q; want %d", tc.name, output, r.code, lists.Load(), len(r.stdout), r.stderr, ExitFailure)
+				continue
+			}
+			oneErrorLine(t, r, tc.want)
+			if got := lists.Load(); got != 2 {
+				t.Errorf("%s: list -o %s: %d requests; want 2, the second answering the first's cursor again", tc.name, output, got)
+			}
+			if c := strings.Count(r.stdout, "key=p/00000 "); output == "text" && c > 1 {
+				t.Errorf("%s: list printed the first lease %d times", tc.name, c)
+			}
+		}
 	}
 }

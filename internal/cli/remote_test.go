@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -155,5 +157,63 @@ func TestServerListFailsOver(t *testing.T) {
 			t.Errorf("$%s=%q: exit %d, dialled %q; want a usage error", EnvServer, bad.list, r.code, r.url)
 		}
 		oneErrorLine(t, r, "$"+EnvServer, bad.want)
+	}
+}
+
+// TestLongWaitAndTimeoutDoNotOverflow: --timeout counts on top of --wait, and
+// two long ones (a wait meant as "for ever") add up to at most the longest
+// duration. They used to add up past it to a negative timeout: acquire
+// failed at once with "context deadline exceeded" (exit 1) on a free key,
+// and run exited 75 without trying.
+func TestLongWaitAndTimeoutDoNotOverflow(t *testing.T) {
+	longest := time.Duration(math.MaxInt64).String()
+	env := map[string]string{EnvServer: apiServerOver(t, memtest.New(t)).URL}
+	for i, flags := range [][]string{
+		{"--wait", longest},
+		{"--wait", "2000000h", "--timeout", "2000000h"},
+	} {
+		key := fmt.Sprintf("job%d", i)
+		r := cliHTTP(t, env, nil, append([]string{"acquire", key}, flags...)...)
+		if r.code != ExitOK || !strings.HasPrefix(r.stdout, "key="+key+" ") {
+			t.Errorf("acquire %s %v: exit %d, stdout %q, stderr %q; want the free key acquired", key, flags, r.code, r.stdout, r.stderr)
+		}
+	}
+	childEnviron(t, "env", "", 0)
+	r := cliHTTP(t, env, nil, runArgs(t, "run-job", "--wait", "2000000h", "--timeout", "2000000h")...)
+	if r.code != ExitOK || !strings.HasPrefix(r.stdout, "key=run-job ") {
+		t.Errorf("run --wait 2000000h --timeout 2000000h: exit %d, stdout %q, stderr %q; want the command run under the free key", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestWaitOnAnUnreachableServerIsNotHeld: a --wait that runs out while the
+// server refuses every connection ends as an unreachable server does, exit
+// 1 (run: 75) with the failure named, not as a key held by someone: acquire
+// used to exit 3, "held by another owner: "k" was held until the wait
+// ended", when no server had been reached at all, and run --slots said all
+// the slots stayed held.
+func TestWaitOnAnUnreachableServerIsNotHeld(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{EnvServer: "http://" + ln.Addr().String()}
+	if err := ln.Close(); err != nil { // connections to it are refused now
+		t.Fatal(err)
+	}
+	r := cliHTTP(t, env, nil, "acquire", "k", "--wait", "100ms")
+	if r.code != ExitFailure {
+		t.Errorf("acquire --wait 100ms: exit %d, stderr %q; want %d, the server unreachable", r.code, r.stderr, ExitFailure)
+	}
+	oneErrorLine(t, r, "refused")
+	childEnviron(t, "env", "", 0)
+	for _, flags := range [][]string{{"--wait", "100ms"}, {"--wait", "100ms", "--slots", "2"}} {
+		r = cliHTTP(t, env, nil, runArgs(t, append([]string{"k"}, flags...)...)...)
+		if r.code != ExitTempFail {
+			t.Errorf("run %v: exit %d, stderr %q; want %d", flags, r.code, r.stderr, ExitTempFail)
+		}
+		oneErrorLine(t, r, "refused")
+		if strings.Contains(r.stderr, "held") {
+			t.Errorf("run %v says the key was held, though no server was reached: %q", flags, r.stderr)
+		}
 	}
 }

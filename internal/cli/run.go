@@ -27,8 +27,12 @@ const (
 	EnvSlot = "LEASE_SLOT"
 )
 
-// forwardedSignals are passed on to the command rather than ending lease run:
-// the command decides how to stop, and the lease is released after it has.
+// forwardedSignals are passed on to the command's process group rather than
+// ending lease run: the command decides how to stop, and the lease is
+// released after it has. The group gets them, as a terminal or a shell gives
+// a job's signals to every process of the job: a shell that died of one while
+// its child worked on would otherwise leave that child working on without
+// the lease, released as the shell exited.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 
 func newRunCommand(a *app) *cobra.Command {
@@ -48,8 +52,10 @@ plus 20ms before the server expires it, or the server says it is gone), CMD and
 the processes it started (CMD runs in a process group of its own) get SIGTERM
 and, any of them still running --grace later, SIGKILL; lease run then exits
 within --grace of the loss, even if the server does not answer. SIGINT, SIGTERM
-and SIGHUP sent to lease run are passed on to CMD. The lease is released when
-CMD exits.
+and SIGHUP sent to lease run are passed on to CMD's process group, as a
+terminal sends ^C to every process of a job. The lease is released when CMD
+exits; processes it started and left running get SIGTERM first, and SIGKILL
+--grace later, so that none works on without the lease.
 
 --ttl is at least ` + minRunTTL.String() + `: that margin may take at most half of the TTL.
 SIGTERM comes the margin before the lease expires; whatever CMD does after that
@@ -354,6 +360,18 @@ func (r *runner) run(ctx context.Context) int {
 				r.stopGroup(pg, grace)
 				return ExitTempFail
 			}
+			if pg.alive() {
+				// CMD left processes running (a shell's background job, or
+				// a child it did not wait for): they are stopped before
+				// the release, lest they work on without the lease while
+				// the next holder starts.
+				r.logf("%s exited (status %d) leaving processes it started running; sending them SIGTERM (SIGKILL in %s) before releasing %q",
+					r.opts.argv[0], exitStatus(err), formatDuration(r.opts.grace), h.Key())
+				pg.signal(syscall.SIGTERM)
+				t := time.NewTimer(r.opts.grace)
+				defer t.Stop()
+				r.stopGroup(pg, t.C)
+			}
 			return exitStatus(err)
 		case <-done:
 			done = nil
@@ -370,7 +388,11 @@ func (r *runner) run(ctx context.Context) int {
 			r.logf("%s still running %s after SIGTERM; sending SIGKILL", r.opts.argv[0], formatDuration(r.opts.grace))
 			pg.signal(syscall.SIGKILL)
 		case sig := <-r.signals:
-			_ = cmd.Process.Signal(sig)
+			if s, ok := sig.(syscall.Signal); ok {
+				pg.signal(s)
+			} else {
+				_ = cmd.Process.Signal(sig)
+			}
 		}
 	}
 }
@@ -404,7 +426,7 @@ func (r *runner) stopGroup(pg *procGroup, grace <-chan time.Time) {
 // the exit status.
 func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 	key, ttl := r.opts.key, r.opts.ttl
-	actx, cancel := context.WithTimeout(ctx, r.timeout+r.opts.wait)
+	actx, cancel := context.WithTimeout(ctx, onTop(r.timeout, r.opts.wait))
 	defer cancel()
 	// A signal while we wait or try means: give up, nothing has started.
 	var (
@@ -434,7 +456,7 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 		wctx, wcancel := context.WithTimeout(actx, r.opts.wait)
 		h, err = r.client.Acquire(wctx, key, ttl)
 		if err != nil && wctx.Err() != nil && actx.Err() == nil {
-			err = lease.StillHeld(actx, r.client.Backend(), key, err)
+			err = stillHeld(actx, r.client.Backend(), key, err)
 		}
 		wcancel()
 	}
@@ -472,6 +494,10 @@ func (r *runner) takeSlot(ctx context.Context) (*lease.Hold, int, error) {
 		s, err = r.sem.Acquire(wctx)
 		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w: all %d slots of %q stayed held for --wait %v", lease.ErrHeld, r.opts.slots, r.opts.key, r.opts.wait)
+			// Unless the server cannot be asked (as for a lease: stillHeld).
+			if _, gerr := r.client.Backend().Get(ctx, r.opts.key+"/slots/0"); gerr != nil && !errors.Is(gerr, lease.ErrNotFound) {
+				err = fmt.Errorf("the wait for a slot of %q ran out without an answer: %w", r.opts.key, gerr)
+			}
 		}
 		cancel()
 	}

@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
 )
 
@@ -90,5 +94,59 @@ func TestBinaryRunLossKillsTheCommandsChildren(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "SIGKILL") {
 		t.Errorf("stderr %q does not say SIGKILL was sent", p.stderr.String())
+	}
+}
+
+// TestBinaryRunForwardsSignalsToTheCommandsChildren: SIGTERM sent to lease
+// run reaches the child of a shell CMD as well as the shell, as it would
+// reach every process of the job without lease run. It used to reach the
+// shell alone, which died of it; lease run then released the lease while
+// the child worked on, so that `timeout 1h lease run …` or a kill of lease
+// run let a second copy of the job start beside the first.
+func TestBinaryRunForwardsSignalsToTheCommandsChildren(t *testing.T) {
+	srv, g := apiServer(t)
+	file := filepath.Join(t.TempDir(), "child")
+	// The child's output goes elsewhere, so that lease run's exit is seen
+	// when it happens, not when the child closes the pipe it inherited.
+	cmd := append([]string{"/bin/sh", "-c", `"$0" "$1" >/dev/null 2>&1; exit 0`}, childArgv(t)...)
+	p := startBinary(t, append(childVars("term", file, 0), EnvServer+"="+srv.URL), append([]string{"run", "nightly", "--grace", "5s", "--"}, cmd...)...)
+	waitFile(t, file, "ready", 20*time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 20*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit %d, want %d, the shell's death by SIGTERM; stderr %q", code, 128+int(syscall.SIGTERM), p.stderr.String())
+	}
+	// lease run has exited, and so released the lease: the child must have
+	// had the SIGTERM by then.
+	if data, _ := os.ReadFile(file); !strings.Contains(string(data), "\nterm ") {
+		t.Errorf("lease run exited, its lease released, while the child of its command never got SIGTERM (its notes: %q)", data)
+	}
+	if _, err := g.Backend.Get(t.Context(), "nightly"); !errors.Is(err, lease.ErrNotFound) {
+		t.Errorf("Get = %v; want the lease released", err)
+	}
+}
+
+// TestBinaryRunStopsWhatTheCommandLeftRunning: a CMD that exits leaving a
+// child running (a shell's background job) does not have its lease released
+// under that child: the child gets SIGTERM first. lease run used to release
+// at once, and the child worked on without the lease.
+func TestBinaryRunStopsWhatTheCommandLeftRunning(t *testing.T) {
+	srv, g := apiServer(t)
+	file := filepath.Join(t.TempDir(), "child")
+	// The shell exits once its background child has said it is ready.
+	cmd := append([]string{"/bin/sh", "-c", `"$0" "$1" >/dev/null 2>&1 & while [ ! -s "$` + childFileEnv + `" ]; do sleep 0.01; done; exit 0`}, childArgv(t)...)
+	p := startBinary(t, append(childVars("term", file, 0), EnvServer+"="+srv.URL), append([]string{"run", "nightly", "--grace", "5s", "--"}, cmd...)...)
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("exit %d, want the command's 0; stderr %q", code, p.stderr.String())
+	}
+	if data, _ := os.ReadFile(file); !strings.Contains(string(data), "\nterm ") {
+		t.Errorf("lease run exited, its lease released, with the child its command left running never sent SIGTERM (its notes: %q)", data)
+	}
+	if !strings.Contains(p.stderr.String(), "leaving processes it started running") {
+		t.Errorf("stderr %q does not say what lease run stopped", p.stderr.String())
+	}
+	if _, err := g.Backend.Get(t.Context(), "nightly"); !errors.Is(err, lease.ErrNotFound) {
+		t.Errorf("Get = %v; want the lease released", err)
 	}
 }

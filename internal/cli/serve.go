@@ -106,6 +106,13 @@ what it had and logs why.`,
 				return err
 			}
 			if err := s.Run(ctx); err != nil {
+				if ctx.Err() != nil {
+					// SIGTERM or SIGINT while it started (an engine slow
+					// to answer): the stop asked for, with nothing served
+					// yet, not a failure to start.
+					cfg.Logger.Info("stopped before serving", "reason", "signal", "err", err)
+					return nil
+				}
 				return err
 			}
 			var serveErr error
@@ -180,7 +187,8 @@ type ServeConfig struct {
 	MaxConnections int
 	// MaxConnectionsPerAddress bounds the connections open at once from one
 	// client IP address; 0 means a quarter of MaxConnections (at least 1),
-	// and no limit when MaxConnections is 0.
+	// and no limit when MaxConnections is 0, with which any other value is
+	// refused.
 	MaxConnectionsPerAddress int
 	// WatchHeartbeat is leasehttp.WithHeartbeat's, within
 	// [leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat].
@@ -254,7 +262,13 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		return nil, errors.New("serve: logger is nil")
 	}
-	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
+	_, port, err := net.SplitHostPort(cfg.Addr)
+	if err == nil {
+		// A port out of range was otherwise found out only by the
+		// listen, and reported as a failure to start (exit 1).
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
 		return nil, usageError(fmt.Errorf("--addr %q: %v", cfg.Addr, err))
 	}
 	if cfg.Backend == "" && cfg.DataDir == "" {
@@ -279,6 +293,11 @@ func NewServer(cfg ServeConfig) (*Server, error) {
 	}
 	if cfg.MaxConnectionsPerAddress < 0 {
 		return nil, usageError(fmt.Errorf("--max-connections-per-address must be 0 (a quarter of --max-connections) or more, got %d", cfg.MaxConnectionsPerAddress))
+	}
+	if cfg.MaxConnectionsPerAddress > 0 && cfg.MaxConnections == 0 {
+		// The limit per address is kept by the listener that keeps the
+		// total: without one, it would be ignored without a word.
+		return nil, usageError(fmt.Errorf("--max-connections-per-address %d needs --max-connections: with --max-connections 0 no connection limit applies", cfg.MaxConnectionsPerAddress))
 	}
 	if cfg.WatchHeartbeat < leasehttp.MinHeartbeat || cfg.WatchHeartbeat > leasehttp.MaxHeartbeat {
 		return nil, usageError(fmt.Errorf("--watch-heartbeat must be within [%v, %v], got %v", leasehttp.MinHeartbeat, leasehttp.MaxHeartbeat, cfg.WatchHeartbeat))

@@ -211,6 +211,8 @@ func TestServeRefusals(t *testing.T) {
 		{"cert without key", func(c *ServeConfig) { c.TLSCert = empty }, ExitUsage, "--tls-key"},
 		{"unloadable key pair", func(c *ServeConfig) { c.TLSCert, c.TLSKey = empty, empty }, ExitFailure, "TLS"},
 		{"bad addr", func(c *ServeConfig) { c.Addr = "7420" }, ExitUsage, "--addr"},
+		{"port out of range", func(c *ServeConfig) { c.Addr = "127.0.0.1:99999" }, ExitUsage, "--addr"},
+		{"negative port", func(c *ServeConfig) { c.Addr = "127.0.0.1:-1" }, ExitUsage, "--addr"},
 		{"both stores", func(c *ServeConfig) { c.Backend = "redis://127.0.0.1:1" }, ExitUsage, "mutually exclusive"},
 		{"unknown scheme", func(c *ServeConfig) { c.DataDir, c.Backend = "", "mysql://u:secret@h/db" }, ExitUsage, `"mysql"`},
 		{"not a URL", func(c *ServeConfig) { c.DataDir, c.Backend = "", "localhost:6379" }, ExitUsage, "not a URL"},
@@ -222,6 +224,7 @@ func TestServeRefusals(t *testing.T) {
 		{"zero idle timeout", func(c *ServeConfig) { c.IdleTimeout = 0 }, ExitUsage, "--idle-timeout"},
 		{"negative max connections", func(c *ServeConfig) { c.MaxConnections = -1 }, ExitUsage, "--max-connections"},
 		{"negative max connections per address", func(c *ServeConfig) { c.MaxConnectionsPerAddress = -1 }, ExitUsage, "--max-connections-per-address"},
+		{"max connections per address without a total", func(c *ServeConfig) { c.MaxConnections, c.MaxConnectionsPerAddress = 0, 10 }, ExitUsage, "needs --max-connections"},
 		{"zero watch heartbeat", func(c *ServeConfig) { c.WatchHeartbeat = 0 }, ExitUsage, "--watch-heartbeat"},
 		{"zero max watchers", func(c *ServeConfig) { c.MaxWatchers = 0 }, ExitUsage, "--max-watchers"},
 		{"negative max wait", func(c *ServeConfig) { c.MaxWait = -time.Second }, ExitUsage, "--max-wait"},
@@ -580,5 +583,52 @@ func TestServeBusyPortCreatesNoStore(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, BoltFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after failing to listen, %s: %v; want it not created", filepath.Join(cfg.DataDir, BoltFile), err)
+	}
+}
+
+// TestServeShutdownLogsNoErrorForWaiters: the waits a graceful shutdown ends
+// (503, "the server is shutting down") are logged at INFO, not as failures:
+// each waiting key used to add one ERROR line to every restart's log.
+func TestServeShutdownLogsNoErrorForWaiters(t *testing.T) {
+	var logs syncBuffer
+	s := startServe(t, serveConfig(t, &logs))
+	base := "http://" + s.Addr()
+	c := httpClient(t, base)
+	keys := []string{"a", "b"}
+	answered := make(chan int, len(keys))
+	for _, key := range keys {
+		if _, err := c.Acquire(t.Context(), key, "holder", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/leases/"+key+"/acquire", strings.NewReader(`{"owner":"waiter","ttl_ms":1000,"wait_ms":60000}`))
+			req.Header.Set("Content-Type", "application/json")
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				answered <- 0
+				return
+			}
+			resp.Body.Close()
+			answered <- resp.StatusCode
+		}()
+	}
+	waitMetric(t, base, fmt.Sprintf("lease_waiters %d", len(keys)))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range keys {
+		if code := <-answered; code != http.StatusServiceUnavailable {
+			t.Errorf("a waiter got %d, want 503", code)
+		}
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("a graceful shutdown logged an error: %s", line)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=INFO msg=\"leasehttp: request\""); n != len(keys) {
+		t.Errorf("%d waits ended by the shutdown logged at INFO, want %d:\n%s", n, len(keys), logs.String())
 	}
 }
