@@ -267,24 +267,10 @@ func TestLayoutNamesEveryCommand(t *testing.T) {
 	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllSubmatch(row[1], -1) {
 		listed = append(listed, string(m[1]))
 	}
-	files, err := filepath.Glob(filepath.Join("internal", "cli", "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	use := regexp.MustCompile(`Use:\s+"([a-z][a-z-]*)`)
 	var commands []string
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range use.FindAllSubmatch(src, -1) {
-			if name := string(m[1]); name != "lease" { // the root command
-				commands = append(commands, name)
-			}
+	for _, name := range codeMatches(t, filepath.Join("internal", "cli"), regexp.MustCompile(`Use:\s+"([a-z][a-z-]*)`)) {
+		if name != "lease" { // the root command
+			commands = append(commands, name)
 		}
 	}
 	slices.Sort(listed)
@@ -331,23 +317,10 @@ func TestLayoutNamesEveryAbility(t *testing.T) {
 				says = append(says, m[1])
 			}
 		}
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		var has []string
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range asserted.FindAllSubmatch(src, -1) {
-				if a := string(m[1]); slices.Contains(abilities, a) && !slices.Contains(has, a) {
-					has = append(has, a)
-				}
+		for _, a := range codeMatches(t, dir, asserted) {
+			if slices.Contains(abilities, a) && !slices.Contains(has, a) {
+				has = append(has, a)
 			}
 		}
 		slices.Sort(says)
@@ -356,4 +329,28 @@ func TestLayoutNamesEveryAbility(t *testing.T) {
 			t.Errorf("DESIGN.md's Layout row of %s names the abilities %q; its code asserts %q", dir, says, has)
 		}
 	}
+}
+
+// codeMatches returns re's first submatch at each of its matches in the Go
+// files of dir that are not tests.
+func codeMatches(t *testing.T, dir string, re *regexp.Regexp) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllSubmatch(src, -1) {
+			out = append(out, string(m[1]))
+		}
+	}
+	return out
 }
