@@ -125,12 +125,7 @@ func TestErrorTableAgreesEverywhere(t *testing.T) {
 	if parts := strings.SplitN(tbl, "\n\n", 3); len(parts) == 3 {
 		tbl = parts[1]
 	}
-	var designCodes []string
-	var designPairs [][2]string
-	for _, m := range regexp.MustCompile("(?m)^\\| `(\\w+)` \\| (\\d{3}) \\|").FindAllStringSubmatch(tbl, -1) {
-		designCodes = append(designCodes, m[1])
-		designPairs = append(designPairs, [2]string{m[1], m[2]})
-	}
+	designCodes, designPairs := codeStatusRows(regexp.MustCompile("(?m)^\\| `(\\w+)` \\| (\\d{3}) \\|"), tbl)
 	sameCodes("DESIGN.md's error table", designCodes, true)
 	statuses("DESIGN.md's error table", designPairs, true)
 
@@ -146,12 +141,7 @@ func TestErrorTableAgreesEverywhere(t *testing.T) {
 		t.Fatal("doc.go: no rows under \"One table (errors.go)\"")
 	}
 	pkgTbl, _, _ = strings.Cut(pkgTbl[start:], "\n//\n")
-	var pkgCodes []string
-	var pkgPairs [][2]string
-	for _, m := range regexp.MustCompile("(?m)^//\t([a-z_]+)[ \t]*(?:\n//\t[ \t]*)?(\\d{3})  ").FindAllStringSubmatch(pkgTbl, -1) {
-		pkgCodes = append(pkgCodes, m[1])
-		pkgPairs = append(pkgPairs, [2]string{m[1], m[2]})
-	}
+	pkgCodes, pkgPairs := codeStatusRows(regexp.MustCompile("(?m)^//\t([a-z_]+)[ \t]*(?:\n//\t[ \t]*)?(\\d{3})  "), pkgTbl)
 	sameCodes("doc.go's error table", pkgCodes, true)
 	statuses("doc.go's error table", pkgPairs, true)
 
@@ -271,4 +261,15 @@ func TestErrorTableAgreesEverywhere(t *testing.T) {
 			t.Errorf("testdata/error_answers.json has no case of code %q at its status %d", c, status[c])
 		}
 	}
+}
+
+// codeStatusRows reads the rows of a table of error codes in text, each a
+// match of re whose submatches are the code and its HTTP status: the codes
+// in order, and each code with its status.
+func codeStatusRows(re *regexp.Regexp, text string) (codes []string, pairs [][2]string) {
+	for _, m := range re.FindAllStringSubmatch(text, -1) {
+		codes = append(codes, m[1])
+		pairs = append(pairs, [2]string{m[1], m[2]})
+	}
+	return codes, pairs
 }
