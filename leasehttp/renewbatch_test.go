@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -195,74 +195,85 @@ func TestRenewBatchReadsAnyJSONSpelling(t *testing.T) {
 // TestClientRenewsManyHoldsInFewRequests: one lease.Client holding 1,000
 // leases at TTL 3 s through a server over boltstore (lease serve's default)
 // keeps them all for 9 s with at most 200 renew requests, where one request
-// per lease and third of a TTL made about 9,000.
+// per lease and third of a TTL made about 9,000. The acquisitions are spread
+// over a whole renewal interval, the hardest start for coalescing.
+//
+// It runs in a synctest bubble, the client talking to the server through
+// handlerTransport, so that the 9 s are the bubble's and the real disk's
+// commits take none of them. Over real TCP on the real clock, under the
+// race detector on a shared 2-core machine, the 1,000 acquisitions took 6-9
+// s, and once, while other tests shared the machine, about 40 s, in which
+// 938 holds were lost: their renewals were answered past their deadlines,
+// as I5 says they must then be. That is how much work the machine could do,
+// not how many requests the Client makes, which is what this test is about.
 func TestClientRenewsManyHoldsInFewRequests(t *testing.T) {
 	if testing.Short() {
-		t.Skip("9 s of renewals")
+		t.Skip("1,000 holds through boltstore: seconds of work under the race detector")
 	}
-	store, err := boltstore.Open(filepath.Join(t.TempDir(), "lease.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	srv := newServer(t, store)
-	var renews atomic.Int64
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/renew" || strings.HasSuffix(r.URL.Path, "/renew") {
-			renews.Add(1)
+	synctest.Test(t, func(t *testing.T) {
+		store, err := boltstore.Open(filepath.Join(t.TempDir(), "lease.db"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		srv.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-	})
-	c, err := lease.NewClient(newClient(t, hs.URL), lease.WithOwner("worker"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	holds := make([]*lease.Hold, 1000)
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Go(func() {
-			for i := w; i < len(holds); i += 16 {
-				h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%04d", i), 3*time.Second)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				holds[i] = h
+		defer store.Close()
+		srv := newServer(t, store)
+		var renews atomic.Int64
+		counting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/renew" || strings.HasSuffix(r.URL.Path, "/renew") {
+				renews.Add(1)
 			}
+			srv.ServeHTTP(w, r)
 		})
-	}
-	wg.Wait()
-	defer func() {
+		hc := newClient(t, "http://127.0.0.1", leasehttp.WithHTTPClient(&http.Client{Transport: handlerTransport{counting}}))
+		c, err := lease.NewClient(hc, lease.WithOwner("worker"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const ttl, workers = 3 * time.Second, 16
+		holds := make([]*lease.Hold, 1000)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := w; i < len(holds); i += workers {
+					// One acquisition every millisecond: the holds' send
+					// times cover a renewal interval (TTL/3).
+					time.Sleep(ttl / 3 / time.Duration(len(holds)/workers))
+					h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%04d", i), ttl)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					holds[i] = h
+				}
+			})
+		}
+		wg.Wait()
+		defer func() {
+			for _, h := range holds {
+				if h != nil {
+					_ = h.Release(ctx)
+				}
+			}
+		}()
+		if t.Failed() {
+			return
+		}
+		before := renews.Load()
+		time.Sleep(9 * time.Second)
+		n := renews.Load() - before
+		lost := 0
 		for _, h := range holds {
-			if h != nil {
-				_ = h.Release(ctx)
+			if h.Err() != nil {
+				lost++
 			}
 		}
-	}()
-	if t.Failed() {
-		return
-	}
-	before := renews.Load()
-	// real time: the client renews over real TCP to a server on a real
-	// disk, neither of which a synctest bubble can hold.
-	time.Sleep(9 * time.Second)
-	n := renews.Load() - before
-	lost := 0
-	for _, h := range holds {
-		if h.Err() != nil {
-			lost++
+		t.Logf("%d renew requests in 9 s for 1,000 holds, %d lost", n, lost)
+		if lost != 0 {
+			t.Errorf("%d holds lost", lost)
 		}
-	}
-	t.Logf("%d renew requests in 9 s for 1,000 holds, %d lost", n, lost)
-	if lost != 0 {
-		t.Errorf("%d holds lost", lost)
-	}
-	if n == 0 || n > 200 {
-		t.Errorf("%d renew requests in 9 s, want 1 to 200", n)
-	}
+		if n == 0 || n > 200 {
+			t.Errorf("%d renew requests in 9 s, want 1 to 200", n)
+		}
+	})
 }

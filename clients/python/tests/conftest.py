@@ -8,6 +8,7 @@ wheel, installs it into a fresh venv and runs pytest there."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -19,10 +20,14 @@ import threading
 import time
 import urllib.request
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterator
 
 import pytest
+
+if TYPE_CHECKING:
+    from leasehq_lease import AsyncHold, Hold
 
 REPO = Path(__file__).resolve().parents[3]
 _built: dict[str, str] = {}
@@ -129,6 +134,43 @@ def wait_for(what: str, cond: Callable[[], bool], timeout: float = 10.0) -> None
         if time.monotonic() > until:
             raise AssertionError(f"{what}: not within {timeout} s")
         time.sleep(0.005)
+
+
+RENEWED_TTL: Final = 2.0
+"""The TTL of a hold whose renewals a test watches against a real server.
+Each renewal has two thirds of it to be sent and answered, and the process
+must not pause longer than that (I5: a hold that misses its safe deadline
+is lost, as it must be). At 0.2 s that was about 130 ms, and pytest's
+process, beside a CPU hog on 2 cores, paused for 200 ms in a collection of
+the garbage of its own large heap: the hold was rightly lost, in 1-10% of
+runs. Two seconds leave 1.3 s, and a test waits about one TTL."""
+
+
+def past_first_ttl(h: Hold | AsyncHold) -> datetime:
+    """The server's expiry that only renewals can reach: h's first expiry plus its TTL."""
+    return h.lease.expires_at + timedelta(seconds=h.lease.ttl)
+
+
+def renewed_past(h: Hold, expires: datetime, timeout: float = 30.0) -> None:
+    """Waits until a renewal has moved h's expiry (the server's, as the
+    renewal's answer said it) to expires or later; raises h's LeaseLostError
+    if it is lost first."""
+    until = time.monotonic() + timeout
+    while h.lease.expires_at < expires:
+        h.check()
+        if time.monotonic() > until:
+            raise AssertionError(f"{h!r} not renewed to expire at {expires} within {timeout} s (it expires at {h.lease.expires_at})")
+        time.sleep(0.005)
+
+
+async def renewed_past_async(h: AsyncHold, expires: datetime, timeout: float = 30.0) -> None:
+    """renewed_past for an asyncio hold, waiting on the event loop."""
+    until = time.monotonic() + timeout
+    while h.lease.expires_at < expires:
+        h.check()
+        if time.monotonic() > until:
+            raise AssertionError(f"{h!r} not renewed to expire at {expires} within {timeout} s (it expires at {h.lease.expires_at})")
+        await asyncio.sleep(0.005)
 
 
 class Proxy:

@@ -22,7 +22,7 @@ from leasehq_lease import (
     UnavailableError,
 )
 
-from conftest import Proxy, Server, StartServer, free_port, unique
+from conftest import RENEWED_TTL, Proxy, Server, StartServer, free_port, past_first_ttl, renewed_past_async, unique
 
 
 def run(coro: Any) -> Any:
@@ -33,12 +33,13 @@ def test_acquire_renew_release(server: Server) -> None:
     async def main() -> None:
         async with AsyncLeaseClient(server.url, owner="aa") as c:
             key = unique("a")
-            async with c.acquire(key, 0.2) as h:
+            async with c.acquire(key, RENEWED_TTL) as h:
                 assert h.owner == "aa" and h.held
-                await asyncio.sleep(1.0)  # renewed by the client's one task
+                past = past_first_ttl(h)
+                await renewed_past_async(h, past)  # by the client's one task
                 h.check()
                 got = await c.get(key)
-                assert got is not None and got.token == h.token
+                assert got is not None and got.token == h.token and got.expires_at >= past
                 with pytest.raises(HeldError):
                     await c.try_acquire(key, 1.0)
             assert await c.get(key) is None

@@ -14,7 +14,7 @@ import pytest
 
 from leasehq_lease import AsyncLeaseClient, LeaseClient, UnavailableError
 
-from conftest import StartServer, unique
+from conftest import RENEWED_TTL, StartServer, past_first_ttl, renewed_past, renewed_past_async, unique
 
 
 def certificate(d: Path) -> tuple[str, str]:
@@ -39,8 +39,8 @@ def test_tls(start_server: StartServer, tmp_path: Path) -> None:
     trusting = ssl.create_default_context(cafile=cert)
     c = LeaseClient(url, ssl_context=trusting)
     k = unique("tls")
-    with c.acquire(k, 0.3) as h:
-        time.sleep(0.6)  # renewed over TLS
+    with c.acquire(k, RENEWED_TTL) as h:
+        renewed_past(h, past_first_ttl(h))  # over TLS
         h.check()
         got = c.get(k)
         assert got is not None and got.token == h.token
@@ -50,8 +50,8 @@ def test_tls(start_server: StartServer, tmp_path: Path) -> None:
 
     async def main() -> None:
         ac = AsyncLeaseClient(url, ssl_context=trusting)
-        async with ac.acquire(k, 0.3) as ah:
-            await asyncio.sleep(0.6)
+        async with ac.acquire(k, RENEWED_TTL) as ah:
+            await renewed_past_async(ah, past_first_ttl(ah))
             ah.check()
         assert await ac.get(k) is None
         with pytest.raises(UnavailableError):
