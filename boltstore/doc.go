@@ -182,6 +182,18 @@
 // after it was taken, so Open refuses one (its log is missing), and a copy
 // of both files, served, is floored at the host clock. backup.go.
 //
+// # Its id
+//
+// The file keeps a random store id (Store.StoreID), written with the store
+// and read by every later Open, which lease serve names in every answer
+// (leasehttp WithStoreID) so that a client given several servers' URLs
+// finds one serving another store. Backup and Restore keep it: a restored
+// store replaces the one backed up. An id that fails its checksum is
+// damage, refused like any; AcceptLogLoss then keeps the id if an intact
+// copy of it is left in the file's bytes (or in those of a file it moves
+// aside), and otherwise gives the store a new one: clients that saw the
+// old one refuse the store's answers until they are restarted.
+//
 // # One process per file
 //
 // bbolt locks the file (flock) for the process that opened it; the log is

@@ -28,6 +28,9 @@ import (
 //	        "quiet" → sealed since and until, int64 Unix nanoseconds, if
 //	        quiet renewals were answered since the last checkpoint
 //	        (quiet.go)
+//	        "store-id" → sealed 32 lower-case hex digits: the store's id
+//	        (Store.StoreID; written by every Open that finds none, without
+//	        a new schema: a build without it ignores it)
 //	leases  key → the sealed lease record (see record), live or expired
 //
 // Every value but the plain version is sealed: its bytes, then the CRC-32C of
@@ -49,6 +52,8 @@ var (
 	// the plain one first, and the sealed copy tells a damaged plain one
 	// from a newer schema's (readVersion).
 	keySchema = []byte("schema")
+	// keyStoreID is the store's random id (Store.StoreID), set once.
+	keyStoreID = []byte("store-id")
 	// bucketTokens is schema 3's: key → uint64 high-water mark, kept for
 	// good. Open folds it into the floor (upgrade.go).
 	bucketTokens = []byte("tokens")
@@ -231,4 +236,19 @@ func unavailablef(cause error, format string, args ...any) error {
 		errs = append(errs, cause)
 	}
 	return &storeError{msg: msg, errs: errs}
+}
+
+// unsealStoreID returns the store id sealed in b, the stored value of
+// keyStoreID, and whether it is intact: 32 lower-case hex digits.
+func unsealStoreID(b []byte) (string, bool) {
+	v, ok := unseal(keyStoreID, b)
+	if !ok || len(v) != 32 {
+		return "", false
+	}
+	for _, c := range v {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", false
+		}
+	}
+	return string(v), true
 }

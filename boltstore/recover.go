@@ -90,6 +90,11 @@ func readMeta(tx *bolt.Tx, path string, version uint64) (metaState, *CorruptErro
 	}
 	st.walSize = int64(size)
 	st.top = st.floor
+	if b := meta.Get(keyStoreID); b != nil {
+		if _, ok := unsealStoreID(b); !ok {
+			damaged("holds a %s that fails its checksum", keyStoreID)
+		}
+	}
 	if version < 4 {
 		return st, bad, nil // nothing sealed to check; upgrade folds the rest
 	}
@@ -316,6 +321,9 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor, lead uint64, created bo
 		if err := putMeta(meta, keyWALEpoch, epoch+1); err != nil {
 			return err
 		}
+		if err := keepStoreID(meta, r.path, r.lost); err != nil {
+			return err
+		}
 		return putVersion(meta, schemaVersion)
 	}); err != nil {
 		var own *storeError
@@ -375,8 +383,12 @@ func settleV2(db *bolt.DB, w *wal, entries []walEntry, epoch uint64, afterCommit
 	return w.zero(0, w.size)
 }
 
-// salvaged is what salvage finds of a damaged bbolt file's floor and lead.
-type salvaged struct{ floor, lead uint64 }
+// salvaged is what salvage finds of a damaged bbolt file's floor, lead
+// and store id ("" if none, or more than one, was found intact).
+type salvaged struct {
+	floor, lead uint64
+	storeID     string
+}
 
 // salvage reads the token floor and the clock lead (floor.go) out of the
 // bytes of the bbolt file at path, which bbolt cannot open and
@@ -406,7 +418,71 @@ func salvage(path string) salvaged {
 			}
 		}
 	}
-	return salvaged{floor: highest(keyTokenFloor), lead: highest(keyClockLead)}
+	return salvaged{floor: highest(keyTokenFloor), lead: highest(keyClockLead), storeID: salvageStoreID(b)}
+}
+
+// salvageStoreID reads the store id out of the bytes b of a bbolt file:
+// the one intact sealed id found after its key (an id is set once, so
+// every copy, freed pages' included, is the same), or "" if there is
+// none, or more than one.
+func salvageStoreID(b []byte) string {
+	found := ""
+	for off := 0; ; {
+		i := bytes.Index(b[off:], keyStoreID)
+		if i < 0 {
+			return found
+		}
+		off += i + len(keyStoreID)
+		id, ok := unsealStoreID(b[off:min(off+32+sealSize, len(b))])
+		switch {
+		case !ok:
+		case found == "":
+			found = id
+		case found != id:
+			return ""
+		}
+	}
+}
+
+// keepStoreID keeps the store id in meta, the meta bucket of the file at
+// path, and writes one where it is missing or damaged (which only an Open
+// accepting the loss gets past readMeta): the one salvaged from the file
+// lost moved aside, or else the one intact copy of it left in the file's
+// own bytes (freed pages keep older copies of the bucket's page), or else
+// a new random one. A new id makes every client that saw the old one
+// refuse this store's answers (leasehttp StoreHeader) until restarted: the
+// safe side, where the store may have lost what it held.
+func keepStoreID(meta *bolt.Bucket, path string, lost *CorruptError) error {
+	b := meta.Get(keyStoreID)
+	if _, ok := unsealStoreID(b); ok {
+		return nil
+	}
+	id := ""
+	if lost != nil {
+		id = lost.salvaged.storeID
+	}
+	if id == "" && b != nil {
+		if raw, err := os.ReadFile(path); err == nil {
+			id = salvageStoreID(raw)
+		}
+	}
+	if id == "" {
+		id = lease.NewID().Reveal()
+	}
+	return meta.Put(keyStoreID, seal(keyStoreID, []byte(id)))
+}
+
+// readStoreID returns the store id of the file db, which Open has made
+// sure of (keepStoreID).
+func readStoreID(db *bolt.DB, path string) (id string, err error) {
+	err = db.View(func(tx *bolt.Tx) error {
+		var ok bool
+		if id, ok = unsealStoreID(tx.Bucket(bucketMeta).Get(keyStoreID)); !ok {
+			return unavailablef(nil, "boltstore: %s holds no intact store id after Open wrote one", path)
+		}
+		return nil
+	})
+	return id, err
 }
 
 // reasonMetaEpoch is readMeta's reason for a log epoch that fails its

@@ -40,6 +40,8 @@ type Store struct {
 	clock lease.Clock // nil: the real clock, read through base
 	base  time.Time   // the real clock at Open, with its monotonic reading
 	floor uint64      // every token issued is above it (AcceptLogLoss; see recover.go)
+	// storeID is the store's random id, read by Open (StoreID).
+	storeID string
 
 	// ops carries write operations to the commit loop. It is unbuffered, so
 	// an operation is either taken by the loop, which then always answers
@@ -347,6 +349,10 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
+	storeID, err := readStoreID(db, path)
+	if err != nil {
+		return nil, err
+	}
 	// The lead's copy (lead.go), before the store answers anything: the
 	// tokens it issues rest on this lead.
 	if !copyOK || leadCopy != lead {
@@ -361,6 +367,7 @@ func open(path string, cfg config, lost *CorruptError) (s *Store, err error) {
 		db:        db,
 		path:      path,
 		floor:     floor,
+		storeID:   storeID,
 		clock:     cfg.clock,
 		base:      time.Now(),
 		snapshots: make(chan chan<- snapshot),
@@ -619,6 +626,22 @@ func (s *Store) afterFunc(d time.Duration, f func()) lease.Timer {
 
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
+
+// StoreID names the leases the Store serves: "bolt:" and a random id of
+// 32 hex digits that the Open creating the store writes into the file (an
+// Open of a store made before it was kept writes one), durably before the
+// store answers anything, and every later Open reads. Another store has
+// its own. lease serve sends it to clients (leasehttp WithStoreID), so
+// that a client listing several servers finds one serving another store.
+// The id is the store's, not the file's: Backup copies it and Restore
+// keeps it, so a store restored to replace one (in a new data directory)
+// is the same to clients that saw it before; a restored copy must not be
+// served beside the store it was taken from. A store whose bbolt file
+// AcceptLogLoss moved aside keeps the id found intact in the damaged
+// file's bytes; where none is (the file lost, or its id unreadable) the
+// store gets a new id, and clients that saw the old one refuse its
+// answers until they are restarted. The id is printable ASCII, 37 bytes.
+func (s *Store) StoreID() string { return "bolt:" + s.storeID }
 
 // Close stops the commit loop after its current commit, checkpoints the
 // log into the bbolt file, fails pending waiters with an error matching

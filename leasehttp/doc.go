@@ -107,12 +107,15 @@
 // # Replicas of one store
 //
 // A Server given WithStoreID names its store in the StoreHeader
-// (Lease-Store) header of every answer; lease serve over etcd gives the
-// prefix and a random id kept under it (etcdstore.Store.StoreID). A Client given
+// (Lease-Store) header of every answer; lease serve gives its backend's
+// StoreID, a random id kept in the store with what names it in its engine
+// (etcdstore's prefix, pgstore's schema and table prefix, redisstore's
+// namespace; boltstore's id alone). A Client given
 // several servers takes the first store named for the service's and
 // refuses an answer naming another, as a lost answer (lease.ErrUnavailable,
 // moving on to the next server): a replica given another prefix would
-// otherwise answer for a key held through the others as free.
+// otherwise answer for a key held through the others as free, and so would
+// a server over another data dir, database or Redis server.
 //
 // # Watching
 //

@@ -11,15 +11,17 @@ import (
 // StoreHeader is the answer header that names the store a server serves
 // (WithStoreID): replicas of one service send the same value. A Client
 // given several servers' URLs refuses an answer whose value differs from
-// the first it got, as a replica whose --backend names another etcd
-// cluster or another key prefix serves other leases: a key held through
-// one would look free through the other.
+// the first it got, as a server over another store (another etcd cluster
+// or key prefix, another boltstore data dir, PostgreSQL database or
+// tables, Redis server or namespace) serves other leases: a key held
+// through one would look free through the other.
 const StoreHeader = "Lease-Store"
 
 // WithStoreID makes every answer carry id in the StoreHeader header: one
 // value for every server of one store, and another for each other store
-// (etcdstore.Store.StoreID). It is printable ASCII without spaces, at most
-// 128 bytes. Without it the header is not sent, and Clients check nothing.
+// (the StoreID of etcdstore, boltstore, pgstore and redisstore, which lease
+// serve gives). It is printable ASCII without spaces, at most 128 bytes.
+// Without it the header is not sent, and Clients check nothing.
 func WithStoreID(id string) ServerOption {
 	return func(c *serverConfig) error {
 		if id == "" || len(id) > 128 || strings.IndexFunc(id, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
@@ -55,6 +57,6 @@ func (s *storeSeen) check(base, id string) error {
 	case id:
 		return nil
 	}
-	return fmt.Errorf("%w: leasehttp: %s serves another store than %s (%s %q, not %q): every replica must be given the same --backend, the same etcd cluster and prefix; its answer is not used",
+	return fmt.Errorf("%w: leasehttp: %s serves another store than %s (%s %q, not %q): the servers listed must be replicas of one store (the same --backend; the embedded store has one server); its answer is not used",
 		lease.ErrUnavailable, base, s.base, StoreHeader, id, s.id)
 }

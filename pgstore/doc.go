@@ -11,7 +11,8 @@
 // One table, public.lease_leases by default (WithSchema, WithTablePrefix),
 // holds one row per key ever acquired: token, secret ID, owner, TTL and
 // expires_at; a one-row table beside it, public.lease_meta, holds the
-// schema version and the token floor (see Restores). Every operation is one SQL statement in one round trip (no
+// schema version, the token floor (see Restores) and the store id
+// (Store.StoreID). Every operation is one SQL statement in one round trip (no
 // BEGIN/COMMIT; pgx prepares each statement once per connection and then
 // only binds and executes it; pgxpool adds a ping only for a connection that
 // sat idle for over a second):
@@ -217,7 +218,10 @@
 // <prefix>meta. A release of pgstore migrates older versions forward in
 // place and refuses tables of a newer version with ErrSchemaVersion.
 // Version 2 added the token floor to <prefix>meta (a catalogue change, at
-// floor 0: tables of version 1 go on issuing the tokens they did). Once the tables
+// floor 0: tables of version 1 go on issuing the tokens they did), version
+// 3 the store id (store_id, a random id set in the migration's
+// transaction; like every migration it needs the role that owns the
+// tables once). Once the tables
 // exist at the current version no DDL is run, so the application's role
 // then needs only SELECT, INSERT and UPDATE on them. Schema and prefix are
 // quoted identifiers (pgx.Identifier.Sanitize); keys, owners and all other

@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/sqlident"
 )
 
@@ -18,8 +20,9 @@ import (
 // Open and New's first operation create them, or migrate older ones, and
 // refuse tables of a newer version with an error matching ErrSchemaVersion.
 //
-// Version 2 added token_floor to <prefix>meta (Store.Bump).
-const SchemaVersion = 2
+// Version 2 added token_floor to <prefix>meta (Store.Bump), version 3
+// store_id (Store.StoreID).
+const SchemaVersion = 3
 
 // ErrSchemaVersion means the store's tables were made by a newer release of
 // pgstore than this one, which must not write to them.
@@ -101,6 +104,14 @@ var migrations = []func(n names) []string{
 				CHECK (token_floor BETWEEN 0 AND 9007199254740991)`,
 		}
 	},
+	2: func(n names) []string {
+		return []string{
+			// The store's random id (Store.StoreID), set by migrate in the
+			// transaction that adds it, or that creates the tables.
+			`ALTER TABLE ` + n.meta + ` ADD COLUMN IF NOT EXISTS store_id text
+				CHECK (store_id ~ '^[0-9a-f]{32}$')`,
+		}
+	},
 }
 
 // ensureSchema creates or migrates the tables, once per Store while it
@@ -129,8 +140,28 @@ func (s *Store) ensureSchema(ctx context.Context) error {
 	if err := s.migrate(ctx); err != nil {
 		return err
 	}
+	var id *string
+	if err := s.pool.QueryRow(ctx, `SELECT store_id FROM `+s.n.meta).Scan(&id); err != nil {
+		return s.wrap(ctx, "reading the store id", err)
+	}
+	if id == nil {
+		return fmt.Errorf("pgstore: %w: %s holds no store_id", lease.ErrUnavailable, s.n.meta)
+	}
+	sid := storeIDOf(s.schema, s.prefix, *id)
+	s.storeID.CompareAndSwap(nil, &sid)
 	s.schemaOK.Store(true)
 	return nil
+}
+
+// storeIDOf is StoreID's format: "postgres:", the schema and table prefix
+// joined by "." and path-escaped (their SHA-256 when that would make it
+// longer than 128 bytes), ":" and the id's 32 hex digits.
+func storeIDOf(schema, prefix, id string) string {
+	p := url.PathEscape(schema + "." + prefix)
+	if len(p) > 128-len("postgres:")-1-len(id) {
+		p = fmt.Sprintf("sha256-%x", sha256.Sum256([]byte(schema+"."+prefix)))[:48]
+	}
+	return "postgres:" + p + ":" + id
 }
 
 // ErrVolatile means the PostgreSQL server runs with settings under which a
@@ -217,6 +248,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, `INSERT INTO `+s.n.meta+` (version) VALUES ($1)
 		ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version`, SchemaVersion); err != nil {
 		return s.wrap(ctx, "recording schema version", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+s.n.meta+` SET store_id = $1 WHERE store_id IS NULL`, lease.NewID().Reveal()); err != nil {
+		return s.wrap(ctx, "recording the store id", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return s.wrap(ctx, "committing tables", err)

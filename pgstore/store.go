@@ -30,6 +30,8 @@ type Store struct {
 	schemaMu chan struct{} // one slot: held by the operation preparing the tables
 	schemaOK atomic.Bool
 	closed   atomic.Bool
+	prefix   string                 // the table prefix, for StoreID
+	storeID  atomic.Pointer[string] // StoreID's, set by the first preparation of the tables
 
 	notify *notifier
 	watch  watcher // Watch's listener (watch.go)
@@ -151,7 +153,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, schema: cfg.schema, n: n, q: newQueries(n, true, checkedSettings(cfg.volatile)), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
+	s := &Store{pool: pool, schema: cfg.schema, prefix: cfg.prefix, n: n, q: newQueries(n, true, checkedSettings(cfg.volatile)), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
 	s.notify = newNotifier(s)
 	s.bg = background.New()
 	s.acquireBound = acquireBound
@@ -160,6 +162,27 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	s.renews = newBatcher(loneSlots, maxBatch, s.execRenew)
 	s.releases = newBatcher(loneSlots, maxBatch, s.execRelease)
 	return s, nil
+}
+
+// StoreID names the leases the Store serves: "postgres:", the schema and
+// table prefix (path-escaped; their SHA-256 when too long) and a random id
+// of 32 hex digits in the store_id column of <prefix>meta, written in the
+// transaction that creates the tables (or migrates older ones to schema
+// version 3) and read by every later Store. Two Stores with the same
+// StoreID serve the same leases; tables in another database, schema or
+// prefix have their own id. The id is data, so a dump restored into a new
+// database keeps it (as Bump's restore wants: the same store, its tokens
+// raised). lease serve sends it to clients (leasehttp WithStoreID), so
+// that a client listing several replicas finds one configured with another
+// --backend. It is printable ASCII without spaces, at most 128 bytes, and
+// "" until the tables are first prepared (Open does; a Store from New, at
+// its first operation). Tables dropped and recreated under a running Store
+// get a new id that this Store does not report: restart what serves them.
+func (s *Store) StoreID() string {
+	if p := s.storeID.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // Close stops the notification listeners, ends pending WaitChange calls and

@@ -10,6 +10,7 @@ import (
 //	NS:{E}:l   the lease: a string (see value.go) expiring by PX
 //	NS:{E}:t   the token counter: a string INCRed per grant, never deleted,
 //	           never given an expiry
+//	NS:store-id the store's random id (StoreID), set once by SET NX
 //	NS:floor   the token floor (Bump): every grant's token is above it; on
 //	           Cluster one per hash slot instead, NS:{T}:floor with T the
 //	           slot's tag (slotTags), read by the grants of the keys in
@@ -27,6 +28,7 @@ const (
 	leaseSuffix   = "}:l"
 	counterSuffix = "}:t"
 	floorSuffix   = ":floor" // after the namespace, or a slot's tag and '}'
+	storeIDSuffix = ":store-id"
 	channelSuffix = ":released"
 	changesSuffix = ":changes" // every change, for Watch
 )

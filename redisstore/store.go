@@ -2,11 +2,14 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,7 +61,8 @@ type Store struct {
 	rdb        redis.UniversalClient
 	ownsClient bool
 	ns         string
-	cluster    bool // a *redis.ClusterClient: one token floor per hash slot
+	storeID    string // StoreID's, read by New
+	cluster    bool   // a *redis.ClusterClient: one token floor per hash slot
 	channel    string
 	channelArg any // channel, boxed once for every Release
 	changesArg any // the changes channel (watch.go), boxed once
@@ -199,10 +203,47 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 		}
 		s.aofArg = "1"
 	}
+	if err := s.readStoreID(ctx); err != nil {
+		return nil, err
+	}
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
 	s.bg = background.New()
 	return s, nil
+}
+
+// StoreID names the leases the Store serves: "redis:", the namespace
+// path-escaped (its SHA-256 when too long), ":" and a random id of 32 hex
+// digits kept in the key NS:store-id, which the first Store on the
+// namespace sets (SET NX: Stores starting at once agree on the first) and
+// every later one reads. Two Stores with the same StoreID serve the same
+// leases; another server, database or namespace has its own id. The id is
+// data, so an AOF or RDB copied to a new server keeps it. lease serve
+// sends it to clients (leasehttp WithStoreID), so that a client listing
+// several replicas finds one configured with another --backend. It is
+// printable ASCII without spaces, at most 128 bytes.
+func (s *Store) StoreID() string { return s.storeID }
+
+// readStoreID reads the namespace's store id, setting a new one if there
+// is none, and sets s.storeID.
+func (s *Store) readStoreID(ctx context.Context) error {
+	k := s.ns + storeIDSuffix
+	if err := s.rdb.SetNX(ctx, k, lease.NewID().Reveal(), 0).Err(); err != nil {
+		return fmt.Errorf("%w: redisstore: writing the store id %s: %v", lease.ErrUnavailable, k, err)
+	}
+	id, err := s.rdb.Get(ctx, k).Result()
+	if err != nil {
+		return fmt.Errorf("%w: redisstore: reading the store id %s: %v", lease.ErrUnavailable, k, err)
+	}
+	if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+		return fmt.Errorf("%w: redisstore: the store id at %s is not 32 hex digits", lease.ErrUnavailable, k)
+	}
+	p := url.PathEscape(s.ns)
+	if len(p) > 128-len("redis:")-1-32 {
+		p = fmt.Sprintf("sha256-%x", sha256.Sum256([]byte(s.ns)))[:48]
+	}
+	s.storeID = "redis:" + p + ":" + id
+	return nil
 }
 
 // Close stops the store's release subscription, ends pending WaitChange

@@ -31,8 +31,9 @@ type openedBackend struct {
 	lease.Backend
 	desc  string // for the log, without secrets
 	close func() error
-	// storeID names the leases served, for leasehttp.WithStoreID: set
-	// for etcd, whose replicas must agree on it; "" otherwise.
+	// storeID names the leases served, for leasehttp.WithStoreID: every
+	// backend's StoreID, the same for every server of one store and
+	// another for each other store.
 	storeID string
 }
 
@@ -89,7 +90,7 @@ func openEngine(ctx context.Context, spec string, allowVolatile bool, verb strin
 		if err != nil {
 			return nil, fmt.Errorf("%s: --backend %s: %w", verb, redact(spec), volatileHint(err))
 		}
-		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
+		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close, storeID: s.StoreID()}, nil
 	case "etcd":
 		endpoints, prefix, err := parseEtcdSpec(spec)
 		if err != nil {
@@ -113,7 +114,7 @@ func openEngine(ctx context.Context, spec string, allowVolatile bool, verb strin
 		if err != nil {
 			return nil, fmt.Errorf("%s: --backend %s: %w", verb, redact(spec), volatileHint(err))
 		}
-		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close}, nil
+		return &openedBackend{Backend: s, desc: redact(spec), close: s.Close, storeID: s.StoreID()}, nil
 	default:
 		return nil, usageError(fmt.Errorf("--backend: no backend for scheme %q in this build", scheme))
 	}
@@ -178,7 +179,7 @@ func openBolt(cfg ServeConfig) (*openedBackend, error) {
 	if cfg.AcceptLogLoss && !accepted {
 		cfg.Logger.Warn("--accept-log-loss: the log is not damaged, nothing was dropped; remove the flag, or a damaged log will be accepted without anyone deciding to", "log", path+"-wal")
 	}
-	return &openedBackend{Backend: s, desc: "bolt:" + path, close: s.Close}, nil
+	return &openedBackend{Backend: s, desc: "bolt:" + path, close: s.Close, storeID: s.StoreID()}, nil
 }
 
 // secretSetting matches a password setting and its value, in a URL's query

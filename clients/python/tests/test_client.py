@@ -3,6 +3,7 @@ get, list, errors, several servers, auth, restart."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -219,6 +220,24 @@ def test_a_get_answered_for_another_key_is_unexpected() -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_two_servers_of_two_embedded_stores_are_not_replicas(start_server: StartServer) -> None:
+    # Two lease serve over data dirs of their own are two stores: once the
+    # first stops, the client refuses the second's answers (where the key
+    # held through the first is free) instead of failing over to it.
+    a, b = start_server(), start_server()
+    key = unique("two-stores")
+    another = rf"{re.escape(b.url)} serves another store than {re.escape(a.url)} \(Lease-Store 'bolt:[0-9a-f]{{32}}', not 'bolt:[0-9a-f]{{32}}'\)"
+    with LeaseClient([a.url, b.url], owner="worker-a") as c:
+        h = c.try_acquire(key, 60.0)
+        a.stop()
+        with pytest.raises(UnavailableError, match=another):
+            c.get(key)
+        with pytest.raises(UnavailableError, match=another):
+            c.try_acquire(key, 60.0)
+        with pytest.raises(UnavailableError, match=another):
+            h.release()
 
 
 def test_keys_with_odd_bytes_travel_as_one_segment(server: Server) -> None:

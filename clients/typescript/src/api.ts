@@ -312,7 +312,7 @@ export class Api {
     }
     if (id === this.#store.id) return undefined;
     return `${origin} serves another store than ${this.#store.origin} (${STORE_HEADER} ${JSON.stringify(id)}, not ${JSON.stringify(this.#store.id)}): ` +
-      "every replica must be given the same --backend, the same etcd cluster and prefix; its answer is not used";
+      "the servers listed must be replicas of one store (the same --backend; the embedded store has one server); its answer is not used";
   }
 
   /**

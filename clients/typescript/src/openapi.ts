@@ -618,7 +618,7 @@ export interface components {
         NoStore: "no-store";
         /** @description The body is what `Content-Type` says; a browser must not guess otherwise. */
         NoSniff: "nosniff";
-        /** @description The store the server serves (`leasehttp.WithStoreID`; `lease serve --backend etcd://…` sends its etcd cluster's store id and key prefix): the same value from every replica of one store, another from each other store. A server given a store id sends it on every answer; without one it sends none. A client given several replicas keeps the first value it gets and takes an answer naming another store as lost (`unavailable`: that replica would answer for other leases); an answer without it is not checked. */
+        /** @description The store the server serves (`leasehttp.WithStoreID`; `lease serve` sends its backend's: `etcd:PREFIX:ID`, `bolt:ID`, `postgres:SCHEMA.PREFIX:ID` or `redis:NAMESPACE:ID`, ID a random id kept in the store): the same value from every replica of one store, another from each other store. A server given a store id sends it on every answer; without one it sends none. A client given several replicas keeps the first value it gets and takes an answer naming another store as lost (`unavailable`: that replica would answer for other leases); an answer without it is not checked. */
         Store: string;
     };
     pathItems: never;

@@ -191,6 +191,24 @@ test("two servers over one PostgreSQL: a hold outlives the server it was acquire
   await hold.release();
 });
 
+test("two servers over two embedded stores: the second's answers are refused, a key held through the first is not granted again", async (t) => {
+  const a = await startLease(t);
+  const b = await startLease(t); // a data dir of its own: another store
+  const c = new LeaseClient({ server: [a.url, b.url], owner: "worker-a" });
+  const key = unique("two-stores");
+  const hold = await c.tryAcquire(key, { ttlMs: 60_000 });
+  assert.equal(c.server.href, `${a.url}/`);
+  a.proc.kill("SIGKILL");
+  const another = (err: unknown) => {
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.match(err.message, new RegExp(`${b.url} serves another store than ${a.url} \\(Lease-Store "bolt:[0-9a-f]{32}", not "bolt:[0-9a-f]{32}"\\)`));
+    return true;
+  };
+  await assert.rejects(c.get(key), another, "get through the other store's server took the key for free");
+  await assert.rejects(c.tryAcquire(key, { ttlMs: 60_000 }), another, "the key held through the first store was granted again through the second");
+  await assert.rejects(hold.release(), another);
+});
+
 test("a watch answered 503 is opened again, as a get is asked again", async () => {
   let refuse = 0;
   const asked: string[] = [];

@@ -42,7 +42,7 @@ class OtherStore(OSError):
     def __init__(self, url: str, first_url: str, store: str, first: str) -> None:
         super().__init__(
             f"{url} serves another store than {first_url} ({STORE_HEADER} {store!r}, not {first!r}): "
-            "every replica must be given the same --backend, the same etcd cluster and prefix; its answer is not used"
+            "the servers listed must be replicas of one store (the same --backend; the embedded store has one server); its answer is not used"
         )
 
 
