@@ -189,10 +189,11 @@
 // (leasehttp WithStoreID) so that a client given several servers' URLs
 // finds one serving another store. Backup and Restore keep it: a restored
 // store replaces the one backed up. An id that fails its checksum is
-// damage, refused like any; AcceptLogLoss then keeps the id if an intact
-// copy of it is left in the file's bytes (or in those of a file it moves
-// aside), and otherwise gives the store a new one: clients that saw the
-// old one refuse the store's answers until they are restarted.
+// damage, refused like any; AcceptLogLoss then gives the store a new one,
+// as it does a store whose file it moves aside: clients that saw the old
+// one refuse the store's answers until they are restarted. (The id is not
+// read back out of a damaged file's bytes, as the floor and the lead are:
+// a forged one there, in a key or an owner, could be another store's.)
 //
 // # One process per file
 //

@@ -321,7 +321,7 @@ func recoverLog(db *bolt.DB, r recovery) (w *wal, floor, lead uint64, created bo
 		if err := putMeta(meta, keyWALEpoch, epoch+1); err != nil {
 			return err
 		}
-		if err := keepStoreID(meta, r.path, r.lost); err != nil {
+		if err := keepStoreID(meta); err != nil {
 			return err
 		}
 		return putVersion(meta, schemaVersion)
@@ -383,12 +383,8 @@ func settleV2(db *bolt.DB, w *wal, entries []walEntry, epoch uint64, afterCommit
 	return w.zero(0, w.size)
 }
 
-// salvaged is what salvage finds of a damaged bbolt file's floor, lead
-// and store id ("" if none, or more than one, was found intact).
-type salvaged struct {
-	floor, lead uint64
-	storeID     string
-}
+// salvaged is what salvage finds of a damaged bbolt file's floor and lead.
+type salvaged struct{ floor, lead uint64 }
 
 // salvage reads the token floor and the clock lead (floor.go) out of the
 // bytes of the bbolt file at path, which bbolt cannot open and
@@ -418,58 +414,25 @@ func salvage(path string) salvaged {
 			}
 		}
 	}
-	return salvaged{floor: highest(keyTokenFloor), lead: highest(keyClockLead), storeID: salvageStoreID(b)}
+	return salvaged{floor: highest(keyTokenFloor), lead: highest(keyClockLead)}
 }
 
-// salvageStoreID reads the store id out of the bytes b of a bbolt file:
-// the one intact sealed id found after its key (an id is set once, so
-// every copy, freed pages' included, is the same), or "" if there is
-// none, or more than one.
-func salvageStoreID(b []byte) string {
-	found := ""
-	for off := 0; ; {
-		i := bytes.Index(b[off:], keyStoreID)
-		if i < 0 {
-			return found
-		}
-		off += i + len(keyStoreID)
-		id, ok := unsealStoreID(b[off:min(off+32+sealSize, len(b))])
-		switch {
-		case !ok:
-		case found == "":
-			found = id
-		case found != id:
-			return ""
-		}
-	}
-}
-
-// keepStoreID keeps the store id in meta, the meta bucket of the file at
-// path, and writes one where it is missing or damaged (which only an Open
-// accepting the loss gets past readMeta): the one salvaged from the file
-// lost moved aside, or else the one intact copy of it left in the file's
-// own bytes (freed pages keep older copies of the bucket's page), or else
-// a new random one. A new id makes every client that saw the old one
-// refuse this store's answers (leasehttp StoreHeader) until restarted: the
-// safe side, where the store may have lost what it held.
-func keepStoreID(meta *bolt.Bucket, path string, lost *CorruptError) error {
-	b := meta.Get(keyStoreID)
-	if _, ok := unsealStoreID(b); ok {
+// keepStoreID keeps the store id in meta, and writes a new random one
+// where it is missing (a store made before ids were kept, or a new file in
+// place of one moved aside) or damaged (which only an Open accepting the
+// loss gets past readMeta). A new id makes every client that saw the old
+// one refuse this store's answers (leasehttp StoreHeader) until restarted:
+// the safe side, where the store may have lost what it held. An id is
+// never read back out of a damaged file's raw bytes, as the floor and the
+// lead are (salvage): those bytes hold the owners and keys clients wrote,
+// and a forged id taken from them could be another store's, which clients
+// would then take this one for; a forged floor or lead can only raise
+// tokens.
+func keepStoreID(meta *bolt.Bucket) error {
+	if _, ok := unsealStoreID(meta.Get(keyStoreID)); ok {
 		return nil
 	}
-	id := ""
-	if lost != nil {
-		id = lost.salvaged.storeID
-	}
-	if id == "" && b != nil {
-		if raw, err := os.ReadFile(path); err == nil {
-			id = salvageStoreID(raw)
-		}
-	}
-	if id == "" {
-		id = lease.NewID().Reveal()
-	}
-	return meta.Put(keyStoreID, seal(keyStoreID, []byte(id)))
+	return meta.Put(keyStoreID, seal(keyStoreID, []byte(lease.NewID().Reveal())))
 }
 
 // readStoreID returns the store id of the file db, which Open has made

@@ -636,11 +636,10 @@ func (s *Store) Path() string { return s.path }
 // The id is the store's, not the file's: Backup copies it and Restore
 // keeps it, so a store restored to replace one (in a new data directory)
 // is the same to clients that saw it before; a restored copy must not be
-// served beside the store it was taken from. A store whose bbolt file
-// AcceptLogLoss moved aside keeps the id found intact in the damaged
-// file's bytes; where none is (the file lost, or its id unreadable) the
-// store gets a new id, and clients that saw the old one refuse its
-// answers until they are restarted. The id is printable ASCII, 37 bytes.
+// served beside the store it was taken from. A store whose id AcceptLogLoss
+// found damaged, or whose bbolt file it moved aside, gets a new id, and
+// clients that saw the old one refuse its answers until they are
+// restarted. The id is printable ASCII, 37 bytes.
 func (s *Store) StoreID() string { return "bolt:" + s.storeID }
 
 // Close stops the commit loop after its current commit, checkpoints the
