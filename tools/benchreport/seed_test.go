@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +29,11 @@ func TestRunSeed(t *testing.T) {
 	seedPath, err := filepath.Abs(seedPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The seed lives outside the repository, and its row is optional: a
+	// checkout without it (a clone elsewhere) has nothing to time.
+	if _, err := os.Stat(seedPath); errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("no seed at %s (the optional seed row): set LEASE_SEED_TS to its fencing-token.ts", seedPath)
 	}
 	t.Chdir(filepath.Join("..", "..")) // the driver runs from the module root
 	sb, skip := prepareSeed(seedPath)
