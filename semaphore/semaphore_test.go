@@ -203,11 +203,14 @@ func TestDeadHolderFreesItsSlot(t *testing.T) {
 			ctx := ctxFor(t)
 			b := be.New(t)
 			const ttl = 200 * time.Millisecond
+			// Before the dead holder's grant, whose lease expires a TTL
+			// after it: timed from after it, a slow TryAcquire (a loaded
+			// host) left the slot free sooner than ttl/2 after start.
+			start := time.Now()
 			dead, err := newSem(t, failRenew{b}, 1, ttl).TryAcquire(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
 			slot, err := newSem(t, b, 1, ttl).Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
