@@ -2,6 +2,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { join } from "node:path";
 import { after, test } from "node:test";
 
 import {
@@ -14,7 +15,7 @@ import {
   NotHeldError,
   UnauthorizedError,
 } from "../src/index.js";
-import { startLease, unique, waitFor } from "./harness.js";
+import { runLease, startLease, unique, waitFor } from "./harness.js";
 
 const server = await startLease({ after });
 
@@ -188,10 +189,16 @@ test("a server that no longer has the lease makes the hold lost at once, not at 
   const ttlMs = 3000;
   const t0 = performance.now();
   const hold = await c.tryAcquire(unique("forgotten"), { ttlMs });
-  // The server restarts on the same address with an empty store: it never
-  // heard of the lease, so the next renewal is answered not_held.
+  // The server restarts on the same address on its store restored from a
+  // backup, which releases every lease: the same store (its Lease-Store
+  // kept; an empty store would be another, its answers refused), but the
+  // next renewal is answered not_held.
   await own.stop();
-  await startLease(t, { port: own.port });
+  const backup = join(own.dataDir, "..", "backup.db");
+  runLease(["backup", "--data-dir", own.dataDir, backup]);
+  const restored = join(own.dataDir, "..", "restored");
+  runLease(["restore", backup, "--data-dir", restored]);
+  await startLease(t, { port: own.port, dataDir: restored });
   await waitFor("the hold is lost", () => hold.signal.aborted, 10_000);
   const lostAt = performance.now();
   const reason: unknown = hold.signal.reason;

@@ -111,6 +111,11 @@ export interface LeaseServeOptions {
   readonly args?: string[];
 }
 
+/** runLease runs the `lease` binary the servers run with args (a backup, a restore), throwing unless it exits 0. */
+export function runLease(args: string[]): void {
+  execFileSync(binary("LEASE_TEST_BINARY", "./cmd/lease", "lease"), args, { stdio: ["ignore", "ignore", "inherit"] });
+}
+
 /** startLease starts `lease serve` on the embedded store until the test ends. */
 export async function startLease(t: T, opts: LeaseServeOptions = {}): Promise<Running & { dataDir: string }> {
   const dir = mkdtempSync(join(tmpdir(), "lease-ts-serve-"));
