@@ -217,10 +217,7 @@ func TestErrorTableAgreesEverywhere(t *testing.T) {
 		tsCodes = append(tsCodes, m[1])
 	}
 	sameCodes("clients/typescript/src/errors.ts byCode", tsCodes, true)
-	var tsPairs [][2]string
-	for _, m := range regexp.MustCompile("\\((\\d{3}) `(\\w+)`").FindAllStringSubmatch(ts, -1) {
-		tsPairs = append(tsPairs, [2]string{m[2], m[1]})
-	}
+	_, tsPairs := codeStatusRows(regexp.MustCompile("\\((?P<status>\\d{3}) `(?P<code>\\w+)`"), ts)
 	statuses("clients/typescript/src/errors.ts's classes", tsPairs, true)
 
 	// The Python client: BY_CODE's keys, and "(STATUS ``code``" in the
@@ -233,10 +230,7 @@ func TestErrorTableAgreesEverywhere(t *testing.T) {
 		pyCodes = append(pyCodes, m[1])
 	}
 	sameCodes("clients/python/src/leasehq_lease/_errors.py BY_CODE", pyCodes, true)
-	var pyPairs [][2]string
-	for _, m := range regexp.MustCompile("\\((\\d{3}) ``(\\w+)``").FindAllStringSubmatch(py, -1) {
-		pyPairs = append(pyPairs, [2]string{m[2], m[1]})
-	}
+	_, pyPairs := codeStatusRows(regexp.MustCompile("\\((?P<status>\\d{3}) ``(?P<code>\\w+)``"), py)
 	statuses("clients/python/src/leasehq_lease/_errors.py's classes", pyPairs, true)
 
 	// testdata/error_answers.json: every code at its own status, read as
@@ -264,12 +258,17 @@ func TestErrorTableAgreesEverywhere(t *testing.T) {
 }
 
 // codeStatusRows reads the rows of a table of error codes in text, each a
-// match of re whose submatches are the code and its HTTP status: the codes
-// in order, and each code with its status.
+// match of re whose submatches are the code and its HTTP status (in that
+// order, or named "code" and "status"): the codes in order, and each code
+// with its status.
 func codeStatusRows(re *regexp.Regexp, text string) (codes []string, pairs [][2]string) {
+	code, status := 1, 2
+	if i := re.SubexpIndex("code"); i > 0 {
+		code, status = i, re.SubexpIndex("status")
+	}
 	for _, m := range re.FindAllStringSubmatch(text, -1) {
-		codes = append(codes, m[1])
-		pairs = append(pairs, [2]string{m[1], m[2]})
+		codes = append(codes, m[code])
+		pairs = append(pairs, [2]string{m[code], m[status]})
 	}
 	return codes, pairs
 }
