@@ -91,9 +91,16 @@ func WithPrefix(p string) Option {
 	}
 }
 
-// The keep-alive of the connections Open makes: a ping after keepAliveTime
-// without traffic, and the connection closed when its answer has not come
-// within keepAliveTimeout.
+// The keep-alive of the connections Open makes: while a request or stream
+// is in flight on a connection, a ping after keepAliveTime without traffic,
+// and the connection closed when its answer has not come within
+// keepAliveTimeout. An idle connection is not pinged: etcd's servers
+// refuse that (gRPC's PermitWithoutStream is false in their keep-alive
+// policy; the third ping within two hours on a connection with nothing in
+// flight closes it with GOAWAY "too_many_pings", and the client doubles its
+// ping interval each time). A member whose link went silent while idle is
+// found by the first request sent there, within keepAliveTime plus
+// keepAliveTimeout.
 const (
 	keepAliveTime    = 10 * time.Second
 	keepAliveTimeout = 5 * time.Second
@@ -101,8 +108,9 @@ const (
 
 // Open connects to the etcd cluster at endpoints and returns a Store that
 // owns the connection (Close closes it). Its connections ping a member
-// after 10 s without traffic and drop one that does not answer within 5 s,
-// so that a member whose link drops everything is left for the others
+// after 10 s without traffic while a request is in flight, and drop one
+// that does not answer within 5 s, so that a member whose link drops
+// everything is left for the others
 // (New's client keeps its own settings). Like New it refuses a cluster
 // whose revision is behind the tokens already issued (ErrRevisionBehind).
 func Open(ctx context.Context, endpoints []string, opts ...Option) (*Store, error) {
@@ -115,10 +123,11 @@ func Open(ctx context.Context, endpoints []string, opts ...Option) (*Store, erro
 		// A member whose link drops everything without closing would
 		// otherwise keep its connection READY for good, and every request
 		// the balancer sends there would wait for its deadline. etcd
-		// refuses pings more often than every 5 s (--grpc-keepalive-min-time).
+		// refuses pings more often than every 5 s (--grpc-keepalive-min-time),
+		// and any on a connection with nothing in flight (see keepAliveTime).
 		DialKeepAliveTime:    keepAliveTime,
 		DialKeepAliveTimeout: keepAliveTimeout,
-		PermitWithoutStream:  true,
+		PermitWithoutStream:  false,
 		Context:              context.WithoutCancel(ctx),
 		Logger:               zap.NewNop(),
 	})
