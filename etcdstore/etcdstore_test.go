@@ -57,6 +57,9 @@ var suiteOpts = []leasetest.Option{leasetest.ExpiryTTL(time.Second), leasetest.S
 	leasetest.WatchExpiryBound(3 * time.Second)}
 
 func TestConformance(t *testing.T) {
+	// Beside the package's other parallel tests (TestIdleStoreKeepsItsConnection
+	// waits a minute), on an etcd of its own.
+	t.Parallel()
 	eps := etcdtest.Start(t)
 	prefix := uniquePrefix(t)
 	opts := append(suiteOpts, leasetest.Reopen(func(t *testing.T, old lease.Backend) lease.Backend {
