@@ -19,4 +19,28 @@
 // batch row's CPU per renewal at a paced rate (LEASE_SCALE_BATCH_RATE) and
 // CPU profiles (LEASE_SCALE_CPUPROFILE). LEASE_SCALE_CLIENT_HOLDS sets the
 // row's holds per Client (2,048).
+//
+// Tried on that row and not enough for issue 31's 2× of etcd (each
+// measured with BenchmarkScaleRenewClientAt, 131,072 holds at TTL 1 s,
+// interleaved with main's binary; the row spends 5.0–7.4 µs of CPU a
+// renewal, server and Clients together, at 1.7–1.8 cores, and 2× needs
+// about 390,000 renewals a second on the machine of 2026-12-07, where
+// etcd's keep-alive made 194,000: about 4.6 µs):
+//   - the server's lease tracker and the Client's validation off: 5.1 →
+//     4.8 µs (the cache misses moved to the next reader of the memory);
+//   - GOGC=300: about 5%;
+//   - boltstore keeping quiet renewals in a map beside the open
+//     transaction and putting them into bbolt at each checkpoint (one
+//     B-tree walk a renewal instead of two): slower, 7.0–7.5 µs against
+//     6.4, and the checkpoint's put of some 100,000 records at once
+//     stalled the commit loop long enough to lose holds;
+//   - no answer to parse or encode at all (the Client making each result
+//     from its request: the bound of any compact answer): 5.2–5.5 µs
+//     against 6.0–7.4, 345–378k renewals a second against 272–351k, the
+//     cores then less busy (1.72).
+//
+// What is left is the working set (a B-tree walk, a map lookup and a
+// hold's memory for each of 131,072 leases) and HTTP; what reaches 2× is
+// etcd's model, one expiry shared by the leases of a session and renewed
+// once, which changes the per-lease expiry of I3 and I5.
 package scalebench
