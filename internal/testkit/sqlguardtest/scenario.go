@@ -28,8 +28,14 @@ type Resource interface {
 	Read(ctx context.Context) (string, lease.Token, error)
 }
 
+// ttlA is worker A's TTL: short, as in the seed (100 ms there), but long
+// enough for the store's answer on a loaded machine. A Client gives up an
+// acquisition whose answer comes later than its TTL, and PostgreSQL's took
+// over 100 ms with make test's two modules and other work on two cores.
+const ttlA = time.Second
+
 // SeedScenario is the failure a TTL lock alone cannot stop, end to end: on
-// store, worker A acquires "job" with a 100 ms TTL and pauses past it; B,
+// store, worker A acquires "job" with a short TTL (ttlA) and pauses past it; B,
 // already waiting, acquires and writes to res; A wakes and writes late with
 // its old token — and the guard rejects A, naming B's token, and B's write
 // is what stays. The guard must admit tokens by fence.Strict, the seed's
@@ -46,8 +52,13 @@ func SeedScenario(t *testing.T, store lease.Backend, res Resource) {
 		t.Fatal(err)
 	}
 
+	// 0. The store makes its tables (pgstore, sqlfence's stores do so at
+	// their first call), not under A's acquisition.
+	if _, err := store.Get(ctx, "job"); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("Get of the fresh store's job: %v, want ErrNotFound", err)
+	}
 	// 1. A acquires.
-	holdA, err := clientA.TryAcquire(ctx, "job", 100*time.Millisecond)
+	holdA, err := clientA.TryAcquire(ctx, "job", ttlA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +78,7 @@ func SeedScenario(t *testing.T, store lease.Backend, res Resource) {
 	select {
 	case <-holdA.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("A's Hold not cancelled 10 s after its 100 ms TTL")
+		t.Fatalf("A's Hold not cancelled 10 s after its %v TTL", ttlA)
 	}
 	if err := holdA.Err(); !errors.Is(err, lease.ErrLost) {
 		t.Fatalf("A's Hold.Err = %v, want ErrLost", err)
