@@ -214,7 +214,10 @@
 // # Schema and versions
 //
 // The tables are created on first use (CREATE … IF NOT EXISTS, serialised
-// across processes by an advisory lock) and carry a schema version in
+// across processes by an advisory lock), by a preparation in the Store's
+// background on a deadline of its own (30 s): an operation waits for it
+// only while its own context lasts, and one that gives up leaves it to
+// finish for the next. They carry a schema version in
 // <prefix>meta. A release of pgstore migrates older versions forward in
 // place and refuses tables of a newer version with ErrSchemaVersion.
 // Version 2 added the token floor to <prefix>meta (a catalogue change, at

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -116,22 +117,62 @@ var migrations = []func(n names) []string{
 
 // ensureSchema creates or migrates the tables, once per Store while it
 // succeeds. Concurrent Stores (other processes too) serialise on an advisory
-// lock, since concurrent CREATE TABLE IF NOT EXISTS can fail. Operations of
-// this Store wait for one another's attempt only while their own contexts
-// last.
+// lock, since concurrent CREATE TABLE IF NOT EXISTS can fail.
+//
+// The preparation runs in the Store's background work (Close ends it), on a
+// deadline of its own (schemaTimeout), and every operation that needs the
+// tables waits for it only while its own context lasts. It used to run on
+// the context of the operation that found the tables unprepared, so an
+// operation giving up rolled it back: on a loaded server, where preparing
+// took longer than the acquisitions of a short TTL wait for their answers
+// (a Client gives up one whose answer would come after its TTL), every
+// attempt was rolled back in turn, and the Store never served.
 func (s *Store) ensureSchema(ctx context.Context) error {
 	if s.schemaOK.Load() {
 		return nil
 	}
+	s.prepMu.Lock()
+	p := s.prep
+	if p == nil {
+		p = &preparation{done: make(chan struct{})}
+		started := s.bg.Go(func(bctx context.Context) {
+			pctx, cancel := context.WithTimeout(bctx, schemaTimeout)
+			defer cancel()
+			p.err = s.prepare(pctx)
+			s.prepMu.Lock()
+			s.prep = nil // after a failure, the next operation tries again
+			s.prepMu.Unlock()
+			close(p.done)
+		})
+		if !started {
+			s.prepMu.Unlock()
+			return fmt.Errorf("pgstore: %w: %w", lease.ErrUnavailable, errClosed)
+		}
+		s.prep = p
+	}
+	s.prepMu.Unlock()
 	select {
-	case s.schemaMu <- struct{}{}:
+	case <-p.done:
+		return p.err
 	case <-ctx.Done():
 		return s.wrap(ctx, "waiting for the tables to be prepared", context.Cause(ctx))
 	}
-	defer func() { <-s.schemaMu }()
-	if s.schemaOK.Load() {
-		return nil
-	}
+}
+
+// schemaTimeout bounds one preparation of the tables: a server that does
+// not finish it by then is tried again by the next operation.
+const schemaTimeout = 30 * time.Second
+
+// preparation is one attempt at preparing the tables: done is closed when
+// it ends, with err its outcome.
+type preparation struct {
+	done chan struct{}
+	err  error
+}
+
+// prepare checks the server's durability, creates or migrates the tables
+// and reads the store id.
+func (s *Store) prepare(ctx context.Context) error {
 	if !s.volatile {
 		if err := s.checkDurable(ctx); err != nil {
 			return err

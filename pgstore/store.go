@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,8 +27,9 @@ type Store struct {
 	n      names
 	q      queries
 
-	volatile bool          // AllowVolatile: the durability check is skipped
-	schemaMu chan struct{} // one slot: held by the operation preparing the tables
+	volatile bool // AllowVolatile: the durability check is skipped
+	prepMu   sync.Mutex
+	prep     *preparation // the preparation of the tables running, if any (ensureSchema)
 	schemaOK atomic.Bool
 	closed   atomic.Bool
 	prefix   string                 // the table prefix, for StoreID
@@ -153,7 +155,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, schema: cfg.schema, prefix: cfg.prefix, n: n, q: newQueries(n, true, checkedSettings(cfg.volatile)), volatile: cfg.volatile, schemaMu: make(chan struct{}, 1)}
+	s := &Store{pool: pool, schema: cfg.schema, prefix: cfg.prefix, n: n, q: newQueries(n, true, checkedSettings(cfg.volatile)), volatile: cfg.volatile}
 	s.notify = newNotifier(s)
 	s.bg = background.New()
 	s.acquireBound = acquireBound
