@@ -75,7 +75,9 @@ func WithRequeueBackoff(min, max time.Duration) RunOption {
 
 // KeepTermOnCancel makes Run leave a term running when its context ends,
 // to expire at its TTL, instead of resigning it at once (the default, as
-// client-go's ReleaseOnCancel). Only for leaders whose side effects are not
+// client-go's ReleaseOnCancel): it is renewed no more (lease.Hold.Orphan),
+// its Context ends with lease.ErrLost at its safe deadline, and the next
+// candidate is elected once the backend has expired it. Only for leaders whose side effects are not
 // all fenced and that must not overlap a successor even briefly: resigning
 // hands over at once, and the successor's token fences the old term's late
 // writes either way.
@@ -291,10 +293,12 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 }
 
 // stop ends a term because ctx ended: resigned at once under rctx (Run's
-// resignContext, used once) unless KeepTermOnCancel, then OnStoppedLeading
-// with ctx's cause.
+// resignContext, used once), or with KeepTermOnCancel left unrenewed to
+// expire at its TTL; then OnStoppedLeading with ctx's cause.
 func (e *Elector) stop(ctx context.Context, t *Term, cfg *runConfig, rctx *lazyTimeout) {
-	if !cfg.keepOnCancel {
+	if cfg.keepOnCancel {
+		t.Orphan() // renewed no more: it ends at its TTL
+	} else {
 		_ = t.Resign(rctx)
 		rctx.stop()
 	}

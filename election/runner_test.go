@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -179,6 +180,65 @@ func TestRunRequeuesOnTheClientsClock(t *testing.T) {
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
+		}
+	})
+}
+
+// TestKeepTermOnCancelLetsTheTermExpire: with KeepTermOnCancel, Run's end
+// leaves its term unresigned but no longer renewed, so that it expires at
+// its TTL and the next candidate leads. It used to go on being renewed by
+// the Client after Run had returned: a minute later (TTL 3 s) the term
+// was still held, its Err nil, and nobody else could ever lead while the
+// process lived.
+func TestKeepTermOnCancelLetsTheTermExpire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		e := newElector(t, store, 3*time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		leading := make(chan *election.Term, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, "svc", "a", func(ctx context.Context, tm *election.Term) error {
+				leading <- tm
+				<-ctx.Done()
+				return nil
+			}, election.KeepTermOnCancel())
+		}()
+		term := <-leading
+		time.Sleep(5 * time.Second) // renewed past its first TTL
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		stopped := time.Now()
+		if l, err := store.Get(context.Background(), "svc"); err != nil || l.Token != term.Token() {
+			t.Fatalf("right after Run returned the term is gone (%v, %v): KeepTermOnCancel resigned it", l, err)
+		}
+		next := make(chan time.Time, 1)
+		go func() {
+			tm, err := e.Campaign(context.Background(), "svc", "b")
+			if err != nil {
+				t.Errorf("b's Campaign: %v", err)
+				next <- time.Time{}
+				return
+			}
+			next <- time.Now()
+			_ = tm.Resign(context.Background())
+		}()
+		select {
+		case at := <-next:
+			if wait := at.Sub(stopped); wait < time.Second {
+				t.Errorf("b was elected %v after Run returned: the kept term ended early", wait)
+			}
+		case <-time.After(time.Minute):
+			l, err := store.Get(context.Background(), "svc")
+			t.Errorf("a minute after Run returned with KeepTermOnCancel (TTL 3 s), b is not elected: the store holds %q token %d (%v), the term's Err is %v",
+				l.Owner, l.Token, err, term.Err())
+			_ = term.Resign(context.Background())
+			<-next
+		}
+		if err := term.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("the kept term's Err after it expired = %v, want ErrLost", err)
 		}
 	})
 }
