@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -649,4 +651,76 @@ func TestObserveByReadingNeverReportsALeaderPastExpires(t *testing.T) {
 			})
 		})
 	}
+}
+
+// flakyRelease fails the releases whose turn (counted from 1) is in fail,
+// without releasing, as a backend that cannot be reached for a moment.
+type flakyRelease struct {
+	lease.Backend
+	mu   sync.Mutex
+	n    int
+	fail map[int]bool
+}
+
+func (b *flakyRelease) Release(ctx context.Context, l lease.Lease) error {
+	b.mu.Lock()
+	b.n++
+	fail := b.fail[b.n]
+	b.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%w: release %d refused for the test", lease.ErrUnavailable, b.n)
+	}
+	return b.Backend.Release(ctx, l)
+}
+
+// TestResignAgain: a Resign that could not tell (the backend failed) is
+// followed by one that asks the backend again, and answers nil only once
+// the lease is gone; after a nil, Resign answers nil without asking.
+// Campaign's term used to answer the second Resign nil without asking,
+// its lease still held until the TTL; a Lead term's second Resign, after
+// a nil, asked again and failed.
+func TestResignAgain(t *testing.T) {
+	t.Run("Campaign", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := memtest.New(t)
+			b := &flakyRelease{Backend: store, fail: map[int]bool{1: true}}
+			term, err := newElector(t, b, time.Hour).Campaign(t.Context(), "svc", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := term.Resign(t.Context()); !errors.Is(err, lease.ErrUnavailable) {
+				t.Fatalf("Resign through a failed release = %v, want ErrUnavailable", err)
+			}
+			if err := term.Resign(t.Context()); err != nil {
+				t.Fatalf("Resign again, the backend back = %v", err)
+			}
+			if l, err := store.Get(t.Context(), "svc"); err == nil {
+				t.Errorf("Resign again answered nil, but the store still holds the term (token %d)", l.Token)
+			}
+		})
+	})
+	t.Run("Lead", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := memtest.New(t)
+			// 1: Lead's own resignation at ctx's end; 2: the first
+			// Resign's, which frees it; 3: refused, if asked.
+			b := &flakyRelease{Backend: store, fail: map[int]bool{1: true, 3: true}}
+			ctx, cancel := context.WithCancel(t.Context())
+			term, err := newElector(t, b, time.Hour).Lead(ctx, "svc", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			synctest.Wait()
+			if err := term.Resign(t.Context()); err != nil {
+				t.Fatalf("Resign after Lead's resignation failed = %v, want it freed by asking again", err)
+			}
+			if _, err := store.Get(t.Context(), "svc"); !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("Resign = nil, the store's Get = %v", err)
+			}
+			if err := term.Resign(t.Context()); err != nil {
+				t.Errorf("Resign again after nil = %v, want nil", err)
+			}
+		})
+	})
 }
