@@ -209,7 +209,7 @@ func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
 		h, err := s.slots.TryAcquire(ctx, s.slotKey(i), s.ttl)
 		if err == nil {
 			if err := s.checkLimit(ctx); err != nil {
-				_ = h.Release(context.WithoutCancel(ctx))
+				release(ctx, h, s.ttl)
 				return nil, time.Time{}, err
 			}
 			return &Slot{Hold: h, n: i}, time.Time{}, nil
@@ -224,13 +224,27 @@ func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
 	return nil, soonest, fmt.Errorf("%w: semaphore %q: all %d slots are held", lease.ErrHeld, s.name, s.n)
 }
 
-// Acquire waits in line for a slot until it has one or ctx ends.
+// release releases h on ctx's values but not its end, for at most ttl
+// (h's): by then its lease has expired anyway.
+func release(ctx context.Context, h *lease.Hold, ttl time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+	_ = h.Release(rctx)
+}
+
+// Acquire waits in line for a slot until it has one or ctx ends. Its turn
+// in line is given back for at most the line's TTL (MaxLineTTL at most),
+// so that it returns within that of ctx's end however slow the backend.
 func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
-	turn, err := s.client.Acquire(ctx, s.queueKey(), min(s.ttl, MaxLineTTL))
+	lineTTL := min(s.ttl, MaxLineTTL)
+	turn, err := s.client.Acquire(ctx, s.queueKey(), lineTTL)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = turn.Release(context.WithoutCancel(ctx)) }()
+	// Given back on ctx's values, not its end (which may be why it is
+	// given back), for at most the line's TTL: by then it has expired
+	// anyway, and a backend that does not answer holds Acquire no longer.
+	defer release(ctx, turn, lineTTL)
 	// Looking for a slot ends when ctx does, or when the turn is lost (the
 	// next in line may have it by then).
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -361,3 +361,56 @@ func TestAcquireOutlivesABrokenWatch(t *testing.T) {
 		t.Fatalf("Acquire across a broken watch: %v, want the freed slot", err)
 	}
 }
+
+// hungRelease is a backend whose releases never answer until their
+// context ends, as a server that stopped answering.
+type hungRelease struct {
+	lease.Backend
+	open chan struct{} // closed: answer at last
+}
+
+func (b hungRelease) Release(ctx context.Context, l lease.Lease) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-b.open:
+		return b.Backend.Release(ctx, l)
+	}
+}
+
+// TestGivingUpIsBoundedOnAHungBackend: an Acquire whose ctx ends while it
+// waits at the head of the line returns within the line's TTL however long
+// the backend takes to answer the release of its turn (by then the turn
+// has expired anyway); it used to wait for that answer for ever.
+func TestGivingUpIsBoundedOnAHungBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		s := newSem(t, store, 1, time.Minute)
+		slot, err := s.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := hungRelease{store, make(chan struct{})}
+		hung := newSem(t, b, 1, time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, err := hung.Acquire(ctx)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire gave up with %v, want DeadlineExceeded", err)
+			}
+		case <-time.After(time.Second + semaphore.MaxLineTTL + time.Millisecond):
+			t.Errorf("Acquire still not returned %v after its ctx ended (the backend does not answer the release of its turn)", semaphore.MaxLineTTL+time.Millisecond)
+			close(b.open)
+			<-done
+			_ = slot.Release(context.Background())
+			return
+		}
+		_ = slot.Release(context.Background())
+	})
+}
