@@ -278,8 +278,12 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 		cfg.stopped(t, context.Cause(t.Context()))
 		return endLost, nil
 	}
-	// lead gave the term up: hand over at once.
-	rerr := t.Resign(context.WithoutCancel(ctx))
+	// lead gave the term up: hand over at once, within resignTimeout (as
+	// at a shutdown), so that a backend that does not answer cannot hold
+	// Run, and the shutdown that may come meanwhile, for longer.
+	rctx := resignContext(ctx)
+	rerr := t.Resign(rctx)
+	rctx.stop()
 	cfg.stopped(t, lease.ErrReleased)
 	if err != nil {
 		return endLost, err

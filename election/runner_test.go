@@ -85,7 +85,8 @@ func (b *hungRelease) Release(ctx context.Context, _ lease.Lease) error {
 
 // TestShutdownResignIsBounded: the resignation when Run's or Lead's
 // context ends is bounded (10 s) against a backend that hangs, so that a
-// shutdown ends.
+// shutdown ends; so is Run's resignation of a term Lead gave up, which a
+// shutdown may meet (it used to wait for the backend without bound).
 func TestShutdownResignIsBounded(t *testing.T) {
 	const bound = 10 * time.Second
 	for _, tc := range []struct {
@@ -97,6 +98,14 @@ func TestShutdownResignIsBounded(t *testing.T) {
 			return e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
 				close(won)
 				<-ctx.Done()
+				return nil
+			})
+		}},
+		{"RunGivenUp", func(ctx context.Context, e *election.Elector, won chan<- struct{}) error {
+			// Lead gives the term up at once: Run resigns it, and the
+			// shutdown comes while that resignation hangs.
+			return e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
+				close(won)
 				return nil
 			})
 		}},
