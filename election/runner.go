@@ -96,7 +96,9 @@ func KeepTermOnCancel() RunOption {
 // campaigns again, after a jittered backoff if the term was lost. When ctx
 // ends it stops lead, waits for it, resigns the term at once (unless
 // KeepTermOnCancel), and returns nil. It returns lead's error, or an error
-// that campaigning again cannot mend (bad arguments, lease.ErrConflict).
+// that campaigning again cannot mend: any but one matching
+// lease.ErrUnavailable (bad arguments, lease.ErrConflict, a credential the
+// server refuses), which it campaigns again after.
 //
 // A process that restarts with the same value campaigns like anyone else:
 // its old term, which it can no longer renew or resign (the lease's ID was
@@ -330,7 +332,9 @@ func (e *Elector) notifyLeaders(ctx context.Context, key string, f func(Leader))
 }
 
 // permanent says whether a campaign's error is one that campaigning again
-// cannot mend.
+// cannot mend: any but the backend's being unavailable (lease.ErrInvalid,
+// lease.ErrConflict, a refused credential), as lease.Follow judges a
+// watch's break.
 func permanent(err error) bool {
-	return errors.Is(err, lease.ErrInvalid) || errors.Is(err, lease.ErrConflict)
+	return !errors.Is(err, lease.ErrUnavailable)
 }

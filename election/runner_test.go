@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -11,6 +12,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -250,4 +252,35 @@ func TestKeepTermOnCancelLetsTheTermExpire(t *testing.T) {
 			t.Errorf("the kept term's Err after it expired = %v, want ErrLost", err)
 		}
 	})
+}
+
+// TestRunEndsOnARefusedCredential: Run against a lease serve that refuses
+// its bearer token returns that refusal, an error campaigning again cannot
+// mend (as lease.Follow ends on it), instead of campaigning again at its
+// backoff without a word until its ctx ended (it did, and then returned
+// nil).
+func TestRunEndsOnARefusedCredential(t *testing.T) {
+	srv, err := leasehttp.NewServer(memtest.New(t), leasehttp.WithCredentials([]leasehttp.Credential{
+		{Token: "the-right-token-0123456789abcdefghij", Prefixes: []string{leasehttp.AllKeys}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer func() { hs.Close(); srv.Close() }()
+	hc, err := leasehttp.NewClient(hs.URL, leasehttp.WithAuthToken("a-wrong-token-0123456789abcdefghijk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	e := newElector(t, hc, time.Minute)
+	ctx, cancel := context.WithTimeout(ctxFor(t), 30*time.Second)
+	defer cancel()
+	err = e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
+		t.Error("led with a refused credential")
+		return nil
+	}, election.WithRequeueBackoff(time.Millisecond, time.Millisecond))
+	if !errors.Is(err, leasehttp.ErrUnauthorized) {
+		t.Errorf("Run with a refused credential = %v (after %v), want its ErrUnauthorized", err, ctx.Err())
+	}
 }
