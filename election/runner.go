@@ -33,7 +33,10 @@ type runConfig struct {
 // OnNewLeader makes Run call f with each leader of the key as Observe
 // reports it (this process's terms too, and a zero Leader while there is
 // none), one call at a time, from its own goroutine, until Run returns.
-// A slow f delays only later calls of f.
+// A slow f delays only later calls of f. If Observe ends with an error
+// that observing again cannot mend (a refused credential, a server's
+// limit of watchers reached) the calls end there, the last with a zero
+// Leader: no leader is known from then on.
 func OnNewLeader(f func(Leader)) RunOption {
 	return func(c *runConfig) error {
 		if f == nil {
@@ -321,13 +324,20 @@ func (cfg *runConfig) stopped(t *Term, cause error) {
 
 // notifyLeaders calls f with each leader Observe reports (which follows
 // the watch across its breaks) until ctx ends, or until Observe meets an
-// error that observing again cannot mend.
+// error that observing again cannot mend: then, if f was last told of a
+// leader, it is told "no leader known" (a zero Leader) once more, so that
+// it does not go on believing in that leader past its term.
 func (e *Elector) notifyLeaders(ctx context.Context, key string, f func(Leader)) {
+	var last Leader
 	for l, err := range e.Observe(ctx, key) {
 		if err != nil {
+			if last.Token != 0 {
+				f(Leader{Key: key})
+			}
 			return
 		}
 		f(l)
+		last = l
 	}
 }
 

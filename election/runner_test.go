@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"iter"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
@@ -283,4 +284,61 @@ func TestRunEndsOnARefusedCredential(t *testing.T) {
 	if !errors.Is(err, leasehttp.ErrUnauthorized) {
 		t.Errorf("Run with a refused credential = %v (after %v), want its ErrUnauthorized", err, ctx.Err())
 	}
+}
+
+// watchThenRefuse is a backend whose watches yield the store's picture of
+// a key and then end with an error observing again cannot mend, as a
+// server that stops authorising the stream does.
+type watchThenRefuse struct {
+	lease.Backend
+	w lease.Watcher
+}
+
+var errRefusedForTheTest = errors.New("refused for the test")
+
+func (b watchThenRefuse) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		for ev, err := range b.w.Watch(ctx, prefix) {
+			if err != nil || !yield(ev, nil) {
+				return
+			}
+			if ev.Kind == lease.Synced {
+				yield(lease.Event{}, errRefusedForTheTest)
+				return
+			}
+		}
+	}
+}
+
+// TestOnNewLeaderEndsWithNoLeaderKnown: when Run's Observe ends with an
+// error that observing again cannot mend, OnNewLeader's last word is "no
+// leader known", not the leader it heard of last, which it would otherwise
+// go on believing in past its term (it did).
+func TestOnNewLeaderEndsWithNoLeaderKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		other, err := newElector(t, store, time.Minute).Campaign(t.Context(), "svc", "other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Resign(context.Background())
+		e := newElector(t, watchThenRefuse{store, store}, time.Minute)
+		ctx, cancel := context.WithCancel(t.Context())
+		var heard []string
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
+				<-ctx.Done()
+				return nil
+			}, election.OnNewLeader(func(l election.Leader) { heard = append(heard, l.Value) }))
+		}()
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if len(heard) == 0 || heard[len(heard)-1] != "" {
+			t.Errorf("OnNewLeader heard %q; want its last word, once Observe ended, to be no leader (\"\")", heard)
+		}
+	})
 }
