@@ -321,7 +321,8 @@ func leaderOf(l lease.Lease) Leader {
 // that arrives later reports it again (same token). Expires is on the
 // backend's clock, so a skew between the two clocks moves that moment by
 // as much. Reading instead of watching (a backend that cannot watch), it
-// reads the leader again at its Expires and reports what it finds; a read
+// reads the leader again at its Expires and reports what it finds (a
+// leader read past its Expires, over a slow link, as no leader known); a read
 // that hangs or fails holds the last report until its Expires (one that
 // fails with lease.ErrUnavailable is read again at the backoff), and then
 // Observe reports a zero Leader too — except that the read begun at the
@@ -597,6 +598,11 @@ func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader,
 			case ctx.Err() != nil:
 				return
 			case errors.Is(err, ErrNoLeader):
+				now = Leader{Key: key}
+			case err == nil && !e.clock.Now().Before(now.Expires):
+				// Read too late to vouch for (a slow answer, a skewed
+				// clock): not reported, as a watch's late news is not; a
+				// paced read finds the term if it went on.
 				now = Leader{Key: key}
 			case errors.Is(err, lease.ErrUnavailable):
 				// Read again at the pace, as a broken watch is

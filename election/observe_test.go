@@ -724,3 +724,45 @@ func TestResignAgain(t *testing.T) {
 		})
 	})
 }
+
+// slowRead answers each Get with the lease as it was when asked, delay
+// later, as over a slow link.
+type slowRead struct {
+	lease.Backend // the interface alone: no Watch, no WaitChange
+	delay         time.Duration
+}
+
+func (b slowRead) Get(ctx context.Context, key string) (lease.Lease, error) {
+	l, err := b.Backend.Get(ctx, key)
+	time.Sleep(b.delay)
+	return l, err
+}
+
+// TestObserveByReadingDoesNotReportALateRead: reading instead of
+// watching, a read answered after the leader's Expires (a slow link) does
+// not report that leader, as a watch's late news does not: Observe never
+// reports a leader past its Expires. It used to report it, 500 ms past its
+// Expires here, until the next slow read a second later.
+func TestObserveByReadingDoesNotReportALateRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		const ttl = time.Second
+		term, err := newElector(t, failRenew{store}, ttl).Campaign(t.Context(), "svc", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl / 2)
+		seen, stop := reports(t, newElector(t, slowRead{store, ttl}, ttl), "svc")
+		defer stop()
+		for range 3 {
+			select {
+			case ld := <-seen:
+				if ld.Token != 0 && !time.Now().Before(ld.Expires) {
+					t.Fatalf("reported %q (token %d) %v past its Expires", ld.Value, ld.Token, time.Since(ld.Expires))
+				}
+			case <-time.After(5 * ttl):
+			}
+		}
+		_ = term.Resign(context.Background())
+	})
+}
