@@ -258,7 +258,11 @@ func (l *lazyTimeout) Value(key any) any { return l.real().Value(key) }
 // that the next candidate, or this process restarted with the same value,
 // is elected without waiting out the TTL. Campaign's ctx, by contrast,
 // bounds only the wait (a timeout for it is common): a term Campaign wins
-// lasts until Resign or its loss.
+// lasts until Resign or its loss. A term lost is resigned at once in the
+// background too (the backend may hold it a little longer than the client
+// vouched for it), and then nothing of it stays registered on ctx: a
+// process that leads again and again under one long-lived ctx, resigning
+// none of its lost terms, keeps none of them.
 func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 	t, err := e.Campaign(ctx, key, value)
 	if err != nil {
@@ -271,6 +275,14 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 		close(end.done)
 	})
 	t.lead = end
+	context.AfterFunc(t.Context(), func() {
+		// The term ended: by a Resign or ctx's end (which stopped or ran
+		// the above already), or by its loss, for which this resigns.
+		if end.stop() {
+			_ = resignOnEnd(ctx, t)
+			close(end.done)
+		}
+	})
 	return t, nil
 }
 

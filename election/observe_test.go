@@ -766,3 +766,66 @@ func TestObserveByReadingDoesNotReportALateRead(t *testing.T) {
 		_ = term.Resign(context.Background())
 	})
 }
+
+// countingCtx is a context that never ends and counts the functions
+// context.AfterFunc has registered on it and not stopped. (Its own Done
+// keeps the context package from registering them on a parent instead.)
+type countingCtx struct {
+	context.Context // for Value
+	done            chan struct{}
+	live            atomic.Int32
+}
+
+func (c *countingCtx) Done() <-chan struct{} { return c.done }
+func (c *countingCtx) Err() error            { return nil }
+
+func (c *countingCtx) AfterFunc(func()) func() bool {
+	c.live.Add(1)
+	var once sync.Once
+	return func() bool {
+		stopped := false
+		once.Do(func() {
+			stopped = true
+			c.live.Add(-1)
+		})
+		return stopped
+	}
+}
+
+// TestLeadLeavesNothingOnItsContextAfterALoss: a term won with Lead and
+// lost is resigned at once (the backend held it for the drift margin
+// still) and leaves nothing registered on Lead's ctx, so that a process
+// leading again and again under one long-lived ctx, resigning none of its
+// lost terms, does not keep them all: it used to keep each until ctx
+// ended.
+func TestLeadLeavesNothingOnItsContextAfterALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		ctx := &countingCtx{Context: context.Background(), done: make(chan struct{})}
+		e := newElector(t, failRenew{store}, time.Minute)
+		var terms []*election.Term
+		for i := range 3 {
+			term, err := e.Lead(ctx, "svc", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-term.Done() // lost at its safe deadline: its renewals fail
+			synctest.Wait()
+			if !errors.Is(term.Err(), lease.ErrLost) {
+				t.Fatalf("term %d ended with %v, want ErrLost", i, term.Err())
+			}
+			if _, err := store.Get(t.Context(), "svc"); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("term %d: lost, and its lease still held on the backend (%v): not resigned", i, err)
+			}
+			if n := ctx.live.Load(); n != 0 {
+				t.Errorf("after term %d was lost, %d functions stay registered on Lead's ctx", i, n)
+			}
+			terms = append(terms, term) // and not resigned, as a careless loop would
+		}
+		for i, term := range terms {
+			if err := term.Resign(t.Context()); err != nil {
+				t.Errorf("Resign of the lost term %d = %v", i, err)
+			}
+		}
+	})
+}
