@@ -380,3 +380,88 @@ func TestSessionCloseWaitsForAnAcquireInFlight(t *testing.T) {
 		}
 	})
 }
+
+// unreachableRenewals fails the renewals of one key with ErrUnavailable,
+// as a backend out of reach for that lease: the client gives the hold up
+// at its safe deadline while the backend still holds it.
+type unreachableRenewals struct {
+	lease.Backend
+	key string
+}
+
+func (b unreachableRenewals) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if l.Key == b.key {
+		return lease.Lease{}, fmt.Errorf("%w: out of reach for the test", lease.ErrUnavailable)
+	}
+	return b.Backend.Renew(ctx, l, ttl)
+}
+
+// failReleaseOf refuses the releases of one key with ErrUnavailable.
+type failReleaseOf struct {
+	lease.Backend
+	key string
+}
+
+func (b failReleaseOf) Release(ctx context.Context, l lease.Lease) error {
+	if l.Key == b.key {
+		return fmt.Errorf("%w: release refused for the test", lease.ErrUnavailable)
+	}
+	return b.Backend.Release(ctx, l)
+}
+
+// TestSessionReleasesItsLostHold: the hold whose loss ends a session is
+// released too, as election.Term.Resign frees a term after a loss: the
+// client gave it up at its safe deadline while the backend still held it
+// (for the drift margin, or longer after a renewal that arrived late), and
+// Close's "no lease of the session is left held" takes it in. It used to
+// be left to expire.
+func TestSessionReleasesItsLostHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		c := newClient(t, unreachableRenewals{store, "a"}, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		for _, k := range []string{"a", "b"} {
+			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-s.Done()
+		if err := s.Close(ctx); err != nil {
+			t.Fatalf("Close after the loss = %v", err)
+		}
+		for _, k := range []string{"a", "b"} {
+			if l, err := store.Get(ctx, k); err == nil {
+				t.Errorf("%s still held (token %d, %v more on the backend) after the session's Close returned nil", k, l.Token, time.Until(l.Expires))
+			}
+		}
+	})
+}
+
+// TestSessionCloseAfterALossReportsAFailedRelease: Close after a loss
+// returns nil only when the session's other holds are released; a release
+// the backend refused (the lease left to its TTL) is Close's error. It used
+// to return nil whatever became of the releases.
+func TestSessionCloseAfterALossReportsAFailedRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		refuse := &refuseKey{Backend: store}
+		c := newClient(t, failReleaseOf{refuse, "b"}, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		for _, k := range []string{"a", "b"} {
+			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lost := "a"
+		refuse.key.Store(&lost)
+		<-s.Done()
+		if err := s.Close(ctx); !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("Close after a loss, b's release refused = %v, want ErrUnavailable", err)
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("Close again = %v, want nil", err)
+		}
+	})
+}
