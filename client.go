@@ -293,13 +293,38 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	case r := <-done:
 		return r.l, r.err
 	case <-ctx.Done():
+		settling := settlingOf(ctx)
+		if settling != nil {
+			settling.Add(1) // the caller is counted in it still: see settleIn
+		}
 		go func() {
+			if settling != nil {
+				defer settling.Done()
+			}
 			if r := <-done; r.err == nil {
 				c.giveBack(ctx, r.l, ttl)
 			}
 		}()
 		return Lease{}, context.Cause(ctx)
 	}
+}
+
+// settlingKey is the context key of settleIn's WaitGroup.
+type settlingKey struct{}
+
+// settleIn returns ctx carrying wg, which counts the requests acquireOnce
+// leaves to answer in the background (and to give back what they grant),
+// so that whoever waits for wg knows no lease is left granted by them: a
+// Session, whose end waits for its acquisitions. The caller must be
+// counted in wg while it acquires under ctx, so that these Adds never
+// start from zero.
+func settleIn(ctx context.Context, wg *sync.WaitGroup) context.Context {
+	return context.WithValue(ctx, settlingKey{}, wg)
+}
+
+func settlingOf(ctx context.Context) *sync.WaitGroup {
+	wg, _ := ctx.Value(settlingKey{}).(*sync.WaitGroup)
+	return wg
 }
 
 // acquireWaiting acquires through the backend's own FIFO wait. The lease may

@@ -36,6 +36,7 @@ type Hold struct {
 	lease    Lease
 	deadline time.Time // on the client's clock
 	released bool
+	orphaned bool // Orphan: never renewed again
 
 	// The renewal scheduler's, under its lock: the Hold's window for its
 	// next renewal, from early to next.Due, and its place in the queue (not
@@ -123,6 +124,22 @@ func (h *Hold) Err() error {
 // releases the lease on the backend. If the lease had already been lost it
 // returns that loss (matching ErrLost). Calling it again returns nil.
 func (h *Hold) Release(ctx context.Context) error { return h.end(ctx, ErrReleased) }
+
+// Orphan stops renewing the lease without releasing it, as etcd's
+// concurrency.Session.Orphan does: the lease expires on the backend at its
+// TTL, as if this process had died, and nobody else gets the key before
+// then. The Hold goes on answering for its own deadline: its Context ends
+// with cause ErrLost at the safe deadline of the last renewal (a renewal in
+// flight as Orphan is called still counts), and Release still frees the
+// lease at once before then. For a leader that must not overlap its
+// successor even briefly (election.KeepTermOnCancel), or a lease handed to
+// a process that will go on with it by other means.
+func (h *Hold) Orphan() {
+	h.mu.Lock()
+	h.orphaned = true
+	h.mu.Unlock()
+	h.c.sched.dequeue(h)
+}
 
 // end is Release with why as the context's cause (ErrReleased, or a
 // Session's loss for the holds that die with it). It returns the cause

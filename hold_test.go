@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -591,6 +592,10 @@ func holdTruth(t *testing.T, seed uint64, lie, alone bool) []string {
 				}
 			case 1:
 				take()
+			case 2:
+				if len(holds) > 0 { // renewed no more: it must still say lost by its deadline
+					holds[rng.IntN(len(holds))].Orphan()
+				}
 			}
 			kept := holds[:0]
 			for _, h := range holds {
@@ -617,7 +622,7 @@ func holdTruth(t *testing.T, seed uint64, lie, alone bool) []string {
 
 // TestHoldNeverOutlivesItsLease: whatever the timing of a batch's answer
 // (late, lost, cut short, refused in part) and whatever is released while
-// its renewal is in flight, a hold never says held while the backend does
+// its renewal is in flight or it is orphaned, a hold never says held while the backend does
 // not hold its lease. The lying backend, which answers renewals it never
 // made, must be caught.
 func TestHoldNeverOutlivesItsLease(t *testing.T) {
@@ -632,6 +637,90 @@ func TestHoldNeverOutlivesItsLease(t *testing.T) {
 			t.Run("control", func(t *testing.T) {
 				if bad := holdTruth(t, 0, true, alone); len(bad) == 0 {
 					t.Error("a backend that answers renewals it never made went unnoticed")
+				}
+			})
+		})
+	}
+}
+
+// countRenewals counts the renewals that reach the backend, alone or in
+// batches (each renewal of a batch made as Renew makes it).
+type countRenewals struct {
+	*memstore.Store
+	n atomic.Int64
+}
+
+func (b *countRenewals) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	b.n.Add(1)
+	return b.Store.Renew(ctx, l, ttl)
+}
+
+func (b *countRenewals) RenewBatch(ctx context.Context, rs []lease.Renewal) ([]lease.RenewResult, error) {
+	out := make([]lease.RenewResult, len(rs))
+	for i, r := range rs {
+		out[i].Lease, out[i].Err = b.Renew(ctx, r.Lease, r.TTL)
+	}
+	return out, nil
+}
+
+// TestHoldOrphan: an orphaned hold is renewed no more, says held until its
+// safe deadline and lost from then on (ErrLost), and its lease expires on
+// the backend at its TTL, with nobody given the key before; Release still
+// frees an orphaned lease at once.
+func TestHoldOrphan(t *testing.T) {
+	for _, alone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "batches", true: "lone"}[alone], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &countRenewals{Store: memtest.New(t)}
+				var b lease.Backend = store
+				if alone {
+					b = lone{store}
+				}
+				c := newClient(t, b, "a")
+				other := newClient(t, store.Store, "b")
+				ctx := context.Background()
+				h, err := c.TryAcquire(ctx, "k", 3*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Second) // renewed a few times
+				h.Orphan()
+				synctest.Wait()
+				renewals, deadline := store.n.Load(), h.Deadline()
+				l, err := store.Get(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Until(deadline) - time.Millisecond)
+				if err := h.Err(); err != nil {
+					t.Errorf("orphaned hold lost before its safe deadline: %v", err)
+				}
+				if _, err := other.TryAcquire(ctx, "k", time.Second); !errors.Is(err, lease.ErrHeld) {
+					t.Errorf("another client's TryAcquire before the orphaned lease expired = %v, want ErrHeld", err)
+				}
+				time.Sleep(time.Until(l.Expires) + time.Millisecond)
+				if err := h.Err(); !errors.Is(err, lease.ErrLost) {
+					t.Errorf("orphaned hold past its deadline: Err = %v, want ErrLost", err)
+				}
+				if n := store.n.Load(); n != renewals {
+					t.Errorf("%d renewals after Orphan", n-renewals)
+				}
+				nh, err := other.TryAcquire(ctx, "k", time.Second)
+				if err != nil {
+					t.Fatalf("the orphaned lease did not expire at its TTL: %v", err)
+				}
+				_ = nh.Release(ctx)
+
+				h, err = c.TryAcquire(ctx, "k", 3*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.Orphan()
+				if err := h.Release(ctx); err != nil {
+					t.Errorf("Release of an orphaned hold = %v", err)
+				}
+				if _, err := store.Get(ctx, "k"); !errors.Is(err, lease.ErrNotFound) {
+					t.Errorf("an orphaned hold released is still held: %v", err)
 				}
 			})
 		})

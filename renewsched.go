@@ -194,6 +194,18 @@ func (s *renewScheduler) remove(h *Hold) {
 	s.armLocked()
 }
 
+// dequeue takes h out of the queue of renewals, if it is there, and
+// leaves its deadline watched (Hold.Orphan).
+func (s *renewScheduler) dequeue(h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !h.next.Queued() {
+		return
+	}
+	s.queue.Remove(h)
+	s.armLocked()
+}
+
 // unwatch takes h's deadline out of the queue of deadlines.
 func (s *renewScheduler) unwatch(h *Hold) {
 	s.mu.Lock()
@@ -423,7 +435,7 @@ func (h *Hold) sendable(now time.Time) bool {
 }
 
 func (h *Hold) sendableLocked(now time.Time) bool {
-	if h.ctx.Err() != nil {
+	if h.ctx.Err() != nil || h.orphaned {
 		return false
 	}
 	if !now.Before(h.deadline) {
@@ -459,7 +471,7 @@ func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j flo
 		}
 		h.lease = renewed
 		h.setDeadlineLocked(sent, now)
-		if h.ctx.Err() == nil {
+		if h.ctx.Err() == nil && !h.orphaned {
 			h.c.sched.schedule(h, sent, h.grantedTTLLocked()/3, j)
 		}
 	default:
@@ -467,7 +479,7 @@ func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j flo
 		// get through.
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.ctx.Err() == nil {
+		if h.ctx.Err() == nil && !h.orphaned {
 			h.c.sched.retry(h, now, h.grantedTTLLocked()/3, j)
 		}
 	}

@@ -257,3 +257,211 @@ func TestSessionErrReportsALossOnceADeadlinePassed(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionEndEndsAWaitingAcquire: an Acquire waiting for a key held
+// elsewhere when its session ends — by a loss, or by Close — returns at
+// once with the session's cause, and is never granted the key for a
+// session already over. It used to wait on until the key freed (a minute
+// here), take it for the dead session and only then give it back; and
+// Close returned nil while that wait was still in line.
+func TestSessionEndEndsAWaitingAcquire(t *testing.T) {
+	for _, tc := range []struct{ how, wait string }{{"loss", "polled"}, {"Close", "polled"}, {"loss", "AcquireWait"}, {"Close", "AcquireWait"}} {
+		how := tc.how
+		t.Run(tc.how+"/"+tc.wait, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memtest.New(t)
+				b := &refuseKey{Backend: store}
+				var backend lease.Backend = b
+				if tc.wait == "AcquireWait" {
+					backend = waitingRefuseKey{b}
+				}
+				c := newClient(t, backend, "worker-a")
+				other := newClient(t, store, "worker-b")
+				ctx := context.Background()
+				s := c.NewSession()
+				if _, err := s.TryAcquire(ctx, "a", 3*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				busy, err := other.TryAcquire(ctx, "b", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = busy.Release(ctx) }()
+				got := make(chan error, 1)
+				go func() {
+					h, err := s.Acquire(ctx, "b", 3*time.Second)
+					if h != nil {
+						_ = h.Release(ctx)
+					}
+					got <- err
+				}()
+				synctest.Wait() // in line for b
+				want := lease.ErrReleased
+				if how == "loss" {
+					lost := "a"
+					b.key.Store(&lost)
+					<-s.Done()
+					want = lease.ErrLost
+				} else if err := s.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case err := <-got:
+					if !errors.Is(err, want) {
+						t.Errorf("the waiting Acquire returned %v, want the session's cause (%v)", err, want)
+					}
+				case <-time.After(10 * time.Second):
+					t.Error("Session.Acquire still waiting 10 s after its session ended")
+					_ = busy.Release(ctx)
+					<-got
+				}
+				_ = busy.Release(ctx)
+				synctest.Wait()
+				if l, err := store.Get(ctx, "b"); err == nil {
+					t.Errorf("b granted to %q after the session ended", l.Owner)
+				}
+			})
+		})
+	}
+}
+
+// waitingRefuseKey is refuseKey with the store's own FIFO wait.
+type waitingRefuseKey struct{ *refuseKey }
+
+func (b waitingRefuseKey) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	return b.Backend.(lease.WaitAcquirer).AcquireWait(ctx, key, owner, ttl)
+}
+
+// slowGrant answers Acquire only once gate is closed, as a backend whose
+// answer is on its way back when the session ends.
+type slowGrant struct {
+	lease.Backend
+	gate chan struct{}
+}
+
+func (b *slowGrant) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+	l, err := b.Backend.Acquire(ctx, key, owner, ttl)
+	<-b.gate
+	return l, err
+}
+
+// TestSessionCloseWaitsForAnAcquireInFlight: Close says no lease of the
+// session is left held once it returns nil; that takes in a grant that was
+// on its way back as Close ran: Close returns once it is given back, and
+// the key can be taken again at once.
+func TestSessionCloseWaitsForAnAcquireInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		slow := &slowGrant{Backend: store, gate: make(chan struct{})}
+		c := newClient(t, slow, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		got := make(chan error, 1)
+		go func() {
+			h, err := s.TryAcquire(ctx, "k", 3*time.Second)
+			if h != nil {
+				_ = h.Release(ctx)
+			}
+			got <- err
+		}()
+		synctest.Wait() // granted on the backend; the answer waits at the gate
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(ctx) }()
+		synctest.Wait()
+		close(slow.gate)
+		if err := <-closed; err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		if l, err := store.Get(ctx, "k"); err == nil {
+			t.Errorf("k still held by %q (token %d) after Close returned nil", l.Owner, l.Token)
+		}
+		if err := <-got; !errors.Is(err, lease.ErrReleased) {
+			t.Errorf("TryAcquire in flight at Close = %v, want ErrReleased", err)
+		}
+	})
+}
+
+// unreachableRenewals fails the renewals of one key with ErrUnavailable,
+// as a backend out of reach for that lease: the client gives the hold up
+// at its safe deadline while the backend still holds it.
+type unreachableRenewals struct {
+	lease.Backend
+	key string
+}
+
+func (b unreachableRenewals) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if l.Key == b.key {
+		return lease.Lease{}, fmt.Errorf("%w: out of reach for the test", lease.ErrUnavailable)
+	}
+	return b.Backend.Renew(ctx, l, ttl)
+}
+
+// failReleaseOf refuses the releases of one key with ErrUnavailable.
+type failReleaseOf struct {
+	lease.Backend
+	key string
+}
+
+func (b failReleaseOf) Release(ctx context.Context, l lease.Lease) error {
+	if l.Key == b.key {
+		return fmt.Errorf("%w: release refused for the test", lease.ErrUnavailable)
+	}
+	return b.Backend.Release(ctx, l)
+}
+
+// TestSessionReleasesItsLostHold: the hold whose loss ends a session is
+// released too, as election.Term.Resign frees a term after a loss: the
+// client gave it up at its safe deadline while the backend still held it
+// (for the drift margin, or longer after a renewal that arrived late), and
+// Close's "no lease of the session is left held" takes it in. It used to
+// be left to expire.
+func TestSessionReleasesItsLostHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		c := newClient(t, unreachableRenewals{store, "a"}, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		for _, k := range []string{"a", "b"} {
+			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-s.Done()
+		if err := s.Close(ctx); err != nil {
+			t.Fatalf("Close after the loss = %v", err)
+		}
+		for _, k := range []string{"a", "b"} {
+			if l, err := store.Get(ctx, k); err == nil {
+				t.Errorf("%s still held (token %d, %v more on the backend) after the session's Close returned nil", k, l.Token, time.Until(l.Expires))
+			}
+		}
+	})
+}
+
+// TestSessionCloseAfterALossReportsAFailedRelease: Close after a loss
+// returns nil only when the session's other holds are released; a release
+// the backend refused (the lease left to its TTL) is Close's error. It used
+// to return nil whatever became of the releases.
+func TestSessionCloseAfterALossReportsAFailedRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		refuse := &refuseKey{Backend: store}
+		c := newClient(t, failReleaseOf{refuse, "b"}, "worker-a")
+		ctx := context.Background()
+		s := c.NewSession()
+		for _, k := range []string{"a", "b"} {
+			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lost := "a"
+		refuse.key.Store(&lost)
+		<-s.Done()
+		if err := s.Close(ctx); !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("Close after a loss, b's release refused = %v, want ErrUnavailable", err)
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("Close again = %v, want nil", err)
+		}
+	})
+}

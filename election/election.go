@@ -80,15 +80,22 @@ type Term struct {
 	value   string
 	backend lease.Backend
 	lead    *leadEnd // Lead's resignation when its ctx ends; nil for Campaign's
+
+	// What the resignations found, guarded by turn (a lock a waiter can
+	// give up on with its ctx): whether one has asked the backend, and
+	// whether one has learnt the lease gone, after which Resign answers
+	// nil without asking; until then each asks the backend again.
+	turn  chan struct{}
+	asked bool
+	gone  bool
 }
 
-// leadEnd is the resignation of a Lead's term when its ctx ends, and the
-// one answer every Resign of the term shares: whoever resigns first (the
-// ctx's end, or a Resign that stopped it) closes done with the outcome.
+// leadEnd is the resignation of a Lead's term when its ctx ends: whoever
+// resigns first (the ctx's end, or a Resign that stopped it) closes done
+// once its answer is in the Term.
 type leadEnd struct {
 	stop func() bool // stops the resignation on the ctx's end, unless it has started
 	done chan struct{}
-	err  error // valid once done is closed
 }
 
 // Value returns what the leader announced.
@@ -106,7 +113,8 @@ func (t *Term) Value() string { return t.value }
 // here all the same. It returns an error only when it cannot tell: the
 // backend failed or ctx ended before the backend answered (the error
 // matches lease.ErrUnavailable or ctx's); the lease then ends at the latest
-// at its TTL. Calling it again returns nil. A term won with Lead whose ctx
+// at its TTL. Calling it again after nil returns nil; after an error it
+// asks the backend again, as the first did. A term won with Lead whose ctx
 // has ended is being resigned already: Resign waits for that resignation
 // (or ctx) and answers as it does, asking the backend again if it could
 // not tell.
@@ -115,31 +123,53 @@ func (t *Term) Resign(ctx context.Context) error {
 		return t.resign(ctx)
 	}
 	if t.lead.stop() {
-		t.lead.err = t.resign(ctx)
-		close(t.lead.done)
-		return t.lead.err
+		defer close(t.lead.done)
+		return t.resign(ctx)
 	}
 	select {
 	case <-t.lead.done:
 	case <-ctx.Done():
 		return t.resigned(context.Cause(ctx))
 	}
-	if t.lead.err == nil {
-		return nil
-	}
-	return t.resigned(t.backend.Release(ctx, t.Lease())) // it could not tell: ask again
+	return t.resign(ctx) // nil if it found the lease gone; else asks again
 }
 
-// resign releases the term's lease and says whether it is known gone.
+// resign releases the term's lease and says whether it is known gone: at
+// once if an earlier resignation found it so, else by asking the backend
+// (again, if an earlier one could not tell: Hold.Release, called again,
+// would answer nil without asking).
 func (t *Term) resign(ctx context.Context) error {
-	err := t.Release(ctx)
-	if errors.Is(err, lease.ErrLost) {
-		// Release reports the loss, not the backend's answer to its
-		// release: ask again, which is answered ErrNotHeld if it went
-		// through.
+	select {
+	case t.turn <- struct{}{}:
+	default:
+		// Taken: wait, or not past ctx. (Not asked for ctx.Done on the
+		// way in: Run's lazyTimeout would make its timer on the hand-off.)
+		select {
+		case t.turn <- struct{}{}:
+		case <-ctx.Done():
+			return t.resigned(context.Cause(ctx))
+		}
+	}
+	defer func() { <-t.turn }()
+	if t.gone {
+		return nil
+	}
+	var err error
+	if !t.asked {
+		t.asked = true
+		err = t.Release(ctx)
+		if errors.Is(err, lease.ErrLost) {
+			// Release reports the loss, not the backend's answer to its
+			// release: ask again, which is answered ErrNotHeld if it went
+			// through.
+			err = t.backend.Release(ctx, t.Lease())
+		}
+	} else {
 		err = t.backend.Release(ctx, t.Lease())
 	}
-	return t.resigned(err)
+	err = t.resigned(err)
+	t.gone = err == nil
+	return err
 }
 
 // resigned is Resign's answer after the backend answered a release with
@@ -228,7 +258,11 @@ func (l *lazyTimeout) Value(key any) any { return l.real().Value(key) }
 // that the next candidate, or this process restarted with the same value,
 // is elected without waiting out the TTL. Campaign's ctx, by contrast,
 // bounds only the wait (a timeout for it is common): a term Campaign wins
-// lasts until Resign or its loss.
+// lasts until Resign or its loss. A term lost is resigned at once in the
+// background too (the backend may hold it a little longer than the client
+// vouched for it), and then nothing of it stays registered on ctx: a
+// process that leads again and again under one long-lived ctx, resigning
+// none of its lost terms, keeps none of them.
 func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 	t, err := e.Campaign(ctx, key, value)
 	if err != nil {
@@ -237,10 +271,18 @@ func (e *Elector) Lead(ctx context.Context, key, value string) (*Term, error) {
 	end := &leadEnd{done: make(chan struct{})}
 	end.stop = context.AfterFunc(ctx, func() {
 		// Nobody to tell but a Resign: the lease ends at its TTL at the latest.
-		end.err = resignOnEnd(ctx, t)
+		_ = resignOnEnd(ctx, t)
 		close(end.done)
 	})
 	t.lead = end
+	context.AfterFunc(t.Context(), func() {
+		// The term ended: by a Resign or ctx's end (which stopped or ran
+		// the above already), or by its loss, for which this resigns.
+		if end.stop() {
+			_ = resignOnEnd(ctx, t)
+			close(end.done)
+		}
+	})
 	return t, nil
 }
 
@@ -258,7 +300,7 @@ func (e *Elector) Campaign(ctx context.Context, key, value string) (*Term, error
 	if err != nil {
 		return nil, err
 	}
-	return &Term{Hold: h, value: value, backend: e.backend}, nil
+	return &Term{Hold: h, value: value, backend: e.backend, turn: make(chan struct{}, 1)}, nil
 }
 
 // Leader returns key's leader now, or an error matching ErrNoLeader.
@@ -291,7 +333,8 @@ func leaderOf(l lease.Lease) Leader {
 // that arrives later reports it again (same token). Expires is on the
 // backend's clock, so a skew between the two clocks moves that moment by
 // as much. Reading instead of watching (a backend that cannot watch), it
-// reads the leader again at its Expires and reports what it finds; a read
+// reads the leader again at its Expires and reports what it finds (a
+// leader read past its Expires, over a slow link, as no leader known); a read
 // that hangs or fails holds the last report until its Expires (one that
 // fails with lease.ErrUnavailable is read again at the backoff), and then
 // Observe reports a zero Leader too — except that the read begun at the
@@ -567,6 +610,11 @@ func (e *Elector) observePoll(ctx context.Context, key string) iter.Seq2[Leader,
 			case ctx.Err() != nil:
 				return
 			case errors.Is(err, ErrNoLeader):
+				now = Leader{Key: key}
+			case err == nil && !e.clock.Now().Before(now.Expires):
+				// Read too late to vouch for (a slow answer, a skewed
+				// clock): not reported, as a watch's late news is not; a
+				// paced read finds the term if it went on.
 				now = Leader{Key: key}
 			case errors.Is(err, lease.ErrUnavailable):
 				// Read again at the pace, as a broken watch is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
+	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -649,4 +651,185 @@ func TestObserveByReadingNeverReportsALeaderPastExpires(t *testing.T) {
 			})
 		})
 	}
+}
+
+// flakyRelease fails the releases whose turn (counted from 1) is in fail,
+// without releasing, as a backend that cannot be reached for a moment.
+type flakyRelease struct {
+	lease.Backend
+	mu   sync.Mutex
+	n    int
+	fail map[int]bool
+}
+
+func (b *flakyRelease) Release(ctx context.Context, l lease.Lease) error {
+	b.mu.Lock()
+	b.n++
+	fail := b.fail[b.n]
+	b.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%w: release %d refused for the test", lease.ErrUnavailable, b.n)
+	}
+	return b.Backend.Release(ctx, l)
+}
+
+// TestResignAgain: a Resign that could not tell (the backend failed) is
+// followed by one that asks the backend again, and answers nil only once
+// the lease is gone; after a nil, Resign answers nil without asking.
+// Campaign's term used to answer the second Resign nil without asking,
+// its lease still held until the TTL; a Lead term's second Resign, after
+// a nil, asked again and failed.
+func TestResignAgain(t *testing.T) {
+	t.Run("Campaign", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := memtest.New(t)
+			b := &flakyRelease{Backend: store, fail: map[int]bool{1: true}}
+			term, err := newElector(t, b, time.Hour).Campaign(t.Context(), "svc", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := term.Resign(t.Context()); !errors.Is(err, lease.ErrUnavailable) {
+				t.Fatalf("Resign through a failed release = %v, want ErrUnavailable", err)
+			}
+			if err := term.Resign(t.Context()); err != nil {
+				t.Fatalf("Resign again, the backend back = %v", err)
+			}
+			if l, err := store.Get(t.Context(), "svc"); err == nil {
+				t.Errorf("Resign again answered nil, but the store still holds the term (token %d)", l.Token)
+			}
+		})
+	})
+	t.Run("Lead", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := memtest.New(t)
+			// 1: Lead's own resignation at ctx's end; 2: the first
+			// Resign's, which frees it; 3: refused, if asked.
+			b := &flakyRelease{Backend: store, fail: map[int]bool{1: true, 3: true}}
+			ctx, cancel := context.WithCancel(t.Context())
+			term, err := newElector(t, b, time.Hour).Lead(ctx, "svc", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			synctest.Wait()
+			if err := term.Resign(t.Context()); err != nil {
+				t.Fatalf("Resign after Lead's resignation failed = %v, want it freed by asking again", err)
+			}
+			if _, err := store.Get(t.Context(), "svc"); !errors.Is(err, lease.ErrNotFound) {
+				t.Fatalf("Resign = nil, the store's Get = %v", err)
+			}
+			if err := term.Resign(t.Context()); err != nil {
+				t.Errorf("Resign again after nil = %v, want nil", err)
+			}
+		})
+	})
+}
+
+// slowRead answers each Get with the lease as it was when asked, delay
+// later, as over a slow link.
+type slowRead struct {
+	lease.Backend // the interface alone: no Watch, no WaitChange
+	delay         time.Duration
+}
+
+func (b slowRead) Get(ctx context.Context, key string) (lease.Lease, error) {
+	l, err := b.Backend.Get(ctx, key)
+	select { // on the bubble's clock: the test runs in one
+	case <-time.After(b.delay):
+	case <-ctx.Done():
+		return lease.Lease{}, ctx.Err()
+	}
+	return l, err
+}
+
+// TestObserveByReadingDoesNotReportALateRead: reading instead of
+// watching, a read answered after the leader's Expires (a slow link) does
+// not report that leader, as a watch's late news does not: Observe never
+// reports a leader past its Expires. It used to report it, 500 ms past its
+// Expires here, until the next slow read a second later.
+func TestObserveByReadingDoesNotReportALateRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		const ttl = time.Second
+		term, err := newElector(t, failRenew{store}, ttl).Campaign(t.Context(), "svc", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl / 2)
+		seen, stop := reports(t, newElector(t, slowRead{store, ttl}, ttl), "svc")
+		defer stop()
+		for range 3 {
+			select {
+			case ld := <-seen:
+				if ld.Token != 0 && !time.Now().Before(ld.Expires) {
+					t.Fatalf("reported %q (token %d) %v past its Expires", ld.Value, ld.Token, time.Since(ld.Expires))
+				}
+			case <-time.After(5 * ttl):
+			}
+		}
+		_ = term.Resign(context.Background())
+	})
+}
+
+// countingCtx is a context that never ends and counts the functions
+// context.AfterFunc has registered on it and not stopped. (Its own Done
+// keeps the context package from registering them on a parent instead.)
+type countingCtx struct {
+	context.Context // for Value
+	done            chan struct{}
+	live            atomic.Int32
+}
+
+func (c *countingCtx) Done() <-chan struct{} { return c.done }
+func (c *countingCtx) Err() error            { return nil }
+
+func (c *countingCtx) AfterFunc(func()) func() bool {
+	c.live.Add(1)
+	var once sync.Once
+	return func() bool {
+		stopped := false
+		once.Do(func() {
+			stopped = true
+			c.live.Add(-1)
+		})
+		return stopped
+	}
+}
+
+// TestLeadLeavesNothingOnItsContextAfterALoss: a term won with Lead and
+// lost is resigned at once (the backend held it for the drift margin
+// still) and leaves nothing registered on Lead's ctx, so that a process
+// leading again and again under one long-lived ctx, resigning none of its
+// lost terms, does not keep them all: it used to keep each until ctx
+// ended.
+func TestLeadLeavesNothingOnItsContextAfterALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		ctx := &countingCtx{Context: context.Background(), done: make(chan struct{})}
+		e := newElector(t, failRenew{store}, time.Minute)
+		var terms []*election.Term
+		for i := range 3 {
+			term, err := e.Lead(ctx, "svc", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-term.Done() // lost at its safe deadline: its renewals fail
+			synctest.Wait()
+			if !errors.Is(term.Err(), lease.ErrLost) {
+				t.Fatalf("term %d ended with %v, want ErrLost", i, term.Err())
+			}
+			if _, err := store.Get(t.Context(), "svc"); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("term %d: lost, and its lease still held on the backend (%v): not resigned", i, err)
+			}
+			if n := ctx.live.Load(); n != 0 {
+				t.Errorf("after term %d was lost, %d functions stay registered on Lead's ctx", i, n)
+			}
+			terms = append(terms, term) // and not resigned, as a careless loop would
+		}
+		for i, term := range terms {
+			if err := term.Resign(t.Context()); err != nil {
+				t.Errorf("Resign of the lost term %d = %v", i, err)
+			}
+		}
+	})
 }

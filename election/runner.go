@@ -33,7 +33,10 @@ type runConfig struct {
 // OnNewLeader makes Run call f with each leader of the key as Observe
 // reports it (this process's terms too, and a zero Leader while there is
 // none), one call at a time, from its own goroutine, until Run returns.
-// A slow f delays only later calls of f.
+// A slow f delays only later calls of f. If Observe ends with an error
+// that observing again cannot mend (a refused credential, a server's
+// limit of watchers reached) the calls end there, the last with a zero
+// Leader: no leader is known from then on.
 func OnNewLeader(f func(Leader)) RunOption {
 	return func(c *runConfig) error {
 		if f == nil {
@@ -75,7 +78,9 @@ func WithRequeueBackoff(min, max time.Duration) RunOption {
 
 // KeepTermOnCancel makes Run leave a term running when its context ends,
 // to expire at its TTL, instead of resigning it at once (the default, as
-// client-go's ReleaseOnCancel). Only for leaders whose side effects are not
+// client-go's ReleaseOnCancel): it is renewed no more (lease.Hold.Orphan),
+// its Context ends with lease.ErrLost at its safe deadline, and the next
+// candidate is elected once the backend has expired it. Only for leaders whose side effects are not
 // all fenced and that must not overlap a successor even briefly: resigning
 // hands over at once, and the successor's token fences the old term's late
 // writes either way.
@@ -94,7 +99,9 @@ func KeepTermOnCancel() RunOption {
 // campaigns again, after a jittered backoff if the term was lost. When ctx
 // ends it stops lead, waits for it, resigns the term at once (unless
 // KeepTermOnCancel), and returns nil. It returns lead's error, or an error
-// that campaigning again cannot mend (bad arguments, lease.ErrConflict).
+// that campaigning again cannot mend: any but one matching
+// lease.ErrUnavailable (bad arguments, lease.ErrConflict, a credential the
+// server refuses), which it campaigns again after.
 //
 // A process that restarts with the same value campaigns like anyone else:
 // its old term, which it can no longer renew or resign (the lease's ID was
@@ -276,8 +283,12 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 		cfg.stopped(t, context.Cause(t.Context()))
 		return endLost, nil
 	}
-	// lead gave the term up: hand over at once.
-	rerr := t.Resign(context.WithoutCancel(ctx))
+	// lead gave the term up: hand over at once, within resignTimeout (as
+	// at a shutdown), so that a backend that does not answer cannot hold
+	// Run, and the shutdown that may come meanwhile, for longer.
+	rctx := resignContext(ctx)
+	rerr := t.Resign(rctx)
+	rctx.stop()
 	cfg.stopped(t, lease.ErrReleased)
 	if err != nil {
 		return endLost, err
@@ -291,10 +302,12 @@ func (e *Elector) lead(ctx context.Context, t *Term, lead Lead, cfg *runConfig) 
 }
 
 // stop ends a term because ctx ended: resigned at once under rctx (Run's
-// resignContext, used once) unless KeepTermOnCancel, then OnStoppedLeading
-// with ctx's cause.
+// resignContext, used once), or with KeepTermOnCancel left unrenewed to
+// expire at its TTL; then OnStoppedLeading with ctx's cause.
 func (e *Elector) stop(ctx context.Context, t *Term, cfg *runConfig, rctx *lazyTimeout) {
-	if !cfg.keepOnCancel {
+	if cfg.keepOnCancel {
+		t.Orphan() // renewed no more: it ends at its TTL
+	} else {
 		_ = t.Resign(rctx)
 		rctx.stop()
 	}
@@ -311,18 +324,27 @@ func (cfg *runConfig) stopped(t *Term, cause error) {
 
 // notifyLeaders calls f with each leader Observe reports (which follows
 // the watch across its breaks) until ctx ends, or until Observe meets an
-// error that observing again cannot mend.
+// error that observing again cannot mend: then, if f was last told of a
+// leader, it is told "no leader known" (a zero Leader) once more, so that
+// it does not go on believing in that leader past its term.
 func (e *Elector) notifyLeaders(ctx context.Context, key string, f func(Leader)) {
+	var last Leader
 	for l, err := range e.Observe(ctx, key) {
 		if err != nil {
+			if last.Token != 0 {
+				f(Leader{Key: key})
+			}
 			return
 		}
 		f(l)
+		last = l
 	}
 }
 
 // permanent says whether a campaign's error is one that campaigning again
-// cannot mend.
+// cannot mend: any but the backend's being unavailable (lease.ErrInvalid,
+// lease.ErrConflict, a refused credential), as lease.Follow judges a
+// watch's break.
 func permanent(err error) bool {
-	return errors.Is(err, lease.ErrInvalid) || errors.Is(err, lease.ErrConflict)
+	return !errors.Is(err, lease.ErrUnavailable)
 }

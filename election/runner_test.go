@@ -2,6 +2,9 @@ package election_test
 
 import (
 	"context"
+	"errors"
+	"iter"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -10,6 +13,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/election"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/leasetest/fakeclock"
 	"github.com/leasehq/lease/memstore"
 )
@@ -84,7 +88,8 @@ func (b *hungRelease) Release(ctx context.Context, _ lease.Lease) error {
 
 // TestShutdownResignIsBounded: the resignation when Run's or Lead's
 // context ends is bounded (10 s) against a backend that hangs, so that a
-// shutdown ends.
+// shutdown ends; so is Run's resignation of a term Lead gave up, which a
+// shutdown may meet (it used to wait for the backend without bound).
 func TestShutdownResignIsBounded(t *testing.T) {
 	const bound = 10 * time.Second
 	for _, tc := range []struct {
@@ -96,6 +101,14 @@ func TestShutdownResignIsBounded(t *testing.T) {
 			return e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
 				close(won)
 				<-ctx.Done()
+				return nil
+			})
+		}},
+		{"RunGivenUp", func(ctx context.Context, e *election.Elector, won chan<- struct{}) error {
+			// Lead gives the term up at once: Run resigns it, and the
+			// shutdown comes while that resignation hangs.
+			return e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
+				close(won)
 				return nil
 			})
 		}},
@@ -179,6 +192,153 @@ func TestRunRequeuesOnTheClientsClock(t *testing.T) {
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
+		}
+	})
+}
+
+// TestKeepTermOnCancelLetsTheTermExpire: with KeepTermOnCancel, Run's end
+// leaves its term unresigned but no longer renewed, so that it expires at
+// its TTL and the next candidate leads. It used to go on being renewed by
+// the Client after Run had returned: a minute later (TTL 3 s) the term
+// was still held, its Err nil, and nobody else could ever lead while the
+// process lived.
+func TestKeepTermOnCancelLetsTheTermExpire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		e := newElector(t, store, 3*time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		leading := make(chan *election.Term, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, "svc", "a", func(ctx context.Context, tm *election.Term) error {
+				leading <- tm
+				<-ctx.Done()
+				return nil
+			}, election.KeepTermOnCancel())
+		}()
+		term := <-leading
+		time.Sleep(5 * time.Second) // renewed past its first TTL
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		stopped := time.Now()
+		if l, err := store.Get(context.Background(), "svc"); err != nil || l.Token != term.Token() {
+			t.Fatalf("right after Run returned the term is gone (%v, %v): KeepTermOnCancel resigned it", l, err)
+		}
+		next := make(chan time.Time, 1)
+		go func() {
+			tm, err := e.Campaign(context.Background(), "svc", "b")
+			if err != nil {
+				t.Errorf("b's Campaign: %v", err)
+				next <- time.Time{}
+				return
+			}
+			next <- time.Now()
+			_ = tm.Resign(context.Background())
+		}()
+		select {
+		case at := <-next:
+			if wait := at.Sub(stopped); wait < time.Second {
+				t.Errorf("b was elected %v after Run returned: the kept term ended early", wait)
+			}
+		case <-time.After(time.Minute):
+			l, err := store.Get(context.Background(), "svc")
+			t.Errorf("a minute after Run returned with KeepTermOnCancel (TTL 3 s), b is not elected: the store holds %q token %d (%v), the term's Err is %v",
+				l.Owner, l.Token, err, term.Err())
+			_ = term.Resign(context.Background())
+			<-next
+		}
+		if err := term.Err(); !errors.Is(err, lease.ErrLost) {
+			t.Errorf("the kept term's Err after it expired = %v, want ErrLost", err)
+		}
+	})
+}
+
+// TestRunEndsOnARefusedCredential: Run against a lease serve that refuses
+// its bearer token returns that refusal, an error campaigning again cannot
+// mend (as lease.Follow ends on it), instead of campaigning again at its
+// backoff without a word until its ctx ended (it did, and then returned
+// nil).
+func TestRunEndsOnARefusedCredential(t *testing.T) {
+	srv, err := leasehttp.NewServer(memtest.New(t), leasehttp.WithCredentials([]leasehttp.Credential{
+		{Token: "the-right-token-0123456789abcdefghij", Prefixes: []string{leasehttp.AllKeys}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer func() { hs.Close(); srv.Close() }()
+	hc, err := leasehttp.NewClient(hs.URL, leasehttp.WithAuthToken("a-wrong-token-0123456789abcdefghijk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	e := newElector(t, hc, time.Minute)
+	ctx, cancel := context.WithTimeout(ctxFor(t), 30*time.Second)
+	defer cancel()
+	err = e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
+		t.Error("led with a refused credential")
+		return nil
+	}, election.WithRequeueBackoff(time.Millisecond, time.Millisecond))
+	if !errors.Is(err, leasehttp.ErrUnauthorized) {
+		t.Errorf("Run with a refused credential = %v (after %v), want its ErrUnauthorized", err, ctx.Err())
+	}
+}
+
+// watchThenRefuse is a backend whose watches yield the store's picture of
+// a key and then end with an error observing again cannot mend, as a
+// server that stops authorising the stream does.
+type watchThenRefuse struct {
+	lease.Backend
+	w lease.Watcher
+}
+
+var errRefusedForTheTest = errors.New("refused for the test")
+
+func (b watchThenRefuse) Watch(ctx context.Context, prefix string) iter.Seq2[lease.Event, error] {
+	return func(yield func(lease.Event, error) bool) {
+		for ev, err := range b.w.Watch(ctx, prefix) {
+			if err != nil || !yield(ev, nil) {
+				return
+			}
+			if ev.Kind == lease.Synced {
+				yield(lease.Event{}, errRefusedForTheTest)
+				return
+			}
+		}
+	}
+}
+
+// TestOnNewLeaderEndsWithNoLeaderKnown: when Run's Observe ends with an
+// error that observing again cannot mend, OnNewLeader's last word is "no
+// leader known", not the leader it heard of last, which it would otherwise
+// go on believing in past its term (it did).
+func TestOnNewLeaderEndsWithNoLeaderKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		other, err := newElector(t, store, time.Minute).Campaign(t.Context(), "svc", "other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Resign(context.Background())
+		e := newElector(t, watchThenRefuse{store, store}, time.Minute)
+		ctx, cancel := context.WithCancel(t.Context())
+		var heard []string
+		done := make(chan error, 1)
+		go func() {
+			done <- e.Run(ctx, "svc", "a", func(ctx context.Context, _ *election.Term) error {
+				<-ctx.Done()
+				return nil
+			}, election.OnNewLeader(func(l election.Leader) { heard = append(heard, l.Value) }))
+		}()
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if len(heard) == 0 || heard[len(heard)-1] != "" {
+			t.Errorf("OnNewLeader heard %q; want its last word, once Observe ended, to be no leader (\"\")", heard)
 		}
 	})
 }

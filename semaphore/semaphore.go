@@ -15,8 +15,10 @@
 // looks for a free slot, woken by the backend's watch (lease.Follow, which
 // watches again after a break: the waiter does not fail with it) or, without
 // one or with one refused as unsupported, at the slots' expiries and the
-// Client's backoff (lease.WithBackoff; 5 to 500 ms by default). TryAcquire
-// does not wait in line: it takes any free slot at once, or fails.
+// Client's backoff (lease.WithBackoff; 5 to 500 ms by default). A waiter
+// whose turn at the head is lost (its renewals failed, or it paused past
+// the line's TTL) queues again. TryAcquire does not wait in line: it
+// takes any free slot at once, or fails.
 //
 // The limit N is stored with the slots: each is held under its holder's
 // owner with the limit appended ("worker-7 #limit=3"), and a process whose
@@ -209,7 +211,7 @@ func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
 		h, err := s.slots.TryAcquire(ctx, s.slotKey(i), s.ttl)
 		if err == nil {
 			if err := s.checkLimit(ctx); err != nil {
-				_ = h.Release(context.WithoutCancel(ctx))
+				release(ctx, h, s.ttl)
 				return nil, time.Time{}, err
 			}
 			return &Slot{Hold: h, n: i}, time.Time{}, nil
@@ -224,23 +226,57 @@ func (s *Semaphore) tryAll(ctx context.Context) (*Slot, time.Time, error) {
 	return nil, soonest, fmt.Errorf("%w: semaphore %q: all %d slots are held", lease.ErrHeld, s.name, s.n)
 }
 
-// Acquire waits in line for a slot until it has one or ctx ends.
+// release releases h on ctx's values but not its end, for at most ttl
+// (h's): by then its lease has expired anyway.
+func release(ctx context.Context, h *lease.Hold, ttl time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+	_ = h.Release(rctx)
+}
+
+// Acquire waits in line for a slot until it has one or ctx ends. Its turn
+// in line is given back for at most the line's TTL (MaxLineTTL at most),
+// so that it returns within that of ctx's end however slow the backend. A
+// turn lost at the head of the line (its renewals failed, or the process
+// paused past the line's TTL) is taken again, at the back of the line.
 func (s *Semaphore) Acquire(ctx context.Context) (*Slot, error) {
-	turn, err := s.client.Acquire(ctx, s.queueKey(), min(s.ttl, MaxLineTTL))
-	if err != nil {
-		return nil, err
+	for {
+		slot, lost, err := s.acquireInLine(ctx)
+		if lost && ctx.Err() == nil {
+			continue // the next in line may be looking now: queue again
+		}
+		return slot, err
 	}
-	defer func() { _ = turn.Release(context.WithoutCancel(ctx)) }()
+}
+
+// acquireInLine is one turn of Acquire: it waits in line, then looks for a
+// slot until it has one, ctx ends or the turn is lost (lost true).
+func (s *Semaphore) acquireInLine(ctx context.Context) (_ *Slot, lost bool, _ error) {
+	lineTTL := min(s.ttl, MaxLineTTL)
+	turn, err := s.client.Acquire(ctx, s.queueKey(), lineTTL)
+	if err != nil {
+		return nil, false, err
+	}
+	// Given back on ctx's values, not its end (which may be why it is
+	// given back), for at most the line's TTL: by then it has expired
+	// anyway, and a backend that does not answer holds Acquire no longer.
+	defer release(ctx, turn, lineTTL)
 	// Looking for a slot ends when ctx does, or when the turn is lost (the
 	// next in line may have it by then).
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(turn.Context(), func() { cancel(context.Cause(turn.Context())) })
 	defer stop()
+	var slot *Slot
 	if w, ok := s.client.Backend().(lease.Watcher); ok {
-		return s.awaitWatched(ctx, w)
+		slot, err = s.awaitWatched(ctx, w)
+	} else {
+		slot, err = s.awaitPolled(ctx)
 	}
-	return s.awaitPolled(ctx)
+	if err != nil && errors.Is(context.Cause(turn.Context()), lease.ErrLost) {
+		return nil, true, err
+	}
+	return slot, false, err
 }
 
 // awaitWatched tries the slots whenever the watch says one may have freed:

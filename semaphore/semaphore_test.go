@@ -361,3 +361,138 @@ func TestAcquireOutlivesABrokenWatch(t *testing.T) {
 		t.Fatalf("Acquire across a broken watch: %v, want the freed slot", err)
 	}
 }
+
+// hungRelease is a backend whose releases never answer until their
+// context ends, as a server that stopped answering.
+type hungRelease struct {
+	lease.Backend
+	open chan struct{} // closed: answer at last
+}
+
+func (b hungRelease) Release(ctx context.Context, l lease.Lease) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-b.open:
+		return b.Backend.Release(ctx, l)
+	}
+}
+
+// TestGivingUpIsBoundedOnAHungBackend: an Acquire whose ctx ends while it
+// waits at the head of the line returns within the line's TTL however long
+// the backend takes to answer the release of its turn (by then the turn
+// has expired anyway); it used to wait for that answer for ever.
+func TestGivingUpIsBoundedOnAHungBackend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memtest.New(t)
+		s := newSem(t, store, 1, time.Minute)
+		slot, err := s.TryAcquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := hungRelease{store, make(chan struct{})}
+		hung := newSem(t, b, 1, time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, err := hung.Acquire(ctx)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire gave up with %v, want DeadlineExceeded", err)
+			}
+		case <-time.After(time.Second + semaphore.MaxLineTTL + time.Millisecond):
+			t.Errorf("Acquire still not returned %v after its ctx ended (the backend does not answer the release of its turn)", semaphore.MaxLineTTL+time.Millisecond)
+			close(b.open)
+			<-done
+			_ = slot.Release(context.Background())
+			return
+		}
+		_ = slot.Release(context.Background())
+	})
+}
+
+// refuseLineRenewals fails the renewals of the line's lease while on is
+// set, as a backend that cannot be reached for a while.
+type refuseLineRenewals struct {
+	lease.Backend
+	on atomic.Bool
+}
+
+func (b *refuseLineRenewals) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
+	if b.on.Load() && strings.HasSuffix(l.Key, "/queue") {
+		return lease.Lease{}, fmt.Errorf("%w: refused for the test", lease.ErrUnavailable)
+	}
+	return b.Backend.Renew(ctx, l, ttl)
+}
+
+// refusing wraps b in a refuseLineRenewals that keeps b's watch and FIFO
+// wait, if it has them.
+func refusing(b lease.Backend) (*refuseLineRenewals, lease.Backend) {
+	r := &refuseLineRenewals{Backend: b}
+	type full interface {
+		lease.Watcher
+		lease.WaitAcquirer
+	}
+	if f, ok := b.(full); ok {
+		return r, struct {
+			*refuseLineRenewals
+			full
+		}{r, f}
+	}
+	if w, ok := b.(lease.Watcher); ok {
+		return r, struct {
+			*refuseLineRenewals
+			lease.Watcher
+		}{r, w}
+	}
+	return r, r
+}
+
+// TestAcquireOutlivesALostTurn: a waiter whose turn at the head of the
+// line is lost (its renewals failed past the line's TTL) queues again and
+// takes a slot once one frees, as Acquire waits "until it has one or ctx
+// ends". It used to fail with the turn's ErrLost.
+func TestAcquireOutlivesALostTurn(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r, b := refusing(be.New(t))
+				holder, err := newSem(t, b, 1, time.Minute).TryAcquire(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				waiter := newSem(t, b, 1, time.Minute)
+				got := make(chan error, 1)
+				go func() {
+					slot, err := waiter.Acquire(context.Background())
+					if err == nil {
+						_ = slot.Release(context.Background())
+					}
+					got <- err
+				}()
+				time.Sleep(time.Second) // at the head of the line
+				r.on.Store(true)
+				time.Sleep(2 * semaphore.MaxLineTTL) // its turn lost
+				r.on.Store(false)
+				select {
+				case err := <-got:
+					t.Fatalf("Acquire ended with %v when its turn was lost; want it to queue again", err)
+				default:
+				}
+				_ = holder.Release(context.Background())
+				select {
+				case err := <-got:
+					if err != nil {
+						t.Errorf("Acquire after the slot freed: %v", err)
+					}
+				case <-time.After(time.Minute):
+					t.Error("Acquire has no slot a minute after the slot freed")
+				}
+			})
+		})
+	}
+}

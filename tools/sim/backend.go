@@ -126,8 +126,16 @@ func (s *Sim) grant(l lease.Lease) {
 func (s *Sim) renewed(l lease.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if g := s.grants[generation{l.Key, l.Token}]; g != nil && l.Expires.After(g.expires) {
+	gen := generation{l.Key, l.Token}
+	if g := s.grants[gen]; g != nil && l.Expires.After(g.expires) {
 		g.expires = l.Expires
+	}
+	if n, ok := s.kept[gen]; ok {
+		s.kept[gen] = n + 1
+		if n+1 > 1 {
+			s.violateLocked(KeptTermEnds, "the backend renewed %stoken %d %d times after Run kept it to expire",
+				keyDesc(l.Key), l.Token, n+1)
+		}
 	}
 }
 

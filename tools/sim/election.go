@@ -33,6 +33,10 @@ func (s *Sim) electionWorker(c *simClient) {
 		panic(err) // valid by construction, as for the Client
 	}
 	who := c.name()
+	if s.cfg.Runner {
+		s.runnerWorker(c, e)
+		return
+	}
 	for {
 		if !s.waitStep(c) {
 			return
@@ -62,6 +66,89 @@ func (s *Sim) electionWorker(c *simClient) {
 			}
 		}
 		_ = term.Resign(context.WithoutCancel(c.ctx))
+	}
+}
+
+// runnerWorker is the Election worker of Config.Runner: it leads through
+// election.Run in stints, writing to the register with the term's token
+// one step at a time while the term's Err is nil (checked as the
+// electionWorker's leader is), giving a term up now and then (Run
+// campaigns again), and ending the stint now and then by cancelling Run's
+// context while the process lives on. Half the clients (by seed) keep the
+// term then (KeepTermOnCancel), and the backend must renew it at most once
+// more (KeptTermEnds).
+func (s *Sim) runnerWorker(c *simClient, e *election.Elector) {
+	who := c.name()
+	keep := c.rng.IntN(2) == 0
+	var opts []election.RunOption
+	if keep {
+		opts = append(opts, election.KeepTermOnCancel())
+	}
+	for {
+		if !s.waitStep(c) {
+			return
+		}
+		stint, stop := context.WithCancel(c.ctx)
+		var kept *election.Term // the term leading when the stint ended
+		lead := func(ctx context.Context, term *election.Term) error {
+			s.mu.Lock()
+			s.stats.Terms++
+			s.asideLocked(c.idx, workerLane, "%s leads, token %d (Run)", who, term.Token())
+			s.mu.Unlock()
+			for {
+				if !s.waitStep(c) || ctx.Err() != nil {
+					return nil
+				}
+				if !s.cfg.IgnoreDeadline {
+					if term.Err() != nil {
+						return nil
+					}
+					s.checkCurrent(who+" as leader", term.Hold)
+				}
+				s.writeAs(c, electionKey, who, term.Token())
+				switch c.rng.IntN(6) {
+				case 0:
+					return nil // gives the term up: Run campaigns again at once
+				case 1:
+					kept = term
+					stop() // the stint ends: Run stops the term and returns
+					return nil
+				}
+			}
+		}
+		if s.cfg.KeepByHand {
+			s.keepByHand(c, e, stint, lead)
+		} else {
+			_ = e.Run(stint, electionKey, who, lead, opts...)
+		}
+		stop()
+		if keep && kept != nil && c.ctx.Err() == nil {
+			s.mu.Lock()
+			s.kept[generation{electionKey, kept.Token()}] = 0
+			s.asideLocked(c.idx, workerLane, "%s keeps token %d to expire", who, kept.Token())
+			s.mu.Unlock()
+		}
+	}
+}
+
+// keepByHand is the KeepByHand control's stint: Run's loop written with
+// Campaign, which at the stint's end (lead cancelled stint) drops the term
+// with neither Resign nor anything that stops its renewals.
+func (s *Sim) keepByHand(c *simClient, e *election.Elector, stint context.Context, lead election.Lead) {
+	for stint.Err() == nil {
+		term, err := e.Campaign(stint, electionKey, c.name())
+		if err != nil {
+			return
+		}
+		tctx, tcancel := context.WithCancel(stint)
+		unhook := context.AfterFunc(term.Context(), tcancel)
+		_ = lead(tctx, term)
+		unhook()
+		tcancel()
+		if stint.Err() != nil {
+			return // the stint ended: the term is dropped as it is
+		}
+		_ = term.Resign(context.WithoutCancel(c.ctx)) // given up, or lost
 	}
 }
 

@@ -129,6 +129,11 @@ const (
 	// lives, every hold in it is the backend's current lease on its key at
 	// that instant of its clock: no work goes on under part of the group.
 	SessionWhole Property = "session whole"
+	// KeptTermEnds (E5, Config.Runner): a term that election.Run kept when
+	// its context ended (KeepTermOnCancel) is renewed by the backend at
+	// most once more — a renewal already on its way — so that it expires
+	// at its TTL and another can lead.
+	KeptTermEnds Property = "kept term ends"
 )
 
 // Config is one simulated run.
@@ -179,11 +184,23 @@ type Config struct {
 	// acquired last alone, as with a group whose holds' ends are not tied
 	// together (a negative control of G1).
 	LooseSession bool
+
+	// Runner has Election workers lead through election.Run, in stints
+	// that end (Run's context cancelled) while the process lives on: half
+	// the clients (seeded) resign at a stint's end, half keep the term to
+	// expire (KeepTermOnCancel), which KeptTermEnds checks.
+	Runner bool
+	// KeepByHand has Runner workers lead with Campaign instead, and at a
+	// stint's end drop a kept term without resigning it or stopping its
+	// renewals, as Run's KeepTermOnCancel once did (a negative control of
+	// KeptTermEnds).
+	KeepByHand bool
 }
 
 // Result is what a run found.
 type Result struct {
 	Workload  Workload
+	Runner    bool     // Config.Runner: the election's leaders led through Run
 	Violation string   // "" if every property held
 	Property  Property // the property that failed, if one did
 	Trace     []string // the run up to the violation (or its end)
@@ -253,6 +270,9 @@ type Sim struct {
 	grants       map[generation]*granted
 	// What each client's observer reports as current now (Election).
 	observing map[*simClient]election.Leader
+	// The terms Run kept at a stint's end, and the backend's renewals of
+	// each since (Config.Runner).
+	kept map[generation]int
 }
 
 type simClient struct {
@@ -330,6 +350,7 @@ func run(cfg Config, store *memstore.Store) Result {
 		highestGrant: map[string]lease.Token{},
 		grants:       map[generation]*granted{},
 		observing:    map[*simClient]election.Leader{},
+		kept:         map[generation]int{},
 	}
 	for i := range cfg.Clients {
 		s.clients = append(s.clients, nil)
@@ -347,7 +368,7 @@ func run(cfg Config, store *memstore.Store) Result {
 	}
 	s.drain()
 	s.flush()
-	return Result{Workload: cfg.Workload, Violation: s.violation, Property: s.property, Trace: s.trace, Stats: s.stats}
+	return Result{Workload: cfg.Workload, Runner: cfg.Runner, Violation: s.violation, Property: s.property, Trace: s.trace, Stats: s.stats}
 }
 
 func (s *Sim) failed() bool {
@@ -613,6 +634,9 @@ func (r Result) Report(seed uint64, lines int) string {
 	test := "TestSimulation"
 	if r.Workload != Lock {
 		test += strings.ToUpper(r.Workload.String()[:1]) + r.Workload.String()[1:]
+	}
+	if r.Runner {
+		test += "Runner"
 	}
 	fmt.Fprintf(&b, "seed %d: %s: %s\nreplay: cd tools && LEASE_SIM_SEED=%d go test ./sim -run '%s$' -v\n", seed, r.Property, r.Violation, seed, test)
 	switch r.Workload {

@@ -182,6 +182,45 @@ func findViolation(t *testing.T, cfg sim.Config, want sim.Property, max uint64) 
 	t.Fatalf("%d schedules found no violation of %q", max, want)
 }
 
+// TestSimulationElectionRunner: leaders lead through election.Run, in
+// stints that end while the process lives on, half of them keeping the
+// term to expire (E5, KeptTermEnds), every leader checked as in the
+// Election workload (E1–E3); see Config.Runner.
+func TestSimulationElectionRunner(t *testing.T) {
+	var total sim.Stats
+	list := seeds(t, share(t, 4))
+	for _, seed := range list {
+		r := sim.Run(t, sim.Config{Seed: seed, Workload: sim.Election, Runner: true})
+		if r.Violation != "" {
+			t.Fatal(r.Report(seed, 40))
+		}
+		if len(list) == 1 {
+			for _, l := range r.Trace {
+				t.Log(l)
+			}
+		}
+		total.Add(r.Stats)
+	}
+	t.Logf("%d runner schedules: %+v", len(list), total)
+	if len(list) > 100 && (total.Terms == 0 || total.Rejected == 0 || total.Crashes == 0) {
+		t.Fatalf("the schedules never elected, rejected a late write or crashed: %+v", total)
+	}
+}
+
+// Negative control of E5: stints written by hand with Campaign that drop
+// a kept term at their end, renewals and all, as Run's KeepTermOnCancel
+// once did: the backend renews a term nobody leads under.
+func TestNegativeControlKeptTermRenewed(t *testing.T) {
+	findViolation(t, sim.Config{Workload: sim.Election, Runner: true, KeepByHand: true}, sim.KeptTermEnds, 2000)
+}
+
+// Negative control of E1 for Run: clients whose clocks run 25% slow believe
+// in their terms past the backend's expiry, and act as leader under Run's
+// term context when another is.
+func TestNegativeControlRunnerClientPastDeadline(t *testing.T) {
+	findViolation(t, sim.Config{Workload: sim.Election, Runner: true, ClientDrift: 0.25}, sim.HeldIsCurrent, 2000)
+}
+
 // Negative control of E2: leaders that ignore their term's deadline (a
 // leader paused past its TTL wakes and writes on), with the guard off: two
 // terms' writes are both accepted, interleaved.

@@ -730,7 +730,10 @@ func ObserveReadsOnTheClientsClock(t *testing.T, b lease.Backend, opts Options) 
 		return fmt.Errorf("an Observe set no timer on its Client's clock at the Client's backoff (%v) before its next read; pending: %v",
 			backoff, clk.Pending())
 	}
-	leader, err := newElector(b, time.Minute)
+	// A term that outlasts the fake hour: Observe never reports a leader
+	// past its Expires on its own clock, and the fake clock runs an hour
+	// ahead of the backend's once advanced.
+	leader, err := newElector(b, 3*backoff)
 	if err != nil {
 		return err
 	}
