@@ -248,6 +248,12 @@ export class Api {
   readonly #auth: string | undefined;
   readonly #send: Transport;
   #preferred = 0;
+  /**
+   * watchesGivenUp counts the watch streams given up for silence, which
+   * their servers may count against --max-watchers until their
+   * connections fail (see Watch).
+   */
+  watchesGivenUp = 0;
   /** The store the first answer that named one named (STORE_HEADER), and the origin that named it. */
   #store: { readonly id: string; readonly origin: string } | undefined;
 

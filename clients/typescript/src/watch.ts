@@ -12,7 +12,7 @@ import { type Api, checkNumbers, DEFAULT_HEARTBEAT_MS, errText, info, type Lease
 export const MISSED_HEARTBEATS = 2;
 /** SILENCE_SLACK_MS: see MISSED_HEARTBEATS. */
 export const SILENCE_SLACK_MS = 250;
-import { errorFromEvent, UnavailableError, UnexpectedAnswerError } from "./errors.js";
+import { errorFromEvent, TooManyWatchersError, UnavailableError, UnexpectedAnswerError } from "./errors.js";
 import { type EventStreamMessage, EventStreamParser } from "./sse.js";
 
 /** The kinds of a lease event, as the stream names them. */
@@ -97,7 +97,9 @@ export const watchKey: unique symbol = Symbol("lease.Watch");
  * backend's watch cut off) throws an
  * UnavailableError after the events that came before it; the watch does
  * not reopen by itself, since what happened meanwhile is unknown: watch
- * again for the current state.
+ * again for the current state. Once the client has given a stream up for
+ * silence, a 429 to a watch is an UnavailableError too (its cause the
+ * TooManyWatchersError): the server may count that dead stream still.
  */
 export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undefined>, AsyncDisposable {
   /** The prefix watched. */
@@ -150,6 +152,16 @@ async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean,
     opened = await retried(() => api.stream("watchLeases", query, stop, deadline), stop, deadline.until);
   } catch (err) {
     if (stop.aborted) return undefined;
+    if (err instanceof TooManyWatchersError && api.watchesGivenUp > 0) {
+      // A stream given up for silence is one its server cannot tell from
+      // a sound one until the connection fails at last (minutes of TCP
+      // retransmissions; never behind a proxy that still takes the bytes):
+      // it counts meanwhile, so this refusal may be the client's own doing.
+      throw new UnavailableError(
+        `lease: ${what}: ${err.message} (this client gave up ${api.watchesGivenUp} watch streams for silence, which the server counts until their connections fail; watch again)`,
+        { status: 429, cause: err },
+      );
+    }
     throw err;
   }
   const reader = opened.body.getReader();
@@ -177,6 +189,7 @@ async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean,
       }
       if (chunk === "silent") {
         if (stop.aborted) return undefined;
+        api.watchesGivenUp++;
         throw broke(`the stream stayed silent for ${MISSED_HEARTBEATS} heartbeat intervals (${silenceMs} ms); the connection is taken for lost`);
       }
       if (chunk.done) {

@@ -20,7 +20,7 @@ import {
   type WatchEvent,
 } from "../src/index.js";
 import { EventStreamParser } from "../src/sse.js";
-import { metric, pause, postgresURL, startLease, unique, waitFor } from "./harness.js";
+import { metric, pause, postgresURL, startLease, strandingProxy, unique, waitFor } from "./harness.js";
 
 // Heartbeats every 10 ms: the stream is mostly comments between the events.
 const server = await startLease({ after }, { args: ["--watch-heartbeat", "10ms"] });
@@ -267,6 +267,31 @@ test("heartbeatMs outside [10, 3600000] or not whole is an InvalidError before a
   for (const hb of [9, 3_600_001, 12.5, Number.NaN]) {
     assert.throws(() => c.watch("", { heartbeatMs: hb }), InvalidError, String(hb));
   }
+});
+
+test("a watch refused 429 after the client gave a stream up for silence is an UnavailableError: the server counts the dead stream until its connection fails", async (t) => {
+  const own = await startLease(t, { args: ["--watch-heartbeat", "50ms", "--max-watchers", "1"] });
+  const px = await strandingProxy(t, own.port);
+  const c = new LeaseClient({ server: px.url, owner: "watcher" });
+  const first = c.watch("");
+  assert.equal(describe(await step(first)), "synced");
+  px.strand();
+  await assert.rejects(step(first), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError && /silent/.test(err.message), String(err));
+    return true;
+  });
+  // Watched again, as the README says: the server still counts the
+  // stranded stream, and the 429 is the client's own doing.
+  await assert.rejects(step(c.watch("")), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.ok(err.cause instanceof TooManyWatchersError, String(err.cause));
+    return true;
+  });
+  px.cutStranded(); // as TCP ends it at last
+  await waitFor("the server lets the stranded stream go", async () => (await metric(own, "lease_watchers")) === 0);
+  const again = c.watch("");
+  assert.equal(describe(await step(again)), "synced");
+  await again.return();
 });
 
 /**
