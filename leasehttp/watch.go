@@ -179,7 +179,9 @@ type watchItem struct {
 // per prefix; a key must be covered whole.
 func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	// Loaded before authorize reads the set: a swap in between then shows
-	// as a change, and c is checked against the new set.
+	// as a change, and c is checked against the new set. The channel is
+	// taken first, so that it is closed by any swap after the load.
+	swapped := s.credentialsSwapped()
 	credsAt := s.creds.Load()
 	c, ok := s.authorize(w, r)
 	if !ok {
@@ -270,7 +272,7 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	st.encoded = &s.watches.last
 	defer st.close()
 	st.start(r.Header.Get("Last-Event-ID") != "")
-	err = s.runStream(ctx, st, c, credsAt, first, snaps, changes)
+	err = s.runStream(ctx, st, c, credsAt, swapped, first, snaps, changes)
 	if errors.Is(err, errClientGone) {
 		return
 	}
@@ -287,7 +289,7 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 // errClientGone when the client went away or a write failed, else the
 // error to tell the client.
 func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, credsAt *[]credential,
-	first watchItem, snaps []chan watchItem, changes chan watchItem) error {
+	swapped <-chan struct{}, first watchItem, snaps []chan watchItem, changes chan watchItem) error {
 	beat := time.NewTimer(st.heartbeat)
 	defer beat.Stop()
 	// next waits for an item from ch, sending heartbeats meanwhile.
@@ -302,6 +304,11 @@ func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, 
 					return it, errCredentialsChanged
 				}
 				return it, nil
+			case <-swapped:
+				swapped = s.credentialsSwapped() // before the check, as in handleWatch
+				if !s.credentialKept(c, &credsAt) {
+					return watchItem{}, errCredentialsChanged
+				}
 			case <-beat.C:
 				if !s.credentialKept(c, &credsAt) {
 					return watchItem{}, errCredentialsChanged

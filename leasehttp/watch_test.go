@@ -717,6 +717,27 @@ func TestWatchEndsWhenCredentialsChange(t *testing.T) {
 	}
 }
 
+// TestWatchEndsAtOnceWhenCredentialsChange: the stream of a credential a
+// SetCredentials (lease serve's SIGHUP reload) drops ends then, not at its
+// next event or heartbeat: with lease serve's 15 s heartbeat a revoked
+// token's stream stayed open up to 15 s (14 s measured).
+func TestWatchEndsAtOnceWhenCredentialsChange(t *testing.T) {
+	mem := memtest.New(t)
+	srv, hs := startServer(t, mem, leasehttp.WithHeartbeat(time.Hour), leasehttp.WithCredentials([]leasehttp.Credential{
+		{Token: "token-kept", Prefixes: []string{"*"}},
+		{Token: "token-dropped", Prefixes: []string{"*"}},
+	}))
+	ch, _ := goWatch(t, newClient(t, hs.URL, leasehttp.WithAuthToken("token-dropped")), "")
+	syncedKeys(t, ch)
+	if err := srv.SetCredentials([]leasehttp.Credential{{Token: "token-kept", Prefixes: []string{"*"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watchErr(t, ch, "the end of a stream whose credential was dropped, within the patience and not the hour's heartbeat"); !errors.Is(err, lease.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "credentials changed") {
+		t.Errorf("%v, want ErrUnavailable saying the credentials changed", err)
+	}
+}
+
 // TestWatchKeyQuery: ?key= is a watch of exactly one key, refused with
 // prefix beside it, with a bad key, and for a key the credential does not
 // cover.
