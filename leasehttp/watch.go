@@ -271,6 +271,10 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	st := newEventStream(w, r, s.watches.heartbeat)
 	st.encoded = &s.watches.last
 	defer st.close()
+	// A write blocked on a client that reads nothing cannot see Close; its
+	// deadline, the heartbeat plus the write timeout, would hold up the
+	// http.Server's Shutdown that long.
+	defer context.AfterFunc(s.closing, st.cutShort)()
 	st.start(r.Header.Get("Last-Event-ID") != "")
 	err = s.runStream(ctx, st, c, credsAt, swapped, first, snaps, changes)
 	if errors.Is(err, errClientGone) {
@@ -449,7 +453,15 @@ type eventStream struct {
 	buf       []byte
 	encoded   *lastEncoded // shared with the server's other streams; nil: encode each event
 	moved     time.Time    // when extend last moved the deadlines
+
+	mu  sync.Mutex // orders extend and cutShort
+	cut bool       // cutShort was called: extend moves nothing
 }
+
+// closeGrace is how long a stream's writes may still take once the server
+// closes: its end event reaches a client that reads at once, and one that
+// takes nothing for this long is cut off rather than hold up shutdown.
+const closeGrace = time.Second
 
 // extendEvery is how often, at most, a stream moves its connection's
 // deadlines: moving one takes a lock and a timer change in the runtime,
@@ -484,6 +496,11 @@ func (st *eventStream) extend() {
 	if now.Sub(st.moved) < extendEvery {
 		return
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cut {
+		return
+	}
 	st.moved = now
 	dl := now.Add(st.heartbeat + st.slack + extendEvery)
 	_ = st.rc.SetWriteDeadline(dl)
@@ -492,6 +509,16 @@ func (st *eventStream) extend() {
 		// cancels the request as if the client had gone.
 		_ = st.rc.SetReadDeadline(dl)
 	}
+}
+
+// cutShort sets the write deadline closeGrace from now, for good: called
+// from another goroutine when the server closes, it ends a write blocked
+// on a client that reads nothing.
+func (st *eventStream) cutShort() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.cut = true
+	_ = st.rc.SetWriteDeadline(time.Now().Add(closeGrace))
 }
 
 func streamHeaders(w http.ResponseWriter, heartbeat time.Duration) {

@@ -627,6 +627,41 @@ func TestWatchStopsForAStuckClient(t *testing.T) {
 	eventually(t, "the stuck stream is ended", func() bool { return metric(t, hs.URL, "lease_watchers") == 0 })
 }
 
+// TestWatchOfAStuckClientDoesNotHoldUpShutdown: a stream blocked writing
+// to a client that reads nothing cannot see the server close; its write
+// deadline, the heartbeat plus the write timeout (lease serve: 15 s + 30 s),
+// held http.Server.Shutdown for all of lease serve's --shutdown-timeout
+// (10 s measured, at every restart). Close cuts the stream's deadline short.
+func TestWatchOfAStuckClientDoesNotHoldUpShutdown(t *testing.T) {
+	// In a bubble, on pipes: a pipe takes nothing its reader does not
+	// read, so the stream's first write blocks, as on full TCP buffers.
+	synctest.Test(t, func(t *testing.T) {
+		mem := memtest.New(t)
+		srv := newServer(t, mem, leasehttp.WithHeartbeat(time.Hour))
+		hs := &http.Server{WriteTimeout: time.Hour}
+		ln := servePipes(t, srv, hs)
+		conn, err := ln.dial(context.Background(), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("GET /v1/watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the stream is blocked writing its start
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := hs.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown: %v after %v; the stuck stream's deadline is 2 h out, want it cut at Close", err, time.Since(start))
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("Shutdown took %v, want the stuck stream cut within %v of Close", took, 2*time.Second)
+		}
+	})
+}
+
 // TestWatchUnsupportedBackend: a backend that cannot watch is 501
 // unsupported, which the client reports as errors.ErrUnsupported, not as
 // a break to retry.
