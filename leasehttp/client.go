@@ -46,6 +46,10 @@ type Client struct {
 	backoff  time.Duration
 	left     givenUp   // waits the callers gave up, ending in the background
 	store    storeSeen // the store the first answer named (StoreHeader)
+	// gaveUp counts the watch streams this Client gave up for silence,
+	// which their servers may count against WithMaxWatchers until their
+	// connections fail (watchRefused).
+	gaveUp atomic.Int64
 }
 
 // clientConfig is what ClientOptions set, before the Client exists.

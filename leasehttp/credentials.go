@@ -230,7 +230,25 @@ func (s *Server) SetCredentials(creds []Credential) error {
 		return err
 	}
 	s.creds.Store(&set)
+	s.swappedMu.Lock()
+	if s.swapped != nil {
+		close(s.swapped)
+		s.swapped = nil
+	}
+	s.swappedMu.Unlock()
 	return nil
+}
+
+// credentialsSwapped returns a channel closed at the next SetCredentials.
+// Taken before the set it guards is loaded, it misses no swap after that
+// load: SetCredentials stores the set before it closes the channel.
+func (s *Server) credentialsSwapped() <-chan struct{} {
+	s.swappedMu.Lock()
+	defer s.swappedMu.Unlock()
+	if s.swapped == nil {
+		s.swapped = make(chan struct{})
+	}
+	return s.swapped
 }
 
 // authenticate finds the credential of r's bearer token. It compares the

@@ -17,10 +17,11 @@ type freezeProxy struct {
 	ln       net.Listener
 	upstream func() (net.Conn, error)
 
-	mu     sync.Mutex
-	frozen chan struct{} // closed while thawed; open while frozen
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	frozen   chan struct{} // closed while thawed; open while frozen
+	conns    []net.Conn
+	stranded int // the connections accepted before strand: conns[:2*stranded]
+	wg       sync.WaitGroup
 }
 
 func newFreezeProxy(t testing.TB, upstream string) *freezeProxy {
@@ -64,18 +65,33 @@ func (p *freezeProxy) accept() {
 			continue
 		}
 		p.mu.Lock()
+		i := len(p.conns) / 2
 		p.conns = append(p.conns, c, u)
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(u, c) })
-		p.wg.Go(func() { p.pipe(c, u) })
+		p.wg.Go(func() { p.pipe(i, u, c) })
+		p.wg.Go(func() { p.pipe(i, c, u) })
 	}
 }
 
-// pipe copies src to dst, holding each chunk while the proxy is frozen.
-func (p *freezeProxy) pipe(dst, src net.Conn) {
+// isStranded reports whether the i-th connection was open at strand.
+func (p *freezeProxy) isStranded(i int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return i < p.stranded
+}
+
+// pipe copies src to dst, holding each chunk while the proxy is frozen;
+// the i-th connection's.
+func (p *freezeProxy) pipe(i int, dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if p.isStranded(i) {
+			if err != nil {
+				return // the hang-up is not passed on either
+			}
+			continue // taken, as a peer's kernel buffers take it, and never delivered
+		}
 		if n > 0 {
 			p.mu.Lock()
 			gate := p.frozen
@@ -91,6 +107,8 @@ func (p *freezeProxy) pipe(dst, src net.Conn) {
 			}
 			if tc, ok := dst.(*net.TCPConn); ok {
 				_ = tc.CloseWrite()
+			} else {
+				dst.Close() // a pipe has no half-close: the hang-up is passed on whole
 			}
 			return
 		}
@@ -102,6 +120,28 @@ func (p *freezeProxy) freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.frozen = make(chan struct{})
+}
+
+// strand cuts the connections open now off for good without closing
+// them, while new ones pass: what each side sends is taken (a peer's
+// kernel acknowledges it) and never delivered, a hang-up included, as on
+// a path that died under an established connection (a NAT or proxy that
+// lost it, a client that moved networks) while a new connection takes
+// another. Each side learns nothing until cutStranded.
+func (p *freezeProxy) strand() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stranded = len(p.conns) / 2
+}
+
+// cutStranded closes the stranded connections, as the kernel does at last
+// to a connection whose peer acknowledges nothing.
+func (p *freezeProxy) cutStranded() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns[:2*p.stranded] {
+		c.Close()
+	}
 }
 
 func (p *freezeProxy) thaw() {

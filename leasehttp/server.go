@@ -62,6 +62,11 @@ type Server struct {
 	// creds are what requests are checked against, swapped whole by
 	// SetCredentials; nil: every request is authorised.
 	creds atomic.Pointer[[]credential]
+	// swapped is closed, and replaced, each time SetCredentials swaps
+	// creds, so that each open watch stream checks its credential at once
+	// rather than at its next event or heartbeat.
+	swappedMu sync.Mutex
+	swapped   chan struct{}
 
 	closing   context.Context // cancelled by Close
 	close     context.CancelFunc

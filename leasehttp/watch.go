@@ -179,7 +179,9 @@ type watchItem struct {
 // per prefix; a key must be covered whole.
 func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	// Loaded before authorize reads the set: a swap in between then shows
-	// as a change, and c is checked against the new set.
+	// as a change, and c is checked against the new set. The channel is
+	// taken first, so that it is closed by any swap after the load.
+	swapped := s.credentialsSwapped()
 	credsAt := s.creds.Load()
 	c, ok := s.authorize(w, r)
 	if !ok {
@@ -269,8 +271,12 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 	st := newEventStream(w, r, s.watches.heartbeat)
 	st.encoded = &s.watches.last
 	defer st.close()
+	// A write blocked on a client that reads nothing cannot see Close; its
+	// deadline, the heartbeat plus the write timeout, would hold up the
+	// http.Server's Shutdown that long.
+	defer context.AfterFunc(s.closing, st.cutShort)()
 	st.start(r.Header.Get("Last-Event-ID") != "")
-	err = s.runStream(ctx, st, c, credsAt, first, snaps, changes)
+	err = s.runStream(ctx, st, c, credsAt, swapped, first, snaps, changes)
 	if errors.Is(err, errClientGone) {
 		return
 	}
@@ -287,7 +293,7 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 // errClientGone when the client went away or a write failed, else the
 // error to tell the client.
 func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, credsAt *[]credential,
-	first watchItem, snaps []chan watchItem, changes chan watchItem) error {
+	swapped <-chan struct{}, first watchItem, snaps []chan watchItem, changes chan watchItem) error {
 	beat := time.NewTimer(st.heartbeat)
 	defer beat.Stop()
 	// next waits for an item from ch, sending heartbeats meanwhile.
@@ -302,6 +308,11 @@ func (s *Server) runStream(ctx context.Context, st *eventStream, c *credential, 
 					return it, errCredentialsChanged
 				}
 				return it, nil
+			case <-swapped:
+				swapped = s.credentialsSwapped() // before the check, as in handleWatch
+				if !s.credentialKept(c, &credsAt) {
+					return watchItem{}, errCredentialsChanged
+				}
 			case <-beat.C:
 				if !s.credentialKept(c, &credsAt) {
 					return watchItem{}, errCredentialsChanged
@@ -442,7 +453,15 @@ type eventStream struct {
 	buf       []byte
 	encoded   *lastEncoded // shared with the server's other streams; nil: encode each event
 	moved     time.Time    // when extend last moved the deadlines
+
+	mu  sync.Mutex // orders extend and cutShort
+	cut bool       // cutShort was called: extend moves nothing
 }
+
+// closeGrace is how long a stream's writes may still take once the server
+// closes: its end event reaches a client that reads at once, and one that
+// takes nothing for this long is cut off rather than hold up shutdown.
+const closeGrace = time.Second
 
 // extendEvery is how often, at most, a stream moves its connection's
 // deadlines: moving one takes a lock and a timer change in the runtime,
@@ -477,6 +496,11 @@ func (st *eventStream) extend() {
 	if now.Sub(st.moved) < extendEvery {
 		return
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cut {
+		return
+	}
 	st.moved = now
 	dl := now.Add(st.heartbeat + st.slack + extendEvery)
 	_ = st.rc.SetWriteDeadline(dl)
@@ -485,6 +509,16 @@ func (st *eventStream) extend() {
 		// cancels the request as if the client had gone.
 		_ = st.rc.SetReadDeadline(dl)
 	}
+}
+
+// cutShort sets the write deadline closeGrace from now, for good: called
+// from another goroutine when the server closes, it ends a write blocked
+// on a client that reads nothing.
+func (st *eventStream) cutShort() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.cut = true
+	_ = st.rc.SetWriteDeadline(time.Now().Add(closeGrace))
 }
 
 func streamHeaders(w http.ResponseWriter, heartbeat time.Duration) {

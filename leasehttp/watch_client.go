@@ -71,7 +71,9 @@ var (
 // error that calling again will not cure: matching lease.ErrInvalid (a bad
 // prefix), ErrUnauthorized, ErrForbidden, ErrTooManyWatchers (the
 // credential's streams are at the server's bound) or errors.ErrUnsupported
-// (the server's backend cannot watch). Opening the stream is retried like
+// (the server's backend cannot watch). A Client that has given up a stream
+// for silence takes ErrTooManyWatchers for a break, matching
+// lease.ErrUnavailable too: the server may be counting that stream still. Opening the stream is retried like
 // Get and bounded by WithTimeout; the stream itself is not, so an
 // http.Client given with WithHTTPClient must have no Timeout, which would
 // cut every stream.
@@ -123,6 +125,9 @@ func (c *Client) watch(ctx context.Context, prefix string, exact bool, invalid e
 			if ctx.Err() != nil || !yield(it.ev, nil) {
 				return
 			}
+		}
+		if errors.Is(brk, errSilent) {
+			c.gaveUp.Add(1) // before the caller hears of it, and watches again
 		}
 		if brk != nil && ctx.Err() == nil {
 			yield(lease.Event{}, brk)
@@ -202,12 +207,30 @@ func (c *Client) openWatch(ctx context.Context, prefix string, exact bool) (io.R
 			if err != nil {
 				return nil, 0, transportError("watch", prefix, err, "")
 			}
-			return nil, 0, answerError("watch", prefix, resp)
+			return nil, 0, c.watchRefused(answerError("watch", prefix, resp))
 		}
 		if !c.pause(ctx, attempt, &backoff) {
 			return nil, 0, transportError("watch", prefix, context.Cause(ctx), "")
 		}
 	}
+}
+
+// watchRefused returns err, the refusal of a watch, as a break (matching
+// lease.ErrUnavailable too) when it is a 429 that may be this Client's own
+// doing: a stream it gave up for silence is one its server cannot tell from
+// a sound one until the connection fails at last (minutes of TCP
+// retransmissions; never behind a proxy that still takes the bytes), and
+// counts against WithMaxWatchers meanwhile. Watching again, as lease.Follow
+// does after a break, then gets in once the server lets the stream go,
+// where a refusal would end it. A Client that gave up no stream is over the
+// bound itself, and the refusal stands.
+func (c *Client) watchRefused(err error) error {
+	n := c.gaveUp.Load()
+	if n == 0 || !errors.Is(err, ErrTooManyWatchers) {
+		return err
+	}
+	return fmt.Errorf("%w: %w (this client gave up %d watch streams for silence, which the server counts until their connections fail; watch again)",
+		lease.ErrUnavailable, err, n)
 }
 
 // openWatchOnce sends one watch request: it returns the stream's body, or

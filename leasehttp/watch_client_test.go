@@ -238,3 +238,75 @@ func TestFollowOverASilentStream(t *testing.T) {
 		t.Errorf("after the break: %q, want %q", kinds, want)
 	}
 }
+
+// TestFollowPastItsOwnStrandedStream: a stream cut off for good without
+// closing (its path died, the client then moved to another) is one the
+// client gives up for silence and the server cannot tell from a sound one
+// until its connection fails at last: TCP takes minutes to give up on a
+// peer that acknowledges nothing, and a proxy that still takes the bytes
+// never does. Meanwhile the server counts it, so with the credential at
+// WithMaxWatchers the watch opened again is answered 429. That refusal is
+// the client's own dead stream, not a bound it went over: it is a break
+// that Follow watches again after, not the end of Follow (which ended
+// lease watch with exit 1 and election.Observe with an error).
+func TestFollowPastItsOwnStrandedStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memtest.New(t)
+		const hb = 50 * time.Millisecond
+		srv := newServer(t, mem, leasehttp.WithHeartbeat(hb), leasehttp.WithMaxWatchers(1))
+		px, hc := newPipeFreezeProxy(t, servePipes(t, srv, &http.Server{}))
+		c := newClient(t, "http://127.0.0.1", leasehttp.WithHTTPClient(hc))
+
+		// Without a stream of its own given up, a 429 is the bound: it
+		// ends Follow, as a refusal that watching again cannot mend.
+		ch, stop := goWatch(t, c, "")
+		syncedKeys(t, ch)
+		over, _ := goWatch(t, followed{w: c, onBreak: func(err error) { t.Errorf("a break (%v), want the refusal", err) }}, "")
+		if err := watchErr(t, over, "the refusal of a watch over the bound"); !errors.Is(err, leasehttp.ErrTooManyWatchers) || errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("over the bound: %v, want ErrTooManyWatchers alone", err)
+		}
+		stop()
+		synctest.Wait() // the first stream's slot is free again
+
+		breaks := make(chan error, 100)
+		ch, _ = goWatch(t, followed{w: c, onBreak: func(err error) { breaks <- err }}, "")
+		syncedKeys(t, ch)
+		nextBreak := func(what string) error {
+			t.Helper()
+			select {
+			case err := <-breaks:
+				return err
+			case it := <-ch:
+				t.Fatalf("event %v (error %v) while waiting for %s", it.ev.Kind, it.err, what)
+			case <-time.After(patience):
+				t.Fatalf("no %s within %v", what, patience)
+			}
+			return nil
+		}
+		px.strand()
+		if err := nextBreak("break for silence"); !errors.Is(err, lease.ErrUnavailable) || !strings.Contains(err.Error(), "silent") {
+			t.Fatalf("first break %v, want ErrUnavailable saying the stream went silent", err)
+		}
+		// The watch opened again is refused while the server counts the
+		// stranded stream; Follow goes on.
+		if err := nextBreak("429 told as a break"); !errors.Is(err, leasehttp.ErrTooManyWatchers) || !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("second break %v, want the 429 as a break (ErrUnavailable and ErrTooManyWatchers)", err)
+		}
+		mustAcquire(t, mem, "a") // while no stream of this client is open
+		px.cutStranded()
+		var kinds []string
+		for {
+			it, ok := nextItem(t, ch, "the new picture")
+			if !ok || it.err != nil {
+				t.Fatalf("the followed watch ended: %v", it.err)
+			}
+			kinds = append(kinds, it.ev.Kind.String()+" "+it.ev.Lease.Key)
+			if it.ev.Kind == lease.Synced {
+				break
+			}
+		}
+		if want := []string{"resync ", "held a", "synced "}; !slices.Equal(kinds, want) {
+			t.Errorf("once the stranded stream ended: %q, want %q", kinds, want)
+		}
+	})
+}

@@ -627,6 +627,41 @@ func TestWatchStopsForAStuckClient(t *testing.T) {
 	eventually(t, "the stuck stream is ended", func() bool { return metric(t, hs.URL, "lease_watchers") == 0 })
 }
 
+// TestWatchOfAStuckClientDoesNotHoldUpShutdown: a stream blocked writing
+// to a client that reads nothing cannot see the server close; its write
+// deadline, the heartbeat plus the write timeout (lease serve: 15 s + 30 s),
+// held http.Server.Shutdown for all of lease serve's --shutdown-timeout
+// (10 s measured, at every restart). Close cuts the stream's deadline short.
+func TestWatchOfAStuckClientDoesNotHoldUpShutdown(t *testing.T) {
+	// In a bubble, on pipes: a pipe takes nothing its reader does not
+	// read, so the stream's first write blocks, as on full TCP buffers.
+	synctest.Test(t, func(t *testing.T) {
+		mem := memtest.New(t)
+		srv := newServer(t, mem, leasehttp.WithHeartbeat(time.Hour))
+		hs := &http.Server{WriteTimeout: time.Hour}
+		ln := servePipes(t, srv, hs)
+		conn, err := ln.dial(context.Background(), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("GET /v1/watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the stream is blocked writing its start
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := hs.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown: %v after %v; the stuck stream's deadline is 2 h out, want it cut at Close", err, time.Since(start))
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("Shutdown took %v, want the stuck stream cut within %v of Close", took, 2*time.Second)
+		}
+	})
+}
+
 // TestWatchUnsupportedBackend: a backend that cannot watch is 501
 // unsupported, which the client reports as errors.ErrUnsupported, not as
 // a break to retry.
@@ -714,6 +749,27 @@ func TestWatchEndsWhenCredentialsChange(t *testing.T) {
 	mustAcquire(t, mem, "after")
 	if it, ok := nextItem(t, streams["token-kept"], "the kept stream's event"); !ok || it.err != nil || it.ev.Lease.Key != "after" {
 		t.Errorf("the stream of a credential kept: %+v (open %v), want the Acquired", it, ok)
+	}
+}
+
+// TestWatchEndsAtOnceWhenCredentialsChange: the stream of a credential a
+// SetCredentials (lease serve's SIGHUP reload) drops ends then, not at its
+// next event or heartbeat: with lease serve's 15 s heartbeat a revoked
+// token's stream stayed open up to 15 s (14 s measured).
+func TestWatchEndsAtOnceWhenCredentialsChange(t *testing.T) {
+	mem := memtest.New(t)
+	srv, hs := startServer(t, mem, leasehttp.WithHeartbeat(time.Hour), leasehttp.WithCredentials([]leasehttp.Credential{
+		{Token: "token-kept", Prefixes: []string{"*"}},
+		{Token: "token-dropped", Prefixes: []string{"*"}},
+	}))
+	ch, _ := goWatch(t, newClient(t, hs.URL, leasehttp.WithAuthToken("token-dropped")), "")
+	syncedKeys(t, ch)
+	if err := srv.SetCredentials([]leasehttp.Credential{{Token: "token-kept", Prefixes: []string{"*"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watchErr(t, ch, "the end of a stream whose credential was dropped, within the patience and not the hour's heartbeat"); !errors.Is(err, lease.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "credentials changed") {
+		t.Errorf("%v, want ErrUnavailable saying the credentials changed", err)
 	}
 }
 

@@ -189,6 +189,7 @@ class Proxy:
         self.port = self._ls.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._socks: list[socket.socket] = []
+        self._stranded = 0  # the connections open at strand(): _socks[: 2 * _stranded]
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -207,14 +208,19 @@ class Proxy:
             except OSError:
                 c.close()
                 continue
+            i = len(self._socks) // 2
             self._socks += [c, u]
             for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(a, b, i), daemon=True).start()
 
-    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, i: int) -> None:
         try:
             while True:
                 data = a.recv(65536)
+                if i < self._stranded:
+                    if not data:
+                        return  # the hang-up is not passed on either
+                    continue  # taken, as a peer's kernel takes it, and never delivered
                 if not data:
                     break
                 while self.frozen.is_set() and not self._closed:
@@ -222,7 +228,7 @@ class Proxy:
                 b.sendall(data)
         except OSError:
             pass
-        finally:
+        if i >= self._stranded:
             for s in (a, b):
                 try:
                     s.shutdown(socket.SHUT_RDWR)
@@ -234,6 +240,23 @@ class Proxy:
         self._ls.close()
         for s in self._socks:
             s.close()
+
+    def strand(self) -> None:
+        """Cuts the connections open now off for good without closing them,
+        while new ones pass: what either side sends is taken and never
+        delivered, a hang-up included, as on a path that died under an
+        established connection (a NAT or proxy that lost it, a client that
+        moved networks). Neither side learns of it until cut_stranded()."""
+        self._stranded = len(self._socks) // 2
+
+    def cut_stranded(self) -> None:
+        """Closes the stranded connections, as the kernel at last does to a
+        connection whose peer acknowledges nothing."""
+        for s in self._socks[: 2 * self._stranded]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def cut(self) -> None:
         """Closes every connection open now."""

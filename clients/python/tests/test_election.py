@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from leasehq_lease import Elector, HeldError, Leader, LeaseClient, Semaphore
 
-from conftest import Server, unique, wait_for
+from conftest import Proxy, Server, StartServer, unique, wait_for
 
 
 def test_campaign_leader_resign_and_observe(server: Server) -> None:
@@ -108,3 +108,37 @@ def test_semaphore_holders_are_its_own_slots(server: Server) -> None:
         s.release()
     for h in others:
         h.release()
+
+
+def test_observe_never_reports_a_leader_past_its_expiry(start_server: StartServer, proxy_to: Callable[[Server], Proxy]) -> None:
+    # As Go's election.Observe: a leader whose expiry passes with no renewal
+    # seen is reported gone ("no leader known"), even when the watch tells
+    # nothing (here a frozen link, while the leader renews straight to the
+    # server). Renewals seen keep it. Before, the last leader stood for as
+    # long as the link stayed frozen.
+    s = start_server(args=("--watch-heartbeat", "100ms"))
+    net = proxy_to(s)
+    key = unique("expiry")
+    seen: list[tuple[float, Leader]] = []
+    t0 = time.monotonic()
+
+    def note(leader: Leader) -> bool:
+        seen.append((time.monotonic() - t0, leader))
+        if len(seen) == 1:
+            time.sleep(4.0)  # real time: renewals of a 2 s TTL, told through the watch, keep the leader
+            net.frozen.set()
+        return len(seen) == 2
+
+    def run_sync() -> None:
+        for leader in Elector(LeaseClient(net.url)).observe(key):
+            if note(leader):
+                return
+
+    with LeaseClient(s.url).acquire(key, 2.0, owner="node-1") as hold:  # renewed straight to the server
+        t = threading.Thread(target=run_sync, daemon=True)
+        t.start()
+        t.join(12)  # the assertion below tells a hang
+        net.frozen.clear()
+    assert [(l.value, l.token) for _, l in seen] == [("node-1", hold.token), (None, 0)], seen
+    # Reported at the last expiry seen: within the TTL of the freeze, not at its end.
+    assert seen[1][0] < 4.0 + 2.0 + 2.0, seen

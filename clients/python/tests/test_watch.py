@@ -4,14 +4,16 @@ heartbeats taken as broken."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
+import urllib.request
 from typing import Callable
 
 import pytest
 
-from leasehq_lease import LeaseClient, TooManyWatchersError, UnavailableError, UnexpectedAnswerError, WatchEvent
+from leasehq_lease import AsyncLeaseClient, LeaseClient, TooManyWatchersError, UnavailableError, UnexpectedAnswerError, WatchEvent
 from leasehq_lease._events import EventStreamParser, Message
 
 from conftest import Proxy, Server, StartServer, unique
@@ -160,3 +162,67 @@ def test_too_many_watchers(start_server: StartServer) -> None:
         collect(w1, lambda g: g[-1].kind == "synced")
         with pytest.raises(TooManyWatchersError):
             next(c.watch())
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_429_after_a_stream_given_up_for_silence_is_a_break(
+    start_server: StartServer, proxy_to: Callable[[Server], Proxy], asynchronous: bool
+) -> None:
+    # The server cannot tell a stream whose path died without closing from
+    # a sound one until its writes fail (minutes of TCP retransmissions;
+    # never behind a proxy that takes the bytes), and counts it meanwhile:
+    # with the token at --max-watchers, the watch opened again is refused by
+    # the client's own dead stream. That is a break, not the end of the watch.
+    s = start_server(args=("--watch-heartbeat", "100ms", "--max-watchers", "1"))
+    net = proxy_to(s)
+    prefix = unique("s") + "/"
+
+    async def run_async(strand: Callable[[], None]) -> list[WatchEvent]:
+        async with AsyncLeaseClient(net.url) as c:
+            async with c.watch(prefix) as w:
+                got: list[WatchEvent] = []
+                async for ev in w:
+                    got.append(ev)
+                    if ev.kind == "synced":
+                        if len(got) == 1:
+                            strand()
+                        else:
+                            return got
+                return got
+
+    def strand() -> None:
+        net.strand()
+        # Once the watch has been refused at least once (its 429), the
+        # stranded stream ends, as TCP ends it at last; the slot is free.
+        def later() -> None:
+            t0 = time.monotonic()
+            while net_refusals() == 0 and time.monotonic() - t0 < 10:
+                time.sleep(0.01)  # real time: polling the server's own count of 429s
+            LeaseClient(s.url).try_acquire(prefix + "a", 30.0)
+            net.cut_stranded()
+
+        threading.Thread(target=later, daemon=True).start()
+
+    def net_refusals() -> int:
+        with urllib.request.urlopen(s.url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in text.splitlines()
+            if line.startswith("lease_http_request_duration_seconds_count{") and 'code="429"' in line
+        )
+
+    if asynchronous:
+        evs = asyncio.run(asyncio.wait_for(run_async(strand), 30))
+    else:
+        with LeaseClient(net.url).watch(prefix) as w:
+            evs = []
+            for ev in w:
+                evs.append(ev)
+                if ev.kind == "synced":
+                    if len(evs) == 1:
+                        strand()
+                    else:
+                        break
+    assert kinds(evs) == ["synced", "reset", "held", "synced"], evs
+    assert isinstance(evs[1].error, TooManyWatchersError), evs[1]

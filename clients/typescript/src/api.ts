@@ -248,6 +248,12 @@ export class Api {
   readonly #auth: string | undefined;
   readonly #send: Transport;
   #preferred = 0;
+  /**
+   * watchesGivenUp counts the watch streams given up for silence, which
+   * their servers may count against --max-watchers until their
+   * connections fail (see Watch).
+   */
+  watchesGivenUp = 0;
   /** The store the first answer that named one named (STORE_HEADER), and the origin that named it. */
   #store: { readonly id: string; readonly origin: string } | undefined;
 
@@ -445,11 +451,20 @@ export class Api {
 
   /**
    * stream opens op's event stream: it returns the 200 answer, its body
-   * unread, and the endpoint it came from. An error answer throws its
-   * class, an answer that is not an event stream UnexpectedAnswerError.
+   * unread, the endpoint it came from and the heartbeat the answer states
+   * (undefined: it states none). An error answer throws its class, an
+   * answer that is not an event stream UnexpectedAnswerError, and no
+   * answer's head by the deadline an UnavailableError.
    */
-  async stream(op: Op, query: Record<string, string>, signal: AbortSignal): Promise<{ body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number }> {
-    const { res, at } = await this.#exchange(op, undefined, this.#init(op, "text/event-stream", signal), query, true);
+  async stream(
+    op: Op,
+    query: Record<string, string>,
+    signal: AbortSignal,
+    deadline?: Deadline,
+  ): Promise<{ body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number | undefined }> {
+    const init = this.#init(op, "text/event-stream", signal);
+    init.deadline = deadline;
+    const { res, at } = await this.#exchange(op, undefined, init, query, true);
     const { text } = res;
     if (res.status !== 200) {
       let parsed: unknown;
@@ -466,7 +481,7 @@ export class Api {
       throw new UnexpectedAnswerError(`lease: ${op}: HTTP 200 of type ${JSON.stringify(type)}, not an event stream`, { status: 200 });
     }
     const hb = res.header(HEARTBEAT_HEADER);
-    let heartbeatMs = DEFAULT_HEARTBEAT_MS;
+    let heartbeatMs: number | undefined;
     if (hb !== null) {
       heartbeatMs = /^[0-9]{1,7}$/.test(hb) ? Number(hb) : NaN;
       if (!(heartbeatMs >= 10 && heartbeatMs <= 3_600_000)) {

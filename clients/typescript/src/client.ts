@@ -269,7 +269,11 @@ export class LeaseClient {
    */
   watch(prefix = "", options?: WatchOptions): Watch {
     if (prefix !== "" || options?.exact === true) checkName(options?.exact === true ? "key" : "prefix", prefix);
-    return new Watch(watchKey, this.#api, prefix, options?.signal, options?.exact === true);
+    const hb = options?.heartbeatMs;
+    if (hb !== undefined && !(Number.isInteger(hb) && hb >= 10 && hb <= 3_600_000)) {
+      throw new InvalidError(`lease: heartbeatMs ${String(hb)} is not a whole number of milliseconds in [10, 3600000]`);
+    }
+    return new Watch(watchKey, this.#api, prefix, options?.signal, options?.exact === true, hb);
   }
 }
 

@@ -7,16 +7,25 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
     const init: RequestInit = { method: req.method, headers: req.headers };
     if (req.body !== undefined) init.body = req.body;
     const { signal, timeoutMs } = req;
+    let timer: ReturnType<typeof setTimeout> | undefined;
     if (timeoutMs !== undefined) {
-      const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(timeoutMs)));
-      init.signal = signal === undefined ? timeout : AbortSignal.any([signal, timeout]);
+      // Not AbortSignal.timeout: a stream's body outlives the timeout,
+      // which bounds only its head (WireRequest.timeoutMs).
+      const timeout = new AbortController();
+      const ms = Math.max(1, Math.ceil(timeoutMs));
+      timer = setTimeout(() => timeout.abort(new DOMException(`no answer within ${ms} ms`, "TimeoutError")), ms);
+      init.signal = signal === undefined ? timeout.signal : AbortSignal.any([signal, timeout.signal]);
     } else if (signal !== undefined) {
       init.signal = signal;
     }
-    const res = await fetchImpl(req.url, init);
-    const unread = req.stream && res.status === 200;
-    const text = unread ? "" : await readText(res);
-    return { status: res.status, header: (name) => res.headers.get(name), text, body: unread ? res.body : null };
+    try {
+      const res = await fetchImpl(req.url, init);
+      const unread = req.stream && res.status === 200;
+      const text = unread ? "" : await readText(res);
+      return { status: res.status, header: (name) => res.headers.get(name), text, body: unread ? res.body : null };
+    } finally {
+      clearTimeout(timer);
+    }
   };
 }
 

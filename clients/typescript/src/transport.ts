@@ -19,8 +19,10 @@ export interface WireRequest {
   readonly stream: boolean;
   /**
    * timeoutMs, if given, ends a request still without its whole answer
-   * after that long: the transport rejects with a DOMException named
-   * "TimeoutError", as fetch does for AbortSignal.timeout.
+   * after that long (a stream's 200: without its head, the status and
+   * headers; the body is then read for as long as it lasts): the transport
+   * rejects with a DOMException named "TimeoutError", as fetch does for
+   * AbortSignal.timeout.
    */
   readonly timeoutMs?: number | undefined;
   /**

@@ -1,6 +1,6 @@
 // client.watch: GET /v1/watch read as an async iterator of typed events.
 
-import { type Api, checkNumbers, errText, info, type LeaseInfo, retried } from "./api.js";
+import { type Api, checkNumbers, DEFAULT_HEARTBEAT_MS, errText, info, type LeaseInfo, retried } from "./api.js";
 
 /**
  * MISSED_HEARTBEATS is how many of the server's heartbeat intervals a watch
@@ -12,7 +12,7 @@ import { type Api, checkNumbers, errText, info, type LeaseInfo, retried } from "
 export const MISSED_HEARTBEATS = 2;
 /** SILENCE_SLACK_MS: see MISSED_HEARTBEATS. */
 export const SILENCE_SLACK_MS = 250;
-import { errorFromEvent, UnavailableError, UnexpectedAnswerError } from "./errors.js";
+import { errorFromEvent, TooManyWatchersError, UnavailableError, UnexpectedAnswerError } from "./errors.js";
 import { type EventStreamMessage, EventStreamParser } from "./sse.js";
 
 /** The kinds of a lease event, as the stream names them. */
@@ -37,6 +37,16 @@ export interface WatchOptions {
   readonly signal?: AbortSignal;
   /** Watch exactly the key given as the prefix (GET /v1/watch?key=), not every key starting with it. */
   readonly exact?: boolean;
+  /**
+   * The server's heartbeat, in milliseconds, until its answer states its
+   * own (Lease-Heartbeat-Ms), and for a server that states none; default
+   * DEFAULT_HEARTBEAT_MS, lease serve's. The opening of the stream, to the
+   * answer's head, is bounded by MISSED_HEARTBEATS of it plus
+   * SILENCE_SLACK_MS (the servers tried in turn within it): a server that
+   * accepts the connection and never answers (hung, or behind a frozen
+   * link) is then an UnavailableError, as a stream gone silent is.
+   */
+  readonly heartbeatMs?: number;
 }
 
 const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEventKind>(["held", "acquired", "renewed", "released", "expired"]);
@@ -87,7 +97,9 @@ export const watchKey: unique symbol = Symbol("lease.Watch");
  * backend's watch cut off) throws an
  * UnavailableError after the events that came before it; the watch does
  * not reopen by itself, since what happened meanwhile is unknown: watch
- * again for the current state.
+ * again for the current state. Once the client has given a stream up for
+ * silence, a 429 to a watch is an UnavailableError too (its cause the
+ * TooManyWatchersError): the server may count that dead stream still.
  */
 export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undefined>, AsyncDisposable {
   /** The prefix watched. */
@@ -97,11 +109,11 @@ export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undef
   readonly #run: AsyncGenerator<WatchEvent, undefined, undefined>;
 
   /** Made by LeaseClient.watch, not by applications. */
-  constructor(key: typeof watchKey, api: Api, prefix: string, signal: AbortSignal | undefined, exact = false) {
+  constructor(key: typeof watchKey, api: Api, prefix: string, signal: AbortSignal | undefined, exact = false, heartbeatMs = DEFAULT_HEARTBEAT_MS) {
     if (key !== watchKey) throw new TypeError("lease: a Watch comes from LeaseClient.watch");
     this.prefix = prefix;
     const stop = signal === undefined ? this.#stop.signal : AbortSignal.any([signal, this.#stop.signal]);
-    this.#run = run(api, prefix, stop, exact);
+    this.#run = run(api, prefix, stop, exact, heartbeatMs);
   }
 
   /** next returns the next event; see the class for how a watch ends. */
@@ -126,15 +138,30 @@ export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undef
 }
 
 /** run reads the watch's stream until stop aborts or it breaks. */
-async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean): AsyncGenerator<WatchEvent, undefined, undefined> {
+async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean, assumedHeartbeatMs: number): AsyncGenerator<WatchEvent, undefined, undefined> {
   if (stop.aborted) return undefined;
   const what = `watch ${JSON.stringify(prefix)}`;
-  let opened: { body: ReadableStream<Uint8Array>; at: number; heartbeatMs: number };
+  let opened: Awaited<ReturnType<Api["stream"]>>;
   try {
+    // Until the answer's head comes, the server's heartbeat is unknown:
+    // the assumed one bounds the wait, as it would bound a stream's silence.
+    const openMs = MISSED_HEARTBEATS * assumedHeartbeatMs + SILENCE_SLACK_MS;
+    const deadline = { until: performance.now() + openMs, ms: openMs };
+    const query = exact ? { key: prefix } : prefix === "" ? {} : { prefix };
     // Asked again after no answer or a 5xx, as a get is (client.get).
-    opened = await retried(() => api.stream("watchLeases", exact ? { key: prefix } : prefix === "" ? {} : { prefix }, stop), stop);
+    opened = await retried(() => api.stream("watchLeases", query, stop, deadline), stop, deadline.until);
   } catch (err) {
     if (stop.aborted) return undefined;
+    if (err instanceof TooManyWatchersError && api.watchesGivenUp > 0) {
+      // A stream given up for silence is one its server cannot tell from
+      // a sound one until the connection fails at last (minutes of TCP
+      // retransmissions; never behind a proxy that still takes the bytes):
+      // it counts meanwhile, so this refusal may be the client's own doing.
+      throw new UnavailableError(
+        `lease: ${what}: ${err.message} (this client gave up ${api.watchesGivenUp} watch streams for silence, which the server counts until their connections fail; watch again)`,
+        { status: 429, cause: err },
+      );
+    }
     throw err;
   }
   const reader = opened.body.getReader();
@@ -144,7 +171,7 @@ async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean)
     return new UnavailableError(`lease: ${what}: the stream broke: ${why}; watch again for the current state`,
       cause === undefined ? undefined : { cause });
   };
-  const silenceMs = MISSED_HEARTBEATS * opened.heartbeatMs + SILENCE_SLACK_MS;
+  const silenceMs = MISSED_HEARTBEATS * (opened.heartbeatMs ?? assumedHeartbeatMs) + SILENCE_SLACK_MS;
   try {
     for (;;) {
       let chunk: Awaited<ReturnType<typeof reader.read>> | "silent";
@@ -162,6 +189,7 @@ async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean)
       }
       if (chunk === "silent") {
         if (stop.aborted) return undefined;
+        api.watchesGivenUp++;
         throw broke(`the stream stayed silent for ${MISSED_HEARTBEATS} heartbeat intervals (${silenceMs} ms); the connection is taken for lost`);
       }
       if (chunk.done) {

@@ -7,7 +7,7 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
-import { createServer as createTCPServer, type AddressInfo } from "node:net";
+import { connect, createServer as createTCPServer, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -224,4 +224,63 @@ export async function pause(proc: ChildProcess): Promise<void> {
     if (performance.now() > deadline) throw new Error(`harness: process ${proc.pid} not stopped 5 s after SIGSTOP`);
     await new Promise((r) => setTimeout(r, 2));
   }
+}
+
+/** A loopback TCP proxy to a server whose open connections can be stranded (strandingProxy). */
+export interface StrandingProxy {
+  /** http://127.0.0.1:PORT */
+  readonly url: string;
+  /**
+   * strand cuts the connections open now off for good without closing
+   * them, while new ones pass: what either side sends is taken (as a peer's
+   * kernel takes it) and never delivered, a hang-up included, as on a path
+   * that died under an established connection (a NAT or proxy that lost
+   * it, a client that moved networks). Neither side learns of it until
+   * cutStranded.
+   */
+  strand(): void;
+  /** cutStranded closes the stranded connections, as the kernel at last does to a peer that acknowledges nothing. */
+  cutStranded(): void;
+}
+
+/** strandingProxy forwards loopback connections to port until the test ends. */
+export async function strandingProxy(t: T, port: number): Promise<StrandingProxy> {
+  const pairs: { a: Socket; b: Socket; stranded: boolean }[] = [];
+  const srv = createTCPServer({ allowHalfOpen: true }, (a) => {
+    const b = connect({ port, host: "127.0.0.1", allowHalfOpen: true });
+    const pair = { a, b, stranded: false };
+    pairs.push(pair);
+    for (const [from, to] of [[a, b], [b, a]] as const) {
+      from.on("data", (chunk: Buffer) => {
+        if (!pair.stranded) to.write(chunk);
+      });
+      from.on("end", () => {
+        if (!pair.stranded) to.end();
+      });
+      from.on("error", () => {
+        if (!pair.stranded) to.destroy();
+      });
+    }
+  });
+  await new Promise<void>((res) => srv.listen(0, "127.0.0.1", res));
+  t.after(() => {
+    srv.close();
+    for (const p of pairs) {
+      p.a.destroy();
+      p.b.destroy();
+    }
+  });
+  return {
+    url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`,
+    strand: () => {
+      for (const p of pairs) p.stranded = true;
+    },
+    cutStranded: () => {
+      for (const p of pairs) {
+        if (!p.stranded) continue;
+        p.a.destroy();
+        p.b.destroy();
+      }
+    },
+  };
 }

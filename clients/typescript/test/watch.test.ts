@@ -20,7 +20,7 @@ import {
   type WatchEvent,
 } from "../src/index.js";
 import { EventStreamParser } from "../src/sse.js";
-import { metric, postgresURL, startLease, unique, waitFor } from "./harness.js";
+import { metric, pause, postgresURL, startLease, strandingProxy, unique, waitFor } from "./harness.js";
 
 // Heartbeats every 10 ms: the stream is mostly comments between the events.
 const server = await startLease({ after }, { args: ["--watch-heartbeat", "10ms"] });
@@ -223,6 +223,75 @@ test("a server that stops delivering without closing (SIGSTOP): the watch throws
   const took = Date.now() - frozen;
   assert.ok(took < 2_000, `the break came ${took} ms after SIGSTOP, want under 2 s`);
   own.proc.kill("SIGCONT");
+});
+
+for (const transport of ["node:http", "fetch"] as const) {
+  const via = transport === "fetch" ? { fetch: globalThis.fetch.bind(globalThis) } : {};
+
+  test(`a server that accepts but never answers (SIGSTOP before the watch opens): the opening throws UnavailableError within the silence limit of the heartbeat it assumes (${transport})`, async (t) => {
+    const own = await startLease(t);
+    const c = new LeaseClient({ server: own.url, owner: "watcher", ...via });
+    await pause(own.proc); // the kernel still accepts the connection; nothing answers it
+    const w = c.watch("", { heartbeatMs: 50 });
+    const asked = Date.now();
+    await assert.rejects(step(w), (err: unknown) => {
+      assert.ok(err instanceof UnavailableError, String(err));
+      assert.match(err.message, /unanswered within 350 ms/);
+      return true;
+    });
+    // 2 × 50 ms + 250 ms; the bound is generous for a shared machine.
+    const took = Date.now() - asked;
+    assert.ok(took < 2_000, `the opening failed ${took} ms after it began, want under 2 s`);
+    own.proc.kill("SIGCONT");
+    // The server answers again: a new watch opens.
+    const again = c.watch("");
+    assert.equal(describe(await step(again)), "synced");
+    await again.return();
+  });
+
+  test(`the bound of the opening does not cut the stream it opened (${transport})`, async () => {
+    const c = new LeaseClient({ server: server.url, owner: "watcher", ...via });
+    const p = unique("outlast/");
+    const w = c.watch(p, { heartbeatMs: 50 }); // opening bound 350 ms; the server's heartbeat is 10 ms
+    assert.equal(describe(await step(w)), "synced");
+    // real time: past the opening's bound of 350 ms, on the stream it bounded.
+    await new Promise((r) => setTimeout(r, 700));
+    const token = await rawAcquire(server.url, `${p}x`, 60_000);
+    assert.equal(describe(await step(w)), `acquired ${p}x raw ${token}`);
+    await w.return();
+  });
+}
+
+test("heartbeatMs outside [10, 3600000] or not whole is an InvalidError before anything is sent", () => {
+  const c = new LeaseClient({ server: server.url });
+  for (const hb of [9, 3_600_001, 12.5, Number.NaN]) {
+    assert.throws(() => c.watch("", { heartbeatMs: hb }), InvalidError, String(hb));
+  }
+});
+
+test("a watch refused 429 after the client gave a stream up for silence is an UnavailableError: the server counts the dead stream until its connection fails", async (t) => {
+  const own = await startLease(t, { args: ["--watch-heartbeat", "50ms", "--max-watchers", "1"] });
+  const px = await strandingProxy(t, own.port);
+  const c = new LeaseClient({ server: px.url, owner: "watcher" });
+  const first = c.watch("");
+  assert.equal(describe(await step(first)), "synced");
+  px.strand();
+  await assert.rejects(step(first), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError && /silent/.test(err.message), String(err));
+    return true;
+  });
+  // Watched again, as the README says: the server still counts the
+  // stranded stream, and the 429 is the client's own doing.
+  await assert.rejects(step(c.watch("")), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.ok(err.cause instanceof TooManyWatchersError, String(err.cause));
+    return true;
+  });
+  px.cutStranded(); // as TCP ends it at last
+  await waitFor("the server lets the stranded stream go", async () => (await metric(own, "lease_watchers")) === 0);
+  const again = c.watch("");
+  assert.equal(describe(await step(again)), "synced");
+  await again.return();
 });
 
 /**

@@ -27,6 +27,7 @@ from ._errors import (
     LeaseReleasedError,
     NotFoundError,
     NotHeldError,
+    TooManyWatchersError,
     UnavailableError,
     UnexpectedAnswerError,
     UnsupportedError,
@@ -753,8 +754,8 @@ class AsyncWatch:
                         broke = None
                     got_any = True
                     yield ev
-            except UnavailableError as e:
-                if not self._reconnect:
+            except (UnavailableError, TooManyWatchersError) as e:
+                if not self._reconnect or not (isinstance(e, UnavailableError) or self._client._refused_by_own_stream(e)):
                     raise
                 broke = e
                 if got_any:
@@ -781,6 +782,7 @@ class AsyncWatch:
                     chunk = await asyncio.wait_for(r.read(65536) if chunks is None else chunks.read(65536), silence)
                 except asyncio.TimeoutError:
                     t.endpoints.move_on(used)
+                    c._gave_up += 1
                     raise UnavailableError(
                         f"lease: {what}: the stream broke: silent for {c.missed_heartbeats} heartbeats ({silence:g} s)"
                     ) from None

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Final, Sequence
 
 from ._endpoints import Endpoints, parse_servers
-from ._errors import InvalidError, UnexpectedAnswerError
+from ._errors import InvalidError, LeaseError, TooManyWatchersError, UnexpectedAnswerError
 from ._events import stream_heartbeat
 from ._wire import (
     WAIT_CHUNK,
@@ -83,6 +83,19 @@ class ClientBase:
         self._token = token
         self._ssl = ssl_context
         self._timeout = float(timeout)
+        self._gave_up = 0
+        """Watch streams this client gave up for silence, which their servers
+        may count against --max-watchers until their connections fail
+        (_refused_by_own_stream)."""
+
+    def _refused_by_own_stream(self, e: LeaseError) -> bool:
+        """Whether e, the refusal of a watch opened again, may be this client's
+        own doing, and so a break to watch again after rather than a refusal:
+        a 429 too_many_watchers after the client gave a stream up for silence.
+        The server cannot tell that stream from a sound one until its
+        connection fails at last (minutes of TCP retransmissions; never behind
+        a proxy that still takes the bytes), and counts it meanwhile."""
+        return self._gave_up > 0 and isinstance(e, TooManyWatchersError)
 
     @property
     def servers(self) -> list[str]:

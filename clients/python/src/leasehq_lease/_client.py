@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, TypeVar
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
-from ._errors import HeldError, LeaseError, NotFoundError, NotHeldError, UnavailableError, quote
+from ._errors import HeldError, LeaseError, NotFoundError, NotHeldError, TooManyWatchersError, UnavailableError, quote
 from ._events import HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
 from ._hold import Hold, Renewer
 from ._wire import (
@@ -205,7 +205,9 @@ class LeaseClient(ClientBase):
         again (after 100 ms doubling to 5 s) and told as a "reset" event before
         the new picture; with reconnect=False it raises UnavailableError
         instead. A refusal (UnauthorizedError, ForbiddenError,
-        TooManyWatchersError, UnsupportedError) raises. close() or ``with``
+        TooManyWatchersError, UnsupportedError) raises, but for a
+        TooManyWatchersError after this client gave a stream up for silence:
+        the server may count that dead stream still, so it is a break too. close() or ``with``
         ends it."""
         if prefix:
             check_name("prefix", prefix)
@@ -278,10 +280,10 @@ class Watch:
                         broke = None
                     got_any = True
                     yield ev
-            except UnavailableError as e:
+            except (UnavailableError, TooManyWatchersError) as e:
                 if self._closed:
                     return
-                if not self._reconnect:
+                if not self._reconnect or not (isinstance(e, UnavailableError) or self._client._refused_by_own_stream(e)):
                     raise
                 broke = e
                 if got_any:
@@ -311,6 +313,7 @@ class Watch:
                     chunk = resp.read1(65536)
                 except TimeoutError:
                     t.endpoints.move_on(used)
+                    c._gave_up += 1
                     raise UnavailableError(
                         f"lease: {what}: the stream broke: silent for {c.missed_heartbeats} heartbeats ({silence:g} s)"
                     ) from None

@@ -9,6 +9,7 @@ take first, so that only the head of the line looks for a slot."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from types import TracebackType
@@ -56,25 +57,46 @@ class Follower:
         self.cur = Leader(key)
         self.last: Leader | None = None
         self.synced = False
+        self.lapsed = False  # cur's expiry passed with no renewal seen, and was reported
 
     def feed(self, ev: WatchEvent) -> Leader | None:
         key = self.key
         if ev.kind == RESET:
-            self.cur, self.synced = Leader(key), False
+            self.cur, self.synced, self.lapsed = Leader(key), False, False
             return None
         if ev.kind == EVENT_SYNCED:
             self.synced = True
         elif ev.lease is None or ev.lease.key != key:
             return None  # a prefix watch also sees keys that extend key
         elif ev.kind in ("held", "acquired"):
-            self.cur = leader_of(ev.lease)
+            self.cur, self.lapsed = leader_of(ev.lease), False
         elif ev.kind == "renewed":
-            return None
+            if ev.lease.token != self.cur.token:
+                return None
+            # Not a change, but it moves the expiry; after a lapse, the
+            # leader is back.
+            self.cur, self.lapsed = leader_of(ev.lease), False
         elif ev.lease.token == self.cur.token:  # released, expired: the end of this term
-            self.cur = Leader(key)
+            self.cur, self.lapsed = Leader(key), False
         else:
             return None  # the end of a term already superseded
         return self.polled(self.cur) if self.synced else None
+
+    def until_lapse(self) -> float | None:
+        """Seconds until the current leader's expiry on this machine's clock
+        (0 once passed), or None when no leader is known or its lapse was
+        reported: how long to wait for news before lapsed()."""
+        cur = self.cur
+        if not self.synced or self.lapsed or cur.token == 0 or cur.expires_at is None:
+            return None
+        return max(0.0, cur.expires_at.timestamp() - time.time())
+
+    def lapsed_now(self) -> Leader | None:
+        """The leader's expiry passed with no renewal seen (it died, or the watch
+        went silent): "no leader known", to report if not reported already.
+        A renewal of that term seen later reports it again."""
+        self.lapsed = True
+        return self.polled(Leader(self.key))
 
     def polled(self, cur: Leader) -> Leader | None:
         """cur, read by polling, if it differs from the last reported."""
@@ -147,13 +169,40 @@ class Elector:
         check_name("key", key)
         f = Follower(key)
         w = self.client.watch(key)
+        # The watch is read by a thread of its own, so that the leader's
+        # expiry is reported on time however silent the watch is (as Go's
+        # Observe: never a leader past its expiry).
+        # Bounded as the socket was: a caller that stops iterating stops the
+        # reading, and the server cuts the stream off as before.
+        q: queue.Queue[WatchEvent | BaseException | None] = queue.Queue(maxsize=1024)
+
+        def pump() -> None:
+            try:
+                for ev in w:
+                    q.put(ev)
+                q.put(None)
+            except BaseException as e:  # noqa: BLE001 - handed to the reader
+                q.put(e)
+
+        threading.Thread(target=pump, name=f"lease-observe-{key}", daemon=True).start()
         try:
-            for ev in w:
-                leader = f.feed(ev)
+            while True:
+                try:
+                    item = q.get(timeout=f.until_lapse())
+                except queue.Empty:
+                    leader = f.lapsed_now()
+                    if leader is not None:
+                        yield leader
+                    continue
+                if item is None:
+                    break
+                if isinstance(item, UnsupportedError):
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                leader = f.feed(item)
                 if leader is not None:
                     yield leader
-        except UnsupportedError:
-            pass
         finally:
             w.close()
         pause = POLL_FIRST
