@@ -23,23 +23,7 @@ func TestSchemaWaitHonoursContext(t *testing.T) {
 	db := newTestDB(t, 8)
 	s := db.store(t)
 	ctx := testCtx(t)
-	other, err := pgx.Connect(ctx, db.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, s.n.lockKey); err != nil {
-		t.Fatal(err)
-	}
-	unlocked := false
-	unlock := func() {
-		if !unlocked {
-			unlocked = true
-			if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, s.n.lockKey); err != nil {
-				t.Error(err)
-			}
-		}
-	}
+	_, unlock := holdMigrationLock(t, db, s)
 	defer unlock()
 
 	// The first operation has all the time in the world and waits for the
@@ -219,22 +203,14 @@ func TestSchemaPreparedPastAGivenUpOperation(t *testing.T) {
 	db := newTestDB(t, 8)
 	s := db.store(t)
 	ctx := testCtx(t)
-	other, err := pgx.Connect(ctx, db.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, s.n.lockKey); err != nil {
-		t.Fatal(err)
-	}
+	other, unlock := holdMigrationLock(t, db, s)
+	defer unlock()
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	if _, err := s.Acquire(short, "k", "o", 200*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lease.ErrUnavailable) {
 		t.Fatalf("Acquire while the tables wait for the migration lock: %v, want ErrUnavailable and DeadlineExceeded", err)
 	}
-	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, s.n.lockKey); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	eventually(t, 10*time.Second, "the tables prepared after the operation that started it gave up", func() bool {
 		var exists bool
 		err := other.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.n.meta).Scan(&exists)
@@ -242,5 +218,30 @@ func TestSchemaPreparedPastAGivenUpOperation(t *testing.T) {
 	})
 	if _, err := s.Acquire(ctx, "k", "o", time.Minute); err != nil {
 		t.Fatalf("Acquire once the tables exist: %v", err)
+	}
+}
+
+// holdMigrationLock takes the advisory lock s's preparation of the tables
+// waits for, as another process's migration would, on a connection of its
+// own (closed in cleanup). unlock frees it; later calls do nothing.
+func holdMigrationLock(t *testing.T, db testDB, s *Store) (other *pgx.Conn, unlock func()) {
+	t.Helper()
+	ctx := testCtx(t)
+	other, err := pgx.Connect(ctx, db.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close(context.Background()) })
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, s.n.lockKey); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := false
+	return other, func() {
+		if !unlocked {
+			unlocked = true
+			if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, s.n.lockKey); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 }
