@@ -223,17 +223,7 @@ func TestFollowOverASilentStream(t *testing.T) {
 	mustAcquire(t, mem, "jobs/a") // while no stream is open
 	px.thaw()
 	close(resume)
-	var kinds []string
-	for {
-		it, ok := nextItem(t, ch, "the new picture")
-		if !ok || it.err != nil {
-			t.Fatalf("the followed watch ended: %v", it.err)
-		}
-		kinds = append(kinds, it.ev.Kind.String()+" "+it.ev.Lease.Key)
-		if it.ev.Kind == lease.Synced {
-			break
-		}
-	}
+	kinds := newPicture(t, ch)
 	if want := []string{"resync ", "held jobs/a", "synced "}; !slices.Equal(kinds, want) {
 		t.Errorf("after the break: %q, want %q", kinds, want)
 	}
@@ -294,19 +284,26 @@ func TestFollowPastItsOwnStrandedStream(t *testing.T) {
 		}
 		mustAcquire(t, mem, "a") // while no stream of this client is open
 		px.cutStranded()
-		var kinds []string
-		for {
-			it, ok := nextItem(t, ch, "the new picture")
-			if !ok || it.err != nil {
-				t.Fatalf("the followed watch ended: %v", it.err)
-			}
-			kinds = append(kinds, it.ev.Kind.String()+" "+it.ev.Lease.Key)
-			if it.ev.Kind == lease.Synced {
-				break
-			}
-		}
+		kinds := newPicture(t, ch)
 		if want := []string{"resync ", "held a", "synced "}; !slices.Equal(kinds, want) {
 			t.Errorf("once the stranded stream ended: %q, want %q", kinds, want)
 		}
 	})
+}
+
+// newPicture reads a followed watch's events up to its Synced, after a
+// break, as "kind key" lines; the watch must not end meanwhile.
+func newPicture(t *testing.T, ch <-chan watchItem) []string {
+	t.Helper()
+	var kinds []string
+	for {
+		it, ok := nextItem(t, ch, "the new picture")
+		if !ok || it.err != nil {
+			t.Fatalf("the followed watch ended: %v", it.err)
+		}
+		kinds = append(kinds, it.ev.Kind.String()+" "+it.ev.Lease.Key)
+		if it.ev.Kind == lease.Synced {
+			return kinds
+		}
+	}
 }
