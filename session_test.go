@@ -115,12 +115,7 @@ func TestSessionCloseAfterALossWaitsForItsReleases(t *testing.T) {
 		gate := &gateRelease{Backend: refuse, key: "b", open: make(chan struct{})}
 		c := newClient(t, gate, "worker-a")
 		ctx := context.Background()
-		s := c.NewSession()
-		for _, k := range []string{"a", "b"} {
-			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
-				t.Fatal(err)
-			}
-		}
+		s := sessionHolding(t, c, "a", "b")
 		lost := "a"
 		refuse.key.Store(&lost)
 		<-s.Done()
@@ -420,12 +415,7 @@ func TestSessionReleasesItsLostHold(t *testing.T) {
 		store := memtest.New(t)
 		c := newClient(t, unreachableRenewals{store, "a"}, "worker-a")
 		ctx := context.Background()
-		s := c.NewSession()
-		for _, k := range []string{"a", "b"} {
-			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
-				t.Fatal(err)
-			}
-		}
+		s := sessionHolding(t, c, "a", "b")
 		<-s.Done()
 		if err := s.Close(ctx); err != nil {
 			t.Fatalf("Close after the loss = %v", err)
@@ -448,12 +438,7 @@ func TestSessionCloseAfterALossReportsAFailedRelease(t *testing.T) {
 		refuse := &refuseKey{Backend: store}
 		c := newClient(t, failReleaseOf{refuse, "b"}, "worker-a")
 		ctx := context.Background()
-		s := c.NewSession()
-		for _, k := range []string{"a", "b"} {
-			if _, err := s.TryAcquire(ctx, k, 3*time.Second); err != nil {
-				t.Fatal(err)
-			}
-		}
+		s := sessionHolding(t, c, "a", "b")
 		lost := "a"
 		refuse.key.Store(&lost)
 		<-s.Done()
@@ -464,4 +449,16 @@ func TestSessionCloseAfterALossReportsAFailedRelease(t *testing.T) {
 			t.Errorf("Close again = %v, want nil", err)
 		}
 	})
+}
+
+// sessionHolding is a new session of c holding keys, each for 3 s.
+func sessionHolding(t *testing.T, c *lease.Client, keys ...string) *lease.Session {
+	t.Helper()
+	s := c.NewSession()
+	for _, k := range keys {
+		if _, err := s.TryAcquire(context.Background(), k, 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }
