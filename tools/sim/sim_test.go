@@ -42,20 +42,8 @@ func seeds(t *testing.T, n int) []uint64 {
 }
 
 func TestSimulation(t *testing.T) {
-	var total sim.Stats
 	list := seeds(t, schedules(t))
-	for _, seed := range list {
-		r := sim.Run(t, sim.Config{Seed: seed})
-		if r.Violation != "" {
-			t.Fatal(r.Report(seed, 40))
-		}
-		if len(list) == 1 {
-			for _, l := range r.Trace {
-				t.Log(l)
-			}
-		}
-		total.Add(r.Stats)
-	}
+	total := playAll(t, sim.Config{}, list)
 	t.Logf("%d schedules: %+v", len(list), total)
 	// The runs must exercise the dangerous cases, or passing means nothing.
 	if len(list) > 100 && (total.Rejected == 0 || total.Pauses == 0 || total.Lost == 0 || total.Crashes == 0 || total.Restarts == 0) {
@@ -141,20 +129,8 @@ func share(t *testing.T, div int) int { return max(1, schedules(t)/div) }
 // its trace), failing at the first violation; it returns the sum of their
 // stats, and checks the faults happened.
 func simulate(t *testing.T, w sim.Workload, n int) sim.Stats {
-	var total sim.Stats
 	list := seeds(t, n)
-	for _, seed := range list {
-		r := sim.Run(t, sim.Config{Seed: seed, Workload: w})
-		if r.Violation != "" {
-			t.Fatal(r.Report(seed, 40))
-		}
-		if len(list) == 1 {
-			for _, l := range r.Trace {
-				t.Log(l)
-			}
-		}
-		total.Add(r.Stats)
-	}
+	total := playAll(t, sim.Config{Workload: w}, list)
 	t.Logf("%d %v schedules: %+v", len(list), w, total)
 	if len(list) > 100 && (total.Rejected == 0 || total.Pauses == 0 || total.Lost == 0 || total.Crashes == 0 || total.Restarts == 0) {
 		t.Fatalf("the schedules never produced some fault or a rejected late write: %+v", total)
@@ -187,20 +163,8 @@ func findViolation(t *testing.T, cfg sim.Config, want sim.Property, max uint64) 
 // term to expire (E5, KeptTermEnds), every leader checked as in the
 // Election workload (E1–E3); see Config.Runner.
 func TestSimulationElectionRunner(t *testing.T) {
-	var total sim.Stats
 	list := seeds(t, share(t, 4))
-	for _, seed := range list {
-		r := sim.Run(t, sim.Config{Seed: seed, Workload: sim.Election, Runner: true})
-		if r.Violation != "" {
-			t.Fatal(r.Report(seed, 40))
-		}
-		if len(list) == 1 {
-			for _, l := range r.Trace {
-				t.Log(l)
-			}
-		}
-		total.Add(r.Stats)
-	}
+	total := playAll(t, sim.Config{Workload: sim.Election, Runner: true}, list)
 	t.Logf("%d runner schedules: %+v", len(list), total)
 	if len(list) > 100 && (total.Terms == 0 || total.Rejected == 0 || total.Crashes == 0) {
 		t.Fatalf("the schedules never elected, rejected a late write or crashed: %+v", total)
@@ -319,4 +283,26 @@ func TestNegativeControlLooseSession(t *testing.T) {
 // backend's expiry, and act on their sessions then.
 func TestNegativeControlSessionClientPastDeadline(t *testing.T) {
 	findViolation(t, sim.Config{Workload: sim.Session, ClientDrift: 0.25}, sim.SessionWhole, 2000)
+}
+
+// playAll plays cfg with each seed of list, failing at the first
+// violation (with the schedule's trace when list is one seed), and returns
+// the sum of their stats.
+func playAll(t *testing.T, cfg sim.Config, list []uint64) sim.Stats {
+	t.Helper()
+	var total sim.Stats
+	for _, seed := range list {
+		cfg.Seed = seed
+		r := sim.Run(t, cfg)
+		if r.Violation != "" {
+			t.Fatal(r.Report(seed, 40))
+		}
+		if len(list) == 1 {
+			for _, l := range r.Trace {
+				t.Log(l)
+			}
+		}
+		total.Add(r.Stats)
+	}
+	return total
 }
