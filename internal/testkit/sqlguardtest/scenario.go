@@ -31,7 +31,7 @@ type Resource interface {
 // ttlA is worker A's TTL: short, as in the seed (100 ms there), but long
 // enough for the store's answer on a loaded machine. A Client gives up an
 // acquisition whose answer comes later than its TTL, and PostgreSQL's took
-// over 100 ms with make test's two modules and other work on two cores.
+// over 100 ms on a loaded machine (two suites and other work on two cores).
 const ttlA = time.Second
 
 // SeedScenario is the failure a TTL lock alone cannot stop, end to end: on
