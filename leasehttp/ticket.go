@@ -103,9 +103,7 @@ func (s *Server) acquireTicket(rctx context.Context, key string, req acquireRequ
 			break
 		}
 		if s.tickets.detach(tk, tw) {
-			gctx, cancel := context.WithTimeout(context.WithoutCancel(rctx), backendTimeout)
-			defer cancel()
-			return lease.Lease{}, lease.StillHeld(gctx, s.backend, key, nil)
+			return lease.Lease{}, s.stillHeld(rctx, key, nil)
 		}
 		<-tw.done // it ended as the wait ran out: answer its outcome
 	case <-rctx.Done():
