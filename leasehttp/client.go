@@ -97,7 +97,9 @@ func WithHTTPClient(hc *http.Client) ClientOption {
 }
 
 // WithTimeout bounds each request, not counting the time a long poll is
-// asked to wait. The default is 10 s.
+// asked to wait. The default is 10 s. With several servers listed, an
+// attempt of a renewal is bounded by a third of its TTL if that is shorter
+// (see renewTimeout).
 func WithTimeout(d time.Duration) ClientOption {
 	return func(c *clientConfig) error {
 		if d <= 0 {
@@ -262,16 +264,16 @@ var errNotSent = errors.New("leasehttp: request not sent")
 
 // roundTrip sends one request with body, JSON (nil: none), and reads the
 // answer into a pooled buffer, which the caller may give back
-// (response.release) once done with it. wait is added to the timeout for a
-// long poll.
+// (response.release) once done with it, giving up after timeout (the
+// Client's, with a long poll's wait on top, or a renewal's: renewTimeout).
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
 // A failure to get an answer, and a 503, move later requests on to the next
 // endpoint; the caller's own context ending says nothing about the
 // endpoint, and does not.
-func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, wait time.Duration) (*response, error) {
+func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	i, base := c.endpoint()
-	resp, err := c.roundTripTo(ctx, base, method, path, body, wait)
+	resp, err := c.roundTripTo(ctx, base, method, path, body, timeout)
 	switch {
 	case err == nil && resp.status == http.StatusServiceUnavailable,
 		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
@@ -281,8 +283,8 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte
 }
 
 // roundTripTo is roundTrip to the endpoint base.
-func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body []byte, wait time.Duration) (*response, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
+func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body []byte, timeout time.Duration) (*response, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
@@ -621,6 +623,22 @@ func beforeAnswer(dl time.Time) time.Duration {
 	return left - min(max(left/10, 10*time.Millisecond), 250*time.Millisecond)
 }
 
+// renewTimeout is how long one attempt of a renewal of ttl may take: the
+// Client's timeout, but on a list of several servers at most a third of
+// the TTL. A holder renews about a third of its TTL after its last renewal
+// and keeps the lease until about its TTL; an attempt that hangs longer
+// (a replica that takes requests but cannot reach its engine, over a link
+// that drops everything) would leave no time to try the next server, and
+// the lease would be lost although another replica could renew it
+// (TestHoldOutlivesAReplicaCutFromEtcd). With one server there is no other
+// to try.
+func (c *Client) renewTimeout(ttl time.Duration) time.Duration {
+	if len(c.endpoints) < 2 {
+		return c.timeout
+	}
+	return min(c.timeout, ttl/3)
+}
+
 // Renew implements lease.Backend. It is retried after a lost answer: a
 // renewal repeated with the same token and ID is harmless.
 func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
@@ -632,7 +650,7 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 	}
 	body := appendRenewRequest(nil, l, ttl, false)
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/renew"), body, 0)
+		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/renew"), body, c.renewTimeout(ttl))
 	})
 	if err != nil {
 		return lease.Lease{}, transportError("renew", l.Key, err, "")
@@ -660,8 +678,12 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	// transport may read it after Do returns.
 	body := appendRenewBatchRequest(make([]byte, 0, 16+len(renewals)*112), renewals)
 	first := renewals[0].Lease.Key
+	shortest := renewals[0].TTL
+	for _, r := range renewals[1:] {
+		shortest = min(shortest, r.TTL)
+	}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, 0)
+		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, c.renewTimeout(shortest))
 	})
 	what := func() string { return fmt.Sprintf("of %d leases, the first", len(renewals)) }
 	if err != nil {
@@ -687,7 +709,7 @@ func (c *Client) Release(ctx context.Context, l lease.Lease) error {
 	}
 	body := appendReleaseRequest(nil, l)
 	resp, err, uncertain := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/release"), body, 0)
+		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/release"), body, c.timeout)
 	})
 	if err != nil {
 		return transportError("release", l.Key, err, " (outcome unknown; an unreleased lease expires after its TTL)")
@@ -709,7 +731,7 @@ func (c *Client) Get(ctx context.Context, key string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodGet, keyPath(key, ""), nil, 0)
+		return c.roundTrip(ctx, http.MethodGet, keyPath(key, ""), nil, c.timeout)
 	})
 	if err != nil {
 		return lease.Lease{}, transportError("get", key, err, "")
@@ -746,7 +768,7 @@ func (c *Client) List(ctx context.Context, prefix string, page lease.Page) (leas
 		path += "?" + q.Encode()
 	}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodGet, path, nil, 0)
+		return c.roundTrip(ctx, http.MethodGet, path, nil, c.timeout)
 	})
 	if err != nil {
 		return lease.ListPage{}, transportError("list", prefix, err, "")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +30,7 @@ type replica struct {
 	calls   atomic.Int32
 	refuse  atomic.Int32 // answer this many more requests 503, untouched
 	lose    atomic.Int32 // act on this many more requests, then cut the connection
+	hang    atomic.Int32 // take this many more requests and never answer them
 	refused atomic.Int32
 }
 
@@ -39,6 +41,11 @@ func (r *replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"replica: backend unreachable"}}`))
+		return
+	}
+	if r.hang.Add(-1) >= 0 {
+		_, _ = io.Copy(io.Discard, req.Body) // so that net/http sees the client hang up
+		<-req.Context().Done()               // until the client gives up
 		return
 	}
 	if r.lose.Add(-1) >= 0 {
@@ -250,6 +257,48 @@ func TestIdempotentCallsMoveOnAfterLostAnswer(t *testing.T) {
 	rs[1].lose.Store(1)
 	if _, err := c.Get(ctxFor(t), "multi/idem"); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("Get whose answers were lost on both replicas: %v, want ErrNotFound", err)
+	}
+}
+
+// TestRenewalMovesOnFromAReplicaThatNeverAnswers: a replica that takes a
+// renewal and never answers it (one cut from etcd by a link that drops
+// everything) is given at most a third of the TTL, not the Client's whole
+// timeout (10 s), before the next replica is asked: a holder renews a
+// third of its TTL after its last renewal, and with the whole timeout its
+// lease was lost though the next replica could renew it.
+func TestRenewalMovesOnFromAReplicaThatNeverAnswers(t *testing.T) {
+	const ttl = 3 * time.Second
+	rs, _ := replicas(t, 2)
+	for _, tc := range []struct {
+		name  string
+		renew func(c *leasehttp.Client, l lease.Lease) (lease.Lease, error)
+	}{
+		{"Renew", func(c *leasehttp.Client, l lease.Lease) (lease.Lease, error) { return c.Renew(ctxFor(t), l, ttl) }},
+		{"RenewBatch", func(c *leasehttp.Client, l lease.Lease) (lease.Lease, error) {
+			res, err := c.RenewBatch(ctxFor(t), []lease.Renewal{{Lease: l, TTL: ttl}})
+			if err != nil {
+				return lease.Lease{}, err
+			}
+			return res[0].Lease, res[0].Err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, rs[0].url+","+rs[1].url)
+			l, err := c.Acquire(ctxFor(t), "multi/hang/"+tc.name, "o", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs[0].hang.Store(1) // the replica the client is on
+			sent := time.Now()
+			r, err := tc.renew(c, l)
+			took := time.Since(sent)
+			if err != nil || r.Token != l.Token {
+				t.Fatalf("%s with the first replica hanging: %+v, %v", tc.name, r, err)
+			}
+			if took > ttl/2 {
+				t.Errorf("%s with the first replica hanging took %v; want it renewed through the second within half the TTL %v, with time to spare", tc.name, took.Round(time.Millisecond), ttl)
+			}
+		})
 	}
 }
 
