@@ -220,6 +220,12 @@ interface Init {
   deadline?: Deadline | undefined;
   /** Gets the answer of a request the signal ended while it waited for it (WireRequest.late). */
   late?: ((answer: WireAnswer) => void) | undefined;
+  /**
+   * attemptMs, if given, bounds each attempt but the last endpoint's of a
+   * request that may be sent twice: one that takes it and never answers is
+   * then a lost answer, and the next endpoint is tried (see Api.renew).
+   */
+  attemptMs?: number | undefined;
 }
 
 /**
@@ -330,7 +336,7 @@ export class Api {
    * aborted).
    */
   async #exchange(op: Op, key: string | undefined, init: Init, query: Record<string, string> | undefined, stream: boolean): Promise<Answer> {
-    const { signal, deadline } = init;
+    const { signal, deadline, attemptMs } = init;
     const what = () => describe(op, key);
     const resend = op !== "acquire"; // every other operation may be sent twice
     const n = this.#bases.length;
@@ -342,9 +348,16 @@ export class Api {
       const at = (first + i) % n;
       const origin = this.#origins[at] ?? "";
       let res: WireAnswer;
+      // Bounded by attemptMs rather than by the deadline: its timeout is a
+      // lost answer, and the next endpoint gets the time left.
+      let capped = false;
       try {
-        const timeoutMs = deadline === undefined ? undefined : deadline.until - performance.now();
+        let timeoutMs = deadline === undefined ? undefined : deadline.until - performance.now();
         if (timeoutMs !== undefined && timeoutMs <= 0) throw new DOMException("no time left", "TimeoutError");
+        if (resend && attemptMs !== undefined && i + 1 < n && (timeoutMs === undefined || attemptMs < timeoutMs)) {
+          timeoutMs = attemptMs;
+          capped = true;
+        }
         // An object literal, not a spread: a spread costs more than the
         // rest of this loop here (V8 copies property by property).
         res = await this.#send({
@@ -359,7 +372,7 @@ export class Api {
         });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        if (deadline !== undefined && err instanceof DOMException && err.name === "TimeoutError") {
+        if (!capped && deadline !== undefined && err instanceof DOMException && err.name === "TimeoutError") {
           this.moveOn(at);
           throw new UnavailableError(`lease: ${what()}: unanswered within ${deadline.ms} ms${tried(failed)}`, { cause: err });
         }
@@ -418,10 +431,12 @@ export class Api {
     query?: Record<string, string>,
     deadline?: Deadline,
     late?: (answer: WireAnswer) => void,
+    attemptMs?: number,
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
     init.deadline = deadline;
     init.late = late;
+    init.attemptMs = attemptMs;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -535,7 +550,22 @@ export class Api {
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {
-    return granted(g.key, await this.call("renew", g.key, { id: g.id, token: g.token, ttl_ms: ttlMs }, signal));
+    return granted(g.key, await this.call("renew", g.key, { id: g.id, token: g.token, ttl_ms: ttlMs }, signal,
+      undefined, undefined, undefined, this.#renewAttemptMs(ttlMs)));
+  }
+
+  /**
+   * #renewAttemptMs is how long one attempt of a renewal of ttlMs may take
+   * on a list of several servers: a third of the TTL. A holder renews a
+   * third of its TTL after its last renewal and keeps the lease until about
+   * its TTL; an attempt that hangs longer (a replica that takes requests
+   * but cannot reach its engine, over a link that drops everything) would
+   * leave no time to try the next server, and the lease would be lost
+   * although another could renew it. With one server there is no other to
+   * try.
+   */
+  #renewAttemptMs(ttlMs: number): number | undefined {
+    return this.#bases.length < 2 || !Number.isFinite(ttlMs) ? undefined : ttlMs / 3;
   }
 
   /**
@@ -546,7 +576,8 @@ export class Api {
    */
   async renewBatch(items: readonly { g: Granted; ttlMs: number }[], signal?: AbortSignal): Promise<(Granted | NotHeldError)[]> {
     const body = { renewals: items.map(({ g, ttlMs }) => ({ key: g.key, id: g.id, token: g.token, ttl_ms: ttlMs })) };
-    const v = await this.call("renewBatch", undefined, body, signal);
+    const shortest = Math.min(...items.map(({ ttlMs }) => ttlMs));
+    const v = await this.call("renewBatch", undefined, body, signal, undefined, undefined, undefined, this.#renewAttemptMs(shortest));
     if (typeof v !== "object" || v === null || !Array.isArray(v.results) || v.results.length !== items.length) {
       throw new UnexpectedAnswerError(`lease: renew: a batch of ${items.length} answered without as many results`);
     }

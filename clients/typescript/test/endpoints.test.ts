@@ -41,13 +41,21 @@ function recorder(): { fetch: typeof globalThis.fetch; sent: string[] } {
 /**
  * relay is a server in front of `to` that passes every request on, or,
  * once down() is called, answers each 503 as a lease server whose backend
- * is unavailable does.
+ * is unavailable does, or, once hang() is called, takes each renewal and
+ * never answers it, as a lease server cut from its engine by a link that
+ * drops everything does.
  */
-async function relay(to: string): Promise<{ url: string; down(): void; refused: string[] }> {
+async function relay(to: string): Promise<{ url: string; down(): void; refused: string[]; hang(): void; hung: string[] }> {
   let unavailable = false;
+  let hanging = false;
   const refused: string[] = [];
+  const hung: string[] = [];
   const srv = createHTTPServer(async (req, res) => {
     const b = await body(req);
+    if (hanging && req.url?.endsWith("/renew")) {
+      hung.push(`${req.method} ${req.url}`);
+      return; // never answered; the client gives up, or the server closes at the end
+    }
     if (unavailable) {
       refused.push(`${req.method} ${req.url}`);
       res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "1" });
@@ -66,7 +74,7 @@ async function relay(to: string): Promise<{ url: string; down(): void; refused: 
     res.end(await r.text());
   });
   const url = await listen(srv);
-  return { url, down: () => (unavailable = true), refused };
+  return { url, down: () => (unavailable = true), refused, hang: () => (hanging = true), hung };
 }
 
 /** resetter is a server that reads each request and resets its connection without an answer. */
@@ -154,6 +162,22 @@ test("a 503 moves renewals, releases and reads to the next server; an acquire an
   assert.equal(fresh.server.href, `${live.url}/`);
   const h = await fresh.tryAcquire(other, { ttlMs: 60_000 });
   await h.release();
+});
+
+test("a server that takes renewals and never answers them is passed over in time: the hold lives on", async () => {
+  const front = await relay(live.url);
+  const c = new LeaseClient({ server: [front.url, live.url], owner: "worker-a" });
+  const key = unique("hang");
+  const hold = await c.tryAcquire(key, { ttlMs: 900 }); // through the relay
+  assert.equal(c.server.href, `${front.url}/`);
+  front.hang();
+  // Each renewal it takes is given a third of the TTL there, then sent to
+  // the live server; it used to wait there until the safe deadline.
+  await new Promise((r) => setTimeout(r, 2500)); // renewals, past two TTLs
+  assert.equal(hold.held, true, String(hold.signal.reason));
+  assert.ok(front.hung.some((r) => r.endsWith("/renew")), front.hung.join("\n"));
+  assert.equal(c.server.href, `${live.url}/`);
+  await hold.release();
 });
 
 test("an acquire whose answer is lost is not sent again; a read is", async () => {
