@@ -273,13 +273,25 @@ var errNotSent = errors.New("leasehttp: request not sent")
 // endpoint, and does not.
 func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	i, base := c.endpoint()
+	ended := ctx.Err() != nil
 	resp, err := c.roundTripTo(ctx, base, method, path, body, timeout)
 	switch {
 	case err == nil && resp.status == http.StatusServiceUnavailable,
-		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
+		err != nil && !ended && !cancelled(ctx) && !errors.Is(err, lease.ErrInvalid):
 		c.failedAt(i)
 	}
 	return resp, err
+}
+
+// cancelled reports whether ctx was cancelled, which says nothing about
+// the server its request went to. A deadline that passed while the
+// request waited for its answer is a timeout, as the Client's own is: the
+// server did not answer in time. (A caller bounding its requests by less
+// than the Client's timeout, as a semaphore bounds the release of a slot
+// by its TTL, otherwise stayed on a replica that takes requests and never
+// answers them, as one cut from etcd by a silent link does.)
+func cancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)
 }
 
 // roundTripTo is roundTrip to the endpoint base.

@@ -412,6 +412,29 @@ func TestWatchRetriedAfterLostAnswer(t *testing.T) {
 	}
 }
 
+// TestCallPastItsDeadlineMovesOn: a request its caller's deadline ends
+// before the answer came is a timeout, as the Client's own: the next
+// request goes to the next replica. A caller whose deadlines were shorter
+// than the Client's timeout (10 s) stayed, for good, on a replica that
+// took requests and never answered them (one cut from etcd by a silent
+// link).
+func TestCallPastItsDeadlineMovesOn(t *testing.T) {
+	rs, _ := replicas(t, 2)
+	c := newClient(t, rs[0].url+","+rs[1].url)
+	rs[0].hang.Store(1)
+	ctx, cancel := context.WithTimeout(ctxFor(t), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(ctx, "multi/deadline"); err == nil {
+		t.Fatal("Get unanswered by its deadline succeeded")
+	}
+	if _, err := c.Acquire(ctxFor(t), "multi/deadline", "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(rs...); !slices.Equal(got, []int32{1, 1}) {
+		t.Fatalf("replica calls %v, want [1 1]: the get unanswered by its deadline on the first, the next request on the second", got)
+	}
+}
+
 // TestCancelledCallDoesNotMoveOn: a caller ending its own request says
 // nothing about the endpoint, so the next request goes to the same one.
 func TestCancelledCallDoesNotMoveOn(t *testing.T) {
