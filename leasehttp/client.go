@@ -97,9 +97,9 @@ func WithHTTPClient(hc *http.Client) ClientOption {
 }
 
 // WithTimeout bounds each request, not counting the time a long poll is
-// asked to wait. The default is 10 s. With several servers listed, an
-// attempt of a renewal is bounded by a third of its TTL if that is shorter
-// (see renewTimeout).
+// asked to wait. The default is 10 s. With several servers listed, a
+// renewal unanswered after a third of its TTL is also sent to the next
+// (see renewRetry).
 func WithTimeout(d time.Duration) ClientOption {
 	return func(c *clientConfig) error {
 		if d <= 0 {
@@ -265,7 +265,7 @@ var errNotSent = errors.New("leasehttp: request not sent")
 // roundTrip sends one request with body, JSON (nil: none), and reads the
 // answer into a pooled buffer, which the caller may give back
 // (response.release) once done with it, giving up after timeout (the
-// Client's, with a long poll's wait on top, or a renewal's: renewTimeout).
+// Client's, with a long poll's wait on top).
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
 // A failure to get an answer, and a 503, move later requests on to the next
@@ -635,20 +635,59 @@ func beforeAnswer(dl time.Time) time.Duration {
 	return left - min(max(left/10, 10*time.Millisecond), 250*time.Millisecond)
 }
 
-// renewTimeout is how long one attempt of a renewal of ttl may take: the
-// Client's timeout, but on a list of several servers at most a third of
-// the TTL. A holder renews about a third of its TTL after its last renewal
-// and keeps the lease until about its TTL; an attempt that hangs longer
-// (a replica that takes requests but cannot reach its engine, over a link
-// that drops everything) would leave no time to try the next server, and
-// the lease would be lost although another replica could renew it
-// (TestHoldOutlivesAReplicaCutFromEtcd). With one server there is no other
-// to try.
-func (c *Client) renewTimeout(ttl time.Duration) time.Duration {
-	if len(c.endpoints) < 2 {
-		return c.timeout
+// renewRetry sends a renewal of ttl (the shortest of a batch's) to path,
+// retried as retry does. On a list of several servers, one still
+// unanswered after a third of the TTL no longer holds the renewal up: the
+// next server is asked beside it, and the first answer that is not a
+// failure is taken, the other request then cancelled. A holder renews about
+// a third of its TTL after its last renewal and keeps the lease until
+// about its TTL: a replica that takes requests and never answers them (cut
+// from etcd by a link that drops everything) kept the renewal for the
+// Client's whole timeout, past the holder's safe deadline, and the lease
+// was lost though the next replica could renew it
+// (TestHoldOutlivesAReplicaCutFromEtcd). The first request goes on
+// meanwhile, so a server merely slow still renews in time.
+func (c *Client) renewRetry(ctx context.Context, ttl time.Duration, path string, body []byte) (*response, error) {
+	sender := func(ctx context.Context) func() (*response, error) {
+		return func() (*response, error) { return c.roundTrip(ctx, http.MethodPost, path, body, c.timeout) }
 	}
-	return min(c.timeout, ttl/3)
+	if len(c.endpoints) < 2 {
+		resp, err, _ := c.retry(ctx, true, sender(ctx))
+		return resp, err
+	}
+	type outcome struct {
+		resp *response
+		err  error
+	}
+	done := make(chan outcome, 2)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the request not taken
+	start := func() {
+		go func() {
+			resp, err, _ := c.retry(ctx, true, sender(ctx))
+			done <- outcome{resp, err}
+		}()
+	}
+	i, _ := c.endpoint()
+	start()
+	hedge := time.NewTimer(ttl / 3)
+	defer hedge.Stop()
+	select {
+	case o := <-done:
+		return o.resp, o.err
+	case <-hedge.C:
+	}
+	c.failedAt(i) // unanswered so far: later requests go to the next
+	start()
+	o := <-done
+	if o.err == nil && o.resp.status != http.StatusServiceUnavailable {
+		return o.resp, o.err
+	}
+	if o.resp != nil {
+		o.resp.release()
+	}
+	o = <-done // the first to end failed: the other's outcome stands
+	return o.resp, o.err
 }
 
 // Renew implements lease.Backend. It is retried after a lost answer: a
@@ -661,9 +700,7 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 		return lease.Lease{}, err
 	}
 	body := appendRenewRequest(nil, l, ttl, false)
-	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/renew"), body, c.renewTimeout(ttl))
-	})
+	resp, err := c.renewRetry(ctx, ttl, keyPath(l.Key, "/renew"), body)
 	if err != nil {
 		return lease.Lease{}, transportError("renew", l.Key, err, "")
 	}
@@ -694,9 +731,7 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	for _, r := range renewals[1:] {
 		shortest = min(shortest, r.TTL)
 	}
-	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, c.renewTimeout(shortest))
-	})
+	resp, err := c.renewRetry(ctx, shortest, "/v1/renew", body)
 	what := func() string { return fmt.Sprintf("of %d leases, the first", len(renewals)) }
 	if err != nil {
 		return nil, transportError("renew "+what(), first, err, "")

@@ -260,12 +260,12 @@ func TestIdempotentCallsMoveOnAfterLostAnswer(t *testing.T) {
 	}
 }
 
-// TestRenewalMovesOnFromAReplicaThatNeverAnswers: a replica that takes a
-// renewal and never answers it (one cut from etcd by a link that drops
-// everything) is given at most a third of the TTL, not the Client's whole
-// timeout (10 s), before the next replica is asked: a holder renews a
-// third of its TTL after its last renewal, and with the whole timeout its
-// lease was lost though the next replica could renew it.
+// TestRenewalMovesOnFromAReplicaThatNeverAnswers: a renewal a replica
+// takes and never answers (one cut from etcd by a link that drops
+// everything) is sent to the next replica too after a third of the TTL,
+// not after the Client's whole timeout (10 s): a holder renews a third of
+// its TTL after its last renewal, and with the whole timeout its lease was
+// lost though the next replica could renew it.
 func TestRenewalMovesOnFromAReplicaThatNeverAnswers(t *testing.T) {
 	const ttl = 3 * time.Second
 	rs, _ := replicas(t, 2)

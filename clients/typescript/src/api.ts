@@ -220,12 +220,6 @@ interface Init {
   deadline?: Deadline | undefined;
   /** Gets the answer of a request the signal ended while it waited for it (WireRequest.late). */
   late?: ((answer: WireAnswer) => void) | undefined;
-  /**
-   * attemptMs, if given, bounds each attempt but the last endpoint's of a
-   * request that may be sent twice: one that takes it and never answers is
-   * then a lost answer, and the next endpoint is tried (see Api.renew).
-   */
-  attemptMs?: number | undefined;
 }
 
 /**
@@ -336,7 +330,7 @@ export class Api {
    * aborted).
    */
   async #exchange(op: Op, key: string | undefined, init: Init, query: Record<string, string> | undefined, stream: boolean): Promise<Answer> {
-    const { signal, deadline, attemptMs } = init;
+    const { signal, deadline } = init;
     const what = () => describe(op, key);
     const resend = op !== "acquire"; // every other operation may be sent twice
     const n = this.#bases.length;
@@ -348,16 +342,9 @@ export class Api {
       const at = (first + i) % n;
       const origin = this.#origins[at] ?? "";
       let res: WireAnswer;
-      // Bounded by attemptMs rather than by the deadline: its timeout is a
-      // lost answer, and the next endpoint gets the time left.
-      let capped = false;
       try {
-        let timeoutMs = deadline === undefined ? undefined : deadline.until - performance.now();
+        const timeoutMs = deadline === undefined ? undefined : deadline.until - performance.now();
         if (timeoutMs !== undefined && timeoutMs <= 0) throw new DOMException("no time left", "TimeoutError");
-        if (resend && attemptMs !== undefined && i + 1 < n && (timeoutMs === undefined || attemptMs < timeoutMs)) {
-          timeoutMs = attemptMs;
-          capped = true;
-        }
         // An object literal, not a spread: a spread costs more than the
         // rest of this loop here (V8 copies property by property).
         res = await this.#send({
@@ -372,7 +359,7 @@ export class Api {
         });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        if (!capped && deadline !== undefined && err instanceof DOMException && err.name === "TimeoutError") {
+        if (deadline !== undefined && err instanceof DOMException && err.name === "TimeoutError") {
           this.moveOn(at);
           throw new UnavailableError(`lease: ${what()}: unanswered within ${deadline.ms} ms${tried(failed)}`, { cause: err });
         }
@@ -431,12 +418,10 @@ export class Api {
     query?: Record<string, string>,
     deadline?: Deadline,
     late?: (answer: WireAnswer) => void,
-    attemptMs?: number,
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
     init.deadline = deadline;
     init.late = late;
-    init.attemptMs = attemptMs;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -550,22 +535,47 @@ export class Api {
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {
-    return granted(g.key, await this.call("renew", g.key, { id: g.id, token: g.token, ttl_ms: ttlMs }, signal,
-      undefined, undefined, undefined, this.#renewAttemptMs(ttlMs)));
+    const body = { id: g.id, token: g.token, ttl_ms: ttlMs };
+    return granted(g.key, await this.#hedged(ttlMs, signal, (s) => this.call("renew", g.key, body, s)));
   }
 
   /**
-   * #renewAttemptMs is how long one attempt of a renewal of ttlMs may take
-   * on a list of several servers: a third of the TTL. A holder renews a
-   * third of its TTL after its last renewal and keeps the lease until about
-   * its TTL; an attempt that hangs longer (a replica that takes requests
-   * but cannot reach its engine, over a link that drops everything) would
-   * leave no time to try the next server, and the lease would be lost
-   * although another could renew it. With one server there is no other to
-   * try.
+   * #hedged sends a renewal of ttlMs (the shortest of a batch's) with send.
+   * On a list of several servers, one still unanswered after a third of the
+   * TTL no longer holds it up: the next server is asked beside it, and the
+   * first answer (anything but an UnavailableError) is taken, the other
+   * request then aborted. A holder renews about a third of its TTL after
+   * its last renewal and keeps the lease until about its TTL: a server that
+   * takes requests and never answers them (cut from its backend by a link
+   * that drops everything) kept the renewal until the safe deadline, and
+   * the lease was lost though the next server could renew it. The first
+   * request goes on meanwhile, so a server merely slow still renews in time.
    */
-  #renewAttemptMs(ttlMs: number): number | undefined {
-    return this.#bases.length < 2 || !Number.isFinite(ttlMs) ? undefined : ttlMs / 3;
+  async #hedged<T>(ttlMs: number, signal: AbortSignal | undefined, send: (signal: AbortSignal | undefined) => Promise<T>): Promise<T> {
+    if (this.#bases.length < 2 || !Number.isFinite(ttlMs)) return send(signal);
+    const first = this.#preferred;
+    const stop = new AbortController(); // aborts the request not taken
+    const both = signal === undefined ? stop.signal : AbortSignal.any([signal, stop.signal]);
+    const runs = [send(both)];
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const hedge = new Promise<"hedge">((res) => (timer = setTimeout(() => res("hedge"), ttlMs / 3)));
+    try {
+      const ended = runs[0]!.then(() => "ended" as const, () => "ended" as const);
+      if ((await Promise.race([ended, hedge])) === "ended") return await runs[0]!;
+      this.moveOn(first); // unanswered so far: later requests go to the next
+      runs.push(send(both));
+      return await new Promise<T>((resolve, reject) => {
+        let left = runs.length;
+        for (const r of runs) {
+          r.then(resolve, (err: unknown) => {
+            if (!(err instanceof UnavailableError) || --left === 0) reject(err);
+          });
+        }
+      });
+    } finally {
+      clearTimeout(timer);
+      stop.abort(new UnavailableError("lease: renew: answered through another server"));
+    }
   }
 
   /**
@@ -577,7 +587,7 @@ export class Api {
   async renewBatch(items: readonly { g: Granted; ttlMs: number }[], signal?: AbortSignal): Promise<(Granted | NotHeldError)[]> {
     const body = { renewals: items.map(({ g, ttlMs }) => ({ key: g.key, id: g.id, token: g.token, ttl_ms: ttlMs })) };
     const shortest = Math.min(...items.map(({ ttlMs }) => ttlMs));
-    const v = await this.call("renewBatch", undefined, body, signal, undefined, undefined, undefined, this.#renewAttemptMs(shortest));
+    const v = await this.#hedged(shortest, signal, (s) => this.call("renewBatch", undefined, body, s));
     if (typeof v !== "object" || v === null || !Array.isArray(v.results) || v.results.length !== items.length) {
       throw new UnexpectedAnswerError(`lease: renew: a batch of ${items.length} answered without as many results`);
     }
