@@ -31,6 +31,7 @@ type replica struct {
 	refuse  atomic.Int32 // answer this many more requests 503, untouched
 	lose    atomic.Int32 // act on this many more requests, then cut the connection
 	hang    atomic.Int32 // take this many more requests and never answer them
+	slow    atomic.Int64 // answer each request only after this many nanoseconds
 	refused atomic.Int32
 }
 
@@ -42,6 +43,16 @@ func (r *replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"replica: backend unreachable"}}`))
 		return
+	}
+	if d := time.Duration(r.slow.Load()); d > 0 {
+		// real time: the delay stands for a server slow to answer, against
+		// the Client's real-time timers.
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+		}
+		t.Stop()
 	}
 	if r.hang.Add(-1) >= 0 {
 		_, _ = io.Copy(io.Discard, req.Body) // so that net/http sees the client hang up
@@ -299,6 +310,32 @@ func TestRenewalMovesOnFromAReplicaThatNeverAnswers(t *testing.T) {
 				t.Errorf("%s with the first replica hanging took %v; want it renewed through the second within half the TTL %v, with time to spare", tc.name, took.Round(time.Millisecond), ttl)
 			}
 		})
+	}
+}
+
+// TestSlowRenewalStillCounts: with every replica slow to answer (half the
+// TTL, as over an etcd slow to commit), a renewal is asked of the next
+// replica too after a third of the TTL, but the first, still under way,
+// is answered in time and renews the lease: it is not cut at a third of
+// the TTL, which would lose leases that slow servers still renew.
+func TestSlowRenewalStillCounts(t *testing.T) {
+	const ttl = 3 * time.Second
+	rs, _ := replicas(t, 2)
+	c := newClient(t, rs[0].url+","+rs[1].url)
+	l, err := c.Acquire(ctxFor(t), "multi/slow", "o", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		r.slow.Store(int64(ttl / 2))
+	}
+	sent := time.Now()
+	r, err := c.Renew(ctxFor(t), l, ttl)
+	if err != nil || r.Token != l.Token {
+		t.Fatalf("Renew with every replica answering after %v: %+v, %v", ttl/2, r, err)
+	}
+	if took := time.Since(sent); took > 2*ttl/3 {
+		t.Errorf("Renew with every replica answering after %v took %v, past two thirds of the TTL", ttl/2, took.Round(time.Millisecond))
 	}
 }
 
