@@ -269,8 +269,9 @@ var errNotSent = errors.New("leasehttp: request not sent")
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
 // A failure to get an answer, and a 503, move later requests on to the next
-// endpoint; the caller's own context ending says nothing about the
-// endpoint, and does not.
+// endpoint, as does the caller's deadline passing before the answer came;
+// the caller cancelling its context says nothing about the endpoint, and
+// does not (cancelled).
 func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	i, base := c.endpoint()
 	ended := ctx.Err() != nil
