@@ -13,6 +13,8 @@ import (
 
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/internal/testkit/memtest"
+	"github.com/leasehq/lease/internal/testkit/poll"
+	"github.com/leasehq/lease/leasehttp"
 	"github.com/leasehq/lease/memstore"
 )
 
@@ -40,12 +42,22 @@ func TestWaitRunOutOverAnUnreachableBackendIs503(t *testing.T) {
 			if _, err := store.Acquire(ctxFor(t), "busy", "holder", time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			_, hs := startServer(t, unreachableGet{store})
+			srv, hs := startServer(t, unreachableGet{store}, leasehttp.WithWaitGrace(leasehttp.MaxWaitGrace))
 			status, body := call(t, "POST", hs.URL+"/v1/leases/busy/acquire", "",
 				`{"owner":"waiter","ttl_ms":60000,"wait_ms":20`+tc.ticket+`}`)
 			if status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) {
 				t.Errorf("a wait run out over a backend that cannot say who holds the key: HTTP %d %s; want 503 unavailable", status, body)
 			}
+			// Told 503, the client does not come back: its wait leaves the
+			// line now, not at the end of the grace (a minute here), where
+			// it would stand ahead of the client's next wait.
+			poll.True(t, 10*time.Second, "the wait answered 503 leaves the line", func() bool {
+				n, err := waitingAt(srv, "busy")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n == 0
+			})
 		})
 	}
 }
