@@ -63,6 +63,16 @@ export interface TryAcquireOptions {
 /** WAIT_CHUNK_MS is the longest wait_ms one request asks for: a server waits at most 30 s anyway. */
 const WAIT_CHUNK_MS = 30_000;
 
+/**
+ * MAX_PACE_MS is the longest pause between the requests of a wait that a
+ * server answers at once; an answer that took as long (or half the wait
+ * asked for) means the server waited, and the wait asks again at once.
+ */
+const MAX_PACE_MS = 500;
+
+/** LEAVE_TIMEOUT_MS bounds the request that ends a wait left in line (leaveLine). */
+const LEAVE_TIMEOUT_MS = 10_000;
+
 /** defaultOwner is HOSTNAME-PID, as the Go client's lease.DefaultOwner. */
 function defaultOwner(): string {
   let host = "";
@@ -132,32 +142,64 @@ export class LeaseClient {
     // One ticket for every request of this wait: a server keeps the wait's
     // place in line from one request to the next.
     const ticket = newTicket();
+    let ticketed = false; // a request has carried the ticket: the server may keep the wait's place
     let backoff = 5;
     for (;;) {
       signal?.throwIfAborted();
       const left = until - performance.now();
-      const chunk = Math.max(0, Math.ceil(Math.min(left, WAIT_CHUNK_MS, MAX_WAIT_MS)));
+      // Once a request has carried the ticket, every request carries it,
+      // the last one too (at least 1 ms: a wait_ms of 0 tries once and
+      // leaves the ticket alone), so that the last takes the wait over and
+      // ends it rather than leave it in line for the server's grace.
+      const chunk = Math.max(ticketed ? 1 : 0, Math.ceil(Math.min(left, WAIT_CHUNK_MS, MAX_WAIT_MS)));
       const sent = performance.now();
       let g: Granted;
       try {
         const last = left <= Math.min(WAIT_CHUNK_MS, MAX_WAIT_MS);
+        ticketed ||= chunk > 0;
         g = await this.#api.acquire(key, this.owner, ttlMs, chunk, signal, chunk > 0 ? { ticket, last } : undefined);
       } catch (err) {
         if (!(err instanceof HeldError) || performance.now() >= until) throw err;
-        if (performance.now() - sent + 5 < chunk) {
-          // The server answered before the wait asked for: it does not
-          // wait, or not that long. Pace the asking.
-          await sleep(Math.min(jittered(backoff), Math.max(0, until - performance.now())), signal);
-          backoff = Math.min(backoff * 2, 500);
-        } else {
+        const took = performance.now() - sent;
+        if (took >= Math.min(chunk / 2, MAX_PACE_MS)) {
+          // The server waited (a server whose max wait is shorter than the
+          // chunk ends each request at it and keeps the ticket in line):
+          // ask again at once, as the Go client does.
           backoff = 5;
+          continue;
         }
+        // The server answered at once: it does not wait (--max-wait 0), or
+        // not long. Pace the asking.
+        try {
+          await sleep(Math.min(jittered(backoff), Math.max(0, until - performance.now())), signal);
+        } catch (reason) {
+          // Aborted while no request of the wait was at the server, which
+          // may keep its place in line (and grant it the key) until its
+          // grace ends: take the wait over and end it.
+          this.#leaveLine(key, ttlMs, ticket);
+          throw reason;
+        }
+        backoff = Math.min(backoff * 2, MAX_PACE_MS);
         continue;
       }
       const h = await this.#hold(g, sent, ttlMs);
       if (h !== undefined) return h;
       // It expired before we could use it: queue again.
     }
+  }
+
+  /**
+   * leaveLine ends, in the background, the wait that ticket keeps in line
+   * at the server between two of its requests: a request with the ticket,
+   * a wait of 1 ms and last, which takes the wait over and leaves the line
+   * at its end. A lease the wait was granted comes back with it and is
+   * released. (A server that kept no such wait, as one that does not wait,
+   * tries once for it: a lease so granted is released as well.)
+   */
+  #leaveLine(key: string, ttlMs: number, ticket: string): void {
+    this.#api
+      .acquire(key, this.owner, ttlMs, 1, AbortSignal.timeout(LEAVE_TIMEOUT_MS), { ticket, last: true })
+      .then((g) => this.#giveBack(g), () => undefined);
   }
 
   /**

@@ -300,3 +300,65 @@ console.log("released");`);
   const took = performance.now() - t0;
   assert.ok(took < 3_000, `the process ran ${Math.round(took)} ms after its last release`);
 });
+
+test("a wait aborted between two of its requests leaves the line: the next waiter gets the key at once, and no token goes to nobody", async (t) => {
+  // A server whose waits end at 50 ms: a wait is many requests, and the
+  // server keeps its place in line between them (for its 2 s grace). Each
+  // abort below comes just after a request was answered, while no request
+  // of the wait is at the server: the server kept the place, and, without
+  // word from the client, granted the key to it when freed and held it
+  // for nobody until the grace ended (the next waiter got it some 2.4 s
+  // after the release, with the token after the one the dead wait took).
+  const capped = await startLease(t, { args: ["--max-wait", "50ms"] });
+  for (let round = 0; round < 3; round++) {
+    const key = unique("leave");
+    const holder = await client("holder", { server: capped.url }).tryAcquire(key, { ttlMs: 60_000 });
+    const ctl = new AbortController();
+    const why = new Error("gave up");
+    let answers = 0;
+    // A fetch that aborts the wait just after its third request is answered.
+    const watching: typeof globalThis.fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (String(input).endsWith("/acquire") && ++answers === 3) setImmediate(() => ctl.abort(why));
+      return res;
+    };
+    const leaving = new LeaseClient({ server: capped.url, owner: "leaving", fetch: watching });
+    const gaveUp = leaving.acquire(key, { ttlMs: 60_000, signal: ctl.signal });
+    await assert.rejects(gaveUp, (err: unknown) => err === why);
+    const next = client("next", { server: capped.url }).acquire(key, { ttlMs: 60_000, waitMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 100)); // next is in line
+    const freed = performance.now();
+    await holder.release();
+    const h = await next;
+    const took = performance.now() - freed;
+    assert.equal(h.token, holder.token + 1, "a token went to the wait that gave up");
+    assert.ok(took < 1_000, `the next waiter got the key ${Math.round(took)} ms after its release`);
+    await h.release();
+  }
+});
+
+test("a wait the server ends at its max wait asks again at once, not after a growing pause", async (t) => {
+  // A server whose waits end at 600 ms: it waited, and keeps the wait's
+  // place only for its grace. The client took each such answer for a
+  // server that does not wait and paused before asking again, 5 ms
+  // doubling to 500 ms: a key freed in the pause waited for it (as the Go
+  // client asks again at once when the server took half the wait or 500 ms).
+  const capped = await startLease(t, { args: ["--max-wait", "600ms"] });
+  const key = unique("pace");
+  const holder = await client("holder", { server: capped.url }).tryAcquire(key, { ttlMs: 60_000 });
+  const gaps: number[] = [];
+  let answered = 0;
+  const timing: typeof globalThis.fetch = async (input, init) => {
+    if (answered > 0) gaps.push(performance.now() - answered);
+    const res = await fetch(input, init);
+    answered = performance.now();
+    return res;
+  };
+  const ctl = new AbortController();
+  const waiting = new LeaseClient({ server: capped.url, owner: "waiting", fetch: timing }).acquire(key, { ttlMs: 60_000, signal: ctl.signal });
+  await waitFor("eight requests of the wait", () => gaps.length >= 8, 30_000);
+  ctl.abort(new Error("enough"));
+  await assert.rejects(waiting, /enough/);
+  await holder.release();
+  assert.ok(gaps.every((g) => g < 150), `pauses between the requests of the wait: ${gaps.map(Math.round).join(", ")} ms`);
+});
