@@ -1,5 +1,5 @@
 import { type Api, type Granted, retried } from "./api.js";
-import { LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError } from "./errors.js";
+import { ForbiddenError, InvalidError, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError } from "./errors.js";
 
 /**
  * How much earlier than the server a client gives a lease up: fraction × TTL
@@ -280,6 +280,9 @@ function refTimer(timer: ReturnType<typeof setTimeout>, ref: boolean): boolean {
 /** MAX_RENEW_BATCH is the most renewals one POST /v1/renew takes. */
 const MAX_RENEW_BATCH = 256;
 
+/** RENEW_ALONE_AT_ONCE bounds the lone renewals in flight for a batch refused whole (Renewer.#renewEach). */
+const RENEW_ALONE_AT_ONCE = 8;
+
 /**
  * Renewer renews a LeaseClient's holds on one timer, set for the earliest
  * of their renewals and safe deadlines. Each hold's window for its next
@@ -289,9 +292,10 @@ const MAX_RENEW_BATCH = 256;
  * open is renewed with it, up to 256 in one POST /v1/renew. A hold is thus
  * never renewed later than before, and the holds of one batch share its
  * send time and its jitter, so they fall due together again. Each is judged
- * by its own answer and deadline: one the server refuses is lost alone, and
- * a batch that fails as a whole is retried for each of its holds after
- * TTL/10.
+ * by its own answer and deadline: one the server refuses is lost alone, a
+ * batch refused whole for one of its renewals (403, 400) is asked again one
+ * renewal each at once, and a batch that fails as a whole otherwise is
+ * retried for each of its holds after TTL/10.
  */
 export class Renewer {
   readonly #api: Api;
@@ -382,6 +386,20 @@ export class Renewer {
     this.#arm();
   }
 
+  /** #renewEach renews items one request each, RENEW_ALONE_AT_ONCE at a time, answering each as a batch's result. */
+  async #renewEach(items: readonly { g: Granted; ttlMs: number }[], signal: AbortSignal): Promise<(Granted | NotHeldError | { failed: unknown })[]> {
+    const results: (Granted | NotHeldError | { failed: unknown })[] = [];
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < items.length; i = next++) {
+        const it = items[i] as { g: Granted; ttlMs: number };
+        results[i] = await this.#api.renew(it.g, it.ttlMs, signal).catch((err: unknown) => (err instanceof NotHeldError ? err : { failed: err }));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(RENEW_ALONE_AT_ONCE, items.length) }, worker));
+    return results;
+  }
+
   /** #renew renews batch in one request, which ends at the last of their deadlines: no answer after it is of use. */
   async #renew(batch: Ticket[]): Promise<void> {
     const sent = performance.now();
@@ -394,7 +412,13 @@ export class Renewer {
     try {
       results = await this.#api.renewBatch(items, req.signal);
     } catch (err) {
-      results = batch.map(() => ({ failed: err }));
+      // A batch is refused whole for one renewal the server will not do (a
+      // key the credential no longer covers: 403; a renewal it finds
+      // malformed: 400): ask for each alone, so that one hold's refusal is
+      // not every hold's loss. Their send time stays the batch's.
+      results = items.length > 1 && (err instanceof ForbiddenError || err instanceof InvalidError)
+        ? await this.#renewEach(items, req.signal)
+        : batch.map(() => ({ failed: err }));
     } finally {
       clearTimeout(cutoff);
     }

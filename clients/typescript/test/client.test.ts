@@ -2,6 +2,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, test } from "node:test";
 
@@ -361,4 +362,23 @@ test("a wait the server ends at its max wait asks again at once, not after a gro
   await assert.rejects(waiting, /enough/);
   await holder.release();
   assert.ok(gaps.every((g) => g < 150), `pauses between the requests of the wait: ${gaps.map(Math.round).join(", ")} ms`);
+});
+
+test("a credential narrowed under held leases: the hold on a key it no longer covers is lost, the others renewed in its batches are not", async (t) => {
+  // A batch whose one key the credential does not cover is refused whole
+  // (403): every hold in it failed its renewal, and all were lost at
+  // their deadlines, those on keys still covered too.
+  const tok = "tok-narrow-0123456789abcdef";
+  const own = await startLease(t, { tokens: [`${tok} a/ b/`] });
+  const c = new LeaseClient({ server: own.url, owner: "worker-a", token: tok });
+  const ttlMs = 600;
+  const kept = await c.tryAcquire(unique("a/kept"), { ttlMs });
+  const dropped = await c.tryAcquire(unique("b/dropped"), { ttlMs });
+  writeFileSync(join(own.dataDir, "..", "tokens"), `${tok} a/\n`);
+  own.proc.kill("SIGHUP");
+  await waitFor("the server reloads its credentials", () => c.get(dropped.key).then(() => false, (err) => err instanceof ForbiddenError));
+  await waitFor("the hold on the key no longer covered is lost", () => !dropped.held, 4 * ttlMs);
+  await new Promise((r) => setTimeout(r, 2 * ttlMs)); // renewals of kept, alone now
+  assert.ok(kept.held, `the hold on a key still covered was lost: ${String(kept.signal.reason)}`);
+  await kept.release();
 });
