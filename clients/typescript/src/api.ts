@@ -428,12 +428,7 @@ export class Api {
     }
     const { res, at } = await this.#exchange(op, key, init, query, false);
     const { text } = res;
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = undefined;
-    }
+    const parsed = parseAnswer(res);
     if (res.status !== 200) {
       const err = errorFromBody(res.status, parsed, text);
       if (op === "acquire" && err instanceof UnavailableError) {
@@ -465,16 +460,7 @@ export class Api {
     const init = this.#init(op, "text/event-stream", signal);
     init.deadline = deadline;
     const { res, at } = await this.#exchange(op, undefined, init, query, true);
-    const { text } = res;
-    if (res.status !== 200) {
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = undefined;
-      }
-      throw errorFromBody(res.status, parsed, text);
-    }
+    if (res.status !== 200) throw errorFromBody(res.status, parseAnswer(res), res.text);
     const type = res.header("Content-Type") ?? "";
     if (res.body === null || type.split(";")[0]?.trim().toLowerCase() !== "text/event-stream") {
       await res.body?.cancel().catch(() => undefined);
@@ -589,6 +575,20 @@ export class Api {
       throw new UnexpectedAnswerError(`lease: list: ${v.leases.length} leases for a limit of ${limit}`);
     }
     return { leases: v.leases.map((l) => info(l, undefined)), next: v.next };
+  }
+}
+
+/**
+ * parseAnswer is an answer's body as JSON, or undefined when it is none: not
+ * JSON, or (an error answer) bytes that are not UTF-8, which no API error
+ * body has (a proxy's page in another encoding), read by its status.
+ */
+function parseAnswer(res: WireAnswer): unknown {
+  if (res.notUTF8 === true) return undefined;
+  try {
+    return JSON.parse(res.text) as unknown;
+  } catch {
+    return undefined;
   }
 }
 

@@ -9,7 +9,7 @@ import { type AddressInfo, createServer as createTCPServer, type Socket } from "
 import { after, test } from "node:test";
 
 import { Api } from "../src/api.js";
-import { LeaseClient, LeaseLostError, UnavailableError, UnexpectedAnswerError } from "../src/index.js";
+import { ForbiddenError, LeaseClient, LeaseLostError, UnavailableError, UnexpectedAnswerError } from "../src/index.js";
 import { body } from "./harness.js";
 
 const ID = "a".repeat(32);
@@ -323,5 +323,45 @@ test("a server naming another store than the first answer did is refused as unav
     assert.ok(b.asked.includes("GET /v1/watch"), b.asked.join("\n"));
     // Its release is refused too: the hold is let go of, as a's holder keeps the key until its TTL.
     await assert.rejects(hold.release(), another);
+  }
+});
+
+test("an error page that is not UTF-8 (a proxy's, in Latin-1) is read by its status, not as an answer lost", async () => {
+  // Its bytes failed the request as a body that is not UTF-8 does: a
+  // proxy's 403 was an UnavailableError ("no answer"), asked three times,
+  // and its 502 to an acquire said nothing had answered. The Go client
+  // reads such a page by its status, as the error table says.
+  const text = Buffer.from("<p>acc\xe8s refus\xe9</p>", "latin1");
+  const page = (status: number) =>
+    Buffer.concat([
+      Buffer.from(`HTTP/1.1 ${status} X\r\nContent-Type: text/html; charset=iso-8859-1\r\nConnection: close\r\nContent-Length: ${text.length}\r\n\r\n`),
+      text,
+    ]);
+  const asked: string[] = [];
+  const srv = createTCPServer((sock) => {
+    sock.on("error", () => undefined);
+    sock.on("data", (b) => {
+      const line = b.toString("latin1").split("\r\n")[0] ?? "";
+      asked.push(line);
+      sock.end(page(line.includes("/acquire") ? 502 : 403));
+    });
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => srv.close(() => r())));
+  const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+  for (const transport of ["node", "fetch"] as const) {
+    const c = new LeaseClient({ server: url, ...(transport === "fetch" ? { fetch: globalThis.fetch } : {}) });
+    asked.length = 0;
+    await assert.rejects(c.get("k"), (err: unknown) => {
+      assert.ok(err instanceof ForbiddenError && err.status === 403, `${transport}: ${String(err)}`);
+      assert.match(err.message, /HTTP 403 without the API's error body: "<p>acc\ufffds refus\ufffd<\/p>"/);
+      return true;
+    });
+    assert.equal(asked.length, 1, `${transport}: a 403 asked again: ${asked.join(", ")}`);
+    await assert.rejects(c.tryAcquire("k", { ttlMs: 1000 }), (err: unknown) => {
+      assert.ok(err instanceof UnavailableError && err.status === 502, `${transport}: ${String(err)}`);
+      assert.match(err.message, /answered HTTP 502; the outcome is unknown/);
+      return true;
+    });
   }
 });
