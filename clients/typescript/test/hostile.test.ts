@@ -10,7 +10,7 @@ import { after, test } from "node:test";
 
 import { Api } from "../src/api.js";
 import { ForbiddenError, LeaseClient, LeaseLostError, UnavailableError, UnexpectedAnswerError } from "../src/index.js";
-import { body } from "./harness.js";
+import { body, waitFor } from "./harness.js";
 
 const ID = "a".repeat(32);
 
@@ -363,5 +363,95 @@ test("an error page that is not UTF-8 (a proxy's, in Latin-1) is read by its sta
       assert.match(err.message, /answered HTTP 502; the outcome is unknown/);
       return true;
     });
+  }
+});
+
+test("a batch answered with fewer or more results than renewals renews none of them, and each hold is lost at its own deadline", async () => {
+  // A broken proxy's answer: results cannot be matched to renewals, so
+  // none is taken (one answer lost, as a failed batch is, not one hold's
+  // result given to another).
+  for (const skew of [-1, 1]) {
+    let batches = 0;
+    const srv = createServer((req, res) => {
+      void body(req).then((text) => {
+        const url = req.url ?? "";
+        let out = "{}";
+        if (url.endsWith("/acquire")) {
+          const key = decodeURIComponent(url.split("/")[3] ?? "");
+          out = leaseText(key, "7", (JSON.parse(text) as { ttl_ms: number }).ttl_ms);
+        } else if (url === "/v1/renew") {
+          batches++;
+          const { renewals } = JSON.parse(text) as { renewals: Renewal[] };
+          const rs = renewals.map((r) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`);
+          if (skew < 0) rs.pop();
+          else rs.push(rs[0] ?? "");
+          out = `{"results":[${rs.join(",")}]}`;
+        }
+        res.writeHead(200, { "Content-Type": "application/json" });
+        res.end(out);
+      });
+    });
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    after(() => new Promise<void>((r) => {
+      srv.closeAllConnections();
+      srv.close(() => r());
+    }));
+    const client = new LeaseClient({ server: `http://127.0.0.1:${(srv.address() as AddressInfo).port}` });
+    const ttlMs = 300;
+    const sent = performance.now();
+    const holds = await Promise.all(["a", "b", "c"].map((k) => client.tryAcquire(k, { ttlMs })));
+    const lostAt = await Promise.all(holds.map((h) => new Promise<number>((r) => h.signal.addEventListener("abort", () => r(performance.now()), { once: true }))));
+    assert.ok(batches >= 2, `skew ${skew}: ${batches} batches`);
+    for (const [i, h] of holds.entries()) {
+      assert.ok(h.signal.reason instanceof LeaseLostError, String(h.signal.reason));
+      assert.match(String(h.signal.reason), /no successful renewal before the safe deadline/);
+      assert.ok((lostAt[i] ?? 0) - sent <= ttlMs + 50, `skew ${skew}: lost ${Math.round((lostAt[i] ?? 0) - sent)} ms after the acquire`);
+    }
+  }
+});
+
+test("a batch answered 429 or 503, or cut off by a reset, is asked again: the holds are kept", async () => {
+  for (const fault of ["429", "503", "reset"]) {
+    let batches = 0;
+    const srv = createServer((req, res) => {
+      void body(req).then((text) => {
+        const url = req.url ?? "";
+        if (url.endsWith("/acquire")) {
+          const key = decodeURIComponent(url.split("/")[3] ?? "");
+          res.writeHead(200, { "Content-Type": "application/json" });
+          res.end(leaseText(key, "7", (JSON.parse(text) as { ttl_ms: number }).ttl_ms));
+          return;
+        }
+        if (url.endsWith("/release")) {
+          res.writeHead(200, { "Content-Type": "application/json" });
+          res.end("{}");
+          return;
+        }
+        if (url === "/v1/renew" && ++batches % 2 === 1) {
+          // Every other batch fails: a proxy's rate limit, a server shutting down, a restart.
+          if (fault === "reset") {
+            req.socket.destroy();
+            return;
+          }
+          res.writeHead(Number(fault), { "Content-Type": "text/html" });
+          res.end("<html>try later</html>");
+          return;
+        }
+        const { renewals } = JSON.parse(text) as { renewals: Renewal[] };
+        res.writeHead(200, { "Content-Type": "application/json" });
+        res.end(`{"results":[${renewals.map((r) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`).join(",")}]}`);
+      });
+    });
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    after(() => new Promise<void>((r) => {
+      srv.closeAllConnections();
+      srv.close(() => r());
+    }));
+    const client = new LeaseClient({ server: `http://127.0.0.1:${(srv.address() as AddressInfo).port}` });
+    const ttlMs = 600;
+    const holds = await Promise.all(["a", "b"].map((k) => client.tryAcquire(k, { ttlMs })));
+    await waitFor(`${fault}: six batches`, () => batches >= 6, 10_000);
+    for (const h of holds) assert.ok(h.held, `${fault}: ${String(h.signal.reason)}`);
+    await Promise.all(holds.map((h) => h.release()));
   }
 });
