@@ -13,7 +13,10 @@ export interface DriftMargin {
 /** DEFAULT_DRIFT_MARGIN is 1% of the TTL plus 2 ms. */
 export const DEFAULT_DRIFT_MARGIN: DriftMargin = Object.freeze({ fraction: 0.01, minMs: 2 });
 
-/** RELEASE_TIMEOUT_MS bounds a release: past it the lease expires at its TTL anyway. */
+/**
+ * RELEASE_TIMEOUT_MS bounds a release, and so does the lease's own life
+ * (Hold.release): past either, the lease expires at its TTL anyway.
+ */
 const RELEASE_TIMEOUT_MS = 10_000;
 
 /** marginOf returns the drift margin for a TTL of ttlMs. */
@@ -158,8 +161,10 @@ export class Hold implements AsyncDisposable {
    * throws that LeaseLostError at once and sends nothing, as the Python
    * client does: the server lets the lease go within the drift margin of
    * the deadline, or has already, and the loss most often comes from a
-   * server that does not answer, which a release would wait for. Calling
-   * it again does nothing.
+   * server that does not answer, which a release would wait for. A release
+   * unanswered gives up (an UnavailableError) after 10 s, or sooner when
+   * the lease would have expired by then: the send time of its last
+   * acquire or renewal + TTL. Calling it again does nothing.
    */
   async release(): Promise<void> {
     if (this.#released) return;
@@ -171,7 +176,12 @@ export class Hold implements AsyncDisposable {
     // A renewal in flight is answered to nobody: its batch's answer for this
     // hold is ignored, and the server refuses it if it comes after the
     // release.
-    const deadline = { until: performance.now() + RELEASE_TIMEOUT_MS, ms: RELEASE_TIMEOUT_MS };
+    // No longer than the lease would live without it (send time of the
+    // last acquire or renewal + TTL; the server's expiry is no earlier):
+    // past that the server has let it go by itself.
+    const ttl = this.#grantedTTL();
+    const ms = Math.max(1, Math.min(RELEASE_TIMEOUT_MS, Math.ceil(this.#deadline + marginOf(this.#margin, ttl) - performance.now())));
+    const deadline = { until: performance.now() + ms, ms };
     await retried(() => this.#api.release(this.#lease, undefined, deadline), undefined, deadline.until);
   }
 

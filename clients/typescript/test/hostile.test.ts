@@ -455,3 +455,25 @@ test("a batch answered 429 or 503, or cut off by a reset, is asked again: the ho
     await Promise.all(holds.map((h) => h.release()));
   }
 });
+
+test("a release the server leaves unanswered gives up when the lease would have expired anyway, not 10 s later", async () => {
+  // await using waited RELEASE_TIMEOUT_MS (10 s) for a hung server's
+  // answer to the release of a 600 ms lease, which the server lets go by
+  // itself within its TTL: the end of the scope held the caller 9.4 s for
+  // nothing.
+  const ttlMs = 600;
+  const srv = await fake({ hangReleases: true });
+  const client = new LeaseClient({ server: srv.url });
+  for (const how of ["release", "dispose"] as const) {
+    const sent = performance.now();
+    const h = await client.tryAcquire(`hung-release-${how}`, { ttlMs });
+    if (how === "release") {
+      await assert.rejects(h.release(), (err: unknown) => err instanceof UnavailableError && /unanswered within/.test(err.message));
+    } else {
+      await h[Symbol.asyncDispose]();
+    }
+    const took = performance.now() - sent;
+    assert.ok(took <= ttlMs + 200, `${how} returned ${Math.round(took)} ms after the acquire was sent, TTL ${ttlMs} ms`);
+  }
+  assert.equal(srv.releases(), 2);
+});
