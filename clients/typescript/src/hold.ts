@@ -85,7 +85,7 @@ export class Hold implements AsyncDisposable {
   #reason: unknown = undefined; // the end's reason, or RELEASED until made
   #lease: Granted;
   #deadline = 0; // performance.now() scale
-  #released = false;
+  #releasing: Promise<void> | undefined; // the first release's outcome
 
   /** Made by LeaseClient.acquire and tryAcquire, not by applications. */
   constructor(key: typeof holdKey, api: Api, renewer: Renewer, lease: Granted, sentAt: number, ttlMs: number, margin: DriftMargin) {
@@ -164,11 +164,16 @@ export class Hold implements AsyncDisposable {
    * server that does not answer, which a release would wait for. A release
    * unanswered gives up (an UnavailableError) after 10 s, or sooner when
    * the lease would have expired by then: the send time of its last
-   * acquire or renewal + TTL. Calling it again does nothing.
+   * acquire or renewal + TTL. Calling it again waits for the first call to
+   * end, and does nothing more.
    */
-  async release(): Promise<void> {
-    if (this.#released) return;
-    this.#released = true;
+  release(): Promise<void> {
+    if (this.#releasing !== undefined) return this.#releasing.then(() => undefined, () => undefined);
+    this.#releasing = this.#release();
+    return this.#releasing;
+  }
+
+  async #release(): Promise<void> {
     this.#judge();
     this.#renewer.remove(this.#ticket);
     if (this.#ended) throw this.#why();

@@ -37,9 +37,12 @@ async function fake(opts: {
   delayMs?: (n: number) => number;
   /** Leaves every release unanswered. */
   hangReleases?: boolean;
-}): Promise<{ url: string; batches: () => number; releases: () => number }> {
+  /** Answers each release after this long. */
+  releaseDelayMs?: number;
+}): Promise<{ url: string; batches: () => number; releases: () => number; released: () => number }> {
   let batches = 0;
   let releases = 0;
+  let released = 0; // releases answered
   const srv = createServer((req, res) => {
     void body(req).then(async (text) => {
       const url = req.url ?? "";
@@ -57,6 +60,8 @@ async function fake(opts: {
       } else if (url.endsWith("/release")) {
         releases++;
         if (opts.hangReleases === true) return;
+        await new Promise((r) => setTimeout(r, opts.releaseDelayMs ?? 0));
+        released++;
       }
       res.writeHead(200, { "Content-Type": "application/json" });
       res.end(out);
@@ -67,7 +72,7 @@ async function fake(opts: {
     srv.closeAllConnections();
     srv.close(() => r());
   }));
-  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, batches: () => batches, releases: () => releases };
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, batches: () => batches, releases: () => releases, released: () => released };
 }
 
 test("a token is read as written: past 2^53, or with a fraction or an exponent, is an UnexpectedAnswerError", async () => {
@@ -476,4 +481,22 @@ test("a release the server leaves unanswered gives up when the lease would have 
     assert.ok(took <= ttlMs + 200, `${how} returned ${Math.round(took)} ms after the acquire was sent, TTL ${ttlMs} ms`);
   }
   assert.equal(srv.releases(), 2);
+});
+
+test("await using after a release already under way ends only when the release has been answered", async () => {
+  // A release started elsewhere (a signal handler, say) made the second
+  // call, the end of the scope, return at once: the scope ended with the
+  // lease still held, and a program that then exited or took the key
+  // again found it held by itself.
+  const srv = await fake({ releaseDelayMs: 300 });
+  const client = new LeaseClient({ server: srv.url });
+  for (const how of ["release", "dispose"] as const) {
+    const h = await client.tryAcquire(`twice-${how}`, { ttlMs: 60_000 });
+    const first = h.release();
+    const before = srv.released();
+    if (how === "release") await h.release();
+    else await h[Symbol.asyncDispose]();
+    assert.equal(srv.released(), before + 1, `the second ${how} returned before the first release was answered`);
+    await first;
+  }
 });
