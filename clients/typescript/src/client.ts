@@ -282,18 +282,31 @@ export class LeaseClient {
   /**
    * all walks every page of list under prefix (default: all), yielding each lease in byte order of its
    * key: `for await (const l of client.all("jobs/")) ...`. A lease held throughout the walk is seen
-   * exactly once; each page is fetched when the loop reaches it.
+   * exactly once; each page is fetched when the loop reaches it. A page that
+   * does not move past the one before (a proxy that drops after=) throws an
+   * UnavailableError rather than be walked again.
    */
   async *all(
     prefix = "",
     options?: { limit?: number | undefined; signal?: AbortSignal | undefined },
   ): AsyncGenerator<LeaseInfo, void, undefined> {
     let after = "";
+    let last = ""; // the key after names, as a string of its UTF-8 bytes (which compares in byte order)
+    const stuck = () =>
+      new UnavailableError(`lease: list ${JSON.stringify(prefix)}: the server's page does not move past ${JSON.stringify(after)} (a proxy that drops the query?)`);
     for (;;) {
       const page = await this.list(prefix, { limit: options?.limit, after, signal: options?.signal });
+      // A page that does not move on (a broken server, a proxy that drops
+      // after=) would be walked again and again, as the Go and Python
+      // clients see.
+      const first = page.leases[0];
+      if (after !== "" && first !== undefined && byteString(first.key) <= last) throw stuck();
       yield* page.leases;
       if (page.next === "") return;
+      const next = cursorKey(page.next);
+      if (next === undefined || next <= last) throw stuck();
       after = page.next;
+      last = next;
     }
   }
 
@@ -316,6 +329,20 @@ export class LeaseClient {
       throw new InvalidError(`lease: heartbeatMs ${String(hb)} is not a whole number of milliseconds in [10, 3600000]`);
     }
     return new Watch(watchKey, this.#api, prefix, options?.signal, options?.exact === true, hb);
+  }
+}
+
+/** byteString is s's UTF-8 bytes as a string of one char each: such strings compare in byte order. */
+function byteString(s: string): string {
+  return String.fromCharCode(...new TextEncoder().encode(s));
+}
+
+/** cursorKey is the key a page cursor names (unpadded base64url of its bytes) as byteString gives it, or undefined. */
+function cursorKey(cursor: string): string | undefined {
+  try {
+    return atob(cursor.replaceAll("-", "+").replaceAll("_", "/"));
+  } catch {
+    return undefined;
   }
 }
 

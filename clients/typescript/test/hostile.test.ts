@@ -500,3 +500,37 @@ test("await using after a release already under way ends only when the release h
     await first;
   }
 });
+
+test("all() over a server whose pages do not move on (a proxy that drops after=) throws, not walking the first page for ever", async () => {
+  const cursor = (key: string) => Buffer.from(key).toString("base64url");
+  for (const broken of ["drops-after", "next-back"]) {
+    const srv = createServer((req, res) => {
+      const url = new URL(req.url ?? "", "http://x");
+      const after = url.searchParams.get("after");
+      // drops-after: every page is the first; next-back: the second page's next points back at the first.
+      const second = broken === "next-back" && after !== null;
+      const keys = second ? ["c", "d"] : ["a", "b"];
+      const leases = keys.map((k) => leaseText(k, "7", 60_000).replace(`,"id":"${ID}"`, ""));
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(`{"leases":[${leases.join(",")}],"next":"${cursor(second ? "a" : "b")}"}`);
+    });
+    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+    after(() => new Promise<void>((r) => {
+      srv.closeAllConnections();
+      srv.close(() => r());
+    }));
+    const client = new LeaseClient({ server: `http://127.0.0.1:${(srv.address() as AddressInfo).port}` });
+    const seen: string[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const l of client.all("", { limit: 2 })) {
+          seen.push(l.key);
+          if (seen.length >= 20) break;
+        }
+      })(),
+      (err: unknown) => err instanceof UnavailableError && /does not move past/.test(err.message),
+      `${broken}: walked ${seen.join(",")}`,
+    );
+    assert.deepEqual(seen, broken === "next-back" ? ["a", "b", "c", "d"] : ["a", "b"], broken);
+  }
+});
