@@ -333,7 +333,7 @@ test("a wait aborted between two of its requests leaves the line: the next waite
     const h = await next;
     const took = performance.now() - freed;
     assert.equal(h.token, holder.token + 1, "a token went to the wait that gave up");
-    assert.ok(took < 1_000, `the next waiter got the key ${Math.round(took)} ms after its release`);
+    assert.ok(took < 1_500, `the next waiter got the key ${Math.round(took)} ms after its release`);
     await h.release();
   }
 });
