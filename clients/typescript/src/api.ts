@@ -209,6 +209,8 @@ export function notSent(err: unknown): boolean {
 interface Answer {
   readonly res: WireAnswer;
   readonly at: number;
+  /** An attempt on an endpoint before it may have reached its server (its answer lost, or a 5xx). */
+  readonly lost: boolean;
 }
 
 /** The parts of a request that are the same whichever endpoint it goes to. */
@@ -395,10 +397,11 @@ export class Api {
         this.moveOn(at);
         if (resend && i + 1 < n) {
           failed.push(`${origin}: HTTP ${res.status}`);
+          lost = true;
           continue;
         }
       }
-      return { res, at };
+      return { res, at, lost };
     }
     const outcome = operations[op].method !== "POST" ? "" : lost ? "; the outcome is unknown" : " (not sent: no server could be reached)";
     const from = n > 1 ? `any of ${n} servers` : (this.#origins[0] ?? "");
@@ -426,11 +429,12 @@ export class Api {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    const { res, at } = await this.#exchange(op, key, init, query, false);
+    const { res, at, lost } = await this.#exchange(op, key, init, query, false);
     const { text } = res;
     const parsed = parseAnswer(res);
     if (res.status !== 200) {
       const err = errorFromBody(res.status, parsed, text);
+      if (op === "release" && lost) throw mayHaveReleased(err);
       if (op === "acquire" && err instanceof UnavailableError) {
         throw new UnavailableError(`lease: ${describe(op, key)}: ${this.#bases[at]?.origin} answered HTTP ${res.status}; the outcome is unknown: ${err.message}`,
           { status: res.status, cause: err });
@@ -577,6 +581,18 @@ export class Api {
     return { leases: v.leases.map((l) => info(l, undefined)), next: v.next };
   }
 }
+
+/**
+ * mayHaveReleased says of err, the answer to a release sent again after an
+ * attempt whose outcome is unknown, that a not_held may be that attempt's
+ * doing, as the Go client says it.
+ */
+export function mayHaveReleased(err: unknown): unknown {
+  if (!(err instanceof NotHeldError) || err.message.endsWith(MAY_HAVE_RELEASED)) return err;
+  return new NotHeldError(`${err.message}${MAY_HAVE_RELEASED}`, { ...(err.status === undefined ? {} : { status: err.status }), cause: err });
+}
+
+const MAY_HAVE_RELEASED = " (an earlier attempt whose answer was lost may have released it)";
 
 /**
  * parseAnswer is an answer's body as JSON, or undefined when it is none: not

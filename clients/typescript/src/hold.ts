@@ -1,4 +1,4 @@
-import { type Api, type Granted, retried } from "./api.js";
+import { type Api, type Granted, mayHaveReleased, retried } from "./api.js";
 import { ForbiddenError, InvalidError, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError } from "./errors.js";
 
 /**
@@ -187,7 +187,16 @@ export class Hold implements AsyncDisposable {
     const ttl = this.#grantedTTL();
     const ms = Math.max(1, Math.min(RELEASE_TIMEOUT_MS, Math.ceil(this.#deadline + marginOf(this.#margin, ttl) - performance.now())));
     const deadline = { until: performance.now() + ms, ms };
-    await retried(() => this.#api.release(this.#lease, undefined, deadline), undefined, deadline.until);
+    let uncertain = false; // an attempt failed whose outcome is unknown
+    await retried(async () => {
+      try {
+        await this.#api.release(this.#lease, undefined, deadline);
+      } catch (err) {
+        if (uncertain) throw mayHaveReleased(err);
+        uncertain = err instanceof UnavailableError;
+        throw err;
+      }
+    }, undefined, deadline.until);
   }
 
   /**

@@ -9,7 +9,7 @@ import { type AddressInfo, createServer as createTCPServer, type Socket } from "
 import { after, test } from "node:test";
 
 import { Api } from "../src/api.js";
-import { ForbiddenError, LeaseClient, LeaseLostError, UnavailableError, UnexpectedAnswerError } from "../src/index.js";
+import { ForbiddenError, LeaseClient, LeaseLostError, NotHeldError, UnavailableError, UnexpectedAnswerError } from "../src/index.js";
 import { body, waitFor } from "./harness.js";
 
 const ID = "a".repeat(32);
@@ -532,5 +532,50 @@ test("all() over a server whose pages do not move on (a proxy that drops after=)
       `${broken}: walked ${seen.join(",")}`,
     );
     assert.deepEqual(seen, broken === "next-back" ? ["a", "b", "c", "d"] : ["a", "b"], broken);
+  }
+});
+
+test("a release answered not_held after an attempt whose answer was lost says the lost attempt may have released it", async () => {
+  // The server releases the lease at the first attempt and its answer is
+  // lost; the attempt sent again is answered not_held. The Go client says
+  // so (DESIGN.md, rule 4 of several servers); this one threw a bare
+  // NotHeldError, as if someone else had the lease.
+  for (const servers of [1, 2]) {
+    let releases = 0;
+    const make = () =>
+      createServer((req, res) => {
+        void body(req).then((text) => {
+          const url = req.url ?? "";
+          if (url.endsWith("/acquire")) {
+            const key = decodeURIComponent(url.split("/")[3] ?? "");
+            res.writeHead(200, { "Content-Type": "application/json" });
+            res.end(leaseText(key, "7", (JSON.parse(text) as { ttl_ms: number }).ttl_ms));
+            return;
+          }
+          if (++releases === 1) {
+            req.socket.destroy(); // released; the answer is lost
+            return;
+          }
+          res.writeHead(409, { "Content-Type": "application/json" });
+          res.end('{"error":{"code":"not_held","message":"not held"}}');
+        });
+      });
+    const urls: string[] = [];
+    for (let i = 0; i < servers; i++) {
+      const srv = make();
+      await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+      after(() => new Promise<void>((r) => {
+        srv.closeAllConnections();
+        srv.close(() => r());
+      }));
+      urls.push(`http://127.0.0.1:${(srv.address() as AddressInfo).port}`);
+    }
+    const client = new LeaseClient({ server: urls });
+    const h = await client.tryAcquire("k", { ttlMs: 60_000 });
+    await assert.rejects(h.release(), (err: unknown) => {
+      assert.ok(err instanceof NotHeldError, `${servers}: ${String(err)}`);
+      assert.match(err.message, /an earlier attempt whose answer was lost may have released it/, `${servers} server(s)`);
+      return true;
+    });
   }
 });
