@@ -87,6 +87,9 @@ test("a missing row is NotFoundError; bad names and tokens are InvalidError", as
   await assert.rejects(updateRow(pool, table, 999, { value: "x" }, 1), NotFoundError);
   await assert.rejects(updateRow(pool, table, 1, { value: "x" }, 0), InvalidError);
   await assert.rejects(updateRow(pool, table, 1, { value: "x" }, 2 ** 53 + 2), InvalidError);
+  for (const t of [9007199254740993n, 5n, "5"] as unknown[]) {
+    await assert.rejects(updateRow(pool, table, 1, { value: "x" }, t as number), InvalidError, `token ${String(t)} (${typeof t})`);
+  }
   await assert.rejects(updateRow(pool, table, 1, { fencing_token: 3 }, 3), InvalidError);
   await assert.rejects(updateRow(pool, "x".repeat(64), 1, {}, 1), InvalidError);
   await assert.rejects(updateRow(pool, "a\u0000b", 1, {}, 1), InvalidError);
