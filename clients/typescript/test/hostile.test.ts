@@ -579,3 +579,40 @@ test("a release answered not_held after an attempt whose answer was lost says th
     });
   }
 });
+
+test("an aborted signal sends nothing and rejects with its reason; AbortSignal.timeout's TimeoutError comes through as it is", async () => {
+  const asked: string[] = [];
+  const srv = createServer((req, res) => {
+    asked.push(`${req.method} ${req.url}`);
+    // Every acquire waits, never answered: only the signal ends it.
+    if ((req.url ?? "").endsWith("/acquire")) return;
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end('{"leases":[],"next":""}');
+  });
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    srv.closeAllConnections();
+    srv.close(() => r());
+  }));
+  const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+  for (const transport of ["node", "fetch"] as const) {
+    const c = new LeaseClient({ server: url, ...(transport === "fetch" ? { fetch: globalThis.fetch } : {}) });
+    const why = new Error("already gone");
+    const signal = AbortSignal.abort(why);
+    const calls: [string, () => Promise<unknown>][] = [
+      ["acquire", () => c.acquire("k", { ttlMs: 1000, signal })],
+      ["tryAcquire", () => c.tryAcquire("k", { ttlMs: 1000, signal })],
+      ["get", () => c.get("k", { signal })],
+      ["list", () => c.list("", { signal })],
+    ];
+    for (const [name, call] of calls) await assert.rejects(call(), (err: unknown) => err === why, `${transport} ${name}`);
+    assert.deepEqual(asked, [], `${transport}: sent with an aborted signal`);
+    for (const [name, call] of [
+      ["acquire", () => c.acquire("k", { ttlMs: 1000, signal: AbortSignal.timeout(100) })],
+      ["tryAcquire", () => c.tryAcquire("k", { ttlMs: 1000, signal: AbortSignal.timeout(100) })],
+    ] as const) {
+      await assert.rejects(call(), (err: unknown) => err instanceof DOMException && err.name === "TimeoutError", `${transport} ${name}`);
+    }
+    asked.length = 0;
+  }
+});
