@@ -16,7 +16,7 @@ import {
   NotHeldError,
   UnauthorizedError,
 } from "../src/index.js";
-import { runLease, startLease, unique, waitFor } from "./harness.js";
+import { pause, runLease, startLease, unique, waitFor } from "./harness.js";
 
 const server = await startLease({ after });
 
@@ -381,4 +381,47 @@ test("a credential narrowed under held leases: the hold on a key it no longer co
   await new Promise((r) => setTimeout(r, 2 * ttlMs)); // renewals of kept, alone now
   assert.ok(kept.held, `the hold on a key still covered was lost: ${String(kept.signal.reason)}`);
   await kept.release();
+});
+
+test("a process whose body throws after its server died or hung disposes of its hold and exits on its own", async (t) => {
+  // The README's form of await using (Node.js 20 cannot run the syntax):
+  // the body throws, the finally disposes, the process must then end with
+  // the body's error, nothing of the client's keeping it alive.
+  // hung-held: the body throws while the hold is held, and the release
+  // waits for a stopped server: for as long as the lease would live (1 s),
+  // no longer (it waited 10 s).
+  for (const fault of ["killed", "hung", "hung-held"] as const) {
+    const own = await startLease(t);
+    const index = new URL("../src/index.js", import.meta.url).href;
+    const code = `import { LeaseClient } from ${JSON.stringify(index)};
+const c = new LeaseClient({ server: ${JSON.stringify(own.url)}, owner: "exit" });
+const hold = await c.tryAcquire("body-throws", { ttlMs: 1_000 });
+console.log("holding");
+try {
+  await new Promise((r) => process.stdin.once("data", r)); // the test has killed or stopped the server
+  if (${JSON.stringify(fault)} === "hung") await new Promise((r) => hold.signal.addEventListener("abort", r));
+  throw new Error("the body failed");
+} finally {
+  await hold[Symbol.asyncDispose]();
+}`;
+    const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { stdio: ["pipe", "pipe", "pipe"] });
+    after(() => void proc.kill());
+    let out = "";
+    let err = "";
+    proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+    proc.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((r) => proc.once("exit", (c) => r(c)));
+    await waitFor("the child holds its lease", () => out.includes("holding"));
+    if (fault === "killed") own.proc.kill("SIGKILL");
+    else await pause(own.proc);
+    const start = performance.now();
+    proc.stdin?.end("go\n");
+    const code_ = await exited;
+    const took = performance.now() - start;
+    own.proc.kill("SIGCONT");
+    assert.equal(code_, 1, `${fault}: exit code (stderr: ${err})`);
+    assert.match(err, /the body failed/, fault);
+    // hung: the hold is lost at its deadline (under 1 s); its release then sends nothing.
+    assert.ok(took < 3_000, `${fault}: the process ran ${Math.round(took)} ms after its body ended`);
+  }
 });
