@@ -56,7 +56,8 @@ async function fake(opts: {
         const { renewals } = JSON.parse(text) as { renewals: Renewal[] };
         const one = opts.renewal ?? ((_n: number, r: Renewal) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`);
         out = `{"results":[${renewals.map((r) => one(n, r)).join(",")}]}`;
-        await new Promise((r) => setTimeout(r, opts.delayMs?.(n) ?? 0));
+        // Unref'd: a delay the test outlives keeps no process alive.
+        await new Promise((r) => setTimeout(r, opts.delayMs?.(n) ?? 0).unref());
       } else if (url.endsWith("/release")) {
         releases++;
         if (opts.hangReleases === true) return;
@@ -615,4 +616,19 @@ test("an aborted signal sends nothing and rejects with its reason; AbortSignal.t
     }
     asked.length = 0;
   }
+});
+
+test("a renewal whose answer never comes is given up after 10 s and sent again, not left to the hold's deadline", { timeout: 60_000 }, async () => {
+  // A connection that died under the request (a NAT or balancer that lost
+  // it; new connections pass) took the batch with it: nothing bounded the
+  // request but the hold's deadline, and a 30 s hold was lost at it with
+  // the server answering new requests all along. Each request is bounded
+  // by 10 s, as the Go client's are, and the batch asked again.
+  const srv = await fake({ delayMs: (n) => (n === 1 ? 120_000 : 0) });
+  const client = new LeaseClient({ server: srv.url });
+  const h = await client.tryAcquire("stranded", { ttlMs: 30_000 });
+  await waitFor("a second batch", () => srv.batches() >= 2, 28_000);
+  await new Promise((r) => setTimeout(r, 100)); // its answer
+  assert.ok(h.held, String(h.signal.reason));
+  await h.release();
 });
