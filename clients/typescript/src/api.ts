@@ -31,6 +31,13 @@ export const HEARTBEAT_HEADER = "Lease-Heartbeat-Ms";
  */
 export const STORE_HEADER = "Lease-Store";
 
+/**
+ * DEFAULT_TIMEOUT_MS is how long one request may go unanswered (beyond the
+ * wait an acquire asks for) before it is given up as an answer lost: the Go
+ * client's default (leasehttp.WithTimeout).
+ */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+
 /** DEFAULT_HEARTBEAT_MS is the heartbeat assumed of a server that does not say its own (leasehttp.DefaultHeartbeat). */
 export const DEFAULT_HEARTBEAT_MS = 15_000;
 
@@ -220,6 +227,8 @@ interface Init {
   body?: string;
   readonly signal: AbortSignal | undefined;
   deadline?: Deadline | undefined;
+  /** Bounds each attempt (one endpoint's), as Api's timeoutMs does; an acquire's adds the wait it asks for. */
+  attemptMs?: number | undefined;
   /** Gets the answer of a request the signal ended while it waited for it (WireRequest.late). */
   late?: ((answer: WireAnswer) => void) | undefined;
 }
@@ -249,6 +258,7 @@ export class Api {
   readonly #origins: readonly string[]; // #bases' origins, for messages
   readonly #auth: string | undefined;
   readonly #send: Transport;
+  readonly #timeoutMs: number;
   #preferred = 0;
   /**
    * watchesGivenUp counts the watch streams given up for silence, which
@@ -259,7 +269,13 @@ export class Api {
   /** The store the first answer that named one named (STORE_HEADER), and the origin that named it. */
   #store: { readonly id: string; readonly origin: string } | undefined;
 
-  constructor(server: string | URL | readonly (string | URL)[], bearer: string | undefined, fetchImpl: typeof globalThis.fetch | undefined) {
+  constructor(
+    server: string | URL | readonly (string | URL)[],
+    bearer: string | undefined,
+    fetchImpl: typeof globalThis.fetch | undefined,
+    timeoutMs = DEFAULT_TIMEOUT_MS,
+  ) {
+    this.#timeoutMs = timeoutMs;
     const list: readonly unknown[] = Array.isArray(server) ? server : [server];
     if (list.length === 0) throw new InvalidError("lease: server is an empty list; name at least one URL");
     const bases = list.map(baseURL);
@@ -344,9 +360,15 @@ export class Api {
       const at = (first + i) % n;
       const origin = this.#origins[at] ?? "";
       let res: WireAnswer;
+      let byDeadline = false; // the attempt's bound is the deadline's (not its own timeout)
       try {
-        const timeoutMs = deadline === undefined ? undefined : deadline.until - performance.now();
-        if (timeoutMs !== undefined && timeoutMs <= 0) throw new DOMException("no time left", "TimeoutError");
+        // Each attempt is bounded (a stream's opening by its deadline alone),
+        // and all of them by the deadline, if given.
+        const remaining = deadline === undefined ? Infinity : deadline.until - performance.now();
+        if (remaining <= 0) throw new DOMException("no time left", "TimeoutError");
+        const attempt = stream ? Infinity : (init.attemptMs ?? this.#timeoutMs);
+        byDeadline = deadline !== undefined && remaining <= attempt;
+        const timeoutMs = Math.min(remaining, attempt) === Infinity ? undefined : Math.min(remaining, attempt);
         // An object literal, not a spread: a spread costs more than the
         // rest of this loop here (V8 copies property by property).
         res = await this.#send({
@@ -361,7 +383,7 @@ export class Api {
         });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        if (deadline !== undefined && err instanceof DOMException && err.name === "TimeoutError") {
+        if (deadline !== undefined && byDeadline && err instanceof DOMException && err.name === "TimeoutError") {
           this.moveOn(at);
           throw new UnavailableError(`lease: ${what()}: unanswered within ${deadline.ms} ms${tried(failed)}`, { cause: err });
         }
@@ -421,10 +443,12 @@ export class Api {
     query?: Record<string, string>,
     deadline?: Deadline,
     late?: (answer: WireAnswer) => void,
+    attemptMs?: number,
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
     init.deadline = deadline;
     init.late = late;
+    init.attemptMs = attemptMs;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -521,7 +545,8 @@ export class Api {
       }
       this.release(g, AbortSignal.timeout(Math.max(1, g.ttlMs))).catch(() => undefined);
     };
-    return granted(key, await this.call("acquire", key, body, signal, undefined, undefined, late));
+    // Bounded by the client's timeout beyond the wait the server is asked for.
+    return granted(key, await this.call("acquire", key, body, signal, undefined, undefined, late, this.#timeoutMs + waitMs));
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal, deadline?: Deadline): Promise<Granted> {

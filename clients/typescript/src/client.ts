@@ -6,6 +6,7 @@ import {
   checkKey,
   checkName,
   checkPage,
+  DEFAULT_TIMEOUT_MS,
   type Granted,
   type LeaseInfo,
   type LeasePage,
@@ -39,6 +40,14 @@ export interface LeaseClientOptions {
   readonly driftMargin?: DriftMargin;
   /** The fetch to send requests with; default: keep-alive node:http in Node.js, globalThis.fetch elsewhere. */
   readonly fetch?: typeof globalThis.fetch;
+  /**
+   * How long one request may go unanswered, beyond the wait an acquire asks
+   * the server for, before it is given up as an answer lost (the next
+   * server is tried; an acquire's outcome is then unknown): 1 ms to 1 h,
+   * default DEFAULT_TIMEOUT_MS (10 s, the Go client's). A watch's opening is
+   * bounded by its heartbeat instead.
+   */
+  readonly timeoutMs?: number;
 }
 
 /** How to acquire. */
@@ -98,7 +107,9 @@ export class LeaseClient {
 
   constructor(options: LeaseClientOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidError("lease: LeaseClient needs options with a server URL");
-    this.#api = new Api(options.server, options.token, options.fetch);
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    checkInt("timeoutMs", timeoutMs, 1, 3_600_000);
+    this.#api = new Api(options.server, options.token, options.fetch, timeoutMs);
     this.#renewer = new Renewer(this.#api);
     this.owner = options.owner ?? defaultOwner();
     checkName("owner", this.owner);

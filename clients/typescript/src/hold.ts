@@ -1,4 +1,4 @@
-import { type Api, type Deadline, type Granted, mayHaveReleased, retried } from "./api.js";
+import { type Api, type Granted, mayHaveReleased, retried } from "./api.js";
 import { ForbiddenError, InvalidError, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError } from "./errors.js";
 
 /**
@@ -304,9 +304,6 @@ function refTimer(timer: ReturnType<typeof setTimeout>, ref: boolean): boolean {
 /** MAX_RENEW_BATCH is the most renewals one POST /v1/renew takes. */
 const MAX_RENEW_BATCH = 256;
 
-/** RENEW_TIMEOUT_MS bounds one renewal request, as the Go client's WithTimeout does by default. */
-const RENEW_TIMEOUT_MS = 10_000;
-
 /** RENEW_ALONE_AT_ONCE bounds the lone renewals in flight for a batch refused whole (Renewer.#renewEach). */
 const RENEW_ALONE_AT_ONCE = 8;
 
@@ -417,17 +414,13 @@ export class Renewer {
   async #renewEach(
     items: readonly { g: Granted; ttlMs: number }[],
     signal: AbortSignal,
-    deadline: Deadline,
   ): Promise<(Granted | NotHeldError | { failed: unknown })[]> {
     const results: (Granted | NotHeldError | { failed: unknown })[] = [];
     let next = 0;
     const worker = async () => {
       for (let i = next++; i < items.length; i = next++) {
         const it = items[i] as { g: Granted; ttlMs: number };
-        // Each alone gets the time a batch request gets, from its own send
-        // (the signal still ends them all at the batch's last deadline).
-        const d = { until: performance.now() + deadline.ms, ms: deadline.ms };
-        results[i] = await this.#api.renew(it.g, it.ttlMs, signal, d).catch((err: unknown) => (err instanceof NotHeldError ? err : { failed: err }));
+        results[i] = await this.#api.renew(it.g, it.ttlMs, signal).catch((err: unknown) => (err instanceof NotHeldError ? err : { failed: err }));
       }
     };
     await Promise.all(Array.from({ length: Math.min(RENEW_ALONE_AT_ONCE, items.length) }, worker));
@@ -442,22 +435,20 @@ export class Renewer {
     const req = new AbortController();
     const cutoff = setTimeout(() => req.abort(new UnavailableError("lease: renewal unanswered at the safe deadline")), Math.max(0, last - sent));
     const j = Math.random(); // one jitter for the batch, so that its holds stay together
-    // Each request is bounded as the Go client bounds it (10 s): one whose
-    // connection died under it (a NAT or balancer that lost it) fails then
-    // and is sent again, on a new connection or the next server, while the
-    // holds' deadlines leave time.
-    const bound = Math.max(1, Math.min(RENEW_TIMEOUT_MS, Math.ceil(last - sent)));
-    const deadline: Deadline = { until: sent + bound, ms: bound };
+    // Each request is also bounded by the client's timeout (Api, 10 s by
+    // default): one whose connection died under it (a NAT or balancer that
+    // lost it) fails then and is sent again, on the next server or a new
+    // connection, while the holds' deadlines leave time.
     let results: (Granted | NotHeldError | { failed: unknown })[];
     try {
-      results = await this.#api.renewBatch(items, req.signal, deadline);
+      results = await this.#api.renewBatch(items, req.signal);
     } catch (err) {
       // A batch is refused whole for one renewal the server will not do (a
       // key the credential no longer covers: 403; a renewal it finds
       // malformed: 400): ask for each alone, so that one hold's refusal is
       // not every hold's loss. Their send time stays the batch's.
       results = items.length > 1 && (err instanceof ForbiddenError || err instanceof InvalidError)
-        ? await this.#renewEach(items, req.signal, deadline)
+        ? await this.#renewEach(items, req.signal)
         : batch.map(() => ({ failed: err }));
     } finally {
       clearTimeout(cutoff);
