@@ -549,8 +549,8 @@ export class Api {
     return granted(key, await this.call("acquire", key, body, signal, undefined, undefined, late, this.#timeoutMs + waitMs));
   }
 
-  async renew(g: Granted, ttlMs: number, signal?: AbortSignal, deadline?: Deadline): Promise<Granted> {
-    return granted(g.key, await this.call("renew", g.key, { id: g.id, token: g.token, ttl_ms: ttlMs }, signal, undefined, deadline));
+  async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {
+    return granted(g.key, await this.call("renew", g.key, { id: g.id, token: g.token, ttl_ms: ttlMs }, signal));
   }
 
   /**
@@ -559,13 +559,9 @@ export class Api {
    * or a NotHeldError for one that is no longer held. A failure of the
    * request as a whole throws, as renew does.
    */
-  async renewBatch(
-    items: readonly { g: Granted; ttlMs: number }[],
-    signal?: AbortSignal,
-    deadline?: Deadline,
-  ): Promise<(Granted | NotHeldError)[]> {
+  async renewBatch(items: readonly { g: Granted; ttlMs: number }[], signal?: AbortSignal): Promise<(Granted | NotHeldError)[]> {
     const body = { renewals: items.map(({ g, ttlMs }) => ({ key: g.key, id: g.id, token: g.token, ttl_ms: ttlMs })) };
-    const v = await this.call("renewBatch", undefined, body, signal, undefined, deadline);
+    const v = await this.call("renewBatch", undefined, body, signal);
     if (typeof v !== "object" || v === null || !Array.isArray(v.results) || v.results.length !== items.length) {
       throw new UnexpectedAnswerError(`lease: renew: a batch of ${items.length} answered without as many results`);
     }
