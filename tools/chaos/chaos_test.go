@@ -11,10 +11,11 @@ import (
 )
 
 // runChaos plays one engine with the guard on and asserts everything: both
-// histories linearizable, progress after each fault (inside Run), every
-// fault kind injected, and at least one late write that the guard had to
-// reject — or the run never produced the danger it is meant to survive.
-// It returns the run's result for more checks.
+// histories linearizable, progress after each fault and a stale writer
+// after each of the driver's pauses (inside Run), every fault kind
+// injected, and late writes that the guard rejected, every one — or the
+// run never produced the danger it is meant to survive. It returns the
+// run's result for more checks.
 func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 	t.Helper()
 	res := chaos.Run(t, cfg)
@@ -23,9 +24,9 @@ func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 	if guard == "" {
 		guard = "memory"
 	}
-	t.Logf("%s (guard %s): %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses, faults %v; register check %v on %d ops in %v, grant check %v on %d ops",
+	t.Logf("%s (guard %s): %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses (%d made a stale writer: %d late writes rejected, %d accepted), faults %v; register check %v on %d ops in %v, grant check %v on %d ops",
 		cfg.Engine.Name, guard, s.Duration.Round(time.Millisecond), s.Grants, s.Writes, s.Accepted, s.Rejected, s.Reads,
-		s.AcquireErrors, s.Lost, s.Pauses, s.Faults, res.Register.Result, res.Register.Ops, res.Register.Elapsed.Round(time.Millisecond),
+		s.AcquireErrors, s.Lost, s.Pauses, s.Late.Stale, s.Late.Rejected, s.Late.Accepted, s.Faults, res.Register.Result, res.Register.Ops, res.Register.Elapsed.Round(time.Millisecond),
 		res.Grants.Result, res.Grants.Ops)
 	chaos.RequireLinearizable(t, res)
 	for _, k := range cfg.Kinds {
@@ -33,10 +34,33 @@ func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 			t.Errorf("fault %s was never injected", k)
 		}
 	}
-	if s.Rejected == 0 {
-		t.Errorf("no late write was rejected: the pauses never let a stale writer reach the register, so the run proved nothing")
-	}
+	requireLateRejected(t, s.Pauses, s.Late)
 	return res
+}
+
+// requireLateRejected fails t unless the run's pauses made a stale writer
+// (a newer token accepted on its key before its next write) and the guard
+// rejected every one of its late writes.
+func requireLateRejected(t *testing.T, pauses int, late chaos.LateWrites) {
+	t.Helper()
+	if late.Stale == 0 || late.Rejected == 0 {
+		t.Errorf("of %d pauses %d made a stale writer, whose %d late writes were rejected: the run never let a stale writer reach the register, so it proved nothing",
+			pauses, late.Stale, late.Rejected)
+	}
+	if late.Accepted != 0 {
+		t.Errorf("the guard accepted %d late writes (and rejected %d) of stale writers", late.Accepted, late.Rejected)
+	}
+}
+
+// requireLateAccepted, for a negative control with the guard off, fails t
+// unless the run's pauses made a stale writer whose late write the
+// register took: the danger the checker must then find.
+func requireLateAccepted(t *testing.T, pauses int, late chaos.LateWrites) {
+	t.Helper()
+	if late.Stale == 0 || late.Accepted == 0 {
+		t.Fatalf("of %d pauses %d made a stale writer, whose %d late writes the unguarded register took: the control produced no danger to find",
+			pauses, late.Stale, late.Accepted)
+	}
 }
 
 func TestChaosBoltHTTP(t *testing.T) {
@@ -78,9 +102,10 @@ func TestChaosNegativeControlUnguarded(t *testing.T) {
 		t.Setenv(chaos.EnvArtifacts, t.TempDir())
 	}
 	res := chaos.Run(t, cfg)
+	requireLateAccepted(t, res.Stats.Pauses, res.Stats.Late)
 	if res.Register.Result != porcupine.Illegal {
-		t.Fatalf("with the guard off, the checker found the register history %s (%d operations, %d pauses)",
-			res.Register.Result, res.Register.Ops, res.Stats.Pauses)
+		t.Fatalf("with the guard off, the checker found the register history %s (%d operations, %d pauses, %d late writes taken)",
+			res.Register.Result, res.Register.Ops, res.Stats.Pauses, res.Stats.Late.Accepted)
 	}
 	t.Logf("found: the register history of %d operations is %s; visualisation: %s", res.Register.Ops, res.Register.Result, res.Register.Visualization)
 	if res.Grants.Result != porcupine.Ok {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -59,11 +60,42 @@ func (f *freezer) wait(ctx context.Context) error {
 	}
 }
 
-// pause freezes f for d (or until ctx ends) and thaws it.
-func (f *freezer) pause(ctx context.Context, d time.Duration) {
+// pauseUntilSuperseded freezes f until the guard of every register in
+// regs has accepted a token above the paused worker's own there (tokens[i]
+// for regs[i]) — a newer holder has written, so the worker's next write is
+// stale — or until limit passes or ctx ends; then it thaws f. It reports
+// whether the tokens were superseded. A pause of a fixed length proves
+// nothing on its own: on a loaded machine, or an engine that keeps a lease
+// longer than the run believes, it ends before anybody else has taken the
+// key, and the paused worker's write is not late at all. The registers are
+// read through their guards, on servers the faults do not touch, every
+// poll.
+func (f *freezer) pauseUntilSuperseded(ctx context.Context, regs []Register, tokens []lease.Token, limit, poll time.Duration) (bool, error) {
 	f.freeze()
 	defer f.thaw()
-	sleep(ctx, d)
+	deadline := time.Now().Add(limit)
+	for {
+		superseded := true
+		for i, reg := range regs {
+			rctx, cancel := context.WithTimeout(context.Background(), guardLimit)
+			_, tok, err := reg.Read(rctx)
+			cancel()
+			if err != nil {
+				return false, fmt.Errorf("chaos: register read during a pause failed: %w", err)
+			}
+			if tok <= tokens[i] {
+				superseded = false
+				break
+			}
+		}
+		if superseded {
+			return true, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 || !sleep(ctx, min(poll, left)) {
+			return false, nil
+		}
+	}
 }
 
 // frozenBackend passes every call through f.

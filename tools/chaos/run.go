@@ -125,6 +125,7 @@ type Stats struct {
 	Grants, AcquireErrors, Lost int
 	RegisterStats
 	Pauses   int           // worker pauses, the driver's and random ones
+	Late     LateWrites    // the pauses that made a stale writer, and its writes
 	Faults   map[Fault]int // faults injected by the driver
 	Duration time.Duration // from the first worker's start to the last one's end
 	// Recoveries are, for each Crash injected and each heal, the time from
@@ -136,6 +137,27 @@ type Stats struct {
 // guard accepted and rejected, and reads.
 type RegisterStats struct {
 	Writes, Accepted, Rejected, Reads int
+}
+
+// LateWrites counts the pauses after which the paused worker was a stale
+// writer — a newer token had been accepted on every key it writes, so the
+// guard must reject its next writes — and what the guard did with them.
+// Pauses counts every pause; those that ended for their limit before a newer
+// holder wrote (a chance pause on a loaded machine, say) tested nothing and
+// are not counted here.
+type LateWrites struct {
+	Stale    int // pauses that ended with a newer token accepted on each key of the paused worker
+	Rejected int // the stale writer's next writes (one per key) the guard rejected
+	Accepted int // and those it took: none unless the guard is off
+}
+
+// count counts one late write.
+func (l *LateWrites) count(accepted bool) {
+	if accepted {
+		l.Accepted++
+	} else {
+		l.Rejected++
+	}
 }
 
 // tally counts a write (accepted or not) or a read.
@@ -193,8 +215,8 @@ type worker struct {
 	closeFn func()
 	rng     *rand.Rand
 	freezer *freezer
-	pauseRq chan time.Duration // the driver's pause request
-	paused  chan struct{}      // a requested pause is over
+	pauseRq chan struct{} // the driver's pause request
+	paused  chan bool     // a requested pause is over: whether it made a stale writer
 	holding atomic.Bool
 }
 
@@ -264,7 +286,7 @@ func Run(t *testing.T, cfg Config) Result {
 			}
 			w := &worker{id: id, key: key, reg: reg, keys: keys, regs: regs, closeFn: closeFn, freezer: newFreezer(),
 				rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(id))),
-				pauseRq: make(chan time.Duration, 1), paused: make(chan struct{}, 1)}
+				pauseRq: make(chan struct{}, 1), paused: make(chan bool, 1)}
 			r.workers = append(r.workers, w)
 			w.client, err = lease.NewClient(freezable(b, w.freezer), lease.WithOwner(fmt.Sprintf("w%d", id)),
 				lease.WithJitter(rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, uint64(id))).Float64),
@@ -388,9 +410,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// pauseLength is how long a pause must last for the paused worker's lease
-// to have expired on the engine, plus up to a TTL so that another worker has
-// had time to acquire and write.
+// pauseLength bounds a pause by chance (the driver's are bounded by the
+// progress timeout): long enough for the paused worker's lease to have
+// expired on the engine, plus up to a TTL so that another worker may have
+// acquired and written, on an unloaded machine. Such a pause may end before
+// a newer holder writes; it is then not counted in Stats.Late.
 func (r *run) pauseLength(rng *rand.Rand) time.Duration {
 	ttl := r.cfg.TTL
 	return ttl + r.cfg.Engine.Linger + ttl/2 + time.Duration(rng.Int64N(int64(ttl/2)+1))
@@ -429,9 +453,9 @@ func (r *run) work(ctx context.Context, w *worker) {
 			}
 			// The window that matters: the client said "held" a moment
 			// ago, and now the worker stops before its write lands.
-			r.maybePause(ctx, w)
+			stale := r.maybePause(ctx, w, []Register{w.reg}, []lease.Token{h.Token()})
 			seq++
-			if !r.writeOnce(w, w.key, w.reg, h.Token(), seq) {
+			if !r.writeOnce(w, w.key, w.reg, h.Token(), seq, stale) {
 				break
 			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
@@ -444,10 +468,16 @@ func (r *run) work(ctx context.Context, w *worker) {
 }
 
 // writeOnce writes the register reg of key with token, and sometimes reads
-// it back, recording both; false if the run must stop using the register.
-func (r *run) writeOnce(w *worker, key string, reg Register, token lease.Token, seq int) bool {
+// it back, recording both, and counting the write in Stats.Late if it is
+// late (w is a stale writer); false if the run must stop using the register.
+func (r *run) writeOnce(w *worker, key string, reg Register, token lease.Token, seq int, late bool) bool {
 	err := guardedWrite(r.rec, w.rng, w.id, key, reg, token, fmt.Sprintf("w%d.%d", w.id, seq), func(write, ok bool) {
-		r.count(func(s *Stats) { s.tally(write, ok) })
+		r.count(func(s *Stats) {
+			s.tally(write, ok)
+			if write && late {
+				s.Late.count(ok)
+			}
+		})
 	})
 	if err != nil {
 		r.fail(err)
@@ -536,11 +566,15 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 					r.beliefs[h.Key()] = append(r.beliefs[h.Key()], belief{worker: w.id, token: h.Token(), at: at})
 				}
 				r.mu.Unlock()
-				r.maybePause(ctx, w)
+				tokens := make([]lease.Token, len(holds))
+				for i, h := range holds {
+					tokens[i] = h.Token()
+				}
+				stale := r.maybePause(ctx, w, w.regs, tokens)
 				ok := true
 				for i, h := range holds {
 					seq++
-					if ok = r.writeOnce(w, w.keys[i], w.regs[i], h.Token(), seq); !ok {
+					if ok = r.writeOnce(w, w.keys[i], w.regs[i], h.Token(), seq, stale); !ok {
 						break
 					}
 				}
@@ -559,29 +593,55 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 	}
 }
 
-// maybePause pauses w if the driver asked, or by chance.
-func (r *run) maybePause(ctx context.Context, w *worker) {
-	var d time.Duration
+// maybePause pauses w, which holds tokens on the keys of regs, if the
+// driver asked or by chance: frozen until the guard has accepted a newer
+// token on every one of them (freezer.pauseUntilSuperseded), for the
+// driver's pause at most the progress timeout, for one by chance at most
+// pauseLength. It reports whether w is now a stale writer.
+func (r *run) maybePause(ctx context.Context, w *worker, regs []Register, tokens []lease.Token) bool {
+	var limit time.Duration
 	requested := false
 	select {
-	case d = <-w.pauseRq:
-		requested = true
+	case <-w.pauseRq:
+		requested, limit = true, r.cfg.ProgressTimeout
 	default:
 		if r.cfg.PauseChance > 0 && w.rng.Float64() < r.cfg.PauseChance {
-			d = r.pauseLength(w.rng)
+			limit = r.pauseLength(w.rng)
 		}
 	}
-	if d == 0 {
-		return
+	if limit == 0 {
+		return false
 	}
 	start := r.rec.Now()
-	w.freezer.pause(ctx, d)
-	r.rec.Event(w.id, start, r.rec.Now(), "pause", "paused %v between Hold.Err() and the write, renewals frozen", d.Round(time.Millisecond))
-	r.count(func(s *Stats) { s.Pauses++ })
-	if requested {
-		w.paused <- struct{}{}
+	stale, err := w.freezer.pauseUntilSuperseded(ctx, regs, tokens, limit, pollEvery(r.cfg.TTL))
+	if err != nil {
+		r.fail(err)
 	}
+	end := r.rec.Now()
+	r.rec.Event(w.id, start, end, "pause", "paused %v between Hold.Err() and the write, renewals frozen: %s",
+		time.Duration(end-start).Round(time.Millisecond), pauseOutcome(stale, tokens))
+	r.count(func(s *Stats) {
+		s.Pauses++
+		if stale {
+			s.Late.Stale++
+		}
+	})
+	if requested {
+		w.paused <- stale
+	}
+	return stale
 }
+
+// pauseOutcome says how a pause of a holder of tokens ended.
+func pauseOutcome(stale bool, tokens []lease.Token) string {
+	if stale {
+		return fmt.Sprintf("a newer token than %v accepted, the next write late", tokens)
+	}
+	return fmt.Sprintf("no newer token than %v accepted by its limit, the next write not late", tokens)
+}
+
+// pollEvery is how often a pause reads the guards.
+func pollEvery(ttl time.Duration) time.Duration { return max(time.Millisecond, ttl/20) }
 
 // drive injects cfg.Faults faults one at a time, each followed by a wait
 // for progress. It runs on the test goroutine.
@@ -608,7 +668,7 @@ func (r *run) drive(t *testing.T, proxies *Proxies) {
 		var what string
 		switch kind {
 		case Pause:
-			what = r.requestPause(rng)
+			what = r.requestPause(t, rng)
 		case Restart:
 			what = fmt.Sprintf("engine down for %v", d.Round(time.Millisecond))
 			r.cfg.Engine.Restart(t, d)
@@ -680,8 +740,10 @@ func (r *run) recovered(kind Fault, healed bool, since int64) {
 }
 
 // requestPause asks a worker that holds a lease (or any, if none does right
-// now) to pause at its next write, and waits until the pause is over.
-func (r *run) requestPause(rng *rand.Rand) string {
+// now) to pause at its next write, and waits until the pause is over. A
+// pause that ends without a newer token accepted on the worker's keys, or
+// is never taken, fails t: the fault tested nothing.
+func (r *run) requestPause(t *testing.T, rng *rand.Rand) string {
 	var holders []*worker
 	for _, w := range r.workers {
 		if w.holding.Load() {
@@ -692,19 +754,25 @@ func (r *run) requestPause(rng *rand.Rand) string {
 		holders = r.workers
 	}
 	w := holders[rng.IntN(len(holders))]
-	d := r.pauseLength(rng)
-	w.pauseRq <- d
+	w.pauseRq <- struct{}{}
+	var stale bool
 	select {
-	case <-w.paused:
-		return fmt.Sprintf("w%d paused %v before a write", w.id, d.Round(time.Millisecond))
-	case <-time.After(d + r.cfg.ProgressTimeout):
+	case stale = <-w.paused:
+	case <-time.After(r.cfg.ProgressTimeout):
 		select {
 		case <-w.pauseRq: // never taken: withdraw it
+			t.Errorf("chaos: %s: w%d, asked to pause, wrote nothing within %v", r.cfg.Engine.Name, w.id, r.cfg.ProgressTimeout)
+			return fmt.Sprintf("w%d was asked to pause but wrote nothing meanwhile", w.id)
 		default:
-			<-w.paused // taken just now
+			stale = <-w.paused // taken just now: it ends within its limit
 		}
-		return fmt.Sprintf("w%d was asked to pause %v but wrote nothing meanwhile", w.id, d.Round(time.Millisecond))
 	}
+	if !stale {
+		t.Errorf("chaos: %s: w%d's pause ended after %v with no newer token accepted on its keys: its late write tested nothing",
+			r.cfg.Engine.Name, w.id, r.cfg.ProgressTimeout)
+		return fmt.Sprintf("w%d paused before a write, but no newer holder wrote", w.id)
+	}
+	return fmt.Sprintf("w%d paused before a write until a newer token was accepted on its keys", w.id)
 }
 
 func toxicFor(kind Fault, rng *rand.Rand, ttl time.Duration) Toxic {
