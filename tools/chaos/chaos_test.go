@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,9 +25,9 @@ func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 	if guard == "" {
 		guard = "memory"
 	}
-	t.Logf("%s (guard %s): %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses (%d made a stale writer: %d late writes rejected, %d accepted), faults %v; register check %v on %d ops in %v, grant check %v on %d ops",
+	t.Logf("%s (guard %s): %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses (%d made a stale writer: %d late writes rejected, %d accepted), faults %v (%d restarts or heals followed by grants of every key); register check %v on %d ops in %v, grant check %v on %d ops",
 		cfg.Engine.Name, guard, s.Duration.Round(time.Millisecond), s.Grants, s.Writes, s.Accepted, s.Rejected, s.Reads,
-		s.AcquireErrors, s.Lost, s.Pauses, s.Late.Stale, s.Late.Rejected, s.Late.Accepted, s.Faults, res.Register.Result, res.Register.Ops, res.Register.Elapsed.Round(time.Millisecond),
+		s.AcquireErrors, s.Lost, s.Pauses, s.Late.Stale, s.Late.Rejected, s.Late.Accepted, s.Faults, s.Regranted, res.Register.Result, res.Register.Ops, res.Register.Elapsed.Round(time.Millisecond),
 		res.Grants.Result, res.Grants.Ops)
 	chaos.RequireLinearizable(t, res)
 	for _, k := range cfg.Kinds {
@@ -110,5 +111,44 @@ func TestChaosNegativeControlUnguarded(t *testing.T) {
 	t.Logf("found: the register history of %d operations is %s; visualisation: %s", res.Register.Ops, res.Register.Result, res.Register.Visualization)
 	if res.Grants.Result != porcupine.Ok {
 		t.Errorf("the grant history is %s: the guard being off must not change the tokens; visualisation %s", res.Grants.Result, res.Grants.Visualization)
+	}
+}
+
+// TestChaosNegativeControlForgetfulRestart: the grant check's control.
+// The bolt-over-HTTP engine's restart loses its files, as a store on a
+// volume that was not persistent would: the new store issues tokens from 1
+// again, and the checker must find the grant history illegal (I1). The
+// guard, which remembers the highest token it took, still refuses the
+// reissued tokens' writes until they climb past it: the register history
+// stays linearizable.
+func TestChaosNegativeControlForgetfulRestart(t *testing.T) {
+	ttl := 200 * time.Millisecond
+	b := startBoltHTTP(t)
+	e := b.engine(ttl)
+	e.Restart = func(t testing.TB, down time.Duration) {
+		b.stop()
+		files, err := filepath.Glob(filepath.Join(filepath.Dir(b.path), "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.RemoveAll(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(down) // real time: the engine stays down while its clients try it
+		if err := b.start(); err != nil {
+			t.Fatalf("restarting the bolt server: %v", err)
+		}
+	}
+	keepArtifactsOnlyIfAsked(t)
+	res := chaos.Run(t, chaos.Config{Engine: e, Seed: 13, TTL: ttl, Workers: 3, Faults: 1, Kinds: []chaos.Fault{chaos.Restart}})
+	if res.Grants.Result != porcupine.Illegal {
+		t.Fatalf("with the engine's files lost at its restart, the checker found the grant history %s (%d operations, %d restarts followed by grants)",
+			res.Grants.Result, res.Grants.Ops, res.Stats.Regranted)
+	}
+	t.Logf("found: the grant history of %d operations is %s; visualisation: %s", res.Grants.Ops, res.Grants.Result, res.Grants.Visualization)
+	if res.Register.Result != porcupine.Ok {
+		t.Errorf("the register history is %s: the guard must refuse the reissued tokens; visualisation %s", res.Register.Result, res.Register.Visualization)
 	}
 }

@@ -129,6 +129,18 @@ func (r *Recorder) ProgressAfter(t int64) bool {
 	return r.acceptedCall > t
 }
 
+// GrantedAfter reports whether an Acquire of key invoked after t succeeded.
+func (r *Recorder) GrantedAfter(key string, t int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, op := range r.grants {
+		if op.Call > t && op.Input.(GrantInput).Key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // FirstAcceptedAfter returns the earliest answer time of an accepted write
 // invoked after t, and whether there is one: when the workers made progress
 // after a fault that began at t.

@@ -127,7 +127,12 @@ type Stats struct {
 	Pauses   int           // worker pauses, the driver's and random ones
 	Late     LateWrites    // the pauses that made a stale writer, and its writes
 	Faults   map[Fault]int // faults injected by the driver
-	Duration time.Duration // from the first worker's start to the last one's end
+	// Regranted counts the engine restarts and crash heals after which
+	// every key was acquired again: the grant history then compares the
+	// tokens on both sides of the restart (I1). Run fails when one is
+	// not followed by grants.
+	Regranted int
+	Duration  time.Duration // from the first worker's start to the last one's end
 	// Recoveries are, for each Crash injected and each heal, the time from
 	// it to the end of the first accepted write invoked after it.
 	Recoveries []Recovery
@@ -223,6 +228,7 @@ type worker struct {
 type run struct {
 	cfg     Config
 	rec     *Recorder
+	keys    []string
 	workers []*worker
 
 	mu      sync.Mutex
@@ -263,13 +269,13 @@ func Run(t *testing.T, cfg Config) Result {
 		beliefs: map[string][]belief{}, grants: map[string][]termGrant{}}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	var keys []string
 	var regs []Register
 	for k := range cfg.Keys {
 		key := fmt.Sprintf("chaos-%s-%d", cfg.Engine.Name, k)
-		keys = append(keys, key)
+		r.keys = append(r.keys, key)
 		regs = append(regs, newRegister(t, cfg.Engine, key, cfg.Mode, cfg.Unguarded))
 	}
+	keys := r.keys
 	for k, key := range keys {
 		reg := regs[k]
 		if cfg.Session && k > 0 {
@@ -685,6 +691,9 @@ func (r *run) drive(t *testing.T, proxies *Proxies) {
 		r.rec.Event(-1, start, end, string(kind), "%s", what)
 		r.count(func(s *Stats) { s.Faults[kind]++ })
 		r.awaitProgress(t, fmt.Sprintf("fault %d (%s: %s)", i+1, kind, what), end)
+		if kind == Restart {
+			r.awaitGrants(t, fmt.Sprintf("fault %d (%s: %s)", i+1, kind, what), end)
+		}
 		// Some ordinary work between faults.
 		time.Sleep(ttl + time.Duration(rng.Int64N(int64(ttl))))
 	}
@@ -725,6 +734,7 @@ func (r *run) crashAndHeal(t *testing.T, c Crash, n int, d time.Duration, rng *r
 	r.count(func(s *Stats) { s.Faults[c.Kind]++ })
 	r.awaitProgress(t, fmt.Sprintf("healing fault %d (%s: %s)", n, c.Kind, what), healed)
 	r.recovered(c.Kind, true, healed)
+	r.awaitGrants(t, fmt.Sprintf("healing fault %d (%s: %s)", n, c.Kind, what), healed)
 }
 
 // recovered records how long after since the first write invoked after it
@@ -812,6 +822,24 @@ func (r *run) awaitProgress(t *testing.T, after string, since int64) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// awaitGrants waits until every key has been acquired by a call invoked
+// after since, the end of a restart or a crash's heal, and counts it
+// in Stats.Regranted; or fails t after the progress timeout: tokens were
+// never compared across the restart.
+func (r *run) awaitGrants(t *testing.T, after string, since int64) {
+	deadline := time.Now().Add(r.cfg.ProgressTimeout)
+	for _, key := range r.keys {
+		for !r.rec.GrantedAfter(key, since) {
+			if time.Now().After(deadline) {
+				t.Errorf("chaos: %s: %s was not acquired within %v after %s", r.cfg.Engine.Name, key, r.cfg.ProgressTimeout, after)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	r.count(func(s *Stats) { s.Regranted++ })
 }
 
 // RequireLinearizable fails t unless both histories of res are
