@@ -124,9 +124,9 @@ type Config struct {
 type Stats struct {
 	Grants, AcquireErrors, Lost int
 	RegisterStats
-	Pauses   int           // worker pauses, the driver's and random ones
-	Late     LateWrites    // the pauses that made a stale writer, and its writes
-	Faults   map[Fault]int // faults injected by the driver
+	Pauses int           // worker pauses, the driver's and random ones
+	Late   LateWrites    // the pauses that made a stale writer, and its writes
+	Faults map[Fault]int // faults injected by the driver
 	// Regranted counts the engine restarts and crash heals after which
 	// every key was acquired again: the grant history then compares the
 	// tokens on both sides of the restart (I1). Run fails when one is
