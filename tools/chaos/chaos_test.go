@@ -25,9 +25,9 @@ func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 	if guard == "" {
 		guard = "memory"
 	}
-	t.Logf("%s (guard %s): %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses (%d made a stale writer: %d late writes rejected, %d accepted), faults %v (%d restarts or heals followed by grants of every key); register check %v on %d ops in %v, grant check %v on %d ops",
+	t.Logf("%s (guard %s): %v, %d grants, %d writes (%d accepted, %d rejected), %d reads, %d acquire errors, %d losses, %d pauses (%d made a stale writer: %d late writes rejected, %d accepted, %d told their lease was lost), faults %v (%d restarts or heals followed by grants of every key); register check %v on %d ops in %v, grant check %v on %d ops",
 		cfg.Engine.Name, guard, s.Duration.Round(time.Millisecond), s.Grants, s.Writes, s.Accepted, s.Rejected, s.Reads,
-		s.AcquireErrors, s.Lost, s.Pauses, s.Late.Stale, s.Late.Rejected, s.Late.Accepted, s.Faults, s.Regranted, res.Register.Result, res.Register.Ops, res.Register.Elapsed.Round(time.Millisecond),
+		s.AcquireErrors, s.Lost, s.Pauses, s.Late.Stale, s.Late.Rejected, s.Late.Accepted, s.Late.Told, s.Faults, s.Regranted, res.Register.Result, res.Register.Ops, res.Register.Elapsed.Round(time.Millisecond),
 		res.Grants.Result, res.Grants.Ops)
 	chaos.RequireLinearizable(t, res)
 	for _, k := range cfg.Kinds {
@@ -36,6 +36,9 @@ func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 		}
 	}
 	requireLateRejected(t, s.Pauses, s.Late)
+	if s.Late.Told != s.Late.Stale {
+		t.Errorf("of %d stale writers %d asked their lease's Err after their late writes and were told it was lost; want all", s.Late.Stale, s.Late.Told)
+	}
 	return res
 }
 

@@ -57,10 +57,13 @@ type ElectionStats struct {
 	Terms, CampaignErrors, Lost int
 	RegisterStats
 	Pauses, Crashes         int
-	Late                    LateWrites    // the pauses that made a stale leader, and its writes
-	Observed, ObserveBreaks int           // leaders reported by Observe; its streams that broke
-	Faults                  map[Fault]int // faults injected by the driver
-	Duration                time.Duration
+	Late                    LateWrites // the pauses that made a stale leader, and its writes
+	Observed, ObserveBreaks int        // leaders reported by Observe; its streams that broke
+	// Successions counts the times an observer reported a leader's token
+	// above one it had reported before: the changes where E3 could fail.
+	Successions int
+	Faults      map[Fault]int // faults injected by the driver
+	Duration    time.Duration
 }
 
 // ElectionResult is what an election run found.
@@ -385,6 +388,15 @@ func (r *electionRun) lead(ctx context.Context, w *candidate, e *election.Electo
 			if !r.write(w, term.Token(), fmt.Sprintf("%s.%d", w.name, seq), stale) {
 				break
 			}
+			if stale && !r.cfg.IgnoreDeadline {
+				// A newer term's write was accepted: this term must be over
+				// (LateWrites.Told).
+				if term.Err() == nil {
+					r.fail(fmt.Errorf("chaos: %s election: w%d's term (token %d) says it is held after a newer term's write was accepted (E1)", r.cfg.Engine.Name, w.id, term.Token()))
+				} else {
+					r.count(func(s *ElectionStats) { s.Late.Told++ })
+				}
+			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 		}
 		w.holding.Store(false)
@@ -490,6 +502,9 @@ func (r *electionRun) observe(ctx context.Context, id int) {
 			r.count(func(s *ElectionStats) { s.Observed++ })
 			if l.Token == 0 {
 				continue // no leader now
+			}
+			if highest != 0 && l.Token > highest {
+				r.count(func(s *ElectionStats) { s.Successions++ })
 			}
 			if l.Token < highest {
 				r.mu.Lock()

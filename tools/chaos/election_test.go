@@ -30,9 +30,9 @@ func electionPlan(cfg chaos.ElectionConfig) chaos.ElectionConfig {
 func logElection(t *testing.T, cfg chaos.ElectionConfig, res chaos.ElectionResult) {
 	t.Helper()
 	s := res.Stats
-	t.Logf("%s election: %v, %d terms, %d writes (%d accepted, %d rejected), %d reads, %d campaign errors, %d losses, %d pauses (%d made a stale leader: %d late writes rejected, %d accepted), %d crashes, %d leaders observed (%d breaks), faults %v; register %v on %d ops, terms %v on %d ops",
+	t.Logf("%s election: %v, %d terms, %d writes (%d accepted, %d rejected), %d reads, %d campaign errors, %d losses, %d pauses (%d made a stale leader: %d late writes rejected, %d accepted, %d told their term was lost), %d crashes, %d leaders observed (%d breaks, %d successions), faults %v; register %v on %d ops, terms %v on %d ops",
 		cfg.Engine.Name, s.Duration.Round(time.Millisecond), s.Terms, s.Writes, s.Accepted, s.Rejected, s.Reads, s.CampaignErrors, s.Lost,
-		s.Pauses, s.Late.Stale, s.Late.Rejected, s.Late.Accepted, s.Crashes, s.Observed, s.ObserveBreaks, s.Faults, res.Register.Result, res.Register.Ops, res.Terms.Result, res.Terms.Ops)
+		s.Pauses, s.Late.Stale, s.Late.Rejected, s.Late.Accepted, s.Late.Told, s.Crashes, s.Observed, s.ObserveBreaks, s.Successions, s.Faults, res.Register.Result, res.Register.Ops, res.Terms.Result, res.Terms.Ops)
 }
 
 // TestChaosElectionEtcd: leaders elected through package election on a
@@ -54,8 +54,14 @@ func TestChaosElectionEtcd(t *testing.T) {
 		}
 	}
 	requireLateRejected(t, res.Stats.Pauses, res.Stats.Late)
+	if res.Stats.Late.Told != res.Stats.Late.Stale {
+		t.Errorf("of %d stale leaders %d asked their term's Err after their late writes and were told it was lost; want all", res.Stats.Late.Stale, res.Stats.Late.Told)
+	}
 	if res.Stats.Observed == 0 || res.Stats.Crashes == 0 {
 		t.Errorf("nothing was observed (%d) or no leader crashed (%d)", res.Stats.Observed, res.Stats.Crashes)
+	}
+	if res.Stats.Successions == 0 {
+		t.Errorf("no observer saw one leader follow another (%d leaders observed): E3 was never tried", res.Stats.Observed)
 	}
 }
 

@@ -53,7 +53,7 @@ func TestPauseLastsUntilANewerTokenIsAccepted(t *testing.T) {
 	if s.Pauses != 1 || s.Rejected == 0 {
 		t.Fatalf("%d pauses, %d writes rejected; want the one pause's late write rejected\nlast events:\n%s", s.Pauses, s.Rejected, res.Events)
 	}
-	if s.Late != (chaos.LateWrites{Stale: 1, Rejected: 1}) {
-		t.Errorf("late writes %+v, want the one pause's stale writer and its one late write rejected", s.Late)
+	if s.Late != (chaos.LateWrites{Stale: 1, Rejected: 1, Told: 1}) {
+		t.Errorf("late writes %+v, want the one pause's stale writer, its one late write rejected, and then its hold lost", s.Late)
 	}
 }

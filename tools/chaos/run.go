@@ -154,6 +154,12 @@ type LateWrites struct {
 	Stale    int // pauses that ended with a newer token accepted on each key of the paused worker
 	Rejected int // the stale writer's next writes (one per key) the guard rejected
 	Accepted int // and those it took: none unless the guard is off
+	// Told counts the stale writers that then asked their Hold's,
+	// Session's or Term's Err and were told it was lost. It must be: a
+	// newer token granted means the engine had expired the lease (I3),
+	// so the client's safe deadline had passed (I5). One told it holds
+	// fails the run.
+	Told int
 }
 
 // count counts one late write.
@@ -464,6 +470,9 @@ func (r *run) work(ctx context.Context, w *worker) {
 			if !r.writeOnce(w, w.key, w.reg, h.Token(), seq, stale) {
 				break
 			}
+			if stale {
+				r.told(w.id, h.Err(), fmt.Sprintf("hold of %s (token %d)", w.key, h.Token()))
+			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 		}
 		w.holding.Store(false)
@@ -587,6 +596,9 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 				if !ok {
 					break
 				}
+				if stale && !r.cfg.IgnoreSession {
+					r.told(w.id, sess.Err(), fmt.Sprintf("session of %v (tokens %v)", w.keys, tokens))
+				}
 				sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 			}
 			w.holding.Store(false)
@@ -636,6 +648,16 @@ func (r *run) maybePause(ctx context.Context, w *worker, regs []Register, tokens
 		w.paused <- stale
 	}
 	return stale
+}
+
+// told judges err, what a stale writer (worker) was told of its lease
+// (what) after its late writes: it must be lost (LateWrites.Told).
+func (r *run) told(worker int, err error, what string) {
+	if err == nil {
+		r.fail(fmt.Errorf("chaos: %s: w%d's %s says it is held after a newer token was accepted there (I5)", r.cfg.Engine.Name, worker, what))
+		return
+	}
+	r.count(func(s *Stats) { s.Late.Told++ })
 }
 
 // pauseOutcome says how a pause of a holder of tokens ended.
