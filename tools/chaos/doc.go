@@ -9,9 +9,18 @@
 // Hold.Err() is nil, sometimes read it, release. The fault driver, on the
 // test goroutine, applies one fault at a time — toxics (latency, bandwidth
 // limit, timeout, reset_peer), an engine restart, or a worker pause that stops
-// a worker between its check of Hold.Err() and its write for longer than the
-// engine keeps the lease — then removes it and waits until some worker makes
-// progress (an accepted write that started after the fault ended).
+// a worker between its check of Hold.Err() and its write until the guard has
+// accepted a newer token on its key (read from the guard, not timed: a pause
+// of a fixed length ends, on a loaded machine, before anybody else has
+// written, and tests nothing) — then removes it and waits until some worker
+// makes progress (an accepted write that started after the fault ended), and
+// after a restart until every key has been acquired again.
+//
+// Every check counts what it exercised (Stats.Late: the pauses that made a
+// stale writer, what the guard did with its late writes, and what its Hold
+// then said; Stats.Regranted), and a run that did not exercise it fails: a
+// driver's pause that ends without a newer token, a restart followed by no
+// grant of some key.
 //
 // An engine may bring crashes of its own (Engine.Crashes): the replicated
 // engine of replicated_test.go — three `lease serve` replicas over a

@@ -31,9 +31,10 @@ type Engine struct {
 	// if the engine cannot be restarted by the test.
 	Restart func(t testing.TB, down time.Duration)
 	// Linger is how much longer than the asked TTL the engine may keep a
-	// lease (etcd rounds TTLs up to whole seconds and adds one). Pauses last
-	// TTL + Linger + up to a TTL more, so that the lease has expired on the
-	// engine when the paused worker writes.
+	// lease (etcd rounds TTLs up to whole seconds and adds one). It sizes
+	// the progress timeout and bounds the pauses by chance (TTL + Linger +
+	// up to a TTL more); no pause relies on it to be late: each lasts until
+	// a newer token is accepted on its key.
 	Linger time.Duration
 	// Guard, if set, returns the register of key: a real guard (pgfence,
 	// redisfence) admitting tokens by mode, on a server of its own that the
