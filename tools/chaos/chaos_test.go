@@ -70,20 +70,20 @@ func requireLateAccepted(t *testing.T, pauses int, late chaos.LateWrites) {
 func TestChaosBoltHTTP(t *testing.T) {
 	ttl := 200 * time.Millisecond
 	b := startBoltHTTP(t)
-	e := withGuard(b.engine(ttl), "sqlfence-mariadb", mariadbGuard(t))
+	e := withGuard(b.engine(ttl), "sqlfence-mariadb", mariadbGuard(t, fencingOn))
 	runChaos(t, plan(chaos.Config{Engine: e, Seed: 1, TTL: ttl, Kinds: chaos.AllFaults}))
 }
 
 func TestChaosRedis(t *testing.T) {
 	ttl := 200 * time.Millisecond
-	e := withGuard(redisEngine(t), "redisfence", redisGuard(t))
+	e := withGuard(redisEngine(t), "redisfence", redisGuard(t, fencingOn))
 	cfg := plan(chaos.Config{Engine: e, Seed: 2, TTL: ttl})
 	runChaos(t, cfg)
 }
 
 func TestChaosPostgres(t *testing.T) {
 	ttl := 200 * time.Millisecond
-	e := withGuard(pgEngine(t), "pgfence", pgGuard(t))
+	e := withGuard(pgEngine(t), "pgfence", pgGuard(t, fencingOn))
 	runChaos(t, plan(chaos.Config{Engine: e, Seed: 4, TTL: ttl}))
 }
 
