@@ -39,6 +39,9 @@ func runChaos(t *testing.T, cfg chaos.Config) chaos.Result {
 	if s.Late.Told != s.Late.Stale {
 		t.Errorf("of %d stale writers %d asked their lease's Err after their late writes and were told it was lost; want all", s.Late.Stale, s.Late.Told)
 	}
+	for _, f := range res.HeldAfter {
+		t.Errorf("held past the lease's expiry (I5): %s", f)
+	}
 	return res
 }
 
@@ -115,6 +118,27 @@ func TestChaosNegativeControlUnguarded(t *testing.T) {
 	if res.Grants.Result != porcupine.Ok {
 		t.Errorf("the grant history is %s: the guard being off must not change the tokens; visualisation %s", res.Grants.Result, res.Grants.Visualization)
 	}
+}
+
+// TestChaosNegativeControlSlowClocks: I5's control. Workers whose Clients
+// run on clocks at half the real rate believe in their holds twice as long
+// as they may: one paused until a newer holder wrote is told, after its
+// late write (rejected by the guard), that it still holds, and the check
+// must list it.
+func TestChaosNegativeControlSlowClocks(t *testing.T) {
+	ttl := 200 * time.Millisecond
+	b := startBoltHTTP(t)
+	res := chaos.Run(t, chaos.Config{Engine: b.engine(ttl), Seed: 15, TTL: ttl, Workers: 3, Faults: 1,
+		Kinds: []chaos.Fault{chaos.Pause}, SlowClocks: true})
+	if len(res.HeldAfter) == 0 {
+		t.Fatalf("workers on slow clocks, one paused until a newer holder wrote, were never found holding past the lease's expiry (%d stale writers, %d told lost)",
+			res.Stats.Late.Stale, res.Stats.Late.Told)
+	}
+	t.Logf("found: %s", res.HeldAfter[0])
+	if res.Register.Result != porcupine.Ok {
+		t.Errorf("with the guard on, the register history is %s; want linearizable", res.Register.Result)
+	}
+	requireLateRejected(t, res.Stats.Pauses, res.Stats.Late)
 }
 
 // TestChaosNegativeControlForgetfulRestart: the grant check's control.

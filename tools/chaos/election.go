@@ -390,9 +390,9 @@ func (r *electionRun) lead(ctx context.Context, w *candidate, e *election.Electo
 			}
 			if stale && !r.cfg.IgnoreDeadline {
 				// A newer term's write was accepted: this term must be over
-				// (LateWrites.Told).
+				// (LateWrites.Told), or it is a finding of TwoLeaders.
 				if term.Err() == nil {
-					r.fail(fmt.Errorf("chaos: %s election: w%d's term (token %d) says it is held after a newer term's write was accepted (E1)", r.cfg.Engine.Name, w.id, term.Token()))
+					r.believe(w, term.Token())
 				} else {
 					r.count(func(s *ElectionStats) { s.Late.Told++ })
 				}

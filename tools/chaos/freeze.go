@@ -98,6 +98,14 @@ func (f *freezer) pauseUntilSuperseded(ctx context.Context, regs []Register, tok
 	}
 }
 
+// halfClock runs at half the real rate from start: a Client on it judges
+// its safe deadline twice as late as it should (Config.SlowClocks).
+type halfClock struct{ start time.Time }
+
+func (c halfClock) Now() time.Time { return c.start.Add(time.Since(c.start) / 2) }
+
+func (c halfClock) AfterFunc(d time.Duration, f func()) lease.Timer { return time.AfterFunc(2*d, f) }
+
 // frozenBackend passes every call through f.
 type frozenBackend struct {
 	b lease.Backend

@@ -119,6 +119,10 @@ type Config struct {
 	// IgnoreSession has session workers write without asking the
 	// session's Err (a negative control of G1).
 	IgnoreSession bool
+	// SlowClocks runs each worker's Client on a clock at half the real
+	// rate, so that its safe deadline comes twice as late as it should: a
+	// negative control of I5 (Result.HeldAfter, Result.Split).
+	SlowClocks bool
 }
 
 // Stats counts what a run did.
@@ -159,7 +163,8 @@ type LateWrites struct {
 	// Session's or Term's Err and were told it was lost. It must be: a
 	// newer token granted means the engine had expired the lease (I3),
 	// so the client's safe deadline had passed (I5). One told it holds
-	// fails the run.
+	// is a finding of Result.HeldAfter, Result.Split or
+	// ElectionResult.TwoLeaders instead.
 	Told int
 }
 
@@ -208,6 +213,12 @@ type Result struct {
 	// had expired that hold by then, so work went on under part of the
 	// group (G1).
 	Split []string
+	// HeldAfter lists, for the lock workload, every time a worker found
+	// its Hold's Err nil after another worker's Acquire of its key had
+	// returned a newer token: the engine had expired the lease by then,
+	// so the Client said "held" past the lease's expiry (I5, seen from
+	// the client's side).
+	HeldAfter []string
 }
 
 // writesPerHold is how many writes a worker makes under one lease.
@@ -241,7 +252,7 @@ type run struct {
 	mu      sync.Mutex
 	stats   Stats
 	errs    []error
-	beliefs map[string][]belief    // Config.Session: by key, each time a worker found its session live
+	beliefs map[string][]belief    // by key, each time a worker found its hold (or session) live
 	grants  map[string][]termGrant // and the grants, by key
 }
 
@@ -301,9 +312,13 @@ func Run(t *testing.T, cfg Config) Result {
 				rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(id))),
 				pauseRq: make(chan struct{}, 1), paused: make(chan bool, 1)}
 			r.workers = append(r.workers, w)
-			w.client, err = lease.NewClient(freezable(b, w.freezer), lease.WithOwner(fmt.Sprintf("w%d", id)),
+			opts := []lease.Option{lease.WithOwner(fmt.Sprintf("w%d", id)),
 				lease.WithJitter(rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, uint64(id))).Float64),
-				lease.WithBackoff(5*time.Millisecond, cfg.TTL/2))
+				lease.WithBackoff(5*time.Millisecond, cfg.TTL/2)}
+			if cfg.SlowClocks {
+				opts = append(opts, lease.WithClock(halfClock{start: time.Now()}))
+			}
+			w.client, err = lease.NewClient(freezable(b, w.freezer), opts...)
 			if err != nil {
 				r.closeWorkers()
 				t.Fatalf("chaos: lease.NewClient: %v", err)
@@ -353,6 +368,12 @@ func Run(t *testing.T, cfg Config) Result {
 	register, grants, events := r.rec.History()
 	res := Result{Stats: r.stats, Events: describeEvents(events, 40)}
 	for _, key := range keys {
+		if !cfg.Session {
+			for _, f := range actedAfter(r.beliefs[key], r.grants[key], "holder of token", "token", "granted") {
+				res.HeldAfter = append(res.HeldAfter, key+": "+f)
+			}
+			continue
+		}
 		for _, f := range actedAfter(r.beliefs[key], r.grants[key], "a session's holder of token", "token", "granted") {
 			res.Split = append(res.Split, key+": "+f)
 		}
@@ -453,6 +474,9 @@ func (r *run) work(ctx context.Context, w *worker) {
 			continue
 		}
 		r.rec.Grant(w.id, w.key, h.Token(), call, ret)
+		r.mu.Lock()
+		r.grants[w.key] = append(r.grants[w.key], termGrant{worker: w.id, token: h.Token(), ret: ret})
+		r.mu.Unlock()
 		r.count(func(s *Stats) { s.Grants++ })
 		w.holding.Store(true)
 		for range writesPerHold {
@@ -464,6 +488,7 @@ func (r *run) work(ctx context.Context, w *worker) {
 				r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", h.Err())
 				break
 			}
+			r.believe(w.id, h)
 			// The window that matters: the client said "held" a moment
 			// ago, and now the worker stops before its write lands.
 			stale := r.maybePause(ctx, w, []Register{w.reg}, []lease.Token{h.Token()})
@@ -472,7 +497,7 @@ func (r *run) work(ctx context.Context, w *worker) {
 				break
 			}
 			if stale {
-				r.told(w.id, h.Err(), fmt.Sprintf("hold of %s (token %d)", w.key, h.Token()))
+				r.told(w.id, h.Err(), h)
 			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 		}
@@ -576,12 +601,7 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 					r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", err)
 					break
 				}
-				at := r.rec.Now()
-				r.mu.Lock()
-				for _, h := range holds {
-					r.beliefs[h.Key()] = append(r.beliefs[h.Key()], belief{worker: w.id, token: h.Token(), at: at})
-				}
-				r.mu.Unlock()
+				r.believe(w.id, holds...)
 				tokens := make([]lease.Token, len(holds))
 				for i, h := range holds {
 					tokens[i] = h.Token()
@@ -598,7 +618,7 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 					break
 				}
 				if stale && !r.cfg.IgnoreSession {
-					r.told(w.id, sess.Err(), fmt.Sprintf("session of %v (tokens %v)", w.keys, tokens))
+					r.told(w.id, sess.Err(), holds...)
 				}
 				sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 			}
@@ -651,11 +671,24 @@ func (r *run) maybePause(ctx context.Context, w *worker, regs []Register, tokens
 	return stale
 }
 
-// told judges err, what a stale writer (worker) was told of its lease
-// (what) after its late writes: it must be lost (LateWrites.Told).
-func (r *run) told(worker int, err error, what string) {
+// believe records that worker found holds live (their Hold's or their
+// Session's Err nil) now, for Result.HeldAfter and Result.Split.
+func (r *run) believe(worker int, holds ...*lease.Hold) {
+	at := r.rec.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range holds {
+		r.beliefs[h.Key()] = append(r.beliefs[h.Key()], belief{worker: worker, token: h.Token(), at: at})
+	}
+}
+
+// told takes err, what a stale writer (worker) was told of its holds after
+// its late writes: lost, as it must be (LateWrites.Told), or live, a
+// belief that Result.HeldAfter or Result.Split will list, as a newer
+// token of a key of holds had been granted by then.
+func (r *run) told(worker int, err error, holds ...*lease.Hold) {
 	if err == nil {
-		r.fail(fmt.Errorf("chaos: %s: w%d's %s says it is held after a newer token was accepted there (I5)", r.cfg.Engine.Name, worker, what))
+		r.believe(worker, holds...)
 		return
 	}
 	r.count(func(s *Stats) { s.Late.Told++ })
