@@ -370,19 +370,20 @@ func (r *electionRun) lead(ctx context.Context, w *candidate, e *election.Electo
 				break
 			}
 			if !r.cfg.IgnoreDeadline {
+				asked := r.rec.Now()
 				if term.Err() != nil {
 					r.count(func(s *ElectionStats) { s.Lost++ })
 					r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", term.Err())
 					break
 				}
-				r.believe(w, term.Token())
+				r.believe(w, asked, term.Token())
 			}
 			stale := r.maybePause(ctx, w, term.Token())
 			if ctx.Err() != nil {
 				break // crashed during the pause: a dead process writes nothing
 			}
 			if r.cfg.IgnoreDeadline {
-				r.believe(w, term.Token())
+				r.believe(w, r.rec.Now(), term.Token())
 			}
 			seq++
 			if !r.write(w, term.Token(), fmt.Sprintf("%s.%d", w.name, seq), stale) {
@@ -391,8 +392,9 @@ func (r *electionRun) lead(ctx context.Context, w *candidate, e *election.Electo
 			if stale && !r.cfg.IgnoreDeadline {
 				// A newer term's write was accepted: this term must be over
 				// (LateWrites.Told), or it is a finding of TwoLeaders.
+				asked := r.rec.Now()
 				if term.Err() == nil {
-					r.believe(w, term.Token())
+					r.believe(w, asked, term.Token())
 				} else {
 					r.count(func(s *ElectionStats) { s.Late.Told++ })
 				}
@@ -409,10 +411,13 @@ func (r *electionRun) lead(ctx context.Context, w *candidate, e *election.Electo
 	}
 }
 
-func (r *electionRun) believe(w *candidate, token lease.Token) {
+// believe records that w found its term of token held when it asked, at
+// (taken before the asking, as run.believe says why), or acted as its
+// leader then (IgnoreDeadline).
+func (r *electionRun) believe(w *candidate, at int64, token lease.Token) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.beliefs = append(r.beliefs, belief{worker: w.id, token: token, at: r.rec.Now()})
+	r.beliefs = append(r.beliefs, belief{worker: w.id, token: token, at: at})
 }
 
 // write writes value with token to the register and sometimes reads it

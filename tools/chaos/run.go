@@ -483,12 +483,13 @@ func (r *run) work(ctx context.Context, w *worker) {
 			if ctx.Err() != nil {
 				break
 			}
+			asked := r.rec.Now()
 			if h.Err() != nil {
 				r.count(func(s *Stats) { s.Lost++ })
 				r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", h.Err())
 				break
 			}
-			r.believe(w.id, h)
+			r.believe(w.id, asked, h)
 			// The window that matters: the client said "held" a moment
 			// ago, and now the worker stops before its write lands.
 			stale := r.maybePause(ctx, w, []Register{w.reg}, []lease.Token{h.Token()})
@@ -497,7 +498,8 @@ func (r *run) work(ctx context.Context, w *worker) {
 				break
 			}
 			if stale {
-				r.told(w.id, h.Err(), h)
+				asked := r.rec.Now()
+				r.told(w.id, asked, h.Err(), h)
 			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 		}
@@ -596,12 +598,13 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 				if ctx.Err() != nil {
 					break
 				}
+				asked := r.rec.Now()
 				if err := sess.Err(); err != nil && !r.cfg.IgnoreSession {
 					r.count(func(s *Stats) { s.Lost++ })
 					r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", err)
 					break
 				}
-				r.believe(w.id, holds...)
+				r.believe(w.id, asked, holds...)
 				tokens := make([]lease.Token, len(holds))
 				for i, h := range holds {
 					tokens[i] = h.Token()
@@ -618,7 +621,8 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 					break
 				}
 				if stale && !r.cfg.IgnoreSession {
-					r.told(w.id, sess.Err(), holds...)
+					asked := r.rec.Now()
+					r.told(w.id, asked, sess.Err(), holds...)
 				}
 				sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 			}
@@ -672,9 +676,11 @@ func (r *run) maybePause(ctx context.Context, w *worker, regs []Register, tokens
 }
 
 // believe records that worker found holds live (their Hold's or their
-// Session's Err nil) now, for Result.HeldAfter and Result.Split.
-func (r *run) believe(worker int, holds ...*lease.Hold) {
-	at := r.rec.Now()
+// Session's Err nil) when it asked, at, for Result.HeldAfter and
+// Result.Split. at is taken before the asking: a grant recorded as
+// returned before it had really returned before the answer, where a time
+// taken after the answer could follow a grant that came meanwhile.
+func (r *run) believe(worker int, at int64, holds ...*lease.Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range holds {
@@ -682,13 +688,14 @@ func (r *run) believe(worker int, holds ...*lease.Hold) {
 	}
 }
 
-// told takes err, what a stale writer (worker) was told of its holds after
-// its late writes: lost, as it must be (LateWrites.Told), or live, a
-// belief that Result.HeldAfter or Result.Split will list, as a newer
-// token of a key of holds had been granted by then.
-func (r *run) told(worker int, err error, holds ...*lease.Hold) {
+// told takes err, what a stale writer (worker) was told of its holds when
+// it asked at after its late writes: lost, as it must be
+// (LateWrites.Told), or live, a belief that Result.HeldAfter or
+// Result.Split will list, as a newer token of a key of holds had been
+// granted by then.
+func (r *run) told(worker int, at int64, err error, holds ...*lease.Hold) {
 	if err == nil {
-		r.believe(worker, holds...)
+		r.believe(worker, at, holds...)
 		return
 	}
 	r.count(func(s *Stats) { s.Late.Told++ })
