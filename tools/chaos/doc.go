@@ -50,6 +50,12 @@
 // a newer term was elected (E1) and that no observer reports a leader's
 // token below one it reported before (E3).
 //
+// Each time a worker finds its Hold's Err nil Run records it, and lists
+// (Result.HeldAfter) every such finding made after another worker's
+// Acquire of the key had returned a newer token: the engine had expired
+// the lease by then, so the Client said "held" past its expiry (I5, from
+// the client's side; Config.SlowClocks is its negative control).
+//
 // With Config.Session each worker holds every key in one lease.Session and
 // writes every key's register while the session's Err is nil; on top of
 // both histories Run lists (Result.Split) every time a worker found its
