@@ -440,9 +440,9 @@ func (r *electionRun) write(w *candidate, token lease.Token, value string, late 
 }
 
 // maybePause pauses w, the leader of the term of token, if the driver
-// asked: frozen until the guard has accepted a newer term's write
-// (freezer.pauseUntilSuperseded), at most the progress timeout, or until
-// the process crashes. It reports whether w is now a stale leader.
+// asked: frozen until the guard has accepted, and answered, a newer term's
+// write (freezer.pauseUntilSuperseded), at most the progress timeout, or
+// until the process crashes. It reports whether w is now a stale leader.
 func (r *electionRun) maybePause(ctx context.Context, w *candidate, token lease.Token) bool {
 	select {
 	case <-w.pauseRq:
@@ -450,7 +450,7 @@ func (r *electionRun) maybePause(ctx context.Context, w *candidate, token lease.
 		return false
 	}
 	start := r.rec.Now()
-	stale, err := w.freezer.pauseUntilSuperseded(ctx, []Register{w.reg}, []lease.Token{token}, r.cfg.ProgressTimeout, pollEvery(r.cfg.TTL))
+	stale, err := w.freezer.pauseUntilSuperseded(ctx, r.rec, []string{r.key}, []Register{w.reg}, []lease.Token{token}, r.cfg.ProgressTimeout, pollEvery(r.cfg.TTL))
 	if err != nil {
 		r.fail(err)
 	}

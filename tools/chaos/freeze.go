@@ -60,23 +60,31 @@ func (f *freezer) wait(ctx context.Context) error {
 	}
 }
 
-// pauseUntilSuperseded freezes f until the guard of every register in
-// regs has accepted a token above the paused worker's own there (tokens[i]
-// for regs[i]) — a newer holder has written, so the worker's next write is
-// stale — or until limit passes or ctx ends; then it thaws f. It reports
-// whether the tokens were superseded. A pause of a fixed length proves
-// nothing on its own: on a loaded machine, or an engine that keeps a lease
-// longer than the run believes, it ends before anybody else has taken the
-// key, and the paused worker's write is not late at all. The registers are
-// read through their guards, on servers the faults do not touch, every
-// poll.
-func (f *freezer) pauseUntilSuperseded(ctx context.Context, regs []Register, tokens []lease.Token, limit, poll time.Duration) (bool, error) {
+// pauseUntilSuperseded freezes f until, on every key of keys, a write with
+// a token above the paused worker's own there (tokens[i] for keys[i]) has
+// been accepted, its answer recorded in rec, and the key's register (regs[i])
+// holds such a token — a newer holder has written, so the worker's next
+// write is stale — or until limit passes or ctx ends; then it thaws f. It
+// reports whether the tokens were superseded. A pause of a fixed length
+// proves nothing on its own: on a loaded machine, or an engine that keeps a
+// lease longer than the run believes, it ends before anybody else has taken
+// the key, and the paused worker's write is not late at all. The newer
+// write's answer must be in the history, not only its effect at the guard:
+// a late write invoked before that answer overlaps it, and the checker may
+// then order the two either way, so a late write the guard wrongly took
+// could pass. The registers are read through their guards, on servers the
+// faults do not touch, every poll.
+func (f *freezer) pauseUntilSuperseded(ctx context.Context, rec *Recorder, keys []string, regs []Register, tokens []lease.Token, limit, poll time.Duration) (bool, error) {
 	f.freeze()
 	defer f.thaw()
 	deadline := time.Now().Add(limit)
 	for {
 		superseded := true
 		for i, reg := range regs {
+			if !rec.AcceptedAbove(keys[i], tokens[i]) {
+				superseded = false
+				break
+			}
 			rctx, cancel := context.WithTimeout(context.Background(), guardLimit)
 			_, tok, err := reg.Read(rctx)
 			cancel()

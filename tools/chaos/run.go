@@ -492,7 +492,7 @@ func (r *run) work(ctx context.Context, w *worker) {
 			r.believe(w.id, asked, h)
 			// The window that matters: the client said "held" a moment
 			// ago, and now the worker stops before its write lands.
-			stale := r.maybePause(ctx, w, []Register{w.reg}, []lease.Token{h.Token()})
+			stale := r.maybePause(ctx, w, []string{w.key}, []Register{w.reg}, []lease.Token{h.Token()})
 			seq++
 			if !r.writeOnce(w, w.key, w.reg, h.Token(), seq, stale) {
 				break
@@ -609,7 +609,7 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 				for i, h := range holds {
 					tokens[i] = h.Token()
 				}
-				stale := r.maybePause(ctx, w, w.regs, tokens)
+				stale := r.maybePause(ctx, w, w.keys, w.regs, tokens)
 				ok := true
 				for i, h := range holds {
 					seq++
@@ -636,12 +636,13 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 	}
 }
 
-// maybePause pauses w, which holds tokens on the keys of regs, if the
-// driver asked or by chance: frozen until the guard has accepted a newer
-// token on every one of them (freezer.pauseUntilSuperseded), for the
+// maybePause pauses w, which holds tokens on keys (whose registers are
+// regs), if the driver asked or by chance: frozen until the guard has
+// accepted, and answered, a newer token on every one of them
+// (freezer.pauseUntilSuperseded), for the
 // driver's pause at most the progress timeout, for one by chance at most
 // pauseLength. It reports whether w is now a stale writer.
-func (r *run) maybePause(ctx context.Context, w *worker, regs []Register, tokens []lease.Token) bool {
+func (r *run) maybePause(ctx context.Context, w *worker, keys []string, regs []Register, tokens []lease.Token) bool {
 	var limit time.Duration
 	requested := false
 	select {
@@ -656,7 +657,7 @@ func (r *run) maybePause(ctx context.Context, w *worker, regs []Register, tokens
 		return false
 	}
 	start := r.rec.Now()
-	stale, err := w.freezer.pauseUntilSuperseded(ctx, regs, tokens, limit, pollEvery(r.cfg.TTL))
+	stale, err := w.freezer.pauseUntilSuperseded(ctx, r.rec, keys, regs, tokens, limit, pollEvery(r.cfg.TTL))
 	if err != nil {
 		r.fail(err)
 	}
