@@ -610,6 +610,10 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 					tokens[i] = h.Token()
 				}
 				stale := r.maybePause(ctx, w, w.keys, w.regs, tokens)
+				if r.cfg.IgnoreSession {
+					// It acts now, on a session it never asked about.
+					r.believe(w.id, r.rec.Now(), holds...)
+				}
 				ok := true
 				for i, h := range holds {
 					seq++
