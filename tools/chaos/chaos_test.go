@@ -121,10 +121,10 @@ func TestChaosNegativeControlUnguarded(t *testing.T) {
 }
 
 // TestChaosNegativeControlSlowClocks: I5's control. Workers whose Clients
-// run on clocks at half the real rate believe in their holds twice as long
-// as they may: one paused until a newer holder wrote is told, after its
-// late write (rejected by the guard), that it still holds, and the check
-// must list it.
+// run on clocks at a tenth of the real rate believe in their holds ten
+// times as long as they may: one paused until a newer holder wrote is
+// told, after its late write (rejected by the guard), that it still
+// holds, and the check must list it.
 func TestChaosNegativeControlSlowClocks(t *testing.T) {
 	ttl := 200 * time.Millisecond
 	b := startBoltHTTP(t)

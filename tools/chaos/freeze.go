@@ -106,13 +106,22 @@ func (f *freezer) pauseUntilSuperseded(ctx context.Context, rec *Recorder, keys 
 	}
 }
 
-// halfClock runs at half the real rate from start: a Client on it judges
-// its safe deadline twice as late as it should (Config.SlowClocks).
-type halfClock struct{ start time.Time }
+// slowClock runs at a tenth of the real rate from start: a Client on it
+// judges its safe deadline ten times as late as it should
+// (Config.SlowClocks), so that, at a 200 ms TTL, it still believes in a
+// lease some 2 s after its last renewal — long after a newer holder has
+// written, however loaded the machine. (At half the rate, a pause that
+// began late in a hold sometimes outlasted even the doubled deadline, and
+// the control found nothing.)
+type slowClock struct{ start time.Time }
 
-func (c halfClock) Now() time.Time { return c.start.Add(time.Since(c.start) / 2) }
+const slowness = 10
 
-func (c halfClock) AfterFunc(d time.Duration, f func()) lease.Timer { return time.AfterFunc(2*d, f) }
+func (c slowClock) Now() time.Time { return c.start.Add(time.Since(c.start) / slowness) }
+
+func (c slowClock) AfterFunc(d time.Duration, f func()) lease.Timer {
+	return time.AfterFunc(slowness*d, f)
+}
 
 // frozenBackend passes every call through f.
 type frozenBackend struct {

@@ -119,9 +119,9 @@ type Config struct {
 	// IgnoreSession has session workers write without asking the
 	// session's Err (a negative control of G1).
 	IgnoreSession bool
-	// SlowClocks runs each worker's Client on a clock at half the real
-	// rate, so that its safe deadline comes twice as late as it should: a
-	// negative control of I5 (Result.HeldAfter, Result.Split).
+	// SlowClocks runs each worker's Client on a clock at a tenth of the
+	// real rate, so that its safe deadline comes ten times as late as it
+	// should: a negative control of I5 (Result.HeldAfter, Result.Split).
 	SlowClocks bool
 }
 
@@ -316,7 +316,7 @@ func Run(t *testing.T, cfg Config) Result {
 				lease.WithJitter(rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, uint64(id))).Float64),
 				lease.WithBackoff(5*time.Millisecond, cfg.TTL/2)}
 			if cfg.SlowClocks {
-				opts = append(opts, lease.WithClock(halfClock{start: time.Now()}))
+				opts = append(opts, lease.WithClock(slowClock{start: time.Now()}))
 			}
 			w.client, err = lease.NewClient(freezable(b, w.freezer), opts...)
 			if err != nil {
