@@ -654,3 +654,45 @@ def test_every_request_of_a_wait_carries_its_ticket() -> None:
             finally:
                 srv.close()
         assert seen[0] != seen[1], f"{run}: two waits sent one ticket"
+
+
+def test_a_cancelled_watch_reader_ends_however_busy_the_stream() -> None:
+    # Python 3.11's asyncio.wait_for, cancelled in the same turn of the loop
+    # as the read it waits on finishes, returns the read and drops the
+    # cancellation: a task reading a watch that streams without pause went
+    # on reading after cancel() (4 in 100 here), so whoever awaited it (an
+    # observe ended, asyncio.run's teardown) waited for ever. Each
+    # cancellation must end the task.
+    def firehose(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 1000\r\n\r\nevent: synced\ndata: {}\n\n")
+        while True:
+            c.sendall(b":\n" * 4096)
+
+    srv = RawServer(firehose)
+    went_on: list[int] = []
+
+    async def go() -> None:
+        async with AsyncLeaseClient(srv.url) as c:
+            for i in range(40):
+
+                async def read() -> None:
+                    async for _ in c.watch():
+                        pass
+
+                t = asyncio.get_running_loop().create_task(read())
+                while srv.sock and len(srv._conns) <= i:
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(0.005)  # real time: reading a stream that never pauses
+                t.cancel()
+                done, _ = await asyncio.wait((t,), timeout=2)
+                if not done:
+                    went_on.append(i)
+                    return  # that task never ends: asyncio.run would wait for it
+
+    try:
+        th = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
+        th.start()
+        th.join(30)
+        assert not th.is_alive() and went_on == [], f"cancelled watch readers that went on reading: {went_on}"
+    finally:
+        srv.close()

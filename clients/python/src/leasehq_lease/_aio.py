@@ -62,6 +62,16 @@ MAX_HEADER: Final = 64 << 10
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
+async def _within(aw: Awaitable[T], timeout: float | None) -> T:
+    """aw, awaited in the calling task for at most timeout seconds (None: no
+    bound); past it, TimeoutError. Not asyncio.wait_for: Python 3.11's runs
+    aw in a task of its own and, cancelled as that task finishes, returns
+    its result and drops the cancellation, so that a cancelled task went on
+    (a watch read on, a close() waited on a renewer that renewed on)."""
+    async with asyncio.timeout(timeout):
+        return await aw
+
+
 class _Answer:
     __slots__ = ("status", "body", "close", "store")
 
@@ -186,7 +196,7 @@ class _Transport:
         if ep.tls:
             ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
         try:
-            return await asyncio.wait_for(
+            return await _within(
                 asyncio.open_connection(ep.host, ep.port, ssl=ctx, server_hostname=ep.host if ctx else None), timeout
             )
         except (OSError, asyncio.TimeoutError) as e:
@@ -220,7 +230,7 @@ class _Transport:
         try:
             w.write(self._request_bytes(i, method, path, body, "application/json"))
             if late is None:
-                a = await asyncio.wait_for(self._answer(r), timeout)
+                a = await _within(self._answer(r), timeout)
             else:
                 a = await self._answer_or_linger(r, w, timeout, late)
             self.endpoints.check_store(i, a.store)
@@ -248,7 +258,7 @@ class _Transport:
         outcome is unknown, as in the Go client."""
         reading = asyncio.ensure_future(self._answer(r))
         try:
-            return await asyncio.wait_for(asyncio.shield(reading), timeout)
+            return await _within(asyncio.shield(reading), timeout)
         except asyncio.CancelledError:
             answered = reading.done() and not reading.cancelled() and reading.exception() is None
             if answered:
@@ -273,7 +283,7 @@ class _Transport:
     def _linger(self, reading: asyncio.Future[_Answer], w: asyncio.StreamWriter, late: Late) -> None:
         async def wait() -> None:
             try:
-                a = await asyncio.wait_for(reading, self.timeout)
+                a = await _within(reading, self.timeout)
             except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError, LeaseError):
                 return
             finally:
@@ -335,7 +345,7 @@ class _Transport:
                 c = await self.connect(i, timeout)
                 try:
                     c[1].write(self._request_bytes(i, "GET", path, None, "text/event-stream"))
-                    status, headers = await asyncio.wait_for(_read_head(c[0]), timeout)
+                    status, headers = await _within(_read_head(c[0]), timeout)
                     self.endpoints.check_store(i, headers.get(STORE_HEADER.lower()))
                 except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     c[1].close()
@@ -350,7 +360,7 @@ class _Transport:
             if status == 200:
                 return c, headers, i
             try:
-                a, _ = await asyncio.wait_for(_read_body(c[0], headers), timeout)
+                a, _ = await _within(_read_body(c[0], headers), timeout)
             except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError):
                 a = b""
             c[1].close()
@@ -480,7 +490,7 @@ class _Renewer:
                 self._wake_at = min(h._state.renew_at for h in self.holds)
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), max(0.0, self._wake_at - now))
+                    await _within(self._wake.wait(), max(0.0, self._wake_at - now))
                 except asyncio.TimeoutError:
                     pass
                 continue
@@ -679,7 +689,7 @@ class AsyncLeaseClient(ClientBase):
         a = await self._transport.request("GET", list_path(prefix, limit, after), repeatable=True)
         return page_of(a.body)
 
-    async def all(self, prefix: str = "", *, limit: int | None = None) -> AsyncIterator[Lease]:
+    async def all(self, prefix: str = "", *, limit: int | None = None) -> AsyncGenerator[Lease, None]:
         """Walks every page of list: ``async for lease in client.all("jobs/")``."""
         after = ""
         while True:
@@ -779,7 +789,7 @@ class AsyncWatch:
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(r.read(65536) if chunks is None else chunks.read(65536), silence)
+                    chunk = await _within(r.read(65536) if chunks is None else chunks.read(65536), silence)
                 except asyncio.TimeoutError:
                     t.endpoints.move_on(used)
                     c._gave_up += 1
@@ -832,19 +842,47 @@ class AsyncElector:
         lease = await self.client.get(key)
         return None if lease is None else leader_of(lease)
 
-    async def observe(self, key: str) -> AsyncIterator[Leader]:
+    async def observe(self, key: str) -> AsyncGenerator[Leader, None]:
         """As Elector.observe."""
         check_name("key", key)
         f = Follower(key)
         w = self.client.watch(key)
+        # The watch is read by a task of its own, so that the leader's expiry
+        # is reported on time however silent the watch is (as Go's Observe:
+        # never a leader past its expiry), and what it read meanwhile is
+        # taken before a lapse is judged. Bounded as the socket was: a
+        # caller that stops iterating stops the reading.
+        q: asyncio.Queue[WatchEvent | BaseException | None] = asyncio.Queue(maxsize=1024)
+
+        async def pump() -> None:
+            try:
+                async for ev in w:
+                    await q.put(ev)
+                await q.put(None)
+            except Exception as e:  # handed to the reader
+                await q.put(e)
+
+        reader = asyncio.get_running_loop().create_task(pump(), name=f"leasehq-lease-observe-{key}")
         try:
-            async for ev in w:
-                leader = f.feed(ev)
+            while True:
+                try:
+                    async with asyncio.timeout(f.until_lapse()):
+                        item = await q.get()
+                except TimeoutError:
+                    leader = f.lapsed_now()
+                    if leader is not None:
+                        yield leader
+                    continue
+                if item is None or isinstance(item, UnsupportedError):
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                leader = f.feed(item)
                 if leader is not None:
                     yield leader
-        except UnsupportedError:
-            pass
         finally:
+            reader.cancel()
+            await asyncio.wait((reader,))
             await w.aclose()
         pause = POLL_FIRST
         while True:

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Final, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Final, Generator, NamedTuple
 
 from ._errors import HeldError, InvalidError, UnsupportedError
 from ._events import EVENT_SYNCED, RESET, WatchEvent
@@ -160,7 +160,7 @@ class Elector:
         lease = self.client.get(key)
         return None if lease is None else leader_of(lease)
 
-    def observe(self, key: str) -> Iterator[Leader]:
+    def observe(self, key: str) -> Generator[Leader, None, None]:
         """Key's leadership: the leader now (value None when there is none), then
         each change, a new term or the end of one. Renewals are not changes;
         tokens of successive leaders only rise. It follows the server's watch
