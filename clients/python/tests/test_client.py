@@ -4,6 +4,7 @@ get, list, errors, several servers, auth, restart."""
 from __future__ import annotations
 
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -426,3 +427,39 @@ def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: obje
     assert not t.is_alive(), "a request to a stalled server hung past its timeout"
     assert isinstance(got[0], UnavailableError) and time.monotonic() - t0 < 3
     p.frozen.clear()
+
+
+def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:
+    # A wait ended by an exception from elsewhere (KeyboardInterrupt, a
+    # signal handler's time limit such as Celery's soft one) left its
+    # connection open for as long as anything kept the exception (a log, a
+    # REPL's last traceback, a task result): the server kept the waiter in
+    # line, and when the key freed it granted the lease to nobody, held
+    # until its TTL.
+    a, b, c = LeaseClient(server.url, owner="a"), LeaseClient(server.url, owner="b"), LeaseClient(server.url, owner="c")
+    key = unique("interrupted")
+    h = a.acquire(key, 5.0)
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted()
+
+    kept: list[BaseException] = []
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        try:
+            b.acquire(key, 5.0, wait=20)
+        except Interrupted as e:
+            kept.append(e)  # as a caller that logs it keeps it
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert kept
+    h.release()
+    with c.acquire(key, 5.0, wait=5.0) as hc:  # next in line, not behind b's ghost
+        assert hc.owner == "c" and hc.token > h.token
+    for x in (a, b, c):
+        x.close()

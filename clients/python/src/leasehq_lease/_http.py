@@ -68,6 +68,9 @@ class Transport:
         except (OSError, http.client.HTTPException) as e:
             c.close()
             raise Failed(e, True) from e
+        except BaseException:
+            c.close()
+            raise
         c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Blocking, with the kernel's timeouts rather than Python's: a Python
         # timeout costs a poll before every send and receive.
@@ -108,6 +111,13 @@ class Transport:
             # A pooled connection the server had closed fails at once; the
             # request may not have been read, but nobody can tell.
             raise Failed(e, False) from e
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a signal handler's exception):
+            # hang up now, not when the exception is let go, so that the
+            # server ends a wait (it would grant the lease to nobody) and
+            # releases a lease it grants at that moment.
+            c.close()
+            raise
         if r.will_close:
             c.close()
         else:
@@ -166,6 +176,9 @@ class Transport:
                 except (OSError, http.client.HTTPException) as e:
                     c.close()
                     raise Failed(e, False) from e
+                except BaseException:
+                    c.close()
+                    raise
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
@@ -179,8 +192,9 @@ class Transport:
                 body = _read(r)
             except (OSError, http.client.HTTPException):
                 body = b""
+            finally:
+                c.close()
             err = error_from_answer(r.status, body)
-            c.close()
             if r.status == 503:
                 self.endpoints.move_on(i)
                 pause = plan.again(False)
