@@ -273,3 +273,39 @@ def test_async_election_and_semaphore(server: Server) -> None:
         await c.close()
 
     run(main())
+
+
+def test_a_loss_the_block_swallowed_leaves_no_cancellation_behind(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    # A block that catches the CancelledError of its loss and goes on (or
+    # turns it into another error) ends without LeaseLostError, as a block
+    # under asyncio.timeout() ends without TimeoutError; but the loss's
+    # cancel request was left counted on the task (Task.cancelling() 1), so
+    # that every asyncio.timeout() the task entered afterwards raised
+    # CancelledError instead of TimeoutError on Python 3.11, and a
+    # TaskGroup or the asyncio.Runner took the task for cancelled.
+    net = proxy_to(server)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(net.url, timeout=0.5) as c:
+            task = asyncio.current_task()
+            assert task is not None
+            stopped = False
+            for convert in (False, True):
+                try:
+                    async with c.acquire(unique("swallow"), 0.5):
+                        net.frozen.set()
+                        try:
+                            await asyncio.sleep(10)  # cancelled at the deadline
+                        except asyncio.CancelledError:
+                            stopped = True  # swallowed, or told as another error
+                            if convert:
+                                raise ValueError("stopped")
+                except ValueError:
+                    assert convert
+                net.frozen.clear()
+                assert stopped and task.cancelling() == 0
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.05):
+                        await asyncio.sleep(1)
+
+    run(main())

@@ -389,6 +389,7 @@ class AsyncHold(HoldBase):
         self._timer: asyncio.TimerHandle | None = None
         self._scope: asyncio.Task[Any] | None = None
         self._cancelled = False
+        self._cancelling = 0  # the scope's cancel requests pending when the block began
         self.lost = asyncio.Event()
         """Set when the lease may be gone."""
         self._arm()
@@ -439,6 +440,7 @@ class AsyncHold(HoldBase):
 
     async def __aenter__(self) -> AsyncHold:
         self._scope = asyncio.current_task()
+        self._cancelling = self._scope.cancelling() if self._scope is not None else 0
         self._judge()
         if self._state.ended is not None:
             self._scope = None
@@ -451,10 +453,18 @@ class AsyncHold(HoldBase):
             await self.release()
         except LeaseError:
             pass  # a loss is told below or was told by lost/check(); an unreleased lease expires at its TTL
-        if self._cancelled and isinstance(e, asyncio.CancelledError) and scope is not None and scope.uncancel() == 0:
-            ended = self._state.ended
-            assert isinstance(ended, LeaseLostError)
-            raise ended from e
+        if self._cancelled and scope is not None:
+            # The loss's cancel request is taken back whatever the block made
+            # of it, as asyncio.timeout() does: left counted, it made the
+            # task look cancelled (and every later asyncio.timeout() of the
+            # task raise CancelledError, on Python 3.11). Only a block that
+            # ended by that CancelledError, with no request made since it
+            # began pending, ends with LeaseLostError.
+            self._cancelled = False
+            if scope.uncancel() <= self._cancelling and isinstance(e, asyncio.CancelledError):
+                ended = self._state.ended
+                assert isinstance(ended, LeaseLostError)
+                raise ended from e
 
 
 class _Renewer:
