@@ -100,3 +100,19 @@ def test_error_answers_as_every_client_reads_them() -> None:
 def test_unknown_codes() -> None:
     assert type(error_from_event("w", "not json")) is UnavailableError
     assert type(error_from_event("w", '{"error":{"code":"forbidden","message":"m"}}')) is ForbiddenError
+
+
+@pytest.mark.parametrize("at", ["2026-01-02T03:04:05", "2026-01-02"])
+def test_a_time_without_its_offset_is_no_time(at: str) -> None:
+    # fromisoformat takes them, as naive local times, which cannot be
+    # compared with an aware now: a semaphore waiting on such a holder's
+    # expiry raised TypeError. Go's time.RFC3339 refuses them too.
+    from leasehq_lease._election import SemaphoreBase
+    from leasehq_lease._wire import granted_of
+
+    lease = {"key": "k", "owner": "o", "token": 7, "ttl_ms": 1000, "expires_at": at, "id": "a" * 32}
+    e = error_from_answer(409, json.dumps({"error": {"code": "held", "message": "m", "holder": lease}}).encode())
+    assert isinstance(e, HeldError) and e.holder is None
+    assert SemaphoreBase._until_free(e, 5.0) == 5.0
+    with pytest.raises(UnexpectedAnswerError):
+        granted_of(lease, "acquire")

@@ -165,15 +165,19 @@ def is_token(v: object) -> bool:
 
 
 def parse_time(v: object) -> datetime | None:
-    """An RFC 3339 time as the server writes it, or None."""
+    """An RFC 3339 time as the server writes it, or None. Its offset is part
+    of it, as in Go's time.RFC3339: a time without one (which fromisoformat
+    takes, as local time) cannot be compared with the clock's now in UTC,
+    and raised TypeError where a semaphore waited on a holder's expiry."""
     if not isinstance(v, str):
         return None
     from datetime import datetime
 
     try:
-        return datetime.fromisoformat(v)
+        t = datetime.fromisoformat(v)
     except ValueError:
         return None
+    return t if t.tzinfo is not None else None
 
 
 def _holder(v: object) -> Holder | None:
