@@ -3,6 +3,7 @@ get, list, errors, several servers, auth, restart."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import threading
@@ -463,3 +464,48 @@ def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:
         assert hc.owner == "c" and hc.token > h.token
     for x in (a, b, c):
         x.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_release_to_a_hung_server_ends_by_the_hold_s_deadline(server: Server, proxy_to: object, asynchronous: bool) -> None:
+    # The end of a with block releases the lease; against a server that
+    # takes the request and never answers, each try waited the 10 s of
+    # RELEASE_TIMEOUT and was sent again: the block's end took 20 s, for a
+    # 2 s lease that the server let go 18 s before. A release now gives up
+    # at the hold's safe deadline (or 10 s, if sooner), past which it
+    # would not even be sent.
+    from conftest import Proxy
+
+    net: Proxy = proxy_to(server)  # type: ignore[operator]
+    key = unique("hung-release")
+    took: list[float] = []
+
+    def sync() -> None:
+        with LeaseClient(net.url, timeout=5.0) as c:
+            with c.acquire(key, RENEWED_TTL) as h:
+                net.frozen.set()
+                t0 = time.monotonic()
+                left = h.deadline - t0
+        took.append(time.monotonic() - t0)
+        took.append(left)
+
+    async def asyncio_() -> None:
+        async with AsyncLeaseClient(net.url, timeout=5.0) as c:
+            async with c.acquire(key, RENEWED_TTL) as h:
+                net.frozen.set()
+                t0 = time.monotonic()
+                left = h.deadline - t0
+            took.append(time.monotonic() - t0)
+            took.append(left)
+
+    try:
+        if asynchronous:
+            asyncio.run(asyncio.wait_for(asyncio_(), 60))
+        else:
+            sync()
+    finally:
+        net.frozen.clear()
+    assert took[0] < took[1] + 0.5, f"the block's end took {took[0]:.2f} s, {took[1]:.2f} s before the hold's deadline"
+    direct = LeaseClient(server.url)
+    wait_for("the server to let the lease go by itself", lambda: direct.get(key) is None, timeout=1.0)
+    direct.close()

@@ -34,7 +34,7 @@ from ._errors import (
     error_from_answer,
 )
 from ._events import EVENT_SYNCED, HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
-from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now
+from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now, release_until
 from ._wire import (
     MAX_RENEW_BATCH,
     DriftMargin,
@@ -306,18 +306,19 @@ class _Transport:
 
     async def request(
         self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
-        late: Late | None = None,
+        late: Late | None = None, until: float | None = None,
     ) -> _Answer:
         """Sends a request by the multi-endpoint rules and returns a 2xx answer;
         an error answer raises its class, a request that got none an
         UnavailableError. late, if given, gets the answer of a request
-        cancelled while it waited for it (see _answer_or_linger)."""
-        plan = Plan(len(self.endpoints.all), repeatable)
+        cancelled while it waited for it (see _answer_or_linger). until
+        (time.monotonic()) ends the tries, as in the sync Transport.request."""
+        plan = Plan(len(self.endpoints.all), repeatable, until)
         t = self.timeout if timeout is None else timeout
         while True:
             i = self.endpoints.current()
             try:
-                a = await self._once(i, method, path, body, t, late)
+                a = await self._once(i, method, path, body, plan.timeout(t), late)
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
@@ -435,7 +436,8 @@ class AsyncHold(HoldBase):
         if lost is not None:
             raise lost  # as Hold.release: too late to matter
         await self._renewer.transport.request(
-            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True, timeout=RELEASE_TIMEOUT
+            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True,
+            timeout=RELEASE_TIMEOUT, until=release_until(s),
         )
 
     async def __aenter__(self) -> AsyncHold:
@@ -512,9 +514,10 @@ class _Renewer:
         sent = time.monotonic()
         granted = [h._state.granted for h in batch]
         body = renew_batch_body([(g, h._state.ttl) for g, h in zip(granted, batch)])
-        timeout = max(0.01, min(h._state.deadline for h in batch) - sent)
+        until = min(h._state.deadline for h in batch)
+        timeout = max(0.01, until - sent)
         try:
-            a = await self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout)
+            a = await self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout, until=until)
             results = _results(a.body, len(batch))
         except LeaseError:
             now = time.monotonic()

@@ -125,18 +125,20 @@ class Transport:
         return Answer(r.status, data)
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
+        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
+        until: float | None = None,
     ) -> Answer:
         """Sends a request by the multi-endpoint rules and returns a 2xx answer;
         an error answer raises its class, a request that got none an
-        UnavailableError."""
+        UnavailableError. until (time.monotonic()) ends the tries, retries
+        included: nothing is sent past it, and each try's timeout stops at it."""
         n = len(self.endpoints.all)
-        plan = Plan(n, repeatable)
+        plan = Plan(n, repeatable, until)
         t = self.timeout if timeout is None else timeout
         while True:
             i = self.endpoints.current()
             try:
-                a = self._once(i, method, path, body, t)
+                a = self._once(i, method, path, body, plan.timeout(t))
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
