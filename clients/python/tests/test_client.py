@@ -509,3 +509,18 @@ def test_a_release_to_a_hung_server_ends_by_the_hold_s_deadline(server: Server, 
     direct = LeaseClient(server.url)
     wait_for("the server to let the lease go by itself", lambda: direct.get(key) is None, timeout=1.0)
     direct.close()
+
+
+def test_a_closed_client_leaves_no_thread_behind(server: Server) -> None:
+    # The renewer thread outlived its closed client by 30 s (its idle
+    # wait), one per client: a caller that counts threads after a with
+    # block (a test's leak check, a worker pool's) saw them pile up.
+    before = set(threading.enumerate())
+    with LeaseClient(server.url) as c:
+        with c.acquire(unique("threads"), RENEWED_TTL):
+            pass
+        with c.acquire(unique("threads"), RENEWED_TTL) as h:
+            pass
+    wait_for("the client's threads to end", lambda: not set(threading.enumerate()) - before, timeout=2.0)
+    with pytest.raises(LeaseReleasedError):
+        h.check()

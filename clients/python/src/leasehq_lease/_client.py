@@ -81,7 +81,9 @@ class LeaseClient(ClientBase):
         self._renewer = Renewer(self._transport)
 
     def close(self) -> None:
-        """Closes the pooled connections. Holds still renew (on new connections)."""
+        """Closes the pooled connections, and ends the renewer thread once no
+        hold is left. Holds still renew (on new connections)."""
+        self._renewer.close()
         self._transport.close()
 
     def __enter__(self) -> LeaseClient:

@@ -263,8 +263,16 @@ class Renewer:
         # that need not wake it: a lone caller that takes and frees holds in
         # a loop costs the thread nothing.
         self._idle_tick = IDLE_EXIT
+        self._closed = False  # the client was closed: the thread ends once it has no holds
         self.on_lost: Callable[[Hold], None] | None = None
         _renewers.add(self)
+
+    def close(self) -> None:
+        """Ends the thread now if it has no holds, else once they end (a new
+        hold starts another): it outlived a closed client by 30 s."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
 
     def _forked(self) -> None:
         self._cond = threading.Condition(threading.Lock())
@@ -282,6 +290,7 @@ class Renewer:
 
     def add(self, h: Hold) -> None:
         with self._cond:
+            self._closed = False
             self._holds.add(h)
             self._idle_tick = max(MIN_IDLE_TICK, min(IDLE_EXIT, h._state.ttl / 6))
             if self._thread is None:
@@ -320,7 +329,7 @@ class Renewer:
             with self._cond:
                 if not self._holds:
                     now = time.monotonic()
-                    if now - idle_since >= IDLE_EXIT:
+                    if now - idle_since >= IDLE_EXIT or self._closed:
                         self._thread = None
                         return
                     tick = min(self._idle_tick, idle_since + IDLE_EXIT - now)
