@@ -256,6 +256,12 @@ def test_async_election_and_semaphore(server: Server) -> None:
         await e.run(unique("runner"), "node-3", lead)
         assert len(ran) == 1
 
+        # A term and a slot are their own context managers, typed as
+        # themselves (mypy --strict checks it): AsyncHold.__aenter__ said an
+        # AsyncHold, which has neither value nor number.
+        async with await e.campaign(unique("block"), "node-4") as term:
+            assert term.value == "node-4" and term.held
+
         sem = AsyncSemaphore(c, unique("sem"), 2, ttl=2.0)
         s1, s2 = await sem.try_acquire(), await sem.try_acquire()
         assert {s1.number, s2.number} == {0, 1}
@@ -268,6 +274,8 @@ def test_async_election_and_semaphore(server: Server) -> None:
         s3 = await waiting
         assert s3.number == s1.number and s3.token > s1.token
         assert len(await sem.holders()) == 2
+        async with await AsyncSemaphore(c, unique("sem"), 1, ttl=2.0).acquire() as slot:
+            assert slot.number == 0 and slot.held
         await s2.release()
         await s3.release()
         await c.close()

@@ -15,7 +15,7 @@ import json
 import ssl
 import time
 from types import TracebackType
-from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Final, Generator, Sequence, TypeVar
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Final, Generator, Self, Sequence, TypeVar
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
@@ -440,7 +440,7 @@ class AsyncHold(HoldBase):
             timeout=RELEASE_TIMEOUT, until=release_until(s),
         )
 
-    async def __aenter__(self) -> AsyncHold:
+    async def __aenter__(self) -> Self:
         self._scope = asyncio.current_task()
         self._cancelling = self._scope.cancelling() if self._scope is not None else 0
         self._judge()
