@@ -317,3 +317,29 @@ def test_a_loss_the_block_swallowed_leaves_no_cancellation_behind(server: Server
                         await asyncio.sleep(1)
 
     run(main())
+
+
+def test_a_watch_closed_from_another_task_ends_its_iteration(server: Server) -> None:
+    # As Watch.close() from another thread: aclose() while a task iterates
+    # the watch raised RuntimeError ("asynchronous generator is already
+    # running") and left that task reading for as long as the stream
+    # lasted.
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            w = c.watch(unique("closed") + "/")
+            kinds: list[str] = []
+
+            async def follow() -> None:
+                async for ev in w:
+                    kinds.append(ev.kind)
+
+            t = asyncio.get_running_loop().create_task(follow())
+            while not kinds:
+                await asyncio.sleep(0.005)
+            await w.aclose()
+            await asyncio.wait_for(t, 5)  # ended, without an error
+            assert kinds == ["synced"]
+            with pytest.raises(StopAsyncIteration):
+                await w.__anext__()
+
+    run(main())

@@ -10,12 +10,13 @@ as asyncio.timeout() ends one with TimeoutError."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import ssl
 import time
 from types import TracebackType
-from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Final, Generator, Self, Sequence, TypeVar
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine, Final, Generator, Self, Sequence, TypeVar
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
@@ -748,6 +749,8 @@ class AsyncWatch:
         self.prefix = prefix
         self._client = client
         self._reconnect = reconnect
+        self._closed = False
+        self._writer: asyncio.StreamWriter | None = None  # the stream's connection, while open
         self._gen = self._run()
 
     def __aiter__(self) -> AsyncWatch:
@@ -757,7 +760,17 @@ class AsyncWatch:
         return await self._gen.__anext__()
 
     async def aclose(self) -> None:
-        await self._gen.aclose()
+        """Ends the watch, and its iteration, also in a task iterating it now
+        (as Watch.close from another thread): that task's read ends with the
+        stream's connection, and its ``async for`` with it. Closing an async
+        generator another task is running raised RuntimeError instead, and
+        left that task reading."""
+        self._closed = True
+        w = self._writer
+        if w is not None:
+            w.close()
+        if not self._gen.ag_running:
+            await self._gen.aclose()
 
     async def __aenter__(self) -> AsyncWatch:
         return self
@@ -768,16 +781,22 @@ class AsyncWatch:
     async def _run(self) -> AsyncGenerator[WatchEvent, None]:
         pause = RESUME_FIRST
         broke: LeaseError | None = None
-        while True:
+        while not self._closed:
             got_any = False
             try:
-                async for ev in self._stream():
-                    if broke is not None:
-                        yield WatchEvent(RESET, error=broke)
-                        broke = None
-                    got_any = True
-                    yield ev
+                # Closed here, not by the garbage collector's hook in a task
+                # of its own, so that the connection is closed when aclose()
+                # returns.
+                async with contextlib.aclosing(self._stream()) as stream:
+                    async for ev in stream:
+                        if broke is not None:
+                            yield WatchEvent(RESET, error=broke)
+                            broke = None
+                        got_any = True
+                        yield ev
             except (UnavailableError, TooManyWatchersError) as e:
+                if self._closed:
+                    return
                 if not self._reconnect or not (isinstance(e, UnavailableError) or self._client._refused_by_own_stream(e)):
                     raise
                 broke = e
@@ -786,14 +805,19 @@ class AsyncWatch:
                 await asyncio.sleep(jittered(pause))
                 pause = min(pause * 2, RESUME_MAX)
 
-    async def _stream(self) -> AsyncIterator[WatchEvent]:
+    async def _stream(self) -> AsyncGenerator[WatchEvent, None]:
         c = self._client
         t = c._transport
         path, silence = c._watch(self.prefix)
         (r, w), headers, used = await t.stream(path, min(silence, t.timeout))
+        if self._closed:
+            w.close()
+            return
+        self._writer = w
         try:
             silence = c._silence(headers.get("content-type"), headers.get(HEARTBEAT_HEADER.lower()))
         except LeaseError:
+            self._writer = None
             w.close()
             raise
         what = f"watch {json.dumps(self.prefix)}"
@@ -810,9 +834,13 @@ class AsyncWatch:
                         f"lease: {what}: the stream broke: silent for {c.missed_heartbeats} heartbeats ({silence:g} s)"
                     ) from None
                 except (OSError, ValueError, asyncio.IncompleteReadError) as e:  # ValueError: a line past the reader's limit
+                    if self._closed:
+                        return
                     t.endpoints.move_on(used)
                     raise UnavailableError(f"lease: {what}: the stream broke: {e!r}") from e
                 if not chunk:
+                    if self._closed:
+                        return
                     t.endpoints.move_on(used)
                     raise UnavailableError(f"lease: {what}: the stream broke: the server ended it without saying why")
                 for m in parser.feed(chunk):
@@ -823,6 +851,7 @@ class AsyncWatch:
                         raise
                     yield ev
         finally:
+            self._writer = None
             w.close()
 
 
