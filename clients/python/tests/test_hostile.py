@@ -696,3 +696,44 @@ def test_a_cancelled_watch_reader_ends_however_busy_the_stream() -> None:
         assert not th.is_alive() and went_on == [], f"cancelled watch readers that went on reading: {went_on}"
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("stage", ["head", "refusal"])
+def test_a_watch_cancelled_while_it_opens_hangs_up(stage: str) -> None:
+    # A watch cancelled while its stream was being opened (the answer's
+    # head not come yet, or a refusal's body being read) kept its
+    # connection, registered with the loop, open until the loop closed:
+    # the server counted the stream against --max-watchers meanwhile.
+    hung_up = threading.Event()
+    asked = threading.Event()
+
+    def answer(c: socket.socket) -> None:
+        asked.set()
+        if stage == "refusal":
+            c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        while c.recv(65536):
+            pass
+        hung_up.set()
+
+    srv = RawServer(answer)
+
+    async def go() -> None:
+        async with AsyncLeaseClient(srv.url) as c:
+            w = c.watch()
+            t = asyncio.get_running_loop().create_task(w.__anext__())
+            while not asked.is_set():
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)  # real time: the refusal's first bytes reach the client
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            for _ in range(200):
+                if hung_up.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            assert hung_up.is_set(), "the server still has the connection of the cancelled watch"
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        srv.close()

@@ -352,6 +352,12 @@ class _Transport:
                 except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     c[1].close()
                     raise Failed(e, False) from e
+                except BaseException:
+                    # Cancelled: hang up, or the connection, registered with
+                    # the loop, stays open until the loop closes (and the
+                    # server counts the stream meanwhile).
+                    c[1].close()
+                    raise
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
@@ -365,7 +371,8 @@ class _Transport:
                 a, _ = await _within(_read_body(c[0], headers), timeout)
             except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError):
                 a = b""
-            c[1].close()
+            finally:
+                c[1].close()
             err = error_from_answer(status, a)
             if status == 503:
                 self.endpoints.move_on(i)
