@@ -15,6 +15,7 @@ from leasehq_lease import (
     AsyncSemaphore,
     FencedResource,
     HeldError,
+    Leader,
     LeaseLostError,
     LeaseReleasedError,
     StaleTokenError,
@@ -255,6 +256,11 @@ def test_async_election_and_semaphore(server: Server) -> None:
 
         await e.run(unique("runner"), "node-3", lead)
         assert len(ran) == 1
+        # With on_new_leader, its observation ends with run: no task is left.
+        heard: list[Leader] = []
+        before = asyncio.all_tasks()
+        await e.run(unique("runner"), "node-3", lead, on_new_leader=heard.append)
+        assert len(ran) == 2 and asyncio.all_tasks() <= before
 
         # A term and a slot are their own context managers, typed as
         # themselves (mypy --strict checks it): AsyncHold.__aenter__ said an

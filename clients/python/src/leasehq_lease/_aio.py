@@ -979,7 +979,10 @@ class AsyncElector:
                     return
         finally:
             if watcher is not None:
+                # Waited for, so that its watch is closed when run returns:
+                # left to finish on its own, it was still open then.
                 watcher.cancel()
+                await asyncio.wait((watcher,))
 
 
 class AsyncSlot(AsyncHold):
