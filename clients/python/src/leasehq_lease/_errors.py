@@ -36,6 +36,18 @@ class LeaseError(Exception):
         self.status = status
         """The HTTP status of the answer, when the error is one."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt without __init__, whose arguments differ by class: pickle
+        # called cls(*args) with the message alone, which LeaseLostError and
+        # LeaseReleasedError refused, so that they could not cross processes
+        # (multiprocessing, concurrent.futures, a task queue's results).
+        return (_rebuilt, (type(self), self.args), self.__dict__)
+
+
+def _rebuilt(cls: type[LeaseError], args: tuple[Any, ...]) -> LeaseError:
+    """An error of class cls with args, its attributes to come from pickle's state."""
+    return cls.__new__(cls, *args)
+
 
 class HeldError(LeaseError):
     """The key is held by someone else (409 ``held``); ``holder`` names them when the server knows."""
