@@ -737,3 +737,42 @@ def test_a_watch_cancelled_while_it_opens_hangs_up(stage: str) -> None:
         asyncio.run(asyncio.wait_for(go(), 30))
     finally:
         srv.close()
+
+
+def test_a_watch_closed_while_its_stream_opens_ends() -> None:
+    # Watch.close() from another thread while the stream was being opened
+    # (a first open, or one after a break) found no connection to close:
+    # the stream then opened, and the iterating thread read it for as long
+    # as the server kept it up, holding its connection.
+    asked = threading.Event()
+    answer_now = threading.Event()
+    hung_up = threading.Event()
+
+    def slow_head(c: socket.socket) -> None:
+        asked.set()
+        answer_now.wait(10)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 100\r\n\r\nevent: synced\ndata: {}\n\n")
+        try:
+            while True:
+                c.sendall(b":\n")
+                time.sleep(0.05)  # real time: a server's heartbeats
+        except OSError:
+            hung_up.set()
+
+    srv = RawServer(slow_head)
+    c = LeaseClient(srv.url)
+    w = c.watch()
+    kinds: list[str] = []
+    t = threading.Thread(target=lambda: kinds.extend(ev.kind for ev in w), daemon=True)
+    try:
+        t.start()
+        assert asked.wait(10)
+        w.close()
+        answer_now.set()
+        t.join(3)
+        assert not t.is_alive(), f"the closed watch is still read (seen {kinds})"
+        assert hung_up.wait(3), "the server still has the closed watch's connection"
+    finally:
+        answer_now.set()
+        srv.close()
+        c.close()
