@@ -17,6 +17,8 @@ import pytest
 from leasehq_lease import AsyncLeaseClient, ForbiddenError, LeaseClient, UnavailableError, UnexpectedAnswerError
 from leasehq_lease._endpoints import MAX_ANSWER
 
+from conftest import wait_for
+
 LEASE = b'{"key":"k","owner":"o","token":1,"ttl_ms":1000,"expires_at":"2026-01-01T00:00:00.000Z"}'
 
 Answer = Callable[[socket.socket], None]
@@ -774,5 +776,45 @@ def test_a_watch_closed_while_its_stream_opens_ends() -> None:
         assert hung_up.wait(3), "the server still has the closed watch's connection"
     finally:
         answer_now.set()
+        srv.close()
+        c.close()
+
+
+def test_an_observation_closed_behind_its_watch_ends_its_reader() -> None:
+    # Elector.observe reads its watch in a thread of its own, into a queue
+    # of 1,024 events. A caller 1,024 renewals behind (it took the first
+    # leader and kept the iterator a while) and then closing it left that
+    # thread blocked for good on the full queue, and its connection open.
+    from datetime import datetime, timedelta, timezone
+
+    from leasehq_lease import Elector
+
+    at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat().encode()
+    lease = b'{"key":"k","owner":"o","token":1,"ttl_ms":1000,"expires_at":"' + at + b'"}'
+    hung_up = threading.Event()
+
+    def renewals(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 1000\r\n\r\n")
+        c.sendall(b"event: held\ndata: " + lease + b"\n\nevent: synced\ndata: {}\n\n")
+        try:
+            for _ in range(4000):
+                c.sendall(b"event: renewed\ndata: " + lease + b"\n\n")
+            while c.recv(65536):
+                pass
+        except OSError:
+            pass
+        hung_up.set()
+
+    srv = RawServer(renewals)
+    c = LeaseClient(srv.url)
+    before = set(threading.enumerate())
+    try:
+        obs = Elector(c).observe("k")
+        assert next(obs).value == "o"
+        time.sleep(0.5)  # real time: the reader fills the queue meanwhile
+        obs.close()
+        wait_for("the observation's reader to end", lambda: not set(threading.enumerate()) - before, timeout=3.0)
+        assert hung_up.wait(3)
+    finally:
         srv.close()
         c.close()

@@ -175,14 +175,22 @@ class Elector:
         # Bounded as the socket was: a caller that stops iterating stops the
         # reading, and the server cuts the stream off as before.
         q: queue.Queue[WatchEvent | BaseException | None] = queue.Queue(maxsize=1024)
+        # Set when the caller stops: the thread puts nothing more, so that
+        # the one put the drain below frees is its last (blocked on a full
+        # queue, it stayed so for good, its connection open).
+        stopped = threading.Event()
 
         def pump() -> None:
             try:
                 for ev in w:
+                    if stopped.is_set():
+                        return
                     q.put(ev)
-                q.put(None)
+                item: WatchEvent | BaseException | None = None
             except BaseException as e:  # noqa: BLE001 - handed to the reader
-                q.put(e)
+                item = e
+            if not stopped.is_set():
+                q.put(item)
 
         threading.Thread(target=pump, name=f"lease-observe-{key}", daemon=True).start()
         try:
@@ -204,7 +212,13 @@ class Elector:
                 if leader is not None:
                     yield leader
         finally:
+            stopped.set()
             w.close()
+            while True:
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break
         pause = POLL_FIRST
         while True:
             leader = f.polled(self.leader(key) or Leader(key))
