@@ -349,3 +349,22 @@ def test_a_watch_closed_from_another_task_ends_its_iteration(server: Server) -> 
                 await w.__anext__()
 
     run(main())
+
+
+def test_lost_is_judged_however_long_the_loop_was_blocked(server: Server) -> None:
+    # I5 for asyncio: a step that blocks the event loop past the deadline
+    # (CPU-bound work, a blocking call) keeps the deadline's timer from
+    # running. h.held and h.check() judged the deadline themselves, but
+    # h.lost.is_set() said False until the loop ran the timer: the hold
+    # reported held past its deadline. It judges, as the sync hold's does.
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            h = await c.acquire(unique("blocked"), 0.5)
+            assert not h.lost.is_set()
+            time.sleep(0.7)  # real time: the loop blocked past the 0.5 s deadline
+            assert h.lost.is_set()
+            assert not h.held
+            with pytest.raises(LeaseLostError):
+                await h.release()
+
+    run(main())

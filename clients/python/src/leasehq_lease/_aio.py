@@ -383,6 +383,21 @@ class _Transport:
             raise err
 
 
+class _LossEvent(asyncio.Event):
+    """The hold's lost event. is_set judges the deadline itself, so that a
+    step that blocked the event loop past it (CPU-bound work, a blocking
+    call), which kept the deadline's timer from running, sees the loss at
+    once (I5), as the sync hold's lost event does."""
+
+    def __init__(self, hold: AsyncHold) -> None:
+        super().__init__()
+        self._hold = hold
+
+    def is_set(self) -> bool:
+        self._hold._judge()
+        return super().is_set()
+
+
 class AsyncHold(HoldBase):
     """A lease the asyncio client holds and renews in the background (one task
     per client renewing all its holds, batched). ``lost`` is an asyncio.Event
@@ -399,7 +414,7 @@ class AsyncHold(HoldBase):
         self._scope: asyncio.Task[Any] | None = None
         self._cancelled = False
         self._cancelling = 0  # the scope's cancel requests pending when the block began
-        self.lost = asyncio.Event()
+        self.lost: asyncio.Event = _LossEvent(self)
         """Set when the lease may be gone."""
         self._arm()
 
