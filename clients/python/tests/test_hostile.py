@@ -818,3 +818,35 @@ def test_an_observation_closed_behind_its_watch_ends_its_reader() -> None:
     finally:
         srv.close()
         c.close()
+
+
+def test_a_closed_async_client_leaves_no_task_behind() -> None:
+    # A cancelled wait's connection lingers in a task of its own, to read
+    # the answer that may cross the hang-up; close() cancelled such tasks
+    # but returned before they ended, so that they were still there (and
+    # their connections open) after ``async with AsyncLeaseClient``.
+    asked = threading.Event()
+
+    def never(c: socket.socket) -> None:
+        asked.set()
+        while c.recv(65536):
+            pass
+
+    srv = RawServer(never)
+
+    async def go() -> None:
+        before = asyncio.all_tasks()
+        async with AsyncLeaseClient(srv.url) as c:
+            t = asyncio.get_running_loop().create_task(c.acquire("k", 60, wait=30).__aenter__())
+            while not asked.is_set():
+                await asyncio.sleep(0.005)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert asyncio.all_tasks() - before, "no lingering read to test with"
+        assert asyncio.all_tasks() <= before
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        srv.close()

@@ -184,12 +184,16 @@ class _Transport:
         self._lingering: set[asyncio.Task[None]] = set()  # background(): given-up waits, leases given back
 
     async def close(self) -> None:
-        for t in list(self._lingering):
+        lingering = list(self._lingering)
+        for t in lingering:
             t.cancel()  # as the Go client's Close stops its background work
         idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
         for conns in idle:
             for (_, w), _ in conns:
                 w.close()
+        if lingering:
+            # Ended, and their connections closed, when close() returns.
+            await asyncio.wait(lingering)
 
     async def connect(self, i: int, timeout: float) -> _Conn:
         ep = self.endpoints.all[i]
