@@ -34,6 +34,9 @@ def test_campaign_leader_resign_and_observe(server: Server) -> None:
     t = threading.Thread(target=follow, daemon=True)
     t.start()
     t1 = e.campaign(key, "node-1")
+    # A term shows what its hold does, as an AsyncTerm (an AsyncHold) does.
+    assert (t1.owner, t1.lease.token, t1.lease.owner) == ("node-1", t1.token, "node-1")
+    assert 0 < t1.deadline - time.monotonic() <= 2.0 and repr(t1).endswith("held=True>")
     leader = e.leader(key)
     assert leader is not None and (leader.value, leader.token) == ("node-1", t1.token)
     got: list[Any] = []

@@ -107,17 +107,32 @@ class Follower:
 
 
 class _HoldView:
-    """A Hold under another name (a Term, a Slot): its token, lost event, check and release."""
+    """A Hold under another name (a Term, a Slot): what a Hold shows (as
+    AsyncTerm and AsyncSlot, which are AsyncHolds), its check and release."""
 
     def __init__(self, hold: Hold) -> None:
         self.hold = hold
         self.key = hold.key
         self.token = hold.token
+        self.owner = hold.owner
         self.lost = hold.lost
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} key={self.key!r} token={self.token} held={self.held}>"
 
     @property
     def held(self) -> bool:
         return self.hold.held
+
+    @property
+    def lease(self) -> Lease:
+        """The lease as its last grant or renewal answered it."""
+        return self.hold.lease
+
+    @property
+    def deadline(self) -> float:
+        """The safe deadline on time.monotonic()'s clock (Hold.deadline)."""
+        return self.hold.deadline
 
     def check(self) -> None:
         self.hold.check()
