@@ -4,6 +4,7 @@ block that holds the lease, which ends with LeaseLostError."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from typing import Any, Callable
 
@@ -366,5 +367,39 @@ def test_lost_is_judged_however_long_the_loop_was_blocked(server: Server) -> Non
             assert not h.held
             with pytest.raises(LeaseLostError):
                 await h.release()
+
+    run(main())
+
+
+def test_a_wait_cancelled_as_it_is_granted_stays_cancelled(server: Server) -> None:
+    # Python 3.11's asyncio.wait_for, cancelled in the turn its read
+    # finished, returned the read and dropped the cancellation: a waiting
+    # acquire cancelled as the grant came back returned the hold to a task
+    # that was cancelled, which then went on with it, the lease renewed for
+    # as long as that task lived (22 of 150 such cancellations here).
+    rng = random.Random(7)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url, owner="a") as a, AsyncLeaseClient(server.url, owner="b") as b:
+            for i in range(60):
+                key = unique("granted-as-cancelled")
+                h = await a.acquire(key, 3.0)
+
+                async def wait_then_keep() -> None:
+                    async with b.acquire(key, 3.0, wait=10):
+                        await asyncio.sleep(3600)
+
+                t = asyncio.get_running_loop().create_task(wait_then_keep())
+                await asyncio.sleep(rng.random() * 0.02)
+                release = asyncio.get_running_loop().create_task(h.release())
+                await asyncio.sleep(rng.random() * 0.005)  # real time: the cancellation lands about as the grant does
+                t.cancel()
+                await release
+                done, _ = await asyncio.wait((t,), timeout=5)
+                assert done, f"the cancelled wait {i} went on (the cancellation was dropped)"
+                t0 = time.monotonic()
+                while await a.get(key) is not None:  # no lease left held for the cancelled task
+                    assert time.monotonic() - t0 < 2, f"{key} still held after wait {i} was cancelled"
+                    await asyncio.sleep(0.01)
 
     run(main())
