@@ -403,3 +403,34 @@ def test_a_wait_cancelled_as_it_is_granted_stays_cancelled(server: Server) -> No
                     await asyncio.sleep(0.01)
 
     run(main())
+
+
+def test_timeouts_hold_in_a_task_that_kept_a_cancellation(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    # A task that caught a CancelledError and went on without uncancel()
+    # keeps the request counted (cancelling() 1). Python 3.11's
+    # asyncio.timeout() then raises CancelledError, not TimeoutError, when
+    # it expires (it asks for a count of 0, not the count it began with):
+    # a request to a stalled server must still end as UnavailableError,
+    # as it did under asyncio.wait_for.
+    net = proxy_to(server)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            pass  # kept: no uncancel()
+        assert task.cancelling() == 1
+        async with AsyncLeaseClient(net.url, timeout=0.3) as c:
+            await c.get("warm")
+            net.frozen.set()
+            try:
+                with pytest.raises(UnavailableError):
+                    await c.get("k")
+            finally:
+                net.frozen.clear()
+        task.uncancel()
+
+    run(main())

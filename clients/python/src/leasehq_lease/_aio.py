@@ -68,9 +68,36 @@ async def _within(aw: Awaitable[T], timeout: float | None) -> T:
     bound); past it, TimeoutError. Not asyncio.wait_for: Python 3.11's runs
     aw in a task of its own and, cancelled as that task finishes, returns
     its result and drops the cancellation, so that a cancelled task went on
-    (a watch read on, a close() waited on a renewer that renewed on)."""
-    async with asyncio.timeout(timeout):
+    (a watch read on, a granted wait went on with the lease). Nor 3.11's
+    asyncio.timeout, which takes its own expiry for a cancellation from
+    outside in a task that kept an earlier one (cancelling() above 0, no
+    uncancel()): this judges by the count at its start, as 3.12's does."""
+    if timeout is None:
         return await aw
+    current = asyncio.current_task()
+    assert current is not None
+    task: asyncio.Task[Any] = current
+    before = task.cancelling()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(max(0.0, timeout), expire)
+    try:
+        return await aw
+    except asyncio.CancelledError:
+        if expired:
+            expired = False
+            if task.uncancel() <= before:
+                raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+        if expired:
+            task.uncancel()  # expired as aw ended otherwise: the request is taken back
 
 
 class _Answer:
@@ -934,8 +961,7 @@ class AsyncElector:
         try:
             while True:
                 try:
-                    async with asyncio.timeout(f.until_lapse()):
-                        item = await q.get()
+                    item = await _within(q.get(), f.until_lapse())
                 except TimeoutError:
                     leader = f.lapsed_now()
                     if leader is not None:
