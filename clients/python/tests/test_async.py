@@ -434,3 +434,31 @@ def test_timeouts_hold_in_a_task_that_kept_a_cancellation(server: Server, proxy_
         task.uncancel()
 
     run(main())
+
+
+def test_a_waiting_semaphore_outlives_a_watch_break(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    # AsyncSemaphore.acquire follows the slots' watch to know when one
+    # frees. It opened it with reconnect=False, so that a break (a server
+    # restart, a cut connection, missed heartbeats) ended the wait with
+    # UnavailableError, its place in line lost; Go's semaphore watches
+    # again and the waiter does not fail.
+    net = proxy_to(server)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as direct, AsyncLeaseClient(net.url) as c:
+            name = unique("sem-break")
+            held = await AsyncSemaphore(direct, name, 1, ttl=5.0).try_acquire()
+            watchers = server.metric("lease_watchers")
+            waiting = asyncio.get_running_loop().create_task(AsyncSemaphore(c, name, 1, ttl=5.0).acquire())
+            while server.metric("lease_watchers") <= watchers:  # its watch of the slots is open
+                assert not waiting.done(), waiting
+                await asyncio.sleep(0.01)
+            net.cut()  # every connection open now, the watch's among them
+            while server.metric("lease_watchers") > watchers:
+                await asyncio.sleep(0.01)
+            await held.release()
+            slot = await asyncio.wait_for(waiting, 10)
+            assert slot.number == 0 and slot.token > held.token
+            await slot.release()
+
+    run(main())

@@ -1071,7 +1071,10 @@ class AsyncSemaphore(SemaphoreBase):
         loss ends it with LeaseLostError."""
         async with self.client.acquire(self.queue_key, self.ttl):
             try:
-                w = self.client.watch(self.name + "/slots/", reconnect=False)
+                # Watched again after a break (told by a reset, then a new
+                # picture and its synced), as Go's semaphore follows it: a
+                # break ended the wait with UnavailableError.
+                w = self.client.watch(self.name + "/slots/")
                 try:
                     async for ev in w:
                         if ev.kind in (EVENT_SYNCED, "released", "expired"):
