@@ -189,7 +189,8 @@ def test_async_observe_never_reports_a_leader_past_its_expiry(start_server: Star
     assert not done.is_alive(), f"the event loop did not finish (its teardown hung); seen {seen}"
     assert [(l.value, l.token) for _, l in seen] == [("node-1", tokens[0]), (None, 0), ("node-1", tokens[0])], seen
     # Reported at the last expiry seen: within the TTL of the freeze, not at
-    # its end; and not before it, however long the caller took with the
-    # first: the renewals told meanwhile are read first, and the last one,
-    # a third of the TTL before the freeze at most, lasts 1.3 s past it.
-    assert 4.0 + 1.0 <= seen[1][0] < 4.0 + 2.0 + 2.0, seen
+    # its end; and not at once, however long the caller took with the
+    # first: the renewals told meanwhile are read first, and the last ones,
+    # a third of the TTL apart, last 1.3 s past the freeze (0.5 s if the
+    # very last was still on its way).
+    assert 4.0 + 0.4 <= seen[1][0] < 4.0 + 2.0 + 2.0, seen
