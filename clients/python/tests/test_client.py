@@ -4,6 +4,7 @@ get, list, errors, several servers, auth, restart."""
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import signal
 import threading
@@ -182,6 +183,19 @@ def test_bad_constructor_arguments() -> None:
     for url in ("", "ftp://x", "http://", "http://h?q=1"):
         with pytest.raises(InvalidError):
             LeaseClient(url)
+    # Seconds past any use, not a number, or a bool: refused here. An
+    # infinite timeout ("no timeout") was taken, and every request then
+    # raised a bare OverflowError from the socket's timeout.
+    bad: list[dict[str, object]] = [
+        {"timeout": math.inf}, {"timeout": 1e300}, {"timeout": math.nan}, {"timeout": True},
+        {"heartbeat": math.inf}, {"heartbeat": 1e300}, {"heartbeat": False}, {"missed_heartbeats": True},
+        {"missed_heartbeats": 10**12},
+    ]
+    for kw in bad:
+        with pytest.raises(InvalidError):
+            LeaseClient("http://127.0.0.1:1", **kw)  # type: ignore[arg-type]
+        with pytest.raises(InvalidError):
+            AsyncLeaseClient("http://127.0.0.1:1", **kw)  # type: ignore[arg-type]
 
 
 
