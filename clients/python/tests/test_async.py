@@ -390,7 +390,7 @@ def test_a_wait_cancelled_as_it_is_granted_stays_cancelled(server: Server) -> No
                         await asyncio.sleep(3600)
 
                 t = asyncio.get_running_loop().create_task(wait_then_keep())
-                await asyncio.sleep(rng.random() * 0.02)
+                await asyncio.sleep(rng.random() * 0.02)  # real time: the wait reaches the server, or not yet
                 release = asyncio.get_running_loop().create_task(h.release())
                 await asyncio.sleep(rng.random() * 0.005)  # real time: the cancellation lands about as the grant does
                 t.cancel()
