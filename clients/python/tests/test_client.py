@@ -39,6 +39,17 @@ def test_the_installed_package_is_tested() -> None:
     assert (f.parent / "py.typed").exists()
 
 
+def test_the_asyncio_names_are_listed_before_they_are_imported() -> None:
+    # They come from __getattr__ on first use, so that importing the package
+    # leaves asyncio unimported; dir() (and a REPL's completion) left them out.
+    import subprocess
+    import sys
+
+    code = "import sys, leasehq_lease as l; print('AsyncLeaseClient' in dir(l), 'AsyncWatch' in dir(l), 'asyncio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "False"], out
+
+
 def test_acquire_release_and_tokens_rise(server: Server) -> None:
     c = LeaseClient(server.url, owner="worker-a")
     key = unique("job")
