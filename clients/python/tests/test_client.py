@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import pytest
 
@@ -27,6 +28,9 @@ from leasehq_lease import (
     UnavailableError,
     UnexpectedAnswerError,
 )
+
+if TYPE_CHECKING:
+    from leasehq_lease import AsyncHold, Hold
 
 from conftest import RENEWED_TTL, Server, StartServer, free_port, past_first_ttl, renewed_past, unique, wait_for
 
@@ -309,6 +313,56 @@ def test_auth_errors(start_server: StartServer) -> None:
     with LeaseClient(s.url, token=good).try_acquire("other/k", RENEWED_TTL) as h:
         renewed_past(h, past_first_ttl(h))  # renewals carry the token too
         h.check()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_narrowed_credential_loses_only_its_holds(start_server: StartServer, tmp_path: Path, flavour: str) -> None:
+    # A SIGHUP reload that narrows a credential under held leases makes the
+    # server refuse whole (403) every renew batch with the key it no longer
+    # covers; the holds renewed beside that key stay held, and only its own
+    # hold is lost.
+    tok = "t0ken-for-jobs-and-other-0123456789"
+    s = start_server(tokens=[f"{tok} jobs/ other/"])
+    keys = [unique("jobs/a"), unique("jobs/b"), unique("other/c"), unique("jobs/d")]
+
+    def narrow() -> None:
+        (tmp_path / "tokens-0").write_text(f"{tok} jobs/\n")
+        s.proc.send_signal(signal.SIGHUP)
+        wait_for("the reload", lambda: "msg=reloaded" in s.log)
+
+    def judge(holds: Sequence[Hold | AsyncHold]) -> None:
+        for k, h in zip(keys, holds):
+            if k.startswith("other/"):
+                assert h.lost.is_set(), f"{k}, no longer covered, is still held"
+                with pytest.raises(LeaseLostError):
+                    h.check()
+            else:
+                h.check()  # raises the LeaseLostError of a covered key lost with it
+
+    if flavour == "sync":
+        c = LeaseClient(s.url, token=tok)
+        holds = [c.acquire(k, RENEWED_TTL) for k in keys]
+        narrow()
+        time.sleep(3 * RENEWED_TTL)  # real time: renewals against a real server
+        judge(holds)
+        for k, h in zip(keys, holds):
+            if not k.startswith("other/"):
+                h.release()
+        c.close()
+        return
+
+    async def main() -> None:
+        c = AsyncLeaseClient(s.url, token=tok)
+        holds = [await c.acquire(k, RENEWED_TTL) for k in keys]
+        narrow()
+        await asyncio.sleep(3 * RENEWED_TTL)  # real time: renewals against a real server
+        judge(holds)
+        for k, h in zip(keys, holds):
+            if not k.startswith("other/"):
+                await h.release()
+        await c.close()
+
+    asyncio.run(main())
 
 
 def test_server_restart(start_server: StartServer) -> None:

@@ -35,7 +35,7 @@ from ._errors import (
     error_from_answer,
 )
 from ._events import EVENT_SYNCED, HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
-from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now, release_until
+from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now, refused_whole, release_until
 from ._wire import (
     MAX_RENEW_BATCH,
     DriftMargin,
@@ -523,6 +523,10 @@ class AsyncHold(HoldBase):
                 raise ended from e
 
 
+RENEW_EACH_IN_FLIGHT: Final = 8
+"""How many renewals of a batch refused whole are asked again at once."""
+
+
 class _Renewer:
     """One task per client renewing every hold, batched through POST /v1/renew."""
 
@@ -573,7 +577,16 @@ class _Renewer:
         try:
             a = await self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout, until=until)
             results = _results(a.body, len(batch))
-        except LeaseError:
+        except LeaseError as e:
+            if refused_whole(e, len(batch)):
+                slots = asyncio.Semaphore(RENEW_EACH_IN_FLIGHT)
+
+                async def alone(h: AsyncHold) -> None:
+                    async with slots:
+                        await self._renew([h])
+
+                await asyncio.gather(*(alone(h) for h in batch))
+                return
             now = time.monotonic()
             for h in batch:
                 h._state.retry_soon(now)

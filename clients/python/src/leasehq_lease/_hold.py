@@ -10,7 +10,16 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Callable, Final, Iterable
 
-from ._errors import LeaseError, quote, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError
+from ._errors import (
+    ForbiddenError,
+    InvalidError,
+    LeaseError,
+    LeaseLostError,
+    LeaseReleasedError,
+    NotHeldError,
+    UnavailableError,
+    quote,
+)
 from ._wire import (
     MAX_RENEW_BATCH,
     DriftMargin,
@@ -369,7 +378,11 @@ class Renewer:
         try:
             a = self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout, until=until)
             results = _results(a.body, len(batch))
-        except LeaseError:
+        except LeaseError as e:
+            if refused_whole(e, len(batch)):
+                for h in batch:
+                    self._renew([h])
+                return
             now = time.monotonic()
             with self._cond:
                 for h in batch:
@@ -392,6 +405,15 @@ class Renewer:
             else:
                 with self._cond:
                     s.retry_soon(now)
+
+
+def refused_whole(e: LeaseError, n: int) -> bool:
+    """Whether a batch of n renewals refused with e is to be asked again one
+    renewal each: a refusal of the whole batch (403 for a key the credential no
+    longer covers, 400 for one renewal the server will not take) may be for one
+    renewal's sake, and would be again each time that renewal rode with the
+    others, losing them all."""
+    return n > 1 and isinstance(e, (ForbiddenError, InvalidError))
 
 
 def _results(body: bytes, n: int) -> list[Granted | str]:
