@@ -34,8 +34,13 @@ type BatchRenewer interface {
 	// held fails with ErrNotHeld and the others are renewed. The error is
 	// the batch's as a whole, and then nothing is answered: ErrInvalid for
 	// a batch that ValidateRenewals refuses, in which case nothing is
-	// renewed; or ctx's end or ErrUnavailable, after which any of the
-	// renewals may or may not have been made (renewing again is harmless).
+	// renewed; ctx's end or ErrUnavailable, after which any of the
+	// renewals may or may not have been made (renewing again is harmless);
+	// or another refusal of the whole batch, which may be for the sake of
+	// one of its renewals (leasehttp: a key outside the credential's
+	// prefixes), after which none was made. A Client asks a batch refused
+	// so (an error other than ErrUnavailable) again one renewal each, so
+	// that the refusal costs only the holds it is about.
 	RenewBatch(ctx context.Context, renewals []Renewal) ([]RenewResult, error)
 }
 

@@ -407,15 +407,26 @@ func (s *renewScheduler) renewBatch(holds []*Hold) {
 	sent := s.c.clock.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := s.c.clock.AfterFunc(last.Sub(sent), cancel)
+	defer func() {
+		stop.Stop()
+		cancel()
+	}()
 	res, err := s.batcher.RenewBatch(ctx, renewals)
-	stop.Stop()
-	cancel()
 	answered := s.c.clock.Now() // one reading for the batch: its holds' answers came together
 	if err == nil && len(res) != len(live) {
 		err = fmt.Errorf("%w: lease: a batch of %d renewals was answered with %d", ErrUnavailable, len(live), len(res))
 	}
 	defer s.batchAnswered(sent, answered, interval, err != nil)
 	j := s.c.rand() // one jitter for the batch, so that its holds stay together
+	if err != nil && len(live) > 1 && ctx.Err() == nil && !errors.Is(err, ErrUnavailable) {
+		// Refused whole, not failed: the refusal may be for the sake of
+		// one renewal (leasehttp: a key the credential no longer covers,
+		// a TTL out of the server's bounds), and would be again each time
+		// that renewal rode with the others, losing them all. Each alone,
+		// a refusal costs only its own hold.
+		s.renewEach(ctx, live, renewals, j)
+		return
+	}
 	for i, h := range live {
 		if err != nil {
 			h.renewed(sent, answered, renewals[i].Lease, Lease{}, err, j)
@@ -423,6 +434,40 @@ func (s *renewScheduler) renewBatch(holds []*Hold) {
 		}
 		h.renewed(sent, answered, renewals[i].Lease, res[i].Lease, res[i].Err, j)
 	}
+}
+
+// renewEachInFlight is how many of a refused batch's renewals renewEach
+// has in flight at once.
+const renewEachInFlight = 8
+
+// renewEach renews each of live (renewals, in their order) in a batch of its
+// own, at most renewEachInFlight at once, within ctx: a batch the backend
+// refused whole, asked again so that each hold is judged by its own answer,
+// from the send time of its own request. j is the jitter for their next
+// renewals.
+func (s *renewScheduler) renewEach(ctx context.Context, live []*Hold, renewals []Renewal, j float64) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, renewEachInFlight)
+	for i, h := range live {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			sent := s.c.clock.Now()
+			if !h.sendable(sent) {
+				return
+			}
+			res, err := s.batcher.RenewBatch(ctx, renewals[i:i+1])
+			if err == nil && len(res) != 1 {
+				err = fmt.Errorf("%w: lease: a batch of 1 renewal was answered with %d", ErrUnavailable, len(res))
+			}
+			if err != nil {
+				h.renewed(sent, s.c.clock.Now(), renewals[i].Lease, Lease{}, err, j)
+				return
+			}
+			h.renewed(sent, s.c.clock.Now(), renewals[i].Lease, res[0].Lease, res[0].Err, j)
+		})
+	}
+	wg.Wait()
 }
 
 // sendable reports whether h is still held at now, so that a renewal sent

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -166,6 +167,66 @@ func TestBatchFailureIsPerHold(t *testing.T) {
 		defer b.mu.Unlock()
 		if b.batches == 0 || b.singles != 0 {
 			t.Errorf("%d batches and %d lone renewals; want batches only", b.batches, b.singles)
+		}
+	})
+}
+
+// wholeRefuser refuses, whole, every batch with a renewal of refuseKey in
+// it, as leasehttp's server refuses a batch with a key the credential does
+// not cover (403 forbidden): with an error that is neither ErrUnavailable
+// nor about any one renewal.
+type wholeRefuser struct {
+	*batchCounter
+	refuseKey string
+	refused   atomic.Int64
+}
+
+var errRefusedWhole = errors.New("forbidden: a key of the batch is not covered")
+
+func (r *wholeRefuser) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
+	for _, x := range renewals {
+		if x.Lease.Key == r.refuseKey {
+			r.refused.Add(1)
+			return nil, errRefusedWhole
+		}
+	}
+	return r.batchCounter.RenewBatch(ctx, renewals)
+}
+
+// TestBatchRefusedWholeCostsOnlyItsCause: a batch the backend refuses
+// whole for one of its renewals' sake (leasehttp: a credential narrowed
+// under held leases) loses that renewal's hold alone; the holds that rode
+// in the same batches stay held, renewed one each.
+func TestBatchRefusedWholeCostsOnlyItsCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &wholeRefuser{batchCounter: newBatchCounter(memtest.New(t)), refuseKey: "shard/3"}
+		c := newClient(t, b, "worker-a")
+		ctx := context.Background()
+		var holds []*lease.Hold
+		for i := range 8 {
+			h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%d", i), 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holds = append(holds, h)
+		}
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		for i, h := range holds {
+			err := h.Err()
+			defer h.Release(ctx)
+			if i == 3 {
+				if !errors.Is(err, lease.ErrLost) {
+					t.Errorf("the refused hold: Err = %v, want ErrLost", err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("hold %s, renewed in the same batches as the refused one: %v", h.Key(), err)
+			}
+		}
+		if b.refused.Load() == 0 {
+			t.Error("no batch was refused: the test tried nothing")
 		}
 	})
 }

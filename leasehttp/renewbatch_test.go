@@ -3,6 +3,7 @@ package leasehttp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -276,4 +277,74 @@ func TestClientRenewsManyHoldsInFewRequests(t *testing.T) {
 			t.Errorf("%d renew requests in 9 s, want 1 to 200", n)
 		}
 	})
+}
+
+// TestNarrowedCredentialLosesOnlyItsHolds: a credential narrowed under a
+// Client's holds (the SIGHUP reload of --auth-tokens-file) makes the server
+// refuse whole (403) every POST /v1/renew with a key it no longer covers;
+// the holds renewed in the same batches as that key stay held, and only the
+// uncovered key's hold is lost.
+func TestNarrowedCredentialLosesOnlyItsHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const token = "tok-worker-0123456789"
+		srv := newServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{
+			{Token: token, Prefixes: []string{"jobs/", "other/"}},
+		}))
+		var refused atomic.Int64
+		counting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec := &statusRecorder{ResponseWriter: w}
+			srv.ServeHTTP(rec, r)
+			if r.URL.Path == "/v1/renew" && rec.status == http.StatusForbidden {
+				refused.Add(1)
+			}
+		})
+		hc := newClient(t, "http://127.0.0.1", leasehttp.WithAuthToken(token),
+			leasehttp.WithHTTPClient(&http.Client{Transport: handlerTransport{counting}}))
+		c, err := lease.NewClient(hc, lease.WithOwner("worker"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const ttl = 3 * time.Second
+		var holds []*lease.Hold
+		for _, key := range []string{"jobs/a", "jobs/b", "other/c", "jobs/d"} {
+			h, err := c.TryAcquire(ctx, key, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Release(ctx)
+			holds = append(holds, h)
+		}
+		if err := srv.SetCredentials([]leasehttp.Credential{{Token: token, Prefixes: []string{"jobs/"}}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * ttl)
+		synctest.Wait()
+		for _, h := range holds {
+			err := h.Err()
+			if h.Key() == "other/c" {
+				if !errors.Is(err, lease.ErrLost) {
+					t.Errorf("the uncovered key's hold: Err = %v, want ErrLost", err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s, still covered, lost with the uncovered key: %v", h.Key(), err)
+			}
+		}
+		if refused.Load() == 0 {
+			t.Error("no renew batch was refused 403: the test tried nothing")
+		}
+	})
+}
+
+// statusRecorder notes the status a handler answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
 }

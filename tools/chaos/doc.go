@@ -9,9 +9,18 @@
 // Hold.Err() is nil, sometimes read it, release. The fault driver, on the
 // test goroutine, applies one fault at a time — toxics (latency, bandwidth
 // limit, timeout, reset_peer), an engine restart, or a worker pause that stops
-// a worker between its check of Hold.Err() and its write for longer than the
-// engine keeps the lease — then removes it and waits until some worker makes
-// progress (an accepted write that started after the fault ended).
+// a worker between its check of Hold.Err() and its write until the guard has
+// accepted a newer token on its key (read from the guard, not timed: a pause
+// of a fixed length ends, on a loaded machine, before anybody else has
+// written, and tests nothing) — then removes it and waits until some worker
+// makes progress (an accepted write that started after the fault ended), and
+// after a restart until every key has been acquired again.
+//
+// Every check counts what it exercised (Stats.Late: the pauses that made a
+// stale writer, what the guard did with its late writes, and what its Hold
+// then said; Stats.Regranted), and a run that did not exercise it fails: a
+// driver's pause that ends without a newer token, a restart followed by no
+// grant of some key.
 //
 // An engine may bring crashes of its own (Engine.Crashes): the replicated
 // engine of replicated_test.go — three `lease serve` replicas over a
@@ -40,6 +49,12 @@
 // top of both histories it checks that no leader finds its term held after
 // a newer term was elected (E1) and that no observer reports a leader's
 // token below one it reported before (E3).
+//
+// Each time a worker finds its Hold's Err nil Run records it, and lists
+// (Result.HeldAfter) every such finding made after another worker's
+// Acquire of the key had returned a newer token: the engine had expired
+// the lease by then, so the Client said "held" past its expiry (I5, from
+// the client's side; Config.SlowClocks is its negative control).
 //
 // With Config.Session each worker holds every key in one lease.Session and
 // writes every key's register while the session's Err is nil; on top of

@@ -33,14 +33,11 @@ type ElectionConfig struct {
 	// followed by a wait for progress (a leader's accepted write).
 	Faults int
 	// Kinds are the faults to choose from: Pause (the leader stops
-	// between its check of its term and its write, renewals frozen, past
-	// the term's expiry), CrashLeader, Restart (Engine.Restart: for etcd, a kill
+	// between its check of its term and its write, renewals frozen, until
+	// the guard has accepted a newer term's write), CrashLeader, Restart (Engine.Restart: for etcd, a kill
 	// of the Raft leader) and the toxics. Default: Pause, CrashLeader, and
 	// Restart if the engine has one.
 	Kinds []Fault
-	// PauseFor is how long a pause lasts (default: TTL + Linger + TTL/2
-	// to TTL, as in Run).
-	PauseFor time.Duration
 	// ProgressTimeout bounds the wait for an accepted write after each
 	// fault (default 10 s + 10×(TTL + Linger)).
 	ProgressTimeout time.Duration
@@ -60,9 +57,13 @@ type ElectionStats struct {
 	Terms, CampaignErrors, Lost int
 	RegisterStats
 	Pauses, Crashes         int
-	Observed, ObserveBreaks int           // leaders reported by Observe; its streams that broke
-	Faults                  map[Fault]int // faults injected by the driver
-	Duration                time.Duration
+	Late                    LateWrites // the pauses that made a stale leader, and its writes
+	Observed, ObserveBreaks int        // leaders reported by Observe; its streams that broke
+	// Successions counts the times an observer reported a leader's token
+	// above one it had reported before: the changes where E3 could fail.
+	Successions int
+	Faults      map[Fault]int // faults injected by the driver
+	Duration    time.Duration
 }
 
 // ElectionResult is what an election run found.
@@ -106,8 +107,8 @@ type candidate struct {
 	reg     Register
 	rng     *rand.Rand
 	freezer *freezer
-	pauseRq chan time.Duration
-	paused  chan struct{}
+	pauseRq chan struct{}
+	paused  chan bool // a requested pause is over: whether it made a stale leader
 	holding atomic.Bool
 
 	mu      sync.Mutex
@@ -186,7 +187,7 @@ func RunElection(t *testing.T, cfg ElectionConfig) ElectionResult {
 	for i := range cfg.Workers {
 		r.workers = append(r.workers, &candidate{id: i, name: fmt.Sprintf("w%d", i), reg: reg, freezer: newFreezer(),
 			rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
-			pauseRq: make(chan time.Duration, 1), paused: make(chan struct{}, 1)})
+			pauseRq: make(chan struct{}, 1), paused: make(chan bool, 1)})
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -369,23 +370,34 @@ func (r *electionRun) lead(ctx context.Context, w *candidate, e *election.Electo
 				break
 			}
 			if !r.cfg.IgnoreDeadline {
+				asked := r.rec.Now()
 				if term.Err() != nil {
 					r.count(func(s *ElectionStats) { s.Lost++ })
 					r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", term.Err())
 					break
 				}
-				r.believe(w, term.Token())
+				r.believe(w, asked, term.Token())
 			}
-			r.maybePause(ctx, w)
+			stale := r.maybePause(ctx, w, term.Token())
 			if ctx.Err() != nil {
 				break // crashed during the pause: a dead process writes nothing
 			}
 			if r.cfg.IgnoreDeadline {
-				r.believe(w, term.Token())
+				r.believe(w, r.rec.Now(), term.Token())
 			}
 			seq++
-			if !r.write(w, term.Token(), fmt.Sprintf("%s.%d", w.name, seq)) {
+			if !r.write(w, term.Token(), fmt.Sprintf("%s.%d", w.name, seq), stale) {
 				break
+			}
+			if stale && !r.cfg.IgnoreDeadline {
+				// A newer term's write was accepted: this term must be over
+				// (LateWrites.Told), or it is a finding of TwoLeaders.
+				asked := r.rec.Now()
+				if term.Err() == nil {
+					r.believe(w, asked, term.Token())
+				} else {
+					r.count(func(s *ElectionStats) { s.Late.Told++ })
+				}
 			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 		}
@@ -399,17 +411,26 @@ func (r *electionRun) lead(ctx context.Context, w *candidate, e *election.Electo
 	}
 }
 
-func (r *electionRun) believe(w *candidate, token lease.Token) {
+// believe records that w found its term of token held when it asked, at
+// (taken before the asking, as run.believe says why), or acted as its
+// leader then (IgnoreDeadline).
+func (r *electionRun) believe(w *candidate, at int64, token lease.Token) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.beliefs = append(r.beliefs, belief{worker: w.id, token: token, at: r.rec.Now()})
+	r.beliefs = append(r.beliefs, belief{worker: w.id, token: token, at: at})
 }
 
 // write writes value with token to the register and sometimes reads it
-// back, recording both; false if the run must stop using the register.
-func (r *electionRun) write(w *candidate, token lease.Token, value string) bool {
+// back, recording both, and counting the write in Stats.Late if it is late
+// (w is a stale leader); false if the run must stop using the register.
+func (r *electionRun) write(w *candidate, token lease.Token, value string, late bool) bool {
 	err := guardedWrite(r.rec, w.rng, w.id, r.key, w.reg, token, value, func(write, ok bool) {
-		r.count(func(s *ElectionStats) { s.tally(write, ok) })
+		r.count(func(s *ElectionStats) {
+			s.tally(write, ok)
+			if write && late {
+				s.Late.count(ok)
+			}
+		})
 	})
 	if err != nil {
 		r.fail(err)
@@ -418,19 +439,32 @@ func (r *electionRun) write(w *candidate, token lease.Token, value string) bool 
 	return true
 }
 
-// maybePause pauses w if the driver asked.
-func (r *electionRun) maybePause(ctx context.Context, w *candidate) {
-	var d time.Duration
+// maybePause pauses w, the leader of the term of token, if the driver
+// asked: frozen until the guard has accepted, and answered, a newer term's
+// write (freezer.pauseUntilSuperseded), at most the progress timeout, or
+// until the process crashes. It reports whether w is now a stale leader.
+func (r *electionRun) maybePause(ctx context.Context, w *candidate, token lease.Token) bool {
 	select {
-	case d = <-w.pauseRq:
+	case <-w.pauseRq:
 	default:
-		return
+		return false
 	}
 	start := r.rec.Now()
-	w.freezer.pause(ctx, d)
-	r.rec.Event(w.id, start, r.rec.Now(), "pause", "leader paused %v before a write, renewals frozen", d.Round(time.Millisecond))
-	r.count(func(s *ElectionStats) { s.Pauses++ })
-	w.paused <- struct{}{}
+	stale, err := w.freezer.pauseUntilSuperseded(ctx, r.rec, []string{r.key}, []Register{w.reg}, []lease.Token{token}, r.cfg.ProgressTimeout, pollEvery(r.cfg.TTL))
+	if err != nil {
+		r.fail(err)
+	}
+	end := r.rec.Now()
+	r.rec.Event(w.id, start, end, "pause", "leader paused %v before a write, renewals frozen: %s",
+		time.Duration(end-start).Round(time.Millisecond), pauseOutcome(stale, []lease.Token{token}))
+	r.count(func(s *ElectionStats) {
+		s.Pauses++
+		if stale {
+			s.Late.Stale++
+		}
+	})
+	w.paused <- stale
+	return stale
 }
 
 // observe follows the election as observer id until ctx ends, observing
@@ -474,6 +508,9 @@ func (r *electionRun) observe(ctx context.Context, id int) {
 			if l.Token == 0 {
 				continue // no leader now
 			}
+			if highest != 0 && l.Token > highest {
+				r.count(func(s *ElectionStats) { s.Successions++ })
+			}
 			if l.Token < highest {
 				r.mu.Lock()
 				r.regressive = append(r.regressive, fmt.Sprintf("observer %d reported t%d (%s) after t%d, at %.3fms",
@@ -506,7 +543,7 @@ func (r *electionRun) drive(t *testing.T) {
 		var what string
 		switch kind {
 		case Pause:
-			what = r.pauseLeader(rng)
+			what = r.pauseLeader(t, rng)
 		case CrashLeader:
 			what = r.crashLeader(rng)
 		case Restart:
@@ -548,30 +585,35 @@ func (r *electionRun) leader(rng *rand.Rand) *candidate {
 	return nil
 }
 
-// pauseLeader asks the leader to pause before its next write, past its
-// term's expiry, and waits until the pause is over.
-func (r *electionRun) pauseLeader(rng *rand.Rand) string {
+// pauseLeader asks the leader to pause before its next write, until a
+// newer term's write is accepted, and waits until the pause is over. No
+// leader to pause, a pause never taken, or one that ends with no newer
+// term's write accepted fails t: the fault tested nothing.
+func (r *electionRun) pauseLeader(t *testing.T, rng *rand.Rand) string {
 	w := r.leader(rng)
 	if w == nil {
+		t.Errorf("chaos: %s election: no leader to pause within %v", r.cfg.Engine.Name, r.cfg.ProgressTimeout)
 		return "no leader to pause"
 	}
-	d := r.cfg.PauseFor
-	if d == 0 {
-		ttl := r.cfg.TTL
-		d = ttl + r.cfg.Engine.Linger + ttl/2 + time.Duration(rng.Int64N(int64(ttl/2)+1))
-	}
-	w.pauseRq <- d
+	w.pauseRq <- struct{}{}
+	var stale bool
 	select {
-	case <-w.paused:
-		return fmt.Sprintf("leader w%d paused %v before a write", w.id, d.Round(time.Millisecond))
-	case <-time.After(d + r.cfg.ProgressTimeout):
+	case stale = <-w.paused:
+	case <-time.After(r.cfg.ProgressTimeout):
 		select {
 		case <-w.pauseRq:
+			t.Errorf("chaos: %s election: leader w%d, asked to pause, wrote nothing within %v", r.cfg.Engine.Name, w.id, r.cfg.ProgressTimeout)
+			return fmt.Sprintf("leader w%d was asked to pause but wrote nothing meanwhile", w.id)
 		default:
-			<-w.paused
+			stale = <-w.paused // taken just now: it ends within its limit
 		}
-		return fmt.Sprintf("leader w%d was asked to pause %v but wrote nothing meanwhile", w.id, d.Round(time.Millisecond))
 	}
+	if !stale {
+		t.Errorf("chaos: %s election: leader w%d's pause ended after %v with no newer term's write accepted: its late write tested nothing",
+			r.cfg.Engine.Name, w.id, r.cfg.ProgressTimeout)
+		return fmt.Sprintf("leader w%d paused before a write, but no newer leader wrote", w.id)
+	}
+	return fmt.Sprintf("leader w%d paused before a write until a newer term's write was accepted", w.id)
 }
 
 // crashLeader kills the leader's process.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -59,11 +60,67 @@ func (f *freezer) wait(ctx context.Context) error {
 	}
 }
 
-// pause freezes f for d (or until ctx ends) and thaws it.
-func (f *freezer) pause(ctx context.Context, d time.Duration) {
+// pauseUntilSuperseded freezes f until, on every key of keys, a write with
+// a token above the paused worker's own there (tokens[i] for keys[i]) has
+// been accepted, its answer recorded in rec, and the key's register (regs[i])
+// holds such a token — a newer holder has written, so the worker's next
+// write is stale — or until limit passes or ctx ends; then it thaws f. It
+// reports whether the tokens were superseded. A pause of a fixed length
+// proves nothing on its own: on a loaded machine, or an engine that keeps a
+// lease longer than the run believes, it ends before anybody else has taken
+// the key, and the paused worker's write is not late at all. The newer
+// write's answer must be in the history, not only its effect at the guard:
+// a late write invoked before that answer overlaps it, and the checker may
+// then order the two either way, so a late write the guard wrongly took
+// could pass. The registers are read through their guards, on servers the
+// faults do not touch, every poll.
+func (f *freezer) pauseUntilSuperseded(ctx context.Context, rec *Recorder, keys []string, regs []Register, tokens []lease.Token, limit, poll time.Duration) (bool, error) {
 	f.freeze()
 	defer f.thaw()
-	sleep(ctx, d)
+	deadline := time.Now().Add(limit)
+	for {
+		superseded := true
+		for i, reg := range regs {
+			if !rec.AcceptedAbove(keys[i], tokens[i]) {
+				superseded = false
+				break
+			}
+			rctx, cancel := context.WithTimeout(context.Background(), guardLimit)
+			_, tok, err := reg.Read(rctx)
+			cancel()
+			if err != nil {
+				return false, fmt.Errorf("chaos: register read during a pause failed: %w", err)
+			}
+			if tok <= tokens[i] {
+				superseded = false
+				break
+			}
+		}
+		if superseded {
+			return true, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 || !sleep(ctx, min(poll, left)) {
+			return false, nil
+		}
+	}
+}
+
+// slowClock runs at a tenth of the real rate from start: a Client on it
+// judges its safe deadline ten times as late as it should
+// (Config.SlowClocks), so that, at a 200 ms TTL, it still believes in a
+// lease some 2 s after its last renewal — long after a newer holder has
+// written, however loaded the machine. (At half the rate, a pause that
+// began late in a hold sometimes outlasted even the doubled deadline, and
+// the control found nothing.)
+type slowClock struct{ start time.Time }
+
+const slowness = 10
+
+func (c slowClock) Now() time.Time { return c.start.Add(time.Since(c.start) / slowness) }
+
+func (c slowClock) AfterFunc(d time.Duration, f func()) lease.Timer {
+	return time.AfterFunc(slowness*d, f)
 }
 
 // frozenBackend passes every call through f.

@@ -129,6 +129,32 @@ func (r *Recorder) ProgressAfter(t int64) bool {
 	return r.acceptedCall > t
 }
 
+// AcceptedAbove reports whether a write to key with a token above token
+// has been accepted and its answer recorded.
+func (r *Recorder) AcceptedAbove(key string, token lease.Token) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, op := range r.register {
+		in, out := op.Input.(RegisterInput), op.Output.(RegisterOutput)
+		if in.Kind == OpWrite && out.Accepted && in.Key == key && in.Token > token {
+			return true
+		}
+	}
+	return false
+}
+
+// GrantedAfter reports whether an Acquire of key invoked after t succeeded.
+func (r *Recorder) GrantedAfter(key string, t int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, op := range r.grants {
+		if op.Call > t && op.Input.(GrantInput).Key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // FirstAcceptedAfter returns the earliest answer time of an accepted write
 // invoked after t, and whether there is one: when the workers made progress
 // after a fault that began at t.

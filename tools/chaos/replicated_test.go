@@ -372,9 +372,10 @@ func TestChaosReplicatedNegativeControlUnguarded(t *testing.T) {
 		t.Setenv(chaos.EnvArtifacts, t.TempDir())
 	}
 	res := chaos.Run(t, cfg)
+	requireLateAccepted(t, res.Stats.Pauses, res.Stats.Late)
 	if res.Register.Result != porcupine.Illegal {
-		t.Fatalf("with the guard off, the checker found the register history %s (%d operations, %d pauses)",
-			res.Register.Result, res.Register.Ops, res.Stats.Pauses)
+		t.Fatalf("with the guard off, the checker found the register history %s (%d operations, %d pauses, %d late writes taken)",
+			res.Register.Result, res.Register.Ops, res.Stats.Pauses, res.Stats.Late.Accepted)
 	}
 	t.Logf("found: the register history of %d operations is %s; visualisation: %s", res.Register.Ops, res.Register.Result, res.Register.Visualization)
 	if res.Grants.Result != porcupine.Ok {

@@ -31,9 +31,10 @@ type Engine struct {
 	// if the engine cannot be restarted by the test.
 	Restart func(t testing.TB, down time.Duration)
 	// Linger is how much longer than the asked TTL the engine may keep a
-	// lease (etcd rounds TTLs up to whole seconds and adds one). Pauses last
-	// TTL + Linger + up to a TTL more, so that the lease has expired on the
-	// engine when the paused worker writes.
+	// lease (etcd rounds TTLs up to whole seconds and adds one). It sizes
+	// the progress timeout and bounds the pauses by chance (TTL + Linger +
+	// up to a TTL more); no pause relies on it to be late: each lasts until
+	// a newer token is accepted on its key.
 	Linger time.Duration
 	// Guard, if set, returns the register of key: a real guard (pgfence,
 	// redisfence) admitting tokens by mode, on a server of its own that the
@@ -118,15 +119,25 @@ type Config struct {
 	// IgnoreSession has session workers write without asking the
 	// session's Err (a negative control of G1).
 	IgnoreSession bool
+	// SlowClocks runs each worker's Client on a clock at a tenth of the
+	// real rate, so that its safe deadline comes ten times as late as it
+	// should: a negative control of I5 (Result.HeldAfter, Result.Split).
+	SlowClocks bool
 }
 
 // Stats counts what a run did.
 type Stats struct {
 	Grants, AcquireErrors, Lost int
 	RegisterStats
-	Pauses   int           // worker pauses, the driver's and random ones
-	Faults   map[Fault]int // faults injected by the driver
-	Duration time.Duration // from the first worker's start to the last one's end
+	Pauses int           // worker pauses, the driver's and random ones
+	Late   LateWrites    // the pauses that made a stale writer, and its writes
+	Faults map[Fault]int // faults injected by the driver
+	// Regranted counts the engine restarts and crash heals after which
+	// every key was acquired again: the grant history then compares the
+	// tokens on both sides of the restart (I1). Run fails when one is
+	// not followed by grants.
+	Regranted int
+	Duration  time.Duration // from the first worker's start to the last one's end
 	// Recoveries are, for each Crash injected and each heal, the time from
 	// it to the end of the first accepted write invoked after it.
 	Recoveries []Recovery
@@ -136,6 +147,34 @@ type Stats struct {
 // guard accepted and rejected, and reads.
 type RegisterStats struct {
 	Writes, Accepted, Rejected, Reads int
+}
+
+// LateWrites counts the pauses after which the paused worker was a stale
+// writer — a newer token had been accepted on every key it writes, so the
+// guard must reject its next writes — and what the guard did with them.
+// Pauses counts every pause; those that ended for their limit before a newer
+// holder wrote (a chance pause on a loaded machine, say) tested nothing and
+// are not counted here.
+type LateWrites struct {
+	Stale    int // pauses that ended with a newer token accepted on each key of the paused worker
+	Rejected int // the stale writer's next writes (one per key) the guard rejected
+	Accepted int // and those it took: none unless the guard is off
+	// Told counts the stale writers that then asked their Hold's,
+	// Session's or Term's Err and were told it was lost. It must be: a
+	// newer token granted means the engine had expired the lease (I3),
+	// so the client's safe deadline had passed (I5). One told it holds
+	// is a finding of Result.HeldAfter, Result.Split or
+	// ElectionResult.TwoLeaders instead.
+	Told int
+}
+
+// count counts one late write.
+func (l *LateWrites) count(accepted bool) {
+	if accepted {
+		l.Accepted++
+	} else {
+		l.Rejected++
+	}
 }
 
 // tally counts a write (accepted or not) or a read.
@@ -174,6 +213,12 @@ type Result struct {
 	// had expired that hold by then, so work went on under part of the
 	// group (G1).
 	Split []string
+	// HeldAfter lists, for the lock workload, every time a worker found
+	// its Hold's Err nil after another worker's Acquire of its key had
+	// returned a newer token: the engine had expired the lease by then,
+	// so the Client said "held" past the lease's expiry (I5, seen from
+	// the client's side).
+	HeldAfter []string
 }
 
 // writesPerHold is how many writes a worker makes under one lease.
@@ -193,20 +238,21 @@ type worker struct {
 	closeFn func()
 	rng     *rand.Rand
 	freezer *freezer
-	pauseRq chan time.Duration // the driver's pause request
-	paused  chan struct{}      // a requested pause is over
+	pauseRq chan struct{} // the driver's pause request
+	paused  chan bool     // a requested pause is over: whether it made a stale writer
 	holding atomic.Bool
 }
 
 type run struct {
 	cfg     Config
 	rec     *Recorder
+	keys    []string
 	workers []*worker
 
 	mu      sync.Mutex
 	stats   Stats
 	errs    []error
-	beliefs map[string][]belief    // Config.Session: by key, each time a worker found its session live
+	beliefs map[string][]belief    // by key, each time a worker found its hold (or session) live
 	grants  map[string][]termGrant // and the grants, by key
 }
 
@@ -241,13 +287,13 @@ func Run(t *testing.T, cfg Config) Result {
 		beliefs: map[string][]belief{}, grants: map[string][]termGrant{}}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	var keys []string
 	var regs []Register
 	for k := range cfg.Keys {
 		key := fmt.Sprintf("chaos-%s-%d", cfg.Engine.Name, k)
-		keys = append(keys, key)
+		r.keys = append(r.keys, key)
 		regs = append(regs, newRegister(t, cfg.Engine, key, cfg.Mode, cfg.Unguarded))
 	}
+	keys := r.keys
 	for k, key := range keys {
 		reg := regs[k]
 		if cfg.Session && k > 0 {
@@ -264,11 +310,15 @@ func Run(t *testing.T, cfg Config) Result {
 			}
 			w := &worker{id: id, key: key, reg: reg, keys: keys, regs: regs, closeFn: closeFn, freezer: newFreezer(),
 				rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(id))),
-				pauseRq: make(chan time.Duration, 1), paused: make(chan struct{}, 1)}
+				pauseRq: make(chan struct{}, 1), paused: make(chan bool, 1)}
 			r.workers = append(r.workers, w)
-			w.client, err = lease.NewClient(freezable(b, w.freezer), lease.WithOwner(fmt.Sprintf("w%d", id)),
+			opts := []lease.Option{lease.WithOwner(fmt.Sprintf("w%d", id)),
 				lease.WithJitter(rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, uint64(id))).Float64),
-				lease.WithBackoff(5*time.Millisecond, cfg.TTL/2))
+				lease.WithBackoff(5*time.Millisecond, cfg.TTL/2)}
+			if cfg.SlowClocks {
+				opts = append(opts, lease.WithClock(slowClock{start: time.Now()}))
+			}
+			w.client, err = lease.NewClient(freezable(b, w.freezer), opts...)
 			if err != nil {
 				r.closeWorkers()
 				t.Fatalf("chaos: lease.NewClient: %v", err)
@@ -318,6 +368,12 @@ func Run(t *testing.T, cfg Config) Result {
 	register, grants, events := r.rec.History()
 	res := Result{Stats: r.stats, Events: describeEvents(events, 40)}
 	for _, key := range keys {
+		if !cfg.Session {
+			for _, f := range actedAfter(r.beliefs[key], r.grants[key], "holder of token", "token", "granted") {
+				res.HeldAfter = append(res.HeldAfter, key+": "+f)
+			}
+			continue
+		}
 		for _, f := range actedAfter(r.beliefs[key], r.grants[key], "a session's holder of token", "token", "granted") {
 			res.Split = append(res.Split, key+": "+f)
 		}
@@ -388,9 +444,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// pauseLength is how long a pause must last for the paused worker's lease
-// to have expired on the engine, plus up to a TTL so that another worker has
-// had time to acquire and write.
+// pauseLength bounds a pause by chance (the driver's are bounded by the
+// progress timeout): long enough for the paused worker's lease to have
+// expired on the engine, plus up to a TTL so that another worker may have
+// acquired and written, on an unloaded machine. Such a pause may end before
+// a newer holder writes; it is then not counted in Stats.Late.
 func (r *run) pauseLength(rng *rand.Rand) time.Duration {
 	ttl := r.cfg.TTL
 	return ttl + r.cfg.Engine.Linger + ttl/2 + time.Duration(rng.Int64N(int64(ttl/2)+1))
@@ -416,23 +474,32 @@ func (r *run) work(ctx context.Context, w *worker) {
 			continue
 		}
 		r.rec.Grant(w.id, w.key, h.Token(), call, ret)
+		r.mu.Lock()
+		r.grants[w.key] = append(r.grants[w.key], termGrant{worker: w.id, token: h.Token(), ret: ret})
+		r.mu.Unlock()
 		r.count(func(s *Stats) { s.Grants++ })
 		w.holding.Store(true)
 		for range writesPerHold {
 			if ctx.Err() != nil {
 				break
 			}
+			asked := r.rec.Now()
 			if h.Err() != nil {
 				r.count(func(s *Stats) { s.Lost++ })
 				r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", h.Err())
 				break
 			}
+			r.believe(w.id, asked, h)
 			// The window that matters: the client said "held" a moment
 			// ago, and now the worker stops before its write lands.
-			r.maybePause(ctx, w)
+			stale := r.maybePause(ctx, w, []string{w.key}, []Register{w.reg}, []lease.Token{h.Token()})
 			seq++
-			if !r.writeOnce(w, w.key, w.reg, h.Token(), seq) {
+			if !r.writeOnce(w, w.key, w.reg, h.Token(), seq, stale) {
 				break
+			}
+			if stale {
+				asked := r.rec.Now()
+				r.told(w.id, asked, h.Err(), h)
 			}
 			sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 		}
@@ -444,10 +511,16 @@ func (r *run) work(ctx context.Context, w *worker) {
 }
 
 // writeOnce writes the register reg of key with token, and sometimes reads
-// it back, recording both; false if the run must stop using the register.
-func (r *run) writeOnce(w *worker, key string, reg Register, token lease.Token, seq int) bool {
+// it back, recording both, and counting the write in Stats.Late if it is
+// late (w is a stale writer); false if the run must stop using the register.
+func (r *run) writeOnce(w *worker, key string, reg Register, token lease.Token, seq int, late bool) bool {
 	err := guardedWrite(r.rec, w.rng, w.id, key, reg, token, fmt.Sprintf("w%d.%d", w.id, seq), func(write, ok bool) {
-		r.count(func(s *Stats) { s.tally(write, ok) })
+		r.count(func(s *Stats) {
+			s.tally(write, ok)
+			if write && late {
+				s.Late.count(ok)
+			}
+		})
 	})
 	if err != nil {
 		r.fail(err)
@@ -525,27 +598,35 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 				if ctx.Err() != nil {
 					break
 				}
+				asked := r.rec.Now()
 				if err := sess.Err(); err != nil && !r.cfg.IgnoreSession {
 					r.count(func(s *Stats) { s.Lost++ })
 					r.rec.Event(w.id, r.rec.Now(), r.rec.Now(), "lost", "%v", err)
 					break
 				}
-				at := r.rec.Now()
-				r.mu.Lock()
-				for _, h := range holds {
-					r.beliefs[h.Key()] = append(r.beliefs[h.Key()], belief{worker: w.id, token: h.Token(), at: at})
+				r.believe(w.id, asked, holds...)
+				tokens := make([]lease.Token, len(holds))
+				for i, h := range holds {
+					tokens[i] = h.Token()
 				}
-				r.mu.Unlock()
-				r.maybePause(ctx, w)
+				stale := r.maybePause(ctx, w, w.keys, w.regs, tokens)
+				if r.cfg.IgnoreSession {
+					// It acts now, on a session it never asked about.
+					r.believe(w.id, r.rec.Now(), holds...)
+				}
 				ok := true
 				for i, h := range holds {
 					seq++
-					if ok = r.writeOnce(w, w.keys[i], w.regs[i], h.Token(), seq); !ok {
+					if ok = r.writeOnce(w, w.keys[i], w.regs[i], h.Token(), seq, stale); !ok {
 						break
 					}
 				}
 				if !ok {
 					break
+				}
+				if stale && !r.cfg.IgnoreSession {
+					asked := r.rec.Now()
+					r.told(w.id, asked, sess.Err(), holds...)
 				}
 				sleep(ctx, ttl/20+time.Duration(w.rng.Int64N(int64(ttl/10))))
 			}
@@ -559,29 +640,82 @@ func (r *run) workSession(ctx context.Context, w *worker) {
 	}
 }
 
-// maybePause pauses w if the driver asked, or by chance.
-func (r *run) maybePause(ctx context.Context, w *worker) {
-	var d time.Duration
+// maybePause pauses w, which holds tokens on keys (whose registers are
+// regs), if the driver asked or by chance: frozen until the guard has
+// accepted, and answered, a newer token on every one of them
+// (freezer.pauseUntilSuperseded), for the
+// driver's pause at most the progress timeout, for one by chance at most
+// pauseLength. It reports whether w is now a stale writer.
+func (r *run) maybePause(ctx context.Context, w *worker, keys []string, regs []Register, tokens []lease.Token) bool {
+	var limit time.Duration
 	requested := false
 	select {
-	case d = <-w.pauseRq:
-		requested = true
+	case <-w.pauseRq:
+		requested, limit = true, r.cfg.ProgressTimeout
 	default:
 		if r.cfg.PauseChance > 0 && w.rng.Float64() < r.cfg.PauseChance {
-			d = r.pauseLength(w.rng)
+			limit = r.pauseLength(w.rng)
 		}
 	}
-	if d == 0 {
-		return
+	if limit == 0 {
+		return false
 	}
 	start := r.rec.Now()
-	w.freezer.pause(ctx, d)
-	r.rec.Event(w.id, start, r.rec.Now(), "pause", "paused %v between Hold.Err() and the write, renewals frozen", d.Round(time.Millisecond))
-	r.count(func(s *Stats) { s.Pauses++ })
+	stale, err := w.freezer.pauseUntilSuperseded(ctx, r.rec, keys, regs, tokens, limit, pollEvery(r.cfg.TTL))
+	if err != nil {
+		r.fail(err)
+	}
+	end := r.rec.Now()
+	r.rec.Event(w.id, start, end, "pause", "paused %v between Hold.Err() and the write, renewals frozen: %s",
+		time.Duration(end-start).Round(time.Millisecond), pauseOutcome(stale, tokens))
+	r.count(func(s *Stats) {
+		s.Pauses++
+		if stale {
+			s.Late.Stale++
+		}
+	})
 	if requested {
-		w.paused <- struct{}{}
+		w.paused <- stale
+	}
+	return stale
+}
+
+// believe records that worker found holds live (their Hold's or their
+// Session's Err nil) when it asked, at, for Result.HeldAfter and
+// Result.Split. at is taken before the asking: a grant recorded as
+// returned before it had really returned before the answer, where a time
+// taken after the answer could follow a grant that came meanwhile.
+func (r *run) believe(worker int, at int64, holds ...*lease.Hold) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range holds {
+		r.beliefs[h.Key()] = append(r.beliefs[h.Key()], belief{worker: worker, token: h.Token(), at: at})
 	}
 }
+
+// told takes err, what a stale writer (worker) was told of its holds when
+// it asked at after its late writes: lost, as it must be
+// (LateWrites.Told), or live, a belief that Result.HeldAfter or
+// Result.Split will list, as a newer token of a key of holds had been
+// granted by then.
+func (r *run) told(worker int, at int64, err error, holds ...*lease.Hold) {
+	if err == nil {
+		r.believe(worker, at, holds...)
+		return
+	}
+	r.count(func(s *Stats) { s.Late.Told++ })
+}
+
+// pauseOutcome says how a pause of a holder of tokens ended.
+func pauseOutcome(stale bool, tokens []lease.Token) string {
+	if stale {
+		return fmt.Sprintf("a newer token than %v accepted, the next write late", tokens)
+	}
+	return fmt.Sprintf("no newer token than %v accepted by its limit, the next write not late", tokens)
+}
+
+// pollEvery is how often a pause reads the guards.
+func pollEvery(ttl time.Duration) time.Duration { return max(time.Millisecond, ttl/20) }
 
 // drive injects cfg.Faults faults one at a time, each followed by a wait
 // for progress. It runs on the test goroutine.
@@ -608,7 +742,7 @@ func (r *run) drive(t *testing.T, proxies *Proxies) {
 		var what string
 		switch kind {
 		case Pause:
-			what = r.requestPause(rng)
+			what = r.requestPause(t, rng)
 		case Restart:
 			what = fmt.Sprintf("engine down for %v", d.Round(time.Millisecond))
 			r.cfg.Engine.Restart(t, d)
@@ -625,6 +759,9 @@ func (r *run) drive(t *testing.T, proxies *Proxies) {
 		r.rec.Event(-1, start, end, string(kind), "%s", what)
 		r.count(func(s *Stats) { s.Faults[kind]++ })
 		r.awaitProgress(t, fmt.Sprintf("fault %d (%s: %s)", i+1, kind, what), end)
+		if kind == Restart {
+			r.awaitGrants(t, fmt.Sprintf("fault %d (%s: %s)", i+1, kind, what), end)
+		}
 		// Some ordinary work between faults.
 		time.Sleep(ttl + time.Duration(rng.Int64N(int64(ttl))))
 	}
@@ -665,6 +802,7 @@ func (r *run) crashAndHeal(t *testing.T, c Crash, n int, d time.Duration, rng *r
 	r.count(func(s *Stats) { s.Faults[c.Kind]++ })
 	r.awaitProgress(t, fmt.Sprintf("healing fault %d (%s: %s)", n, c.Kind, what), healed)
 	r.recovered(c.Kind, true, healed)
+	r.awaitGrants(t, fmt.Sprintf("healing fault %d (%s: %s)", n, c.Kind, what), healed)
 }
 
 // recovered records how long after since the first write invoked after it
@@ -680,8 +818,10 @@ func (r *run) recovered(kind Fault, healed bool, since int64) {
 }
 
 // requestPause asks a worker that holds a lease (or any, if none does right
-// now) to pause at its next write, and waits until the pause is over.
-func (r *run) requestPause(rng *rand.Rand) string {
+// now) to pause at its next write, and waits until the pause is over. A
+// pause that ends without a newer token accepted on the worker's keys, or
+// is never taken, fails t: the fault tested nothing.
+func (r *run) requestPause(t *testing.T, rng *rand.Rand) string {
 	var holders []*worker
 	for _, w := range r.workers {
 		if w.holding.Load() {
@@ -692,19 +832,25 @@ func (r *run) requestPause(rng *rand.Rand) string {
 		holders = r.workers
 	}
 	w := holders[rng.IntN(len(holders))]
-	d := r.pauseLength(rng)
-	w.pauseRq <- d
+	w.pauseRq <- struct{}{}
+	var stale bool
 	select {
-	case <-w.paused:
-		return fmt.Sprintf("w%d paused %v before a write", w.id, d.Round(time.Millisecond))
-	case <-time.After(d + r.cfg.ProgressTimeout):
+	case stale = <-w.paused:
+	case <-time.After(r.cfg.ProgressTimeout):
 		select {
 		case <-w.pauseRq: // never taken: withdraw it
+			t.Errorf("chaos: %s: w%d, asked to pause, wrote nothing within %v", r.cfg.Engine.Name, w.id, r.cfg.ProgressTimeout)
+			return fmt.Sprintf("w%d was asked to pause but wrote nothing meanwhile", w.id)
 		default:
-			<-w.paused // taken just now
+			stale = <-w.paused // taken just now: it ends within its limit
 		}
-		return fmt.Sprintf("w%d was asked to pause %v but wrote nothing meanwhile", w.id, d.Round(time.Millisecond))
 	}
+	if !stale {
+		t.Errorf("chaos: %s: w%d's pause ended after %v with no newer token accepted on its keys: its late write tested nothing",
+			r.cfg.Engine.Name, w.id, r.cfg.ProgressTimeout)
+		return fmt.Sprintf("w%d paused before a write, but no newer holder wrote", w.id)
+	}
+	return fmt.Sprintf("w%d paused before a write until a newer token was accepted on its keys", w.id)
 }
 
 func toxicFor(kind Fault, rng *rand.Rand, ttl time.Duration) Toxic {
@@ -744,6 +890,24 @@ func (r *run) awaitProgress(t *testing.T, after string, since int64) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// awaitGrants waits until every key has been acquired by a call invoked
+// after since, the end of a restart or a crash's heal, and counts it
+// in Stats.Regranted; or fails t after the progress timeout: tokens were
+// never compared across the restart.
+func (r *run) awaitGrants(t *testing.T, after string, since int64) {
+	deadline := time.Now().Add(r.cfg.ProgressTimeout)
+	for _, key := range r.keys {
+		for !r.rec.GrantedAfter(key, since) {
+			if time.Now().After(deadline) {
+				t.Errorf("chaos: %s: %s was not acquired within %v after %s", r.cfg.Engine.Name, key, r.cfg.ProgressTimeout, after)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	r.count(func(s *Stats) { s.Regranted++ })
 }
 
 // RequireLinearizable fails t unless both histories of res are

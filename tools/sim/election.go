@@ -125,6 +125,7 @@ func (s *Sim) runnerWorker(c *simClient, e *election.Elector) {
 		if keep && kept != nil && c.ctx.Err() == nil {
 			s.mu.Lock()
 			s.kept[generation{electionKey, kept.Token()}] = 0
+			s.stats.Kept++
 			s.asideLocked(c.idx, workerLane, "%s keeps token %d to expire", who, kept.Token())
 			s.mu.Unlock()
 		}

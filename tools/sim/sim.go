@@ -210,8 +210,10 @@ type Result struct {
 // Stats counts what happened, to show a run exercised something.
 type Stats struct {
 	Acquired, Writes, Accepted, Rejected, Reads, Lost, Pauses, Crashes, Restarts int
-	// Election: terms won, leaders reported by Observe.
-	Terms, Observed int
+	// Election: terms won, leaders reported by Observe; with
+	// Config.Runner, terms Run kept to expire at a stint's end (the cases
+	// KeptTermEnds judges).
+	Terms, Observed, Kept int
 	// Semaphore: slots taken, and grants that left all N slots held.
 	Slots, Full int
 	// Watches: events delivered, watches broken, watches gone silent.
@@ -234,6 +236,7 @@ func (s *Stats) Add(o Stats) {
 	s.Restarts += o.Restarts
 	s.Terms += o.Terms
 	s.Observed += o.Observed
+	s.Kept += o.Kept
 	s.Slots += o.Slots
 	s.Full += o.Full
 	s.Events += o.Events

@@ -4,6 +4,7 @@ block that holds the lease, which ends with LeaseLostError."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from typing import Any, Callable
 
@@ -15,6 +16,7 @@ from leasehq_lease import (
     AsyncSemaphore,
     FencedResource,
     HeldError,
+    Leader,
     LeaseLostError,
     LeaseReleasedError,
     StaleTokenError,
@@ -255,6 +257,17 @@ def test_async_election_and_semaphore(server: Server) -> None:
 
         await e.run(unique("runner"), "node-3", lead)
         assert len(ran) == 1
+        # With on_new_leader, its observation ends with run: no task is left.
+        heard: list[Leader] = []
+        before = asyncio.all_tasks()
+        await e.run(unique("runner"), "node-3", lead, on_new_leader=heard.append)
+        assert len(ran) == 2 and asyncio.all_tasks() <= before
+
+        # A term and a slot are their own context managers, typed as
+        # themselves (mypy --strict checks it): AsyncHold.__aenter__ said an
+        # AsyncHold, which has neither value nor number.
+        async with await e.campaign(unique("block"), "node-4") as term:
+            assert term.value == "node-4" and term.held
 
         sem = AsyncSemaphore(c, unique("sem"), 2, ttl=2.0)
         s1, s2 = await sem.try_acquire(), await sem.try_acquire()
@@ -268,8 +281,184 @@ def test_async_election_and_semaphore(server: Server) -> None:
         s3 = await waiting
         assert s3.number == s1.number and s3.token > s1.token
         assert len(await sem.holders()) == 2
+        async with await AsyncSemaphore(c, unique("sem"), 1, ttl=2.0).acquire() as slot:
+            assert slot.number == 0 and slot.held
         await s2.release()
         await s3.release()
         await c.close()
+
+    run(main())
+
+
+def test_a_loss_the_block_swallowed_leaves_no_cancellation_behind(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    # A block that catches the CancelledError of its loss and goes on (or
+    # turns it into another error) ends without LeaseLostError, as a block
+    # under asyncio.timeout() ends without TimeoutError; but the loss's
+    # cancel request was left counted on the task (Task.cancelling() 1), so
+    # that every asyncio.timeout() the task entered afterwards raised
+    # CancelledError instead of TimeoutError on Python 3.11, and a
+    # TaskGroup or the asyncio.Runner took the task for cancelled.
+    net = proxy_to(server)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(net.url, timeout=0.5) as c:
+            task = asyncio.current_task()
+            assert task is not None
+            stopped = False
+            for convert in (False, True):
+                try:
+                    async with c.acquire(unique("swallow"), 0.5):
+                        net.frozen.set()
+                        try:
+                            await asyncio.sleep(10)  # cancelled at the deadline
+                        except asyncio.CancelledError:
+                            stopped = True  # swallowed, or told as another error
+                            if convert:
+                                raise ValueError("stopped")
+                except ValueError:
+                    assert convert
+                net.frozen.clear()
+                assert stopped and task.cancelling() == 0
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.05):
+                        await asyncio.sleep(1)
+
+    run(main())
+
+
+def test_a_watch_closed_from_another_task_ends_its_iteration(server: Server) -> None:
+    # As Watch.close() from another thread: aclose() while a task iterates
+    # the watch raised RuntimeError ("asynchronous generator is already
+    # running") and left that task reading for as long as the stream
+    # lasted.
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            w = c.watch(unique("closed") + "/")
+            kinds: list[str] = []
+
+            async def follow() -> None:
+                async for ev in w:
+                    kinds.append(ev.kind)
+
+            t = asyncio.get_running_loop().create_task(follow())
+            while not kinds:
+                await asyncio.sleep(0.005)
+            await w.aclose()
+            await asyncio.wait_for(t, 5)  # ended, without an error
+            assert kinds == ["synced"]
+            with pytest.raises(StopAsyncIteration):
+                await w.__anext__()
+
+    run(main())
+
+
+def test_lost_is_judged_however_long_the_loop_was_blocked(server: Server) -> None:
+    # I5 for asyncio: a step that blocks the event loop past the deadline
+    # (CPU-bound work, a blocking call) keeps the deadline's timer from
+    # running. h.held and h.check() judged the deadline themselves, but
+    # h.lost.is_set() said False until the loop ran the timer: the hold
+    # reported held past its deadline. It judges, as the sync hold's does.
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            h = await c.acquire(unique("blocked"), 1.0)
+            assert not h.lost.is_set()
+            time.sleep(1.2)  # real time: the loop blocked past the 1 s deadline
+            assert h.lost.is_set()
+            assert not h.held
+            with pytest.raises(LeaseLostError):
+                await h.release()
+
+    run(main())
+
+
+def test_a_wait_cancelled_as_it_is_granted_stays_cancelled(server: Server) -> None:
+    # Python 3.11's asyncio.wait_for, cancelled in the turn its read
+    # finished, returned the read and dropped the cancellation: a waiting
+    # acquire cancelled as the grant came back returned the hold to a task
+    # that was cancelled, which then went on with it, the lease renewed for
+    # as long as that task lived (22 of 150 such cancellations here).
+    rng = random.Random(7)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url, owner="a") as a, AsyncLeaseClient(server.url, owner="b") as b:
+            for i in range(60):
+                key = unique("granted-as-cancelled")
+                h = await a.acquire(key, 3.0)
+
+                async def wait_then_keep() -> None:
+                    async with b.acquire(key, 3.0, wait=10):
+                        await asyncio.sleep(3600)
+
+                t = asyncio.get_running_loop().create_task(wait_then_keep())
+                await asyncio.sleep(rng.random() * 0.02)  # real time: the wait reaches the server, or not yet
+                release = asyncio.get_running_loop().create_task(h.release())
+                await asyncio.sleep(rng.random() * 0.005)  # real time: the cancellation lands about as the grant does
+                t.cancel()
+                await release
+                done, _ = await asyncio.wait((t,), timeout=5)
+                assert done, f"the cancelled wait {i} went on (the cancellation was dropped)"
+                t0 = time.monotonic()
+                while await a.get(key) is not None:  # no lease left held for the cancelled task
+                    assert time.monotonic() - t0 < 2, f"{key} still held after wait {i} was cancelled"
+                    await asyncio.sleep(0.01)
+
+    run(main())
+
+
+def test_timeouts_hold_in_a_task_that_kept_a_cancellation(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    # A task that caught a CancelledError and went on without uncancel()
+    # keeps the request counted (cancelling() 1). Python 3.11's
+    # asyncio.timeout() then raises CancelledError, not TimeoutError, when
+    # it expires (it asks for a count of 0, not the count it began with):
+    # a request to a stalled server must still end as UnavailableError,
+    # as it did under asyncio.wait_for.
+    net = proxy_to(server)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            pass  # kept: no uncancel()
+        assert task.cancelling() == 1
+        async with AsyncLeaseClient(net.url, timeout=0.3) as c:
+            await c.get("warm")
+            net.frozen.set()
+            try:
+                with pytest.raises(UnavailableError):
+                    await c.get("k")
+            finally:
+                net.frozen.clear()
+        task.uncancel()
+
+    run(main())
+
+
+def test_a_waiting_semaphore_outlives_a_watch_break(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
+    # AsyncSemaphore.acquire follows the slots' watch to know when one
+    # frees. It opened it with reconnect=False, so that a break (a server
+    # restart, a cut connection, missed heartbeats) ended the wait with
+    # UnavailableError, its place in line lost; Go's semaphore watches
+    # again and the waiter does not fail.
+    net = proxy_to(server)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as direct, AsyncLeaseClient(net.url) as c:
+            name = unique("sem-break")
+            held = await AsyncSemaphore(direct, name, 1, ttl=5.0).try_acquire()
+            watchers = server.metric("lease_watchers")
+            waiting = asyncio.get_running_loop().create_task(AsyncSemaphore(c, name, 1, ttl=5.0).acquire())
+            while server.metric("lease_watchers") <= watchers:  # its watch of the slots is open
+                assert not waiting.done(), waiting
+                await asyncio.sleep(0.01)
+            net.cut()  # every connection open now, the watch's among them
+            while server.metric("lease_watchers") > watchers:
+                await asyncio.sleep(0.01)
+            await held.release()
+            slot = await asyncio.wait_for(waiting, 10)
+            assert slot.number == 0 and slot.token > held.token
+            await slot.release()
 
     run(main())

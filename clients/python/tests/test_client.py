@@ -3,10 +3,14 @@ get, list, errors, several servers, auth, restart."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import re
+import signal
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 import pytest
 
@@ -25,6 +29,9 @@ from leasehq_lease import (
     UnexpectedAnswerError,
 )
 
+if TYPE_CHECKING:
+    from leasehq_lease import AsyncHold, Hold
+
 from conftest import RENEWED_TTL, Server, StartServer, free_port, past_first_ttl, renewed_past, unique, wait_for
 
 
@@ -34,6 +41,17 @@ def test_the_installed_package_is_tested() -> None:
     f = Path(leasehq_lease.__file__).resolve()
     assert here not in f.parents, f"tests import {f}, the source tree, not the installed wheel"
     assert (f.parent / "py.typed").exists()
+
+
+def test_the_asyncio_names_are_listed_before_they_are_imported() -> None:
+    # They come from __getattr__ on first use, so that importing the package
+    # leaves asyncio unimported; dir() (and a REPL's completion) left them out.
+    import subprocess
+    import sys
+
+    code = "import sys, leasehq_lease as l; print('AsyncLeaseClient' in dir(l), 'AsyncWatch' in dir(l), 'asyncio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "False"], out
 
 
 def test_acquire_release_and_tokens_rise(server: Server) -> None:
@@ -180,6 +198,19 @@ def test_bad_constructor_arguments() -> None:
     for url in ("", "ftp://x", "http://", "http://h?q=1"):
         with pytest.raises(InvalidError):
             LeaseClient(url)
+    # Seconds past any use, not a number, or a bool: refused here. An
+    # infinite timeout ("no timeout") was taken, and every request then
+    # raised a bare OverflowError from the socket's timeout.
+    bad: list[dict[str, object]] = [
+        {"timeout": math.inf}, {"timeout": 1e300}, {"timeout": math.nan}, {"timeout": True},
+        {"heartbeat": math.inf}, {"heartbeat": 1e300}, {"heartbeat": False}, {"missed_heartbeats": True},
+        {"missed_heartbeats": 10**12},
+    ]
+    for kw in bad:
+        with pytest.raises(InvalidError):
+            LeaseClient("http://127.0.0.1:1", **kw)  # type: ignore[arg-type]
+        with pytest.raises(InvalidError):
+            AsyncLeaseClient("http://127.0.0.1:1", **kw)  # type: ignore[arg-type]
 
 
 
@@ -282,6 +313,56 @@ def test_auth_errors(start_server: StartServer) -> None:
     with LeaseClient(s.url, token=good).try_acquire("other/k", RENEWED_TTL) as h:
         renewed_past(h, past_first_ttl(h))  # renewals carry the token too
         h.check()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_narrowed_credential_loses_only_its_holds(start_server: StartServer, tmp_path: Path, flavour: str) -> None:
+    # A SIGHUP reload that narrows a credential under held leases makes the
+    # server refuse whole (403) every renew batch with the key it no longer
+    # covers; the holds renewed beside that key stay held, and only its own
+    # hold is lost.
+    tok = "t0ken-for-jobs-and-other-0123456789"
+    s = start_server(tokens=[f"{tok} jobs/ other/"])
+    keys = [unique("jobs/a"), unique("jobs/b"), unique("other/c"), unique("jobs/d")]
+
+    def narrow() -> None:
+        (tmp_path / "tokens-0").write_text(f"{tok} jobs/\n")
+        s.proc.send_signal(signal.SIGHUP)
+        wait_for("the reload", lambda: "msg=reloaded" in s.log)
+
+    def judge(holds: Sequence[Hold | AsyncHold]) -> None:
+        for k, h in zip(keys, holds):
+            if k.startswith("other/"):
+                assert h.lost.is_set(), f"{k}, no longer covered, is still held"
+                with pytest.raises(LeaseLostError):
+                    h.check()
+            else:
+                h.check()  # raises the LeaseLostError of a covered key lost with it
+
+    if flavour == "sync":
+        c = LeaseClient(s.url, token=tok)
+        holds = [c.acquire(k, RENEWED_TTL) for k in keys]
+        narrow()
+        time.sleep(3 * RENEWED_TTL)  # real time: renewals against a real server
+        judge(holds)
+        for k, h in zip(keys, holds):
+            if not k.startswith("other/"):
+                h.release()
+        c.close()
+        return
+
+    async def main() -> None:
+        c = AsyncLeaseClient(s.url, token=tok)
+        holds = [await c.acquire(k, RENEWED_TTL) for k in keys]
+        narrow()
+        await asyncio.sleep(3 * RENEWED_TTL)  # real time: renewals against a real server
+        judge(holds)
+        for k, h in zip(keys, holds):
+            if not k.startswith("other/"):
+                await h.release()
+        await c.close()
+
+    asyncio.run(main())
 
 
 def test_server_restart(start_server: StartServer) -> None:
@@ -426,3 +507,99 @@ def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: obje
     assert not t.is_alive(), "a request to a stalled server hung past its timeout"
     assert isinstance(got[0], UnavailableError) and time.monotonic() - t0 < 3
     p.frozen.clear()
+
+
+def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:
+    # A wait ended by an exception from elsewhere (KeyboardInterrupt, a
+    # signal handler's time limit such as Celery's soft one) left its
+    # connection open for as long as anything kept the exception (a log, a
+    # REPL's last traceback, a task result): the server kept the waiter in
+    # line, and when the key freed it granted the lease to nobody, held
+    # until its TTL.
+    a, b, c = LeaseClient(server.url, owner="a"), LeaseClient(server.url, owner="b"), LeaseClient(server.url, owner="c")
+    key = unique("interrupted")
+    h = a.acquire(key, 5.0)
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted()
+
+    kept: list[BaseException] = []
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        try:
+            b.acquire(key, 5.0, wait=20)
+        except Interrupted as e:
+            kept.append(e)  # as a caller that logs it keeps it
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert kept
+    h.release()
+    with c.acquire(key, 5.0, wait=5.0) as hc:  # next in line, not behind b's ghost
+        assert hc.owner == "c" and hc.token > h.token
+    for x in (a, b, c):
+        x.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_release_to_a_hung_server_ends_by_the_hold_s_deadline(server: Server, proxy_to: object, asynchronous: bool) -> None:
+    # The end of a with block releases the lease; against a server that
+    # takes the request and never answers, each try waited the 10 s of
+    # RELEASE_TIMEOUT and was sent again: the block's end took 20 s, for a
+    # 2 s lease that the server let go 18 s before. A release now gives up
+    # at the hold's safe deadline (or 10 s, if sooner), past which it
+    # would not even be sent.
+    from conftest import Proxy
+
+    net: Proxy = proxy_to(server)  # type: ignore[operator]
+    key = unique("hung-release")
+    took: list[float] = []
+
+    def sync() -> None:
+        with LeaseClient(net.url, timeout=5.0) as c:
+            with c.acquire(key, RENEWED_TTL) as h:
+                net.frozen.set()
+                t0 = time.monotonic()
+                left = h.deadline - t0
+        took.append(time.monotonic() - t0)
+        took.append(left)
+
+    async def asyncio_() -> None:
+        async with AsyncLeaseClient(net.url, timeout=5.0) as c:
+            async with c.acquire(key, RENEWED_TTL) as h:
+                net.frozen.set()
+                t0 = time.monotonic()
+                left = h.deadline - t0
+            took.append(time.monotonic() - t0)
+            took.append(left)
+
+    try:
+        if asynchronous:
+            asyncio.run(asyncio.wait_for(asyncio_(), 60))
+        else:
+            sync()
+    finally:
+        net.frozen.clear()
+    assert took[0] < took[1] + 0.5, f"the block's end took {took[0]:.2f} s, {took[1]:.2f} s before the hold's deadline"
+    direct = LeaseClient(server.url)
+    wait_for("the server to let the lease go by itself", lambda: direct.get(key) is None, timeout=1.0)
+    direct.close()
+
+
+def test_a_closed_client_leaves_no_thread_behind(server: Server) -> None:
+    # The renewer thread outlived its closed client by 30 s (its idle
+    # wait), one per client: a caller that counts threads after a with
+    # block (a test's leak check, a worker pool's) saw them pile up.
+    before = set(threading.enumerate())
+    with LeaseClient(server.url) as c:
+        with c.acquire(unique("threads"), RENEWED_TTL):
+            pass
+        with c.acquire(unique("threads"), RENEWED_TTL) as h:
+            pass
+    wait_for("the client's threads to end", lambda: not set(threading.enumerate()) - before, timeout=2.0)
+    with pytest.raises(LeaseReleasedError):
+        h.check()

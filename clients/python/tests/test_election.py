@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from typing import Any, Callable
 
 import pytest
 
-from leasehq_lease import Elector, HeldError, Leader, LeaseClient, Semaphore
+from leasehq_lease import AsyncElector, AsyncLeaseClient, Elector, HeldError, Leader, LeaseClient, Semaphore
 
 from conftest import Proxy, Server, StartServer, unique, wait_for
 
@@ -32,6 +34,9 @@ def test_campaign_leader_resign_and_observe(server: Server) -> None:
     t = threading.Thread(target=follow, daemon=True)
     t.start()
     t1 = e.campaign(key, "node-1")
+    # A term shows what its hold does, as an AsyncTerm (an AsyncHold) does.
+    assert (t1.owner, t1.lease.token, t1.lease.owner) == ("node-1", t1.token, "node-1")
+    assert 0 < t1.deadline - time.monotonic() <= 2.0 and repr(t1).endswith("held=True>")
     leader = e.leader(key)
     assert leader is not None and (leader.value, leader.token) == ("node-1", t1.token)
     got: list[Any] = []
@@ -142,3 +147,50 @@ def test_observe_never_reports_a_leader_past_its_expiry(start_server: StartServe
     assert [(l.value, l.token) for _, l in seen] == [("node-1", hold.token), (None, 0)], seen
     # Reported at the last expiry seen: within the TTL of the freeze, not at its end.
     assert seen[1][0] < 4.0 + 2.0 + 2.0, seen
+
+
+def test_async_observe_never_reports_a_leader_past_its_expiry(start_server: StartServer, proxy_to: Callable[[Server], Proxy]) -> None:
+    # test_observe_never_reports_a_leader_past_its_expiry for AsyncElector:
+    # the watch's link freezes (the server sends nothing, and closes
+    # nothing) while the leader renews straight to the server. Before, the
+    # last leader stood for as long as the link stayed frozen. The loop's
+    # teardown must not hang either: the observation is ended in the middle
+    # of the watch's reading, which Python 3.11's wait_for could swallow.
+    s = start_server(args=("--watch-heartbeat", "100ms"))
+    net = proxy_to(s)
+    key = unique("expiry-async")
+    seen: list[tuple[float, Leader]] = []
+    tokens: list[int] = []
+
+    async def main() -> None:
+        async with AsyncLeaseClient(s.url) as holder, AsyncLeaseClient(net.url) as watcher:
+            async with holder.acquire(key, 2.0, owner="node-1") as hold:  # renewed straight to the server
+                tokens.append(hold.token)
+                t0 = time.monotonic()
+                async with contextlib.aclosing(AsyncElector(watcher).observe(key)) as leaders:
+                    try:
+                        async with asyncio.timeout(12):  # the assertions below tell a miss
+                            async for leader in leaders:
+                                seen.append((time.monotonic() - t0, leader))
+                                if len(seen) == 1:
+                                    await asyncio.sleep(4.0)  # real time: renewals of a 2 s TTL, told through the watch, keep the leader
+                                    net.frozen.set()
+                                elif len(seen) == 2:
+                                    net.frozen.clear()  # the watch opens again: the leader, renewed all along, is back
+                                else:
+                                    break
+                    except TimeoutError:
+                        pass
+                net.frozen.clear()
+
+    done = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    done.start()
+    done.join(30)
+    assert not done.is_alive(), f"the event loop did not finish (its teardown hung); seen {seen}"
+    assert [(l.value, l.token) for _, l in seen] == [("node-1", tokens[0]), (None, 0), ("node-1", tokens[0])], seen
+    # Reported at the last expiry seen: within the TTL of the freeze, not at
+    # its end; and not at once, however long the caller took with the
+    # first: the renewals told meanwhile are read first, and the last ones,
+    # a third of the TTL apart, last 1.3 s past the freeze (0.5 s if the
+    # very last was still on its way).
+    assert 4.0 + 0.4 <= seen[1][0] < 4.0 + 2.0 + 2.0, seen

@@ -100,3 +100,44 @@ def test_error_answers_as_every_client_reads_them() -> None:
 def test_unknown_codes() -> None:
     assert type(error_from_event("w", "not json")) is UnavailableError
     assert type(error_from_event("w", '{"error":{"code":"forbidden","message":"m"}}')) is ForbiddenError
+
+
+@pytest.mark.parametrize("at", ["2026-01-02T03:04:05", "2026-01-02"])
+def test_a_time_without_its_offset_is_no_time(at: str) -> None:
+    # fromisoformat takes them, as naive local times, which cannot be
+    # compared with an aware now: a semaphore waiting on such a holder's
+    # expiry raised TypeError. Go's time.RFC3339 refuses them too.
+    from leasehq_lease._election import SemaphoreBase
+    from leasehq_lease._wire import granted_of
+
+    lease = {"key": "k", "owner": "o", "token": 7, "ttl_ms": 1000, "expires_at": at, "id": "a" * 32}
+    e = error_from_answer(409, json.dumps({"error": {"code": "held", "message": "m", "holder": lease}}).encode())
+    assert isinstance(e, HeldError) and e.holder is None
+    assert SemaphoreBase._until_free(e, 5.0) == 5.0
+    with pytest.raises(UnexpectedAnswerError):
+        granted_of(lease, "acquire")
+
+
+def test_every_error_crosses_processes() -> None:
+    # multiprocessing, concurrent.futures and task queues pickle the error
+    # a worker raised. Pickle made it again with the message alone, which
+    # LeaseLostError and LeaseReleasedError refused (TypeError: missing
+    # arguments): a pool's worker that lost its lease could not report it.
+    import pickle
+    from datetime import datetime, timezone
+
+    from leasehq_lease import Holder, LeaseLostError, LeaseReleasedError
+
+    holder = Holder("k", "o", 7, datetime(2026, 1, 2, tzinfo=timezone.utc))
+    errors: list[LeaseError] = [
+        LeaseLostError("k", 7, 'lease: lost "k" (token 7): no renewal'),
+        LeaseReleasedError("k", 7),
+        HeldError("m", holder, status=409),
+        StaleTokenError("m", resource="r", token=3, highest=5, mode="strict", status=409),
+        UnexpectedAnswerError("m", status=200),
+        *(cls("m", status=400) for cls in CLASSES.values() if cls not in (HeldError, StaleTokenError)),
+    ]
+    for e in errors:
+        got = pickle.loads(pickle.dumps(e))
+        assert type(got) is type(e) and str(got) == str(e) and got.code == e.code, (e, got)
+        assert vars(got) == vars(e), (e, vars(got))

@@ -17,6 +17,8 @@ import pytest
 from leasehq_lease import AsyncLeaseClient, ForbiddenError, LeaseClient, UnavailableError, UnexpectedAnswerError
 from leasehq_lease._endpoints import MAX_ANSWER
 
+from conftest import wait_for
+
 LEASE = b'{"key":"k","owner":"o","token":1,"ttl_ms":1000,"expires_at":"2026-01-01T00:00:00.000Z"}'
 
 Answer = Callable[[socket.socket], None]
@@ -654,3 +656,197 @@ def test_every_request_of_a_wait_carries_its_ticket() -> None:
             finally:
                 srv.close()
         assert seen[0] != seen[1], f"{run}: two waits sent one ticket"
+
+
+def test_a_cancelled_watch_reader_ends_however_busy_the_stream() -> None:
+    # Python 3.11's asyncio.wait_for, cancelled in the same turn of the loop
+    # as the read it waits on finishes, returns the read and drops the
+    # cancellation: a task reading a watch that streams without pause went
+    # on reading after cancel() (4 in 100 here), so whoever awaited it (an
+    # observe ended, asyncio.run's teardown) waited for ever. Each
+    # cancellation must end the task.
+    def firehose(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 1000\r\n\r\nevent: synced\ndata: {}\n\n")
+        while True:
+            c.sendall(b":\n" * 4096)
+
+    srv = RawServer(firehose)
+    went_on: list[int] = []
+
+    async def go() -> None:
+        async with AsyncLeaseClient(srv.url) as c:
+            for i in range(40):
+
+                async def read() -> None:
+                    async for _ in c.watch():
+                        pass
+
+                t = asyncio.get_running_loop().create_task(read())
+                while srv.sock and len(srv._conns) <= i:
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(0.005)  # real time: reading a stream that never pauses
+                t.cancel()
+                done, _ = await asyncio.wait((t,), timeout=2)
+                if not done:
+                    went_on.append(i)
+                    return  # that task never ends: asyncio.run would wait for it
+
+    try:
+        th = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
+        th.start()
+        th.join(30)
+        assert not th.is_alive() and went_on == [], f"cancelled watch readers that went on reading: {went_on}"
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("stage", ["head", "refusal"])
+def test_a_watch_cancelled_while_it_opens_hangs_up(stage: str) -> None:
+    # A watch cancelled while its stream was being opened (the answer's
+    # head not come yet, or a refusal's body being read) kept its
+    # connection, registered with the loop, open until the loop closed:
+    # the server counted the stream against --max-watchers meanwhile.
+    hung_up = threading.Event()
+    asked = threading.Event()
+
+    def answer(c: socket.socket) -> None:
+        asked.set()
+        if stage == "refusal":
+            c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        while c.recv(65536):
+            pass
+        hung_up.set()
+
+    srv = RawServer(answer)
+
+    async def go() -> None:
+        async with AsyncLeaseClient(srv.url) as c:
+            w = c.watch()
+            t = asyncio.get_running_loop().create_task(w.__anext__())
+            while not asked.is_set():
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)  # real time: the refusal's first bytes reach the client
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            for _ in range(200):
+                if hung_up.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            assert hung_up.is_set(), "the server still has the connection of the cancelled watch"
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        srv.close()
+
+
+def test_a_watch_closed_while_its_stream_opens_ends() -> None:
+    # Watch.close() from another thread while the stream was being opened
+    # (a first open, or one after a break) found no connection to close:
+    # the stream then opened, and the iterating thread read it for as long
+    # as the server kept it up, holding its connection.
+    asked = threading.Event()
+    answer_now = threading.Event()
+    hung_up = threading.Event()
+
+    def slow_head(c: socket.socket) -> None:
+        asked.set()
+        answer_now.wait(10)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 100\r\n\r\nevent: synced\ndata: {}\n\n")
+        try:
+            while True:
+                c.sendall(b":\n")
+                time.sleep(0.05)  # real time: a server's heartbeats
+        except OSError:
+            hung_up.set()
+
+    srv = RawServer(slow_head)
+    c = LeaseClient(srv.url)
+    w = c.watch()
+    kinds: list[str] = []
+    t = threading.Thread(target=lambda: kinds.extend(ev.kind for ev in w), daemon=True)
+    try:
+        t.start()
+        assert asked.wait(10)
+        w.close()
+        answer_now.set()
+        t.join(3)
+        assert not t.is_alive(), f"the closed watch is still read (seen {kinds})"
+        assert hung_up.wait(3), "the server still has the closed watch's connection"
+    finally:
+        answer_now.set()
+        srv.close()
+        c.close()
+
+
+def test_an_observation_closed_behind_its_watch_ends_its_reader() -> None:
+    # Elector.observe reads its watch in a thread of its own, into a queue
+    # of 1,024 events. A caller 1,024 renewals behind (it took the first
+    # leader and kept the iterator a while) and then closing it left that
+    # thread blocked for good on the full queue, and its connection open.
+    from datetime import datetime, timedelta, timezone
+
+    from leasehq_lease import Elector
+
+    at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat().encode()
+    lease = b'{"key":"k","owner":"o","token":1,"ttl_ms":1000,"expires_at":"' + at + b'"}'
+    hung_up = threading.Event()
+
+    def renewals(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 1000\r\n\r\n")
+        c.sendall(b"event: held\ndata: " + lease + b"\n\nevent: synced\ndata: {}\n\n")
+        try:
+            for _ in range(4000):
+                c.sendall(b"event: renewed\ndata: " + lease + b"\n\n")
+            while c.recv(65536):
+                pass
+        except OSError:
+            pass
+        hung_up.set()
+
+    srv = RawServer(renewals)
+    c = LeaseClient(srv.url)
+    before = set(threading.enumerate())
+    try:
+        obs = Elector(c).observe("k")
+        assert next(obs).value == "o"
+        time.sleep(0.5)  # real time: the reader fills the queue meanwhile
+        obs.close()
+        wait_for("the observation's reader to end", lambda: not set(threading.enumerate()) - before, timeout=3.0)
+        assert hung_up.wait(3)
+    finally:
+        srv.close()
+        c.close()
+
+
+def test_a_closed_async_client_leaves_no_task_behind() -> None:
+    # A cancelled wait's connection lingers in a task of its own, to read
+    # the answer that may cross the hang-up; close() cancelled such tasks
+    # but returned before they ended, so that they were still there (and
+    # their connections open) after ``async with AsyncLeaseClient``.
+    asked = threading.Event()
+
+    def never(c: socket.socket) -> None:
+        asked.set()
+        while c.recv(65536):
+            pass
+
+    srv = RawServer(never)
+
+    async def go() -> None:
+        before = asyncio.all_tasks()
+        async with AsyncLeaseClient(srv.url) as c:
+            t = asyncio.get_running_loop().create_task(c.acquire("k", 60, wait=30).__aenter__())
+            while not asked.is_set():
+                await asyncio.sleep(0.005)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            assert asyncio.all_tasks() - before, "no lingering read to test with"
+        assert asyncio.all_tasks() <= before
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        srv.close()

@@ -31,6 +31,13 @@ export const HEARTBEAT_HEADER = "Lease-Heartbeat-Ms";
  */
 export const STORE_HEADER = "Lease-Store";
 
+/**
+ * DEFAULT_TIMEOUT_MS is how long one request may go unanswered (beyond the
+ * wait an acquire asks for) before it is given up as an answer lost: the Go
+ * client's default (leasehttp.WithTimeout).
+ */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+
 /** DEFAULT_HEARTBEAT_MS is the heartbeat assumed of a server that does not say its own (leasehttp.DefaultHeartbeat). */
 export const DEFAULT_HEARTBEAT_MS = 15_000;
 
@@ -209,6 +216,8 @@ export function notSent(err: unknown): boolean {
 interface Answer {
   readonly res: WireAnswer;
   readonly at: number;
+  /** An attempt on an endpoint before it may have reached its server (its answer lost, or a 5xx). */
+  readonly lost: boolean;
 }
 
 /** The parts of a request that are the same whichever endpoint it goes to. */
@@ -218,6 +227,8 @@ interface Init {
   body?: string;
   readonly signal: AbortSignal | undefined;
   deadline?: Deadline | undefined;
+  /** Bounds each attempt (one endpoint's), as Api's timeoutMs does; an acquire's adds the wait it asks for. */
+  attemptMs?: number | undefined;
   /** Gets the answer of a request the signal ended while it waited for it (WireRequest.late). */
   late?: ((answer: WireAnswer) => void) | undefined;
 }
@@ -247,6 +258,7 @@ export class Api {
   readonly #origins: readonly string[]; // #bases' origins, for messages
   readonly #auth: string | undefined;
   readonly #send: Transport;
+  readonly #timeoutMs: number;
   #preferred = 0;
   /**
    * watchesGivenUp counts the watch streams given up for silence, which
@@ -257,7 +269,13 @@ export class Api {
   /** The store the first answer that named one named (STORE_HEADER), and the origin that named it. */
   #store: { readonly id: string; readonly origin: string } | undefined;
 
-  constructor(server: string | URL | readonly (string | URL)[], bearer: string | undefined, fetchImpl: typeof globalThis.fetch | undefined) {
+  constructor(
+    server: string | URL | readonly (string | URL)[],
+    bearer: string | undefined,
+    fetchImpl: typeof globalThis.fetch | undefined,
+    timeoutMs = DEFAULT_TIMEOUT_MS,
+  ) {
+    this.#timeoutMs = timeoutMs;
     const list: readonly unknown[] = Array.isArray(server) ? server : [server];
     if (list.length === 0) throw new InvalidError("lease: server is an empty list; name at least one URL");
     const bases = list.map(baseURL);
@@ -342,9 +360,15 @@ export class Api {
       const at = (first + i) % n;
       const origin = this.#origins[at] ?? "";
       let res: WireAnswer;
+      let byDeadline = false; // the attempt's bound is the deadline's (not its own timeout)
       try {
-        const timeoutMs = deadline === undefined ? undefined : deadline.until - performance.now();
-        if (timeoutMs !== undefined && timeoutMs <= 0) throw new DOMException("no time left", "TimeoutError");
+        // Each attempt is bounded (a stream's opening by its deadline alone),
+        // and all of them by the deadline, if given.
+        const remaining = deadline === undefined ? Infinity : deadline.until - performance.now();
+        if (remaining <= 0) throw new DOMException("no time left", "TimeoutError");
+        const attempt = stream ? Infinity : (init.attemptMs ?? this.#timeoutMs);
+        byDeadline = deadline !== undefined && remaining <= attempt;
+        const timeoutMs = Math.min(remaining, attempt) === Infinity ? undefined : Math.min(remaining, attempt);
         // An object literal, not a spread: a spread costs more than the
         // rest of this loop here (V8 copies property by property).
         res = await this.#send({
@@ -359,7 +383,7 @@ export class Api {
         });
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        if (deadline !== undefined && err instanceof DOMException && err.name === "TimeoutError") {
+        if (deadline !== undefined && byDeadline && err instanceof DOMException && err.name === "TimeoutError") {
           this.moveOn(at);
           throw new UnavailableError(`lease: ${what()}: unanswered within ${deadline.ms} ms${tried(failed)}`, { cause: err });
         }
@@ -395,10 +419,11 @@ export class Api {
         this.moveOn(at);
         if (resend && i + 1 < n) {
           failed.push(`${origin}: HTTP ${res.status}`);
+          lost = true;
           continue;
         }
       }
-      return { res, at };
+      return { res, at, lost };
     }
     const outcome = operations[op].method !== "POST" ? "" : lost ? "; the outcome is unknown" : " (not sent: no server could be reached)";
     const from = n > 1 ? `any of ${n} servers` : (this.#origins[0] ?? "");
@@ -418,24 +443,22 @@ export class Api {
     query?: Record<string, string>,
     deadline?: Deadline,
     late?: (answer: WireAnswer) => void,
+    attemptMs?: number,
   ): Promise<OK<O>> {
     const init = this.#init(op, "application/json", signal);
     init.deadline = deadline;
     init.late = late;
+    init.attemptMs = attemptMs;
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    const { res, at } = await this.#exchange(op, key, init, query, false);
+    const { res, at, lost } = await this.#exchange(op, key, init, query, false);
     const { text } = res;
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = undefined;
-    }
+    const parsed = parseAnswer(res);
     if (res.status !== 200) {
       const err = errorFromBody(res.status, parsed, text);
+      if (op === "release" && lost) throw mayHaveReleased(err);
       if (op === "acquire" && err instanceof UnavailableError) {
         throw new UnavailableError(`lease: ${describe(op, key)}: ${this.#bases[at]?.origin} answered HTTP ${res.status}; the outcome is unknown: ${err.message}`,
           { status: res.status, cause: err });
@@ -465,16 +488,7 @@ export class Api {
     const init = this.#init(op, "text/event-stream", signal);
     init.deadline = deadline;
     const { res, at } = await this.#exchange(op, undefined, init, query, true);
-    const { text } = res;
-    if (res.status !== 200) {
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = undefined;
-      }
-      throw errorFromBody(res.status, parsed, text);
-    }
+    if (res.status !== 200) throw errorFromBody(res.status, parseAnswer(res), res.text);
     const type = res.header("Content-Type") ?? "";
     if (res.body === null || type.split(";")[0]?.trim().toLowerCase() !== "text/event-stream") {
       await res.body?.cancel().catch(() => undefined);
@@ -531,7 +545,8 @@ export class Api {
       }
       this.release(g, AbortSignal.timeout(Math.max(1, g.ttlMs))).catch(() => undefined);
     };
-    return granted(key, await this.call("acquire", key, body, signal, undefined, undefined, late));
+    // Bounded by the client's timeout beyond the wait the server is asked for.
+    return granted(key, await this.call("acquire", key, body, signal, undefined, undefined, late, this.#timeoutMs + waitMs));
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {
@@ -630,6 +645,32 @@ export class Api {
       throw new UnexpectedAnswerError(`lease: list: ${v.leases.length} leases for a limit of ${limit}`);
     }
     return { leases: v.leases.map((l) => info(l, undefined)), next: v.next };
+  }
+}
+
+/**
+ * mayHaveReleased says of err, the answer to a release sent again after an
+ * attempt whose outcome is unknown, that a not_held may be that attempt's
+ * doing, as the Go client says it.
+ */
+export function mayHaveReleased(err: unknown): unknown {
+  if (!(err instanceof NotHeldError) || err.message.endsWith(MAY_HAVE_RELEASED)) return err;
+  return new NotHeldError(`${err.message}${MAY_HAVE_RELEASED}`, { ...(err.status === undefined ? {} : { status: err.status }), cause: err });
+}
+
+const MAY_HAVE_RELEASED = " (an earlier attempt whose answer was lost may have released it)";
+
+/**
+ * parseAnswer is an answer's body as JSON, or undefined when it is none: not
+ * JSON, or (an error answer) bytes that are not UTF-8, which no API error
+ * body has (a proxy's page in another encoding), read by its status.
+ */
+function parseAnswer(res: WireAnswer): unknown {
+  if (res.notUTF8 === true) return undefined;
+  try {
+    return JSON.parse(res.text) as unknown;
+  } catch {
+    return undefined;
   }
 }
 

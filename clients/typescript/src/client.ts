@@ -6,6 +6,7 @@ import {
   checkKey,
   checkName,
   checkPage,
+  DEFAULT_TIMEOUT_MS,
   type Granted,
   type LeaseInfo,
   type LeasePage,
@@ -39,6 +40,14 @@ export interface LeaseClientOptions {
   readonly driftMargin?: DriftMargin;
   /** The fetch to send requests with; default: keep-alive node:http in Node.js, globalThis.fetch elsewhere. */
   readonly fetch?: typeof globalThis.fetch;
+  /**
+   * How long one request may go unanswered, beyond the wait an acquire asks
+   * the server for, before it is given up as an answer lost (the next
+   * server is tried; an acquire's outcome is then unknown): 1 ms to 1 h,
+   * default DEFAULT_TIMEOUT_MS (10 s, the Go client's). A watch's opening is
+   * bounded by its heartbeat instead.
+   */
+  readonly timeoutMs?: number;
 }
 
 /** How to acquire. */
@@ -62,6 +71,16 @@ export interface TryAcquireOptions {
 
 /** WAIT_CHUNK_MS is the longest wait_ms one request asks for: a server waits at most 30 s anyway. */
 const WAIT_CHUNK_MS = 30_000;
+
+/**
+ * MAX_PACE_MS is the longest pause between the requests of a wait that a
+ * server answers at once; an answer that took as long (or half the wait
+ * asked for) means the server waited, and the wait asks again at once.
+ */
+const MAX_PACE_MS = 500;
+
+/** LEAVE_TIMEOUT_MS bounds the request that ends a wait left in line (leaveLine). */
+const LEAVE_TIMEOUT_MS = 10_000;
 
 /** defaultOwner is HOSTNAME-PID, as the Go client's lease.DefaultOwner. */
 function defaultOwner(): string {
@@ -88,7 +107,9 @@ export class LeaseClient {
 
   constructor(options: LeaseClientOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidError("lease: LeaseClient needs options with a server URL");
-    this.#api = new Api(options.server, options.token, options.fetch);
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    checkInt("timeoutMs", timeoutMs, 1, 3_600_000);
+    this.#api = new Api(options.server, options.token, options.fetch, timeoutMs);
     this.#renewer = new Renewer(this.#api);
     this.owner = options.owner ?? defaultOwner();
     checkName("owner", this.owner);
@@ -132,32 +153,64 @@ export class LeaseClient {
     // One ticket for every request of this wait: a server keeps the wait's
     // place in line from one request to the next.
     const ticket = newTicket();
+    let ticketed = false; // a request has carried the ticket: the server may keep the wait's place
     let backoff = 5;
     for (;;) {
       signal?.throwIfAborted();
       const left = until - performance.now();
-      const chunk = Math.max(0, Math.ceil(Math.min(left, WAIT_CHUNK_MS, MAX_WAIT_MS)));
+      // Once a request has carried the ticket, every request carries it,
+      // the last one too (at least 1 ms: a wait_ms of 0 tries once and
+      // leaves the ticket alone), so that the last takes the wait over and
+      // ends it rather than leave it in line for the server's grace.
+      const chunk = Math.max(ticketed ? 1 : 0, Math.ceil(Math.min(left, WAIT_CHUNK_MS, MAX_WAIT_MS)));
       const sent = performance.now();
       let g: Granted;
       try {
         const last = left <= Math.min(WAIT_CHUNK_MS, MAX_WAIT_MS);
+        ticketed ||= chunk > 0;
         g = await this.#api.acquire(key, this.owner, ttlMs, chunk, signal, chunk > 0 ? { ticket, last } : undefined);
       } catch (err) {
         if (!(err instanceof HeldError) || performance.now() >= until) throw err;
-        if (performance.now() - sent + 5 < chunk) {
-          // The server answered before the wait asked for: it does not
-          // wait, or not that long. Pace the asking.
-          await sleep(Math.min(jittered(backoff), Math.max(0, until - performance.now())), signal);
-          backoff = Math.min(backoff * 2, 500);
-        } else {
+        const took = performance.now() - sent;
+        if (took >= Math.min(chunk / 2, MAX_PACE_MS)) {
+          // The server waited (a server whose max wait is shorter than the
+          // chunk ends each request at it and keeps the ticket in line):
+          // ask again at once, as the Go client does.
           backoff = 5;
+          continue;
         }
+        // The server answered at once: it does not wait (--max-wait 0), or
+        // not long. Pace the asking.
+        try {
+          await sleep(Math.min(jittered(backoff), Math.max(0, until - performance.now())), signal);
+        } catch (reason) {
+          // Aborted while no request of the wait was at the server, which
+          // may keep its place in line (and grant it the key) until its
+          // grace ends: take the wait over and end it.
+          this.#leaveLine(key, ttlMs, ticket);
+          throw reason;
+        }
+        backoff = Math.min(backoff * 2, MAX_PACE_MS);
         continue;
       }
       const h = await this.#hold(g, sent, ttlMs);
       if (h !== undefined) return h;
       // It expired before we could use it: queue again.
     }
+  }
+
+  /**
+   * leaveLine ends, in the background, the wait that ticket keeps in line
+   * at the server between two of its requests: a request with the ticket,
+   * a wait of 1 ms and last, which takes the wait over and leaves the line
+   * at its end. A lease the wait was granted comes back with it and is
+   * released. (A server that kept no such wait, as one that does not wait,
+   * tries once for it: a lease so granted is released as well.)
+   */
+  #leaveLine(key: string, ttlMs: number, ticket: string): void {
+    this.#api
+      .acquire(key, this.owner, ttlMs, 1, AbortSignal.timeout(LEAVE_TIMEOUT_MS), { ticket, last: true })
+      .then((g) => this.#giveBack(g), () => undefined);
   }
 
   /**
@@ -240,18 +293,31 @@ export class LeaseClient {
   /**
    * all walks every page of list under prefix (default: all), yielding each lease in byte order of its
    * key: `for await (const l of client.all("jobs/")) ...`. A lease held throughout the walk is seen
-   * exactly once; each page is fetched when the loop reaches it.
+   * exactly once; each page is fetched when the loop reaches it. A page that
+   * does not move past the one before (a proxy that drops after=) throws an
+   * UnavailableError rather than be walked again.
    */
   async *all(
     prefix = "",
     options?: { limit?: number | undefined; signal?: AbortSignal | undefined },
   ): AsyncGenerator<LeaseInfo, void, undefined> {
     let after = "";
+    let last = ""; // the key after names, as a string of its UTF-8 bytes (which compares in byte order)
+    const stuck = () =>
+      new UnavailableError(`lease: list ${JSON.stringify(prefix)}: the server's page does not move past ${JSON.stringify(after)} (a proxy that drops the query?)`);
     for (;;) {
       const page = await this.list(prefix, { limit: options?.limit, after, signal: options?.signal });
+      // A page that does not move on (a broken server, a proxy that drops
+      // after=) would be walked again and again, as the Go and Python
+      // clients see.
+      const first = page.leases[0];
+      if (after !== "" && first !== undefined && byteString(first.key) <= last) throw stuck();
       yield* page.leases;
       if (page.next === "") return;
+      const next = cursorKey(page.next);
+      if (next === undefined || next <= last) throw stuck();
       after = page.next;
+      last = next;
     }
   }
 
@@ -274,6 +340,20 @@ export class LeaseClient {
       throw new InvalidError(`lease: heartbeatMs ${String(hb)} is not a whole number of milliseconds in [10, 3600000]`);
     }
     return new Watch(watchKey, this.#api, prefix, options?.signal, options?.exact === true, hb);
+  }
+}
+
+/** byteString is s's UTF-8 bytes as a string of one char each: such strings compare in byte order. */
+function byteString(s: string): string {
+  return String.fromCharCode(...new TextEncoder().encode(s));
+}
+
+/** cursorKey is the key a page cursor names (unpadded base64url of its bytes) as byteString gives it, or undefined. */
+function cursorKey(cursor: string): string | undefined {
+  try {
+    return atob(cursor.replaceAll("-", "+").replaceAll("_", "/"));
+  } catch {
+    return undefined;
   }
 }
 

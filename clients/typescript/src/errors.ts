@@ -196,6 +196,23 @@ export function isToken(v: unknown): v is number {
   return typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= MAX_TOKEN;
 }
 
+/** TOKEN_MEMBER finds the token and highest members of a JSON text, and the number each is written as. */
+const TOKEN_MEMBER = /[{,]\s*"(token|highest)"\s*:\s*(-?[0-9][0-9.eE+-]*)/g;
+
+/**
+ * tokensAsWritten reports whether every token and highest member of text is
+ * written as a server writes a token: digits, at most 2^53 (JSON.parse reads
+ * 9007199254740993 as 2^53).
+ */
+function tokensAsWritten(text: string): boolean {
+  TOKEN_MEMBER.lastIndex = 0;
+  for (let m = TOKEN_MEMBER.exec(text); m !== null; m = TOKEN_MEMBER.exec(text)) {
+    const n = m[2] ?? "";
+    if (!/^(0|[1-9][0-9]*)$/.test(n) || n.length > 16 || (n.length === 16 && n > String(MAX_TOKEN))) return false;
+  }
+  return true;
+}
+
 function parseHolder(v: unknown): Holder | undefined {
   if (typeof v !== "object" || v === null) return undefined;
   const h = v as Record<string, unknown>;
@@ -221,7 +238,16 @@ export function errorFromBody(status: number, body: unknown, text: string): Leas
   const e = typeof body === "object" && body !== null ? (body as Record<string, unknown>)["error"] : undefined;
   let what: string;
   if (typeof e === "object" && e !== null) {
-    const detail = e as Record<string, unknown>;
+    let detail = e as Record<string, unknown>;
+    if (!tokensAsWritten(text)) {
+      // A token JSON.parse has read as another (past 2^53) or that no
+      // server writes (a fraction, an exponent): the details that carry
+      // one are left out, as the Go client leaves such a holder out.
+      detail = { ...detail };
+      delete detail["holder"];
+      delete detail["token"];
+      delete detail["highest"];
+    }
     const code = detail["code"];
     const message = typeof detail["message"] === "string" && detail["message"] !== ""
       ? detail["message"]

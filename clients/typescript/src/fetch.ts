@@ -1,5 +1,5 @@
 import { nodeAvailable, nodeTransport } from "./node-transport.js";
-import { MAX_ANSWER_BYTES, tooLarge, type Transport } from "./transport.js";
+import { answerText, MAX_ANSWER_BYTES, tooLarge, type Transport } from "./transport.js";
 
 /** fetchTransport is a Transport over fetchImpl: the one every runtime has. */
 export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
@@ -21,37 +21,48 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
     try {
       const res = await fetchImpl(req.url, init);
       const unread = req.stream && res.status === 200;
-      const text = unread ? "" : await readText(res);
-      return { status: res.status, header: (name) => res.headers.get(name), text, body: unread ? res.body : null };
+      const { text, notUTF8 } = unread ? { text: "", notUTF8: false } : await readText(res);
+      return { status: res.status, header: (name) => res.headers.get(name), text, body: unread ? res.body : null, notUTF8 };
     } finally {
       clearTimeout(timer);
     }
   };
 }
 
-/** readText reads res's body as UTF-8, at most MAX_ANSWER_BYTES of it, else rejects as a failed request does. */
-async function readText(res: Response): Promise<string> {
-  if (res.body === null) return "";
+/**
+ * readText reads res's body, at most MAX_ANSWER_BYTES of it, else rejects as
+ * a failed request does; it decodes it as answerText does.
+ */
+async function readText(res: Response): Promise<{ text: string; notUTF8: boolean }> {
+  if (res.body === null) return { text: "", notUTF8: false };
   const reader = res.body.getReader();
   const fail = async (): Promise<never> => {
     await reader.cancel().catch(() => undefined);
     throw new TypeError("request failed", { cause: tooLarge() });
   };
   if (Number(res.headers.get("Content-Length") ?? 0) > MAX_ANSWER_BYTES) return fail();
-  const decoder = new TextDecoder("utf-8", { fatal: true });
-  let text = "";
+  const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
     const { done, value } = await reader.read();
-    size += value?.length ?? 0;
+    if (done) break;
+    size += value.length;
     if (size > MAX_ANSWER_BYTES) return fail();
-    try {
-      if (done) return text + decoder.decode();
-      text += decoder.decode(value, { stream: true });
-    } catch (err) {
-      await reader.cancel().catch(() => undefined);
-      throw new TypeError("request failed", { cause: err });
+    chunks.push(value);
+  }
+  let bytes = chunks[0] ?? new Uint8Array(0);
+  if (chunks.length > 1) {
+    bytes = new Uint8Array(size);
+    let at = 0;
+    for (const c of chunks) {
+      bytes.set(c, at);
+      at += c.length;
     }
+  }
+  try {
+    return answerText(res.status, bytes);
+  } catch (err) {
+    throw new TypeError("request failed", { cause: err });
   }
 }
 

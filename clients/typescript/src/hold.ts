@@ -1,5 +1,5 @@
-import { type Api, type Granted, retried } from "./api.js";
-import { LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError } from "./errors.js";
+import { type Api, type Granted, mayHaveReleased, retried } from "./api.js";
+import { ForbiddenError, InvalidError, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError } from "./errors.js";
 
 /**
  * How much earlier than the server a client gives a lease up: fraction × TTL
@@ -13,7 +13,10 @@ export interface DriftMargin {
 /** DEFAULT_DRIFT_MARGIN is 1% of the TTL plus 2 ms. */
 export const DEFAULT_DRIFT_MARGIN: DriftMargin = Object.freeze({ fraction: 0.01, minMs: 2 });
 
-/** RELEASE_TIMEOUT_MS bounds a release: past it the lease expires at its TTL anyway. */
+/**
+ * RELEASE_TIMEOUT_MS bounds a release, and so does the lease's own life
+ * (Hold.release): past either, the lease expires at its TTL anyway.
+ */
 const RELEASE_TIMEOUT_MS = 10_000;
 
 /** marginOf returns the drift margin for a TTL of ttlMs. */
@@ -82,7 +85,7 @@ export class Hold implements AsyncDisposable {
   #reason: unknown = undefined; // the end's reason, or RELEASED until made
   #lease: Granted;
   #deadline = 0; // performance.now() scale
-  #released = false;
+  #releasing: Promise<void> | undefined; // the first release's outcome
 
   /** Made by LeaseClient.acquire and tryAcquire, not by applications. */
   constructor(key: typeof holdKey, api: Api, renewer: Renewer, lease: Granted, sentAt: number, ttlMs: number, margin: DriftMargin) {
@@ -158,12 +161,19 @@ export class Hold implements AsyncDisposable {
    * throws that LeaseLostError at once and sends nothing, as the Python
    * client does: the server lets the lease go within the drift margin of
    * the deadline, or has already, and the loss most often comes from a
-   * server that does not answer, which a release would wait for. Calling
-   * it again does nothing.
+   * server that does not answer, which a release would wait for. A release
+   * unanswered gives up (an UnavailableError) after 10 s, or sooner when
+   * the lease would have expired by then: the send time of its last
+   * acquire or renewal + TTL. Calling it again waits for the first call to
+   * end, and does nothing more.
    */
-  async release(): Promise<void> {
-    if (this.#released) return;
-    this.#released = true;
+  release(): Promise<void> {
+    if (this.#releasing !== undefined) return this.#releasing.then(() => undefined, () => undefined);
+    this.#releasing = this.#release();
+    return this.#releasing;
+  }
+
+  async #release(): Promise<void> {
     this.#judge();
     this.#renewer.remove(this.#ticket);
     if (this.#ended) throw this.#why();
@@ -171,8 +181,22 @@ export class Hold implements AsyncDisposable {
     // A renewal in flight is answered to nobody: its batch's answer for this
     // hold is ignored, and the server refuses it if it comes after the
     // release.
-    const deadline = { until: performance.now() + RELEASE_TIMEOUT_MS, ms: RELEASE_TIMEOUT_MS };
-    await retried(() => this.#api.release(this.#lease, undefined, deadline), undefined, deadline.until);
+    // No longer than the lease would live without it (send time of the
+    // last acquire or renewal + TTL; the server's expiry is no earlier):
+    // past that the server has let it go by itself.
+    const ttl = this.#grantedTTL();
+    const ms = Math.max(1, Math.min(RELEASE_TIMEOUT_MS, Math.ceil(this.#deadline + marginOf(this.#margin, ttl) - performance.now())));
+    const deadline = { until: performance.now() + ms, ms };
+    let uncertain = false; // an attempt failed whose outcome is unknown
+    await retried(async () => {
+      try {
+        await this.#api.release(this.#lease, undefined, deadline);
+      } catch (err) {
+        if (uncertain) throw mayHaveReleased(err);
+        uncertain = err instanceof UnavailableError;
+        throw err;
+      }
+    }, undefined, deadline.until);
   }
 
   /**
@@ -280,6 +304,9 @@ function refTimer(timer: ReturnType<typeof setTimeout>, ref: boolean): boolean {
 /** MAX_RENEW_BATCH is the most renewals one POST /v1/renew takes. */
 const MAX_RENEW_BATCH = 256;
 
+/** RENEW_ALONE_AT_ONCE bounds the lone renewals in flight for a batch refused whole (Renewer.#renewEach). */
+const RENEW_ALONE_AT_ONCE = 8;
+
 /**
  * Renewer renews a LeaseClient's holds on one timer, set for the earliest
  * of their renewals and safe deadlines. Each hold's window for its next
@@ -289,9 +316,10 @@ const MAX_RENEW_BATCH = 256;
  * open is renewed with it, up to 256 in one POST /v1/renew. A hold is thus
  * never renewed later than before, and the holds of one batch share its
  * send time and its jitter, so they fall due together again. Each is judged
- * by its own answer and deadline: one the server refuses is lost alone, and
- * a batch that fails as a whole is retried for each of its holds after
- * TTL/10.
+ * by its own answer and deadline: one the server refuses is lost alone, a
+ * batch refused whole for one of its renewals (403, 400) is asked again one
+ * renewal each at once, and a batch that fails as a whole otherwise is
+ * retried for each of its holds after TTL/10.
  */
 export class Renewer {
   readonly #api: Api;
@@ -382,6 +410,23 @@ export class Renewer {
     this.#arm();
   }
 
+  /** #renewEach renews items one request each, RENEW_ALONE_AT_ONCE at a time, answering each as a batch's result. */
+  async #renewEach(
+    items: readonly { g: Granted; ttlMs: number }[],
+    signal: AbortSignal,
+  ): Promise<(Granted | NotHeldError | { failed: unknown })[]> {
+    const results: (Granted | NotHeldError | { failed: unknown })[] = [];
+    let next = 0;
+    const worker = async () => {
+      for (let i = next++; i < items.length; i = next++) {
+        const it = items[i] as { g: Granted; ttlMs: number };
+        results[i] = await this.#api.renew(it.g, it.ttlMs, signal).catch((err: unknown) => (err instanceof NotHeldError ? err : { failed: err }));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(RENEW_ALONE_AT_ONCE, items.length) }, worker));
+    return results;
+  }
+
   /** #renew renews batch in one request, which ends at the last of their deadlines: no answer after it is of use. */
   async #renew(batch: Ticket[]): Promise<void> {
     const sent = performance.now();
@@ -390,11 +435,21 @@ export class Renewer {
     const req = new AbortController();
     const cutoff = setTimeout(() => req.abort(new UnavailableError("lease: renewal unanswered at the safe deadline")), Math.max(0, last - sent));
     const j = Math.random(); // one jitter for the batch, so that its holds stay together
+    // Each request is also bounded by the client's timeout (Api, 10 s by
+    // default): one whose connection died under it (a NAT or balancer that
+    // lost it) fails then and is sent again, on the next server or a new
+    // connection, while the holds' deadlines leave time.
     let results: (Granted | NotHeldError | { failed: unknown })[];
     try {
       results = await this.#api.renewBatch(items, req.signal);
     } catch (err) {
-      results = batch.map(() => ({ failed: err }));
+      // A batch is refused whole for one renewal the server will not do (a
+      // key the credential no longer covers: 403; a renewal it finds
+      // malformed: 400): ask for each alone, so that one hold's refusal is
+      // not every hold's loss. Their send time stays the batch's.
+      results = items.length > 1 && (err instanceof ForbiddenError || err instanceof InvalidError)
+        ? await this.#renewEach(items, req.signal)
+        : batch.map(() => ({ failed: err }));
     } finally {
       clearTimeout(cutoff);
     }

@@ -6,7 +6,7 @@
 export { LeaseClient, type AcquireOptions, type LeaseClientOptions, type TryAcquireOptions } from "./client.js";
 export { DEFAULT_DRIFT_MARGIN, Hold, type DriftMargin } from "./hold.js";
 export type { LeaseInfo, LeasePage, PageOptions } from "./api.js";
-export { DEFAULT_HEARTBEAT_MS, DEFAULT_PAGE_LIMIT, MAX_NAME_BYTES, MAX_PAGE_LIMIT, MAX_TTL_MS, MAX_WAIT_MS, MIN_TTL_MS } from "./api.js";
+export { DEFAULT_HEARTBEAT_MS, DEFAULT_PAGE_LIMIT, DEFAULT_TIMEOUT_MS, MAX_NAME_BYTES, MAX_PAGE_LIMIT, MAX_TTL_MS, MAX_WAIT_MS, MIN_TTL_MS } from "./api.js";
 export {
   errorFromBody,
   ForbiddenError,

@@ -9,7 +9,7 @@ import type * as Http from "node:http";
 import type * as Https from "node:https";
 import type * as Stream from "node:stream";
 
-import { MAX_ANSWER_BYTES, type Transport, tooLarge, utf8, type WireAnswer } from "./transport.js";
+import { answerText, MAX_ANSWER_BYTES, type Transport, tooLarge, type WireAnswer } from "./transport.js";
 
 type GetBuiltin = (id: string) => unknown;
 
@@ -193,8 +193,9 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
         res.on("error", fail);
         res.on("end", () => {
           let text: string;
+          let notUTF8: boolean;
           try {
-            text = utf8(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size));
+            ({ text, notUTF8 } = answerText(status, chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, size)));
           } catch (err) {
             lingering = false;
             fail(err);
@@ -203,12 +204,12 @@ export function nodeTransport(agents: Agents = defaultAgents()): Transport {
           if (lingering) {
             lingering = false;
             r.destroy(); // half-closed: no use to the pool
-            req.late?.({ status, header, text, body: null });
+            req.late?.({ status, header, text, body: null, notUTF8 });
             return;
           }
           if (settled) return;
           settle();
-          resolve({ status, header, text, body: null });
+          resolve({ status, header, text, body: null, notUTF8 });
         });
         res.on("close", () => {
           if (!res.complete) fail(new Error("the connection closed before the answer was whole"));

@@ -137,12 +137,17 @@ export async function updateRow(
     const row = await client.query(read, [id]);
     const first = row.rows[0] as { token?: unknown } | undefined;
     if (first === undefined) throw new NotFoundError(`lease: pg: no row ${describe(table, id)}`);
-    const highest = Number(first.token);
-    const admitted = mode === "strict" ? token > highest : token >= highest;
+    // The row's token as written, compared exactly: another writer's may
+    // be past 2^53, which a number would round to a token it is not.
+    const text = String(first.token);
+    if (!/^-?[0-9]+$/.test(text)) throw new UnavailableError(`lease: pg: ${describe(table, id)} has token ${JSON.stringify(text)}, not a bigint`);
+    const highest = BigInt(text);
+    const admitted = mode === "strict" ? BigInt(token) > highest : BigInt(token) >= highest;
     if (!admitted) {
+      const exact = highest <= BigInt(MAX_TOKEN) ? { highest: Number(highest) } : {};
       throw new StaleTokenError(
-        `lease: pg: stale token ${token} for ${JSON.stringify(describe(table, id))}: the row has ${highest} (mode ${mode})`,
-        { resource: describe(table, id), token, highest, mode },
+        `lease: pg: stale token ${token} for ${JSON.stringify(describe(table, id))}: the row has ${text} (mode ${mode})`,
+        { resource: describe(table, id), token, ...exact, mode },
       );
     }
   }

@@ -44,6 +44,14 @@ export interface WireAnswer {
   readonly text: string;
   /** body is a stream's 200 body, unread; null otherwise. */
   readonly body: ReadableStream<Uint8Array> | null;
+  /**
+   * notUTF8 says the bytes of an error answer (any status but 200) are not
+   * UTF-8: text then has U+FFFD in place of the bad ones, fit for a message
+   * only, and the answer is no API error body (a proxy's page in another
+   * encoding), read by its status. A 200's bytes that are not UTF-8 fail the
+   * request instead.
+   */
+  readonly notUTF8?: boolean;
 }
 
 /**
@@ -78,4 +86,20 @@ const strictUTF8 = new TextDecoder("utf-8", { fatal: true });
  */
 export function utf8(bytes: Uint8Array): string {
   return strictUTF8.decode(bytes);
+}
+
+const lossyUTF8 = new TextDecoder("utf-8");
+
+/**
+ * answerText decodes the bytes of an answer of status: as utf8 does, but an
+ * error answer's bytes that are not UTF-8 come back with U+FFFD in place of
+ * the bad ones and notUTF8 set (WireAnswer.notUTF8).
+ */
+export function answerText(status: number, bytes: Uint8Array): { text: string; notUTF8: boolean } {
+  try {
+    return { text: utf8(bytes), notUTF8: false };
+  } catch (err) {
+    if (status === 200) throw err;
+    return { text: lossyUTF8.decode(bytes), notUTF8: true };
+  }
 }

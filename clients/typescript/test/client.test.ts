@@ -2,6 +2,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, test } from "node:test";
 
@@ -15,7 +16,7 @@ import {
   NotHeldError,
   UnauthorizedError,
 } from "../src/index.js";
-import { runLease, startLease, unique, waitFor } from "./harness.js";
+import { pause, runLease, startLease, unique, waitFor } from "./harness.js";
 
 const server = await startLease({ after });
 
@@ -299,4 +300,128 @@ console.log("released");`);
   assert.equal(await released.exited, 0);
   const took = performance.now() - t0;
   assert.ok(took < 3_000, `the process ran ${Math.round(took)} ms after its last release`);
+});
+
+test("a wait aborted between two of its requests leaves the line: the next waiter gets the key at once, and no token goes to nobody", async (t) => {
+  // A server whose waits end at 50 ms: a wait is many requests, and the
+  // server keeps its place in line between them (for its 2 s grace). Each
+  // abort below comes just after a request was answered, while no request
+  // of the wait is at the server: the server kept the place, and, without
+  // word from the client, granted the key to it when freed and held it
+  // for nobody until the grace ended (the next waiter got it some 2.4 s
+  // after the release, with the token after the one the dead wait took).
+  const capped = await startLease(t, { args: ["--max-wait", "50ms"] });
+  for (let round = 0; round < 3; round++) {
+    const key = unique("leave");
+    const holder = await client("holder", { server: capped.url }).tryAcquire(key, { ttlMs: 60_000 });
+    const ctl = new AbortController();
+    const why = new Error("gave up");
+    let answers = 0;
+    // A fetch that aborts the wait just after its third request is answered.
+    const watching: typeof globalThis.fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (String(input).endsWith("/acquire") && ++answers === 3) setImmediate(() => ctl.abort(why));
+      return res;
+    };
+    const leaving = new LeaseClient({ server: capped.url, owner: "leaving", fetch: watching });
+    const gaveUp = leaving.acquire(key, { ttlMs: 60_000, signal: ctl.signal });
+    await assert.rejects(gaveUp, (err: unknown) => err === why);
+    const next = client("next", { server: capped.url }).acquire(key, { ttlMs: 60_000, waitMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 100)); // next is in line
+    const freed = performance.now();
+    await holder.release();
+    const h = await next;
+    const took = performance.now() - freed;
+    assert.equal(h.token, holder.token + 1, "a token went to the wait that gave up");
+    assert.ok(took < 1_500, `the next waiter got the key ${Math.round(took)} ms after its release`);
+    await h.release();
+  }
+});
+
+test("a wait the server ends at its max wait asks again at once, not after a growing pause", async (t) => {
+  // A server whose waits end at 600 ms: it waited, and keeps the wait's
+  // place only for its grace. The client took each such answer for a
+  // server that does not wait and paused before asking again, 5 ms
+  // doubling to 500 ms: a key freed in the pause waited for it (as the Go
+  // client asks again at once when the server took half the wait or 500 ms).
+  const capped = await startLease(t, { args: ["--max-wait", "600ms"] });
+  const key = unique("pace");
+  const holder = await client("holder", { server: capped.url }).tryAcquire(key, { ttlMs: 60_000 });
+  const gaps: number[] = [];
+  let answered = 0;
+  const timing: typeof globalThis.fetch = async (input, init) => {
+    if (answered > 0) gaps.push(performance.now() - answered);
+    const res = await fetch(input, init);
+    answered = performance.now();
+    return res;
+  };
+  const ctl = new AbortController();
+  const waiting = new LeaseClient({ server: capped.url, owner: "waiting", fetch: timing }).acquire(key, { ttlMs: 60_000, signal: ctl.signal });
+  await waitFor("eight requests of the wait", () => gaps.length >= 8, 30_000);
+  ctl.abort(new Error("enough"));
+  await assert.rejects(waiting, /enough/);
+  await holder.release();
+  assert.ok(gaps.every((g) => g < 150), `pauses between the requests of the wait: ${gaps.map(Math.round).join(", ")} ms`);
+});
+
+test("a credential narrowed under held leases: the hold on a key it no longer covers is lost, the others renewed in its batches are not", async (t) => {
+  // A batch whose one key the credential does not cover is refused whole
+  // (403): every hold in it failed its renewal, and all were lost at
+  // their deadlines, those on keys still covered too.
+  const tok = "tok-narrow-0123456789abcdef";
+  const own = await startLease(t, { tokens: [`${tok} a/ b/`] });
+  const c = new LeaseClient({ server: own.url, owner: "worker-a", token: tok });
+  const ttlMs = 600;
+  const kept = await c.tryAcquire(unique("a/kept"), { ttlMs });
+  const dropped = await c.tryAcquire(unique("b/dropped"), { ttlMs });
+  writeFileSync(join(own.dataDir, "..", "tokens"), `${tok} a/\n`);
+  own.proc.kill("SIGHUP");
+  await waitFor("the server reloads its credentials", () => c.get(dropped.key).then(() => false, (err) => err instanceof ForbiddenError));
+  await waitFor("the hold on the key no longer covered is lost", () => !dropped.held, 4 * ttlMs);
+  await new Promise((r) => setTimeout(r, 2 * ttlMs)); // renewals of kept, alone now
+  assert.ok(kept.held, `the hold on a key still covered was lost: ${String(kept.signal.reason)}`);
+  await kept.release();
+});
+
+test("a process whose body throws after its server died or hung disposes of its hold and exits on its own", async (t) => {
+  // The README's form of await using (Node.js 20 cannot run the syntax):
+  // the body throws, the finally disposes, the process must then end with
+  // the body's error, nothing of the client's keeping it alive.
+  // hung-held: the body throws while the hold is held, and the release
+  // waits for a stopped server: for as long as the lease would live (1 s),
+  // no longer (it waited 10 s).
+  for (const fault of ["killed", "hung", "hung-held"] as const) {
+    const own = await startLease(t);
+    const index = new URL("../src/index.js", import.meta.url).href;
+    const code = `import { LeaseClient } from ${JSON.stringify(index)};
+const c = new LeaseClient({ server: ${JSON.stringify(own.url)}, owner: "exit" });
+const hold = await c.tryAcquire("body-throws", { ttlMs: 1_000 });
+console.log("holding");
+try {
+  await new Promise((r) => process.stdin.once("data", r)); // the test has killed or stopped the server
+  if (${JSON.stringify(fault)} === "hung") await new Promise((r) => hold.signal.addEventListener("abort", r));
+  throw new Error("the body failed");
+} finally {
+  await hold[Symbol.asyncDispose]();
+}`;
+    const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { stdio: ["pipe", "pipe", "pipe"] });
+    after(() => void proc.kill());
+    let out = "";
+    let err = "";
+    proc.stdout?.on("data", (d: Buffer) => (out += d.toString()));
+    proc.stderr?.on("data", (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((r) => proc.once("exit", (c) => r(c)));
+    await waitFor("the child holds its lease", () => out.includes("holding"));
+    if (fault === "killed") own.proc.kill("SIGKILL");
+    else await pause(own.proc);
+    const start = performance.now();
+    proc.stdin?.end("go\n");
+    const code_ = await exited;
+    const took = performance.now() - start;
+    own.proc.kill("SIGCONT");
+    assert.equal(code_, 1, `${fault}: exit code (stderr: ${err})`);
+    assert.match(err, /the body failed/, fault);
+    // hung: the hold is lost at its deadline (under 1 s); its release then sends nothing.
+    assert.ok(took < 3_000, `${fault}: the process ran ${Math.round(took)} ms after its body ended`);
+  }
 });

@@ -290,3 +290,41 @@ test("a list of servers must be URLs, not empty, each once", () => {
   assert.deepEqual(c.servers.map(String), [`${live.url}/`, "http://127.0.0.1:1/base/"]);
   assert.equal(c.server.href, `${live.url}/`);
 });
+
+test("a server that takes requests and never answers is given up after timeoutMs: reads move on to the next, an acquire's outcome is unknown", async () => {
+  // Nothing bounded a request but the caller's signal: a hung first server
+  // (a stopped process, a blackholed path) held every get, list and
+  // acquire for good, and none moved on to the server that would answer,
+  // where the Go and Python clients give up after their timeout (10 s).
+  const socks = new Set<import("node:net").Socket>();
+  const mute = createTCPServer((sock) => {
+    socks.add(sock);
+    sock.on("error", () => undefined);
+    sock.resume();
+  });
+  after(() => {
+    for (const s of socks) s.destroy();
+  });
+  const hung = await listen(mute);
+  const c = new LeaseClient({ server: [hung, live.url], owner: "worker-a", timeoutMs: 300 });
+  const key = unique("hung");
+  let start = performance.now();
+  assert.equal(await c.get(key), undefined);
+  assert.ok(performance.now() - start < 2_000, `get took ${Math.round(performance.now() - start)} ms`);
+  assert.equal(c.server.href, `${live.url}/`, "the client did not move on from the hung server");
+  const hold = await c.tryAcquire(key, { ttlMs: 60_000 });
+  await hold.release();
+
+  const alone = new LeaseClient({ server: hung, owner: "worker-a", timeoutMs: 300 });
+  start = performance.now();
+  await assert.rejects(alone.tryAcquire(key, { ttlMs: 60_000 }), (err: unknown) => {
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.match(err.message, /the outcome is unknown/);
+    return true;
+  });
+  // A wait is given the wait it asks for on top.
+  await assert.rejects(alone.acquire(key, { ttlMs: 60_000, waitMs: 500 }), UnavailableError);
+  const took = performance.now() - start;
+  assert.ok(took >= 800 && took < 3_000, `a try and a wait of 500 ms took ${Math.round(took)} ms`);
+  assert.throws(() => new LeaseClient({ server: hung, timeoutMs: 0 }), InvalidError);
+});

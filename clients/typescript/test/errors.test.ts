@@ -104,3 +104,25 @@ test("error answers become the class every client makes of them (leasehttp/testd
     assert.equal(err.status, c.status);
   }
 });
+
+test("a holder's token or a stale token's numbers written past 2^53 are left out, not read as 2^53", () => {
+  // JSON.parse reads 9007199254740993 as 2^53, another lease's token: a
+  // HeldError named a holder with it. The Go client leaves such a holder
+  // out; so does this one now, and the stale token's numbers alike.
+  const over = "9007199254740993";
+  const heldText = `{"error":{"code":"held","message":"m","holder":{"key":"k","owner":"o","token":${over},"expires_at":"2026-01-01T00:00:00.000Z"}}}`;
+  const held = errorFromBody(409, JSON.parse(heldText), heldText);
+  assert.ok(held instanceof HeldError);
+  assert.equal(held.holder, undefined, `holder ${JSON.stringify(held.holder)}`);
+  for (const [token, highest] of [[over, "5"], ["5", over], ["5", "7.0"]]) {
+    const text = `{"error":{"code":"stale_token","message":"m","resource":"r","token":${token},"highest":${highest}}}`;
+    const stale = errorFromBody(409, JSON.parse(text), text);
+    assert.ok(stale instanceof StaleTokenError);
+    assert.deepEqual([stale.token, stale.highest], [undefined, undefined], text);
+  }
+  // Written as a server writes them, they are kept, 2^53 included.
+  const ok = `{"error":{"code":"stale_token","message":"m","resource":"r","token":5,"highest":${MAX_TOKEN}}}`;
+  const stale = errorFromBody(409, JSON.parse(ok), ok);
+  assert.ok(stale instanceof StaleTokenError);
+  assert.deepEqual([stale.token, stale.highest], [5, MAX_TOKEN]);
+});

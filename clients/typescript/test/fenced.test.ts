@@ -47,6 +47,10 @@ test("tokens a server cannot have issued are InvalidError, and change nothing", 
   for (const t of [0, -1, 1.5, Number.NaN, 2 ** 53 + 2, Number.POSITIVE_INFINITY]) {
     assert.throws(() => r.write(t, "x"), InvalidError, `token ${t}`);
   }
+  // A bigint or a string, even of a token past 2^53, is not a token: refused, not compared.
+  for (const t of [9007199254740993n, 5n, "5", "9007199254740993"] as unknown[]) {
+    assert.throws(() => r.write(t as number, "x"), InvalidError, `token ${String(t)} (${typeof t})`);
+  }
   r.write(2 ** 53, "max");
   assert.deepEqual(r.read(), { value: "max", lastToken: 2 ** 53 });
   assert.throws(() => new FencedResource("v", { mode: "loose" as "strict" }), InvalidError);

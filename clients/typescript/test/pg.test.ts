@@ -87,6 +87,9 @@ test("a missing row is NotFoundError; bad names and tokens are InvalidError", as
   await assert.rejects(updateRow(pool, table, 999, { value: "x" }, 1), NotFoundError);
   await assert.rejects(updateRow(pool, table, 1, { value: "x" }, 0), InvalidError);
   await assert.rejects(updateRow(pool, table, 1, { value: "x" }, 2 ** 53 + 2), InvalidError);
+  for (const t of [9007199254740993n, 5n, "5"] as unknown[]) {
+    await assert.rejects(updateRow(pool, table, 1, { value: "x" }, t as number), InvalidError, `token ${String(t)} (${typeof t})`);
+  }
   await assert.rejects(updateRow(pool, table, 1, { fencing_token: 3 }, 3), InvalidError);
   await assert.rejects(updateRow(pool, "x".repeat(64), 1, {}, 1), InvalidError);
   await assert.rejects(updateRow(pool, "a\u0000b", 1, {}, 1), InvalidError);
@@ -99,4 +102,25 @@ test("names are quoted, columns set in name order, values sent as parameters", (
     `UPDATE "app"."we""ird" SET "a" = $1, "z" = $2, "fencing_token" = $3 WHERE "job_id" = $4 AND coalesce("fencing_token", 0) < $3::bigint`,
   );
   assert.deepEqual(s.values, ["it's", 1, 42, 7]);
+});
+
+test("a row whose token is past 2^53 (another writer's) rejects every token as stale, telling its token exactly", async () => {
+  // JavaScript reads 9007199254740993 as 2^53: the row's token looked
+  // equal to a token of 2^53, admitted in at-least mode, so updateRow took
+  // the refusal for a row changing under it, asked twice more and threw
+  // an UnavailableError.
+  await newRow(3);
+  await pool.query(`UPDATE "${table}" SET fencing_token = 9007199254740993 WHERE id = 3`);
+  for (const mode of ["at-least", "strict"] as const) {
+    for (const token of [2 ** 53, 7]) {
+      await assert.rejects(updateRow(pool, table, 3, { value: "late" }, token, { mode }), (err: unknown) => {
+        assert.ok(err instanceof StaleTokenError, `${mode} ${token}: ${String(err)}`);
+        assert.equal(err.token, token);
+        assert.equal(err.highest, undefined, "a highest no number holds exactly");
+        assert.match(err.message, /the row has 9007199254740993/);
+        return true;
+      });
+    }
+  }
+  assert.deepEqual(await row(3), { value: "initial", fencing_token: "9007199254740993" });
 });

@@ -54,6 +54,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'leasehq_lease' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # The asyncio names too, which __getattr__ gives on first use: dir() and
+    # a REPL's completion left them out.
+    return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
     "MAX_TOKEN",
     "AsyncElector",

@@ -10,12 +10,13 @@ as asyncio.timeout() ends one with TimeoutError."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import ssl
 import time
 from types import TracebackType
-from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Final, Generator, Sequence, TypeVar
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine, Final, Generator, Self, Sequence, TypeVar
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
@@ -34,7 +35,7 @@ from ._errors import (
     error_from_answer,
 )
 from ._events import EVENT_SYNCED, HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
-from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now
+from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now, refused_whole, release_until
 from ._wire import (
     MAX_RENEW_BATCH,
     DriftMargin,
@@ -60,6 +61,43 @@ IDLE_KEEP: Final = 60.0
 MAX_HEADER: Final = 64 << 10
 
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def _within(aw: Awaitable[T], timeout: float | None) -> T:
+    """aw, awaited in the calling task for at most timeout seconds (None: no
+    bound); past it, TimeoutError. Not asyncio.wait_for: Python 3.11's runs
+    aw in a task of its own and, cancelled as that task finishes, returns
+    its result and drops the cancellation, so that a cancelled task went on
+    (a watch read on, a granted wait went on with the lease). Nor 3.11's
+    asyncio.timeout, which takes its own expiry for a cancellation from
+    outside in a task that kept an earlier one (cancelling() above 0, no
+    uncancel()): this judges by the count at its start, as 3.12's does."""
+    if timeout is None:
+        return await aw
+    current = asyncio.current_task()
+    assert current is not None
+    task: asyncio.Task[Any] = current
+    before = task.cancelling()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(max(0.0, timeout), expire)
+    try:
+        return await aw
+    except asyncio.CancelledError:
+        if expired:
+            expired = False
+            if task.uncancel() <= before:
+                raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
+        if expired:
+            task.uncancel()  # expired as aw ended otherwise: the request is taken back
 
 
 class _Answer:
@@ -173,12 +211,16 @@ class _Transport:
         self._lingering: set[asyncio.Task[None]] = set()  # background(): given-up waits, leases given back
 
     async def close(self) -> None:
-        for t in list(self._lingering):
+        lingering = list(self._lingering)
+        for t in lingering:
             t.cancel()  # as the Go client's Close stops its background work
         idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
         for conns in idle:
             for (_, w), _ in conns:
                 w.close()
+        if lingering:
+            # Ended, and their connections closed, when close() returns.
+            await asyncio.wait(lingering)
 
     async def connect(self, i: int, timeout: float) -> _Conn:
         ep = self.endpoints.all[i]
@@ -186,7 +228,7 @@ class _Transport:
         if ep.tls:
             ctx = self._ssl if self._ssl is not None else ssl.create_default_context()
         try:
-            return await asyncio.wait_for(
+            return await _within(
                 asyncio.open_connection(ep.host, ep.port, ssl=ctx, server_hostname=ep.host if ctx else None), timeout
             )
         except (OSError, asyncio.TimeoutError) as e:
@@ -220,7 +262,7 @@ class _Transport:
         try:
             w.write(self._request_bytes(i, method, path, body, "application/json"))
             if late is None:
-                a = await asyncio.wait_for(self._answer(r), timeout)
+                a = await _within(self._answer(r), timeout)
             else:
                 a = await self._answer_or_linger(r, w, timeout, late)
             self.endpoints.check_store(i, a.store)
@@ -248,7 +290,7 @@ class _Transport:
         outcome is unknown, as in the Go client."""
         reading = asyncio.ensure_future(self._answer(r))
         try:
-            return await asyncio.wait_for(asyncio.shield(reading), timeout)
+            return await _within(asyncio.shield(reading), timeout)
         except asyncio.CancelledError:
             answered = reading.done() and not reading.cancelled() and reading.exception() is None
             if answered:
@@ -273,7 +315,7 @@ class _Transport:
     def _linger(self, reading: asyncio.Future[_Answer], w: asyncio.StreamWriter, late: Late) -> None:
         async def wait() -> None:
             try:
-                a = await asyncio.wait_for(reading, self.timeout)
+                a = await _within(reading, self.timeout)
             except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError, LeaseError):
                 return
             finally:
@@ -296,18 +338,19 @@ class _Transport:
 
     async def request(
         self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
-        late: Late | None = None,
+        late: Late | None = None, until: float | None = None,
     ) -> _Answer:
         """Sends a request by the multi-endpoint rules and returns a 2xx answer;
         an error answer raises its class, a request that got none an
         UnavailableError. late, if given, gets the answer of a request
-        cancelled while it waited for it (see _answer_or_linger)."""
-        plan = Plan(len(self.endpoints.all), repeatable)
+        cancelled while it waited for it (see _answer_or_linger). until
+        (time.monotonic()) ends the tries, as in the sync Transport.request."""
+        plan = Plan(len(self.endpoints.all), repeatable, until)
         t = self.timeout if timeout is None else timeout
         while True:
             i = self.endpoints.current()
             try:
-                a = await self._once(i, method, path, body, t, late)
+                a = await self._once(i, method, path, body, plan.timeout(t), late)
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
@@ -335,11 +378,17 @@ class _Transport:
                 c = await self.connect(i, timeout)
                 try:
                     c[1].write(self._request_bytes(i, "GET", path, None, "text/event-stream"))
-                    status, headers = await asyncio.wait_for(_read_head(c[0]), timeout)
+                    status, headers = await _within(_read_head(c[0]), timeout)
                     self.endpoints.check_store(i, headers.get(STORE_HEADER.lower()))
                 except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
                     c[1].close()
                     raise Failed(e, False) from e
+                except BaseException:
+                    # Cancelled: hang up, or the connection, registered with
+                    # the loop, stays open until the loop closes (and the
+                    # server counts the stream meanwhile).
+                    c[1].close()
+                    raise
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
@@ -350,10 +399,11 @@ class _Transport:
             if status == 200:
                 return c, headers, i
             try:
-                a, _ = await asyncio.wait_for(_read_body(c[0], headers), timeout)
+                a, _ = await _within(_read_body(c[0], headers), timeout)
             except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError):
                 a = b""
-            c[1].close()
+            finally:
+                c[1].close()
             err = error_from_answer(status, a)
             if status == 503:
                 self.endpoints.move_on(i)
@@ -362,6 +412,21 @@ class _Transport:
                     await asyncio.sleep(pause)
                     continue
             raise err
+
+
+class _LossEvent(asyncio.Event):
+    """The hold's lost event. is_set judges the deadline itself, so that a
+    step that blocked the event loop past it (CPU-bound work, a blocking
+    call), which kept the deadline's timer from running, sees the loss at
+    once (I5), as the sync hold's lost event does."""
+
+    def __init__(self, hold: AsyncHold) -> None:
+        super().__init__()
+        self._hold = hold
+
+    def is_set(self) -> bool:
+        self._hold._judge()
+        return super().is_set()
 
 
 class AsyncHold(HoldBase):
@@ -379,7 +444,8 @@ class AsyncHold(HoldBase):
         self._timer: asyncio.TimerHandle | None = None
         self._scope: asyncio.Task[Any] | None = None
         self._cancelled = False
-        self.lost = asyncio.Event()
+        self._cancelling = 0  # the scope's cancel requests pending when the block began
+        self.lost: asyncio.Event = _LossEvent(self)
         """Set when the lease may be gone."""
         self._arm()
 
@@ -424,11 +490,13 @@ class AsyncHold(HoldBase):
         if lost is not None:
             raise lost  # as Hold.release: too late to matter
         await self._renewer.transport.request(
-            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True, timeout=RELEASE_TIMEOUT
+            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True,
+            timeout=RELEASE_TIMEOUT, until=release_until(s),
         )
 
-    async def __aenter__(self) -> AsyncHold:
+    async def __aenter__(self) -> Self:
         self._scope = asyncio.current_task()
+        self._cancelling = self._scope.cancelling() if self._scope is not None else 0
         self._judge()
         if self._state.ended is not None:
             self._scope = None
@@ -441,10 +509,22 @@ class AsyncHold(HoldBase):
             await self.release()
         except LeaseError:
             pass  # a loss is told below or was told by lost/check(); an unreleased lease expires at its TTL
-        if self._cancelled and isinstance(e, asyncio.CancelledError) and scope is not None and scope.uncancel() == 0:
-            ended = self._state.ended
-            assert isinstance(ended, LeaseLostError)
-            raise ended from e
+        if self._cancelled and scope is not None:
+            # The loss's cancel request is taken back whatever the block made
+            # of it, as asyncio.timeout() does: left counted, it made the
+            # task look cancelled (and every later asyncio.timeout() of the
+            # task raise CancelledError, on Python 3.11). Only a block that
+            # ended by that CancelledError, with no request made since it
+            # began pending, ends with LeaseLostError.
+            self._cancelled = False
+            if scope.uncancel() <= self._cancelling and isinstance(e, asyncio.CancelledError):
+                ended = self._state.ended
+                assert isinstance(ended, LeaseLostError)
+                raise ended from e
+
+
+RENEW_EACH_IN_FLIGHT: Final = 8
+"""How many renewals of a batch refused whole are asked again at once."""
 
 
 class _Renewer:
@@ -480,7 +560,7 @@ class _Renewer:
                 self._wake_at = min(h._state.renew_at for h in self.holds)
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), max(0.0, self._wake_at - now))
+                    await _within(self._wake.wait(), max(0.0, self._wake_at - now))
                 except asyncio.TimeoutError:
                     pass
                 continue
@@ -492,11 +572,21 @@ class _Renewer:
         sent = time.monotonic()
         granted = [h._state.granted for h in batch]
         body = renew_batch_body([(g, h._state.ttl) for g, h in zip(granted, batch)])
-        timeout = max(0.01, min(h._state.deadline for h in batch) - sent)
+        until = min(h._state.deadline for h in batch)
+        timeout = max(0.01, until - sent)
         try:
-            a = await self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout)
+            a = await self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout, until=until)
             results = _results(a.body, len(batch))
-        except LeaseError:
+        except LeaseError as e:
+            if refused_whole(e, len(batch)):
+                slots = asyncio.Semaphore(RENEW_EACH_IN_FLIGHT)
+
+                async def alone(h: AsyncHold) -> None:
+                    async with slots:
+                        await self._renew([h])
+
+                await asyncio.gather(*(alone(h) for h in batch))
+                return
             now = time.monotonic()
             for h in batch:
                 h._state.retry_soon(now)
@@ -679,7 +769,7 @@ class AsyncLeaseClient(ClientBase):
         a = await self._transport.request("GET", list_path(prefix, limit, after), repeatable=True)
         return page_of(a.body)
 
-    async def all(self, prefix: str = "", *, limit: int | None = None) -> AsyncIterator[Lease]:
+    async def all(self, prefix: str = "", *, limit: int | None = None) -> AsyncGenerator[Lease, None]:
         """Walks every page of list: ``async for lease in client.all("jobs/")``."""
         after = ""
         while True:
@@ -725,6 +815,8 @@ class AsyncWatch:
         self.prefix = prefix
         self._client = client
         self._reconnect = reconnect
+        self._closed = False
+        self._writer: asyncio.StreamWriter | None = None  # the stream's connection, while open
         self._gen = self._run()
 
     def __aiter__(self) -> AsyncWatch:
@@ -734,7 +826,17 @@ class AsyncWatch:
         return await self._gen.__anext__()
 
     async def aclose(self) -> None:
-        await self._gen.aclose()
+        """Ends the watch, and its iteration, also in a task iterating it now
+        (as Watch.close from another thread): that task's read ends with the
+        stream's connection, and its ``async for`` with it. Closing an async
+        generator another task is running raised RuntimeError instead, and
+        left that task reading."""
+        self._closed = True
+        w = self._writer
+        if w is not None:
+            w.close()
+        if not self._gen.ag_running:
+            await self._gen.aclose()
 
     async def __aenter__(self) -> AsyncWatch:
         return self
@@ -745,16 +847,22 @@ class AsyncWatch:
     async def _run(self) -> AsyncGenerator[WatchEvent, None]:
         pause = RESUME_FIRST
         broke: LeaseError | None = None
-        while True:
+        while not self._closed:
             got_any = False
             try:
-                async for ev in self._stream():
-                    if broke is not None:
-                        yield WatchEvent(RESET, error=broke)
-                        broke = None
-                    got_any = True
-                    yield ev
+                # Closed here, not by the garbage collector's hook in a task
+                # of its own, so that the connection is closed when aclose()
+                # returns.
+                async with contextlib.aclosing(self._stream()) as stream:
+                    async for ev in stream:
+                        if broke is not None:
+                            yield WatchEvent(RESET, error=broke)
+                            broke = None
+                        got_any = True
+                        yield ev
             except (UnavailableError, TooManyWatchersError) as e:
+                if self._closed:
+                    return
                 if not self._reconnect or not (isinstance(e, UnavailableError) or self._client._refused_by_own_stream(e)):
                     raise
                 broke = e
@@ -763,14 +871,19 @@ class AsyncWatch:
                 await asyncio.sleep(jittered(pause))
                 pause = min(pause * 2, RESUME_MAX)
 
-    async def _stream(self) -> AsyncIterator[WatchEvent]:
+    async def _stream(self) -> AsyncGenerator[WatchEvent, None]:
         c = self._client
         t = c._transport
         path, silence = c._watch(self.prefix)
         (r, w), headers, used = await t.stream(path, min(silence, t.timeout))
+        if self._closed:
+            w.close()
+            return
+        self._writer = w
         try:
             silence = c._silence(headers.get("content-type"), headers.get(HEARTBEAT_HEADER.lower()))
         except LeaseError:
+            self._writer = None
             w.close()
             raise
         what = f"watch {json.dumps(self.prefix)}"
@@ -779,7 +892,7 @@ class AsyncWatch:
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(r.read(65536) if chunks is None else chunks.read(65536), silence)
+                    chunk = await _within(r.read(65536) if chunks is None else chunks.read(65536), silence)
                 except asyncio.TimeoutError:
                     t.endpoints.move_on(used)
                     c._gave_up += 1
@@ -787,9 +900,13 @@ class AsyncWatch:
                         f"lease: {what}: the stream broke: silent for {c.missed_heartbeats} heartbeats ({silence:g} s)"
                     ) from None
                 except (OSError, ValueError, asyncio.IncompleteReadError) as e:  # ValueError: a line past the reader's limit
+                    if self._closed:
+                        return
                     t.endpoints.move_on(used)
                     raise UnavailableError(f"lease: {what}: the stream broke: {e!r}") from e
                 if not chunk:
+                    if self._closed:
+                        return
                     t.endpoints.move_on(used)
                     raise UnavailableError(f"lease: {what}: the stream broke: the server ended it without saying why")
                 for m in parser.feed(chunk):
@@ -800,6 +917,7 @@ class AsyncWatch:
                         raise
                     yield ev
         finally:
+            self._writer = None
             w.close()
 
 
@@ -832,19 +950,46 @@ class AsyncElector:
         lease = await self.client.get(key)
         return None if lease is None else leader_of(lease)
 
-    async def observe(self, key: str) -> AsyncIterator[Leader]:
+    async def observe(self, key: str) -> AsyncGenerator[Leader, None]:
         """As Elector.observe."""
         check_name("key", key)
         f = Follower(key)
         w = self.client.watch(key)
+        # The watch is read by a task of its own, so that the leader's expiry
+        # is reported on time however silent the watch is (as Go's Observe:
+        # never a leader past its expiry), and what it read meanwhile is
+        # taken before a lapse is judged. Bounded as the socket was: a
+        # caller that stops iterating stops the reading.
+        q: asyncio.Queue[WatchEvent | BaseException | None] = asyncio.Queue(maxsize=1024)
+
+        async def pump() -> None:
+            try:
+                async for ev in w:
+                    await q.put(ev)
+                await q.put(None)
+            except Exception as e:  # handed to the reader
+                await q.put(e)
+
+        reader = asyncio.get_running_loop().create_task(pump(), name=f"leasehq-lease-observe-{key}")
         try:
-            async for ev in w:
-                leader = f.feed(ev)
+            while True:
+                try:
+                    item = await _within(q.get(), f.until_lapse())
+                except TimeoutError:
+                    leader = f.lapsed_now()
+                    if leader is not None:
+                        yield leader
+                    continue
+                if item is None or isinstance(item, UnsupportedError):
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                leader = f.feed(item)
                 if leader is not None:
                     yield leader
-        except UnsupportedError:
-            pass
         finally:
+            reader.cancel()
+            await asyncio.wait((reader,))
             await w.aclose()
         pause = POLL_FIRST
         while True:
@@ -892,7 +1037,10 @@ class AsyncElector:
                     return
         finally:
             if watcher is not None:
+                # Waited for, so that its watch is closed when run returns:
+                # left to finish on its own, it was still open then.
                 watcher.cancel()
+                await asyncio.wait((watcher,))
 
 
 class AsyncSlot(AsyncHold):
@@ -936,7 +1084,10 @@ class AsyncSemaphore(SemaphoreBase):
         loss ends it with LeaseLostError."""
         async with self.client.acquire(self.queue_key, self.ttl):
             try:
-                w = self.client.watch(self.name + "/slots/", reconnect=False)
+                # Watched again after a break (told by a reset, then a new
+                # picture and its synced), as Go's semaphore follows it: a
+                # break ended the wait with UnavailableError.
+                w = self.client.watch(self.name + "/slots/")
                 try:
                     async for ev in w:
                         if ev.kind in (EVENT_SYNCED, "released", "expired"):

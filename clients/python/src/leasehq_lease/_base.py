@@ -46,8 +46,22 @@ RESUME_MAX: Final = 5.0
 """A broken watch is opened again after 100 ms, doubling to 5 s (as lease watch does)."""
 
 
+MAX_TIMEOUT: Final = 86_400.0
+MAX_HEARTBEAT: Final = 3_600.0
+MAX_MISSED_HEARTBEATS: Final = 1_000
+"""The most a client takes: a day for a request's timeout, the longest
+heartbeat a server may say (1 h), a thousand of them. Beyond, a socket's
+timeout overflows: timeout=math.inf was taken, and every request raised a
+bare OverflowError."""
+
+
 def invalid(msg: str) -> InvalidError:
     return InvalidError("lease: " + msg)
+
+
+def _seconds(v: object, most: float) -> bool:
+    """Whether v is a number of seconds in (0, most]: not a bool, not NaN."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= most
 
 
 class ClientBase:
@@ -70,12 +84,15 @@ class ClientBase:
         self._owner_json = dumps(self.owner)
         if token is not None and (not isinstance(token, str) or token == "" or not all("!" <= c <= "~" for c in token)):
             raise invalid("token must be printable ASCII without spaces")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise invalid(f"timeout must be positive seconds, got {timeout!r}")
-        if not (isinstance(heartbeat, (int, float)) and heartbeat > 0) or not (
-            isinstance(missed_heartbeats, int) and missed_heartbeats >= 1
+        if not _seconds(timeout, MAX_TIMEOUT):
+            raise invalid(f"timeout must be seconds in (0, {MAX_TIMEOUT:g}], got {timeout!r}")
+        if not _seconds(heartbeat, MAX_HEARTBEAT) or not (
+            type(missed_heartbeats) is int and 1 <= missed_heartbeats <= MAX_MISSED_HEARTBEATS
         ):
-            raise invalid("heartbeat must be positive seconds and missed_heartbeats at least 1")
+            raise invalid(
+                f"heartbeat must be seconds in (0, {MAX_HEARTBEAT:g}] and missed_heartbeats 1 to {MAX_MISSED_HEARTBEATS}, "
+                f"got {heartbeat!r} and {missed_heartbeats!r}"
+            )
         self.drift_margin = check_margin(drift_margin)
         self.heartbeat = float(heartbeat)
         self.missed_heartbeats = missed_heartbeats

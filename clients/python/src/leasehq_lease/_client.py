@@ -81,7 +81,9 @@ class LeaseClient(ClientBase):
         self._renewer = Renewer(self._transport)
 
     def close(self) -> None:
-        """Closes the pooled connections. Holds still renew (on new connections)."""
+        """Closes the pooled connections, and ends the renewer thread once no
+        hold is left. Holds still renew (on new connections)."""
+        self._renewer.close()
         self._transport.close()
 
     def __enter__(self) -> LeaseClient:
@@ -297,6 +299,12 @@ class Watch:
         t = c._transport
         conn, resp, used = t.stream(path, min(silence, t.timeout))
         self._conn = conn
+        if self._closed:
+            # close() came while the stream opened, and found no connection
+            # to close (it sets _closed before it looks at _conn).
+            self._conn = None
+            conn.close()
+            return
         try:
             silence = c._silence(resp.getheader("Content-Type"), resp.getheader(HEARTBEAT_HEADER))
         except LeaseError:

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Final, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Final, Generator, NamedTuple
 
 from ._errors import HeldError, InvalidError, UnsupportedError
 from ._events import EVENT_SYNCED, RESET, WatchEvent
@@ -107,17 +107,32 @@ class Follower:
 
 
 class _HoldView:
-    """A Hold under another name (a Term, a Slot): its token, lost event, check and release."""
+    """A Hold under another name (a Term, a Slot): what a Hold shows (as
+    AsyncTerm and AsyncSlot, which are AsyncHolds), its check and release."""
 
     def __init__(self, hold: Hold) -> None:
         self.hold = hold
         self.key = hold.key
         self.token = hold.token
+        self.owner = hold.owner
         self.lost = hold.lost
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} key={self.key!r} token={self.token} held={self.held}>"
 
     @property
     def held(self) -> bool:
         return self.hold.held
+
+    @property
+    def lease(self) -> Lease:
+        """The lease as its last grant or renewal answered it."""
+        return self.hold.lease
+
+    @property
+    def deadline(self) -> float:
+        """The safe deadline on time.monotonic()'s clock (Hold.deadline)."""
+        return self.hold.deadline
 
     def check(self) -> None:
         self.hold.check()
@@ -160,7 +175,7 @@ class Elector:
         lease = self.client.get(key)
         return None if lease is None else leader_of(lease)
 
-    def observe(self, key: str) -> Iterator[Leader]:
+    def observe(self, key: str) -> Generator[Leader, None, None]:
         """Key's leadership: the leader now (value None when there is none), then
         each change, a new term or the end of one. Renewals are not changes;
         tokens of successive leaders only rise. It follows the server's watch
@@ -175,14 +190,22 @@ class Elector:
         # Bounded as the socket was: a caller that stops iterating stops the
         # reading, and the server cuts the stream off as before.
         q: queue.Queue[WatchEvent | BaseException | None] = queue.Queue(maxsize=1024)
+        # Set when the caller stops: the thread puts nothing more, so that
+        # the one put the drain below frees is its last (blocked on a full
+        # queue, it stayed so for good, its connection open).
+        stopped = threading.Event()
 
         def pump() -> None:
             try:
                 for ev in w:
+                    if stopped.is_set():
+                        return
                     q.put(ev)
-                q.put(None)
+                item: WatchEvent | BaseException | None = None
             except BaseException as e:  # noqa: BLE001 - handed to the reader
-                q.put(e)
+                item = e
+            if not stopped.is_set():
+                q.put(item)
 
         threading.Thread(target=pump, name=f"lease-observe-{key}", daemon=True).start()
         try:
@@ -204,7 +227,13 @@ class Elector:
                 if leader is not None:
                     yield leader
         finally:
+            stopped.set()
             w.close()
+            while True:
+                try:
+                    q.get_nowait()
+                except queue.Empty:
+                    break
         pause = POLL_FIRST
         while True:
             leader = f.polled(self.leader(key) or Leader(key))

@@ -6,6 +6,7 @@ failures a request is sent again after."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Final, NamedTuple, Sequence
 
 from ._errors import InvalidError, UnavailableError
@@ -133,12 +134,15 @@ class Plan:
     always; one that lost its answer or was answered 503, only if it is
     harmless to repeat (every request but acquire). Each retry goes to the
     next endpoint at once; a backoff comes only after every endpoint has
-    failed in turn, up to RETRY_ROUNDS rounds."""
+    failed in turn, up to RETRY_ROUNDS rounds. A plan with an end (until, on
+    time.monotonic()'s clock) sends nothing past it, and bounds each try by
+    it: the time a release or a renewal is worth, whatever the retries."""
 
-    def __init__(self, n: int, repeatable: bool) -> None:
+    def __init__(self, n: int, repeatable: bool, until: float | None = None) -> None:
         self.n = n
         self.repeatable = repeatable
         self.tries = 0
+        self.until = until
 
     def again(self, never_left: bool) -> float | None:
         """The pause before sending again, or None to give up."""
@@ -147,9 +151,16 @@ class Plan:
         self.tries += 1
         if self.tries >= self.n * RETRY_ROUNDS:
             return None
-        if self.tries % self.n:
-            return 0.0
-        return float(RETRY_BACKOFF * 4.0 ** (self.tries // self.n - 1))
+        pause = 0.0 if self.tries % self.n else float(RETRY_BACKOFF * 4.0 ** (self.tries // self.n - 1))
+        if self.until is not None and time.monotonic() + pause >= self.until:
+            return None
+        return pause
+
+    def timeout(self, t: float) -> float:
+        """The timeout of the next try: t, or less as the plan's end nears."""
+        if self.until is None:
+            return t
+        return max(0.001, min(t, self.until - time.monotonic()))
 
 
 def unanswered(method: str, path: str, url: str, cause: BaseException, never_left: bool, repeatable: bool) -> UnavailableError:

@@ -36,6 +36,18 @@ class LeaseError(Exception):
         self.status = status
         """The HTTP status of the answer, when the error is one."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt without __init__, whose arguments differ by class: pickle
+        # called cls(*args) with the message alone, which LeaseLostError and
+        # LeaseReleasedError refused, so that they could not cross processes
+        # (multiprocessing, concurrent.futures, a task queue's results).
+        return (_rebuilt, (type(self), self.args), self.__dict__)
+
+
+def _rebuilt(cls: type[LeaseError], args: tuple[Any, ...]) -> LeaseError:
+    """An error of class cls with args, its attributes to come from pickle's state."""
+    return cls.__new__(cls, *args)
+
 
 class HeldError(LeaseError):
     """The key is held by someone else (409 ``held``); ``holder`` names them when the server knows."""
@@ -165,15 +177,19 @@ def is_token(v: object) -> bool:
 
 
 def parse_time(v: object) -> datetime | None:
-    """An RFC 3339 time as the server writes it, or None."""
+    """An RFC 3339 time as the server writes it, or None. Its offset is part
+    of it, as in Go's time.RFC3339: a time without one (which fromisoformat
+    takes, as local time) cannot be compared with the clock's now in UTC,
+    and raised TypeError where a semaphore waited on a holder's expiry."""
     if not isinstance(v, str):
         return None
     from datetime import datetime
 
     try:
-        return datetime.fromisoformat(v)
+        t = datetime.fromisoformat(v)
     except ValueError:
         return None
+    return t if t.tzinfo is not None else None
 
 
 def _holder(v: object) -> Holder | None:

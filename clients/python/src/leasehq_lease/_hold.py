@@ -10,7 +10,16 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Callable, Final, Iterable
 
-from ._errors import LeaseError, quote, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError
+from ._errors import (
+    ForbiddenError,
+    InvalidError,
+    LeaseError,
+    LeaseLostError,
+    LeaseReleasedError,
+    NotHeldError,
+    UnavailableError,
+    quote,
+)
 from ._wire import (
     MAX_RENEW_BATCH,
     DriftMargin,
@@ -27,7 +36,8 @@ if TYPE_CHECKING:
     from ._http import Transport
 
 RELEASE_TIMEOUT: Final = 10.0
-"""Seconds a release may take: past it the lease expires at its TTL anyway."""
+"""Seconds a release may take, retries included, and never past the hold's
+safe deadline (release_until): past it the lease expires at its TTL anyway."""
 IDLE_EXIT: Final = 30.0
 """Seconds the renewer thread waits without holds before it ends (a new hold starts another)."""
 MIN_IDLE_TICK: Final = 0.05
@@ -65,6 +75,15 @@ class HoldState:
     def lost_error(self, why: str) -> LeaseLostError:
         lease = self.granted.lease
         return LeaseLostError(lease.key, lease.token, f"lease: lost {quote(lease.key)} (token {lease.token}): {why}")
+
+
+def release_until(s: HoldState) -> float:
+    """When the tries of a release end (time.monotonic()): RELEASE_TIMEOUT from
+    now, or the hold's safe deadline if sooner, past which the server lets
+    the lease go within the drift margin anyway (and release() would not
+    send at all). A hung server held the end of a with block for 3 tries of
+    RELEASE_TIMEOUT (20 s measured, for a 2 s lease)."""
+    return min(time.monotonic() + RELEASE_TIMEOUT, s.deadline)
 
 
 def due_now(holds: Iterable[HoldBase], now: float) -> list[HoldBase]:
@@ -209,7 +228,7 @@ class Hold(HoldBase):
             raise lost
         self._renewer.transport.request(
             "POST", key_path(self.key, "release"), release_body(self._state.granted),
-            repeatable=True, timeout=RELEASE_TIMEOUT,
+            repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
         )
 
     def __enter__(self) -> Hold:
@@ -253,8 +272,16 @@ class Renewer:
         # that need not wake it: a lone caller that takes and frees holds in
         # a loop costs the thread nothing.
         self._idle_tick = IDLE_EXIT
+        self._closed = False  # the client was closed: the thread ends once it has no holds
         self.on_lost: Callable[[Hold], None] | None = None
         _renewers.add(self)
+
+    def close(self) -> None:
+        """Ends the thread now if it has no holds, else once they end (a new
+        hold starts another): it outlived a closed client by 30 s."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
 
     def _forked(self) -> None:
         self._cond = threading.Condition(threading.Lock())
@@ -272,6 +299,7 @@ class Renewer:
 
     def add(self, h: Hold) -> None:
         with self._cond:
+            self._closed = False
             self._holds.add(h)
             self._idle_tick = max(MIN_IDLE_TICK, min(IDLE_EXIT, h._state.ttl / 6))
             if self._thread is None:
@@ -310,7 +338,7 @@ class Renewer:
             with self._cond:
                 if not self._holds:
                     now = time.monotonic()
-                    if now - idle_since >= IDLE_EXIT:
+                    if now - idle_since >= IDLE_EXIT or self._closed:
                         self._thread = None
                         return
                     tick = min(self._idle_tick, idle_since + IDLE_EXIT - now)
@@ -343,12 +371,18 @@ class Renewer:
         sent = time.monotonic()
         granted = [h._state.granted for h in batch]
         body = renew_batch_body([(g, h._state.ttl) for g, h in zip(granted, batch)])
-        # An answer after the earliest deadline could not be used by that hold.
-        timeout = max(0.01, min(h._state.deadline for h in batch) - sent)
+        # An answer after the earliest deadline could not be used by that
+        # hold: no try, retries included, waits past it.
+        until = min(h._state.deadline for h in batch)
+        timeout = max(0.01, until - sent)
         try:
-            a = self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout)
+            a = self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout, until=until)
             results = _results(a.body, len(batch))
-        except LeaseError:
+        except LeaseError as e:
+            if refused_whole(e, len(batch)):
+                for h in batch:
+                    self._renew([h])
+                return
             now = time.monotonic()
             with self._cond:
                 for h in batch:
@@ -371,6 +405,15 @@ class Renewer:
             else:
                 with self._cond:
                     s.retry_soon(now)
+
+
+def refused_whole(e: LeaseError, n: int) -> bool:
+    """Whether a batch of n renewals refused with e is to be asked again one
+    renewal each: a refusal of the whole batch (403 for a key the credential no
+    longer covers, 400 for one renewal the server will not take) may be for one
+    renewal's sake, and would be again each time that renewal rode with the
+    others, losing them all."""
+    return n > 1 and isinstance(e, (ForbiddenError, InvalidError))
 
 
 def _results(body: bytes, n: int) -> list[Granted | str]:

@@ -68,6 +68,9 @@ class Transport:
         except (OSError, http.client.HTTPException) as e:
             c.close()
             raise Failed(e, True) from e
+        except BaseException:
+            c.close()
+            raise
         c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Blocking, with the kernel's timeouts rather than Python's: a Python
         # timeout costs a poll before every send and receive.
@@ -108,6 +111,13 @@ class Transport:
             # A pooled connection the server had closed fails at once; the
             # request may not have been read, but nobody can tell.
             raise Failed(e, False) from e
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a signal handler's exception):
+            # hang up now, not when the exception is let go, so that the
+            # server ends a wait (it would grant the lease to nobody) and
+            # releases a lease it grants at that moment.
+            c.close()
+            raise
         if r.will_close:
             c.close()
         else:
@@ -115,18 +125,20 @@ class Transport:
         return Answer(r.status, data)
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None
+        self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
+        until: float | None = None,
     ) -> Answer:
         """Sends a request by the multi-endpoint rules and returns a 2xx answer;
         an error answer raises its class, a request that got none an
-        UnavailableError."""
+        UnavailableError. until (time.monotonic()) ends the tries, retries
+        included: nothing is sent past it, and each try's timeout stops at it."""
         n = len(self.endpoints.all)
-        plan = Plan(n, repeatable)
+        plan = Plan(n, repeatable, until)
         t = self.timeout if timeout is None else timeout
         while True:
             i = self.endpoints.current()
             try:
-                a = self._once(i, method, path, body, t)
+                a = self._once(i, method, path, body, plan.timeout(t))
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
@@ -166,6 +178,9 @@ class Transport:
                 except (OSError, http.client.HTTPException) as e:
                     c.close()
                     raise Failed(e, False) from e
+                except BaseException:
+                    c.close()
+                    raise
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(True)
@@ -179,8 +194,9 @@ class Transport:
                 body = _read(r)
             except (OSError, http.client.HTTPException):
                 body = b""
+            finally:
+                c.close()
             err = error_from_answer(r.status, body)
-            c.close()
             if r.status == 503:
                 self.endpoints.move_on(i)
                 pause = plan.again(False)
