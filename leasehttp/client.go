@@ -97,7 +97,9 @@ func WithHTTPClient(hc *http.Client) ClientOption {
 }
 
 // WithTimeout bounds each request, not counting the time a long poll is
-// asked to wait. The default is 10 s.
+// asked to wait. The default is 10 s. With several servers listed, a
+// renewal unanswered after a third of its TTL is also sent to the next
+// (see renewRetry).
 func WithTimeout(d time.Duration) ClientOption {
 	return func(c *clientConfig) error {
 		if d <= 0 {
@@ -262,27 +264,40 @@ var errNotSent = errors.New("leasehttp: request not sent")
 
 // roundTrip sends one request with body, JSON (nil: none), and reads the
 // answer into a pooled buffer, which the caller may give back
-// (response.release) once done with it. wait is added to the timeout for a
-// long poll.
+// (response.release) once done with it, giving up after timeout (the
+// Client's, with a long poll's wait on top).
 // A transport error wraps errNotSent when the server cannot have seen the
 // request.
 // A failure to get an answer, and a 503, move later requests on to the next
-// endpoint; the caller's own context ending says nothing about the
-// endpoint, and does not.
-func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, wait time.Duration) (*response, error) {
+// endpoint, as does the caller's deadline passing before the answer came;
+// the caller cancelling its context says nothing about the endpoint, and
+// does not (cancelled).
+func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	i, base := c.endpoint()
-	resp, err := c.roundTripTo(ctx, base, method, path, body, wait)
+	ended := ctx.Err() != nil
+	resp, err := c.roundTripTo(ctx, base, method, path, body, timeout)
 	switch {
 	case err == nil && resp.status == http.StatusServiceUnavailable,
-		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
+		err != nil && !ended && !cancelled(ctx) && !errors.Is(err, lease.ErrInvalid):
 		c.failedAt(i)
 	}
 	return resp, err
 }
 
+// cancelled reports whether ctx was cancelled, which says nothing about
+// the server its request went to. A deadline that passed while the
+// request waited for its answer is a timeout, as the Client's own is: the
+// server did not answer in time. (A caller bounding its requests by less
+// than the Client's timeout, as a semaphore bounds the release of a slot
+// by its TTL, otherwise stayed on a replica that takes requests and never
+// answers them, as one cut from etcd by a silent link does.)
+func cancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)
+}
+
 // roundTripTo is roundTrip to the endpoint base.
-func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body []byte, wait time.Duration) (*response, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
+func (c *Client) roundTripTo(ctx context.Context, base, method, path string, body []byte, timeout time.Duration) (*response, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
@@ -621,6 +636,61 @@ func beforeAnswer(dl time.Time) time.Duration {
 	return left - min(max(left/10, 10*time.Millisecond), 250*time.Millisecond)
 }
 
+// renewRetry sends a renewal of ttl (the shortest of a batch's) to path,
+// retried as retry does. On a list of several servers, one still
+// unanswered after a third of the TTL no longer holds the renewal up: the
+// next server is asked beside it, and the first answer that is not a
+// failure is taken, the other request then cancelled. A holder renews about
+// a third of its TTL after its last renewal and keeps the lease until
+// about its TTL: a replica that takes requests and never answers them (cut
+// from etcd by a link that drops everything) kept the renewal for the
+// Client's whole timeout, past the holder's safe deadline, and the lease
+// was lost though the next replica could renew it
+// (TestHoldOutlivesAReplicaCutFromEtcd). The first request goes on
+// meanwhile, so a server merely slow still renews in time.
+func (c *Client) renewRetry(ctx context.Context, ttl time.Duration, path string, body []byte) (*response, error) {
+	sender := func(ctx context.Context) func() (*response, error) {
+		return func() (*response, error) { return c.roundTrip(ctx, http.MethodPost, path, body, c.timeout) }
+	}
+	if len(c.endpoints) < 2 {
+		resp, err, _ := c.retry(ctx, true, sender(ctx))
+		return resp, err
+	}
+	type outcome struct {
+		resp *response
+		err  error
+	}
+	done := make(chan outcome, 2)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the request not taken
+	start := func() {
+		go func() {
+			resp, err, _ := c.retry(ctx, true, sender(ctx))
+			done <- outcome{resp, err}
+		}()
+	}
+	i, _ := c.endpoint()
+	start()
+	hedge := time.NewTimer(ttl / 3)
+	defer hedge.Stop()
+	select {
+	case o := <-done:
+		return o.resp, o.err
+	case <-hedge.C:
+	}
+	c.failedAt(i) // unanswered so far: later requests go to the next
+	start()
+	o := <-done
+	if o.err == nil && o.resp.status != http.StatusServiceUnavailable {
+		return o.resp, o.err
+	}
+	if o.resp != nil {
+		o.resp.release()
+	}
+	o = <-done // the first to end failed: the other's outcome stands
+	return o.resp, o.err
+}
+
 // Renew implements lease.Backend. It is retried after a lost answer: a
 // renewal repeated with the same token and ID is harmless.
 func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
@@ -631,9 +701,7 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 		return lease.Lease{}, err
 	}
 	body := appendRenewRequest(nil, l, ttl, false)
-	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/renew"), body, 0)
-	})
+	resp, err := c.renewRetry(ctx, ttl, keyPath(l.Key, "/renew"), body)
 	if err != nil {
 		return lease.Lease{}, transportError("renew", l.Key, err, "")
 	}
@@ -660,9 +728,11 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	// transport may read it after Do returns.
 	body := appendRenewBatchRequest(make([]byte, 0, 16+len(renewals)*112), renewals)
 	first := renewals[0].Lease.Key
-	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, "/v1/renew", body, 0)
-	})
+	shortest := renewals[0].TTL
+	for _, r := range renewals[1:] {
+		shortest = min(shortest, r.TTL)
+	}
+	resp, err := c.renewRetry(ctx, shortest, "/v1/renew", body)
 	what := func() string { return fmt.Sprintf("of %d leases, the first", len(renewals)) }
 	if err != nil {
 		return nil, transportError("renew "+what(), first, err, "")
@@ -687,7 +757,7 @@ func (c *Client) Release(ctx context.Context, l lease.Lease) error {
 	}
 	body := appendReleaseRequest(nil, l)
 	resp, err, uncertain := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/release"), body, 0)
+		return c.roundTrip(ctx, http.MethodPost, keyPath(l.Key, "/release"), body, c.timeout)
 	})
 	if err != nil {
 		return transportError("release", l.Key, err, " (outcome unknown; an unreleased lease expires after its TTL)")
@@ -709,7 +779,7 @@ func (c *Client) Get(ctx context.Context, key string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodGet, keyPath(key, ""), nil, 0)
+		return c.roundTrip(ctx, http.MethodGet, keyPath(key, ""), nil, c.timeout)
 	})
 	if err != nil {
 		return lease.Lease{}, transportError("get", key, err, "")
@@ -746,7 +816,7 @@ func (c *Client) List(ctx context.Context, prefix string, page lease.Page) (leas
 		path += "?" + q.Encode()
 	}
 	resp, err, _ := c.retry(ctx, true, func() (*response, error) {
-		return c.roundTrip(ctx, http.MethodGet, path, nil, 0)
+		return c.roundTrip(ctx, http.MethodGet, path, nil, c.timeout)
 	})
 	if err != nil {
 		return lease.ListPage{}, transportError("list", prefix, err, "")

@@ -275,7 +275,12 @@
 // request itself is tried again there at once, under the rules above, and
 // the backoff applies only after every endpoint has failed in turn (so up
 // to 3 attempts per endpoint). An Acquire whose outcome is unknown is thus
-// never sent to another replica either. Watch opens its stream the same
+// never sent to another replica either. A Renew or RenewBatch still
+// unanswered after a third of its TTL (the shortest of a batch's) is also
+// sent to the next endpoint, and the first answer that is not a failure
+// is taken: a replica that takes a renewal and never answers (cut off from
+// its engine by a link that drops everything) would otherwise keep it past
+// the holder's safe deadline, though the next could renew it. Watch opens its stream the same
 // way; a stream that breaks is not reopened, and the next Watch starts on
 // the next endpoint if this one cannot be reached. The rules, and why they
 // are safe, are in docs/DESIGN.md (Multi-endpoint clients).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +30,8 @@ type replica struct {
 	calls   atomic.Int32
 	refuse  atomic.Int32 // answer this many more requests 503, untouched
 	lose    atomic.Int32 // act on this many more requests, then cut the connection
+	hang    atomic.Int32 // take this many more requests and never answer them
+	slow    atomic.Int64 // answer each request only after this many nanoseconds
 	refused atomic.Int32
 }
 
@@ -39,6 +42,21 @@ func (r *replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"replica: backend unreachable"}}`))
+		return
+	}
+	if d := time.Duration(r.slow.Load()); d > 0 {
+		// real time: the delay stands for a server slow to answer, against
+		// the Client's real-time timers.
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-req.Context().Done():
+		}
+		t.Stop()
+	}
+	if r.hang.Add(-1) >= 0 {
+		_, _ = io.Copy(io.Discard, req.Body) // so that net/http sees the client hang up
+		<-req.Context().Done()               // until the client gives up
 		return
 	}
 	if r.lose.Add(-1) >= 0 {
@@ -253,6 +271,74 @@ func TestIdempotentCallsMoveOnAfterLostAnswer(t *testing.T) {
 	}
 }
 
+// TestRenewalMovesOnFromAReplicaThatNeverAnswers: a renewal a replica
+// takes and never answers (one cut from etcd by a link that drops
+// everything) is sent to the next replica too after a third of the TTL,
+// not after the Client's whole timeout (10 s): a holder renews a third of
+// its TTL after its last renewal, and with the whole timeout its lease was
+// lost though the next replica could renew it.
+func TestRenewalMovesOnFromAReplicaThatNeverAnswers(t *testing.T) {
+	const ttl = 3 * time.Second
+	rs, _ := replicas(t, 2)
+	for _, tc := range []struct {
+		name  string
+		renew func(c *leasehttp.Client, l lease.Lease) (lease.Lease, error)
+	}{
+		{"Renew", func(c *leasehttp.Client, l lease.Lease) (lease.Lease, error) { return c.Renew(ctxFor(t), l, ttl) }},
+		{"RenewBatch", func(c *leasehttp.Client, l lease.Lease) (lease.Lease, error) {
+			res, err := c.RenewBatch(ctxFor(t), []lease.Renewal{{Lease: l, TTL: ttl}})
+			if err != nil {
+				return lease.Lease{}, err
+			}
+			return res[0].Lease, res[0].Err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, rs[0].url+","+rs[1].url)
+			l, err := c.Acquire(ctxFor(t), "multi/hang/"+tc.name, "o", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs[0].hang.Store(1) // the replica the client is on
+			sent := time.Now()
+			r, err := tc.renew(c, l)
+			took := time.Since(sent)
+			if err != nil || r.Token != l.Token {
+				t.Fatalf("%s with the first replica hanging: %+v, %v", tc.name, r, err)
+			}
+			if took > ttl/2 {
+				t.Errorf("%s with the first replica hanging took %v; want it renewed through the second within half the TTL %v, with time to spare", tc.name, took.Round(time.Millisecond), ttl)
+			}
+		})
+	}
+}
+
+// TestSlowRenewalStillCounts: with every replica slow to answer (half the
+// TTL, as over an etcd slow to commit), a renewal is asked of the next
+// replica too after a third of the TTL, but the first, still under way,
+// is answered in time and renews the lease: it is not cut at a third of
+// the TTL, which would lose leases that slow servers still renew.
+func TestSlowRenewalStillCounts(t *testing.T) {
+	const ttl = 3 * time.Second
+	rs, _ := replicas(t, 2)
+	c := newClient(t, rs[0].url+","+rs[1].url)
+	l, err := c.Acquire(ctxFor(t), "multi/slow", "o", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		r.slow.Store(int64(ttl / 2))
+	}
+	sent := time.Now()
+	r, err := c.Renew(ctxFor(t), l, ttl)
+	if err != nil || r.Token != l.Token {
+		t.Fatalf("Renew with every replica answering after %v: %+v, %v", ttl/2, r, err)
+	}
+	if took := time.Since(sent); took > 2*ttl/3 {
+		t.Errorf("Renew with every replica answering after %v took %v, past two thirds of the TTL", ttl/2, took.Round(time.Millisecond))
+	}
+}
+
 // TestAllEndpointsDown: every endpoint refuses connections; Acquire fails
 // saying it never reached a server, after trying each endpoint in each
 // round.
@@ -360,6 +446,29 @@ func TestWatchRetriedAfterLostAnswer(t *testing.T) {
 	}
 	if n := asked.Load(); n != 1 {
 		t.Fatalf("a Watch answered with no stream asked %d times, want once", n)
+	}
+}
+
+// TestCallPastItsDeadlineMovesOn: a request its caller's deadline ends
+// before the answer came is a timeout, as the Client's own: the next
+// request goes to the next replica. A caller whose deadlines were shorter
+// than the Client's timeout (10 s) stayed, for good, on a replica that
+// took requests and never answered them (one cut from etcd by a silent
+// link).
+func TestCallPastItsDeadlineMovesOn(t *testing.T) {
+	rs, _ := replicas(t, 2)
+	c := newClient(t, rs[0].url+","+rs[1].url)
+	rs[0].hang.Store(1)
+	ctx, cancel := context.WithTimeout(ctxFor(t), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(ctx, "multi/deadline"); err == nil {
+		t.Fatal("Get unanswered by its deadline succeeded")
+	}
+	if _, err := c.Acquire(ctxFor(t), "multi/deadline", "o", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(rs...); !slices.Equal(got, []int32{1, 1}) {
+		t.Fatalf("replica calls %v, want [1 1]: the get unanswered by its deadline on the first, the next request on the second", got)
 	}
 }
 

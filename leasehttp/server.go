@@ -623,28 +623,28 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 	writeLease(w, l, true)
 }
 
-// extendDeadlines gives a waiting acquire its wait on top of the read and
-// write timeouts of the http.Server serving it, which would otherwise cut
-// the wait: past the write deadline the answer cannot be sent, and past the
-// read deadline the server's watch for a client hanging up fails and
-// cancels the request as if the client had gone. The body is read by now,
-// so the read timeout has done its job; the wait is bounded by the
-// server's max wait.
+// extendDeadlines gives a waiting acquire its wait on top of the write
+// timeout of the http.Server serving it, which would otherwise cut the
+// wait: past the write deadline the answer cannot be sent. The wait is
+// bounded by the server's max wait.
+//
+// The read deadline is left alone. The body is read by now, so the read
+// timeout has done its job, and net/http's watch for a client hanging up
+// (its background read, which it starts with no deadline) must not get
+// one: when a deadline set here passed while the answer was still being
+// made (the backend slow to say who holds the key at the end of the wait,
+// 10 s over etcd cut off), net/http cancelled the context of the
+// connection, which it kept open, and every later request on it began
+// cancelled: waits were answered 499 at once, and plain acquires granted,
+// released again and answered 499 (TestWaitAnsweredLateKeepsTheConnection).
 func extendDeadlines(w http.ResponseWriter, r *http.Request, wait time.Duration) {
 	hs, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
-	if hs == nil {
-		return // not served by net/http's server: no deadlines to extend
+	if hs == nil || hs.WriteTimeout <= 0 {
+		return // not served by net/http's server, or no deadline to extend
 	}
-	rc := http.NewResponseController(w)
-	now := time.Now()
-	// The errors say the connection has no deadlines (ErrNotSupported);
+	// The error says the connection has no deadlines (ErrNotSupported);
 	// then nothing cuts the wait either.
-	if hs.ReadTimeout > 0 {
-		_ = rc.SetReadDeadline(now.Add(wait + hs.ReadTimeout))
-	}
-	if hs.WriteTimeout > 0 {
-		_ = rc.SetWriteDeadline(now.Add(wait + hs.WriteTimeout))
-	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + hs.WriteTimeout))
 }
 
 // acquireOnce tries once, under a context the request's end does not cut.
@@ -698,12 +698,37 @@ func (s *Server) waitEnded(ctx context.Context, key string, held error) error {
 	case errors.Is(cause, errShuttingDown):
 		return fmt.Errorf("%w; the wait for %s ended without the lease", errShuttingDown, quoteName(key))
 	case errors.Is(cause, errWaitOver):
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendTimeout)
-		defer cancel()
-		return lease.StillHeld(gctx, s.backend, key, held)
+		return s.stillHeld(ctx, key, held)
 	default:
 		return fmt.Errorf("%w while waiting for %s: %w", errClientGone, quoteName(key), cause)
 	}
+}
+
+// stillHeld is the answer to a wait that ran out without the lease: 409
+// naming the holder (the one held names, else the one the backend names
+// now), or, the key free by now, saying that it was held until the wait
+// ended. But a backend that cannot say who holds the key is that failure,
+// 503, not a key held: a replica cut off from etcd answered "held" at the
+// end of every wait, so that its clients, which move on to the next
+// replica after a 503 but not after a 409, waited on there for a key free
+// through the others (TestWaitThroughReplicaCutFromEtcd).
+func (s *Server) stillHeld(ctx context.Context, key string, held error) error {
+	var he *lease.HeldError
+	if errors.As(held, &he) {
+		return he
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendTimeout)
+	defer cancel()
+	l, err := s.backend.Get(gctx, key)
+	switch {
+	case err == nil:
+		return &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+	case errors.Is(err, lease.ErrNotFound): // as lease.StillHeld says it
+		return fmt.Errorf("%w: %q was held until the wait ended; try again", lease.ErrHeld, key)
+	case errors.Is(err, lease.ErrUnavailable):
+		return fmt.Errorf("leasehttp: the wait for %s ran out, and who holds it is unknown: %w", quoteName(key), err)
+	}
+	return fmt.Errorf("%w: leasehttp: the wait for %s ran out, and who holds it is unknown: %w", lease.ErrUnavailable, quoteName(key), err)
 }
 
 func (s *Server) handleRenew(w *responseWriter, r *http.Request) {

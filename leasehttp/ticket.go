@@ -103,9 +103,15 @@ func (s *Server) acquireTicket(rctx context.Context, key string, req acquireRequ
 			break
 		}
 		if s.tickets.detach(tk, tw) {
-			gctx, cancel := context.WithTimeout(context.WithoutCancel(rctx), backendTimeout)
-			defer cancel()
-			return lease.Lease{}, lease.StillHeld(gctx, s.backend, key, nil)
+			err := s.stillHeld(rctx, key, nil)
+			if !errors.Is(err, lease.ErrHeld) {
+				// Told 503, the client does not come back for this wait
+				// (its AcquireWait ends; a client listing several replicas
+				// moves on): it leaves the line now, not at the grace,
+				// where it would stand ahead of the client's next wait.
+				tw.cancel(err)
+			}
+			return lease.Lease{}, err
 		}
 		<-tw.done // it ended as the wait ran out: answer its outcome
 	case <-rctx.Done():

@@ -169,7 +169,7 @@ func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wa
 	go func() {
 		defer stop()
 		resp, err, _ := c.retry(ctx, false, func() (*response, error) {
-			return c.roundTrip(rctx, http.MethodPost, keyPath(key, "/acquire"), body, wait)
+			return c.roundTrip(rctx, http.MethodPost, keyPath(key, "/acquire"), body, c.timeout+wait)
 		})
 		var o outcome
 		if h.finish() && err == nil {

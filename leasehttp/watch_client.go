@@ -238,10 +238,11 @@ func (c *Client) watchRefused(err error) error {
 // answer, and a 503, move later requests on to the next endpoint.
 func (c *Client) openWatchOnce(ctx context.Context, path string) (io.ReadCloser, time.Duration, *response, error) {
 	i, base := c.endpoint()
+	ended := ctx.Err() != nil
 	body, hb, resp, err := c.openWatchAt(ctx, base, path)
 	switch {
 	case resp != nil && resp.status == http.StatusServiceUnavailable,
-		err != nil && ctx.Err() == nil && !errors.Is(err, lease.ErrInvalid):
+		err != nil && !ended && !cancelled(ctx) && !errors.Is(err, lease.ErrInvalid):
 		c.failedAt(i)
 	}
 	return body, hb, resp, err

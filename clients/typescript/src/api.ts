@@ -550,7 +550,47 @@ export class Api {
   }
 
   async renew(g: Granted, ttlMs: number, signal?: AbortSignal): Promise<Granted> {
-    return granted(g.key, await this.call("renew", g.key, { id: g.id, token: g.token, ttl_ms: ttlMs }, signal));
+    const body = { id: g.id, token: g.token, ttl_ms: ttlMs };
+    return granted(g.key, await this.#hedged(ttlMs, signal, (s) => this.call("renew", g.key, body, s)));
+  }
+
+  /**
+   * #hedged sends a renewal of ttlMs (the shortest of a batch's) with send.
+   * On a list of several servers, one still unanswered after a third of the
+   * TTL no longer holds it up: the next server is asked beside it, and the
+   * first answer (anything but an UnavailableError) is taken, the other
+   * request then aborted. A holder renews about a third of its TTL after
+   * its last renewal and keeps the lease until about its TTL: a server that
+   * takes requests and never answers them (cut from its backend by a link
+   * that drops everything) kept the renewal until the safe deadline, and
+   * the lease was lost though the next server could renew it. The first
+   * request goes on meanwhile, so a server merely slow still renews in time.
+   */
+  async #hedged<T>(ttlMs: number, signal: AbortSignal | undefined, send: (signal: AbortSignal | undefined) => Promise<T>): Promise<T> {
+    if (this.#bases.length < 2 || !Number.isFinite(ttlMs)) return send(signal);
+    const first = this.#preferred;
+    const stop = new AbortController(); // aborts the request not taken
+    const both = signal === undefined ? stop.signal : AbortSignal.any([signal, stop.signal]);
+    const runs = [send(both)];
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const hedge = new Promise<"hedge">((res) => (timer = setTimeout(() => res("hedge"), ttlMs / 3)));
+    try {
+      const ended = runs[0]!.then(() => "ended" as const, () => "ended" as const);
+      if ((await Promise.race([ended, hedge])) === "ended") return await runs[0]!;
+      this.moveOn(first); // unanswered so far: later requests go to the next
+      runs.push(send(both));
+      return await new Promise<T>((resolve, reject) => {
+        let left = runs.length;
+        for (const r of runs) {
+          r.then(resolve, (err: unknown) => {
+            if (!(err instanceof UnavailableError) || --left === 0) reject(err);
+          });
+        }
+      });
+    } finally {
+      clearTimeout(timer);
+      stop.abort(new UnavailableError("lease: renew: answered through another server"));
+    }
   }
 
   /**
@@ -561,7 +601,8 @@ export class Api {
    */
   async renewBatch(items: readonly { g: Granted; ttlMs: number }[], signal?: AbortSignal): Promise<(Granted | NotHeldError)[]> {
     const body = { renewals: items.map(({ g, ttlMs }) => ({ key: g.key, id: g.id, token: g.token, ttl_ms: ttlMs })) };
-    const v = await this.call("renewBatch", undefined, body, signal);
+    const shortest = Math.min(...items.map(({ ttlMs }) => ttlMs));
+    const v = await this.#hedged(shortest, signal, (s) => this.call("renewBatch", undefined, body, s));
     if (typeof v !== "object" || v === null || !Array.isArray(v.results) || v.results.length !== items.length) {
       throw new UnexpectedAnswerError(`lease: renew: a batch of ${items.length} answered without as many results`);
     }

@@ -41,13 +41,24 @@ function recorder(): { fetch: typeof globalThis.fetch; sent: string[] } {
 /**
  * relay is a server in front of `to` that passes every request on, or,
  * once down() is called, answers each 503 as a lease server whose backend
- * is unavailable does.
+ * is unavailable does, or, once hang() is called, takes each renewal and
+ * never answers it, as a lease server cut from its engine by a link that
+ * drops everything does, or, once slow(ms) is called, answers each
+ * renewal only after ms.
  */
-async function relay(to: string): Promise<{ url: string; down(): void; refused: string[] }> {
+async function relay(to: string): Promise<{ url: string; down(): void; refused: string[]; hang(): void; hung: string[]; slow(ms: number): void }> {
   let unavailable = false;
+  let hanging = false;
+  let slowMs = 0;
   const refused: string[] = [];
+  const hung: string[] = [];
   const srv = createHTTPServer(async (req, res) => {
     const b = await body(req);
+    if (slowMs > 0 && req.url?.endsWith("/renew")) await new Promise((r) => setTimeout(r, slowMs));
+    if (hanging && req.url?.endsWith("/renew")) {
+      hung.push(`${req.method} ${req.url}`);
+      return; // never answered; the client gives up, or the server closes at the end
+    }
     if (unavailable) {
       refused.push(`${req.method} ${req.url}`);
       res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "1" });
@@ -61,12 +72,16 @@ async function relay(to: string): Promise<{ url: string; down(): void; refused: 
     }
     const init: RequestInit = { method: req.method ?? "GET", headers };
     if (b !== "") init.body = b;
-    const r = await fetch(to + (req.url ?? "/"), init);
-    res.writeHead(r.status, { "Content-Type": r.headers.get("Content-Type") ?? "application/json" });
-    res.end(await r.text());
+    try {
+      const r = await fetch(to + (req.url ?? "/"), init);
+      res.writeHead(r.status, { "Content-Type": r.headers.get("Content-Type") ?? "application/json" });
+      res.end(await r.text());
+    } catch {
+      res.destroy(); // `to` is gone (a request still passed on as the tests end): no answer
+    }
   });
   const url = await listen(srv);
-  return { url, down: () => (unavailable = true), refused };
+  return { url, down: () => (unavailable = true), refused, hang: () => (hanging = true), hung, slow: (ms: number) => (slowMs = ms) };
 }
 
 /** resetter is a server that reads each request and resets its connection without an answer. */
@@ -154,6 +169,34 @@ test("a 503 moves renewals, releases and reads to the next server; an acquire an
   assert.equal(fresh.server.href, `${live.url}/`);
   const h = await fresh.tryAcquire(other, { ttlMs: 60_000 });
   await h.release();
+});
+
+test("a server that takes renewals and never answers them is passed over in time: the hold lives on", async () => {
+  const front = await relay(live.url);
+  const c = new LeaseClient({ server: [front.url, live.url], owner: "worker-a" });
+  const key = unique("hang");
+  const hold = await c.tryAcquire(key, { ttlMs: 900 }); // through the relay
+  assert.equal(c.server.href, `${front.url}/`);
+  front.hang();
+  // Each renewal it takes is given a third of the TTL there, then sent to
+  // the live server; it used to wait there until the safe deadline.
+  await new Promise((r) => setTimeout(r, 2500)); // renewals, past two TTLs
+  assert.equal(hold.held, true, String(hold.signal.reason));
+  assert.ok(front.hung.some((r) => r.endsWith("/renew")), front.hung.join("\n"));
+  assert.equal(c.server.href, `${live.url}/`);
+  await hold.release();
+});
+
+test("renewals every server answers slowly, after 40% of the TTL, still renew: the first request is not cut short", async () => {
+  const a = await relay(live.url);
+  const b = await relay(live.url);
+  const c = new LeaseClient({ server: [a.url, b.url], owner: "worker-a" });
+  const hold = await c.tryAcquire(unique("slow"), { ttlMs: 1500 });
+  a.slow(600);
+  b.slow(600);
+  await new Promise((r) => setTimeout(r, 4000)); // renewals, past two TTLs
+  assert.equal(hold.held, true, String(hold.signal.reason));
+  await hold.release();
 });
 
 test("an acquire whose answer is lost is not sent again; a read is", async () => {
