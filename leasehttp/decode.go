@@ -578,6 +578,19 @@ func listQuery(r *http.Request) (string, lease.Page, error) {
 	return prefix, page, nil
 }
 
+// noQuery refuses a query on a route that takes none (acquire, renew,
+// release, get, POST /v1/renew): dropped, a wait_ms sent there by a
+// careless client would quietly make its acquire try once.
+func noQuery(r *http.Request) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	if _, err := queryOf(r); err != nil {
+		return err
+	}
+	return nil
+}
+
 // queryOf parses r's query, which may hold each of names at most once and
 // nothing else.
 func queryOf(r *http.Request, names ...string) (url.Values, error) {

@@ -275,3 +275,43 @@ func TestKeysInPathChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryRefusedWhereNoneTaken: the routes whose input is the path and
+// the body take no query parameter, and refuse one rather than drop it: a
+// client that sends wait_ms in the query (a form's habit) got a try-once
+// acquire, answered 409 held at once as if the wait had run out.
+func TestQueryRefusedWhereNoneTaken(t *testing.T) {
+	h, held := heldLease(t)
+	id := held.ID.Reveal()
+	routes := []struct{ method, path, body string }{
+		{"POST", "/v1/leases/k/acquire", `{"owner":"a","ttl_ms":100}`},
+		{"POST", "/v1/leases/k/renew", `{"id":"` + id + `","token":1,"ttl_ms":100}`},
+		{"POST", "/v1/leases/k/release", `{"id":"` + id + `","token":1}`},
+		{"POST", "/v1/renew", `{"renewals":[{"key":"k","id":"` + id + `","token":1,"ttl_ms":100}]}`},
+		{"GET", "/v1/leases/k", ``},
+		{"HEAD", "/v1/leases/k", ``},
+		{"GET", "/v1/leases/%2F", ``},
+	}
+	for _, rt := range routes {
+		for _, q := range []string{"wait_ms=5000", "ttl_ms=100&owner=a", "x", "%ZZ", "a;b"} {
+			rec := serve(h, rt.method, rt.path+"?"+q, "application/json", []byte(rt.body))
+			checkAnswer(t, rt.method+" "+rt.path+"?"+q, rec)
+			if rec.Code != http.StatusBadRequest || rt.method != "HEAD" && !strings.Contains(rec.Body.String(), "query") {
+				t.Errorf("%s %s?%s: HTTP %d %s, want 400 naming the query", rt.method, rt.path, q, rec.Code, rec.Body)
+			}
+		}
+	}
+	// None of it touched the held lease.
+	if rec := serve(h, "GET", "/v1/leases/k", "", nil); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"token":1,`) {
+		t.Fatalf("the held lease after the refused requests: HTTP %d %s", rec.Code, rec.Body)
+	}
+	// An empty query is no parameter: each route answers as without it
+	// (the release lets k go, so the batch renewal after it is not_held).
+	for _, rt := range routes {
+		rec := serve(h, rt.method, rt.path+"?", "application/json", []byte(rt.body))
+		checkAnswer(t, rt.method+" "+rt.path+"?", rec)
+		if rec.Code == http.StatusBadRequest {
+			t.Errorf("%s %s?: HTTP %d %s, want the route's answer", rt.method, rt.path, rec.Code, rec.Body)
+		}
+	}
+}

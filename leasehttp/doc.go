@@ -69,7 +69,9 @@
 // lone surrogate is refused, not read as U+FFFD), ttl_ms 10 to 86 400 000,
 // wait_ms 0 to 3 600 000 (MaxMaxWait), token 1 to 2^53, id 32 hex digits. Members must be spelled exactly, appear once, have
 // the right JSON type; numbers must be whole, non-negative and written
-// without fraction or exponent; nothing may follow the object. Every such
+// without fraction or exponent; nothing may follow the object. A route
+// whose input is the path and the body (acquire, renew, release, get, POST
+// /v1/renew) refuses a query parameter rather than drop it. Every such
 // mistake is a 4xx with the error body; no input yields a 5xx. (A request
 // line net/http itself cannot parse, such as a malformed %-escape, is
 // refused by net/http with a plain-text 400 before the Server sees it.)

@@ -553,13 +553,17 @@ func (s *Server) authorize(w *responseWriter, r *http.Request) (*credential, boo
 	return c, true
 }
 
-// keyRequest authorises r and reads its key: 401, 400 or 403 otherwise.
+// keyRequest authorises r and reads its key, refusing a query: 401, 400 or
+// 403 otherwise.
 func (s *Server) keyRequest(w *responseWriter, r *http.Request) (string, bool) {
 	c, ok := s.authorize(w, r)
 	if !ok {
 		return "", false
 	}
 	key, err := pathKey(r)
+	if err == nil {
+		err = noQuery(r)
+	}
 	if err != nil {
 		s.writeError(w, err)
 		return "", false
@@ -742,6 +746,10 @@ func (s *Server) handleRenew(w *responseWriter, r *http.Request) {
 func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 	c, ok := s.authorize(w, r)
 	if !ok {
+		return
+	}
+	if err := noQuery(r); err != nil {
+		s.writeError(w, err)
 		return
 	}
 	renewals, err := decodeRenewBatch(w, r)
