@@ -200,7 +200,8 @@
 // /v1/renew, /v1/watch and /v1/stats request need "Authorization: Bearer
 // TOKEN". Tokens are compared as SHA-256 hashes
 // with crypto/subtle against every credential, without stopping at a match.
-// A missing or unknown token is 401 unauthorized; a key outside the
+// A missing or unknown token, or a request with more than one
+// Authorization header, is 401 unauthorized; a key outside the
 // credential's prefixes is 403 forbidden. A list whose prefix is within one
 // of the credential's prefixes is served as asked; a wider prefix is
 // narrowed to the credential's prefixes inside it (so "list everything"

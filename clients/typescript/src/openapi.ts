@@ -509,7 +509,7 @@ export interface components {
                 "application/json": components["schemas"]["InvalidError"];
             };
         };
-        /** @description No bearer token, or one the server does not know (code `unauthorized`). */
+        /** @description No bearer token, one the server does not know, or more than one `Authorization` header (code `unauthorized`). */
         Unauthorized: {
             headers: {
                 "WWW-Authenticate": "Bearer realm=\"lease\"";
