@@ -284,7 +284,16 @@ func (f *field) set(s *scanner) error {
 // loopback without credentials: a web page can POST text/plain or a form
 // anywhere without a preflight, but not application/json.
 func checkContentType(r *http.Request) error {
-	ct := r.Header.Get("Content-Type")
+	cts := r.Header.Values("Content-Type")
+	if len(cts) > 1 {
+		// Reading the first alone would make the order of the two decide.
+		return &requestError{status: http.StatusUnsupportedMediaType,
+			msg: "more than one Content-Type header; send one, application/json"}
+	}
+	ct := ""
+	if len(cts) == 1 {
+		ct = cts[0]
+	}
 	if ct == "application/json" {
 		return nil // what every client sends; ParseMediaType would build a map for it
 	}

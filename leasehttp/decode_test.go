@@ -315,3 +315,25 @@ func TestQueryRefusedWhereNoneTaken(t *testing.T) {
 		}
 	}
 }
+
+// TestContentTypeTwiceRefused: a POST with two Content-Type headers is 415
+// whatever their order; the first was read alone, so application/json
+// before text/plain was taken as JSON and the same two the other way round
+// were not.
+func TestContentTypeTwiceRefused(t *testing.T) {
+	h, _ := heldLease(t)
+	for _, cts := range [][]string{
+		{"application/json", "text/plain"},
+		{"text/plain", "application/json"},
+		{"application/json", "application/json"},
+	} {
+		req := httptest.NewRequest("POST", "/v1/leases/free/acquire", strings.NewReader(`{"owner":"a","ttl_ms":100}`))
+		req.Host = loopbackHost
+		req.Header["Content-Type"] = cts
+		rec := serveRequest(h, req)
+		checkAnswer(t, "two Content-Types", rec)
+		if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(rec.Body.String(), "more than one") {
+			t.Errorf("Content-Type %q: HTTP %d %s, want 415 saying there is more than one", cts, rec.Code, rec.Body)
+		}
+	}
+}
