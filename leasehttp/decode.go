@@ -106,6 +106,9 @@ func decodeBodyInto(w http.ResponseWriter, r *http.Request, max int64, buf *[]by
 	if err := checkContentType(r); err != nil {
 		return err
 	}
+	if err := checkContentEncoding(r); err != nil {
+		return err
+	}
 	if r.ContentLength > max {
 		// Refused when the headers arrive: reading the body first would
 		// let a client hold the connection while it sends what is refused
@@ -301,6 +304,21 @@ func checkContentType(r *http.Request) error {
 	if err != nil || mt != "application/json" {
 		return &requestError{status: http.StatusUnsupportedMediaType,
 			msg: fmt.Sprintf("Content-Type must be application/json, got %s", quoteName(ct))}
+	}
+	return nil
+}
+
+// checkContentEncoding refuses a body sent compressed (or labelled so):
+// read as it came, a gzipped body was a puzzling 400 "must be a JSON
+// object", and a plain one labelled gzip was taken as it was.
+func checkContentEncoding(r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return &requestError{status: http.StatusUnsupportedMediaType,
+					msg: fmt.Sprintf("Content-Encoding %s is not supported; send the body uncompressed", quoteName(c))}
+			}
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package leasehttp_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -335,5 +336,49 @@ func TestContentTypeTwiceRefused(t *testing.T) {
 		if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(rec.Body.String(), "more than one") {
 			t.Errorf("Content-Type %q: HTTP %d %s, want 415 saying there is more than one", cts, rec.Code, rec.Body)
 		}
+	}
+}
+
+// TestContentEncodingRefused: a POST body sent compressed (Content-Encoding
+// gzip, as some HTTP libraries do when told to) is 415 naming the coding:
+// it was read as it came, so a gzipped body was 400 "must be a JSON
+// object", and an uncompressed one labelled gzip was taken as JSON.
+func TestContentEncodingRefused(t *testing.T) {
+	h, _ := heldLease(t)
+	body := []byte(`{"owner":"a","ttl_ms":100}`)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		coding string
+		body   []byte
+	}{
+		{"gzip", gz.Bytes()},
+		{"gzip", body},
+		{"br", body},
+		{"identity, gzip", gz.Bytes()},
+	} {
+		req := httptest.NewRequest("POST", "/v1/leases/free/acquire", bytes.NewReader(tc.body))
+		req.Host = loopbackHost
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", tc.coding)
+		rec := serveRequest(h, req)
+		checkAnswer(t, "Content-Encoding "+tc.coding, rec)
+		if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(rec.Body.String(), "Content-Encoding") {
+			t.Errorf("Content-Encoding %q: HTTP %d %s, want 415 naming Content-Encoding", tc.coding, rec.Code, rec.Body)
+		}
+	}
+	// identity is no coding at all.
+	req := httptest.NewRequest("POST", "/v1/leases/free/acquire", bytes.NewReader(body))
+	req.Host = loopbackHost
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "identity")
+	if rec := serveRequest(h, req); rec.Code != http.StatusOK {
+		t.Errorf("Content-Encoding identity: HTTP %d %s, want 200", rec.Code, rec.Body)
 	}
 }

@@ -53,8 +53,9 @@
 //	stale_token   409  lease.ErrStaleToken (used by fence's HTTP guard)
 //	not_found     404  lease.ErrNotFound
 //	invalid       400  lease.ErrInvalid (413 for a body over 64 KiB, 415 for a
-//	                   wrong Content-Type, 408 for a body slower than the
-//	                   http.Server's ReadTimeout, 404 for an unknown route,
+//	                   wrong Content-Type or a Content-Encoding, 408 for a
+//	                   body slower than the http.Server's ReadTimeout, 404
+//	                   for an unknown route,
 //	                   405 with Allow for a method the path has no route for)
 //	unauthorized  401  ErrUnauthorized
 //	forbidden     403  ErrForbidden (also a Host refused, see Authentication)

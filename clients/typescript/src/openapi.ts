@@ -497,7 +497,7 @@ export interface components {
                 "application/json": components["schemas"]["InvalidError"];
             };
         };
-        /** @description The body is not sent as `application/json`, or has more than one `Content-Type` header (code `invalid`). */
+        /** @description The body is not sent as `application/json`, has more than one `Content-Type` header, or is compressed (a `Content-Encoding` other than `identity`) (code `invalid`). */
         NotJSON: {
             headers: {
                 "Cache-Control": components["headers"]["NoStore"];
