@@ -397,11 +397,12 @@ func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration
 	var owner, ticket string
 	var ttl, wait uint64
 	var last bool
+	ticketField := &field{name: "ticket", str: &ticket}
 	err := decodeBody(w, r,
 		&field{name: "owner", required: true, str: &owner, text: true},
 		&field{name: "ttl_ms", required: true, num: &ttl},
 		&field{name: "wait_ms", num: &wait},
-		&field{name: "ticket", str: &ticket},
+		ticketField,
 		&field{name: "last", boolean: &last})
 	if err != nil {
 		return acquireRequest{}, err
@@ -410,10 +411,12 @@ func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration
 		return acquireRequest{}, badRequest("field \"owner\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
 	}
 	req := acquireRequest{Owner: owner, Last: last}
-	if last && ticket == "" {
+	if last && !ticketField.seen {
 		return acquireRequest{}, badRequest("field \"last\" needs a \"ticket\"")
 	}
-	if ticket != "" {
+	if ticketField.seen {
+		// "" too: a ticket sent empty is a client's bug, not a wait
+		// without one.
 		if req.Ticket, err = lease.ParseID(ticket); err != nil {
 			return acquireRequest{}, badRequest("field \"ticket\" is not 32 hex digits (not all zero)")
 		}

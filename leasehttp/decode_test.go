@@ -382,3 +382,23 @@ func TestContentEncodingRefused(t *testing.T) {
 		t.Errorf("Content-Encoding identity: HTTP %d %s, want 200", rec.Code, rec.Body)
 	}
 }
+
+// TestEmptyTicketRefused: "ticket":"" is a malformed ticket, as any other
+// string that is not 32 hex digits, not the absence of one: it was taken
+// as no ticket, so a client whose ticket came out empty waited without
+// keeping its place in line, and "last":true beside it was refused for
+// want of a ticket the body named.
+func TestEmptyTicketRefused(t *testing.T) {
+	h, _ := heldLease(t)
+	for _, body := range []string{
+		`{"owner":"a","ttl_ms":100,"ticket":""}`,
+		`{"owner":"a","ttl_ms":100,"wait_ms":10,"ticket":""}`,
+		`{"owner":"a","ttl_ms":100,"wait_ms":10,"ticket":"","last":false}`,
+	} {
+		rec := serve(h, "POST", "/v1/leases/free/acquire", "application/json", []byte(body))
+		checkAnswer(t, body, rec)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `\"ticket\"`) {
+			t.Errorf("%s: HTTP %d %s, want 400 naming the ticket", body, rec.Code, rec.Body)
+		}
+	}
+}
