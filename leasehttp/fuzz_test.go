@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/leasehq/lease"
@@ -38,9 +39,16 @@ func FuzzAcquireBody(f *testing.F) {
 	f.Add([]byte(`{"owner":"a","ttl_ms":100}`))
 	f.Add([]byte(`{"owner":"a","ttl_ms":100,"wait_ms":5}`))
 	f.Add([]byte(`{"owner":"a","ttl_ms":1e2}`))
+	f.Add([]byte(`{"owner":"a","ttl_ms":100,"wait_ms":0,"ticket":"0123456789abcdef0123456789abcdef","last":true}`))
+	f.Add([]byte(`{"owner":"a","ttl_ms":100,"ticket":"","last":false}`))
+	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, body []byte) {
 		h := checkAPI(t, h)
-		for _, key := range []string{"free", "held"} {
+		// A key of its own each time, free: on a key an earlier input took,
+		// every acquire is 409, and a body the server took that the
+		// document refuses would not show.
+		free := "free" + strconv.FormatInt(n.Add(1), 10)
+		for _, key := range []string{free, "held"} {
 			rec := serve(h, "POST", "/v1/leases/"+key+"/acquire", "application/json", body)
 			checkAnswer(t, "acquire", rec)
 		}
