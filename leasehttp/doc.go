@@ -55,7 +55,8 @@
 //	invalid       400  lease.ErrInvalid (413 for a body over 64 KiB, 415 for a
 //	                   wrong Content-Type or a Content-Encoding, 408 for a
 //	                   body slower than the http.Server's ReadTimeout, 404
-//	                   for an unknown route,
+//	                   for an unknown route, 406 for a watch whose Accept
+//	                   rules out text/event-stream,
 //	                   405 with Allow for a method the path has no route for)
 //	unauthorized  401  ErrUnauthorized
 //	forbidden     403  ErrForbidden (also a Host refused, see Authentication)

@@ -9,6 +9,7 @@ import (
 	"iter"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -813,4 +814,53 @@ type keyWatcher struct{ lease.KeyWatcher }
 
 func (k keyWatcher) Watch(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
 	return k.WatchKey(ctx, key)
+}
+
+// TestWatchRefusesAnAcceptWithoutEventStream: a watch asked with an Accept
+// that rules out text/event-stream (a client that wants the JSON of a
+// list, say) is 406 with the error body: it got the stream, which never
+// ends, so reading the answer to its end hung. An Accept that admits the
+// stream, or none, gets it.
+func TestWatchRefusesAnAcceptWithoutEventStream(t *testing.T) {
+	h := newServer(t, memtest.New(t))
+	for _, tc := range []struct {
+		accept string
+		status int
+	}{
+		{"application/json", http.StatusNotAcceptable},
+		{"text/html, application/xhtml+xml", http.StatusNotAcceptable},
+		{"text/event-stream;q=0, application/json", http.StatusNotAcceptable},
+		{"*/*;q=0", http.StatusNotAcceptable},
+		{"text/event-stream", http.StatusOK},
+		{"TEXT/EVENT-STREAM", http.StatusOK},
+		{"text/*", http.StatusOK},
+		{"*/*", http.StatusOK},
+		{"application/json, */*;q=0.1", http.StatusOK},
+		{"text/event-stream; charset=utf-8", http.StatusOK},
+		{"", http.StatusOK},
+	} {
+		// HEAD: what GET would answer, without the stream.
+		req := httptest.NewRequest("HEAD", "/v1/watch?prefix=jobs/", nil)
+		req.Host = loopbackHost
+		if tc.accept != "" {
+			req.Header.Set("Accept", tc.accept)
+		}
+		rec := serveRequest(h, req)
+		if rec.Code != tc.status {
+			// Not the GET then: a stream it answered would never end.
+			t.Errorf("HEAD with Accept %q: HTTP %d, want %d", tc.accept, rec.Code, tc.status)
+			continue
+		}
+		if tc.status == http.StatusOK {
+			continue
+		}
+		req = httptest.NewRequest("GET", "/v1/watch?prefix=jobs/", nil)
+		req.Host = loopbackHost
+		req.Header.Set("Accept", tc.accept)
+		rec = serveRequest(h, req)
+		checkAnswer(t, "watch with Accept "+tc.accept, rec)
+		if rec.Code != http.StatusNotAcceptable || !strings.Contains(rec.Body.String(), `"code":"invalid"`) {
+			t.Errorf("GET with Accept %q: HTTP %d %s, want 406 invalid", tc.accept, rec.Code, rec.Body)
+		}
+	}
 }

@@ -485,6 +485,18 @@ export interface components {
                 "application/json": components["schemas"]["InvalidError"];
             };
         };
+        /** @description The request's `Accept` rules out `text/event-stream`, the only type a watch answers (code `invalid`). */
+        NotAcceptable: {
+            headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["InvalidError"];
+            };
+        };
         /** @description The body is larger than 64 KiB (1 MiB for `POST /v1/renew`) (code `invalid`). */
         TooLarge: {
             headers: {
@@ -653,6 +665,7 @@ export type UnsupportedError = components['schemas']['UnsupportedError'];
 export type Stats = components['schemas']['Stats'];
 export type ResponseInvalid = components['responses']['Invalid'];
 export type ResponseRequestTimeout = components['responses']['RequestTimeout'];
+export type ResponseNotAcceptable = components['responses']['NotAcceptable'];
 export type ResponseTooLarge = components['responses']['TooLarge'];
 export type ResponseNotJson = components['responses']['NotJSON'];
 export type ResponseUnauthorized = components['responses']['Unauthorized'];
@@ -1017,6 +1030,7 @@ export interface operations {
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            406: components["responses"]["NotAcceptable"];
             429: components["responses"]["TooManyWatchers"];
             501: components["responses"]["Unsupported"];
             503: components["responses"]["Unavailable"];
