@@ -615,10 +615,8 @@ func noQuery(r *http.Request) error {
 	if r.URL.RawQuery == "" {
 		return nil
 	}
-	if _, err := queryOf(r); err != nil {
-		return err
-	}
-	return nil
+	_, err := queryOf(r)
+	return err
 }
 
 // queryOf parses r's query, which may hold each of names at most once and

@@ -141,24 +141,29 @@ func FuzzListQuery(f *testing.F) {
 }
 
 // FuzzWatchQuery asks HEAD /v1/watch (what GET would answer, without the
-// stream, so that no input makes the target wait) with any query string,
-// on a server without credentials and on one whose token covers jobs/
-// alone: the answer is the stream's head or a 4xx error body, never a 5xx.
+// stream, so that no input makes the target wait) with any query string
+// and Accept header, on a server without credentials and on one whose
+// token covers jobs/ alone: the answer is the stream's head or a 4xx error
+// body, never a 5xx.
 func FuzzWatchQuery(f *testing.F) {
 	open, _ := fuzzServer(f)
 	scoped := fuzzScopedServer(f)
 	for _, q := range []string{"prefix=jobs/", "key=jobs/a", "prefix=&key=", "key=a&prefix=b", "prefix=a&prefix=b",
 		"key=%00", "key=%FF", "prefix=j", "x=1", "prefix=%ZZ", "key=a;b", "key=" + strings.Repeat("k", 600), "prefix=jobs/&x"} {
-		f.Add(q)
+		f.Add(q, "text/event-stream")
 	}
-	f.Fuzz(func(t *testing.T, q string) {
+	for _, a := range []string{"", "application/json", "text/*;q=0.5, */*;q=0", "text/event-stream;q=x", "*/*;q=0.0001", ";;,,", "text/event-stream;q=1.5"} {
+		f.Add("prefix=jobs/", a)
+	}
+	f.Fuzz(func(t *testing.T, q, accept string) {
 		for _, h := range []http.Handler{open, scoped} {
 			req, err := http.NewRequest("HEAD", "http://"+loopbackHost+"/v1/watch?"+q, nil)
 			if err != nil {
 				return
 			}
 			req.Header.Set("Authorization", "Bearer "+fuzzJobsToken)
-			checkAnswer(t, "watch ?"+q, serveRequest(checkAPI(t, h), req))
+			req.Header["Accept"] = []string{accept}
+			checkAnswer(t, "watch ?"+q+" Accept "+strconv.Quote(accept), serveRequest(checkAPI(t, h), req))
 		}
 	})
 }
