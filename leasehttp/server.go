@@ -920,9 +920,9 @@ func (s *Server) handleNoRoute(w *responseWriter, r *http.Request) {
 		list := strings.Join(allow, ", ")
 		w.Header().Set("Allow", list)
 		s.writeError(w, &requestError{status: http.StatusMethodNotAllowed,
-			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", quoteName(r.Method), quoteName(r.URL.Path), list)})
+			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", quoteName(r.Method), quoteName(r.URL.EscapedPath()), list)})
 		return
 	}
 	s.writeError(w, &requestError{status: http.StatusNotFound,
-		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.Path))})
+		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.EscapedPath()))})
 }
