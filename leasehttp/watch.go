@@ -190,6 +190,12 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 		return
 	}
 	prefix, exact, err := watchQuery(r)
+	if err == nil && r.ContentLength != 0 {
+		// net/http would read what is left of it before the stream's
+		// first byte: one that never comes whole would leave the stream
+		// unanswered, holding its slot, until the read deadline.
+		err = badRequest("a watch takes no request body")
+	}
 	if err == nil && !acceptsEventStream(r) {
 		err = &requestError{status: http.StatusNotAcceptable,
 			msg: fmt.Sprintf("Accept %s rules out text/event-stream, the only type a watch answers (GET /v1/leases lists as JSON)",
