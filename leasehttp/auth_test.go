@@ -3,6 +3,8 @@ package leasehttp_test
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,4 +196,40 @@ func callAuth(t *testing.T, method, url, auth, body string) (int, string) {
 		return call(t, method, url, tok, body)
 	}
 	return callHeader(t, method, url, auth, body)
+}
+
+// TestAuthorizationTwiceRefused: a request with two Authorization headers
+// is 401, whichever comes first: the first was taken and the second
+// dropped, so a token for all keys followed by a narrower one (a proxy
+// adding its own, say) acted with the wider, and the answer depended on
+// the headers' order.
+func TestAuthorizationTwiceRefused(t *testing.T) {
+	const all, jobs = "tok-all-0123456789", "tok-jobs-0123456789"
+	h := newServer(t, newMem(t), leasehttp.WithCredentials([]leasehttp.Credential{
+		{Token: all, Prefixes: []string{"*"}},
+		{Token: jobs, Prefixes: []string{"jobs/"}},
+	}))
+	for _, auths := range [][]string{
+		{"Bearer " + all, "Bearer " + jobs},
+		{"Bearer " + jobs, "Bearer " + all},
+		{"Bearer " + all, "Bearer " + all},
+		{"Bearer " + all, ""},
+		{"", "Bearer " + all},
+	} {
+		for _, target := range []string{"/v1/leases/other", "/v1/leases", "/v1/stats"} {
+			req := httptest.NewRequest("GET", target, nil)
+			req.Header["Authorization"] = auths
+			rec := serveRequest(h, req)
+			checkAnswer(t, target, rec)
+			if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "more than one Authorization") {
+				t.Errorf("GET %s with Authorization %q: HTTP %d %s, want 401 saying there is more than one", target, auths, rec.Code, rec.Body)
+			}
+		}
+	}
+	// A watch too, answered before it starts (HEAD: what GET would answer).
+	req := httptest.NewRequest("HEAD", "/v1/watch?prefix=jobs/", nil)
+	req.Header["Authorization"] = []string{"Bearer " + jobs, "Bearer " + all}
+	if rec := serveRequest(h, req); rec.Code != http.StatusUnauthorized {
+		t.Errorf("HEAD /v1/watch with two Authorization headers: HTTP %d, want 401", rec.Code)
+	}
 }

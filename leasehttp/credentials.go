@@ -255,7 +255,16 @@ func (s *Server) credentialsSwapped() <-chan struct{} {
 // token's hash with every credential's, without stopping at a match, so the
 // time taken says nothing about which credential (if any) matched.
 func authenticate(creds []credential, r *http.Request) (*credential, error) {
-	h := r.Header.Get("Authorization")
+	hs := r.Header.Values("Authorization")
+	if len(hs) > 1 {
+		// Taking the first would let the order of the headers (one added
+		// by a proxy, say) choose between two credentials.
+		return nil, fmt.Errorf("%w: more than one Authorization header; send one \"Authorization: Bearer TOKEN\"", ErrUnauthorized)
+	}
+	h := ""
+	if len(hs) == 1 {
+		h = hs[0]
+	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if h == "" {
 		return nil, fmt.Errorf("%w: no Authorization header; send \"Authorization: Bearer TOKEN\"", ErrUnauthorized)

@@ -106,6 +106,9 @@ func decodeBodyInto(w http.ResponseWriter, r *http.Request, max int64, buf *[]by
 	if err := checkContentType(r); err != nil {
 		return err
 	}
+	if err := checkContentEncoding(r); err != nil {
+		return err
+	}
 	if r.ContentLength > max {
 		// Refused when the headers arrive: reading the body first would
 		// let a client hold the connection while it sends what is refused
@@ -284,7 +287,16 @@ func (f *field) set(s *scanner) error {
 // loopback without credentials: a web page can POST text/plain or a form
 // anywhere without a preflight, but not application/json.
 func checkContentType(r *http.Request) error {
-	ct := r.Header.Get("Content-Type")
+	cts := r.Header.Values("Content-Type")
+	if len(cts) > 1 {
+		// Reading the first alone would make the order of the two decide.
+		return &requestError{status: http.StatusUnsupportedMediaType,
+			msg: "more than one Content-Type header; send one, application/json"}
+	}
+	ct := ""
+	if len(cts) == 1 {
+		ct = cts[0]
+	}
 	if ct == "application/json" {
 		return nil // what every client sends; ParseMediaType would build a map for it
 	}
@@ -292,6 +304,21 @@ func checkContentType(r *http.Request) error {
 	if err != nil || mt != "application/json" {
 		return &requestError{status: http.StatusUnsupportedMediaType,
 			msg: fmt.Sprintf("Content-Type must be application/json, got %s", quoteName(ct))}
+	}
+	return nil
+}
+
+// checkContentEncoding refuses a body sent compressed (or labelled so):
+// read as it came, a gzipped body was a puzzling 400 "must be a JSON
+// object", and a plain one labelled gzip was taken as it was.
+func checkContentEncoding(r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return &requestError{status: http.StatusUnsupportedMediaType,
+					msg: fmt.Sprintf("Content-Encoding %s is not supported; send the body uncompressed", quoteName(c))}
+			}
+		}
 	}
 	return nil
 }
@@ -370,11 +397,12 @@ func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration
 	var owner, ticket string
 	var ttl, wait uint64
 	var last bool
+	ticketField := &field{name: "ticket", str: &ticket}
 	err := decodeBody(w, r,
 		&field{name: "owner", required: true, str: &owner, text: true},
 		&field{name: "ttl_ms", required: true, num: &ttl},
 		&field{name: "wait_ms", num: &wait},
-		&field{name: "ticket", str: &ticket},
+		ticketField,
 		&field{name: "last", boolean: &last})
 	if err != nil {
 		return acquireRequest{}, err
@@ -383,10 +411,12 @@ func decodeAcquire(w http.ResponseWriter, r *http.Request, maxWait time.Duration
 		return acquireRequest{}, badRequest("field \"owner\": %v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
 	}
 	req := acquireRequest{Owner: owner, Last: last}
-	if last && ticket == "" {
+	if last && !ticketField.seen {
 		return acquireRequest{}, badRequest("field \"last\" needs a \"ticket\"")
 	}
-	if ticket != "" {
+	if ticketField.seen {
+		// "" too: a ticket sent empty is a client's bug, not a wait
+		// without one.
 		if req.Ticket, err = lease.ParseID(ticket); err != nil {
 			return acquireRequest{}, badRequest("field \"ticket\" is not 32 hex digits (not all zero)")
 		}
@@ -576,6 +606,17 @@ func listQuery(r *http.Request) (string, lease.Page, error) {
 		return "", lease.Page{}, badRequest("%v", strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": "))
 	}
 	return prefix, page, nil
+}
+
+// noQuery refuses a query on a route that takes none (acquire, renew,
+// release, get, POST /v1/renew): dropped, a wait_ms sent there by a
+// careless client would quietly make its acquire try once.
+func noQuery(r *http.Request) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	_, err := queryOf(r)
+	return err
 }
 
 // queryOf parses r's query, which may hold each of names at most once and

@@ -2,6 +2,7 @@ package leasehttp_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -272,6 +273,132 @@ func TestKeysInPathChecked(t *testing.T) {
 		checkAnswer(t, path, rec)
 		if rec.Code != 404 {
 			t.Errorf("POST %s: HTTP %d %s, want 404", path, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestQueryRefusedWhereNoneTaken: the routes whose input is the path and
+// the body take no query parameter, and refuse one rather than drop it: a
+// client that sends wait_ms in the query (a form's habit) got a try-once
+// acquire, answered 409 held at once as if the wait had run out.
+func TestQueryRefusedWhereNoneTaken(t *testing.T) {
+	h, held := heldLease(t)
+	id := held.ID.Reveal()
+	routes := []struct{ method, path, body string }{
+		{"POST", "/v1/leases/k/acquire", `{"owner":"a","ttl_ms":100}`},
+		{"POST", "/v1/leases/k/renew", `{"id":"` + id + `","token":1,"ttl_ms":100}`},
+		{"POST", "/v1/leases/k/release", `{"id":"` + id + `","token":1}`},
+		{"POST", "/v1/renew", `{"renewals":[{"key":"k","id":"` + id + `","token":1,"ttl_ms":100}]}`},
+		{"GET", "/v1/leases/k", ``},
+		{"HEAD", "/v1/leases/k", ``},
+		{"GET", "/v1/leases/%2F", ``},
+	}
+	for _, rt := range routes {
+		for _, q := range []string{"wait_ms=5000", "ttl_ms=100&owner=a", "x", "%ZZ", "a;b"} {
+			rec := serve(h, rt.method, rt.path+"?"+q, "application/json", []byte(rt.body))
+			checkAnswer(t, rt.method+" "+rt.path+"?"+q, rec)
+			if rec.Code != http.StatusBadRequest || rt.method != "HEAD" && !strings.Contains(rec.Body.String(), "query") {
+				t.Errorf("%s %s?%s: HTTP %d %s, want 400 naming the query", rt.method, rt.path, q, rec.Code, rec.Body)
+			}
+		}
+	}
+	// None of it touched the held lease.
+	if rec := serve(h, "GET", "/v1/leases/k", "", nil); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"token":1,`) {
+		t.Fatalf("the held lease after the refused requests: HTTP %d %s", rec.Code, rec.Body)
+	}
+	// An empty query is no parameter: each route answers as without it
+	// (the release lets k go, so the batch renewal after it is not_held).
+	for _, rt := range routes {
+		rec := serve(h, rt.method, rt.path+"?", "application/json", []byte(rt.body))
+		checkAnswer(t, rt.method+" "+rt.path+"?", rec)
+		if rec.Code == http.StatusBadRequest {
+			t.Errorf("%s %s?: HTTP %d %s, want the route's answer", rt.method, rt.path, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestContentTypeTwiceRefused: a POST with two Content-Type headers is 415
+// whatever their order; the first was read alone, so application/json
+// before text/plain was taken as JSON and the same two the other way round
+// were not.
+func TestContentTypeTwiceRefused(t *testing.T) {
+	h, _ := heldLease(t)
+	for _, cts := range [][]string{
+		{"application/json", "text/plain"},
+		{"text/plain", "application/json"},
+		{"application/json", "application/json"},
+	} {
+		req := httptest.NewRequest("POST", "/v1/leases/free/acquire", strings.NewReader(`{"owner":"a","ttl_ms":100}`))
+		req.Host = loopbackHost
+		req.Header["Content-Type"] = cts
+		rec := serveRequest(h, req)
+		checkAnswer(t, "two Content-Types", rec)
+		if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(rec.Body.String(), "more than one") {
+			t.Errorf("Content-Type %q: HTTP %d %s, want 415 saying there is more than one", cts, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestContentEncodingRefused: a POST body sent compressed (Content-Encoding
+// gzip, as some HTTP libraries do when told to) is 415 naming the coding:
+// it was read as it came, so a gzipped body was 400 "must be a JSON
+// object", and an uncompressed one labelled gzip was taken as JSON.
+func TestContentEncodingRefused(t *testing.T) {
+	h, _ := heldLease(t)
+	body := []byte(`{"owner":"a","ttl_ms":100}`)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		coding string
+		body   []byte
+	}{
+		{"gzip", gz.Bytes()},
+		{"gzip", body},
+		{"br", body},
+		{"identity, gzip", gz.Bytes()},
+	} {
+		req := httptest.NewRequest("POST", "/v1/leases/free/acquire", bytes.NewReader(tc.body))
+		req.Host = loopbackHost
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", tc.coding)
+		rec := serveRequest(h, req)
+		checkAnswer(t, "Content-Encoding "+tc.coding, rec)
+		if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(rec.Body.String(), "Content-Encoding") {
+			t.Errorf("Content-Encoding %q: HTTP %d %s, want 415 naming Content-Encoding", tc.coding, rec.Code, rec.Body)
+		}
+	}
+	// identity is no coding at all.
+	req := httptest.NewRequest("POST", "/v1/leases/free/acquire", bytes.NewReader(body))
+	req.Host = loopbackHost
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "identity")
+	if rec := serveRequest(h, req); rec.Code != http.StatusOK {
+		t.Errorf("Content-Encoding identity: HTTP %d %s, want 200", rec.Code, rec.Body)
+	}
+}
+
+// TestEmptyTicketRefused: "ticket":"" is a malformed ticket, as any other
+// string that is not 32 hex digits, not the absence of one: it was taken
+// as no ticket, so a client whose ticket came out empty waited without
+// keeping its place in line, and "last":true beside it was refused for
+// want of a ticket the body named.
+func TestEmptyTicketRefused(t *testing.T) {
+	h, _ := heldLease(t)
+	for _, body := range []string{
+		`{"owner":"a","ttl_ms":100,"ticket":""}`,
+		`{"owner":"a","ttl_ms":100,"wait_ms":10,"ticket":""}`,
+		`{"owner":"a","ttl_ms":100,"wait_ms":10,"ticket":"","last":false}`,
+	} {
+		rec := serve(h, "POST", "/v1/leases/free/acquire", "application/json", []byte(body))
+		checkAnswer(t, body, rec)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `\"ticket\"`) {
+			t.Errorf("%s: HTTP %d %s, want 400 naming the ticket", body, rec.Code, rec.Body)
 		}
 	}
 }

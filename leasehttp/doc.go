@@ -53,8 +53,10 @@
 //	stale_token   409  lease.ErrStaleToken (used by fence's HTTP guard)
 //	not_found     404  lease.ErrNotFound
 //	invalid       400  lease.ErrInvalid (413 for a body over 64 KiB, 415 for a
-//	                   wrong Content-Type, 408 for a body slower than the
-//	                   http.Server's ReadTimeout, 404 for an unknown route,
+//	                   wrong Content-Type or a Content-Encoding, 408 for a
+//	                   body slower than the http.Server's ReadTimeout, 404
+//	                   for an unknown route, 406 for a watch whose Accept
+//	                   rules out text/event-stream,
 //	                   405 with Allow for a method the path has no route for)
 //	unauthorized  401  ErrUnauthorized
 //	forbidden     403  ErrForbidden (also a Host refused, see Authentication)
@@ -69,7 +71,9 @@
 // lone surrogate is refused, not read as U+FFFD), ttl_ms 10 to 86 400 000,
 // wait_ms 0 to 3 600 000 (MaxMaxWait), token 1 to 2^53, id 32 hex digits. Members must be spelled exactly, appear once, have
 // the right JSON type; numbers must be whole, non-negative and written
-// without fraction or exponent; nothing may follow the object. Every such
+// without fraction or exponent; nothing may follow the object. A route
+// whose input is the path and the body (acquire, renew, release, get, POST
+// /v1/renew) refuses a query parameter rather than drop it. Every such
 // mistake is a 4xx with the error body; no input yields a 5xx. (A request
 // line net/http itself cannot parse, such as a malformed %-escape, is
 // refused by net/http with a plain-text 400 before the Server sees it.)
@@ -198,7 +202,8 @@
 // /v1/renew, /v1/watch and /v1/stats request need "Authorization: Bearer
 // TOKEN". Tokens are compared as SHA-256 hashes
 // with crypto/subtle against every credential, without stopping at a match.
-// A missing or unknown token is 401 unauthorized; a key outside the
+// A missing or unknown token, or a request with more than one
+// Authorization header, is 401 unauthorized; a key outside the
 // credential's prefixes is 403 forbidden. A list whose prefix is within one
 // of the credential's prefixes is served as asked; a wider prefix is
 // narrowed to the credential's prefixes inside it (so "list everything"

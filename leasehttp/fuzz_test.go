@@ -1,9 +1,12 @@
 package leasehttp_test
 
 import (
+	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/leasehq/lease"
@@ -36,9 +39,16 @@ func FuzzAcquireBody(f *testing.F) {
 	f.Add([]byte(`{"owner":"a","ttl_ms":100}`))
 	f.Add([]byte(`{"owner":"a","ttl_ms":100,"wait_ms":5}`))
 	f.Add([]byte(`{"owner":"a","ttl_ms":1e2}`))
+	f.Add([]byte(`{"owner":"a","ttl_ms":100,"wait_ms":0,"ticket":"0123456789abcdef0123456789abcdef","last":true}`))
+	f.Add([]byte(`{"owner":"a","ttl_ms":100,"ticket":"","last":false}`))
+	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, body []byte) {
 		h := checkAPI(t, h)
-		for _, key := range []string{"free", "held"} {
+		// A key of its own each time, free: on a key an earlier input took,
+		// every acquire is 409, and a body the server took that the
+		// document refuses would not show.
+		free := "free" + strconv.FormatInt(n.Add(1), 10)
+		for _, key := range []string{free, "held"} {
 			rec := serve(h, "POST", "/v1/leases/"+key+"/acquire", "application/json", body)
 			checkAnswer(t, "acquire", rec)
 		}
@@ -128,4 +138,118 @@ func FuzzListQuery(f *testing.F) {
 		}
 		checkAnswer(t, "list ?"+q, serveRequest(checkAPI(t, h), req))
 	})
+}
+
+// FuzzWatchQuery asks HEAD /v1/watch (what GET would answer, without the
+// stream, so that no input makes the target wait) with any query string
+// and Accept header, on a server without credentials and on one whose
+// token covers jobs/ alone: the answer is the stream's head or a 4xx error
+// body, never a 5xx.
+func FuzzWatchQuery(f *testing.F) {
+	open, _ := fuzzServer(f)
+	scoped := fuzzScopedServer(f)
+	for _, q := range []string{"prefix=jobs/", "key=jobs/a", "prefix=&key=", "key=a&prefix=b", "prefix=a&prefix=b",
+		"key=%00", "key=%FF", "prefix=j", "x=1", "prefix=%ZZ", "key=a;b", "key=" + strings.Repeat("k", 600), "prefix=jobs/&x"} {
+		f.Add(q, "text/event-stream")
+	}
+	for _, a := range []string{"", "application/json", "text/*;q=0.5, */*;q=0", "text/event-stream;q=x", "*/*;q=0.0001", ";;,,", "text/event-stream;q=1.5"} {
+		f.Add("prefix=jobs/", a)
+	}
+	f.Fuzz(func(t *testing.T, q, accept string) {
+		for _, h := range []http.Handler{open, scoped} {
+			req, err := http.NewRequest("HEAD", "http://"+loopbackHost+"/v1/watch?"+q, nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+fuzzJobsToken)
+			req.Header["Accept"] = []string{accept}
+			checkAnswer(t, "watch ?"+q+" Accept "+strconv.Quote(accept), serveRequest(checkAPI(t, h), req))
+		}
+	})
+}
+
+// FuzzStatsQuery sends GET /v1/stats with any query string.
+func FuzzStatsQuery(f *testing.F) {
+	open, _ := fuzzServer(f)
+	scoped := fuzzScopedServer(f)
+	for _, q := range []string{"prefix=jobs/", "prefix=", "prefix=a&prefix=b", "prefix=%00", "x=1", "prefix=%ZZ", "prefix=a;b"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		for _, h := range []http.Handler{open, scoped} {
+			req, err := http.NewRequest("GET", "http://"+loopbackHost+"/v1/stats?"+q, nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+fuzzJobsToken)
+			checkAnswer(t, "stats ?"+q, serveRequest(checkAPI(t, h), req))
+		}
+	})
+}
+
+// FuzzHeaders sends an acquire with any Authorization and Content-Type
+// headers, each once, twice or not at all (a value with a NUL stands for
+// no header, one with a newline for two): on a server with credentials it
+// is let in only with exactly one "Bearer" and the token, and read only
+// with exactly one JSON Content-Type.
+func FuzzHeaders(f *testing.F) {
+	h := fuzzScopedServer(f)
+	for _, seed := range [][2]string{
+		{"Bearer " + fuzzJobsToken, "application/json"},
+		{"bearer  " + fuzzJobsToken, "application/json; charset=utf-8"},
+		{"Bearer " + fuzzJobsToken + "\nBearer x", "application/json"},
+		{"Bearer " + fuzzJobsToken, "application/json\ntext/plain"},
+		{"\x00", "\x00"},
+		{"Basic " + fuzzJobsToken, "text/plain"},
+		{"Bearer\t" + fuzzJobsToken, "application/json;"},
+		{"Bearer " + fuzzJobsToken + " ", "APPLICATION/JSON"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, auth, ct string) {
+		req, err := http.NewRequest("POST", "http://"+loopbackHost+"/v1/leases/jobs%2Ffuzz/acquire", strings.NewReader(`{"owner":"fuzz","ttl_ms":100}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range map[string]string{"Authorization": auth, "Content-Type": ct} {
+			if strings.Contains(v, "\x00") {
+				continue
+			}
+			req.Header[name] = strings.Split(v, "\n")
+		}
+		rec := serveRequest(checkAPI(t, h), req)
+		checkAnswer(t, "acquire with Authorization "+strconv.Quote(auth)+", Content-Type "+strconv.Quote(ct), rec)
+		authOK := len(req.Header.Values("Authorization")) == 1 && bearerIs(req.Header.Get("Authorization"), fuzzJobsToken)
+		mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+		jsonOK := len(req.Header.Values("Content-Type")) == 1 && err == nil && mt == "application/json"
+		switch {
+		case !authOK && rec.Code != http.StatusUnauthorized:
+			t.Fatalf("Authorization %q: HTTP %d %s, want 401", auth, rec.Code, rec.Body)
+		case authOK && !jsonOK && rec.Code != http.StatusUnsupportedMediaType:
+			t.Fatalf("Content-Type %q: HTTP %d %s, want 415", ct, rec.Code, rec.Body)
+		case authOK && jsonOK && rec.Code != http.StatusOK && rec.Code != http.StatusConflict:
+			t.Fatalf("Authorization %q, Content-Type %q: HTTP %d %s, want the acquire's answer", auth, ct, rec.Code, rec.Body)
+		}
+	})
+}
+
+// fuzzJobsToken is the token of fuzzScopedServer, which covers jobs/.
+const fuzzJobsToken = "fuzz-jobs-token-0123456789"
+
+// fuzzScopedServer is fuzzServer's server with one credential, for jobs/.
+func fuzzScopedServer(f *testing.F) http.Handler {
+	srv, err := leasehttp.NewServer(memtest.New(f), leasehttp.WithLogger(quiet), leasehttp.WithMaxWait(0),
+		leasehttp.WithCredentials([]leasehttp.Credential{{Token: fuzzJobsToken, Prefixes: []string{"jobs/"}}}))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+// bearerIs reports whether the Authorization value h names token, as the
+// server reads it: the scheme in any case, one space, then spaces allowed.
+func bearerIs(h, token string) bool {
+	scheme, tok, ok := strings.Cut(h, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && strings.TrimLeft(tok, " ") == token
 }

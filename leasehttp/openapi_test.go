@@ -583,6 +583,31 @@ func TestOpenAPIIDAgreesWithServer(t *testing.T) {
 	}
 }
 
+// TestOpenAPITicketAgreesWithServer: the document's schema of an
+// acquire's ticket accepts exactly the tickets the server takes: 32 hex
+// digits, not all zero, as an ID. It allowed the zero ticket, which the
+// server refuses 400.
+func TestOpenAPITicketAgreesWithServer(t *testing.T) {
+	schema := mustSpec(t).Components.Schemas["AcquireRequest"].Value.Properties["ticket"].Value
+	h, _ := heldLease(t)
+	for _, s := range []string{
+		strings.Repeat("0", 32),
+		strings.Repeat("0", 31) + "1",
+		strings.Repeat("F", 32),
+		lease.NewID().Reveal(),
+		strings.Repeat("0", 31),
+		strings.Repeat("a", 33),
+		strings.Repeat("0", 31) + "g",
+		"",
+	} {
+		rec := serve(h, "POST", "/v1/leases/ticket/acquire", "application/json", []byte(`{"owner":"o","ttl_ms":100,"ticket":"`+s+`"}`))
+		verr := schema.VisitJSON(s, openapi3.EnableJSONSchema2020())
+		if (rec.Code != http.StatusBadRequest) != (verr == nil) {
+			t.Errorf("ticket %q: the server answers %d %s, the document says %v", s, rec.Code, rec.Body, verr)
+		}
+	}
+}
+
 // TestGuardedRoutesAgree: the operations the document gives the API's
 // security (all but those with "security": []) are exactly those that a
 // server with credentials answers 401 without a token and a server without

@@ -553,13 +553,17 @@ func (s *Server) authorize(w *responseWriter, r *http.Request) (*credential, boo
 	return c, true
 }
 
-// keyRequest authorises r and reads its key: 401, 400 or 403 otherwise.
+// keyRequest authorises r and reads its key, refusing a query: 401, 400 or
+// 403 otherwise.
 func (s *Server) keyRequest(w *responseWriter, r *http.Request) (string, bool) {
 	c, ok := s.authorize(w, r)
 	if !ok {
 		return "", false
 	}
 	key, err := pathKey(r)
+	if err == nil {
+		err = noQuery(r)
+	}
 	if err != nil {
 		s.writeError(w, err)
 		return "", false
@@ -769,6 +773,10 @@ func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := noQuery(r); err != nil {
+		s.writeError(w, err)
+		return
+	}
 	renewals, err := decodeRenewBatch(w, r)
 	if err != nil {
 		s.writeError(w, err)
@@ -937,9 +945,9 @@ func (s *Server) handleNoRoute(w *responseWriter, r *http.Request) {
 		list := strings.Join(allow, ", ")
 		w.Header().Set("Allow", list)
 		s.writeError(w, &requestError{status: http.StatusMethodNotAllowed,
-			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", quoteName(r.Method), quoteName(r.URL.Path), list)})
+			msg: fmt.Sprintf("method %s is not allowed on %s; allowed: %s", quoteName(r.Method), quoteName(r.URL.EscapedPath()), list)})
 		return
 	}
 	s.writeError(w, &requestError{status: http.StatusNotFound,
-		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.Path))})
+		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.EscapedPath()))})
 }

@@ -628,3 +628,21 @@ func TestRequestTargetWithoutPathHasErrorBody(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalNamesThePathAsSent: a 405 or 404 names the path as the client
+// wrote it; it named it unescaped, so the key "/" read as an empty segment
+// ("/v1/leases///acquire"), a path the client never sent.
+func TestRefusalNamesThePathAsSent(t *testing.T) {
+	h := newServer(t, newMem(t))
+	for _, tc := range []struct{ method, path, want string }{
+		{"GET", "/v1/leases/%2F/acquire", `/v1/leases/%2F/acquire`},
+		{"DELETE", "/v1/leases/a%2Fb", `/v1/leases/a%2Fb`},
+		{"GET", "/v1/leases/a%2Fb/steal", `/v1/leases/a%2Fb/steal`},
+	} {
+		rec := serve(h, tc.method, tc.path, "", nil)
+		checkAnswer(t, tc.method+" "+tc.path, rec)
+		if !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("%s %s: HTTP %d %s, want the path %s in the message", tc.method, tc.path, rec.Code, rec.Body, tc.want)
+		}
+	}
+}

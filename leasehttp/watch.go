@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,6 +190,17 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 		return
 	}
 	prefix, exact, err := watchQuery(r)
+	if err == nil && r.ContentLength != 0 {
+		// net/http would read what is left of it before the stream's
+		// first byte: one that never comes whole would leave the stream
+		// unanswered, holding its slot, until the read deadline.
+		err = badRequest("a watch takes no request body")
+	}
+	if err == nil && !acceptsEventStream(r) {
+		err = &requestError{status: http.StatusNotAcceptable,
+			msg: fmt.Sprintf("Accept %s rules out text/event-stream, the only type a watch answers (GET /v1/leases lists as JSON)",
+				quoteName(strings.Join(r.Header.Values("Accept"), ", ")))}
+	}
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -286,6 +299,48 @@ func (s *Server) handleWatch(w *responseWriter, r *http.Request) {
 		msg = err.Error() // our own words, not the backend's
 	}
 	st.fail(kindOf(err).code, msg)
+}
+
+// acceptsEventStream reports whether r's Accept admits text/event-stream:
+// the most specific range that matches it (the type itself, text/*, */*)
+// has a q above 0. No Accept, or none that parses, admits anything. A
+// watch answered to a client that asked for JSON alone would never end,
+// and a client reading the answer to its end would hang.
+func acceptsEventStream(r *http.Request) bool {
+	best, q, parsed := 0, 0.0, false
+	for _, v := range r.Header.Values("Accept") {
+		for rng := range strings.SplitSeq(v, ",") {
+			mt, params, err := mime.ParseMediaType(rng)
+			if err != nil {
+				continue
+			}
+			parsed = true
+			rank := 0
+			switch mt {
+			case "text/event-stream":
+				rank = 3
+			case "text/*":
+				rank = 2
+			case "*/*":
+				rank = 1
+			default:
+				continue
+			}
+			rq := 1.0
+			if s, ok := params["q"]; ok {
+				if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f <= 1 {
+					rq = f
+				}
+			}
+			switch {
+			case rank > best:
+				best, q = rank, rq
+			case rank == best:
+				q = max(q, rq)
+			}
+		}
+	}
+	return !parsed || q > 0
 }
 
 // runStream writes the snapshots, the first's first item already read,

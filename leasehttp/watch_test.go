@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -813,4 +815,142 @@ type keyWatcher struct{ lease.KeyWatcher }
 
 func (k keyWatcher) Watch(ctx context.Context, key string) iter.Seq2[lease.Event, error] {
 	return k.WatchKey(ctx, key)
+}
+
+// TestWatchRefusesAnAcceptWithoutEventStream: a watch asked with an Accept
+// that rules out text/event-stream (a client that wants the JSON of a
+// list, say) is 406 with the error body: it got the stream, which never
+// ends, so reading the answer to its end hung. An Accept that admits the
+// stream, or none, gets it.
+func TestWatchRefusesAnAcceptWithoutEventStream(t *testing.T) {
+	h := newServer(t, memtest.New(t))
+	for _, tc := range []struct {
+		accept string
+		status int
+	}{
+		{"application/json", http.StatusNotAcceptable},
+		{"text/html, application/xhtml+xml", http.StatusNotAcceptable},
+		{"text/event-stream;q=0, application/json", http.StatusNotAcceptable},
+		{"*/*;q=0", http.StatusNotAcceptable},
+		{"text/event-stream", http.StatusOK},
+		{"TEXT/EVENT-STREAM", http.StatusOK},
+		{"text/*", http.StatusOK},
+		{"*/*", http.StatusOK},
+		{"application/json, */*;q=0.1", http.StatusOK},
+		{"text/event-stream; charset=utf-8", http.StatusOK},
+		{"", http.StatusOK},
+	} {
+		// HEAD: what GET would answer, without the stream.
+		req := httptest.NewRequest("HEAD", "/v1/watch?prefix=jobs/", nil)
+		req.Host = loopbackHost
+		if tc.accept != "" {
+			req.Header.Set("Accept", tc.accept)
+		}
+		rec := serveRequest(h, req)
+		if rec.Code != tc.status {
+			// Not the GET then: a stream it answered would never end.
+			t.Errorf("HEAD with Accept %q: HTTP %d, want %d", tc.accept, rec.Code, tc.status)
+			continue
+		}
+		if tc.status == http.StatusOK {
+			continue
+		}
+		req = httptest.NewRequest("GET", "/v1/watch?prefix=jobs/", nil)
+		req.Host = loopbackHost
+		req.Header.Set("Accept", tc.accept)
+		rec = serveRequest(h, req)
+		checkAnswer(t, "watch with Accept "+tc.accept, rec)
+		if rec.Code != http.StatusNotAcceptable || !strings.Contains(rec.Body.String(), `"code":"invalid"`) {
+			t.Errorf("GET with Accept %q: HTTP %d %s, want 406 invalid", tc.accept, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestWatchWithBodyRefused: a watch sent with a request body is 400, and
+// takes no slot. A stream has no use for a body, and net/http reads what
+// the handler left of one (to discard it) before the answer's first byte,
+// so a body not sent whole left the stream unanswered, holding its slot
+// and its backend watch (next test).
+func TestWatchWithBodyRefused(t *testing.T) {
+	_, hs := startServer(t, memtest.New(t), leasehttp.WithMaxWatchers(1))
+	for _, tc := range []struct{ name, head, body string }{
+		{"length", "Content-Length: 2\r\n", "{}"},
+		{"chunked", "Transfer-Encoding: chunked\r\n", "2\r\n{}\r\n0\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", hs.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, "GET /v1/watch?prefix=jobs/ HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"+tc.head+"\r\n"+tc.body); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// No resp.Body.Close: it would read a stream to its end. The
+			// body lives on c, which the deferred Close ends.
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("a watch with a body: HTTP %d %s, want 400", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if !strings.Contains(string(body), "body") {
+				t.Errorf("the 400 says %s, want it to name the body", body)
+			}
+		})
+	}
+	// The refusals took no slot: the one watch allowed opens.
+	st := openRaw(t, hs.URL+"/v1/watch?prefix=jobs/", "", http.StatusOK)
+	st.expectSynced("1")
+}
+
+// TestWatchWithUnfinishedBodyDoesNotHoldUpShutdown: a watch whose body never
+// arrives whole is answered 400 at once. It was not answered at all:
+// net/http reads the rest of an unread body before the answer's head, so
+// the stream's first flush waited for the body until the read deadline it
+// had itself moved to the heartbeat plus the write timeout (2 h here, 45 s
+// in lease serve), holding a watch slot all that time; Close cuts a
+// stream's writes, not that read, so it held the server's Shutdown too.
+func TestWatchWithUnfinishedBodyDoesNotHoldUpShutdown(t *testing.T) {
+	// In a bubble, on pipes: the body that never comes blocks for good.
+	synctest.Test(t, func(t *testing.T) {
+		srv := newServer(t, memtest.New(t), leasehttp.WithHeartbeat(time.Hour))
+		hs := &http.Server{ReadTimeout: time.Hour, WriteTimeout: time.Hour}
+		ln := servePipes(t, srv, hs)
+		conn, err := ln.dial(context.Background(), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		answer := make(chan string, 1)
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				answer <- err.Error()
+				return
+			}
+			answer <- resp.Status
+		}()
+		if _, err := conn.Write([]byte("GET /v1/watch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{}")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case a := <-answer:
+			if !strings.HasPrefix(a, "400 ") {
+				t.Errorf("a watch with 2 of its 100 body bytes got %.80q, want 400", a)
+			}
+		default:
+			t.Errorf("a watch with 2 of its 100 body bytes has no answer")
+		}
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := hs.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown: %v after %v, held by the stream waiting for its body", err, time.Since(start))
+		}
+	})
 }

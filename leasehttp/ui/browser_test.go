@@ -371,6 +371,27 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitFor(t, tab, "the active leases tile", fmt.Sprintf(`document.getElementById('stat-active').dataset.value === '%d'`, held+1))
 	})
 
+	// A stream's last event, end, says why the server ended it; the page
+	// shows that reason. It looked for an event named error, which the
+	// server no longer sends, and showed "the stream ended" whatever the
+	// reason.
+	t.Run("StreamEndShowsReason", func(t *testing.T) {
+		tab := newTab(t, browser)
+		t.Run("Serve", func(t *testing.T) { // its server shuts down, ending the stream, when it ends
+			open, _ := startServe(t, serveOptions{bin: bin, noAuth: true})
+			run(t, tab, chromedp.Navigate(open+"/ui/"))
+			waitFor(t, tab, "the dashboard", `document.getElementById('conn').dataset.state === 'live'`)
+			eval[bool](t, tab, `(() => {
+				window.conns = [];
+				const conn = document.getElementById('conn');
+				new MutationObserver(() => window.conns.push(conn.textContent)).observe(conn, {childList: true, characterData: true, subtree: true});
+				return true;
+			})()`)
+		})
+		waitFor(t, tab, "the stream's end", `window.conns.length > 0`)
+		waitFor(t, tab, "the server's reason", `window.conns.some(s => s.includes('shutting down'))`)
+	})
+
 	t.Run("LiveTable", func(t *testing.T) {
 		a := acquire(t, admin, "demo/alpha", "worker-1", 2*time.Minute)
 		b := acquire(t, admin, "demo/beta", "worker-2", 2*time.Minute)

@@ -225,7 +225,7 @@ export interface paths {
         };
         /**
          * Watch leases
-         * @description Server-Sent Events: first one `held` event per unexpired lease whose key starts with `prefix` (or is `key`), then one `synced`, then each change (`acquired`, `renewed`, `released`, `expired`) as the backend makes it. Each message has an `id` (counting from 1 per stream), an `event` and `data`: the lease as `GET /v1/leases/{key}` answers it (no `id`), or `{}` for `synced`. A `: ping` comment follows each heartbeat of silence; the answer's `Lease-Heartbeat-Ms` header says the heartbeat, and a client takes a stream silent for two heartbeats (plus a little slack) for broken. The server keeps no history: a reconnect, with `Last-Event-ID` or not, starts a new stream from the current state. A stream ends with an `end` event (not `error`, which an EventSource fires for its own connection errors) whose data is an error body when the backend's watch breaks, the server closes, or the credential changes. Scoped by the credential's prefixes as a list is.
+         * @description Server-Sent Events: first one `held` event per unexpired lease whose key starts with `prefix` (or is `key`), then one `synced`, then each change (`acquired`, `renewed`, `released`, `expired`) as the backend makes it. Each message has an `id` (counting from 1 per stream), an `event` and `data`: the lease as `GET /v1/leases/{key}` answers it (no `id`), or `{}` for `synced`. A `: ping` comment follows each heartbeat of silence; the answer's `Lease-Heartbeat-Ms` header says the heartbeat, and a client takes a stream silent for two heartbeats (plus a little slack) for broken. The server keeps no history: a reconnect, with `Last-Event-ID` or not, starts a new stream from the current state. A stream ends with an `end` event (not `error`, which an EventSource fires for its own connection errors) whose data is an error body when the backend's watch breaks, the server closes, or the credential changes. Scoped by the credential's prefixes as a list is. A watch takes no request body (400), and is 406 when its `Accept` rules out `text/event-stream`.
          */
         get: operations["watchLeases"];
         put?: never;
@@ -279,7 +279,7 @@ export interface components {
             ttl_ms: components["schemas"]["TTL"];
             /** @description How long to wait for a held key, in milliseconds: 0 (the default) tries once; at most 3600000, and each server waits at most its own maximum wait (30 s by default), then answers `held`. */
             wait_ms?: number;
-            /** @description Names a wait that spans several requests (32 hex digits, chosen at random by the client, the same in every request of one wait). When a wait with a ticket reaches the server's maximum wait, the server keeps its place in line for a grace (2 s by default): a request with the same ticket, owner and ttl_ms within it takes the wait over where it stands, so a wait of any length stays first come, first served. A client that does not come back within the grace leaves the line, and a lease granted to it meanwhile is released. A lease granted between requests is renewed as it is handed over, so its expiry counts from the request that receives it. One request at a time per ticket; another is refused with 400. */
+            /** @description Names a wait that spans several requests (32 hex digits, not all zero, chosen at random by the client, the same in every request of one wait). When a wait with a ticket reaches the server's maximum wait, the server keeps its place in line for a grace (2 s by default): a request with the same ticket, owner and ttl_ms within it takes the wait over where it stands, so a wait of any length stays first come, first served. A client that does not come back within the grace leaves the line, and a lease granted to it meanwhile is released. A lease granted between requests is renewed as it is handed over, so its expiry counts from the request that receives it. One request at a time per ticket; another is refused with 400. */
             ticket?: string;
             /** @description With `ticket`: the client will not ask again once this request's `wait_ms` has run (its own deadline), so a wait that runs its whole `wait_ms` without the lease leaves the line at once instead of being kept for the grace. A wait the server cuts short at its own maximum wait is kept as usual: the client asks again. Default false. */
             last?: boolean;
@@ -485,6 +485,18 @@ export interface components {
                 "application/json": components["schemas"]["InvalidError"];
             };
         };
+        /** @description The request's `Accept` rules out `text/event-stream`, the only type a watch answers (code `invalid`). */
+        NotAcceptable: {
+            headers: {
+                "Cache-Control": components["headers"]["NoStore"];
+                "X-Content-Type-Options": components["headers"]["NoSniff"];
+                "Lease-Store": components["headers"]["Store"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["InvalidError"];
+            };
+        };
         /** @description The body is larger than 64 KiB (1 MiB for `POST /v1/renew`) (code `invalid`). */
         TooLarge: {
             headers: {
@@ -497,7 +509,7 @@ export interface components {
                 "application/json": components["schemas"]["InvalidError"];
             };
         };
-        /** @description The body is not sent as `application/json` (code `invalid`). */
+        /** @description The body is not sent as `application/json`, has more than one `Content-Type` header, or is compressed (a `Content-Encoding` other than `identity`) (code `invalid`). */
         NotJSON: {
             headers: {
                 "Cache-Control": components["headers"]["NoStore"];
@@ -509,7 +521,7 @@ export interface components {
                 "application/json": components["schemas"]["InvalidError"];
             };
         };
-        /** @description No bearer token, or one the server does not know (code `unauthorized`). */
+        /** @description No bearer token, one the server does not know, or more than one `Authorization` header (code `unauthorized`). */
         Unauthorized: {
             headers: {
                 "WWW-Authenticate": "Bearer realm=\"lease\"";
@@ -653,6 +665,7 @@ export type UnsupportedError = components['schemas']['UnsupportedError'];
 export type Stats = components['schemas']['Stats'];
 export type ResponseInvalid = components['responses']['Invalid'];
 export type ResponseRequestTimeout = components['responses']['RequestTimeout'];
+export type ResponseNotAcceptable = components['responses']['NotAcceptable'];
 export type ResponseTooLarge = components['responses']['TooLarge'];
 export type ResponseNotJson = components['responses']['NotJSON'];
 export type ResponseUnauthorized = components['responses']['Unauthorized'];
@@ -1017,6 +1030,7 @@ export interface operations {
             400: components["responses"]["Invalid"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            406: components["responses"]["NotAcceptable"];
             429: components["responses"]["TooManyWatchers"];
             501: components["responses"]["Unsupported"];
             503: components["responses"]["Unavailable"];

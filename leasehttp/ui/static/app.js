@@ -394,7 +394,7 @@
       try {
         await readEvents(resp.body, (name, data) => {
           if (gen !== S.gen) return;
-          if (name === 'error') {
+          if (name === 'end') { // the stream's last event: why the server ended it
             try { failed = JSON.parse(data).error.message; } catch (_) { failed = 'the stream broke'; }
             return;
           }
