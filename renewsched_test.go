@@ -136,33 +136,13 @@ func TestBatchFailureIsPerHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBatchCounter(memtest.New(t))
 		c := newClient(t, b, "worker-a")
-		ctx := context.Background()
-		var holds []*lease.Hold
-		for i := range 8 {
-			h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%d", i), 3*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			holds = append(holds, h)
-		}
+		holds := tryAcquireN(t, c, 8, 3*time.Second)
 		b.mu.Lock()
-		b.failKey = "shard/3"
+		b.failKey = "shard/00003"
 		b.mu.Unlock()
 		time.Sleep(6 * time.Second)
 		synctest.Wait()
-		for i, h := range holds {
-			err := h.Err()
-			defer h.Release(ctx)
-			if i == 3 {
-				if !errors.Is(err, lease.ErrLost) {
-					t.Errorf("the refused hold: Err = %v, want ErrLost", err)
-				}
-				continue
-			}
-			if err != nil {
-				t.Errorf("hold %s, renewed in the same batches as the refused one: %v", h.Key(), err)
-			}
-		}
+		onlyLost(t, holds, 3)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if b.batches == 0 || b.singles != 0 {
@@ -199,36 +179,35 @@ func (r *wholeRefuser) RenewBatch(ctx context.Context, renewals []lease.Renewal)
 // in the same batches stay held, renewed one each.
 func TestBatchRefusedWholeCostsOnlyItsCause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &wholeRefuser{batchCounter: newBatchCounter(memtest.New(t)), refuseKey: "shard/3"}
+		b := &wholeRefuser{batchCounter: newBatchCounter(memtest.New(t)), refuseKey: "shard/00003"}
 		c := newClient(t, b, "worker-a")
-		ctx := context.Background()
-		var holds []*lease.Hold
-		for i := range 8 {
-			h, err := c.TryAcquire(ctx, fmt.Sprintf("shard/%d", i), 3*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			holds = append(holds, h)
-		}
+		holds := tryAcquireN(t, c, 8, 3*time.Second)
 		time.Sleep(9 * time.Second)
 		synctest.Wait()
-		for i, h := range holds {
-			err := h.Err()
-			defer h.Release(ctx)
-			if i == 3 {
-				if !errors.Is(err, lease.ErrLost) {
-					t.Errorf("the refused hold: Err = %v, want ErrLost", err)
-				}
-				continue
-			}
-			if err != nil {
-				t.Errorf("hold %s, renewed in the same batches as the refused one: %v", h.Key(), err)
-			}
-		}
+		onlyLost(t, holds, 3)
 		if b.refused.Load() == 0 {
 			t.Error("no batch was refused: the test tried nothing")
 		}
 	})
+}
+
+// onlyLost checks that of holds, renewed in the same batches, holds[lost]
+// alone was lost, and releases them when the test ends.
+func onlyLost(t *testing.T, holds []*lease.Hold, lost int) {
+	t.Helper()
+	for i, h := range holds {
+		t.Cleanup(func() { h.Release(context.Background()) })
+		err := h.Err()
+		if i == lost {
+			if !errors.Is(err, lease.ErrLost) {
+				t.Errorf("the refused hold: Err = %v, want ErrLost", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("hold %s, renewed in the same batches as the refused one: %v", h.Key(), err)
+		}
+	}
 }
 
 // TestBatchUnavailableRetries: a batch the backend fails as a whole

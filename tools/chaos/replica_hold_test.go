@@ -2,14 +2,11 @@ package chaos_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/testkit/etcdtest"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/tools/chaos"
 )
 
 // TestHoldOutlivesAReplicaCutFromEtcd holds a lease through a client
@@ -19,14 +16,7 @@ import (
 // several TTLs after the cut, with the client's default timeout (10 s),
 // longer than the TTL.
 func TestHoldOutlivesAReplicaCutFromEtcd(t *testing.T) {
-	cluster := etcdtest.StartCluster(t, 1)
-	px, err := chaos.NewProxies([]string{strings.TrimPrefix(cluster.Endpoint(0), "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cut := startReplicasOf(t, 1, "etcd://"+px.Listen(0)+"/holdcut")
-	whole := startReplicas(t, 1, cluster, "holdcut")
+	px, cut, whole := startCutAndWhole(t, "holdcut")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -30,14 +30,7 @@ const silenceBound = 10 * time.Second
 // 503 and a renewal through it is not answered; a watch opened again on
 // the client's list gets the new holder from the second replica.
 func TestReplicaCutFromEtcd(t *testing.T) {
-	cluster := etcdtest.StartCluster(t, 1)
-	px, err := chaos.NewProxies([]string{strings.TrimPrefix(cluster.Endpoint(0), "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cut := startReplicasOf(t, 1, "etcd://"+px.Listen(0)+"/silent", "--watch-heartbeat", "200ms")
-	whole := startReplicas(t, 1, cluster, "silent")
+	px, cut, whole := startCutAndWhole(t, "silent", "--watch-heartbeat", "200ms")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

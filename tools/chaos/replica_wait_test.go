@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
-	"github.com/leasehq/lease/internal/testkit/etcdtest"
 	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasehttp"
-	"github.com/leasehq/lease/tools/chaos"
 )
 
 // waitCutBound is how soon a waiting acquire through a replica whose link
@@ -33,14 +31,7 @@ const waitCutBound = 20 * time.Second
 // not ask etcd who held it and said held anyway), and stayed on the cut
 // replica, waiting for a free key until its context ended.
 func TestWaitThroughReplicaCutFromEtcd(t *testing.T) {
-	cluster := etcdtest.StartCluster(t, 1)
-	px, err := chaos.NewProxies([]string{strings.TrimPrefix(cluster.Endpoint(0), "http://")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	cut := startReplicasOf(t, 1, "etcd://"+px.Listen(0)+"/waitcut")
-	whole := startReplicas(t, 1, cluster, "waitcut")
+	px, cut, whole := startCutAndWhole(t, "waitcut")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

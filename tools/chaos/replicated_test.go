@@ -91,6 +91,26 @@ func startReplicas(t *testing.T, n int, cluster *etcdtest.Cluster, prefix string
 	return startReplicasOf(t, n, "etcd://"+strings.Join(hosts, ",")+"/"+prefix)
 }
 
+// startCutAndWhole starts a one-member etcd cluster and two replicas under
+// prefix: cut, whose link to etcd runs through px (a toxiproxy that a test
+// blackholes to cut it from etcd), with args; and whole, which reaches
+// etcd directly. px is closed when the test ends, before the replicas
+// are stopped.
+func startCutAndWhole(t *testing.T, prefix string, args ...string) (px *chaos.Proxies, cut, whole *replicaSet) {
+	t.Helper()
+	cluster := etcdtest.StartCluster(t, 1)
+	px, err := chaos.NewProxies([]string{strings.TrimPrefix(cluster.Endpoint(0), "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut = startReplicasOf(t, 1, "etcd://"+px.Listen(0)+"/"+prefix, args...)
+	whole = startReplicas(t, 1, cluster, prefix)
+	// Registered after the replicas' cleanups, so run before them: a
+	// replica cut from etcd stops at once once its link is gone.
+	t.Cleanup(func() { px.Close() })
+	return px, cut, whole
+}
+
 // startReplicasOf starts n replicas serving --backend backend.
 func startReplicasOf(t *testing.T, n int, backend string, args ...string) *replicaSet {
 	t.Helper()
