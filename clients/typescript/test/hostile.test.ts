@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { createServer } from "node:http";
+import { createServer, type Server } from "node:http";
 import { type AddressInfo, createServer as createTCPServer, type Socket } from "node:net";
 import { after, test } from "node:test";
 
@@ -19,6 +19,17 @@ interface Renewal {
   id: string;
   token: number;
   ttl_ms: number;
+}
+
+/** Serves srv on a free loopback port until the file's tests end (its
+ * connections cut then) and returns its URL. */
+async function serve(srv: Server): Promise<string> {
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  after(() => new Promise<void>((r) => {
+    srv.closeAllConnections();
+    srv.close(() => r());
+  }));
+  return `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
 }
 
 /** leaseText is a granted lease as a server writes it, its token written as given. */
@@ -68,12 +79,8 @@ async function fake(opts: {
       res.end(out);
     });
   });
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  after(() => new Promise<void>((r) => {
-    srv.closeAllConnections();
-    srv.close(() => r());
-  }));
-  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, batches: () => batches, releases: () => releases, released: () => released };
+  const url = await serve(srv);
+  return { url, batches: () => batches, releases: () => releases, released: () => released };
 }
 
 test("a token is read as written: past 2^53, or with a fraction or an exponent, is an UnexpectedAnswerError", async () => {
@@ -397,12 +404,8 @@ test("a batch answered with fewer or more results than renewals renews none of t
         res.end(out);
       });
     });
-    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-    after(() => new Promise<void>((r) => {
-      srv.closeAllConnections();
-      srv.close(() => r());
-    }));
-    const client = new LeaseClient({ server: `http://127.0.0.1:${(srv.address() as AddressInfo).port}` });
+    const url = await serve(srv);
+    const client = new LeaseClient({ server: url });
     const ttlMs = 300;
     const sent = performance.now();
     const holds = await Promise.all(["a", "b", "c"].map((k) => client.tryAcquire(k, { ttlMs })));
@@ -448,12 +451,8 @@ test("a batch answered 429 or 503, or cut off by a reset, is asked again: the ho
         res.end(`{"results":[${renewals.map((r) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`).join(",")}]}`);
       });
     });
-    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-    after(() => new Promise<void>((r) => {
-      srv.closeAllConnections();
-      srv.close(() => r());
-    }));
-    const client = new LeaseClient({ server: `http://127.0.0.1:${(srv.address() as AddressInfo).port}` });
+    const url = await serve(srv);
+    const client = new LeaseClient({ server: url });
     const ttlMs = 600;
     const holds = await Promise.all(["a", "b"].map((k) => client.tryAcquire(k, { ttlMs })));
     await waitFor(`${fault}: six batches`, () => batches >= 6, 10_000);
@@ -515,12 +514,8 @@ test("all() over a server whose pages do not move on (a proxy that drops after=)
       res.writeHead(200, { "Content-Type": "application/json" });
       res.end(`{"leases":[${leases.join(",")}],"next":"${cursor(second ? "a" : "b")}"}`);
     });
-    await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-    after(() => new Promise<void>((r) => {
-      srv.closeAllConnections();
-      srv.close(() => r());
-    }));
-    const client = new LeaseClient({ server: `http://127.0.0.1:${(srv.address() as AddressInfo).port}` });
+    const url = await serve(srv);
+    const client = new LeaseClient({ server: url });
     const seen: string[] = [];
     await assert.rejects(
       (async () => {
@@ -564,12 +559,8 @@ test("a release answered not_held after an attempt whose answer was lost says th
     const urls: string[] = [];
     for (let i = 0; i < servers; i++) {
       const srv = make();
-      await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-      after(() => new Promise<void>((r) => {
-        srv.closeAllConnections();
-        srv.close(() => r());
-      }));
-      urls.push(`http://127.0.0.1:${(srv.address() as AddressInfo).port}`);
+      const url = await serve(srv);
+      urls.push(url);
     }
     const client = new LeaseClient({ server: urls });
     const h = await client.tryAcquire("k", { ttlMs: 60_000 });
@@ -590,12 +581,7 @@ test("an aborted signal sends nothing and rejects with its reason; AbortSignal.t
     res.writeHead(200, { "Content-Type": "application/json" });
     res.end('{"leases":[],"next":""}');
   });
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  after(() => new Promise<void>((r) => {
-    srv.closeAllConnections();
-    srv.close(() => r());
-  }));
-  const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+  const url = await serve(srv);
   for (const transport of ["node", "fetch"] as const) {
     const c = new LeaseClient({ server: url, ...(transport === "fetch" ? { fetch: globalThis.fetch } : {}) });
     const why = new Error("already gone");
