@@ -72,7 +72,7 @@ def test_a_late_grant_s_renewal_moves_on_from_a_replica_that_never_answers(
     # second replica could renew it at once.
     a, b = proxy_to(server), proxy_to(server)
     key = unique("late-grant")
-    a.slow = 0.4 * TTL  # the acquire's answer comes past a third of the TTL
+    a.slow = 0.5 * TTL  # the acquire's answer comes past a third of the TTL
     # real time: frozen while the grant's answer is held back, so the grant
     # still comes and the renewal after it does not.
     freeze = threading.Timer(0.2 * TTL, a.frozen.set)
