@@ -183,6 +183,8 @@ class Proxy:
         self.refuse = threading.Event()
         """While set, every new connection is closed at once (and counted in refused)."""
         self.refused = 0
+        self.slow = 0.0
+        """Seconds each piece of the server's answers is held back, as by a server slow to answer."""
         self._ls = socket.socket()
         self._ls.bind(("127.0.0.1", 0))
         self._ls.listen(64)
@@ -211,9 +213,9 @@ class Proxy:
             i = len(self._socks) // 2
             self._socks += [c, u]
             for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pipe, args=(a, b, i), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(a, b, i, a is u), daemon=True).start()
 
-    def _pipe(self, a: socket.socket, b: socket.socket, i: int) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, i: int, answers: bool) -> None:
         try:
             while True:
                 data = a.recv(65536)
@@ -225,6 +227,8 @@ class Proxy:
                     break
                 while self.frozen.is_set() and not self._closed:
                     time.sleep(0.005)
+                if answers and self.slow:
+                    time.sleep(self.slow)  # real time: the delay is what it simulates
                 b.sendall(data)
         except OSError:
             pass

@@ -20,7 +20,7 @@ from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine, Final, G
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
-from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, unanswered, unopened
+from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, taken, unanswered, unopened
 from ._errors import (
     HeldError,
     LeaseError,
@@ -370,6 +370,43 @@ class _Transport:
                     continue
             raise err
 
+    async def renew(self, path: str, body: bytes, ttl: float, *, timeout: float, until: float | None = None) -> _Answer:
+        """As the sync Transport.renew: on several endpoints, a renewal still
+        unanswered after hedge_after(ttl) is also sent to the next, the first
+        outcome taken standing and the other request cancelled."""
+        if len(self.endpoints.all) < 2:
+            return await self.request("POST", path, body, repeatable=True, timeout=timeout, until=until)
+
+        def send() -> asyncio.Task[_Answer]:
+            return asyncio.get_running_loop().create_task(
+                self.request("POST", path, body, repeatable=True, timeout=timeout, until=until), name="leasehq-lease-renewal"
+            )
+
+        first = self.endpoints.current()
+        runs = [send()]
+        try:
+            done, _ = await asyncio.wait(runs, timeout=hedge_after(ttl))
+            if done:
+                return runs[0].result()
+            self.endpoints.move_on(first)  # unanswered so far: later requests go to the next
+            runs.append(send())
+            pending = set(runs)
+            while True:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for r in done:
+                    if taken(r.exception()):
+                        return r.result()
+                if not pending:
+                    return done.pop().result()  # both failed
+                # The first to end failed: the other's outcome stands.
+        finally:
+            for r in runs:
+                r.cancel()  # the request not taken: its connection is closed
+            await asyncio.wait(runs)
+            for r in runs:
+                if not r.cancelled():
+                    r.exception()  # seen, not logged as never retrieved
+
     async def stream(self, path: str, timeout: float) -> tuple[_Conn, dict[str, str], int]:
         plan = Plan(len(self.endpoints.all), True)
         while True:
@@ -575,7 +612,8 @@ class _Renewer:
         until = min(h._state.deadline for h in batch)
         timeout = max(0.01, until - sent)
         try:
-            a = await self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout, until=until)
+            ttl = min(h._state.effective_ttl() for h in batch)
+            a = await self.transport.renew("/v1/renew", body, ttl, timeout=timeout, until=until)
             results = _results(a.body, len(batch))
         except LeaseError as e:
             if refused_whole(e, len(batch)):
@@ -720,9 +758,7 @@ class AsyncLeaseClient(ClientBase):
         if time.monotonic() - sent >= ttl / 3:
             again = time.monotonic()
             try:
-                a = await self._transport.request(
-                    "POST", key_path(g.lease.key, "renew"), renew_body(g, ttl), repeatable=True, timeout=ttl
-                )
+                a = await self._transport.renew(key_path(g.lease.key, "renew"), renew_body(g, ttl), ttl, timeout=ttl)
                 r = granted_of(loads_object(a.body, "renew"), "renew")
                 if not same_lease(g, r):
                     raise UnavailableError("lease: renewal answered with another lease")

@@ -158,7 +158,7 @@ class LeaseClient(ClientBase):
         return h
 
     def _renew(self, g: Granted, ttl: float) -> Granted:
-        a = self._transport.request("POST", key_path(g.lease.key, "renew"), renew_body(g, ttl), repeatable=True, timeout=ttl)
+        a = self._transport.renew(key_path(g.lease.key, "renew"), renew_body(g, ttl), ttl, timeout=ttl)
         r = granted_of(loads_object(a.body, "renew"), "renew")
         if not same_lease(g, r):
             raise UnavailableError("lease: renewal answered with another lease")

@@ -163,6 +163,26 @@ class Plan:
         return max(0.001, min(t, self.until - time.monotonic()))
 
 
+def hedge_after(ttl: float) -> float:
+    """Seconds after which a renewal of ttl (the shortest of a batch's) still
+    unanswered is also sent to the next endpoint, on a list of several
+    (rule 4): a holder renews a third of its TTL after its last renewal and
+    keeps the lease until about its TTL, and a replica that takes the
+    request and never answers it (cut from etcd by a silent link) kept it
+    until the safe deadline, the lease lost though the next replica could
+    renew it. The first request goes on, so a replica merely slow still
+    renews in time; the first outcome that is not a failure (taken) is
+    taken, the other request then abandoned. Both transports' renew()."""
+    return ttl / 3
+
+
+def taken(e: BaseException | None) -> bool:
+    """Whether a hedged renewal that ended with e (None: a 2xx answer) is
+    taken: anything but a failure to get an answer (UnavailableError, a 503
+    included), which leaves the other request's outcome to stand."""
+    return not isinstance(e, UnavailableError)
+
+
 def unanswered(method: str, path: str, url: str, cause: BaseException, never_left: bool, repeatable: bool) -> UnavailableError:
     """The error of a request that got no answer and will not be sent again."""
     what = "could not reach" if never_left else "lost the answer of"

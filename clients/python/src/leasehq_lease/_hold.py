@@ -375,8 +375,9 @@ class Renewer:
         # hold: no try, retries included, waits past it.
         until = min(h._state.deadline for h in batch)
         timeout = max(0.01, until - sent)
+        ttl = min(h._state.effective_ttl() for h in batch)
         try:
-            a = self.transport.request("POST", "/v1/renew", body, repeatable=True, timeout=timeout, until=until)
+            a = self.transport.renew("/v1/renew", body, ttl, timeout=timeout, until=until)
             results = _results(a.body, len(batch))
         except LeaseError as e:
             if refused_whole(e, len(batch)):

@@ -6,6 +6,7 @@ package: http.client and ssl cost more to import than the rest of it."""
 from __future__ import annotations
 
 import http.client
+import queue
 import select
 import socket
 import ssl
@@ -14,7 +15,7 @@ import threading
 import time
 from typing import Final
 
-from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, unanswered, unopened
+from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, taken, unanswered, unopened
 from ._errors import LeaseError, error_from_answer
 
 IDLE_KEEP: Final = 60.0
@@ -29,6 +30,52 @@ class Answer:
     def __init__(self, status: int, body: bytes) -> None:
         self.status = status
         self.body = body
+
+
+class Abandoned(Exception):
+    """A request ended by its Abandon: it says nothing about the server, and moves nothing."""
+
+
+class Abandon:
+    """Ends the requests another thread makes with it (a hedged renewal's
+    request not taken): abandon() shuts their connections down, which wakes
+    a read or a write blocked on them, and no try starts after it. (A
+    connection still being made is not cut: it ends by its timeout.)"""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = False
+        self._conns: set[http.client.HTTPConnection] = set()
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._done = True
+            # Under the lock: a connection is left (leave) before it is
+            # closed, so that the descriptor shut down is still its own.
+            for c in self._conns:
+                if c.sock is not None:
+                    try:
+                        c.sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+    def check(self) -> None:
+        if self._done:
+            raise Abandoned()
+
+    def enter(self, c: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._conns.add(c)
+        self.check()
+
+    def leave(self, c: http.client.HTTPConnection) -> bool:
+        """Stops watching c; whether its request was abandoned (c then closed)."""
+        with self._lock:
+            self._conns.discard(c)
+            done = self._done
+        if done:
+            c.close()
+        return done
 
 
 class Transport:
@@ -98,15 +145,19 @@ class Transport:
         with self._lock:
             self._idle[i].append((c, time.monotonic()))
 
-    def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float) -> Answer:
+    def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float, abandon: Abandon | None = None) -> Answer:
         c, reused = self._get(i, timeout)
         ep = self.endpoints.all[i]
         try:
+            if abandon is not None:
+                abandon.enter(c)
             c.request(method, ep.path + path, body, self.headers if body is not None else self.get_headers)
             r = c.getresponse()
             self.endpoints.check_store(i, r.getheader(STORE_HEADER))
             data = _read(r)
         except (OSError, http.client.HTTPException) as e:
+            if abandon is not None and abandon.leave(c):
+                raise Abandoned() from e
             c.close()
             # A pooled connection the server had closed fails at once; the
             # request may not have been read, but nobody can tell.
@@ -116,9 +167,13 @@ class Transport:
             # hang up now, not when the exception is let go, so that the
             # server ends a wait (it would grant the lease to nobody) and
             # releases a lease it grants at that moment.
+            if abandon is not None:
+                abandon.leave(c)
             c.close()
             raise
-        if r.will_close:
+        if abandon is not None and abandon.leave(c):
+            pass  # answered as it was abandoned: the answer is nobody's, the connection closed
+        elif r.will_close:
             c.close()
         else:
             self._put(i, c)
@@ -126,19 +181,23 @@ class Transport:
 
     def request(
         self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
-        until: float | None = None,
+        until: float | None = None, abandon: Abandon | None = None,
     ) -> Answer:
         """Sends a request by the multi-endpoint rules and returns a 2xx answer;
         an error answer raises its class, a request that got none an
         UnavailableError. until (time.monotonic()) ends the tries, retries
-        included: nothing is sent past it, and each try's timeout stops at it."""
+        included: nothing is sent past it, and each try's timeout stops at
+        it; passing it unanswered is a timeout, and moves the endpoint on.
+        abandon, if given, ends the request from another thread (Abandoned)."""
         n = len(self.endpoints.all)
         plan = Plan(n, repeatable, until)
         t = self.timeout if timeout is None else timeout
         while True:
             i = self.endpoints.current()
             try:
-                a = self._once(i, method, path, body, plan.timeout(t))
+                if abandon is not None:
+                    abandon.check()
+                a = self._once(i, method, path, body, plan.timeout(t), abandon)
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
@@ -159,6 +218,43 @@ class Transport:
                         time.sleep(pause)
                     continue
             raise err
+
+    def renew(self, path: str, body: bytes, ttl: float, *, timeout: float, until: float | None = None) -> Answer:
+        """A renewal of ttl (the shortest of a batch's), sent as request does;
+        on a list of several endpoints, also sent to the next if still
+        unanswered after hedge_after(ttl), the first outcome taken (taken)
+        standing and the other request abandoned."""
+        if len(self.endpoints.all) < 2:
+            return self.request("POST", path, body, repeatable=True, timeout=timeout, until=until)
+        abandon = Abandon()
+        ended: queue.SimpleQueue[tuple[Answer | None, BaseException | None]] = queue.SimpleQueue()
+
+        def send() -> None:
+            try:
+                ended.put((self.request("POST", path, body, repeatable=True, timeout=timeout, until=until, abandon=abandon), None))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                ended.put((None, e))
+
+        def start() -> None:
+            threading.Thread(target=send, name="leasehq-lease-renewal", daemon=True).start()
+
+        first = self.endpoints.current()
+        start()
+        try:
+            try:
+                a, e = ended.get(timeout=hedge_after(ttl))
+            except queue.Empty:
+                self.endpoints.move_on(first)  # unanswered so far: later requests go to the next
+                start()
+                a, e = ended.get()
+                if not taken(e):
+                    a, e = ended.get()  # the first to end failed: the other's outcome stands
+        finally:
+            abandon.abandon()
+        if e is not None:
+            raise e
+        assert a is not None
+        return a
 
     def stream(self, path: str, timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, int]:
         """Opens an event stream on a connection of its own (never pooled), by
