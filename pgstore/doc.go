@@ -89,7 +89,10 @@
 // it. The row is the key's high-water mark, so a key's tokens rise across
 // release, expiry, restarts of the application and of the server. The cost
 // is one small row per key ever used; do not delete rows by hand, or that
-// key's tokens start again above the floor, which may be below them.
+// key's tokens start again above the floor, which may be below them. Tables
+// dropped under a running Store are made again, empty, by its next
+// preparation; the Store then refuses every operation (lease.ErrUnavailable,
+// saying so) rather than issue tokens from 1 again (Store.StoreID).
 //
 // # Restores
 //

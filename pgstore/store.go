@@ -34,6 +34,7 @@ type Store struct {
 	closed   atomic.Bool
 	prefix   string                 // the table prefix, for StoreID
 	storeID  atomic.Pointer[string] // StoreID's, set by the first preparation of the tables
+	replaced atomic.Pointer[error]  // set when the tables were found dropped and made anew (prepare)
 
 	notify *notifier
 	watch  watcher // Watch's listener (watch.go)
@@ -178,8 +179,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 // that a client listing several replicas finds one configured with another
 // --backend. It is printable ASCII without spaces, at most 128 bytes, and
 // "" until the tables are first prepared (Open does; a Store from New, at
-// its first operation). Tables dropped and recreated under a running Store
-// get a new id that this Store does not report: restart what serves them.
+// its first operation). Tables dropped under a running Store are made again
+// with a new id, which this Store does not take: their tokens start again,
+// below ones it issued (I1), so it answers every later operation with an
+// error matching lease.ErrUnavailable that says so. Restore the old tables
+// (and run Bump), or restart what serves them to serve the new ones.
 func (s *Store) StoreID() string {
 	if p := s.storeID.Load(); p != nil {
 		return *p

@@ -1,9 +1,14 @@
 package pgstore
 
 import (
+	"errors"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/leasehq/lease"
 )
 
 // TestStoreID: Stores on the same tables, racing to create them or not,
@@ -68,5 +73,55 @@ func TestStoreID(t *testing.T) {
 	}
 	if got := storeIDOf(string(make([]byte, 63)), string(make([]byte, 57)), ids[0][len(ids[0])-32:]); len(got) > 128 {
 		t.Fatalf("StoreID of the longest names is %d bytes, more than 128: %q", len(got), got)
+	}
+}
+
+// TestTablesDroppedUnderARunningStore: the tables dropped while a Store
+// serves them are made again by its next operation's preparation, empty,
+// so their tokens start again at 1. The Store must not serve them: its
+// next acquisition of a key it granted at token 3 is refused with
+// ErrUnavailable, saying why, never granted at a lower token (I1).
+func TestTablesDroppedUnderARunningStore(t *testing.T) {
+	ctx := testCtx(t)
+	db := newTestDB(t, 4)
+	s, err := Open(ctx, db.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var last lease.Lease
+	for range 3 {
+		if last, err = s.Acquire(ctx, "k", "w", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.pool.Exec(ctx, `DROP TABLE public.lease_leases, public.lease_meta`); err != nil {
+		t.Fatal(err)
+	}
+	// The first operation finds the tables missing; the ones after it
+	// prepare them again.
+	for i := range 3 {
+		l, err := s.Acquire(ctx, "k", "w", time.Minute)
+		if err == nil {
+			t.Fatalf("acquisition %d after the tables were dropped: granted at token %d, after token %d (tokens went back)", i, l.Token, last.Token)
+		}
+		if !errors.Is(err, lease.ErrUnavailable) {
+			t.Fatalf("acquisition %d after the tables were dropped: %v; want ErrUnavailable", i, err)
+		}
+		if i > 0 && !strings.Contains(err.Error(), "dropped and made again") {
+			t.Fatalf("acquisition %d after the tables were dropped: %v; want it to say why", i, err)
+		}
+	}
+	// A Store opened now serves the new tables, under their new id.
+	fresh, err := Open(ctx, db.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if fresh.StoreID() == s.StoreID() {
+		t.Fatalf("the new tables' StoreID %q is the dropped ones'", fresh.StoreID())
 	}
 }
