@@ -22,7 +22,7 @@ import urllib.request
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Final, Iterator
 
 import pytest
 
@@ -134,6 +134,15 @@ def wait_for(what: str, cond: Callable[[], bool], timeout: float = 10.0) -> None
         if time.monotonic() > until:
             raise AssertionError(f"{what}: not within {timeout} s")
         time.sleep(0.005)
+
+
+def run_either(asynchronous: bool, sync: Callable[[], None], asyncio_: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Runs a test's sync body, or its asyncio body in an event loop of its own
+    for 60 s at most: the two flavours of one test."""
+    if asynchronous:
+        asyncio.run(asyncio.wait_for(asyncio_(), 60))
+    else:
+        sync()
 
 
 RENEWED_TTL: Final = 2.0

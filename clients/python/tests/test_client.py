@@ -32,7 +32,7 @@ from leasehq_lease import (
 if TYPE_CHECKING:
     from leasehq_lease import AsyncHold, Hold
 
-from conftest import RENEWED_TTL, Server, StartServer, free_port, past_first_ttl, renewed_past, unique, wait_for
+from conftest import RENEWED_TTL, Server, StartServer, free_port, past_first_ttl, renewed_past, run_either, unique, wait_for
 
 
 def test_the_installed_package_is_tested() -> None:
@@ -578,10 +578,7 @@ def test_a_release_to_a_hung_server_ends_by_the_hold_s_deadline(server: Server, 
             took.append(left)
 
     try:
-        if asynchronous:
-            asyncio.run(asyncio.wait_for(asyncio_(), 60))
-        else:
-            sync()
+        run_either(asynchronous, sync, asyncio_)
     finally:
         net.frozen.clear()
     assert took[0] < took[1] + 0.5, f"the block's end took {took[0]:.2f} s, {took[1]:.2f} s before the hold's deadline"

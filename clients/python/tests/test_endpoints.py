@@ -12,7 +12,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import Proxy, Server, past_first_ttl, renewed_past, renewed_past_async, unique
+from conftest import Proxy, Server, past_first_ttl, renewed_past, renewed_past_async, run_either, unique
 from leasehq_lease import AsyncLeaseClient, LeaseClient, UnavailableError
 
 TTL = 3.0
@@ -52,10 +52,7 @@ def test_renewals_move_on_from_a_replica_that_never_answers(
             await h.release()
 
     try:
-        if asynchronous:
-            asyncio.run(asyncio.wait_for(asyncio_(), 60))
-        else:
-            sync()
+        run_either(asynchronous, sync, asyncio_)
     finally:
         a.frozen.clear()
 
@@ -92,10 +89,7 @@ def test_a_late_grant_s_renewal_moves_on_from_a_replica_that_never_answers(
             assert c.server == b.url
 
     try:
-        if asynchronous:
-            asyncio.run(asyncio.wait_for(asyncio_(), 60))
-        else:
-            sync()
+        run_either(asynchronous, sync, asyncio_)
     finally:
         freeze.cancel()
         a.frozen.clear()
@@ -127,10 +121,7 @@ def test_slow_renewals_still_count(server: Server, proxy_to: Callable[[Server], 
                 p.slow = 0.4 * TTL
             await asyncio.gather(*(renewed_past_async(h, past_first_ttl(h)) for h in holds))
 
-    if asynchronous:
-        asyncio.run(asyncio.wait_for(asyncio_(), 60))
-    else:
-        sync()
+    run_either(asynchronous, sync, asyncio_)
 
 
 @modes
@@ -166,10 +157,7 @@ def test_a_release_past_its_bound_moves_on(server: Server, proxy_to: Callable[[S
             assert time.monotonic() - t0 < 1.0
 
     try:
-        if asynchronous:
-            asyncio.run(asyncio.wait_for(asyncio_(), 60))
-        else:
-            sync()
+        run_either(asynchronous, sync, asyncio_)
     finally:
         a.frozen.clear()
 

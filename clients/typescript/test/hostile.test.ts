@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { createServer, type Server } from "node:http";
+import { createServer, type Server, type ServerResponse } from "node:http";
 import { type AddressInfo, createServer as createTCPServer, type Socket } from "node:net";
 import { after, test } from "node:test";
 
@@ -19,6 +19,16 @@ interface Renewal {
   id: string;
   token: number;
   ttl_ms: number;
+}
+
+/** Answers an acquire (url and its body text) with a grant at token 7, and
+ * says whether it was one. */
+function granted(url: string, text: string, res: ServerResponse): boolean {
+  if (!url.endsWith("/acquire")) return false;
+  const key = decodeURIComponent(url.split("/")[3] ?? "");
+  res.writeHead(200, { "Content-Type": "application/json" });
+  res.end(leaseText(key, "7", (JSON.parse(text) as { ttl_ms: number }).ttl_ms));
+  return true;
 }
 
 /** Serves srv on a free loopback port until the file's tests end (its
@@ -425,12 +435,7 @@ test("a batch answered 429 or 503, or cut off by a reset, is asked again: the ho
     const srv = createServer((req, res) => {
       void body(req).then((text) => {
         const url = req.url ?? "";
-        if (url.endsWith("/acquire")) {
-          const key = decodeURIComponent(url.split("/")[3] ?? "");
-          res.writeHead(200, { "Content-Type": "application/json" });
-          res.end(leaseText(key, "7", (JSON.parse(text) as { ttl_ms: number }).ttl_ms));
-          return;
-        }
+        if (granted(url, text, res)) return;
         if (url.endsWith("/release")) {
           res.writeHead(200, { "Content-Type": "application/json" });
           res.end("{}");
@@ -542,12 +547,7 @@ test("a release answered not_held after an attempt whose answer was lost says th
       createServer((req, res) => {
         void body(req).then((text) => {
           const url = req.url ?? "";
-          if (url.endsWith("/acquire")) {
-            const key = decodeURIComponent(url.split("/")[3] ?? "");
-            res.writeHead(200, { "Content-Type": "application/json" });
-            res.end(leaseText(key, "7", (JSON.parse(text) as { ttl_ms: number }).ttl_ms));
-            return;
-          }
+          if (granted(url, text, res)) return;
           if (++releases === 1) {
             req.socket.destroy(); // released; the answer is lost
             return;
