@@ -201,6 +201,7 @@ class Proxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self._socks: list[socket.socket] = []
         self._stranded = 0  # the connections open at strand(): _socks[: 2 * _stranded]
+        self._asked: dict[int, bytes] = {}  # connection i: the first bytes the client sent on it
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -234,6 +235,8 @@ class Proxy:
                     continue  # taken, as a peer's kernel takes it, and never delivered
                 if not data:
                     break
+                if not answers:
+                    self._asked.setdefault(i, data)
                 while self.frozen.is_set() and not self._closed:
                     time.sleep(0.005)
                 if answers and self.slow:
@@ -271,9 +274,13 @@ class Proxy:
             except OSError:
                 pass
 
-    def cut(self) -> None:
-        """Closes every connection open now."""
-        for s in self._socks:
+    def cut(self, asking: bytes = b"") -> None:
+        """Closes every connection open now, or those whose first request
+        began with asking (b"GET /v1/watch": the watches, and not a request
+        that may be on its way)."""
+        for i, s in enumerate(self._socks):
+            if not self._asked.get(i // 2, b"").startswith(asking):
+                continue
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:

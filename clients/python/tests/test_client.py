@@ -433,6 +433,36 @@ def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_serve
         assert h.token >= 1
 
 
+def test_a_busy_process_keeps_its_connections(server: Server, proxy_to: object) -> None:
+    # A process with more than 1,024 descriptors open (a server's sockets,
+    # files) has the client's sockets above FD_SETSIZE. The pool asked
+    # select() whether an idle connection had been closed under it, select()
+    # refused such a descriptor, and the pool took that for a close: every
+    # request then opened a connection of its own.
+    import os
+    import resource
+
+    from conftest import Proxy
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1200, hard), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        p: Proxy = proxy_to(server)  # type: ignore[operator]
+        c = LeaseClient(p.url)
+        for _ in range(5):
+            c.try_acquire(unique("busy"), 5.0).release()
+        assert len(p._socks) // 2 == 1, f"{len(p._socks) // 2} connections for 10 requests"
+        c.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_failed_renewals_are_retried_at_a_pace(server: Server, proxy_to: object) -> None:
     # A server that hangs up on every request: the renewer retries at about
     # a tenth of the TTL until the deadline, not in a tight loop.

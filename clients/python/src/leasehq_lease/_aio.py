@@ -20,7 +20,9 @@ from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine, Final, G
 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
-from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, taken, unanswered, unopened
+from ._endpoints import (
+    MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, spoke_unasked, taken, unanswered, unopened,
+)
 from ._errors import (
     HeldError,
     LeaseError,
@@ -239,7 +241,7 @@ class _Transport:
         now = time.monotonic()
         while pool:
             c, since = pool.pop()
-            if now - since < IDLE_KEEP and not c[0].at_eof():
+            if now - since < IDLE_KEEP and not c[0].at_eof() and not spoke_unasked(c[1].get_extra_info("socket")):
                 return c
             c[1].close()
         return None

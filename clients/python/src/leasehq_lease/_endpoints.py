@@ -5,9 +5,10 @@ failures a request is sent again after."""
 
 from __future__ import annotations
 
+import select
 import threading
 import time
-from typing import Final, NamedTuple, Sequence
+from typing import Final, NamedTuple, Protocol, Sequence
 
 from ._errors import InvalidError, UnavailableError
 
@@ -118,6 +119,35 @@ class Endpoints:
         with self._lock:
             if self._cur == used:
                 self._cur = (used + 1) % len(self.all)
+
+
+class _HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+
+def spoke_unasked(sock: _HasFileno | None) -> bool:
+    """Whether an idle keep-alive connection has something to read: the
+    server's close (a restart, its idle timeout, a cut link) or bytes it
+    should never have sent, since a server sends nothing unasked. Asked of
+    the kernel at the moment of reuse, not of an event loop's last look at
+    the socket, which can predate the close. Such a connection is dropped
+    before a request is written to it, so that an acquire is not lost to it
+    with an unknown outcome. poll() where there is one: select() refuses a
+    descriptor at or above FD_SETSIZE (1024), which a busy process has."""
+    if sock is None:
+        return True
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return True
+        if hasattr(select, "poll"):
+            p = select.poll()
+            p.register(fd, select.POLLIN)
+            return bool(p.poll(0))
+        readable, _, _ = select.select([fd], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 class Failed(Exception):

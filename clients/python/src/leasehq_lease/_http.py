@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import queue
-import select
 import socket
 import ssl
 import struct
@@ -15,7 +14,9 @@ import threading
 import time
 from typing import Final
 
-from ._endpoints import MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, taken, unanswered, unopened
+from ._endpoints import (
+    MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, spoke_unasked, taken, unanswered, unopened,
+)
 from ._errors import LeaseError, error_from_answer
 
 IDLE_KEEP: Final = 60.0
@@ -132,7 +133,7 @@ class Transport:
             pool = self._idle[i]
             while pool:
                 old, since = pool.pop()
-                if now - since < IDLE_KEEP and not _closed_by_peer(old):
+                if now - since < IDLE_KEEP and not spoke_unasked(old.sock):
                     c = old
                     break
                 old.close()
@@ -312,20 +313,6 @@ def _read(r: http.client.HTTPResponse) -> bytes:
     if not r.isclosed():
         r.read()  # the end of a chunked body (its last chunk), so that the connection can be reused
     return data
-
-
-def _closed_by_peer(c: http.client.HTTPConnection) -> bool:
-    """Whether an idle keep-alive connection has something to read: the
-    server's close (a restart, its idle timeout), since it sends nothing
-    unasked. Such a connection is dropped before a request is written to it,
-    so that an acquire is not lost to it with an unknown outcome."""
-    if c.sock is None:
-        return True
-    try:
-        readable, _, _ = select.select([c.sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
 
 
 def _set_timeout(c: http.client.HTTPConnection, timeout: float) -> None:
