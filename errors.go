@@ -69,18 +69,29 @@ func (e *HeldError) Unwrap() error { return ErrHeld }
 
 // StillHeld is the error for a wait on key that ended without the lease. It
 // is last when that names the holder (a *HeldError); otherwise it asks b who
-// holds key now and names that holder; and when b cannot say (the key came
-// free just now, or b failed), it is an error matching ErrHeld that says
-// the key was held until the wait ended.
+// holds key now and names that holder; when the key came free just now (b
+// says ErrNotFound), it is an error matching ErrHeld that says the key was
+// held until the wait ended. When b cannot say (it failed), the wait has
+// learned nothing of the key, and the error is that failure, matching
+// ErrUnavailable, not ErrHeld: a client of several servers moves on to the
+// next after ErrUnavailable and not after ErrHeld, and a server cut off
+// from its backend answered "held" at the end of every wait, so that its
+// clients waited on there for a key free through the others.
 func StillHeld(ctx context.Context, b Backend, key string, last error) error {
 	var he *HeldError
 	if errors.As(last, &he) {
 		return he
 	}
-	if l, err := b.Get(ctx, key); err == nil {
+	l, err := b.Get(ctx, key)
+	switch {
+	case err == nil:
 		return &HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%w: %q was held until the wait ended; try again", ErrHeld, key)
+	case errors.Is(err, ErrUnavailable):
+		return fmt.Errorf("lease: the wait for %q ran out, and who holds it is unknown: %w", key, err)
 	}
-	return fmt.Errorf("%w: %q was held until the wait ended; try again", ErrHeld, key)
+	return fmt.Errorf("%w: the wait for %q ran out, and who holds it is unknown: %w", ErrUnavailable, key, err)
 }
 
 // HolderExpires returns when the holder that err names expires, on the

@@ -30,12 +30,15 @@ func TestHolderExpires(t *testing.T) {
 	}
 }
 
-// gone answers Get with a failure, as a backend that cannot say who holds
-// a key.
-type gone struct{ lease.Backend }
+// failing answers Get with err, as a backend that cannot say who holds a
+// key.
+type failing struct {
+	lease.Backend
+	err error
+}
 
-func (gone) Get(context.Context, string) (lease.Lease, error) {
-	return lease.Lease{}, lease.ErrUnavailable
+func (f failing) Get(context.Context, string) (lease.Lease, error) {
+	return lease.Lease{}, f.err
 }
 
 func TestStillHeld(t *testing.T) {
@@ -59,10 +62,20 @@ func TestStillHeld(t *testing.T) {
 			t.Errorf("StillHeld(last %v) = %v, want the holder %q with token %d", last, err, "holder", holder.Token)
 		}
 	}
-	// Nobody can say: still an error matching ErrHeld, naming the key.
-	err = lease.StillHeld(ctx, gone{store}, "k", context.DeadlineExceeded)
+	// Free by now: an error matching ErrHeld, naming the key and no holder.
+	free := memtest.New(t)
+	err = lease.StillHeld(ctx, free, "k", context.DeadlineExceeded)
 	var he *lease.HeldError
 	if !errors.Is(err, lease.ErrHeld) || errors.As(err, &he) || !strings.Contains(err.Error(), `"k"`) {
-		t.Errorf("StillHeld without an answer = %v, want ErrHeld naming the key and no holder", err)
+		t.Errorf("StillHeld with the key free = %v, want ErrHeld naming the key and no holder", err)
+	}
+	// Nobody can say: the backend's failure, matching ErrUnavailable and
+	// not ErrHeld (a client of several servers moves on after the one, not
+	// after the other), naming the key.
+	for _, failure := range []error{lease.ErrUnavailable, context.DeadlineExceeded, errors.New("disk on fire")} {
+		err = lease.StillHeld(ctx, failing{store, failure}, "k", context.DeadlineExceeded)
+		if !errors.Is(err, lease.ErrUnavailable) || !errors.Is(err, failure) || errors.Is(err, lease.ErrHeld) || !strings.Contains(err.Error(), `"k"`) {
+			t.Errorf("StillHeld with Get failing with %v = %v, want that failure, matching ErrUnavailable and not ErrHeld, naming the key", failure, err)
+		}
 	}
 }

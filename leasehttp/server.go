@@ -708,31 +708,14 @@ func (s *Server) waitEnded(ctx context.Context, key string, held error) error {
 	}
 }
 
-// stillHeld is the answer to a wait that ran out without the lease: 409
-// naming the holder (the one held names, else the one the backend names
-// now), or, the key free by now, saying that it was held until the wait
-// ended. But a backend that cannot say who holds the key is that failure,
-// 503, not a key held: a replica cut off from etcd answered "held" at the
-// end of every wait, so that its clients, which move on to the next
-// replica after a 503 but not after a 409, waited on there for a key free
-// through the others (TestWaitThroughReplicaCutFromEtcd).
+// stillHeld is the answer to a wait that ran out without the lease:
+// lease.StillHeld, asking the backend for at most backendTimeout even when
+// the client has gone. A backend that cannot say who holds the key makes it
+// 503, not 409 (TestWaitThroughReplicaCutFromEtcd).
 func (s *Server) stillHeld(ctx context.Context, key string, held error) error {
-	var he *lease.HeldError
-	if errors.As(held, &he) {
-		return he
-	}
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendTimeout)
 	defer cancel()
-	l, err := s.backend.Get(gctx, key)
-	switch {
-	case err == nil:
-		return &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
-	case errors.Is(err, lease.ErrNotFound): // as lease.StillHeld says it
-		return fmt.Errorf("%w: %q was held until the wait ended; try again", lease.ErrHeld, key)
-	case errors.Is(err, lease.ErrUnavailable):
-		return fmt.Errorf("leasehttp: the wait for %s ran out, and who holds it is unknown: %w", quoteName(key), err)
-	}
-	return fmt.Errorf("%w: leasehttp: the wait for %s ran out, and who holds it is unknown: %w", lease.ErrUnavailable, quoteName(key), err)
+	return lease.StillHeld(gctx, s.backend, key, held)
 }
 
 func (s *Server) handleRenew(w *responseWriter, r *http.Request) {

@@ -93,31 +93,13 @@ func acquireOnce(ctx context.Context, b lease.Backend, key, owner string, ttl, w
 		return l, nil
 	}
 	if wctx.Err() != nil && ctx.Err() == nil {
-		// Our wait ran out: say who is in the way.
-		err = stillHeld(ctx, b, key, err)
+		// Our wait ran out: say who is in the way. A server that cannot
+		// be asked is that failure, not a key held: a wait whose every
+		// request was refused until --wait ran out had reached no server
+		// at all, and reporting it held (exit 3, 75 for run) hid that.
+		err = lease.StillHeld(ctx, b, key, err)
 	}
 	return lease.Lease{}, heldMessage(err)
-}
-
-// stillHeld is lease.StillHeld for a wait that ran out at --wait: the
-// holder that last names, or the one the server names now, or, with the key
-// free by now, that it was held until the wait ended. But a server that
-// cannot be asked is that failure, not a key held: a wait whose every
-// request was refused until --wait ran out had reached no server at all,
-// and reporting it held (exit 3, 75 for run) hid that.
-func stillHeld(ctx context.Context, b lease.Backend, key string, last error) error {
-	var he *lease.HeldError
-	if errors.As(last, &he) {
-		return he
-	}
-	l, err := b.Get(ctx, key)
-	switch {
-	case err == nil:
-		return &lease.HeldError{Key: key, Owner: l.Owner, Token: l.Token, Expires: l.Expires}
-	case errors.Is(err, lease.ErrNotFound):
-		return lease.StillHeld(ctx, b, key, last)
-	}
-	return fmt.Errorf("the wait for %q ran out without an answer: %w", key, err)
 }
 
 // heldMessage rewrites a *lease.HeldError as the CLI's sentence about the

@@ -456,7 +456,7 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 		wctx, wcancel := context.WithTimeout(actx, r.opts.wait)
 		h, err = r.client.Acquire(wctx, key, ttl)
 		if err != nil && wctx.Err() != nil && actx.Err() == nil {
-			err = stillHeld(actx, r.client.Backend(), key, err)
+			err = lease.StillHeld(actx, r.client.Backend(), key, err)
 		}
 		wcancel()
 	}
