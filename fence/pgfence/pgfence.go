@@ -228,8 +228,10 @@ func (g *Guard) Mode() fence.Mode { return g.mode }
 // accepted, to commit or roll back with tx; the resource stays locked
 // against other Checks until tx ends. A rejected token returns a
 // *fence.StaleTokenError (matching lease.ErrStaleToken) and records nothing;
-// tx stays usable, and the caller should roll it back. Other errors are the
-// database's, wrapped.
+// tx stays usable, and the caller should roll it back. A resource whose
+// row holds a token no guard writes (NULL, below 1 or above
+// lease.MaxToken, put there by hand) admits nothing: the error matches
+// lease.ErrUnavailable. Other errors are the database's, wrapped.
 func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lease.Token) error {
 	if tx == nil {
 		return invalidf("tx is nil: Check must run in the writer's transaction")
@@ -238,7 +240,8 @@ func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lea
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
-// if none.
+// if none, and an error matching lease.ErrUnavailable if its row holds a
+// token no guard writes.
 func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.Token, error) {
 	if q == nil {
 		return 0, invalidf("querier is nil")

@@ -232,3 +232,32 @@ func TestUpdateRow(t *testing.T) {
 		}
 	}
 }
+
+// TestCorruptMarkRefused: a mark no guard writes, in a table of the
+// operator's making that New accepts (no CHECK on token, NULL allowed), is
+// refused as ErrUnavailable and left alone. Before, 0 and -5 admitted
+// every token, a NULL failed with pgx's scan error, and a mark above 2^53
+// was a StaleTokenError naming it as the highest accepted.
+func TestCorruptMarkRefused(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE ops (resource text PRIMARY KEY, token bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, pool, pgfence.WithTable("ops"))
+	sqlguardtest.RefusesCorruptMarks(t, sqlguardtest.MarkTable{
+		Put: func(res, mark string) error {
+			_, err := pool.Exec(ctx, "INSERT INTO ops (resource, token) VALUES ($1, "+mark+")", res)
+			return err
+		},
+		Stored: func(res string) (string, error) {
+			var s string
+			err := pool.QueryRow(ctx, "SELECT coalesce(token::text, 'NULL') FROM ops WHERE resource = $1", res).Scan(&s)
+			return s, err
+		},
+		Check: func(res string, tok lease.Token) error {
+			return txGuard{pool, g}.Check(ctx, res, tok, func() error { return nil })
+		},
+		Highest: func(res string) (lease.Token, error) { return g.Highest(ctx, pool, res) },
+	})
+}

@@ -215,8 +215,10 @@ func (g *Guard) Dialect() Dialect { return g.dialect }
 // accepted, to commit or roll back with tx; the resource stays locked
 // against other Checks until tx ends. A rejected token returns a
 // *fence.StaleTokenError (matching lease.ErrStaleToken) and records nothing;
-// tx stays usable, and the caller should roll it back. Other errors are the
-// database's, wrapped.
+// tx stays usable, and the caller should roll it back. A resource whose
+// row holds a token no guard writes (NULL, below 1 or above
+// lease.MaxToken, put there by hand) admits nothing: the error matches
+// lease.ErrUnavailable. Other errors are the database's, wrapped.
 func (g *Guard) Check(ctx context.Context, tx *sql.Tx, resource string, token lease.Token) error {
 	if tx == nil {
 		return g.d.Invalidf("tx is nil: Check must run in the writer's transaction")
@@ -228,7 +230,8 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, resource string, token le
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
-// if none.
+// if none, and an error matching lease.ErrUnavailable if its row holds a
+// token no guard writes.
 func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.Token, error) {
 	if q == nil {
 		return 0, g.d.Invalidf("querier is nil")
@@ -259,8 +262,11 @@ func (g *Guard) checkMySQL(ctx context.Context, tx *sql.Tx, resource string, tok
 	if err != nil {
 		return fmt.Errorf("sqlfence: checking %q token %d: %w", resource, token, err)
 	}
-	if before == 0 || g.mode.Admits(token, lease.Token(before)) {
+	switch {
+	case before == 0 || g.mode.Admits(token, lease.Token(before)):
 		return nil
+	case before < 1 || lease.Token(before) > lease.MaxToken:
+		return g.marks.Corrupt(resource, "NULL, below 1 or above 2^53")
 	}
 	return g.marks.Stale(resource, token, lease.Token(before))
 }

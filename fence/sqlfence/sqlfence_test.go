@@ -469,3 +469,43 @@ func TestUpdateSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestCorruptMarkRefused: a mark no guard writes, in a table of the
+// operator's making that New accepts (no CHECK on token, NULL allowed), is
+// refused as ErrUnavailable and left alone. Before, on MariaDB a NULL mark
+// admitted every token and recorded none (LAST_INSERT_ID(NULL) answered 0,
+// a fresh insert's ID), so a late writer's token 1 was admitted forever;
+// on SQLite 0 and -5 admitted every token; and a negative mark on MariaDB,
+// or one above 2^53 on either, was a StaleTokenError naming it as the
+// highest accepted (18446744073709551611 for -5).
+func TestCorruptMarkRefused(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		ddl := `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT) ENGINE=InnoDB`
+		if e.d == sqlfence.SQLite {
+			ddl = `(resource TEXT NOT NULL PRIMARY KEY, token INTEGER)`
+		}
+		if _, err := e.db.ExecContext(ctx, "CREATE TABLE ops "+ddl); err != nil {
+			t.Fatal(err)
+		}
+		g := newGuard(t, e, sqlfence.WithTable("ops"))
+		sqlguardtest.RefusesCorruptMarks(t, sqlguardtest.MarkTable{
+			Put: func(res, mark string) error {
+				_, err := e.db.ExecContext(ctx, "INSERT INTO ops (resource, token) VALUES (?, "+mark+")", res)
+				return err
+			},
+			Stored: func(res string) (string, error) {
+				var s sql.NullString
+				err := e.db.QueryRowContext(ctx, "SELECT CAST(token AS CHAR) FROM ops WHERE resource = ?", res).Scan(&s)
+				if !s.Valid {
+					return "NULL", err
+				}
+				return s.String, err
+			},
+			Check: func(res string, tok lease.Token) error {
+				return txGuard{e.db, g, nil}.Check(ctx, res, tok, func() error { return nil })
+			},
+			Highest: func(res string) (lease.Token, error) { return g.Highest(ctx, e.db, res) },
+		})
+	})
+}

@@ -128,10 +128,11 @@ type Marks struct {
 	// the resource's token if the mode admits it and returns it, and
 	// returns no row otherwise. Either way it leaves the resource's row
 	// (PostgreSQL) or the database (SQLite) locked until the transaction
-	// ends, so the guard's answer stays true until then. A guard on
-	// another engine sets its own.
+	// ends, so the guard's answer stays true until then. A stored token
+	// below 1 (or NULL) admits nothing, so that Check can refuse it as a
+	// mark no guard wrote. A guard on another engine sets its own.
 	Upsert string
-	// Select reads a resource's token.
+	// Select reads a resource's token, NULL as 0.
 	Select string
 }
 
@@ -142,15 +143,27 @@ func (d *Dialect) Marks(mode fence.Mode, parts ...string) Marks {
 	return Marks{d: d, mode: mode, Table: table,
 		Upsert: `INSERT INTO ` + table + ` AS f (resource, token) VALUES (` + d.Param(1) + `, ` + d.Param(2) + `)
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
-WHERE f.token ` + Cmp(mode) + ` EXCLUDED.token
+WHERE f.token >= 1 AND f.token ` + Cmp(mode) + ` EXCLUDED.token
 RETURNING token`,
-		Select: `SELECT token FROM ` + table + ` WHERE resource = ` + d.Param(1),
+		Select: `SELECT coalesce(token, 0) FROM ` + table + ` WHERE resource = ` + d.Param(1),
 	}
+}
+
+// Corrupt is the error for a resource whose row holds a token no guard
+// writes — NULL, below 1 or above lease.MaxToken — which an operator's
+// hand, or a table the guard did not create (without its CHECK), can
+// leave: the guard cannot tell which tokens are late, so it admits none.
+// stored describes the value. The error matches lease.ErrUnavailable, as
+// a guard whose database cannot answer does.
+func (m Marks) Corrupt(resource, stored string) error {
+	return fmt.Errorf("%s: the stored token of %q in %s is %s, not a fencing token (1 to %d): no write is admitted until the row is repaired or deleted: %w",
+		m.d.Pkg, resource, m.Table, stored, lease.MaxToken, lease.ErrUnavailable)
 }
 
 // Check runs Upsert through q, which must run in the writer's
 // transaction. A rejection reads the token that rejected it, while the
-// upsert's lock still holds, and returns a *fence.StaleTokenError.
+// upsert's lock still holds, and returns a *fence.StaleTokenError, or
+// Corrupt's error if that token is none a guard writes.
 func (m Marks) Check(ctx context.Context, q Query, resource string, token lease.Token) error {
 	if err := m.d.Validate(resource, token); err != nil {
 		return err
@@ -175,7 +188,7 @@ func (m Marks) Stale(resource string, token, highest lease.Token) error {
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
-// if none.
+// if none, and Corrupt's error if the row holds a token no guard writes.
 func (m Marks) Highest(ctx context.Context, q Query, resource string) (lease.Token, error) {
 	if err := m.d.ValidateResource(resource); err != nil {
 		return 0, err
@@ -186,6 +199,8 @@ func (m Marks) Highest(ctx context.Context, q Query, resource string) (lease.Tok
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("%s: reading highest token of %q: %w", m.d.Pkg, resource, err)
+	case highest < 1 || lease.Token(highest) > lease.MaxToken:
+		return 0, m.Corrupt(resource, fmt.Sprintf("%d (NULL reads as 0)", highest))
 	}
 	return lease.Token(highest), nil
 }
