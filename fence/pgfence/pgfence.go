@@ -28,12 +28,20 @@
 // for another writer's row lock sees that writer's committed token. In
 // REPEATABLE READ or SERIALIZABLE it fails instead with a serialization error
 // (SQLSTATE 40001), and the caller retries the transaction.
+//
+// The marks are the table's rows: a table dropped under a running Guard
+// takes them along. The Guard remembers its table's OID, and once the
+// table has been made again (another process's New makes it, empty) every
+// Check it admits fails with an error matching lease.ErrUnavailable rather
+// than judge tokens against the empty table. A Guard made after that
+// cannot tell the new table from a first one: restore the marks first.
 package pgfence
 
 import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -189,10 +197,26 @@ func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 			return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 		}
 	}
+	// The table's OID: one dropped and made again has another, and Check
+	// refuses to judge tokens against its empty marks. A regclass literal,
+	// not tableoid, which names a partition of a partitioned table.
+	var oid int64
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1)::oid::bigint`, g.marks.Table).Scan(&oid); err != nil {
+		return fmt.Errorf("pgfence: looking for %s: %w", g.marks.Table, err)
+	}
+	g.marks.ReturnID(oid, regclassLiteral(g.marks.Table)+"::oid::bigint")
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 	}
 	return nil
+}
+
+// regclassLiteral is name as a regclass constant, an escape string (E'…')
+// so that it reads the same whatever standard_conforming_strings says. In
+// a prepared statement it is resolved when the statement is analysed, and
+// again when a dropped table makes PostgreSQL analyse it anew.
+func regclassLiteral(name string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(name) + "'::regclass"
 }
 
 // verify checks that the existing table is one the guard can trust: a

@@ -134,6 +134,22 @@ type Marks struct {
 	Upsert string
 	// Select reads a resource's token, NULL as 0.
 	Select string
+	// ID, if not 0, is the identity of the table the guard was made with
+	// (PostgreSQL: its OID), and Upsert returns the identity of the table
+	// it wrote to in place of the token (see ReturnID): Check refuses a
+	// token admitted by a table that is not the guard's any more.
+	ID int64
+}
+
+// ReturnID makes Upsert return expr, the identity of the table it writes
+// to, and Check compare it with id, the identity of the table the guard
+// verified. A table dropped and made again (another process's New makes
+// it, empty) has another identity: Check then refuses every admitted
+// token, where it would have judged it against the new table's empty
+// marks.
+func (m *Marks) ReturnID(id int64, expr string) {
+	m.Upsert = strings.TrimSuffix(m.Upsert, "RETURNING token") + "RETURNING " + expr
+	m.ID = id
 }
 
 // Marks returns the statements of the table named by parts (a name, or a
@@ -168,8 +184,12 @@ func (m Marks) Check(ctx context.Context, q Query, resource string, token lease.
 	if err := m.d.Validate(resource, token); err != nil {
 		return err
 	}
-	_, err := q(ctx, m.Upsert, resource, int64(token))
+	id, err := q(ctx, m.Upsert, resource, int64(token))
 	if err == nil {
+		if m.ID != 0 && id != m.ID {
+			return fmt.Errorf("%s: table %s is not the one this guard was made with (identity %d, now %d): it was dropped and made again, and every resource's mark with it, so no token can be judged: restore the marks (each above every token issued for its resource) and make a new guard: %w",
+				m.d.Pkg, m.Table, m.ID, id, lease.ErrUnavailable)
+		}
 		return nil
 	}
 	if !errors.Is(err, m.d.NoRows) {
