@@ -195,7 +195,14 @@ func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, er
 	if d == SQLite && strings.HasPrefix(strings.ToLower(cfg.table), "sqlite_") {
 		return nil, sp.Invalidf("table %q: SQLite keeps names that begin with sqlite_ for itself", cfg.table)
 	}
-	g := &Guard{dialect: d, d: sp, mode: cfg.mode, marks: sp.Marks(cfg.mode, cfg.table)}
+	marks := sp.Marks(cfg.mode, cfg.table)
+	if d == SQLite {
+		// Qualified: unqualified, SQLite looks in temp first, where a
+		// TEMP table of that name on the writer's connection would hide
+		// the marks.
+		marks = sp.Marks(cfg.mode, "main", cfg.table)
+	}
+	g := &Guard{dialect: d, d: sp, mode: cfg.mode, marks: marks}
 	if d == MySQL {
 		g.marks.Upsert = mysqlCheck(g.marks.Table, cfg.mode)
 	}

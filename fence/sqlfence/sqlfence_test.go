@@ -509,3 +509,33 @@ func TestCorruptMarkRefused(t *testing.T) {
 		})
 	})
 }
+
+// TestSQLiteTempTableDoesNotShadowTheMarks: a TEMP table under the guard's
+// name on the writer's connection (SQLite looks in temp before main) is
+// not where Check looks. Before, the unqualified name found the TEMP
+// table, empty, and token 5 was admitted after token 6 had committed.
+func TestSQLiteTempTableDoesNotShadowTheMarks(t *testing.T) {
+	e := engine{"sqlite", sqlfence.SQLite, openSQLite(t, "WAL")}
+	ctx := testCtx(t)
+	g := newGuard(t, e)
+	if err := (txGuard{e.db, g, nil}).Check(ctx, "job", 6, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `CREATE TEMP TABLE lease_fence (resource TEXT PRIMARY KEY, token INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var stale *fence.StaleTokenError
+	if err := g.Check(ctx, tx, "job", 5); !errors.As(err, &stale) || stale.Highest != 6 {
+		t.Fatalf("token 5 after 6, with a TEMP lease_fence on the connection: %v, want stale with highest 6", err)
+	}
+}

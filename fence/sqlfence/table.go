@@ -97,7 +97,7 @@ func (g *Guard) verifyMySQL(ctx context.Context, db Querier, name string) error 
 // text, where "10" < "9".
 func (g *Guard) verifySQLite(ctx context.Context, db Querier, name string) error {
 	var typ string
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(type), '') FROM pragma_table_info(?) WHERE name = 'token'`, name).Scan(&typ); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(type), '') FROM pragma_table_info(?, 'main') WHERE name = 'token'`, name).Scan(&typ); err != nil {
 		return fmt.Errorf("sqlfence: checking %s: %w", g.marks.Table, err)
 	}
 	if !strings.Contains(strings.ToUpper(typ), "INT") { // SQLite's rule for INTEGER affinity
