@@ -1,7 +1,9 @@
 // Package sqlguardtest holds the checks that the SQL guards, pgfence and
 // sqlfence, run against their real engines: every interleaving of two
-// writers' transactions (Interleavings), and the seed's scenario end to end
-// through two lease.Clients (SeedScenario).
+// writers' transactions (Interleavings, InterleavingsSnapshot), many
+// writers at once with random tokens (Race), marks no guard writes
+// (RefusesCorruptMarks), and the seed's scenario end to end through two
+// lease.Clients (SeedScenario).
 package sqlguardtest
 
 import (
