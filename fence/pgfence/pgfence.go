@@ -252,13 +252,22 @@ func (g *Guard) Mode() fence.Mode { return g.mode }
 // accepted, to commit or roll back with tx; the resource stays locked
 // against other Checks until tx ends. A rejected token returns a
 // *fence.StaleTokenError (matching lease.ErrStaleToken) and records nothing;
-// tx stays usable, and the caller should roll it back. A resource whose
+// tx stays usable, and the caller should roll it back. A tx whose
+// connection is no longer in a transaction (a COMMIT or ROLLBACK sent
+// through tx.Exec) is refused, matching lease.ErrInvalid. A resource whose
 // row holds a token no guard writes (NULL, below 1 or above
 // lease.MaxToken, put there by hand) admits nothing: the error matches
 // lease.ErrUnavailable. Other errors are the database's, wrapped.
 func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lease.Token) error {
 	if tx == nil {
 		return invalidf("tx is nil: Check must run in the writer's transaction")
+	}
+	// A COMMIT or ROLLBACK sent through tx ends the transaction without
+	// pgx knowing: the upsert would then commit alone, at once, fencing
+	// nothing. The server reports its transaction status with every
+	// answer, so asking costs nothing.
+	if c := tx.Conn(); c != nil && c.PgConn() != nil && c.PgConn().TxStatus() == 'I' {
+		return invalidf("tx's connection is not in a transaction (a COMMIT or ROLLBACK was sent through it): Check would commit the mark alone, apart from the write")
 	}
 	return g.marks.Check(ctx, query(tx), resource, token)
 }

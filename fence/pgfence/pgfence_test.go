@@ -324,3 +324,32 @@ func TestPartitionedTable(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRefusesAnEndedTransaction: a pgx.Tx whose transaction was ended
+// by a COMMIT or ROLLBACK sent through it (pgx still takes it for open) is
+// refused as ErrInvalid, and records nothing. Before, Check ran on the
+// connection in autocommit: the mark was committed on its own at once, so
+// the write after it was not fenced with it, and the caller's Rollback
+// could not take the mark back.
+func TestCheckRefusesAnEndedTransaction(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	g := newGuard(t, pool)
+	for _, end := range []string{"COMMIT", "ROLLBACK", "END"} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+		res := "ended-by-" + end
+		if err := g.Check(ctx, tx, res, 5); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("Check after %s through the tx: err = %v, want ErrInvalid", end, err)
+		}
+		_ = tx.Rollback(ctx)
+		if h, err := g.Highest(ctx, pool, res); err != nil || h != 0 {
+			t.Errorf("after %s and Check: mark %d (%v), want none", end, h, err)
+		}
+	}
+}
