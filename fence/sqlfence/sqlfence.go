@@ -164,7 +164,8 @@ type Guard struct {
 // New returns a Guard for the engine d speaks, creating its table in db if
 // it does not exist (CREATE TABLE IF NOT EXISTS, so concurrent News are
 // safe). On MySQL, CREATE TABLE commits any transaction it runs in: pass a
-// *sql.DB or *sql.Conn, not a *sql.Tx.
+// *sql.DB or *sql.Conn; given a *sql.Tx, New refuses (lease.ErrInvalid)
+// unless the table is already there.
 //
 // A table already under that name must be one the guard can trust, or New
 // fails with an error matching lease.ErrInvalid: on MySQL an InnoDB table

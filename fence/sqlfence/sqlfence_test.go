@@ -539,3 +539,41 @@ func TestSQLiteTempTableDoesNotShadowTheMarks(t *testing.T) {
 		t.Fatalf("token 5 after 6, with a TEMP lease_fence on the connection: %v, want stale with highest 6", err)
 	}
 }
+
+// TestNewInATransactionOnMySQL: New given a *sql.Tx on MySQL, with its
+// table missing, refuses (ErrInvalid) rather than run CREATE TABLE, which
+// commits the caller's transaction then and there, leaving its connection
+// in autocommit for every statement after (a Check included: its mark
+// committed alone). Before, the caller's rollback found its insert already
+// committed. With the table there, New in a transaction is fine.
+func TestNewInATransactionOnMySQL(t *testing.T) {
+	e := engine{"mariadb", sqlfence.MySQL, openMySQL(t)}
+	ctx := testCtx(t)
+	if _, err := e.db.ExecContext(ctx, `CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO notes VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlfence.New(ctx, tx, e.d, sqlfence.WithTable("made_in_tx")); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("New in a transaction, table missing: err = %v, want ErrInvalid", err)
+	}
+	_ = tx.Rollback()
+	var n int
+	if err := e.db.QueryRowContext(ctx, `SELECT count(*) FROM notes`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("after the caller's rollback, notes holds %d rows (%v): New committed its transaction", n, err)
+	}
+	newGuard(t, e, sqlfence.WithTable("made_in_tx"))
+	tx, err = e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := sqlfence.New(ctx, tx, e.d, sqlfence.WithTable("made_in_tx")); err != nil {
+		t.Errorf("New in a transaction, table there: %v", err)
+	}
+}
