@@ -33,7 +33,9 @@
 // takes them along. The Guard remembers its table's OID, and once the
 // table has been made again (another process's New makes it, empty) every
 // Check it admits fails with an error matching lease.ErrUnavailable rather
-// than judge tokens against the empty table. A Guard made after that
+// than judge tokens against the empty table. So does a table of another
+// OID reached at the same address: a database restored from a dump, or a
+// logical replica promoted, whose marks may lag. A Guard made after that
 // cannot tell the new table from a first one: restore the marks first.
 package pgfence
 
