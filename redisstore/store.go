@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,11 +63,14 @@ type Store struct {
 	ownsClient bool
 	ns         string
 	storeID    string // StoreID's, read by New
+	id         string // the random id in it, as NS:store-id holds it
 	cluster    bool   // a *redis.ClusterClient: one token floor per hash slot
 	channel    string
-	channelArg any // channel, boxed once for every Release
-	changesArg any // the changes channel (watch.go), boxed once
-	aofArg     any // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
+	channelArg any                   // channel, boxed once for every Release
+	changesArg any                   // the changes channel (watch.go), boxed once
+	aofArg     any                   // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
+	idArg      any                   // id: a key's first grant checks the namespace still has it (wiped.go); "" under AllowVolatile
+	wiped      atomic.Pointer[error] // set when a grant found the namespace wiped: every operation's answer
 	notify     *notifier
 	watch      watcher
 	batch      *batcher
@@ -206,6 +210,12 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	if err := s.readStoreID(ctx); err != nil {
 		return nil, err
 	}
+	s.idArg = s.id
+	if cfg.allowVolatile {
+		// A volatile server's restart empties it, and its caller has
+		// accepted tokens from 1 again then: the Store goes on serving.
+		s.idArg = ""
+	}
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
 	s.bg = background.New()
@@ -242,6 +252,7 @@ func (s *Store) readStoreID(ctx context.Context) error {
 	if len(p) > 128-len("redis:")-1-32 {
 		p = fmt.Sprintf("sha256-%x", sha256.Sum256([]byte(s.ns)))[:48]
 	}
+	s.id = id
 	s.storeID = "redis:" + p + ":" + id
 	return nil
 }
@@ -283,12 +294,31 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	if err := ctx.Err(); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
+	if err := s.refused(); err != nil {
+		return lease.Lease{}, err
+	}
 	id := lease.NewID()
 	ids := id.Reveal()
 	ms := ttlMillis(ttl)
-	res, err := s.acquireOnce(ctx, key, ids, owner, ms, ttl)
-	if err != nil {
-		return lease.Lease{}, err
+	var res string
+	for try := 1; ; try++ {
+		var err error
+		res, err = s.acquireOnce(ctx, key, ids, owner, ms, ttl)
+		var r *idRefused
+		if !errors.As(err, &r) {
+			if err != nil {
+				return lease.Lease{}, err
+			}
+			break
+		}
+		// A first grant that found the store id (its slot's copy, on
+		// Cluster) not the Store's: it wrote nothing (wiped.go).
+		if try == mendTries {
+			return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w: the hash slot's copy of the store id changed under %d grants: %w", key, lease.ErrUnavailable, try, err)
+		}
+		if err := s.mendStoreID(ctx, key, r); err != nil {
+			return lease.Lease{}, err
+		}
 	}
 	v, err := parseValue(res)
 	if err != nil {
@@ -307,6 +337,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	if err := errors.Join(lease.ValidateLease(l), lease.ValidateTTL(ttl)); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if err := s.refused(); err != nil {
+		return lease.Lease{}, err
 	}
 	return s.renewed(ctx, l, ttl, s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl), s.changesArg))
 }
@@ -339,6 +372,9 @@ func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lea
 	if err := lease.ValidateRenewals(renewals); err != nil {
 		return nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
 	calls := make([]*call, len(renewals))
 	for i, r := range renewals {
 		calls[i] = &call{ctx: ctx, script: renewScript, keys: []string{s.leaseKey(r.Lease.Key)},
@@ -365,6 +401,9 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
+	if err := s.refused(); err != nil {
+		return err
+	}
 	n, err := s.batch.run(ctx, releaseScript, []string{s.leaseKey(l.Key)}, proof(l), s.channelArg, l.Key, s.changesArg).Int64()
 	if err != nil {
 		return s.fail(ctx, "release", l.Key, err)
@@ -379,6 +418,9 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	if err := s.refused(); err != nil {
+		return lease.Lease{}, err
 	}
 	res, err := s.rdb.Get(ctx, s.leaseKey(key)).Result()
 	if errors.Is(err, redis.Nil) {
