@@ -66,14 +66,20 @@ type Store struct {
 	id         string // the random id in it, as NS:store-id holds it
 	cluster    bool   // a *redis.ClusterClient: one token floor per hash slot
 	channel    string
-	channelArg any                   // channel, boxed once for every Release
-	changesArg any                   // the changes channel (watch.go), boxed once
-	aofArg     any                   // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
-	idArg      any                   // id: a key's first grant checks the namespace still has it (wiped.go); "" under AllowVolatile
-	wiped      atomic.Pointer[error] // set when a grant found the namespace wiped: every operation's answer
-	notify     *notifier
-	watch      watcher
-	batch      *batcher
+	channelArg any // channel, boxed once for every Release
+	changesArg any // the changes channel (watch.go), boxed once
+	aofArg     any // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
+	idArg      any // id: a key's first grant checks that the namespace still has it (wiped.go); "" under AllowVolatile
+
+	// wiped is set when a grant found the namespace wiped (wiped.go):
+	// every later operation's answer. beforeCopy, for tests, runs in
+	// mendStoreID between its first check and the copy's write.
+	wiped      atomic.Pointer[error]
+	beforeCopy func()
+
+	notify *notifier
+	watch  watcher
+	batch  *batcher
 
 	// bg runs the acquire scripts that outlive their callers and the
 	// releases of what they grant (settle.go); Close ends it.

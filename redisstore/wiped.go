@@ -80,6 +80,9 @@ func (s *Store) mendStoreID(ctx context.Context, key string, r *idRefused) error
 	if err := check(); err != nil {
 		return err
 	}
+	if s.beforeCopy != nil {
+		s.beforeCopy()
+	}
 	if err := s.rdb.Set(ctx, s.acquireKeys(key)[3], s.id, 0).Err(); err != nil {
 		return s.fail(ctx, "acquire", key, fmt.Errorf("writing the hash slot's copy of the store id: %w", err))
 	}

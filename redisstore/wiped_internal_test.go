@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -172,4 +173,122 @@ func TestWipedAndMadeAnewUnderARunningStore(t *testing.T) {
 			t.Fatalf("the new Store granted token %d, want 1", l.Token)
 		}
 	})
+}
+
+// copies returns the hash slots' copies of the store id that exist in s's
+// namespace, by name.
+func copies(t *testing.T, ctx context.Context, s *Store) map[string]string {
+	t.Helper()
+	var names []string
+	if err := s.scan(ctx, s.ns+":{*}"+storeIDSuffix, func(n string) { names = append(names, n) }); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, n := range names {
+		v, err := s.rdb.Get(ctx, n).Result()
+		if err != nil {
+			t.Fatalf("GET %s: %v", n, err)
+		}
+		out[n] = v
+	}
+	return out
+}
+
+// TestStoreIDCopies: New writes nothing but the store id; on Cluster the
+// first grant in a hash slot writes the slot's copy of it, which the
+// grants there check. A namespace without copies (an older version's, or
+// copies deleted) keeps serving, its tokens rising: the store id key
+// vouches for it.
+func TestStoreIDCopies(t *testing.T) {
+	eachLayout(t, func(t *testing.T, ctx context.Context, open func(string) *Store, admin *redis.Client) {
+		ns := newNamespace()
+		s := open(ns)
+		if n, err := admin.Keys(ctx, ns+":*").Result(); err != nil || len(n) != 1 {
+			t.Fatalf("keys of a namespace New made: %q, %v; want the store id alone", n, err)
+		}
+		keys := []string{"a", "b", "c"}
+		for _, k := range keys {
+			leasetest.Grants(t, ctx, s, k, 3, true)
+		}
+		got := copies(t, ctx, s)
+		want := map[string]string{}
+		if s.cluster {
+			for _, k := range keys {
+				want[s.acquireKeys(k)[3]] = s.id
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("the slots' copies of the store id after grants of %q: %q; want %q", keys, got, want)
+		}
+
+		for n := range got {
+			if err := admin.Del(ctx, n).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		later := open(ns)
+		for i, st := range []*Store{s, later} {
+			for _, k := range keys {
+				if l := leasetest.Grants(t, ctx, st, k, 1, true)[0]; l.Token != lease.Token(4+i) {
+					t.Fatalf("%q after the copies were deleted, Store %d: token %d, want %d", k, i, l.Token, 4+i)
+				}
+			}
+			if l := leasetest.Grants(t, ctx, st, "new", 1, true)[0]; l.Token != lease.Token(1+i) {
+				t.Fatalf("a new key after the copies were deleted, Store %d: token %d, want %d", i, l.Token, 1+i)
+			}
+		}
+		want = map[string]string{}
+		if s.cluster {
+			want[s.acquireKeys("new")[3]] = s.id
+		}
+		if got := copies(t, ctx, s); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("the slots' copies of the store id after they were deleted and a new key granted: %q; want %q", got, want)
+		}
+	})
+}
+
+// TestWipedWhileTheCopyIsMade: on Cluster, a namespace wiped between the
+// Store's finding its store id key whole and its writing a hash slot's copy
+// must not leave that copy vouching for the wiped slot: the Store reads the
+// store id key again after the write and refuses. Were the copy trusted, a
+// key of that slot granted at token 3 before the wipe would be granted at
+// 1 after it (I1).
+func TestWipedWhileTheCopyIsMade(t *testing.T) {
+	srv := redistest.Start(t, redistest.Cluster())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := New(srv.ClusterClient(t), WithNamespace(newNamespace()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin := srv.Client(t)
+	// Two keys in one hash slot.
+	const a = "a"
+	slot := keySlot(s.leaseKey(a))
+	b := ""
+	for i := 0; b == ""; i++ {
+		if k := fmt.Sprintf("b%d", i); keySlot(s.leaseKey(k)) == slot {
+			b = k
+		}
+	}
+	issued := leasetest.Highest(leasetest.Grants(t, ctx, s, a, 3, true))
+	// The slot without its copy, as an older version left it.
+	if err := admin.Del(ctx, s.acquireKeys(a)[3]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.beforeCopy = func() {
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			t.Error(err)
+		}
+	}
+	l, err := s.Acquire(ctx, b, "w", time.Minute)
+	if err == nil {
+		t.Logf("%q, the first key of its slot, granted at token %d as the namespace was wiped", b, l.Token)
+	}
+	s.beforeCopy = nil
+	if l, err := s.Acquire(ctx, a, "w", time.Minute); err == nil {
+		t.Fatalf("%q, of the same slot, granted at token %d after the namespace was wiped; the store had issued up to %d", a, l.Token, issued)
+	}
+	refusesWiped(t, "Acquire("+b+") as the namespace was wiped", err)
 }
