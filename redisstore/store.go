@@ -111,7 +111,9 @@ type config struct {
 // server is refused with ErrVolatile (I7). With it, a restart of a server
 // without persistence starts every key's tokens again at 1, and a guard that
 // has seen the old tokens rejects the new holders' writes — or, worse, a
-// guard that lost its state too accepts a stale writer's.
+// guard that lost its state too accepts a stale writer's. Such a Store also
+// goes on serving a namespace wiped under it, where one without the option
+// refuses (doc.go, Wipes).
 func AllowVolatile() Option {
 	return func(c *config) error { c.allowVolatile = true; return nil }
 }
@@ -234,10 +236,13 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 // namespace sets (SET NX: Stores starting at once agree on the first) and
 // every later one reads. Two Stores with the same StoreID serve the same
 // leases; another server, database or namespace has its own id. The id is
-// data, so an AOF or RDB copied to a new server keeps it. lease serve
-// sends it to clients (leasehttp WithStoreID), so that a client listing
-// several replicas finds one configured with another --backend. It is
-// printable ASCII without spaces, at most 128 bytes.
+// data, so an AOF or RDB copied to a new server keeps it, and a wipe of the
+// namespace takes it: a Store that finds its id gone or changed under it
+// refuses from then on, and a Store made after the wipe sets a new one
+// (doc.go, Wipes). lease serve sends it to clients (leasehttp WithStoreID),
+// so that a client listing several replicas finds one configured with
+// another --backend. It is printable ASCII without spaces, at most 128
+// bytes.
 func (s *Store) StoreID() string { return s.storeID }
 
 // readStoreID reads the namespace's store id, setting a new one if there

@@ -11,28 +11,14 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// A namespace's keys can vanish under a running Store: FLUSHALL or FLUSHDB,
-// an operator deleting them, a server restarted without its data. Every
-// key's token counter goes with them, and a Store that went on serving
-// would issue tokens from 1 again, below ones it issued (I1). After such a
-// wipe every grant is a key's first (its counter is gone), so the first
-// grant of a key checks, in its script, that the store id is still the one
-// the Store read in New. If it is gone (wiped), or another (a Store started
-// on the wiped namespace since and set a new one), the script refuses and
-// writes nothing, and the Store refuses every operation from then on
-// (wipedErr). A grant of a key whose counter exists pays nothing.
-//
-// On Cluster a grant's script reaches only its own hash slot, not the
-// store id key's, so it checks the slot's copy of the id instead,
-// NS:{T}:store-id. Copies are made as grants need them, not by New (16384
-// of them for every namespace made every New on Cluster cost 0.2 s, and the
-// conformance suite on Cluster took 64 s instead of 7): a first grant
-// that finds its slot's copy missing or other than its id asks the store id
-// key itself (mendStoreID). If that holds the Store's id, the Store writes
-// the copy, reads the store id key once more, and grants again: a wipe
-// before that second read shows in it; one after it took the copy too.
-// So the first grant in a slot, once in the namespace's life, costs three
-// more round trips, and every later first grant there one GET in its script.
+// A namespace wiped under a running Store (doc.go, Wipes): a key's first
+// grant checks in acquire.lua that the store id, on Cluster its hash slot's
+// copy, is the Store's. A refusal comes back as an *idRefused, which
+// mendStoreID answers: on a single server the Store refuses from then on
+// (wipedErr); on Cluster the store id key itself is asked, and the copy
+// written if it holds the Store's id, read again after the write, so that a
+// wipe between the first read and the write cannot leave a copy vouching
+// for a wiped slot.
 
 // idRefusedPrefix begins acquire.lua's refusal of a first grant whose store
 // id (or its slot's copy) is not the Store's; what it found follows.
