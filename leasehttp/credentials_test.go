@@ -287,6 +287,10 @@ func TestWaitEndsWhenItsCredentialLosesTheKey(t *testing.T) {
 						}
 						return
 					}
+					// A wait ended without the lease, not a failure of the backend.
+					if n := metric(t, hs.URL, `lease_acquisitions_total{result="error"}`); n != 0 {
+						t.Errorf("the ended wait counted as %v backend failures, want 0", n)
+					}
 					// Nobody holds the key: the ended wait took nothing.
 					if status, body := call(t, "GET", hs.URL+"/v1/leases/jobs%2Fx", holder, ""); status != http.StatusNotFound {
 						t.Fatalf("the key after the holder's release: HTTP %d %s, want 404", status, body)

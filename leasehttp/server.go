@@ -665,9 +665,11 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 	case err == nil:
 		s.metrics.acquisitions.done.Inc()
 		s.tracker.granted(l)
-	case errors.Is(err, lease.ErrHeld), errors.Is(err, errClientGone):
-		// A client that stopped waiting is a wait that ended without the
-		// lease, not a failure.
+	case errors.Is(err, lease.ErrHeld), errors.Is(err, errClientGone),
+		errors.Is(err, ErrForbidden), errors.Is(err, ErrUnauthorized):
+		// A client that stopped waiting, or whose credential a reload
+		// took the key from, is a wait that ended without the lease, not
+		// a failure.
 		s.metrics.acquisitions.refused.Inc()
 	default:
 		s.metrics.acquisitions.failed.Inc()
