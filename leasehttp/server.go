@@ -556,9 +556,16 @@ func (s *Server) authorize(w *responseWriter, r *http.Request) (*credential, boo
 // keyRequest authorises r and reads its key, refusing a query: 401, 400 or
 // 403 otherwise.
 func (s *Server) keyRequest(w *responseWriter, r *http.Request) (string, bool) {
+	key, _, ok := s.keyRequestBy(w, r)
+	return key, ok
+}
+
+// keyRequestBy is keyRequest, also returning the credential that
+// authorised r (nil on a server without credentials).
+func (s *Server) keyRequestBy(w *responseWriter, r *http.Request) (string, *credential, bool) {
 	c, ok := s.authorize(w, r)
 	if !ok {
-		return "", false
+		return "", nil, false
 	}
 	key, err := pathKey(r)
 	if err == nil {
@@ -566,13 +573,61 @@ func (s *Server) keyRequest(w *responseWriter, r *http.Request) (string, bool) {
 	}
 	if err != nil {
 		s.writeError(w, err)
-		return "", false
+		return "", nil, false
 	}
 	if !c.covers(key) {
 		s.writeError(w, fmt.Errorf("%w: this credential does not cover key %s", ErrForbidden, quoteName(key)))
-		return "", false
+		return "", nil, false
 	}
-	return key, true
+	return key, c, true
+}
+
+// stillCovers says whether c, which authorised a request for key, still
+// does under the server's credentials now: nil, or the error a request
+// with it would get now (401 with its token gone, 403 with key outside its
+// prefixes). A wait outlives the check made when it arrived, and a SIGHUP
+// can take the key from its credential meanwhile.
+func (s *Server) stillCovers(c *credential, key string) error {
+	creds := s.creds.Load()
+	if creds == nil || c == nil {
+		return nil
+	}
+	for i := range *creds {
+		if n := &(*creds)[i]; n.sum == c.sum {
+			if !n.covers(key) {
+				return fmt.Errorf("%w: this credential no longer covers key %s (the server's credentials changed during the wait)", ErrForbidden, quoteName(key))
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the bearer token was withdrawn during the wait (the server's credentials changed)", ErrUnauthorized)
+}
+
+// whileCovered runs until ctx ends, calling lost with stillCovers' error
+// when a change of the server's credentials takes key from c.
+func (s *Server) whileCovered(ctx context.Context, c *credential, key string, lost func(error)) {
+	if c == nil {
+		return
+	}
+	swapped := s.credentialsSwapped()
+	if err := s.stillCovers(c, key); err != nil {
+		lost(err)
+		return
+	}
+	go func() {
+		for {
+			select {
+			case <-swapped:
+				swapped = s.credentialsSwapped() // before the check, as in handleWatch
+				if err := s.stillCovers(c, key); err != nil {
+					lost(err)
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 }
 
 // opContext is the context of a backend call that changes state: it keeps
@@ -582,7 +637,7 @@ func opContext(r *http.Request) (context.Context, context.CancelFunc) {
 }
 
 func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
-	key, ok := s.keyRequest(w, r)
+	key, c, ok := s.keyRequestBy(w, r)
 	if !ok {
 		return
 	}
@@ -596,15 +651,25 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 		l, err = s.acquireOnce(r.Context(), key, req.Owner, req.TTL)
 	} else {
 		extendDeadlines(w, r, req.Wait)
-		l, err = s.acquireWaiting(r.Context(), key, req)
+		l, err = s.acquireWaiting(r.Context(), c, key, req)
+		if err == nil {
+			if lost := s.stillCovers(c, key); lost != nil {
+				// Granted as a reload took the key from the credential:
+				// given back, as the wait is refused.
+				s.giveBack(r.Context(), l)
+				err = lost
+			}
+		}
 	}
 	switch {
 	case err == nil:
 		s.metrics.acquisitions.done.Inc()
 		s.tracker.granted(l)
-	case errors.Is(err, lease.ErrHeld), errors.Is(err, errClientGone):
-		// A client that stopped waiting is a wait that ended without the
-		// lease, not a failure.
+	case errors.Is(err, lease.ErrHeld), errors.Is(err, errClientGone),
+		errors.Is(err, ErrForbidden), errors.Is(err, ErrUnauthorized):
+		// A client that stopped waiting, or whose credential a reload
+		// took the key from, is a wait that ended without the lease, not
+		// a failure.
 		s.metrics.acquisitions.refused.Inc()
 	default:
 		s.metrics.acquisitions.failed.Inc()
@@ -616,15 +681,21 @@ func (s *Server) handleAcquire(w *responseWriter, r *http.Request) {
 	if r.Context().Err() != nil {
 		// The client hung up while we acquired: it will never learn the
 		// lease's ID, so give the lease back now rather than at its expiry.
-		ctx, cancel := opContext(r)
-		defer cancel()
-		if err := s.backend.Release(ctx, l); err == nil {
-			s.tracker.released(l.Key, l.Token)
-		}
+		s.giveBack(r.Context(), l)
 		s.writeError(w, fmt.Errorf("%w; released the lease acquired for it (token %d)", errClientGone, l.Token))
 		return
 	}
 	writeLease(w, l, true)
+}
+
+// giveBack releases l, acquired for a client that will not get it, for at
+// most backendTimeout, whether or not ctx (the request's) has ended.
+func (s *Server) giveBack(ctx context.Context, l lease.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendTimeout)
+	defer cancel()
+	if err := s.backend.Release(ctx, l); err == nil {
+		s.tracker.released(l.Key, l.Token)
+	}
 }
 
 // extendDeadlines gives a waiting acquire its wait on top of the write
@@ -660,14 +731,15 @@ func (s *Server) acquireOnce(ctx context.Context, key, owner string, ttl time.Du
 
 // acquireWaiting waits up to req.Wait for key: through the backend's own
 // FIFO wait if it has one, else in this server's queue for the key.
-func (s *Server) acquireWaiting(rctx context.Context, key string, req acquireRequest) (lease.Lease, error) {
+func (s *Server) acquireWaiting(rctx context.Context, c *credential, key string, req acquireRequest) (lease.Lease, error) {
 	if !req.Ticket.IsZero() && s.tickets.grace > 0 {
-		return s.acquireTicket(rctx, key, req)
+		return s.acquireTicket(rctx, c, key, req)
 	}
 	cctx, cancelCause := context.WithCancelCause(rctx)
 	defer cancelCause(nil)
 	stop := context.AfterFunc(s.closing, func() { cancelCause(errShuttingDown) })
 	defer stop()
+	s.whileCovered(cctx, c, key, cancelCause)
 	ctx, cancel := context.WithTimeoutCause(cctx, req.Wait, errWaitOver)
 	defer cancel()
 
@@ -703,6 +775,8 @@ func (s *Server) waitEnded(ctx context.Context, key string, held error) error {
 		return fmt.Errorf("%w; the wait for %s ended without the lease", errShuttingDown, quoteName(key))
 	case errors.Is(cause, errWaitOver):
 		return s.stillHeld(ctx, key, held)
+	case errors.Is(cause, ErrForbidden), errors.Is(cause, ErrUnauthorized):
+		return cause // the credential lost the key during the wait
 	default:
 		return fmt.Errorf("%w while waiting for %s: %w", errClientGone, quoteName(key), cause)
 	}

@@ -81,7 +81,7 @@ func newTickets(grace time.Duration) *tickets {
 // acquireTicket is acquireWaiting for a request that carries a ticket: it
 // joins the line, or takes over the wait its ticket already holds there,
 // and waits for the outcome at most req.Wait.
-func (s *Server) acquireTicket(rctx context.Context, key string, req acquireRequest) (lease.Lease, error) {
+func (s *Server) acquireTicket(rctx context.Context, c *credential, key string, req acquireRequest) (lease.Lease, error) {
 	tk := ticketKey{key, req.Ticket}
 	tw, err := s.tickets.attach(tk, req)
 	if err != nil {
@@ -92,7 +92,21 @@ func (s *Server) acquireTicket(rctx context.Context, key string, req acquireRequ
 	}
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
+	uncovered := make(chan error, 1)
+	wctx, stopCovered := context.WithCancel(rctx)
+	defer stopCovered()
+	s.whileCovered(wctx, c, key, func(err error) { uncovered <- err })
 	select {
+	case err := <-uncovered:
+		// A reload took the key from the credential: the wait leaves the
+		// line, and a lease it was granted meanwhile is given back.
+		s.tickets.remove(tk, tw)
+		tw.cancel(err)
+		<-tw.done
+		if tw.err == nil {
+			s.giveBack(rctx, tw.l)
+		}
+		return lease.Lease{}, err
 	case <-tw.done:
 	case <-timer.C:
 		if req.Last && !req.Capped {
@@ -149,12 +163,7 @@ func (s *Server) startTicket(tk ticketKey, req acquireRequest) *ticketWait {
 			err = s.waitEnded(ctx, tk.key, heldOrNil(err))
 		}
 		s.tickets.finish(tk, tw, l, err, func() {
-			// Nobody came back for a lease granted to this ticket.
-			rctx, rcancel := context.WithTimeout(context.Background(), backendTimeout)
-			defer rcancel()
-			if s.backend.Release(rctx, l) == nil {
-				s.tracker.released(l.Key, l.Token)
-			}
+			s.giveBack(context.Background(), l) // nobody came back for it
 		})
 	}()
 	return tw

@@ -4,9 +4,11 @@
 --         value.go), expiring by PX
 -- KEYS[2] token counter: never deleted, never expiring (same hash slot)
 -- KEYS[3] token floor (Bump), the slot's on Cluster (same hash slot)
+-- KEYS[4] store id (NS:store-id), the slot's copy on Cluster (same slot)
 -- ARGV[1] lease id (32 hex digits), ARGV[2] owner, ARGV[3] ttl in ms,
 -- ARGV[4] the changes channel, ARGV[5] '1' if the server must be writing
--- its AOF (the store checked it was durable when it started)
+-- its AOF (the store checked it was durable when it started), ARGV[6] the
+-- store id the Store serves, '' to check none (AllowVolatile)
 -- Returns the lease value now stored. The caller holds the lease if the
 -- value carries its id: a new grant, or (after a lost reply and a retry)
 -- the grant of an earlier run of this same call.
@@ -27,6 +29,19 @@ if ARGV[5] == '1' and not string.find(redis.call('INFO', 'persistence'), 'aof_en
 end
 
 local token = redis.call('INCR', KEYS[2])
+-- A counter INCR made (1): the key's first grant, or every key's counter
+-- wiped under the running Store (FLUSHALL, FLUSHDB, keys deleted, a server
+-- restarted without its data), which would then issue tokens again from 1
+-- (I1). The store id tells them apart (wiped.go): a wipe took it too, or
+-- another Store has since set a new one. Only a first grant pays the GET;
+-- a refusal takes the counter back, so it writes nothing.
+if token == 1 and ARGV[6] ~= '' then
+  local id = redis.call('GET', KEYS[4])
+  if id ~= ARGV[6] then
+    redis.call('DEL', KEYS[2])
+    return redis.error_reply('ERR redisstore: store id: ' .. (string.gsub(string.sub(id or '', 1, 64), '[^%w]', '?')))
+  end
+end
 -- The token is above the floor too: a key the counters of a restored
 -- backup do not know starts above it. The floor is set only by Bump, below
 -- 2^53; a held key's try never reads it.

@@ -179,8 +179,9 @@ func TestBumpLimits(t *testing.T) {
 
 // TestSlotsMatchRedis checks the hash slots computed here against the
 // server's own (CLUSTER KEYSLOT, on a cluster-mode server): every slot's
-// floor key lands in that slot, and the lease keys of odd user keys land
-// where keySlot says, in the slot of the floor key their grants read.
+// floor key and copy of the store id lands in that slot, and the lease keys
+// of odd user keys land where keySlot says, in the slot of the floor key and
+// store id copy their grants read.
 func TestSlotsMatchRedis(t *testing.T) {
 	srv := redistest.Start(t, redistest.Cluster())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -212,6 +213,12 @@ func TestSlotsMatchRedis(t *testing.T) {
 			t.Fatalf("floor key %q of slot %d is in slot %d", floors[slot], slot, got)
 		}
 	}
+	ids := s.slotIDKeys()
+	for slot, got := range keyslot(ids) {
+		if got != int64(slot) {
+			t.Fatalf("store id copy %q of slot %d is in slot %d", ids[slot], slot, got)
+		}
+	}
 	users := []string{"a", "A", "job/1", "a}b", "a{b}c", "{", "}", "{}", "%", "%7D", "é", strings.Repeat("x", 512)}
 	for i := range 200 {
 		users = append(users, fmt.Sprintf("key-%d", i))
@@ -227,9 +234,9 @@ func TestSlotsMatchRedis(t *testing.T) {
 			t.Errorf("keySlot(%q) = %d, Redis says %d", n, got, want[i])
 		}
 	}
-	for i := 0; i < 3*len(users); i += 3 {
-		if want[i] != want[i+2] || want[i+1] != want[i+2] {
-			t.Errorf("acquire keys %q in slots %v", names[i:i+3], want[i:i+3])
+	for i := 0; i < 4*len(users); i += 4 {
+		if want[i] != want[i+2] || want[i+1] != want[i+2] || want[i+3] != want[i+2] {
+			t.Errorf("acquire keys %q in slots %v", names[i:i+4], want[i:i+4])
 		}
 	}
 }

@@ -10,7 +10,11 @@ import (
 //	NS:{E}:l   the lease: a string (see value.go) expiring by PX
 //	NS:{E}:t   the token counter: a string INCRed per grant, never deleted,
 //	           never given an expiry
-//	NS:store-id the store's random id (StoreID), set once by SET NX
+//	NS:store-id the store's random id (StoreID), set once by SET NX; a
+//	           key's first grant checks it is still the one the Store read
+//	           (wiped.go); on Cluster, where a grant's script cannot reach
+//	           it, each hash slot has a copy, NS:{T}:store-id, written by
+//	           New and checked instead
 //	NS:floor   the token floor (Bump): every grant's token is above it; on
 //	           Cluster one per hash slot instead, NS:{T}:floor with T the
 //	           slot's tag (slotTags), read by the grants of the keys in
@@ -53,26 +57,36 @@ func (s *Store) keyPair(key string) []string {
 	return []string{head + leaseSuffix, head + counterSuffix}
 }
 
-// acquireKeys returns the lease, counter and floor key names of key, for
-// acquire.lua.
+// acquireKeys returns the lease, counter, floor and store id key names of
+// key, for acquire.lua.
 func (s *Store) acquireKeys(key string) []string {
 	tag := tagEscaper.Replace(key)
 	head := s.ns + ":{" + tag
-	return []string{head + leaseSuffix, head + counterSuffix, s.floorKeyOf(tag)}
-}
-
-// floorKeyOf is the name of the token floor that the grants of the keys
-// with hash tag tag read: the server's one, or on Cluster their slot's.
-func (s *Store) floorKeyOf(tag string) string {
 	if !s.cluster {
-		return s.ns + floorSuffix
+		return []string{head + leaseSuffix, head + counterSuffix, s.ns + floorSuffix, s.ns + storeIDSuffix}
 	}
-	return s.slotFloorKey(int(crc16(tag) & (numSlots - 1)))
+	slot := int(crc16(tag) & (numSlots - 1))
+	return []string{head + leaseSuffix, head + counterSuffix, s.slotFloorKey(slot), s.slotIDKey(slot)}
 }
 
 // slotFloorKey is the name of the token floor of a hash slot on Cluster.
 func (s *Store) slotFloorKey(slot int) string {
 	return s.ns + ":{" + slotTags()[slot] + "}" + floorSuffix
+}
+
+// slotIDKey is the name of a hash slot's copy of the store id on Cluster.
+func (s *Store) slotIDKey(slot int) string {
+	return s.ns + ":{" + slotTags()[slot] + "}" + storeIDSuffix
+}
+
+// slotIDKeys are the names of every hash slot's copy of the store id on
+// Cluster.
+func (s *Store) slotIDKeys() []string {
+	keys := make([]string, numSlots)
+	for i := range keys {
+		keys[i] = s.slotIDKey(i)
+	}
+	return keys
 }
 
 // floorKeys are the names of every token floor of the store: one, or on

@@ -31,6 +31,9 @@ func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease
 	if err != nil {
 		return lease.ListPage{}, err
 	}
+	if err := s.refused(); err != nil {
+		return lease.ListPage{}, err
+	}
 	var out []lease.Lease
 	for {
 		// Leases that expire or are released between the SCAN and the

@@ -82,6 +82,9 @@ func (s *Store) WaitChange(ctx context.Context, key string) error {
 	if err := lease.ValidateKey(key); err != nil {
 		return fmt.Errorf("redisstore: wait: %w", err)
 	}
+	if err := s.refused(); err != nil {
+		return err
+	}
 	ch, err := s.notify.register(ctx, key)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,11 +94,17 @@ func (s *Store) acquireOnce(ctx context.Context, key, ids, owner string, ms int6
 func (s *Store) acquireCall(life, ctx context.Context, key, ids, owner string, ms int64, ttl time.Duration) (string, error) {
 	actx, cancel := context.WithTimeout(life, acquireBound)
 	defer cancel()
-	r, e := s.batch.call(ctx, actx, true, acquireScript, s.acquireKeys(key), ids, owner, ms, s.changesArg, s.aofArg).Text()
+	r, e := s.batch.call(ctx, actx, true, acquireScript, s.acquireKeys(key), s.acquireArgs(ids, owner, ms)...).Text()
 	if e != nil && !answered(e) && !errors.Is(e, errNotSent) {
 		s.settle(key, ids, ttl) // whether it granted is unknown
 	}
 	return r, e
+}
+
+// acquireArgs are acquire.lua's arguments for a grant with the ID ids,
+// owner and TTL (ms).
+func (s *Store) acquireArgs(ids, owner string, ms int64) []any {
+	return []any{ids, owner, ms, s.changesArg, s.aofArg, s.idArg}
 }
 
 // acquired turns the reply of acquireOnce's call into its answer.
@@ -107,6 +114,10 @@ func (s *Store) acquired(key, res string, err error) (string, error) {
 	}
 	if err != nil && redis.HasErrorPrefix(err, "redisstore: appendonly is off") {
 		return "", fmt.Errorf("%w: %w: acquire %q: %w", ErrVolatile, lease.ErrUnavailable, key, err)
+	}
+	if err != nil && redis.HasErrorPrefix(err, idRefusedPrefix) {
+		msg := strings.TrimPrefix(err.Error(), "ERR ")
+		return "", &idRefused{found: strings.TrimPrefix(msg, idRefusedPrefix)}
 	}
 	if err != nil {
 		return "", s.fail(context.Background(), "acquire", key, err)

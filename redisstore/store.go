@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,14 +63,23 @@ type Store struct {
 	ownsClient bool
 	ns         string
 	storeID    string // StoreID's, read by New
+	id         string // the random id in it, as NS:store-id holds it
 	cluster    bool   // a *redis.ClusterClient: one token floor per hash slot
 	channel    string
 	channelArg any // channel, boxed once for every Release
 	changesArg any // the changes channel (watch.go), boxed once
 	aofArg     any // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
-	notify     *notifier
-	watch      watcher
-	batch      *batcher
+	idArg      any // id: a key's first grant checks that the namespace still has it (wiped.go); "" under AllowVolatile
+
+	// wiped is set when a grant found the namespace wiped (wiped.go):
+	// every later operation's answer. beforeCopy, for tests, runs in
+	// mendStoreID between its first check and the copy's write.
+	wiped      atomic.Pointer[error]
+	beforeCopy func()
+
+	notify *notifier
+	watch  watcher
+	batch  *batcher
 
 	// bg runs the acquire scripts that outlive their callers and the
 	// releases of what they grant (settle.go); Close ends it.
@@ -101,7 +111,9 @@ type config struct {
 // server is refused with ErrVolatile (I7). With it, a restart of a server
 // without persistence starts every key's tokens again at 1, and a guard that
 // has seen the old tokens rejects the new holders' writes — or, worse, a
-// guard that lost its state too accepts a stale writer's.
+// guard that lost its state too accepts a stale writer's. Such a Store also
+// goes on serving a namespace wiped under it, where one without the option
+// refuses (doc.go, Wipes).
 func AllowVolatile() Option {
 	return func(c *config) error { c.allowVolatile = true; return nil }
 }
@@ -206,6 +218,12 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	if err := s.readStoreID(ctx); err != nil {
 		return nil, err
 	}
+	s.idArg = s.id
+	if cfg.allowVolatile {
+		// A volatile server's restart empties it, and its caller has
+		// accepted tokens from 1 again then: the Store goes on serving.
+		s.idArg = ""
+	}
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
 	s.bg = background.New()
@@ -218,10 +236,13 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 // namespace sets (SET NX: Stores starting at once agree on the first) and
 // every later one reads. Two Stores with the same StoreID serve the same
 // leases; another server, database or namespace has its own id. The id is
-// data, so an AOF or RDB copied to a new server keeps it. lease serve
-// sends it to clients (leasehttp WithStoreID), so that a client listing
-// several replicas finds one configured with another --backend. It is
-// printable ASCII without spaces, at most 128 bytes.
+// data, so an AOF or RDB copied to a new server keeps it, and a wipe of the
+// namespace takes it: a Store that finds its id gone or changed under it
+// refuses from then on, and a Store made after the wipe sets a new one
+// (doc.go, Wipes). lease serve sends it to clients (leasehttp WithStoreID),
+// so that a client listing several replicas finds one configured with
+// another --backend. It is printable ASCII without spaces, at most 128
+// bytes.
 func (s *Store) StoreID() string { return s.storeID }
 
 // readStoreID reads the namespace's store id, setting a new one if there
@@ -242,6 +263,7 @@ func (s *Store) readStoreID(ctx context.Context) error {
 	if len(p) > 128-len("redis:")-1-32 {
 		p = fmt.Sprintf("sha256-%x", sha256.Sum256([]byte(s.ns)))[:48]
 	}
+	s.id = id
 	s.storeID = "redis:" + p + ":" + id
 	return nil
 }
@@ -283,12 +305,31 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	if err := ctx.Err(); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
+	if err := s.refused(); err != nil {
+		return lease.Lease{}, err
+	}
 	id := lease.NewID()
 	ids := id.Reveal()
 	ms := ttlMillis(ttl)
-	res, err := s.acquireOnce(ctx, key, ids, owner, ms, ttl)
-	if err != nil {
-		return lease.Lease{}, err
+	var res string
+	for try := 1; ; try++ {
+		var err error
+		res, err = s.acquireOnce(ctx, key, ids, owner, ms, ttl)
+		var r *idRefused
+		if !errors.As(err, &r) {
+			if err != nil {
+				return lease.Lease{}, err
+			}
+			break
+		}
+		// A first grant that found the store id (its slot's copy, on
+		// Cluster) not the Store's: it wrote nothing (wiped.go).
+		if try == mendTries {
+			return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w: the hash slot's copy of the store id changed under %d grants: %w", key, lease.ErrUnavailable, try, err)
+		}
+		if err := s.mendStoreID(ctx, key, r); err != nil {
+			return lease.Lease{}, err
+		}
 	}
 	v, err := parseValue(res)
 	if err != nil {
@@ -307,6 +348,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	if err := errors.Join(lease.ValidateLease(l), lease.ValidateTTL(ttl)); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if err := s.refused(); err != nil {
+		return lease.Lease{}, err
 	}
 	return s.renewed(ctx, l, ttl, s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl), s.changesArg))
 }
@@ -339,6 +383,9 @@ func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lea
 	if err := lease.ValidateRenewals(renewals); err != nil {
 		return nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
 	calls := make([]*call, len(renewals))
 	for i, r := range renewals {
 		calls[i] = &call{ctx: ctx, script: renewScript, keys: []string{s.leaseKey(r.Lease.Key)},
@@ -365,6 +412,9 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 	if err := lease.ValidateLease(l); err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
+	if err := s.refused(); err != nil {
+		return err
+	}
 	n, err := s.batch.run(ctx, releaseScript, []string{s.leaseKey(l.Key)}, proof(l), s.channelArg, l.Key, s.changesArg).Int64()
 	if err != nil {
 		return s.fail(ctx, "release", l.Key, err)
@@ -379,6 +429,9 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 func (s *Store) Get(ctx context.Context, key string) (lease.Lease, error) {
 	if err := lease.ValidateKey(key); err != nil {
 		return lease.Lease{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	if err := s.refused(); err != nil {
+		return lease.Lease{}, err
 	}
 	res, err := s.rdb.Get(ctx, s.leaseKey(key)).Result()
 	if errors.Is(err, redis.Nil) {

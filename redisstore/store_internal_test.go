@@ -24,8 +24,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	id := lease.NewID()
 	run := func() string {
 		t.Helper()
-		res, err := acquireScript.Run(ctx, s.rdb, s.acquireKeys(k),
-			id.Reveal(), "owner", int64(60000), s.changesArg).Text()
+		res, err := acquireScript.Run(ctx, s.rdb, s.acquireKeys(k), s.acquireArgs(id.Reveal(), "owner", 60000)...).Text()
 		if err != nil {
 			t.Fatal(err)
 		}

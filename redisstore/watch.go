@@ -86,6 +86,9 @@ type watcher struct {
 
 func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Sub, error) {
 	prefix := sc.Prefix
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
 	feed, err := s.watchFeed(ctx)
 	if err != nil {
 		return nil, s.fail(ctx, "watch", prefix, err)
