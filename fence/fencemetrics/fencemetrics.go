@@ -88,6 +88,8 @@ func (c *Counter) Observe(err error) error {
 }
 
 // Guard returns g with each Check counted. It answers exactly as g does.
+// Given a nil g, it returns a guard whose every Check fails, matching
+// lease.ErrInvalid and counted as an error, and runs no write.
 func (c *Counter) Guard(g fence.Guard) fence.Guard { return counted{g: g, c: c} }
 
 type counted struct {
@@ -96,5 +98,10 @@ type counted struct {
 }
 
 func (cg counted) Check(ctx context.Context, resource string, token lease.Token, write func() error) error {
+	if cg.g == nil {
+		// Not a nil-pointer panic in the caller's request, and not a
+		// write let through unguarded.
+		return cg.c.Observe(fmt.Errorf("%w: fencemetrics: Guard was given a nil guard", lease.ErrInvalid))
+	}
 	return cg.c.Observe(cg.g.Check(ctx, resource, token, write))
 }

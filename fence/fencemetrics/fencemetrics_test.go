@@ -218,3 +218,23 @@ func TestFenceDoesNotImportPrometheus(t *testing.T) {
 		t.Fatalf("walked only %v", seen)
 	}
 }
+
+// TestGuardOfNil: a counted nil guard refuses every Check as invalid and
+// counts it as an error, and fence.Middleware over it answers 400. Before,
+// Check dereferenced the nil guard and panicked in the caller's request.
+func TestGuardOfNil(t *testing.T) {
+	c, err := fencemetrics.New("nil")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	err = c.Guard(nil).Check(context.Background(), "r", 1, func() error { ran = true; return nil })
+	if !errors.Is(err, lease.ErrInvalid) || ran {
+		t.Fatalf("Check on a counted nil guard: err = %v, write ran: %v; want ErrInvalid and no write", err, ran)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	if got := counts(t, reg); got["nil/error"] != 1 || got["nil/accepted"] != 0 {
+		t.Errorf("counts %v, want one error", got)
+	}
+}

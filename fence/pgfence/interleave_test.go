@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehq/lease"
@@ -27,10 +29,48 @@ func TestInterleavings(t *testing.T) {
 	})
 }
 
+// TestInterleavingsSnapshot plays every interleaving of two writers'
+// transactions in REPEATABLE READ and SERIALIZABLE, where a Check on a
+// snapshot from before the other writer's commit (it waited for that
+// writer, or its transaction read before its Check) fails with a
+// serialization error (SQLSTATE 40001) rather than decide without that
+// commit.
+func TestInterleavingsSnapshot(t *testing.T) {
+	pool := newPool(t)
+	if _, err := pool.Exec(testCtx(t), `CREATE TABLE data (resource text PRIMARY KEY, value text NOT NULL, token bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	conflict := func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "40001"
+	}
+	i := 0
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		for _, atBegin := range []bool{false, true} {
+			name := strings.ReplaceAll(string(level), " ", "-")
+			if atBegin {
+				name += "/read-before-check"
+			}
+			t.Run(name, func(t *testing.T) {
+				sqlguardtest.InterleavingsSnapshot(t, func(t *testing.T, mode fence.Mode) sqlguardtest.Engine {
+					i++
+					table := fmt.Sprintf("fence_snapshot_%d", i)
+					return pgEngine{t: t, pool: pool, g: newGuard(t, pool, pgfence.WithMode(mode), pgfence.WithTable(table)),
+						level: level, readFirst: atBegin}
+				}, sqlguardtest.Snapshot{Conflict: conflict, AtBegin: atBegin})
+			})
+		}
+	}
+}
+
 type pgEngine struct {
-	t    *testing.T
-	pool *pgxpool.Pool
-	g    *pgfence.Guard
+	t     *testing.T
+	pool  *pgxpool.Pool
+	g     *pgfence.Guard
+	level pgx.TxIsoLevel // "": the server's default, READ COMMITTED
+	// readFirst makes Begin read the data table, as a transaction that
+	// read before its Check: in a snapshot level, that takes the snapshot.
+	readFirst bool
 }
 
 func (e pgEngine) Begin(ctx context.Context) (sqlguardtest.Tx, func(), error) {
@@ -38,10 +78,18 @@ func (e pgEngine) Begin(ctx context.Context) (sqlguardtest.Tx, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	tx, err := c.Begin(ctx)
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: e.level})
 	if err != nil {
 		c.Release()
 		return nil, nil, err
+	}
+	if e.readFirst {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM data`).Scan(&n); err != nil {
+			_ = tx.Rollback(ctx)
+			c.Release()
+			return nil, nil, err
+		}
 	}
 	return pgTx{e, c, tx}, c.Release, nil
 }

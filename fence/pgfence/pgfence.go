@@ -28,12 +28,22 @@
 // for another writer's row lock sees that writer's committed token. In
 // REPEATABLE READ or SERIALIZABLE it fails instead with a serialization error
 // (SQLSTATE 40001), and the caller retries the transaction.
+//
+// The marks are the table's rows: a table dropped under a running Guard
+// takes them along. The Guard remembers its table's OID, and once the
+// table has been made again (another process's New makes it, empty) every
+// Check it admits fails with an error matching lease.ErrUnavailable rather
+// than judge tokens against the empty table. So does a table of another
+// OID reached at the same address: a database restored from a dump, or a
+// logical replica promoted, whose marks may lag. A Guard made after that
+// cannot tell the new table from a first one: restore the marks first.
 package pgfence
 
 import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -189,10 +199,26 @@ func (g *Guard) create(ctx context.Context, db DB, schema string) (err error) {
 			return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 		}
 	}
+	// The table's OID: one dropped and made again has another, and Check
+	// refuses to judge tokens against its empty marks. A regclass literal,
+	// not tableoid, which names a partition of a partitioned table.
+	var oid int64
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1)::oid::bigint`, g.marks.Table).Scan(&oid); err != nil {
+		return fmt.Errorf("pgfence: looking for %s: %w", g.marks.Table, err)
+	}
+	g.marks.ReturnID(oid, regclassLiteral(g.marks.Table)+"::oid::bigint")
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgfence: creating %s: %w", g.marks.Table, err)
 	}
 	return nil
+}
+
+// regclassLiteral is name as a regclass constant, an escape string (E'…')
+// so that it reads the same whatever standard_conforming_strings says. In
+// a prepared statement it is resolved when the statement is analysed, and
+// again when a dropped table makes PostgreSQL analyse it anew.
+func regclassLiteral(name string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(name) + "'::regclass"
 }
 
 // verify checks that the existing table is one the guard can trust: a
@@ -228,17 +254,29 @@ func (g *Guard) Mode() fence.Mode { return g.mode }
 // accepted, to commit or roll back with tx; the resource stays locked
 // against other Checks until tx ends. A rejected token returns a
 // *fence.StaleTokenError (matching lease.ErrStaleToken) and records nothing;
-// tx stays usable, and the caller should roll it back. Other errors are the
-// database's, wrapped.
+// tx stays usable, and the caller should roll it back. A tx whose
+// connection is no longer in a transaction (a COMMIT or ROLLBACK sent
+// through tx.Exec) is refused, matching lease.ErrInvalid. A resource whose
+// row holds a token no guard writes (NULL, below 1 or above
+// lease.MaxToken, put there by hand) admits nothing: the error matches
+// lease.ErrUnavailable. Other errors are the database's, wrapped.
 func (g *Guard) Check(ctx context.Context, tx pgx.Tx, resource string, token lease.Token) error {
 	if tx == nil {
 		return invalidf("tx is nil: Check must run in the writer's transaction")
+	}
+	// A COMMIT or ROLLBACK sent through tx ends the transaction without
+	// pgx knowing: the upsert would then commit alone, at once, fencing
+	// nothing. The server reports its transaction status with every
+	// answer, so asking costs nothing.
+	if c := tx.Conn(); c != nil && c.PgConn() != nil && c.PgConn().TxStatus() == 'I' {
+		return invalidf("tx's connection is not in a transaction (a COMMIT or ROLLBACK was sent through it): Check would commit the mark alone, apart from the write")
 	}
 	return g.marks.Check(ctx, query(tx), resource, token)
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
-// if none.
+// if none, and an error matching lease.ErrUnavailable if its row holds a
+// token no guard writes.
 func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.Token, error) {
 	if q == nil {
 		return 0, invalidf("querier is nil")

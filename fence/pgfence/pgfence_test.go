@@ -115,7 +115,7 @@ func TestBadInput(t *testing.T) {
 func TestOddNamesAndResources(t *testing.T) {
 	pool := newPool(t)
 	ctx := testCtx(t)
-	g := newGuard(t, pool, pgfence.WithSchema(`s"'; --`), pgfence.WithTable(`t"'; DROP TABLE x; --`))
+	g := newGuard(t, pool, pgfence.WithSchema(`s"'; --`), pgfence.WithTable(`t"'\; DROP TABLE x; --`))
 	for i, res := range []string{`'; DROP TABLE lease_fence; --`, `"\ %_*`, "ünïcødé/日本語/🔒", strings.Repeat("r", lease.MaxKeyLen)} {
 		tok := lease.Token(i + 1)
 		if err := (txGuard{pool, g}).Check(ctx, res, tok, func() error { return nil }); err != nil {
@@ -127,11 +127,11 @@ func TestOddNamesAndResources(t *testing.T) {
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = $2`,
-		`s"'; --`, `t"'; DROP TABLE x; --`).Scan(&n); err != nil || n != 1 {
+		`s"'; --`, `t"'\; DROP TABLE x; --`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("guard table not where asked: %d, %v", n, err)
 	}
 	// New on an existing table is fine, and sees the same marks.
-	again := newGuard(t, pool, pgfence.WithSchema(`s"'; --`), pgfence.WithTable(`t"'; DROP TABLE x; --`))
+	again := newGuard(t, pool, pgfence.WithSchema(`s"'; --`), pgfence.WithTable(`t"'\; DROP TABLE x; --`))
 	if got, err := again.Highest(ctx, pool, "ünïcødé/日本語/🔒"); err != nil || got != 3 {
 		t.Fatalf("second Guard reads %d, %v; want 3", got, err)
 	}
@@ -229,6 +229,127 @@ func TestUpdateRow(t *testing.T) {
 	} {
 		if err := pgfence.UpdateRow(ctx, pool, u); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("UpdateRow with %s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestCorruptMarkRefused: a mark no guard writes, in a table of the
+// operator's making that New accepts (no CHECK on token, NULL allowed), is
+// refused as ErrUnavailable and left alone. Before, 0 and -5 admitted
+// every token, a NULL failed with pgx's scan error, and a mark above 2^53
+// was a StaleTokenError naming it as the highest accepted.
+func TestCorruptMarkRefused(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE ops (resource text PRIMARY KEY, token bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, pool, pgfence.WithTable("ops"))
+	sqlguardtest.RefusesCorruptMarks(t, sqlguardtest.MarkTable{
+		Put: func(res, mark string) error {
+			_, err := pool.Exec(ctx, "INSERT INTO ops (resource, token) VALUES ($1, "+mark+")", res)
+			return err
+		},
+		Stored: func(res string) (string, error) {
+			var s string
+			err := pool.QueryRow(ctx, "SELECT coalesce(token::text, 'NULL') FROM ops WHERE resource = $1", res).Scan(&s)
+			return s, err
+		},
+		Check: func(res string, tok lease.Token) error {
+			return txGuard{pool, g}.Check(ctx, res, tok, func() error { return nil })
+		},
+		Highest: func(res string) (lease.Token, error) { return g.Highest(ctx, pool, res) },
+	})
+}
+
+// TestTableReplacedUnderARunningGuard: a guard whose table was dropped and
+// made again (by another process's New, say) refuses its Checks rather than
+// admit tokens against the new, empty table. Before, the old guard took the
+// new table as its own: token 5 was admitted after token 6 had committed.
+func TestTableReplacedUnderARunningGuard(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	g := newGuard(t, pool, pgfence.WithTable("replaced"))
+	check := func(g *pgfence.Guard, tok lease.Token) error {
+		return txGuard{pool, g}.Check(ctx, "job", tok, func() error { return nil })
+	}
+	if err := check(g, 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DROP TABLE replaced`); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(g, 5); err == nil {
+		t.Fatal("token 5 admitted with the table dropped")
+	}
+	other := newGuard(t, pool, pgfence.WithTable("replaced")) // makes it again, empty
+	for _, tok := range []lease.Token{5, 6, 7} {
+		if err := check(g, tok); !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("token %d on the old guard after its table was made again: err = %v, want ErrUnavailable", tok, err)
+		}
+	}
+	if h, err := other.Highest(ctx, pool, "job"); err != nil || h != 0 {
+		t.Errorf("the new table holds %d for job (%v); the old guard recorded into it", h, err)
+	}
+	// A guard made on the new table uses it: the loss is the operator's to
+	// repair, and New cannot tell a lost table from a first one.
+	if err := check(other, 5); err != nil {
+		t.Errorf("token 5 on a guard made after the table: %v", err)
+	}
+}
+
+// TestPartitionedTable: a partitioned table under the guard's name is
+// taken, and its Checks are not mistaken for a replaced table's (each
+// row's tableoid names its partition, not the table).
+func TestPartitionedTable(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	for _, ddl := range []string{
+		`CREATE TABLE part (resource text COLLATE "C" PRIMARY KEY, token bigint NOT NULL) PARTITION BY HASH (resource)`,
+		`CREATE TABLE part_0 PARTITION OF part FOR VALUES WITH (MODULUS 2, REMAINDER 0)`,
+		`CREATE TABLE part_1 PARTITION OF part FOR VALUES WITH (MODULUS 2, REMAINDER 1)`,
+	} {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := newGuard(t, pool, pgfence.WithTable("part"))
+	for i := range 8 {
+		res := fmt.Sprint("job-", i)
+		if err := (txGuard{pool, g}).Check(ctx, res, 3, func() error { return nil }); err != nil {
+			t.Fatalf("Check(%s, 3): %v", res, err)
+		}
+		if err := (txGuard{pool, g}).Check(ctx, res, 2, func() error { return nil }); !errors.Is(err, lease.ErrStaleToken) {
+			t.Fatalf("Check(%s, 2) after 3: %v, want ErrStaleToken", res, err)
+		}
+	}
+}
+
+// TestCheckRefusesAnEndedTransaction: a pgx.Tx whose transaction was ended
+// by a COMMIT or ROLLBACK sent through it (pgx still takes it for open) is
+// refused as ErrInvalid, and records nothing. Before, Check ran on the
+// connection in autocommit: the mark was committed on its own at once, so
+// the write after it was not fenced with it, and the caller's Rollback
+// could not take the mark back.
+func TestCheckRefusesAnEndedTransaction(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	g := newGuard(t, pool)
+	for _, end := range []string{"COMMIT", "ROLLBACK", "END"} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+		res := "ended-by-" + end
+		if err := g.Check(ctx, tx, res, 5); !errors.Is(err, lease.ErrInvalid) {
+			t.Errorf("Check after %s through the tx: err = %v, want ErrInvalid", end, err)
+		}
+		_ = tx.Rollback(ctx)
+		if h, err := g.Highest(ctx, pool, res); err != nil || h != 0 {
+			t.Errorf("after %s and Check: mark %d (%v), want none", end, h, err)
 		}
 	}
 }

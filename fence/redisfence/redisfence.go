@@ -16,8 +16,14 @@
 // Because the value and its token live in one key, they are persisted,
 // replicated and lost together: a Redis without persistence that forgets
 // the token forgets the value with it, so the guard needs no durability of
-// its own beyond what the data needs. Each resource is one key, so Guard
-// works unchanged on Redis Cluster.
+// its own beyond what the data needs. The guard does not notice such a loss:
+// what Redis forgot is as if never written, and a token below the forgotten
+// one is admitted again (no older value ever replaces a newer one that
+// Redis kept, but a write acknowledged to the newer holder is gone). Where
+// an acknowledged write must stay fenced, run Redis as redisstore requires
+// (appendonly yes, appendfsync always) and fail over only to replicas that
+// have every write (WAIT). Each resource is one key, so Guard works
+// unchanged on Redis Cluster.
 package redisfence
 
 import (

@@ -54,9 +54,17 @@ const (
 // mysqlCheck is Check on MySQL: insert the token, or on a duplicate key
 // record it if m admits it. Either way InnoDB holds the row's exclusive lock
 // until the transaction ends. LAST_INSERT_ID(token) makes the answer's
-// insert ID the token the row held before; a fresh insert answers 0.
+// insert ID the token the row held before; a fresh insert answers 0. A
+// stored token no guard writes (NULL, below 1, above 2^53) answers
+// mysqlCorrupt and admits nothing: LAST_INSERT_ID(NULL) would answer 0, a
+// fresh insert's ID, while IF(NULL <= ?, …) kept the NULL, so that every
+// token was admitted and none recorded.
 // Arguments: resource, token, token, token.
 func mysqlCheck(table string, m fence.Mode) string {
 	return `INSERT INTO ` + table + ` (resource, token) VALUES (?, ?)
-ON DUPLICATE KEY UPDATE token = IF(LAST_INSERT_ID(token) ` + sqlguard.Cmp(m) + ` ?, ?, token)`
+ON DUPLICATE KEY UPDATE token = IF(LAST_INSERT_ID(IF(token BETWEEN 1 AND 9007199254740992, token, ` + mysqlCorrupt + `)) ` + sqlguard.Cmp(m) + ` ?, ?, token)`
 }
+
+// mysqlCorrupt is the insert ID mysqlCheck answers for a stored token no
+// guard writes: above every token, so that it admits none.
+const mysqlCorrupt = "9223372036854775807"

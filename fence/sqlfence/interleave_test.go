@@ -35,17 +35,24 @@ var upsertData = map[sqlfence.Dialect]string{
 
 // TestInterleavings plays every interleaving of two writers' transactions:
 // on MariaDB in its default isolation, REPEATABLE READ, and in READ
-// COMMITTED; on SQLite in its default rollback journal and in WAL mode.
+// COMMITTED, SERIALIZABLE and READ UNCOMMITTED (Check's upsert locks and
+// reads the latest row in each); on SQLite in its default rollback journal and in WAL mode.
 func TestInterleavings(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		e     func(t *testing.T) engine
-		level sql.IsolationLevel
+		name      string
+		e         func(t *testing.T) engine
+		level     sql.IsolationLevel
+		readFirst bool
 	}{
-		{"mariadb/repeatable-read", func(t *testing.T) engine { return engine{"mariadb", sqlfence.MySQL, openMySQL(t)} }, sql.LevelDefault},
-		{"mariadb/read-committed", func(t *testing.T) engine { return engine{"mariadb", sqlfence.MySQL, openMySQL(t)} }, sql.LevelReadCommitted},
-		{"sqlite/delete", func(t *testing.T) engine { return engine{"sqlite", sqlfence.SQLite, openSQLite(t, "DELETE")} }, sql.LevelDefault},
-		{"sqlite/wal", func(t *testing.T) engine { return engine{"sqlite", sqlfence.SQLite, openSQLite(t, "WAL")} }, sql.LevelDefault},
+		{"mariadb/repeatable-read", func(t *testing.T) engine { return engine{"mariadb", sqlfence.MySQL, openMySQL(t)} }, sql.LevelDefault, false},
+		{"mariadb/read-committed", func(t *testing.T) engine { return engine{"mariadb", sqlfence.MySQL, openMySQL(t)} }, sql.LevelReadCommitted, false},
+		{"mariadb/serializable", func(t *testing.T) engine { return engine{"mariadb", sqlfence.MySQL, openMySQL(t)} }, sql.LevelSerializable, false},
+		{"mariadb/read-uncommitted", func(t *testing.T) engine { return engine{"mariadb", sqlfence.MySQL, openMySQL(t)} }, sql.LevelReadUncommitted, false},
+		// A caller's transaction that read before its Check has its
+		// snapshot; the upsert still reads and locks the latest row.
+		{"mariadb/repeatable-read/read-before-check", func(t *testing.T) engine { return engine{"mariadb", sqlfence.MySQL, openMySQL(t)} }, sql.LevelDefault, true},
+		{"sqlite/delete", func(t *testing.T) engine { return engine{"sqlite", sqlfence.SQLite, openSQLite(t, "DELETE")} }, sql.LevelDefault, false},
+		{"sqlite/wal", func(t *testing.T) engine { return engine{"sqlite", sqlfence.SQLite, openSQLite(t, "WAL")} }, sql.LevelDefault, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := c.e(t)
@@ -60,17 +67,18 @@ func TestInterleavings(t *testing.T) {
 			}
 			sqlguardtest.Interleavings(t, func(t *testing.T, mode fence.Mode) sqlguardtest.Engine {
 				g := newGuard(t, e, sqlfence.WithMode(mode), sqlfence.WithTable(fmt.Sprintf("fence_%d", mode)))
-				return txEngine{t: t, e: e, g: g, opts: &sql.TxOptions{Isolation: c.level}}
+				return txEngine{t: t, e: e, g: g, opts: &sql.TxOptions{Isolation: c.level}, readFirst: c.readFirst}
 			})
 		})
 	}
 }
 
 type txEngine struct {
-	t    *testing.T
-	e    engine
-	g    *sqlfence.Guard
-	opts *sql.TxOptions
+	t         *testing.T
+	e         engine
+	g         *sqlfence.Guard
+	opts      *sql.TxOptions
+	readFirst bool // Begin reads the data table, which takes InnoDB's snapshot
 }
 
 func (x txEngine) Begin(ctx context.Context) (sqlguardtest.Tx, func(), error) {
@@ -88,6 +96,14 @@ func (x txEngine) Begin(ctx context.Context) (sqlguardtest.Tx, func(), error) {
 	if tx.tx, err = conn.BeginTx(ctx, x.opts); err != nil {
 		_ = conn.Close()
 		return nil, nil, err
+	}
+	if x.readFirst {
+		var n int
+		if err := tx.tx.QueryRowContext(ctx, `SELECT count(*) FROM data`).Scan(&n); err != nil {
+			_ = tx.tx.Rollback()
+			_ = conn.Close()
+			return nil, nil, err
+		}
 	}
 	return tx, func() { _ = conn.Close() }, nil
 }

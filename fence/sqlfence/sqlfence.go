@@ -164,7 +164,8 @@ type Guard struct {
 // New returns a Guard for the engine d speaks, creating its table in db if
 // it does not exist (CREATE TABLE IF NOT EXISTS, so concurrent News are
 // safe). On MySQL, CREATE TABLE commits any transaction it runs in: pass a
-// *sql.DB or *sql.Conn, not a *sql.Tx.
+// *sql.DB or *sql.Conn; given a *sql.Tx, New refuses (lease.ErrInvalid)
+// unless the table is already there.
 //
 // A table already under that name must be one the guard can trust, or New
 // fails with an error matching lease.ErrInvalid: on MySQL an InnoDB table
@@ -195,7 +196,14 @@ func New(ctx context.Context, db Querier, d Dialect, opts ...Option) (*Guard, er
 	if d == SQLite && strings.HasPrefix(strings.ToLower(cfg.table), "sqlite_") {
 		return nil, sp.Invalidf("table %q: SQLite keeps names that begin with sqlite_ for itself", cfg.table)
 	}
-	g := &Guard{dialect: d, d: sp, mode: cfg.mode, marks: sp.Marks(cfg.mode, cfg.table)}
+	marks := sp.Marks(cfg.mode, cfg.table)
+	if d == SQLite {
+		// Qualified: unqualified, SQLite looks in temp first, where a
+		// TEMP table of that name on the writer's connection would hide
+		// the marks.
+		marks = sp.Marks(cfg.mode, "main", cfg.table)
+	}
+	g := &Guard{dialect: d, d: sp, mode: cfg.mode, marks: marks}
 	if d == MySQL {
 		g.marks.Upsert = mysqlCheck(g.marks.Table, cfg.mode)
 	}
@@ -215,8 +223,10 @@ func (g *Guard) Dialect() Dialect { return g.dialect }
 // accepted, to commit or roll back with tx; the resource stays locked
 // against other Checks until tx ends. A rejected token returns a
 // *fence.StaleTokenError (matching lease.ErrStaleToken) and records nothing;
-// tx stays usable, and the caller should roll it back. Other errors are the
-// database's, wrapped.
+// tx stays usable, and the caller should roll it back. A resource whose
+// row holds a token no guard writes (NULL, below 1 or above
+// lease.MaxToken, put there by hand) admits nothing: the error matches
+// lease.ErrUnavailable. Other errors are the database's, wrapped.
 func (g *Guard) Check(ctx context.Context, tx *sql.Tx, resource string, token lease.Token) error {
 	if tx == nil {
 		return g.d.Invalidf("tx is nil: Check must run in the writer's transaction")
@@ -228,7 +238,8 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, resource string, token le
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
-// if none.
+// if none, and an error matching lease.ErrUnavailable if its row holds a
+// token no guard writes.
 func (g *Guard) Highest(ctx context.Context, q Querier, resource string) (lease.Token, error) {
 	if q == nil {
 		return 0, g.d.Invalidf("querier is nil")
@@ -259,8 +270,11 @@ func (g *Guard) checkMySQL(ctx context.Context, tx *sql.Tx, resource string, tok
 	if err != nil {
 		return fmt.Errorf("sqlfence: checking %q token %d: %w", resource, token, err)
 	}
-	if before == 0 || g.mode.Admits(token, lease.Token(before)) {
+	switch {
+	case before == 0 || g.mode.Admits(token, lease.Token(before)):
 		return nil
+	case before < 1 || lease.Token(before) > lease.MaxToken:
+		return g.marks.Corrupt(resource, "NULL, below 1 or above 2^53")
 	}
 	return g.marks.Stale(resource, token, lease.Token(before))
 }

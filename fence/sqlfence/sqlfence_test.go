@@ -469,3 +469,111 @@ func TestUpdateSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestCorruptMarkRefused: a mark no guard writes, in a table of the
+// operator's making that New accepts (no CHECK on token, NULL allowed), is
+// refused as ErrUnavailable and left alone. Before, on MariaDB a NULL mark
+// admitted every token and recorded none (LAST_INSERT_ID(NULL) answered 0,
+// a fresh insert's ID), so a late writer's token 1 was admitted forever;
+// on SQLite 0 and -5 admitted every token; and a negative mark on MariaDB,
+// or one above 2^53 on either, was a StaleTokenError naming it as the
+// highest accepted (18446744073709551611 for -5).
+func TestCorruptMarkRefused(t *testing.T) {
+	forEach(t, func(t *testing.T, e engine) {
+		ctx := testCtx(t)
+		ddl := `(resource VARBINARY(512) NOT NULL PRIMARY KEY, token BIGINT) ENGINE=InnoDB`
+		if e.d == sqlfence.SQLite {
+			ddl = `(resource TEXT NOT NULL PRIMARY KEY, token INTEGER)`
+		}
+		if _, err := e.db.ExecContext(ctx, "CREATE TABLE ops "+ddl); err != nil {
+			t.Fatal(err)
+		}
+		g := newGuard(t, e, sqlfence.WithTable("ops"))
+		sqlguardtest.RefusesCorruptMarks(t, sqlguardtest.MarkTable{
+			Put: func(res, mark string) error {
+				_, err := e.db.ExecContext(ctx, "INSERT INTO ops (resource, token) VALUES (?, "+mark+")", res)
+				return err
+			},
+			Stored: func(res string) (string, error) {
+				var s sql.NullString
+				err := e.db.QueryRowContext(ctx, "SELECT CAST(token AS CHAR) FROM ops WHERE resource = ?", res).Scan(&s)
+				if !s.Valid {
+					return "NULL", err
+				}
+				return s.String, err
+			},
+			Check: func(res string, tok lease.Token) error {
+				return txGuard{e.db, g, nil}.Check(ctx, res, tok, func() error { return nil })
+			},
+			Highest: func(res string) (lease.Token, error) { return g.Highest(ctx, e.db, res) },
+		})
+	})
+}
+
+// TestSQLiteTempTableDoesNotShadowTheMarks: a TEMP table under the guard's
+// name on the writer's connection (SQLite looks in temp before main) is
+// not where Check looks. Before, the unqualified name found the TEMP
+// table, empty, and token 5 was admitted after token 6 had committed.
+func TestSQLiteTempTableDoesNotShadowTheMarks(t *testing.T) {
+	e := engine{"sqlite", sqlfence.SQLite, openSQLite(t, "WAL")}
+	ctx := testCtx(t)
+	g := newGuard(t, e)
+	if err := (txGuard{e.db, g, nil}).Check(ctx, "job", 6, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `CREATE TEMP TABLE lease_fence (resource TEXT PRIMARY KEY, token INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var stale *fence.StaleTokenError
+	if err := g.Check(ctx, tx, "job", 5); !errors.As(err, &stale) || stale.Highest != 6 {
+		t.Fatalf("token 5 after 6, with a TEMP lease_fence on the connection: %v, want stale with highest 6", err)
+	}
+}
+
+// TestNewInATransactionOnMySQL: New given a *sql.Tx on MySQL, with its
+// table missing, refuses (ErrInvalid) rather than run CREATE TABLE, which
+// commits the caller's transaction then and there, leaving its connection
+// in autocommit for every statement after (a Check included: its mark
+// committed alone). Before, the caller's rollback found its insert already
+// committed. With the table there, New in a transaction is fine.
+func TestNewInATransactionOnMySQL(t *testing.T) {
+	e := engine{"mariadb", sqlfence.MySQL, openMySQL(t)}
+	ctx := testCtx(t)
+	if _, err := e.db.ExecContext(ctx, `CREATE TABLE notes (id INT PRIMARY KEY) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO notes VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlfence.New(ctx, tx, e.d, sqlfence.WithTable("made_in_tx")); !errors.Is(err, lease.ErrInvalid) {
+		t.Errorf("New in a transaction, table missing: err = %v, want ErrInvalid", err)
+	}
+	_ = tx.Rollback()
+	var n int
+	if err := e.db.QueryRowContext(ctx, `SELECT count(*) FROM notes`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("after the caller's rollback, notes holds %d rows (%v): New committed its transaction", n, err)
+	}
+	newGuard(t, e, sqlfence.WithTable("made_in_tx"))
+	tx, err = e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := sqlfence.New(ctx, tx, e.d, sqlfence.WithTable("made_in_tx")); err != nil {
+		t.Errorf("New in a transaction, table there: %v", err)
+	}
+}

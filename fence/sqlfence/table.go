@@ -2,6 +2,7 @@ package sqlfence
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,6 +24,12 @@ func (g *Guard) create(ctx context.Context, db Querier, name string) error {
 		}
 		if n > 0 {
 			return g.verifyMySQL(ctx, db, name)
+		}
+		if _, inTx := db.(*sql.Tx); inTx {
+			// CREATE TABLE would commit the caller's transaction now, and
+			// leave the connection in autocommit for its every statement
+			// after, a Check's included.
+			return g.d.Invalidf("table %s is missing, and creating it would commit the transaction New was given: pass a *sql.DB or *sql.Conn", g.marks.Table)
 		}
 		ddl = mysqlTable
 	}
@@ -97,7 +104,7 @@ func (g *Guard) verifyMySQL(ctx context.Context, db Querier, name string) error 
 // text, where "10" < "9".
 func (g *Guard) verifySQLite(ctx context.Context, db Querier, name string) error {
 	var typ string
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(type), '') FROM pragma_table_info(?) WHERE name = 'token'`, name).Scan(&typ); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(type), '') FROM pragma_table_info(?, 'main') WHERE name = 'token'`, name).Scan(&typ); err != nil {
 		return fmt.Errorf("sqlfence: checking %s: %w", g.marks.Table, err)
 	}
 	if !strings.Contains(strings.ToUpper(typ), "INT") { // SQLite's rule for INTEGER affinity

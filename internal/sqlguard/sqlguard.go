@@ -128,11 +128,28 @@ type Marks struct {
 	// the resource's token if the mode admits it and returns it, and
 	// returns no row otherwise. Either way it leaves the resource's row
 	// (PostgreSQL) or the database (SQLite) locked until the transaction
-	// ends, so the guard's answer stays true until then. A guard on
-	// another engine sets its own.
+	// ends, so the guard's answer stays true until then. A stored token
+	// below 1 (or NULL) admits nothing, so that Check can refuse it as a
+	// mark no guard wrote. A guard on another engine sets its own.
 	Upsert string
-	// Select reads a resource's token.
+	// Select reads a resource's token, NULL as 0.
 	Select string
+	// ID, if not 0, is the identity of the table the guard was made with
+	// (PostgreSQL: its OID), and Upsert returns the identity of the table
+	// it wrote to in place of the token (see ReturnID): Check refuses a
+	// token admitted by a table that is not the guard's any more.
+	ID int64
+}
+
+// ReturnID makes Upsert return expr, the identity of the table it writes
+// to, and Check compare it with id, the identity of the table the guard
+// verified. A table dropped and made again (another process's New makes
+// it, empty) has another identity: Check then refuses every admitted
+// token, where it would have judged it against the new table's empty
+// marks.
+func (m *Marks) ReturnID(id int64, expr string) {
+	m.Upsert = strings.TrimSuffix(m.Upsert, "RETURNING token") + "RETURNING " + expr
+	m.ID = id
 }
 
 // Marks returns the statements of the table named by parts (a name, or a
@@ -142,21 +159,37 @@ func (d *Dialect) Marks(mode fence.Mode, parts ...string) Marks {
 	return Marks{d: d, mode: mode, Table: table,
 		Upsert: `INSERT INTO ` + table + ` AS f (resource, token) VALUES (` + d.Param(1) + `, ` + d.Param(2) + `)
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
-WHERE f.token ` + Cmp(mode) + ` EXCLUDED.token
+WHERE f.token >= 1 AND f.token ` + Cmp(mode) + ` EXCLUDED.token
 RETURNING token`,
-		Select: `SELECT token FROM ` + table + ` WHERE resource = ` + d.Param(1),
+		Select: `SELECT coalesce(token, 0) FROM ` + table + ` WHERE resource = ` + d.Param(1),
 	}
+}
+
+// Corrupt is the error for a resource whose row holds a token no guard
+// writes — NULL, below 1 or above lease.MaxToken — which an operator's
+// hand, or a table the guard did not create (without its CHECK), can
+// leave: the guard cannot tell which tokens are late, so it admits none.
+// stored describes the value. The error matches lease.ErrUnavailable, as
+// a guard whose database cannot answer does.
+func (m Marks) Corrupt(resource, stored string) error {
+	return fmt.Errorf("%s: the stored token of %q in %s is %s, not a fencing token (1 to %d): no write is admitted until the row is repaired or deleted: %w",
+		m.d.Pkg, resource, m.Table, stored, lease.MaxToken, lease.ErrUnavailable)
 }
 
 // Check runs Upsert through q, which must run in the writer's
 // transaction. A rejection reads the token that rejected it, while the
-// upsert's lock still holds, and returns a *fence.StaleTokenError.
+// upsert's lock still holds, and returns a *fence.StaleTokenError, or
+// Corrupt's error if that token is none a guard writes.
 func (m Marks) Check(ctx context.Context, q Query, resource string, token lease.Token) error {
 	if err := m.d.Validate(resource, token); err != nil {
 		return err
 	}
-	_, err := q(ctx, m.Upsert, resource, int64(token))
+	id, err := q(ctx, m.Upsert, resource, int64(token))
 	if err == nil {
+		if m.ID != 0 && id != m.ID {
+			return fmt.Errorf("%s: table %s is not the one this guard was made with (identity %d, now %d): it was dropped and made again, and every resource's mark with it, so no token can be judged: restore the marks (each above every token issued for its resource) and make a new guard: %w",
+				m.d.Pkg, m.Table, m.ID, id, lease.ErrUnavailable)
+		}
 		return nil
 	}
 	if !errors.Is(err, m.d.NoRows) {
@@ -175,7 +208,7 @@ func (m Marks) Stale(resource string, token, highest lease.Token) error {
 }
 
 // Highest returns the highest token accepted for resource, as q sees it; 0
-// if none.
+// if none, and Corrupt's error if the row holds a token no guard writes.
 func (m Marks) Highest(ctx context.Context, q Query, resource string) (lease.Token, error) {
 	if err := m.d.ValidateResource(resource); err != nil {
 		return 0, err
@@ -186,6 +219,8 @@ func (m Marks) Highest(ctx context.Context, q Query, resource string) (lease.Tok
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("%s: reading highest token of %q: %w", m.d.Pkg, resource, err)
+	case highest < 1 || lease.Token(highest) > lease.MaxToken:
+		return 0, m.Corrupt(resource, fmt.Sprintf("%d (NULL reads as 0)", highest))
 	}
 	return lease.Token(highest), nil
 }

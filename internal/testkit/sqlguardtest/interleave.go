@@ -1,7 +1,9 @@
 // Package sqlguardtest holds the checks that the SQL guards, pgfence and
 // sqlfence, run against their real engines: every interleaving of two
-// writers' transactions (Interleavings), and the seed's scenario end to end
-// through two lease.Clients (SeedScenario).
+// writers' transactions (Interleavings, InterleavingsSnapshot), many
+// writers at once with random tokens (Race), marks no guard writes
+// (RefusesCorruptMarks), and the seed's scenario end to end through two
+// lease.Clients (SeedScenario).
 package sqlguardtest
 
 import (
@@ -75,13 +77,14 @@ func schedules() [][]int {
 }
 
 type writer struct {
-	token   lease.Token
-	commit  bool
-	tx      Tx
-	end     func()
-	next    int        // next step
-	pending chan error // the check in flight while it waits for a lock
-	checked error      // the check's outcome
+	token     lease.Token
+	commit    bool
+	committed bool // its transaction committed
+	tx        Tx
+	end       func()
+	next      int        // next step
+	pending   chan error // the check in flight while it waits for a lock
+	checked   error      // the check's outcome
 }
 
 // Interleavings runs every interleaving of two writers — token 1 and token
@@ -93,6 +96,38 @@ type writer struct {
 // transaction leaves the mark unchanged; and the committed state always
 // comes from the newer token when it committed.
 func Interleavings(t *testing.T, newEngine func(t *testing.T, mode fence.Mode) Engine) {
+	interleavings(t, newEngine, nil)
+}
+
+// Snapshot describes an isolation level whose transactions read a snapshot
+// (PostgreSQL's REPEATABLE READ and SERIALIZABLE), for
+// InterleavingsSnapshot.
+type Snapshot struct {
+	// Conflict recognises a serialization failure.
+	Conflict func(error) bool
+	// AtBegin says the engine's Begin takes the snapshot (it reads
+	// something, as a caller's transaction that read before its Check
+	// has); otherwise the Check, the transaction's first statement, does.
+	AtBegin bool
+}
+
+// InterleavingsSnapshot is Interleavings in an isolation level whose
+// transactions read a snapshot, with one change to the model: a check
+// whose snapshot was taken before the other writer committed (it waited
+// for that writer's lock, or with s.AtBegin its transaction began before
+// that commit) fails with an error s.Conflict recognises, and its writer
+// rolls back, as a caller would before retrying. So neither late nor
+// stale token is ever decided on a snapshot that misses the other
+// writer's commit.
+func InterleavingsSnapshot(t *testing.T, newEngine func(t *testing.T, mode fence.Mode) Engine, s Snapshot) {
+	if s.Conflict == nil {
+		t.Fatal("sqlguardtest: InterleavingsSnapshot needs a Conflict function")
+	}
+	interleavings(t, newEngine, &s)
+}
+
+func interleavings(t *testing.T, newEngine func(t *testing.T, mode fence.Mode) Engine, snap *Snapshot) {
+	t.Helper()
 	all := schedules()
 	if len(all) != 70 {
 		t.Fatalf("%d schedules, want C(8,4) = 70", len(all))
@@ -100,23 +135,26 @@ func Interleavings(t *testing.T, newEngine func(t *testing.T, mode fence.Mode) E
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	blocked := 0 // checks seen waiting for the other writer's lock
+	played := 0
 	for _, mode := range []fence.Mode{fence.AtLeast, fence.Strict} {
 		e := newEngine(t, mode)
 		for _, ends := range [][2]bool{{true, true}, {true, false}, {false, true}, {false, false}} {
 			for i, sched := range all {
 				name := fmt.Sprintf("%v/commit1=%v,commit2=%v/%v", mode, ends[0], ends[1], sched)
 				res := fmt.Sprintf("res-%d-%v-%v-%d", mode, ends[0], ends[1], i)
-				if runSchedule(t, ctx, e, mode, name, res, sched, ends) {
+				if runSchedule(t, ctx, e, mode, name, res, sched, ends, snap) {
 					blocked++
 				}
+				played++
 			}
 		}
 	}
-	t.Logf("%d checks waited for the other writer's lock", blocked)
+	t.Logf("%d schedules played, %d checks waited for the other writer's lock, token 1 committed after token 2 in none", played, blocked)
 }
 
-// runSchedule plays one schedule and reports whether a check waited.
-func runSchedule(t *testing.T, ctx context.Context, e Engine, mode fence.Mode, name, res string, sched []int, ends [2]bool) bool {
+// runSchedule plays one schedule and reports whether a check waited. A
+// non-nil snap is InterleavingsSnapshot's.
+func runSchedule(t *testing.T, ctx context.Context, e Engine, mode fence.Mode, name, res string, sched []int, ends [2]bool, snap *Snapshot) bool {
 	t.Helper()
 	ws := [2]*writer{{token: 1, commit: ends[0]}, {token: 2, commit: ends[1]}}
 	defer func() {
@@ -147,6 +185,18 @@ func runSchedule(t *testing.T, ctx context.Context, e Engine, mode fence.Mode, n
 		afterFirst = ws[first].token
 	}
 	secondAdmitted := mode.Admits(ws[second].token, afterFirst)
+	// In a snapshot taken before the other writer's commit, a check cannot
+	// see that commit: it fails with a serialization error instead.
+	var conflict func(error) bool
+	secondConflicts := false
+	if snap != nil {
+		conflict = snap.Conflict
+		taken := position(sched, second, stepCheck)
+		if snap.AtBegin {
+			taken = position(sched, second, stepBegin)
+		}
+		secondConflicts = ws[first].commit && taken < position(sched, first, stepEnd)
+	}
 
 	queue := append([]int(nil), sched...)
 	for len(queue) > 0 {
@@ -196,8 +246,9 @@ func runSchedule(t *testing.T, ctx context.Context, e Engine, mode fence.Mode, n
 			}
 		case stepEnd:
 			var err error
-			if w.commit {
+			if w.commit && !(conflict != nil && w.checked != nil && conflict(w.checked)) {
 				err = w.tx.Commit(ctx)
+				w.committed = err == nil
 			} else {
 				err = w.tx.Rollback(ctx)
 			}
@@ -224,11 +275,16 @@ func runSchedule(t *testing.T, ctx context.Context, e Engine, mode fence.Mode, n
 	if ws[first].checked != nil {
 		t.Fatalf("%s: first check (writer %d) failed: %v", name, first+1, ws[first].checked)
 	}
-	if secondAdmitted {
+	switch {
+	case secondConflicts:
+		if !conflict(ws[second].checked) {
+			t.Fatalf("%s: writer %d's check, on a snapshot from before writer %d's commit, = %v; want a serialization failure", name, second+1, first+1, ws[second].checked)
+		}
+	case secondAdmitted:
 		if ws[second].checked != nil {
 			t.Fatalf("%s: writer %d rejected: %v", name, second+1, ws[second].checked)
 		}
-	} else {
+	default:
 		var se *fence.StaleTokenError
 		if !errors.As(ws[second].checked, &se) || se.Token != ws[second].token || se.Highest != afterFirst {
 			t.Fatalf("%s: writer %d's check = %v, want stale with highest %d", name, second+1, ws[second].checked, afterFirst)
@@ -238,15 +294,18 @@ func runSchedule(t *testing.T, ctx context.Context, e Engine, mode fence.Mode, n
 	if first == 1 && ws[1].commit && ws[0].checked == nil {
 		t.Fatalf("%s: token 1 admitted after token 2 committed", name)
 	}
+	if ws[0].committed && ws[1].committed && ws[0].checked == nil && first == 1 {
+		t.Fatalf("%s: token 1 committed a write after token 2 did", name)
+	}
 
 	// The committed state: token 2's write if it committed, else token 1's
 	// if it was admitted and committed, else nothing.
 	var wantValue string
 	var wantHighest lease.Token
 	switch {
-	case ws[1].commit:
+	case ws[1].committed && ws[1].checked == nil:
 		wantValue, wantHighest = "written-by-2", 2
-	case ws[0].commit && ws[0].checked == nil:
+	case ws[0].committed && ws[0].checked == nil:
 		wantValue, wantHighest = "written-by-1", 1
 	}
 	if value, err := e.Value(ctx, res); err != nil || value != wantValue {
