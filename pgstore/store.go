@@ -180,10 +180,13 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 // --backend. It is printable ASCII without spaces, at most 128 bytes, and
 // "" until the tables are first prepared (Open does; a Store from New, at
 // its first operation). Tables dropped under a running Store are made again
-// with a new id, which this Store does not take: their tokens start again,
-// below ones it issued (I1), so it answers every later operation with an
-// error matching lease.ErrUnavailable that says so. Restore the old tables
-// (and run Bump), or restart what serves them to serve the new ones.
+// with a new id, by its next operation or by anyone else first, which this
+// Store does not take: their tokens start again, below ones it issued (I1),
+// so from its next grant on (or as soon as it finds them missing) it
+// answers every operation with an error matching lease.ErrUnavailable that
+// says so. Restore the old tables (and run Bump), or restart what serves
+// them to serve the new ones (see the package documentation, Tables
+// dropped under a running Store).
 func (s *Store) StoreID() string {
 	if p := s.ident.Load(); p != nil {
 		return p.storeID
@@ -626,7 +629,10 @@ func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease
 // answer.
 func (s *Store) fail(ctx context.Context, what string, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: dropped under us
+	// undefined_table: dropped under us; undefined_column: made anew at
+	// an older schema version (replaced.go). The next operation prepares
+	// the tables again, and finds out which.
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
 		s.schemaOK.Store(false)
 	}
 	return s.wrap(ctx, what, err)

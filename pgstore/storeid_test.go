@@ -182,21 +182,31 @@ func TestTablesMadeAnewUnderARunningStore(t *testing.T) {
 		name: "made by hand",
 		drop: dropTables,
 		remake: func(t *testing.T, ctx context.Context, db testDB) []lease.Lease {
-			n, err := newNames(schema, DefaultTablePrefix)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ddl := []string{`CREATE TABLE ` + n.meta + ` (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)`}
-			for v := range SchemaVersion {
-				ddl = append(ddl, migrations[v](n)...)
-			}
-			ddl = append(ddl, `INSERT INTO `+n.meta+` (version, store_id) VALUES (`+strconv.Itoa(SchemaVersion)+`, '`+lease.NewID().Reveal()+`')`)
-			for _, stmt := range ddl {
-				if _, err := db.pool.Exec(ctx, stmt); err != nil {
-					t.Fatalf("%s: %v", stmt, err)
-				}
-			}
+			byHand(t, ctx, db, schema, SchemaVersion)
 			return nil
+		},
+	}, {
+		// An older release's empty schema, without the store id
+		// column: the grant fails on it, and the next operation
+		// migrates the tables, giving them a store id of their own.
+		name: "made by hand at schema version 2",
+		drop: dropTables,
+		remake: func(t *testing.T, ctx context.Context, db testDB) []lease.Lease {
+			byHand(t, ctx, db, schema, 2)
+			return nil
+		},
+		first: func(ctx context.Context, s *Store) error {
+			l, err := s.Acquire(ctx, "k", "w", time.Minute)
+			switch {
+			case err == nil:
+				return fmt.Errorf("granted at token %d", l.Token)
+			case !errors.Is(err, lease.ErrUnavailable):
+				return err
+			}
+			if l, err = s.Acquire(ctx, "k", "w", time.Minute); err == nil {
+				return fmt.Errorf("granted at token %d, at the second try", l.Token)
+			}
+			return err
 		},
 	}, {
 		// Several acquisitions in one statement: the batch form.
@@ -350,5 +360,30 @@ func TestTablesMadeAnewUnderARunningStore(t *testing.T) {
 				t.Errorf("a Store on the new tables granted k at token %d; want %d", l.Token, leasetest.Highest(theirs)+1)
 			}
 		})
+	}
+}
+
+// byHand makes the tables of schema version in schema, as an operator
+// restoring an empty schema would, with a store id of their own from
+// version 3 on.
+func byHand(t *testing.T, ctx context.Context, db testDB, schema string, version int) {
+	t.Helper()
+	n, err := newNames(schema, DefaultTablePrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl := []string{`CREATE TABLE ` + n.meta + ` (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)`}
+	for v := range version {
+		ddl = append(ddl, migrations[v](n)...)
+	}
+	if version >= 3 {
+		ddl = append(ddl, `INSERT INTO `+n.meta+` (version, store_id) VALUES (`+strconv.Itoa(version)+`, '`+lease.NewID().Reveal()+`')`)
+	} else {
+		ddl = append(ddl, `INSERT INTO `+n.meta+` (version) VALUES (`+strconv.Itoa(version)+`)`)
+	}
+	for _, stmt := range ddl {
+		if _, err := db.pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
 	}
 }
