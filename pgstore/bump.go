@@ -32,7 +32,10 @@ type BumpReport struct {
 // that tokens above it still fit; otherwise Bump changes nothing and
 // returns an error matching lease.ErrInvalid. The tables are created or
 // migrated first if need be (a backup of an older release's tables gets
-// the floor column then). Bump locks the leases table against writes while
+// the floor column then). On tables that are not the Store's (dropped and
+// made anew under it, with another store id) Bump changes nothing, and the
+// Store refuses every operation from then on (see the package
+// documentation, Tables dropped under a running Store). Bump locks the leases table against writes while
 // it runs; a Store serving at the same time waits and keeps every key's
 // tokens rising, but whoever holds a lease loses it.
 func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
