@@ -105,7 +105,8 @@
 // otherwise ends its statement with an error: every grant, on a key with a
 // row (on new tables, another Store's, its tokens from 1) as on a key
 // without, at the cost of one read of that one-row table in the grant's
-// own statement (no round trip more); Bump checks the id too. (Tables made
+// own statement (no round trip more; a try on a held key does not run it,
+// as EXPLAIN ANALYZE shows); Bump checks the id too. (Tables made
 // anew at schema version 2, without the store id, fail that grant, and the
 // next operation migrates them, which gives them a new id.) Either way
 // the Store then answers that operation and every later one (Acquire,
@@ -117,13 +118,13 @@
 // the new until they are restarted). TestTablesMadeAnewUnderARunningStore
 // drops the tables or the schema, makes them anew through another Store
 // (which grants the key, or not) or by hand (at schema version 3 and 2),
-// and tries a lone grant, a
-// batch and a Bump; before, every grant came out after token 3, at token 1
-// (at 2 where the other Store had granted the key once), and the Bump
-// raised the new tables' floor.
+// and tries a lone grant, a batch and a Bump; before, every grant came out
+// after token 3, at token 1 (at 2 where the other Store had granted the
+// key once), and the Bump raised the new tables' floor.
 //
-// What a running Store cannot tell apart. Until its first grant on new
-// tables (or Bump), it reads them as its own: Renew and Release of a lease
+// What a running Store cannot tell apart. Until it first grants a free key
+// on new tables (or runs Bump), it reads them as its own: a try on a held
+// key answers lease.ErrHeld, Renew and Release of a lease
 // it granted answer lease.ErrNotHeld, and Get, List and Watch show the new
 // tables' leases, none or the other Store's, all true of the tables in
 // place; a watch running sees the other Store's changes as this Store's
