@@ -575,7 +575,7 @@ func TestBatchHeldKeysAreReadOnly(t *testing.T) {
 			id := lease.NewID()
 			ids, owners, ttls = append(ids, id[:]), append(owners, "other"), append(ttls, time.Minute.Nanoseconds())
 		}
-		rows, err := tx.Query(ctx, s.q.acquire.many, keys, ids, owners, ttls, s.n.watchChannel)
+		rows, err := tx.Query(ctx, s.q.acquire.many, keys, ids, owners, ttls, s.n.watchChannel, s.ident.Load().id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,10 @@ type BumpReport struct {
 // that tokens above it still fit; otherwise Bump changes nothing and
 // returns an error matching lease.ErrInvalid. The tables are created or
 // migrated first if need be (a backup of an older release's tables gets
-// the floor column then). Bump locks the leases table against writes while
+// the floor column then). On tables that are not the Store's (dropped and
+// made anew under it, with another store id) Bump changes nothing, and the
+// Store refuses every operation from then on (see the package
+// documentation, Tables dropped under a running Store). Bump locks the leases table against writes while
 // it runs; a Store serving at the same time waits and keeps every key's
 // tokens rising, but whoever holds a lease loses it.
 func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
@@ -51,22 +54,30 @@ func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
 	// floor: SHARE ROW EXCLUSIVE lets reads on, and keeps every acquire,
 	// renew and release waiting until the commit.
 	if _, err := tx.Exec(ctx, `LOCK TABLE `+s.n.leases+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
-		return BumpReport{}, s.wrap(ctx, "bump: locking the leases table", err)
+		return BumpReport{}, s.fail(ctx, "bump: locking the leases table", err)
 	}
 	var rep BumpReport
-	var top, floor int64
-	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(max(token), 0), (SELECT token_floor FROM `+s.n.meta+`)
-		FROM `+s.n.leases).Scan(&rep.Keys, &top, &floor); err != nil {
-		return BumpReport{}, s.wrap(ctx, "bump: reading the highest token", err)
+	var top int64
+	var floor *int64 // nil: the tables are not the Store's (replaced.go)
+	id := s.ident.Load().id
+	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(max(token), 0), (SELECT token_floor FROM `+s.n.meta+` WHERE store_id = $1)
+		FROM `+s.n.leases, id).Scan(&rep.Keys, &top, &floor); err != nil {
+		return BumpReport{}, s.fail(ctx, "bump: reading the highest token", err)
 	}
-	t := uint64(max(top, floor))
+	if floor == nil {
+		return BumpReport{}, s.refuseReplaced(s.idNow(ctx, tx))
+	}
+	t := uint64(max(top, *floor))
 	next := t + n
 	if next < t || next >= uint64(lease.MaxToken) {
 		return BumpReport{}, invalidf("bump: the highest token %d + %d reaches past the largest token, %d: use a smaller bump", t, n, uint64(lease.MaxToken))
 	}
 	rep.Top, rep.Floor = lease.Token(t), lease.Token(next)
-	if _, err := tx.Exec(ctx, `UPDATE `+s.n.meta+` SET token_floor = $1`, int64(next)); err != nil {
+	if tag, err := tx.Exec(ctx, `UPDATE `+s.n.meta+` SET token_floor = $1 WHERE store_id = $2`, int64(next), id); err != nil {
 		return BumpReport{}, s.wrap(ctx, "bump: raising the token floor", err)
+	} else if tag.RowsAffected() != 1 {
+		// Its store id changed since the read above.
+		return BumpReport{}, s.refuseReplaced(s.idNow(ctx, tx))
 	}
 	// Each lease ends as a release does, told to waiters and watchers on
 	// commit.

@@ -99,9 +99,12 @@ func newQueries(n names, durable bool, checked []string) queries {
 		durably = " AND " + durableCommit
 	}
 	// floor is the token floor (Bump), an uncorrelated scalar subquery:
-	// computed at most once per statement, and only when ins writes a
-	// row.
-	floor := `(SELECT token_floor FROM ` + n.meta + `)`
+	// computed at most once per statement, and only when upd or ins
+	// writes a row. It is read only where <prefix>meta holds the Store's
+	// own store id (parameter $6): on tables dropped and made anew by
+	// anyone, it ends the statement with an error carrying replacedMark
+	// (replaced.go), so that no grant comes out of them.
+	floor := floorExpr(n)
 	tryLock := `pg_try_advisory_xact_lock(` + strconv.Itoa(int(n.lockClass)) + `, hashtext(req.key))`
 	// A grant, and only a grant, checks the settings: inside the CASE that
 	// a held key's try never reaches, and not in a renewal.
@@ -134,23 +137,25 @@ func newQueries(n names, durable bool, checked []string) queries {
 		// for keys cur saw free.
 		//
 		// A grant's token is one above both the key's last token and the
-		// token floor (Bump): a key without a row starts at the floor + 1
-		// (ins reads the floor), and a key with a row goes on from it
-		// (upd does not read the floor, as no row's token is below it:
-		// Bump raises every row to the floor it sets, in the transaction
-		// that sets it, and rows inserted later start above it). So the
-		// floor costs only the first grant of a key.
+		// token floor (Bump): a key without a row starts at the floor + 1,
+		// and a key with a row goes on from it. (No row's token is below
+		// the floor: Bump raises every row to the floor it sets, in the
+		// transaction that sets it, and rows inserted later start above
+		// it. upd reads the floor all the same, for the store id check
+		// that comes with it: on tables made anew by another Store, a key
+		// has the other's row, whose tokens start again at 1.)
 		//
 		// Every acquisition tells watchers (told), in the statement that
 		// makes it.
 		//
-		// Parameters: keys, ids, owners, TTLs in ns; the watch channel.
+		// Parameters: keys, ids, owners, TTLs in ns; the watch channel;
+		// the store id (the Store's identity.id).
 		acquire: batched([][2]string{{"id", "bytea"}, {"owner", "text"}, {"ttl_ns", "bigint"}}, func(match string) string {
 			return `, cur AS MATERIALIZED (
 	SELECT key, token, owner, ttl_ns, expires_at, expires_at > clock_timestamp() AS live
 	FROM ` + n.leases + ` WHERE key ` + match + `
 ), upd AS (
-	UPDATE ` + n.leases + ` AS l SET token = l.token + 1, id = req.id, owner = req.owner,
+	UPDATE ` + n.leases + ` AS l SET token = greatest(l.token, ` + floor + `) + 1, id = req.id, owner = req.owner,
 		ttl_ns = req.ttl_ns, expires_at = ` + expiresAt("req.ttl_ns") + `, wanted = false
 	FROM req
 	WHERE l.key ` + match + ` AND l.key = req.key AND l.expires_at <= clock_timestamp()
@@ -272,6 +277,14 @@ FROM (SELECT *, expires_at > clock_timestamp() AS live FROM ` + n.leases + ` WHE
 		watchCheck: `SELECT key, token, CASE WHEN expires_at > clock_timestamp() THEN expires_at END, expires_at = '-infinity'
 FROM ` + n.leases + ` WHERE key = ANY ($1::text[])`,
 	}
+}
+
+// floorExpr is the token floor of tables whose store id is parameter $6,
+// as the acquire statement reads it: on tables with another store id, or
+// none, an error carrying replacedMark (current_setting of a setting that
+// does not exist raises one; coalesce evaluates it only then).
+func floorExpr(n names) string {
+	return `coalesce((SELECT token_floor FROM ` + n.meta + ` WHERE store_id = $6::text), current_setting('` + replacedMark + `')::bigint)`
 }
 
 // told is the expression that tells watchers of a change to row l, as one

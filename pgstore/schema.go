@@ -128,11 +128,13 @@ var migrations = []func(n names) []string{
 // (a Client gives up one whose answer would come after its TTL), every
 // attempt was rolled back in turn, and the Store never served.
 func (s *Store) ensureSchema(ctx context.Context) error {
+	// Replaced first: a Store that found its tables replaced by a grant
+	// (replaced.go) still has them prepared.
+	if err := s.refusal(); err != nil {
+		return err
+	}
 	if s.schemaOK.Load() {
 		return nil
-	}
-	if err := s.replaced.Load(); err != nil {
-		return *err
 	}
 	s.prepMu.Lock()
 	p := s.prep
@@ -191,18 +193,11 @@ func (s *Store) prepare(ctx context.Context) error {
 	if id == nil {
 		return fmt.Errorf("pgstore: %w: %s holds no store_id", lease.ErrUnavailable, s.n.meta)
 	}
-	sid := storeIDOf(s.schema, s.prefix, *id)
-	if !s.storeID.CompareAndSwap(nil, &sid) {
-		if was := *s.storeID.Load(); was != sid {
-			// The tables this Store served were dropped (an operation
-			// found them missing) and are new: their rows, and with them
-			// every key's high-water mark and the token floor, are gone,
-			// and their tokens start again below ones this Store issued.
-			err := fmt.Errorf("pgstore: %w: the tables %s and %s were dropped and made again under this running Store (store id %s, now %s): their tokens would start again below ones it issued (I1); restore the old tables and run lease bump, or restart what serves them to serve the new ones",
-				lease.ErrUnavailable, s.n.leases, s.n.meta, was, sid)
-			s.replaced.Store(&err)
-			return err
-		}
+	now := identity{id: *id, storeID: storeIDOf(s.schema, s.prefix, *id)}
+	if !s.ident.CompareAndSwap(nil, &now) && s.ident.Load().id != now.id {
+		// The tables this Store served were dropped (an operation found
+		// them missing) and are new.
+		return s.refuseReplaced(now.storeID)
 	}
 	s.schemaOK.Store(true)
 	return nil

@@ -32,9 +32,9 @@ type Store struct {
 	prep     *preparation // the preparation of the tables running, if any (ensureSchema)
 	schemaOK atomic.Bool
 	closed   atomic.Bool
-	prefix   string                 // the table prefix, for StoreID
-	storeID  atomic.Pointer[string] // StoreID's, set by the first preparation of the tables
-	replaced atomic.Pointer[error]  // set when the tables were found dropped and made anew (prepare)
+	prefix   string                   // the table prefix, for StoreID
+	ident    atomic.Pointer[identity] // the tables' store id, set by their first preparation
+	replaced atomic.Pointer[error]    // set when the tables were found dropped and made anew (replaced.go)
 
 	notify *notifier
 	watch  watcher // Watch's listener (watch.go)
@@ -180,13 +180,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 // --backend. It is printable ASCII without spaces, at most 128 bytes, and
 // "" until the tables are first prepared (Open does; a Store from New, at
 // its first operation). Tables dropped under a running Store are made again
-// with a new id, which this Store does not take: their tokens start again,
-// below ones it issued (I1), so it answers every later operation with an
-// error matching lease.ErrUnavailable that says so. Restore the old tables
-// (and run Bump), or restart what serves them to serve the new ones.
+// with a new id, by its next operation or by anyone else first, which this
+// Store does not take: their tokens start again, below ones it issued (I1),
+// so from its next grant on (or as soon as it finds them missing) it
+// answers every operation with an error matching lease.ErrUnavailable that
+// says so. Restore the old tables (and run Bump), or restart what serves
+// them to serve the new ones (see the package documentation, Tables
+// dropped under a running Store).
 func (s *Store) StoreID() string {
-	if p := s.storeID.Load(); p != nil {
-		return *p
+	if p := s.ident.Load(); p != nil {
+		return p.storeID
 	}
 	return ""
 }
@@ -260,7 +263,8 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	switch {
 	case errors.Is(err, lease.ErrHeld):
 		return lease.Lease{}, err
-	case errors.Is(err, ErrVolatile):
+	case errors.Is(err, ErrVolatile), errors.As(err, new(*replacedError)):
+		// Refused: nothing granted.
 		return lease.Lease{}, fmt.Errorf("pgstore: acquiring %q: %w", key, err)
 	case errors.As(err, &ended) && !ended.sent:
 		return lease.Lease{}, s.fail(ctx, fmt.Sprintf("acquiring %q", key), err)
@@ -295,9 +299,14 @@ func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease
 		byKey[c.key] = c
 		c.res = lease.Lease{Key: c.key, ID: id, TTL: c.req.ttl}
 	}
-	sql, args := s.q.acquire.many, []any{keys, ids, owners, ttls, s.n.watchChannel}
+	ident := s.ident.Load()
+	if ident == nil {
+		// Only a prepared Store sends operations (ready).
+		return fmt.Errorf("pgstore: %w: acquire before the tables were prepared", lease.ErrUnavailable)
+	}
+	sql, args := s.q.acquire.many, []any{keys, ids, owners, ttls, s.n.watchChannel, ident.id}
 	if len(calls) == 1 {
-		sql, args = s.q.acquire.one, []any{keys[0], ids[0], owners[0], ttls[0], s.n.watchChannel}
+		sql, args = s.q.acquire.one, []any{keys[0], ids[0], owners[0], ttls[0], s.n.watchChannel, ident.id}
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -312,6 +321,9 @@ func (s *Store) execAcquire(ctx context.Context, calls []*call[acquireReq, lease
 		// granted. (A FATAL may come after the commit.)
 		if pgErr.Code == "42704" && strings.Contains(pgErr.Message, volatileMark) {
 			return fmt.Errorf("%w: %w: %s: set them on again, or pass pgstore.AllowVolatile()", ErrVolatile, lease.ErrUnavailable, volatileMark)
+		}
+		if isReplacedMark(err) {
+			return s.refuseReplaced(s.idNow(ctx, conn))
 		}
 	case err != nil && !pgconn.SafeToRetry(err):
 		// Sent, and the answer lost: end whatever it granted.
@@ -617,7 +629,10 @@ func (s *Store) List(ctx context.Context, prefix string, page lease.Page) (lease
 // answer.
 func (s *Store) fail(ctx context.Context, what string, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: dropped under us
+	// undefined_table: dropped under us; undefined_column: made anew at
+	// an older schema version (replaced.go). The next operation prepares
+	// the tables again, and finds out which.
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
 		s.schemaOK.Store(false)
 	}
 	return s.wrap(ctx, what, err)

@@ -130,9 +130,9 @@ func TestHeldAcquireIsReadOnly(t *testing.T) {
 		var exp time.Time
 		var row pgx.Row
 		if batch {
-			row = tx.QueryRow(ctx, s.q.acquire.many, []string{key}, [][]byte{id[:]}, []string{"other"}, []int64{time.Minute.Nanoseconds()}, s.n.watchChannel)
+			row = tx.QueryRow(ctx, s.q.acquire.many, []string{key}, [][]byte{id[:]}, []string{"other"}, []int64{time.Minute.Nanoseconds()}, s.n.watchChannel, s.ident.Load().id)
 		} else {
-			row = tx.QueryRow(ctx, s.q.acquire.one, key, id[:], "other", time.Minute.Nanoseconds(), s.n.watchChannel)
+			row = tx.QueryRow(ctx, s.q.acquire.one, key, id[:], "other", time.Minute.Nanoseconds(), s.n.watchChannel, s.ident.Load().id)
 		}
 		var told *string
 		if err := row.Scan(&gotKey, &acquired, &token, &owner, &ttl, &exp, &told); err != nil {

@@ -147,6 +147,9 @@ func (s *Store) watchFeed(ctx context.Context) (*watchhub.Feed, error) {
 	if w.feed != nil && w.feed.Err() == nil {
 		return w.feed, nil
 	}
+	if err := s.refusal(); err != nil {
+		return nil, err // its watches were ended (endWatches)
+	}
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -296,6 +299,21 @@ func (s *Store) checkExpiries(feed *watchhub.Feed, due []lease.Lease) {
 		default:
 			feed.Change(lease.Expired, l, watchhub.Version{Token: l.Token, Ended: true})
 		}
+	}
+}
+
+// endWatches cuts every watch running off with err, and ends their
+// listener. A watch started later is refused (ready, and watchFeed for one
+// that passed ready before the refusal).
+func (s *Store) endWatches(err error) {
+	w := &s.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.feed != nil {
+		w.feed.Close(err)
+	}
+	if w.cancel != nil {
+		w.cancel()
 	}
 }
 
