@@ -28,20 +28,21 @@ if ARGV[5] == '1' and not string.find(redis.call('INFO', 'persistence'), 'aof_en
   return redis.error_reply('ERR redisstore: appendonly is off on this server since the store started: no grant, so that a restart cannot issue its token again')
 end
 
-local token = redis.call('INCR', KEYS[2])
--- A counter INCR made (1): the key's first grant, or every key's counter
--- wiped under the running Store (FLUSHALL, FLUSHDB, keys deleted, a server
--- restarted without its data), which would then issue tokens again from 1
--- (I1). The store id tells them apart (wiped.go): a wipe took it too, or
--- another Store has since set a new one. Only a first grant pays the GET;
--- a refusal takes the counter back, so it writes nothing.
-if token == 1 and ARGV[6] ~= '' then
+-- The store id, which a namespace wiped under the running Store
+-- (FLUSHALL, FLUSHDB, keys deleted, a server restarted without its data)
+-- lost, or which another Store has since set anew (wiped.go): its counters
+-- went with it, and a grant would issue tokens again from 1 (I1), or go on
+-- from another Store's grants on the new data. Every grant reads it, not
+-- only a key's first: the key's counter may be the other Store's. Read
+-- before the INCR, so that a refusal writes nothing. A held key's try
+-- never reads it.
+if ARGV[6] ~= '' then
   local id = redis.call('GET', KEYS[4])
   if id ~= ARGV[6] then
-    redis.call('DEL', KEYS[2])
     return redis.error_reply('ERR redisstore: store id: ' .. (string.gsub(string.sub(id or '', 1, 64), '[^%w]', '?')))
   end
 end
+local token = redis.call('INCR', KEYS[2])
 -- The token is above the floor too: a key the counters of a restored
 -- backup do not know starts above it. The floor is set only by Bump, below
 -- 2^53; a held key's try never reads it.

@@ -23,7 +23,7 @@
 // token, the server's TIME at the grant or last renewal (the expiry is that
 // plus the TTL), the TTL and the owner, written with SET PX, so that a grant
 // is GET, INCR, GET of the token floor (Restores), TIME and SET in one
-// script (a key's first grant one GET more, of the store id: Wipes), a held
+// script (and one GET more, of the store id: Wipes), a held
 // key or a Get one read, and a release GET and DEL; Renew and Release
 // compare both ID and token (I4). Tokens stay below 2^53.
 // List SCANs the keyspace (see List for its cost).
@@ -50,21 +50,22 @@
 // an operator deleting them, a server restarted without its data (an AOF
 // lost, a volume replaced). The token counters go with them, and a Store
 // that went on serving would issue every key's tokens from 1 again, below
-// ones it issued (I1). After a wipe every grant is a key's first (its
-// counter is gone), and a key's first grant (INCR made the counter 1)
-// checks, in acquire.lua, that the store id (StoreID) is still the one the
-// Store read in New. Gone (wiped), or another (a Store started on the wiped
-// namespace since and set a new one: the namespace looks whole again, floor
-// and all, but is not the one this Store served), the script takes its INCR
-// back and refuses; the Store then answers that grant and every later
+// ones it issued (I1), or go on from the grants another Store made on the
+// new data. Every grant checks, in acquire.lua before its INCR, that the
+// store id (StoreID) is still the one the Store read in New: not only a
+// key's first (its counter new), since another Store started on the wiped
+// namespace may have granted the key already, its counter then at 1 and the
+// running Store's grant at 2 (TestWipedAndUsedAnewUnderARunningStore). Gone
+// (wiped), or another (a Store started on the wiped namespace since and set
+// a new one: the namespace looks whole again, floor and all, but is not the
+// one this Store served), the script refuses, having written nothing; the Store then answers that grant and every later
 // operation (Acquire, Renew, RenewBatch, Release, Get, List, WaitChange, a
 // new Watch) with an error matching lease.ErrUnavailable that says so and
 // names the way out: restore the data and run Bump (`lease bump`), then
 // restart; or restart to serve the new, empty data under a new store id,
 // which New sets. Renewing or releasing a lease the wipe took, before a
-// grant notices, answers lease.ErrNotHeld, which is true. A grant of a key
-// whose counter exists pays nothing, and a first grant one GET in its
-// script, no round trip. With AllowVolatile nothing is checked: a volatile
+// grant notices, answers lease.ErrNotHeld, which is true. A grant pays one
+// GET in its script, no round trip; a held key's try pays nothing. With AllowVolatile nothing is checked: a volatile
 // server's restart empties it, and its caller has accepted tokens from 1
 // again then (TestVolatileRestartRegression).
 //
@@ -85,7 +86,7 @@
 // and a new one, are the same to it: it serves from token 1 under a new
 // store id, which clients that knew the old refuse (leasehttp WithStoreID).
 // A store id key alone deleted is a new store id over the old counters
-// (tokens still rise; running Stores refuse their next first grant). Keys
+// (tokens still rise; running Stores refuse their next grant). Keys
 // of some user keys deleted by hand, with the store id kept (the counters
 // gone, on Cluster the slot's copy too), are, to New and to running Stores
 // alike, keys never granted: their tokens start again above the floor,

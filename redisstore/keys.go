@@ -10,11 +10,11 @@ import (
 //	NS:{E}:l   the lease: a string (see value.go) expiring by PX
 //	NS:{E}:t   the token counter: a string INCRed per grant, never deleted,
 //	           never given an expiry
-//	NS:store-id the store's random id (StoreID), set once by SET NX; a
-//	           key's first grant checks it is still the one the Store read
+//	NS:store-id the store's random id (StoreID), set once by SET NX;
+//	           every grant checks it is still the one the Store read
 //	           (wiped.go); on Cluster, where a grant's script cannot reach
 //	           it, each hash slot has a copy, NS:{T}:store-id, written by
-//	           New and checked instead
+//	           the slot's first grant and checked instead
 //	NS:floor   the token floor (Bump): every grant's token is above it; on
 //	           Cluster one per hash slot instead, NS:{T}:floor with T the
 //	           slot's tag (slotTags), read by the grants of the keys in

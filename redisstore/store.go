@@ -69,7 +69,7 @@ type Store struct {
 	channelArg any // channel, boxed once for every Release
 	changesArg any // the changes channel (watch.go), boxed once
 	aofArg     any // "1": acquire.lua refuses to grant while the AOF is off (checked durable), else "0"
-	idArg      any // id: a key's first grant checks that the namespace still has it (wiped.go); "" under AllowVolatile
+	idArg      any // id: every grant checks that the namespace still has it (wiped.go); "" under AllowVolatile
 
 	// wiped is set when a grant found the namespace wiped (wiped.go):
 	// every later operation's answer. beforeCopy, for tests, runs in
@@ -322,8 +322,8 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			}
 			break
 		}
-		// A first grant that found the store id (its slot's copy, on
-		// Cluster) not the Store's: it wrote nothing (wiped.go).
+		// A grant that found the store id (its slot's copy, on Cluster)
+		// not the Store's: it wrote nothing (wiped.go).
 		if try == mendTries {
 			return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w: the hash slot's copy of the store id changed under %d grants: %w", key, lease.ErrUnavailable, try, err)
 		}

@@ -11,8 +11,8 @@ import (
 	"github.com/leasehq/lease"
 )
 
-// A namespace wiped under a running Store (doc.go, Wipes): a key's first
-// grant checks in acquire.lua that the store id, on Cluster its hash slot's
+// A namespace wiped under a running Store (doc.go, Wipes): every grant
+// checks in acquire.lua that the store id, on Cluster its hash slot's
 // copy, is the Store's. A refusal comes back as an *idRefused, which
 // mendStoreID answers: on a single server the Store refuses from then on
 // (wipedErr); on Cluster the store id key itself is asked, and the copy
@@ -20,7 +20,7 @@ import (
 // wipe between the first read and the write cannot leave a copy vouching
 // for a wiped slot.
 
-// idRefusedPrefix begins acquire.lua's refusal of a first grant whose store
+// idRefusedPrefix begins acquire.lua's refusal of a grant whose store
 // id (or its slot's copy) is not the Store's; what it found follows.
 const idRefusedPrefix = "redisstore: store id: "
 
@@ -44,7 +44,7 @@ func (s *Store) refused() error {
 	return nil
 }
 
-// mendStoreID answers acquire.lua's refusal r of the first grant of key:
+// mendStoreID answers acquire.lua's refusal r of a grant of key:
 // on a single server the store id key itself is gone or another, and the
 // Store refuses from now on; on Cluster, the slot's copy is written if the
 // store id key still holds the Store's id (nil: grant again), else the

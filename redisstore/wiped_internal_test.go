@@ -175,6 +175,34 @@ func TestWipedAndMadeAnewUnderARunningStore(t *testing.T) {
 	})
 }
 
+// TestWipedAndUsedAnewUnderARunningStore: the new Store has granted the key
+// before the running one asks for it again, so that the key's counter is
+// there, at 1: the running Store's grant would come out at token 2, below
+// the 3 it had issued. A check of the store id made only when the counter
+// is new missed it.
+func TestWipedAndUsedAnewUnderARunningStore(t *testing.T) {
+	eachLayout(t, func(t *testing.T, ctx context.Context, open func(string) *Store, admin *redis.Client) {
+		ns := newNamespace()
+		s := open(ns)
+		issued := leasetest.Highest(leasetest.Grants(t, ctx, s, "k", 3, true))
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		fresh := open(ns)
+		if l := leasetest.Grants(t, ctx, fresh, "k", 1, true)[0]; l.Token != 1 {
+			t.Fatalf("the new Store granted token %d, want 1", l.Token)
+		}
+		l, err := s.Acquire(ctx, "k", "w", time.Minute)
+		if err == nil {
+			t.Fatalf("Acquire after the namespace was wiped and the key granted anew: granted at token %d; the store had issued up to %d", l.Token, issued)
+		}
+		refusesWiped(t, "Acquire", err)
+		if l := leasetest.Grants(t, ctx, fresh, "k", 1, true)[0]; l.Token != 2 {
+			t.Fatalf("the new Store's next grant: token %d, want 2 (the refusal wrote nothing)", l.Token)
+		}
+	})
+}
+
 // copies returns the hash slots' copies of the store id that exist in s's
 // namespace, by name.
 func copies(t *testing.T, ctx context.Context, s *Store) map[string]string {
@@ -239,10 +267,12 @@ func TestStoreIDCopies(t *testing.T) {
 		}
 		want = map[string]string{}
 		if s.cluster {
-			want[s.acquireKeys("new")[3]] = s.id
+			for _, k := range append(keys, "new") {
+				want[s.acquireKeys(k)[3]] = s.id // every grant checks its slot's copy, and mends it
+			}
 		}
 		if got := copies(t, ctx, s); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("the slots' copies of the store id after they were deleted and a new key granted: %q; want %q", got, want)
+			t.Fatalf("the slots' copies of the store id after they were deleted and keys granted again: %q; want %q", got, want)
 		}
 	})
 }
