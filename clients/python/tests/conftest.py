@@ -194,6 +194,12 @@ class Proxy:
         self.refused = 0
         self.slow = 0.0
         """Seconds each piece of the server's answers is held back, as by a server slow to answer."""
+        self.answers_held = threading.Event()
+        """While set, the server's answers are held back (requests still pass), as on a link that
+        lost them for a while: a test acts between the server's answer and its arrival."""
+        self.half_close = False
+        """Whether a hang-up of one side is passed on as TCP passes it: a half-close (the other
+        way still carries what is sent), not the end of both ways."""
         self._ls = socket.socket()
         self._ls.bind(("127.0.0.1", 0))
         self._ls.listen(64)
@@ -234,10 +240,13 @@ class Proxy:
                         return  # the hang-up is not passed on either
                     continue  # taken, as a peer's kernel takes it, and never delivered
                 if not data:
+                    if self.half_close:
+                        b.shutdown(socket.SHUT_WR)
+                        return
                     break
                 if not answers:
                     self._asked.setdefault(i, data)
-                while self.frozen.is_set() and not self._closed:
+                while (self.frozen.is_set() or answers and self.answers_held.is_set()) and not self._closed:
                     time.sleep(0.005)
                 if answers and self.slow:
                     time.sleep(self.slow)  # real time: the delay is what it simulates

@@ -575,6 +575,62 @@ def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:
         x.close()
 
 
+@pytest.mark.parametrize("call", ["acquire", "try_acquire"])
+@pytest.mark.parametrize("stage", ["answer", "hold"])
+def test_a_grant_that_crossed_an_interruption_is_given_back(
+    server: Server, proxy_to: object, monkeypatch: pytest.MonkeyPatch, call: str, stage: str
+) -> None:
+    # An acquire interrupted in its thread (KeyboardInterrupt, a signal
+    # handler's exception) after the server granted the lease, with its
+    # answer on the way ("answer") or read but no Hold returned yet
+    # ("hold"): the client closed the connection and let the answer go, and
+    # the lease stayed held, renewed by nobody, until its TTL (60 s here).
+    # The grant is now given back, as the asyncio and Go clients do, and
+    # the interruption still ends the call.
+    from conftest import Proxy
+    from leasehq_lease._hold import Renewer
+
+    net: Proxy = proxy_to(server)  # type: ignore[operator]
+    net.half_close = True
+    key = unique("interrupted-grant")
+    direct = LeaseClient(server.url)
+    c = LeaseClient(net.url, owner="interrupted")
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted()
+
+    def granted() -> None:
+        wait_for("the server to grant the lease", lambda: (l := direct.get(key)) is not None and l.owner == "interrupted")
+        # To the thread the acquire blocks, so that its read is interrupted.
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+
+    def add(self: Renewer, h: Hold) -> None:
+        raise Interrupted()
+
+    if stage == "answer":
+        net.answers_held.set()
+        threading.Thread(target=granted, daemon=True).start()
+    else:
+        monkeypatch.setattr(Renewer, "add", add)
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(Interrupted):
+            if call == "acquire":
+                c.acquire(key, 60.0, wait=20.0)
+            else:
+                c.try_acquire(key, 60.0)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        net.answers_held.clear()
+    monkeypatch.undo()
+    wait_for("the grant to be given back", lambda: direct.get(key) is None, timeout=10.0)
+    c.close()
+    direct.close()
+
+
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
 def test_a_release_to_a_hung_server_ends_by_the_hold_s_deadline(server: Server, proxy_to: object, asynchronous: bool) -> None:
     # The end of a with block releases the lease; against a server that
