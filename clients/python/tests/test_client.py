@@ -575,6 +575,63 @@ def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:
         x.close()
 
 
+def test_two_threads_releasing_one_hold_send_one_release(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # release() from two threads at once: the second returned at once, the
+    # first's release still on its way, so that its caller went on while
+    # the server held the lease (and, past the check both made before
+    # either marked the hold, each sent a release: one was answered
+    # not_held). The second now waits for the first, which alone sends.
+    direct = LeaseClient(server.url)
+    key = unique("release-twice")
+    h = direct.acquire(key, 60.0)
+    t = h._renewer.transport
+    real = t.request
+    sent: list[str] = []
+    inside, go = threading.Event(), threading.Event()
+
+    def request(method: str, path: str, *args: object, **kwargs: object) -> object:
+        if path.endswith("/release"):
+            sent.append(path)
+            inside.set()
+            # real time: the fixed client's second release waits for this
+            # one, so nothing sets go until after; this one then goes on.
+            go.wait(1.0)
+        return real(method, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(t, "request", request)
+    got: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            h.release()
+            got["first"] = None
+        except BaseException as e:  # noqa: BLE001 - checked below
+            got["first"] = e
+
+    def second() -> None:
+        try:
+            h.release()
+            got["second"] = None
+        except BaseException as e:  # noqa: BLE001 - checked below
+            got["second"] = e
+        got["held when the second returned"] = direct.get(key) is not None
+        go.set()
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert inside.wait(10)
+    b = threading.Thread(target=second)
+    b.start()
+    a.join(15)
+    b.join(15)
+    monkeypatch.undo()
+    assert got == {"first": None, "second": None, "held when the second returned": False}
+    assert sent == [f"/v1/leases/{key}/release"]
+    with pytest.raises(LeaseReleasedError):
+        h.check()
+    direct.close()
+
+
 @pytest.mark.parametrize("call", ["acquire", "try_acquire"])
 @pytest.mark.parametrize("stage", ["answer", "hold"])
 def test_a_grant_that_crossed_an_interruption_is_given_back(
