@@ -6,6 +6,7 @@ stream, and raise their own classes, never a bare ValueError."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import http.server
 import socket
 import threading
@@ -850,3 +851,37 @@ def test_a_closed_async_client_leaves_no_task_behind() -> None:
         asyncio.run(asyncio.wait_for(go(), 30))
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("call", ["get", "watch"])
+def test_an_answer_that_closes_its_connection_is_hung_up_when_refused(raw: Callable[[Answer], RawServer], call: str) -> None:
+    # The sync client refused an answer (over 64 MiB here) that closes its
+    # connection and closed the connection, but not the answer, which
+    # http.client had taken off it: the socket stayed open for as long as
+    # anything kept the error (its traceback holds the answer), and was
+    # left to the garbage collector (a ResourceWarning under -X dev).
+    answered: list[socket.socket] = []
+    hung_up: list[socket.socket] = []  # every connection answered (a GET is asked again) must be
+
+    def answer(c: socket.socket) -> None:
+        status = b"200 OK" if call == "get" else b"403 Forbidden"
+        answered.append(c)
+        c.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % (status, MAX_ANSWER + 1))
+        c.settimeout(30)
+        if c.recv(1) == b"":
+            hung_up.append(c)
+
+    s = raw(answer)
+    gc.disable()  # what the garbage collector would close is not closed
+    try:
+        with LeaseClient(s.url, timeout=5.0) as c:
+            with pytest.raises(UnavailableError if call == "get" else ForbiddenError) as kept:  # kept, as a caller that logs it keeps it
+                if call == "get":
+                    c.get("k")
+                else:
+                    with c.watch("", reconnect=False) as w:
+                        next(w)
+            wait_for("the client to hang up", lambda: len(hung_up) == len(answered) > 0, timeout=5.0)
+    finally:
+        gc.enable()
+    assert kept.value is not None

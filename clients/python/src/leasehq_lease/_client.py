@@ -330,12 +330,14 @@ class Watch:
             # to close (it sets _closed before it looks at _conn).
             self._conn = None
             conn.close()
+            resp.close()
             return
         try:
             silence = c._silence(resp.getheader("Content-Type"), resp.getheader(HEARTBEAT_HEADER))
         except LeaseError:
             self._conn = None
             conn.close()
+            resp.close()
             raise
         what = f"watch {quote(self.prefix)}"
         try:
@@ -371,4 +373,5 @@ class Watch:
         finally:
             self._conn = None
             conn.close()
+            resp.close()  # an answer that closes the connection keeps the socket open until closed itself
 

@@ -193,8 +193,9 @@ class Transport:
                 late.answer = a
         except (OSError, http.client.HTTPException) as e:
             if abandon is not None and abandon.leave(c):
+                _close(c, r)
                 raise Abandoned() from e
-            c.close()
+            _close(c, r)
             # A pooled connection the server had closed fails at once; the
             # request may not have been read, but nobody can tell.
             raise Failed(e, False) from e
@@ -208,12 +209,12 @@ class Transport:
             if late is not None and late.answer is None:
                 self._linger(c, r, late)
             else:
-                c.close()
+                _close(c, r)
             raise
         if abandon is not None and abandon.leave(c):
-            pass  # answered as it was abandoned: the answer is nobody's, the connection closed
+            r.close()  # answered as it was abandoned: the answer is nobody's, the connection closed
         elif r.will_close:
-            c.close()
+            _close(c, r)
         else:
             self._put(i, c)
         return a
@@ -240,15 +241,17 @@ class Transport:
         _set_timeout(c, self.timeout)
 
         def read() -> None:
+            resp = r
             try:
                 # An interrupted getresponse() left the connection waiting
                 # for the answer's head, which a new one reads.
-                resp = r if r is not None else c.getresponse()
+                if resp is None:
+                    resp = c.getresponse()
                 a = Answer(resp.status, _read(resp))
             except (OSError, http.client.HTTPException, ValueError):
                 return  # no answer, or a head cut by the interruption: unknown
             finally:
-                c.close()
+                _close(c, resp)
             late.take(a)
 
         background(read)
@@ -344,15 +347,16 @@ class Transport:
             err: LeaseError | None = None
             try:
                 c = self.connect(i, timeout)
+                r: http.client.HTTPResponse | None = None
                 try:
                     c.request("GET", ep.path + path, None, headers)
                     r = c.getresponse()
                     self.endpoints.check_store(i, r.getheader(STORE_HEADER))
                 except (OSError, http.client.HTTPException) as e:
-                    c.close()
+                    _close(c, r)
                     raise Failed(e, False) from e
                 except BaseException:
-                    c.close()
+                    _close(c, r)
                     raise
             except Failed as f:
                 self.endpoints.move_on(i)
@@ -368,7 +372,7 @@ class Transport:
             except (OSError, http.client.HTTPException):
                 body = b""
             finally:
-                c.close()
+                _close(c, r)
             err = error_from_answer(r.status, body)
             if r.status == 503:
                 self.endpoints.move_on(i)
@@ -377,6 +381,15 @@ class Transport:
                     time.sleep(pause)
                     continue
             raise err
+
+
+def _close(c: http.client.HTTPConnection, r: http.client.HTTPResponse | None) -> None:
+    """Closes c and its response r: an answer that closes the connection
+    (Connection: close, or no length) is let go by c, and keeps the socket
+    open until it is closed itself, or collected."""
+    c.close()
+    if r is not None:
+        r.close()
 
 
 def _read(r: http.client.HTTPResponse) -> bytes:
