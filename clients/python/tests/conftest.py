@@ -71,7 +71,8 @@ class Server:
                     self.url = "http://" + m.group(1)
                     found.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         if not found.wait(30):
             self.stop()
             raise RuntimeError(f"lease serve did not listen within 30 s:\n{self.log}")
@@ -86,6 +87,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # The log's pipe ends with the process (a child it left holding it
+        # aside): read to its end, then closed rather than left to the
+        # garbage collector.
+        self._reader.join(15)
+        if self.proc.stderr is not None and not self._reader.is_alive():
+            self.proc.stderr.close()
 
     def metric(self, name: str, labels: str = "") -> float:
         """A metric's value from /metrics (0 if absent)."""

@@ -885,3 +885,52 @@ def test_an_answer_that_closes_its_connection_is_hung_up_when_refused(raw: Calla
     finally:
         gc.enable()
     assert kept.value is not None
+
+
+def test_a_closed_client_pools_no_connection_of_a_release_after() -> None:
+    # close() closed the idle connections, and a request made after it (a
+    # hold's release or renewal, which go on after close, or a grant given
+    # back) put its connection back in the closed client's pool, open
+    # until the garbage collector came (a ResourceWarning under -X dev).
+    grant = b'{"key":"k","owner":"o","token":7,"id":"' + b"a" * 32 + b'","ttl_ms":60000,"expires_at":"2026-01-01T00:00:00.000Z"}'
+    answered: list[socket.socket] = []
+    hung_up: list[socket.socket] = []
+    paths: list[str] = []
+
+    def keep_alive(c: socket.socket) -> None:
+        answered.append(c)
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                got = c.recv(65536)
+                if not got:
+                    hung_up.append(c)
+                    return
+                buf += got
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n")[1:] if h.lower().startswith(b"content-length:")), 0)
+            while len(buf) < length:
+                buf += c.recv(65536)
+            buf = buf[length:]
+            path = head.split(b" ")[1].decode()
+            paths.append(path)
+            b = grant if path.endswith("/acquire") else b"{}"
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+
+    class KeepAliveServer(RawServer):
+        def _serve(self, c: socket.socket) -> None:
+            try:
+                keep_alive(c)
+            except OSError:
+                pass
+
+    srv = KeepAliveServer(lambda c: None)
+    try:
+        c = LeaseClient(srv.url)
+        h = c.try_acquire("k", 60.0)
+        c.close()
+        h.release()
+        assert paths == ["/v1/leases/k/acquire", "/v1/leases/k/release"]
+        wait_for("the closed client to hang up its connections", lambda: len(hung_up) == len(answered) > 0, timeout=5.0)
+    finally:
+        srv.close()

@@ -82,7 +82,8 @@ class LeaseClient(ClientBase):
 
     def close(self) -> None:
         """Closes the pooled connections, and ends the renewer thread once no
-        hold is left. Holds still renew (on new connections)."""
+        hold is left. Holds still renew and release (each request on a new
+        connection, closed after its answer, as nothing is pooled any more)."""
         self._renewer.close()
         self._transport.close()
 

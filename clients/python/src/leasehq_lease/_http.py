@@ -113,6 +113,7 @@ class Transport:
         self._ssl = ssl_context
         self._idle: list[list[tuple[http.client.HTTPConnection, float]]] = [[] for _ in endpoints.all]
         self._lock = threading.Lock()
+        self._closed = False  # close(): a connection used since is closed, not pooled
         self.get_headers: dict[str, str] = {}
         if token is not None:
             self.get_headers["Authorization"] = "Bearer " + token
@@ -124,7 +125,10 @@ class Transport:
         self._idle = [[] for _ in self.endpoints.all]
 
     def close(self) -> None:
+        """Closes the pooled connections; those of requests made since (a hold's
+        renewal or release, a give-back) are closed after their answers."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
         for conns in idle:
             for c, _ in conns:
@@ -171,7 +175,10 @@ class Transport:
 
     def _put(self, i: int, c: http.client.HTTPConnection) -> None:
         with self._lock:
-            self._idle[i].append((c, time.monotonic()))
+            if not self._closed:
+                self._idle[i].append((c, time.monotonic()))
+                return
+        c.close()
 
     def _once(
         self, i: int, method: str, path: str, body: bytes | None, timeout: float, abandon: Abandon | None = None,
