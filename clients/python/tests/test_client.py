@@ -70,6 +70,7 @@ def test_acquire_release_and_tokens_rise(server: Server) -> None:
     assert h2.token > first
     h2.release()
     h2.release()  # again: nothing
+    c.close()
 
 
 def test_try_acquire_of_a_held_key_names_the_holder(server: Server) -> None:
@@ -81,6 +82,8 @@ def test_try_acquire_of_a_held_key_names_the_holder(server: Server) -> None:
             b.try_acquire(key, 5.0)
         assert e.value.code == "held" and e.value.status == 409
         assert e.value.holder is not None and e.value.holder.owner == "a" and e.value.holder.token == h.token
+    a.close()
+    b.close()
 
 
 def test_renewal_keeps_a_short_lease_with_its_token(server: Server) -> None:
@@ -93,6 +96,7 @@ def test_renewal_keeps_a_short_lease_with_its_token(server: Server) -> None:
         assert not h.lost.is_set()
         got = c.get(key)
         assert got is not None and got.token == h.token and got.expires_at >= past
+    c.close()
 
 
 def test_one_thread_renews_every_hold_through_batches(server: Server) -> None:
@@ -114,6 +118,7 @@ def test_one_thread_renews_every_hold_through_batches(server: Server) -> None:
     finally:
         for h in holds:
             h.release()
+        c.close()
 
 
 def test_a_waiting_acquire_gets_the_key_when_it_is_released(server: Server) -> None:
@@ -133,6 +138,7 @@ def test_a_waiting_acquire_gets_the_key_when_it_is_released(server: Server) -> N
     h.release()
     t.join(10)
     assert got and got[0] > h.token
+    c.close()
 
 
 def test_a_wait_that_runs_out_is_a_held_error(server: Server) -> None:
@@ -143,6 +149,7 @@ def test_a_wait_that_runs_out_is_a_held_error(server: Server) -> None:
         with pytest.raises(HeldError):
             c.acquire(key, 5.0, wait=0.3)
         assert 0.25 <= time.monotonic() - t0 < 3
+    c.close()
 
 
 def test_list_pages_and_all(server: Server) -> None:
@@ -161,6 +168,7 @@ def test_list_pages_and_all(server: Server) -> None:
     finally:
         for h in holds:
             h.release()
+        c.close()
 
 
 @pytest.mark.parametrize(
@@ -178,8 +186,7 @@ def test_list_pages_and_all(server: Server) -> None:
     ],
 )
 def test_bad_arguments_are_invalid_errors(server: Server, call: object) -> None:
-    c = LeaseClient(server.url)
-    with pytest.raises(InvalidError):
+    with LeaseClient(server.url) as c, pytest.raises(InvalidError):
         call(c)  # type: ignore[operator]
 
 
@@ -278,6 +285,7 @@ def test_keys_with_odd_bytes_travel_as_one_segment(server: Server) -> None:
         with c.try_acquire(k, 5.0) as h:
             got = c.get(k)
             assert got is not None and got.key == k and got.token == h.token
+    c.close()
 
 
 def test_several_servers_with_one_dead(server: Server) -> None:
@@ -295,22 +303,25 @@ def test_several_servers_with_one_dead(server: Server) -> None:
         d.get("x")
     with pytest.raises(UnavailableError):
         d.try_acquire("x", 1.0)
+    c.close()
+    d.close()
 
 
 def test_auth_errors(start_server: StartServer) -> None:
     good, narrow = "t0ken-for-everything-0123456789", "t0ken-for-reports-0123456789"
     s = start_server(tokens=[f"{good} *", f"{narrow} reports/"])
-    with pytest.raises(UnauthorizedError) as e:
-        LeaseClient(s.url).try_acquire("k", 1.0)
+    with LeaseClient(s.url) as c, pytest.raises(UnauthorizedError) as e:
+        c.try_acquire("k", 1.0)
     assert e.value.status == 401
-    with pytest.raises(UnauthorizedError):
-        LeaseClient(s.url, token="wrong-token-0123456789").get("k")
-    with pytest.raises(ForbiddenError) as f:
-        LeaseClient(s.url, token=narrow).try_acquire("other/k", 1.0)
-    assert f.value.status == 403
-    with LeaseClient(s.url, token=narrow).try_acquire("reports/k", 1.0) as h:
-        assert h.token >= 1
-    with LeaseClient(s.url, token=good).try_acquire("other/k", RENEWED_TTL) as h:
+    with LeaseClient(s.url, token="wrong-token-0123456789") as c, pytest.raises(UnauthorizedError):
+        c.get("k")
+    with LeaseClient(s.url, token=narrow) as c:
+        with pytest.raises(ForbiddenError) as f:
+            c.try_acquire("other/k", 1.0)
+        assert f.value.status == 403
+        with c.try_acquire("reports/k", 1.0) as h:
+            assert h.token >= 1
+    with LeaseClient(s.url, token=good) as c, c.try_acquire("other/k", RENEWED_TTL) as h:
         renewed_past(h, past_first_ttl(h))  # renewals carry the token too
         h.check()
 
@@ -394,6 +405,7 @@ def test_server_restart(start_server: StartServer) -> None:
     with c.try_acquire(key, 3.0) as h2:
         assert h2.token > h.token
     h.__exit__(None, None, None)  # quietly, after the loss
+    c.close()
 
 
 def test_release_after_a_loss_raises_the_loss(server: Server, proxy_to: object) -> None:
@@ -407,6 +419,7 @@ def test_release_after_a_loss_raises_the_loss(server: Server, proxy_to: object) 
     p.frozen.clear()
     with pytest.raises(LeaseLostError):
         h.release()
+    c.close()
 
 
 def test_a_short_hold_after_a_long_one_is_renewed(server: Server) -> None:
@@ -418,6 +431,7 @@ def test_a_short_hold_after_a_long_one_is_renewed(server: Server) -> None:
     with c.try_acquire(unique("short"), RENEWED_TTL) as h:
         renewed_past(h, past_first_ttl(h))
         h.check()
+    c.close()
 
 
 def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_server: StartServer) -> None:
@@ -431,6 +445,7 @@ def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_serve
     start_server(port=s.port, data_dir=s.data_dir)
     with c.try_acquire(unique("after"), 5.0) as h:
         assert h.token >= 1
+    c.close()
 
 
 def test_a_busy_process_keeps_its_connections(server: Server, proxy_to: object) -> None:
@@ -478,6 +493,7 @@ def test_failed_renewals_are_retried_at_a_pace(server: Server, proxy_to: object)
     # times (25 and 100 ms apart): about 20 connections, not one every
     # 40 ms or so.
     assert 1 <= p.refused <= 40, p.refused
+    c.close()
 
 
 def test_a_forked_child_does_not_inherit_the_parents_holds(server: Server) -> None:
@@ -513,6 +529,7 @@ def test_a_forked_child_does_not_inherit_the_parents_holds(server: Server) -> No
     renewed_past(h, past)
     h.check()  # the parent still holds it, renewed by its own thread
     h.release()
+    c.close()
 
 
 def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: object) -> None:
@@ -537,6 +554,7 @@ def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: obje
     assert not t.is_alive(), "a request to a stalled server hung past its timeout"
     assert isinstance(got[0], UnavailableError) and time.monotonic() - t0 < 3
     p.frozen.clear()
+    c.close()
 
 
 def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:

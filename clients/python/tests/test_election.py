@@ -55,6 +55,8 @@ def test_campaign_leader_resign_and_observe(server: Server) -> None:
     assert [x.value for x in seen] == [None, "node-1", None, "node-2", None]
     tokens = [x.token for x in seen if x.token]
     assert tokens == sorted(tokens) == [t1.token, t2.token]
+    obs.close()  # its watch's connection
+    c.close()
 
 
 def test_the_leader_runner(server: Server) -> None:
@@ -72,6 +74,7 @@ def test_the_leader_runner(server: Server) -> None:
     e.run(key, "me", lead, requeue=True, stop=stop)
     assert len(terms) == 3 and terms == sorted(terms) and len(set(terms)) == 3
     assert e.leader(key) is None  # resigned after each term
+    e.client.close()
 
 
 def test_semaphore(server: Server) -> None:
@@ -96,6 +99,7 @@ def test_semaphore(server: Server) -> None:
     for s in (s2, s3):
         s.release()
     wait_for("the slots to free", lambda: not sem.holders())
+    c.close()
 
 
 def test_semaphore_holders_are_its_own_slots(server: Server) -> None:
@@ -114,6 +118,7 @@ def test_semaphore_holders_are_its_own_slots(server: Server) -> None:
         s.release()
     for h in others:
         h.release()
+    c.close()
 
 
 def test_observe_never_reports_a_leader_past_its_expiry(start_server: StartServer, proxy_to: Callable[[Server], Proxy]) -> None:
