@@ -71,7 +71,8 @@ class Server:
                     self.url = "http://" + m.group(1)
                     found.set()
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         if not found.wait(30):
             self.stop()
             raise RuntimeError(f"lease serve did not listen within 30 s:\n{self.log}")
@@ -86,6 +87,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # The log's pipe ends with the process (a child it left holding it
+        # aside): read to its end, then closed rather than left to the
+        # garbage collector.
+        self._reader.join(15)
+        if self.proc.stderr is not None and not self._reader.is_alive():
+            self.proc.stderr.close()
 
     def metric(self, name: str, labels: str = "") -> float:
         """A metric's value from /metrics (0 if absent)."""
@@ -194,6 +201,12 @@ class Proxy:
         self.refused = 0
         self.slow = 0.0
         """Seconds each piece of the server's answers is held back, as by a server slow to answer."""
+        self.answers_held = threading.Event()
+        """While set, the server's answers are held back (requests still pass), as on a link that
+        lost them for a while: a test acts between the server's answer and its arrival."""
+        self.half_close = False
+        """Whether a hang-up of one side is passed on as TCP passes it: a half-close (the other
+        way still carries what is sent), not the end of both ways."""
         self._ls = socket.socket()
         self._ls.bind(("127.0.0.1", 0))
         self._ls.listen(64)
@@ -234,10 +247,13 @@ class Proxy:
                         return  # the hang-up is not passed on either
                     continue  # taken, as a peer's kernel takes it, and never delivered
                 if not data:
+                    if self.half_close:
+                        b.shutdown(socket.SHUT_WR)
+                        return
                     break
                 if not answers:
                     self._asked.setdefault(i, data)
-                while self.frozen.is_set() and not self._closed:
+                while (self.frozen.is_set() or answers and self.answers_held.is_set()) and not self._closed:
                     time.sleep(0.005)
                 if answers and self.slow:
                     time.sleep(self.slow)  # real time: the delay is what it simulates

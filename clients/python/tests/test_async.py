@@ -159,14 +159,16 @@ def test_errors_and_several_servers(start_server: StartServer) -> None:
     s = start_server(tokens=["t0ken-for-everything-0123456789 *"])
 
     async def main() -> None:
-        with pytest.raises(UnauthorizedError):
-            await AsyncLeaseClient(s.url).get("k")
+        async with AsyncLeaseClient(s.url) as refused:
+            with pytest.raises(UnauthorizedError):
+                await refused.get("k")
         dead = f"http://127.0.0.1:{free_port()}"
         c = AsyncLeaseClient([dead, s.url], token="t0ken-for-everything-0123456789")
         async with c.acquire(unique("m"), 1.0):
             assert c.server == s.url
-        with pytest.raises(UnavailableError):
-            await AsyncLeaseClient([dead]).get("k")
+        async with AsyncLeaseClient([dead]) as none:
+            with pytest.raises(UnavailableError):
+                await none.get("k")
         await c.close()
 
     run(main())

@@ -70,6 +70,7 @@ def test_acquire_release_and_tokens_rise(server: Server) -> None:
     assert h2.token > first
     h2.release()
     h2.release()  # again: nothing
+    c.close()
 
 
 def test_try_acquire_of_a_held_key_names_the_holder(server: Server) -> None:
@@ -81,6 +82,8 @@ def test_try_acquire_of_a_held_key_names_the_holder(server: Server) -> None:
             b.try_acquire(key, 5.0)
         assert e.value.code == "held" and e.value.status == 409
         assert e.value.holder is not None and e.value.holder.owner == "a" and e.value.holder.token == h.token
+    a.close()
+    b.close()
 
 
 def test_renewal_keeps_a_short_lease_with_its_token(server: Server) -> None:
@@ -93,6 +96,7 @@ def test_renewal_keeps_a_short_lease_with_its_token(server: Server) -> None:
         assert not h.lost.is_set()
         got = c.get(key)
         assert got is not None and got.token == h.token and got.expires_at >= past
+    c.close()
 
 
 def test_one_thread_renews_every_hold_through_batches(server: Server) -> None:
@@ -114,6 +118,7 @@ def test_one_thread_renews_every_hold_through_batches(server: Server) -> None:
     finally:
         for h in holds:
             h.release()
+        c.close()
 
 
 def test_a_waiting_acquire_gets_the_key_when_it_is_released(server: Server) -> None:
@@ -133,6 +138,7 @@ def test_a_waiting_acquire_gets_the_key_when_it_is_released(server: Server) -> N
     h.release()
     t.join(10)
     assert got and got[0] > h.token
+    c.close()
 
 
 def test_a_wait_that_runs_out_is_a_held_error(server: Server) -> None:
@@ -143,6 +149,7 @@ def test_a_wait_that_runs_out_is_a_held_error(server: Server) -> None:
         with pytest.raises(HeldError):
             c.acquire(key, 5.0, wait=0.3)
         assert 0.25 <= time.monotonic() - t0 < 3
+    c.close()
 
 
 def test_list_pages_and_all(server: Server) -> None:
@@ -161,6 +168,7 @@ def test_list_pages_and_all(server: Server) -> None:
     finally:
         for h in holds:
             h.release()
+        c.close()
 
 
 @pytest.mark.parametrize(
@@ -178,8 +186,7 @@ def test_list_pages_and_all(server: Server) -> None:
     ],
 )
 def test_bad_arguments_are_invalid_errors(server: Server, call: object) -> None:
-    c = LeaseClient(server.url)
-    with pytest.raises(InvalidError):
+    with LeaseClient(server.url) as c, pytest.raises(InvalidError):
         call(c)  # type: ignore[operator]
 
 
@@ -278,6 +285,7 @@ def test_keys_with_odd_bytes_travel_as_one_segment(server: Server) -> None:
         with c.try_acquire(k, 5.0) as h:
             got = c.get(k)
             assert got is not None and got.key == k and got.token == h.token
+    c.close()
 
 
 def test_several_servers_with_one_dead(server: Server) -> None:
@@ -295,22 +303,25 @@ def test_several_servers_with_one_dead(server: Server) -> None:
         d.get("x")
     with pytest.raises(UnavailableError):
         d.try_acquire("x", 1.0)
+    c.close()
+    d.close()
 
 
 def test_auth_errors(start_server: StartServer) -> None:
     good, narrow = "t0ken-for-everything-0123456789", "t0ken-for-reports-0123456789"
     s = start_server(tokens=[f"{good} *", f"{narrow} reports/"])
-    with pytest.raises(UnauthorizedError) as e:
-        LeaseClient(s.url).try_acquire("k", 1.0)
+    with LeaseClient(s.url) as c, pytest.raises(UnauthorizedError) as e:
+        c.try_acquire("k", 1.0)
     assert e.value.status == 401
-    with pytest.raises(UnauthorizedError):
-        LeaseClient(s.url, token="wrong-token-0123456789").get("k")
-    with pytest.raises(ForbiddenError) as f:
-        LeaseClient(s.url, token=narrow).try_acquire("other/k", 1.0)
-    assert f.value.status == 403
-    with LeaseClient(s.url, token=narrow).try_acquire("reports/k", 1.0) as h:
-        assert h.token >= 1
-    with LeaseClient(s.url, token=good).try_acquire("other/k", RENEWED_TTL) as h:
+    with LeaseClient(s.url, token="wrong-token-0123456789") as c, pytest.raises(UnauthorizedError):
+        c.get("k")
+    with LeaseClient(s.url, token=narrow) as c:
+        with pytest.raises(ForbiddenError) as f:
+            c.try_acquire("other/k", 1.0)
+        assert f.value.status == 403
+        with c.try_acquire("reports/k", 1.0) as h:
+            assert h.token >= 1
+    with LeaseClient(s.url, token=good) as c, c.try_acquire("other/k", RENEWED_TTL) as h:
         renewed_past(h, past_first_ttl(h))  # renewals carry the token too
         h.check()
 
@@ -394,6 +405,7 @@ def test_server_restart(start_server: StartServer) -> None:
     with c.try_acquire(key, 3.0) as h2:
         assert h2.token > h.token
     h.__exit__(None, None, None)  # quietly, after the loss
+    c.close()
 
 
 def test_release_after_a_loss_raises_the_loss(server: Server, proxy_to: object) -> None:
@@ -407,6 +419,7 @@ def test_release_after_a_loss_raises_the_loss(server: Server, proxy_to: object) 
     p.frozen.clear()
     with pytest.raises(LeaseLostError):
         h.release()
+    c.close()
 
 
 def test_a_short_hold_after_a_long_one_is_renewed(server: Server) -> None:
@@ -418,6 +431,7 @@ def test_a_short_hold_after_a_long_one_is_renewed(server: Server) -> None:
     with c.try_acquire(unique("short"), RENEWED_TTL) as h:
         renewed_past(h, past_first_ttl(h))
         h.check()
+    c.close()
 
 
 def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_server: StartServer) -> None:
@@ -431,6 +445,7 @@ def test_an_acquire_after_a_restart_is_not_lost_to_a_dead_connection(start_serve
     start_server(port=s.port, data_dir=s.data_dir)
     with c.try_acquire(unique("after"), 5.0) as h:
         assert h.token >= 1
+    c.close()
 
 
 def test_a_busy_process_keeps_its_connections(server: Server, proxy_to: object) -> None:
@@ -478,6 +493,7 @@ def test_failed_renewals_are_retried_at_a_pace(server: Server, proxy_to: object)
     # times (25 and 100 ms apart): about 20 connections, not one every
     # 40 ms or so.
     assert 1 <= p.refused <= 40, p.refused
+    c.close()
 
 
 def test_a_forked_child_does_not_inherit_the_parents_holds(server: Server) -> None:
@@ -513,6 +529,7 @@ def test_a_forked_child_does_not_inherit_the_parents_holds(server: Server) -> No
     renewed_past(h, past)
     h.check()  # the parent still holds it, renewed by its own thread
     h.release()
+    c.close()
 
 
 def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: object) -> None:
@@ -537,6 +554,7 @@ def test_a_stalled_server_is_a_timeout_not_a_hang(server: Server, proxy_to: obje
     assert not t.is_alive(), "a request to a stalled server hung past its timeout"
     assert isinstance(got[0], UnavailableError) and time.monotonic() - t0 < 3
     p.frozen.clear()
+    c.close()
 
 
 def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:
@@ -573,6 +591,119 @@ def test_an_interrupted_wait_leaves_the_line(server: Server) -> None:
         assert hc.owner == "c" and hc.token > h.token
     for x in (a, b, c):
         x.close()
+
+
+def test_two_threads_releasing_one_hold_send_one_release(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # release() from two threads at once: the second returned at once, the
+    # first's release still on its way, so that its caller went on while
+    # the server held the lease (and, past the check both made before
+    # either marked the hold, each sent a release: one was answered
+    # not_held). The second now waits for the first, which alone sends.
+    direct = LeaseClient(server.url)
+    key = unique("release-twice")
+    h = direct.acquire(key, 60.0)
+    t = h._renewer.transport
+    real = t.request
+    sent: list[str] = []
+    inside, go = threading.Event(), threading.Event()
+
+    def request(method: str, path: str, *args: object, **kwargs: object) -> object:
+        if path.endswith("/release"):
+            sent.append(path)
+            inside.set()
+            # real time: the fixed client's second release waits for this
+            # one, so nothing sets go until after; this one then goes on.
+            go.wait(1.0)
+        return real(method, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(t, "request", request)
+    got: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            h.release()
+            got["first"] = None
+        except BaseException as e:  # noqa: BLE001 - checked below
+            got["first"] = e
+
+    def second() -> None:
+        try:
+            h.release()
+            got["second"] = None
+        except BaseException as e:  # noqa: BLE001 - checked below
+            got["second"] = e
+        got["held when the second returned"] = direct.get(key) is not None
+        go.set()
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert inside.wait(10)
+    b = threading.Thread(target=second)
+    b.start()
+    a.join(15)
+    b.join(15)
+    monkeypatch.undo()
+    assert got == {"first": None, "second": None, "held when the second returned": False}
+    assert sent == [f"/v1/leases/{key}/release"]
+    with pytest.raises(LeaseReleasedError):
+        h.check()
+    direct.close()
+
+
+@pytest.mark.parametrize("call", ["acquire", "try_acquire"])
+@pytest.mark.parametrize("stage", ["answer", "hold"])
+def test_a_grant_that_crossed_an_interruption_is_given_back(
+    server: Server, proxy_to: object, monkeypatch: pytest.MonkeyPatch, call: str, stage: str
+) -> None:
+    # An acquire interrupted in its thread (KeyboardInterrupt, a signal
+    # handler's exception) after the server granted the lease, with its
+    # answer on the way ("answer") or read but no Hold returned yet
+    # ("hold"): the client closed the connection and let the answer go, and
+    # the lease stayed held, renewed by nobody, until its TTL (60 s here).
+    # The grant is now given back, as the asyncio and Go clients do, and
+    # the interruption still ends the call.
+    from conftest import Proxy
+    from leasehq_lease._hold import Renewer
+
+    net: Proxy = proxy_to(server)  # type: ignore[operator]
+    net.half_close = True
+    key = unique("interrupted-grant")
+    direct = LeaseClient(server.url)
+    c = LeaseClient(net.url, owner="interrupted")
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted()
+
+    def granted() -> None:
+        wait_for("the server to grant the lease", lambda: (l := direct.get(key)) is not None and l.owner == "interrupted")
+        # To the thread the acquire blocks, so that its read is interrupted.
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+
+    def add(self: Renewer, h: Hold) -> None:
+        raise Interrupted()
+
+    if stage == "answer":
+        net.answers_held.set()
+        threading.Thread(target=granted, daemon=True).start()
+    else:
+        monkeypatch.setattr(Renewer, "add", add)
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(Interrupted):
+            if call == "acquire":
+                c.acquire(key, 60.0, wait=20.0)
+            else:
+                c.try_acquire(key, 60.0)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        net.answers_held.clear()
+    monkeypatch.undo()
+    wait_for("the grant to be given back", lambda: direct.get(key) is None, timeout=10.0)
+    c.close()
+    direct.close()
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])

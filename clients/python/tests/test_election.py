@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from typing import Any, Callable
@@ -54,6 +55,8 @@ def test_campaign_leader_resign_and_observe(server: Server) -> None:
     assert [x.value for x in seen] == [None, "node-1", None, "node-2", None]
     tokens = [x.token for x in seen if x.token]
     assert tokens == sorted(tokens) == [t1.token, t2.token]
+    obs.close()  # its watch's connection
+    c.close()
 
 
 def test_the_leader_runner(server: Server) -> None:
@@ -71,6 +74,7 @@ def test_the_leader_runner(server: Server) -> None:
     e.run(key, "me", lead, requeue=True, stop=stop)
     assert len(terms) == 3 and terms == sorted(terms) and len(set(terms)) == 3
     assert e.leader(key) is None  # resigned after each term
+    e.client.close()
 
 
 def test_semaphore(server: Server) -> None:
@@ -95,6 +99,7 @@ def test_semaphore(server: Server) -> None:
     for s in (s2, s3):
         s.release()
     wait_for("the slots to free", lambda: not sem.holders())
+    c.close()
 
 
 def test_semaphore_holders_are_its_own_slots(server: Server) -> None:
@@ -113,6 +118,7 @@ def test_semaphore_holders_are_its_own_slots(server: Server) -> None:
         s.release()
     for h in others:
         h.release()
+    c.close()
 
 
 def test_observe_never_reports_a_leader_past_its_expiry(start_server: StartServer, proxy_to: Callable[[Server], Proxy]) -> None:
@@ -194,3 +200,42 @@ def test_async_observe_never_reports_a_leader_past_its_expiry(start_server: Star
     # a third of the TTL apart, last 1.3 s past the freeze (0.5 s if the
     # very last was still on its way).
     assert 4.0 + 0.4 <= seen[1][0] < 4.0 + 2.0 + 2.0, seen
+
+
+def test_an_on_new_leader_that_raises_is_logged_and_told_the_next_leader(server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    # AsyncElector.run's on_new_leader raising ended the task that called
+    # it: the exception was kept by a task nobody asked (silent), and no
+    # later leader was told. It is now logged with its traceback under the
+    # package's logger, and the next leader is told all the same.
+    key = unique("raising-callback")
+    heard: list[str | None] = []
+
+    def on_new_leader(leader: Leader) -> None:
+        heard.append(leader.value)
+        raise RuntimeError(f"the callback fails on {leader.value}")
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            other = await c.acquire(key, 10.0, owner="other")
+            e = AsyncElector(c, 10.0)
+
+            async def lead(term: object) -> None:
+                async with asyncio.timeout(10):  # the assertion below tells a miss
+                    while "me" not in heard:
+                        await asyncio.sleep(0.005)
+
+            running = asyncio.get_running_loop().create_task(e.run(key, "me", lead, on_new_leader=on_new_leader))
+            async with asyncio.timeout(10):
+                while "other" not in heard:
+                    await asyncio.sleep(0.005)
+            await other.release()  # the campaign wins: a new leader to tell
+            with contextlib.suppress(TimeoutError):
+                await running
+
+    with caplog.at_level(logging.ERROR, logger="leasehq_lease"):
+        asyncio.run(asyncio.wait_for(main(), 30))
+    assert heard[0] == "other" and "me" in heard, heard
+    logged = [r for r in caplog.records if r.name == "leasehq_lease"]
+    assert len(logged) == len(heard), [r.getMessage() for r in logged]
+    assert all(r.exc_info is not None and isinstance(r.exc_info[1], RuntimeError) for r in logged)
+    assert "on_new_leader" in logged[0].getMessage() and key in logged[0].getMessage()

@@ -6,6 +6,7 @@ stream, and raise their own classes, never a bare ValueError."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import http.server
 import socket
 import threading
@@ -848,5 +849,88 @@ def test_a_closed_async_client_leaves_no_task_behind() -> None:
 
     try:
         asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("call", ["get", "watch"])
+def test_an_answer_that_closes_its_connection_is_hung_up_when_refused(raw: Callable[[Answer], RawServer], call: str) -> None:
+    # The sync client refused an answer (over 64 MiB here) that closes its
+    # connection and closed the connection, but not the answer, which
+    # http.client had taken off it: the socket stayed open for as long as
+    # anything kept the error (its traceback holds the answer), and was
+    # left to the garbage collector (a ResourceWarning under -X dev).
+    answered: list[socket.socket] = []
+    hung_up: list[socket.socket] = []  # every connection answered (a GET is asked again) must be
+
+    def answer(c: socket.socket) -> None:
+        status = b"200 OK" if call == "get" else b"403 Forbidden"
+        answered.append(c)
+        c.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % (status, MAX_ANSWER + 1))
+        c.settimeout(30)
+        if c.recv(1) == b"":
+            hung_up.append(c)
+
+    s = raw(answer)
+    gc.disable()  # what the garbage collector would close is not closed
+    try:
+        with LeaseClient(s.url, timeout=5.0) as c:
+            with pytest.raises(UnavailableError if call == "get" else ForbiddenError) as kept:  # kept, as a caller that logs it keeps it
+                if call == "get":
+                    c.get("k")
+                else:
+                    with c.watch("", reconnect=False) as w:
+                        next(w)
+            wait_for("the client to hang up", lambda: len(hung_up) == len(answered) > 0, timeout=5.0)
+    finally:
+        gc.enable()
+    assert kept.value is not None
+
+
+def test_a_closed_client_pools_no_connection_of_a_release_after() -> None:
+    # close() closed the idle connections, and a request made after it (a
+    # hold's release or renewal, which go on after close, or a grant given
+    # back) put its connection back in the closed client's pool, open
+    # until the garbage collector came (a ResourceWarning under -X dev).
+    grant = b'{"key":"k","owner":"o","token":7,"id":"' + b"a" * 32 + b'","ttl_ms":60000,"expires_at":"2026-01-01T00:00:00.000Z"}'
+    answered: list[socket.socket] = []
+    hung_up: list[socket.socket] = []
+    paths: list[str] = []
+
+    def keep_alive(c: socket.socket) -> None:
+        answered.append(c)
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                got = c.recv(65536)
+                if not got:
+                    hung_up.append(c)
+                    return
+                buf += got
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n")[1:] if h.lower().startswith(b"content-length:")), 0)
+            while len(buf) < length:
+                buf += c.recv(65536)
+            buf = buf[length:]
+            path = head.split(b" ")[1].decode()
+            paths.append(path)
+            b = grant if path.endswith("/acquire") else b"{}"
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+
+    class KeepAliveServer(RawServer):
+        def _serve(self, c: socket.socket) -> None:
+            try:
+                keep_alive(c)
+            except OSError:
+                pass
+
+    srv = KeepAliveServer(lambda c: None)
+    try:
+        c = LeaseClient(srv.url)
+        h = c.try_acquire("k", 60.0)
+        c.close()
+        h.release()
+        assert paths == ["/v1/leases/k/acquire", "/v1/leases/k/release"]
+        wait_for("the closed client to hang up its connections", lambda: len(hung_up) == len(answered) > 0, timeout=5.0)
     finally:
         srv.close()

@@ -92,6 +92,8 @@ def test_the_picture_then_the_changes(server: Server, proxy_to: Callable[[Server
         assert ks[0] == "released" and "acquired" in ks and ks[-1] == "expired"
         assert evs[-1].lease is not None and evs[-1].lease.key == prefix + "b" and evs[-1].lease.token == h2.token
         net.frozen.clear()
+    c.close()
+    other.close()
 
 
 def test_a_restarted_server_is_a_reset_and_a_new_picture(start_server: StartServer) -> None:
@@ -106,6 +108,7 @@ def test_a_restarted_server_is_a_reset_and_a_new_picture(start_server: StartServ
             evs = collect(w, lambda g: g[-1].kind == "synced")
             assert kinds(evs) == ["reset", "held", "synced"]
             assert isinstance(evs[0].error, UnavailableError)
+    c.close()
 
 
 def test_without_reconnect_a_break_raises(start_server: StartServer) -> None:
@@ -162,6 +165,7 @@ def test_too_many_watchers(start_server: StartServer) -> None:
         collect(w1, lambda g: g[-1].kind == "synced")
         with pytest.raises(TooManyWatchersError):
             next(c.watch())
+    c.close()
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import ssl
 import time
 from types import TracebackType
@@ -197,6 +198,10 @@ async def _read_body(r: asyncio.StreamReader, headers: dict[str, str]) -> tuple[
             raise TooLarge()
     return bytes(data), True
 
+
+logger = logging.getLogger("leasehq_lease")
+"""The package's logger: errors of the user's callbacks, which the client
+calls from its own tasks and so has nobody to raise them to."""
 
 Late = Callable[["_Answer"], Awaitable[None]]
 """What to do with the answer to a request cancelled while it waited for it."""
@@ -1052,14 +1057,22 @@ class AsyncElector:
         races the loss: lead's task is the one cancelled). It resigns when lead
         returns. With requeue it campaigns again after each term, until the
         caller cancels run. on_new_leader hears every leader observed meanwhile,
-        this one's included."""
+        this one's included; an exception it raises is logged (the
+        "leasehq_lease" logger, with its traceback), and the next leader is
+        told all the same."""
         watcher: asyncio.Task[None] | None = None
         if on_new_leader is not None:
             tell_one = on_new_leader
 
             async def tell() -> None:
                 async for leader in self.observe(key):
-                    tell_one(leader)
+                    try:
+                        tell_one(leader)
+                    except Exception:
+                        # Not the run's to end, nor the observing's: it
+                        # ended both silently (the exception was kept by a
+                        # task nobody asked), and no later leader was told.
+                        logger.exception("lease: election %s: on_new_leader(%r) raised; the next leader is told all the same", json.dumps(key), leader)
 
             watcher = asyncio.get_running_loop().create_task(tell())
         try:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, 
 from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MAX, ClientBase, WaitPlan
 from ._errors import HeldError, LeaseError, NotFoundError, NotHeldError, TooManyWatchersError, UnavailableError, quote
 from ._events import HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
-from ._hold import Hold, Renewer
+from ._hold import RELEASE_TIMEOUT, Hold, Renewer
 from ._wire import (
     DriftMargin,
     Granted,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import http.client
     import ssl
 
-    from ._http import Transport
+    from ._http import Answer, Transport
 
 T = TypeVar("T")
 
@@ -82,7 +82,8 @@ class LeaseClient(ClientBase):
 
     def close(self) -> None:
         """Closes the pooled connections, and ends the renewer thread once no
-        hold is left. Holds still renew (on new connections)."""
+        hold is left. Holds still renew and release (each request on a new
+        connection, closed after its answer, as nothing is pooled any more)."""
         self._renewer.close()
         self._transport.close()
 
@@ -104,14 +105,13 @@ class LeaseClient(ClientBase):
         while True:
             chunk = plan.chunk()
             try:
-                g = self._acquire(key, owner, ttl, chunk, plan)
+                _, h = self._take(key, owner, ttl, chunk, plan.sent, plan)
             except HeldError:
                 pause = plan.held()
                 if pause is None:
                     raise
                 time.sleep(pause)
                 continue
-            h = self._hold(g, plan.sent, ttl)
             if h is not None:
                 return h
             # It expired before we could use it: queue again.
@@ -119,16 +119,40 @@ class LeaseClient(ClientBase):
     def try_acquire(self, key: str, ttl: float = 10.0, *, owner: str | None = None) -> Hold:
         """Tries once: a held key raises HeldError at once, naming the holder when the server knows."""
         ttl, owner = self._check(key, ttl, owner)
-        sent = time.monotonic()
-        g = self._acquire(key, owner, ttl, 0.0)
-        h = self._hold(g, sent, ttl)
+        g, h = self._take(key, owner, ttl, 0.0, time.monotonic())
         if h is None:
             raise UnavailableError(f"lease: {quote(key)} was granted (token {g.lease.token}) but expired before its answer could be used")
         return h
 
-    def _acquire(self, key: str, owner: str, ttl: float, wait: float, plan: WaitPlan | None = None) -> Granted:
+    def _take(self, key: str, owner: str, ttl: float, wait: float, sent: float, plan: WaitPlan | None = None) -> tuple[Granted, Hold | None]:
+        """One acquire request, sent at sent, and the Hold of its grant (_hold).
+        An interruption of this thread (KeyboardInterrupt, a signal handler's
+        exception) after the server granted the lease, its answer on the way
+        or read but no Hold returned, gives the lease back in a thread of its
+        own (Late), as the Go and asyncio clients do, and goes on: the lease
+        stayed held, renewed by nobody, until its TTL."""
+        from ._http import Late  # imported by __init__ already
+
         path, body, timeout = self._acquire_request(key, owner, ttl, wait, plan)
-        return self._granted(self._transport.request("POST", path, body, repeatable=False, timeout=timeout).body, key)
+        late = Late(functools.partial(self._give_back_answer, key))
+        try:
+            g = self._granted(self._transport.request("POST", path, body, repeatable=False, timeout=timeout, late=late).body, key)
+            return g, self._hold(g, sent, ttl)
+        except LeaseError:
+            raise  # what the server answered, or _hold's own give-back: told and dealt with
+        except BaseException:
+            late.interrupted()
+            raise
+
+    def _give_back_answer(self, key: str, a: Answer) -> None:
+        """Releases the lease an acquire of key was answered with, if it was granted."""
+        if a.status != 200:
+            return  # 499: the server saw the hang-up first, and holds nothing for it
+        try:
+            g = self._granted(a.body, key)
+        except LeaseError:
+            return
+        self._give_back(g)
 
     def _hold(self, g: Granted, sent: float, ttl: float) -> Hold | None:
         """A Hold of g, granted to a request sent at sent. A grant that came long
@@ -165,8 +189,11 @@ class LeaseClient(ClientBase):
         return r
 
     def _give_back(self, g: Granted) -> None:
+        """Releases g, a grant no Hold was made of, within RELEASE_TIMEOUT; an error leaves it to its TTL."""
         try:
-            self._transport.request("POST", key_path(g.lease.key, "release"), release_body(g), repeatable=True)
+            self._transport.request(
+                "POST", key_path(g.lease.key, "release"), release_body(g), repeatable=True, until=time.monotonic() + RELEASE_TIMEOUT
+            )
         except LeaseError:
             pass
 
@@ -304,12 +331,14 @@ class Watch:
             # to close (it sets _closed before it looks at _conn).
             self._conn = None
             conn.close()
+            resp.close()
             return
         try:
             silence = c._silence(resp.getheader("Content-Type"), resp.getheader(HEARTBEAT_HEADER))
         except LeaseError:
             self._conn = None
             conn.close()
+            resp.close()
             raise
         what = f"watch {quote(self.prefix)}"
         try:
@@ -345,4 +374,5 @@ class Watch:
         finally:
             self._conn = None
             conn.close()
+            resp.close()  # an answer that closes the connection keeps the socket open until closed itself
 

@@ -194,6 +194,11 @@ class Hold(HoldBase):
         super().__init__(g, sent, ttl, margin)
         self._renewer = renewer
         self._lost: _LossEvent | None = None  # made when first asked for: most holds never are
+        # Held by release() until it has ended, so that a call from another
+        # thread meanwhile waits for it rather than return with the lease
+        # still held (or send a release of its own). Reentrant, for a signal
+        # handler that releases in a thread interrupted in release().
+        self._releasing = threading.RLock()
 
     @property
     def lost(self) -> threading.Event:
@@ -216,20 +221,23 @@ class Hold(HoldBase):
         LeaseReleasedError) and releases the lease on the server. If the lease
         had been lost it raises that LeaseLostError and sends nothing;
         calling it again does nothing. A lease the server no longer holds
-        raises NotHeldError."""
-        if self._released:
-            return
-        self._released = True
-        self._judge()
-        lost = self._renewer.end(self)
-        if lost is not None:
-            # The server lets it go within the drift margin of the deadline
-            # (or has already): a release would arrive too late to matter.
-            raise lost
-        self._renewer.transport.request(
-            "POST", key_path(self.key, "release"), release_body(self._state.granted),
-            repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
-        )
+        raises NotHeldError. Calls from several threads at once send one
+        release: the first says what happened, and the others return once it
+        has ended."""
+        with self._releasing:
+            if self._released:
+                return
+            self._released = True
+            self._judge()
+            lost = self._renewer.end(self)
+            if lost is not None:
+                # The server lets it go within the drift margin of the deadline
+                # (or has already): a release would arrive too late to matter.
+                raise lost
+            self._renewer.transport.request(
+                "POST", key_path(self.key, "release"), release_body(self._state.granted),
+                repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
+            )
 
     def __enter__(self) -> Hold:
         return self

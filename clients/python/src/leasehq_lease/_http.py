@@ -5,6 +5,7 @@ package: http.client and ssl cost more to import than the rest of it."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import queue
 import socket
@@ -12,7 +13,7 @@ import ssl
 import struct
 import threading
 import time
-from typing import Final
+from typing import Callable, Final
 
 from ._endpoints import (
     MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, spoke_unasked, taken, unanswered, unopened,
@@ -79,6 +80,32 @@ class Abandon:
         return done
 
 
+class Late:
+    """The answer to a request whose caller an interruption in its own thread
+    (KeyboardInterrupt, a signal handler's exception, raised wherever the
+    thread is) may leave behind: an acquire's grant that crossed it, given
+    back by take, in a thread of its own, so that the interruption goes on at
+    once. The thread is not a daemon: a process that ends on the interruption
+    still finishes the give-back, which is bounded in time (the client's
+    timeout to read the answer, RELEASE_TIMEOUT to release it)."""
+
+    def __init__(self, take: Callable[[Answer], None]) -> None:
+        self.take = take
+        self.answer: Answer | None = None
+        """The answer, once read: the caller's to use, or to hand over by interrupted()."""
+
+    def interrupted(self) -> None:
+        """Called by the interrupted caller: hands an answer already read to take."""
+        a = self.answer
+        if a is not None:
+            self.answer = None
+            background(functools.partial(self.take, a))
+
+
+def background(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="leasehq-lease-give-back").start()
+
+
 class Transport:
     def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
         self.endpoints = endpoints
@@ -86,6 +113,7 @@ class Transport:
         self._ssl = ssl_context
         self._idle: list[list[tuple[http.client.HTTPConnection, float]]] = [[] for _ in endpoints.all]
         self._lock = threading.Lock()
+        self._closed = False  # close(): a connection used since is closed, not pooled
         self.get_headers: dict[str, str] = {}
         if token is not None:
             self.get_headers["Authorization"] = "Bearer " + token
@@ -97,7 +125,10 @@ class Transport:
         self._idle = [[] for _ in self.endpoints.all]
 
     def close(self) -> None:
+        """Closes the pooled connections; those of requests made since (a hold's
+        renewal or release, a give-back) are closed after their answers."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, [[] for _ in self.endpoints.all]
         for conns in idle:
             for c, _ in conns:
@@ -144,22 +175,34 @@ class Transport:
 
     def _put(self, i: int, c: http.client.HTTPConnection) -> None:
         with self._lock:
-            self._idle[i].append((c, time.monotonic()))
+            if not self._closed:
+                self._idle[i].append((c, time.monotonic()))
+                return
+        c.close()
 
-    def _once(self, i: int, method: str, path: str, body: bytes | None, timeout: float, abandon: Abandon | None = None) -> Answer:
+    def _once(
+        self, i: int, method: str, path: str, body: bytes | None, timeout: float, abandon: Abandon | None = None,
+        late: Late | None = None,
+    ) -> Answer:
         c, reused = self._get(i, timeout)
         ep = self.endpoints.all[i]
+        r: http.client.HTTPResponse | None = None
+        if late is not None:
+            late.answer = None  # a try's before this one (a 503) is not this one's
         try:
             if abandon is not None:
                 abandon.enter(c)
             c.request(method, ep.path + path, body, self.headers if body is not None else self.get_headers)
             r = c.getresponse()
             self.endpoints.check_store(i, r.getheader(STORE_HEADER))
-            data = _read(r)
+            a = Answer(r.status, _read(r))
+            if late is not None:
+                late.answer = a
         except (OSError, http.client.HTTPException) as e:
             if abandon is not None and abandon.leave(c):
+                _close(c, r)
                 raise Abandoned() from e
-            c.close()
+            _close(c, r)
             # A pooled connection the server had closed fails at once; the
             # request may not have been read, but nobody can tell.
             raise Failed(e, False) from e
@@ -170,26 +213,69 @@ class Transport:
             # releases a lease it grants at that moment.
             if abandon is not None:
                 abandon.leave(c)
-            c.close()
+            if late is not None and late.answer is None:
+                self._linger(c, r, late)
+            else:
+                _close(c, r)
             raise
         if abandon is not None and abandon.leave(c):
-            pass  # answered as it was abandoned: the answer is nobody's, the connection closed
+            r.close()  # answered as it was abandoned: the answer is nobody's, the connection closed
         elif r.will_close:
-            c.close()
+            _close(c, r)
         else:
             self._put(i, c)
-        return Answer(r.status, data)
+        return a
+
+    def _linger(self, c: http.client.HTTPConnection, r: http.client.HTTPResponse | None, late: Late) -> None:
+        """After an interruption of the request on c, sent or partly sent, whose
+        answer had not been read (r, if its head had): hangs up this side of
+        the connection (a TCP half-close), so that the server ends a wait and
+        releases a lease it grants from then on (answering 499), and reads
+        the last answer in a thread of its own, within the timeout, for
+        late.take: a grant sent before the server saw the hang-up crossed it.
+        A connection that cannot be half-closed (TLS) is closed, and the
+        outcome is unknown, as in the Go and asyncio clients."""
+        sock = c.sock
+        if r is None:
+            if sock is None or isinstance(sock, ssl.SSLSocket):
+                c.close()
+                return
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                c.close()
+                return
+        _set_timeout(c, self.timeout)
+
+        def read() -> None:
+            resp = r
+            try:
+                # An interrupted getresponse() left the connection waiting
+                # for the answer's head, which a new one reads.
+                if resp is None:
+                    resp = c.getresponse()
+                a = Answer(resp.status, _read(resp))
+            except (OSError, http.client.HTTPException, ValueError):
+                return  # no answer, or a head cut by the interruption: unknown
+            finally:
+                _close(c, resp)
+            late.take(a)
+
+        background(read)
 
     def request(
         self, method: str, path: str, body: bytes | None = None, *, repeatable: bool, timeout: float | None = None,
-        until: float | None = None, abandon: Abandon | None = None,
+        until: float | None = None, abandon: Abandon | None = None, late: Late | None = None,
     ) -> Answer:
         """Sends a request by the multi-endpoint rules and returns a 2xx answer;
         an error answer raises its class, a request that got none an
         UnavailableError. until (time.monotonic()) ends the tries, retries
         included: nothing is sent past it, and each try's timeout stops at
         it; passing it unanswered is a timeout, and moves the endpoint on.
-        abandon, if given, ends the request from another thread (Abandoned)."""
+        abandon, if given, ends the request from another thread (Abandoned).
+        late, if given, gets the answer of a try interrupted in this thread
+        before the answer was read (_linger), and keeps the answer read
+        (late.answer) for the caller's late.interrupted()."""
         n = len(self.endpoints.all)
         plan = Plan(n, repeatable, until)
         t = self.timeout if timeout is None else timeout
@@ -198,7 +284,7 @@ class Transport:
             try:
                 if abandon is not None:
                     abandon.check()
-                a = self._once(i, method, path, body, plan.timeout(t), abandon)
+                a = self._once(i, method, path, body, plan.timeout(t), abandon, late)
             except Failed as f:
                 self.endpoints.move_on(i)
                 pause = plan.again(f.never_left)
@@ -268,15 +354,16 @@ class Transport:
             err: LeaseError | None = None
             try:
                 c = self.connect(i, timeout)
+                r: http.client.HTTPResponse | None = None
                 try:
                     c.request("GET", ep.path + path, None, headers)
                     r = c.getresponse()
                     self.endpoints.check_store(i, r.getheader(STORE_HEADER))
                 except (OSError, http.client.HTTPException) as e:
-                    c.close()
+                    _close(c, r)
                     raise Failed(e, False) from e
                 except BaseException:
-                    c.close()
+                    _close(c, r)
                     raise
             except Failed as f:
                 self.endpoints.move_on(i)
@@ -292,7 +379,7 @@ class Transport:
             except (OSError, http.client.HTTPException):
                 body = b""
             finally:
-                c.close()
+                _close(c, r)
             err = error_from_answer(r.status, body)
             if r.status == 503:
                 self.endpoints.move_on(i)
@@ -301,6 +388,15 @@ class Transport:
                     time.sleep(pause)
                     continue
             raise err
+
+
+def _close(c: http.client.HTTPConnection, r: http.client.HTTPResponse | None) -> None:
+    """Closes c and its response r: an answer that closes the connection
+    (Connection: close, or no length) is let go by c, and keeps the socket
+    open until it is closed itself, or collected."""
+    c.close()
+    if r is not None:
+        r.close()
 
 
 def _read(r: http.client.HTTPResponse) -> bytes:
