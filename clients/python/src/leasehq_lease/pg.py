@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import abc
 from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
 
-from ._errors import NotFoundError, StaleTokenError, UnavailableError, quote
+from ._errors import MAX_TOKEN, NotFoundError, StaleTokenError, UnavailableError, quote
 from ._errors import InvalidError as _Invalid
 from ._fenced import AT_LEAST, STRICT, admits, check_mode, check_token
 from ._wire import check_name
@@ -71,6 +71,13 @@ def _stale(resource: str, token: int, highest: int, mode: str) -> StaleTokenErro
     )
 
 
+def _regclass(name: str) -> str:
+    """name as a regclass constant, an escape string (E'...') so that it
+    reads the same whatever standard_conforming_strings says, as pgfence
+    writes it."""
+    return "E'" + name.replace("\\", "\\\\").replace("'", "''") + "'::regclass"
+
+
 def _numbered(sql: str) -> str:
     """The statement with $1, $2, ... for psycopg's %s, as pgx writes it."""
     out, n, i = [], 0, 0
@@ -115,12 +122,19 @@ class PgGuard:
         self.mode: str = check_mode(mode)
         self.table = ident("schema", schema) + "." + ident("table", table)
         cmp = "<" if self.mode == STRICT else "<="
+        # pgfence's statement (sqlguard.Marks with ReturnID): a stored token
+        # below 1 (or NULL) admits nothing, so that check can refuse it as a
+        # mark no guard wrote; it returns the OID of the table it wrote to,
+        # a regclass constant (tableoid would name a partition), which is
+        # resolved again when a dropped table makes PostgreSQL analyse a
+        # prepared statement anew.
         self._upsert = (
             f"INSERT INTO {self.table} AS f (resource, token) VALUES (%s, %s)\n"
             "ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token\n"
-            f"WHERE f.token {cmp} EXCLUDED.token\nRETURNING token"
+            f"WHERE f.token >= 1 AND f.token {cmp} EXCLUDED.token\n"
+            f"RETURNING {_regclass(self.table)}::oid::bigint"
         )
-        self._select = f"SELECT token FROM {self.table} WHERE resource = %s"
+        self._select = f"SELECT coalesce(token, 0) FROM {self.table} WHERE resource = %s"
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("pgfence " + self.table,))
             row = conn.execute(
@@ -139,6 +153,11 @@ class PgGuard:
 			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
 		)""".encode()
                 )
+            # The table's OID: one dropped and made again has another, and
+            # check refuses to judge tokens against its empty marks.
+            oid = conn.execute("SELECT to_regclass(%s)::oid::bigint", (self.table,)).fetchone()
+            assert oid is not None
+            self._oid: int = int(oid[0])
 
     def _verify(self, conn: Connection[Any]) -> None:
         """Raises InvalidError unless the existing table is one the guard can
@@ -177,19 +196,42 @@ class PgGuard:
         until the transaction ends. A refused token raises StaleTokenError
         and records nothing; roll the transaction back. An autocommit
         connection outside a transaction block (or a cursor of one) raises
-        InvalidError: the check would commit alone and fence nothing."""
+        InvalidError: the check would commit alone and fence nothing.
+
+        UnavailableError, with the transaction to roll back, says no token
+        can be judged: the resource's row holds a token no guard writes
+        (NULL, below 1 or above MAX_TOKEN, put there by hand in a table
+        without the guard's CHECK), or the guard's table is not the one it
+        was made with (dropped and made again, by another process's guard
+        say, or a database restored from a dump: the marks are gone)."""
         check_name("resource", resource)
         check_token(token)
         _in_transaction(conn)
-        if conn.execute(self._upsert.encode(), (resource, token)).fetchone() is not None:
-            return
-        raise _stale(resource, token, self.highest(conn, resource), self.mode)
+        row = conn.execute(self._upsert.encode(), (resource, token)).fetchone()
+        if row is None:
+            raise _stale(resource, token, self.highest(conn, resource), self.mode)
+        if int(row[0]) != self._oid:
+            raise UnavailableError(
+                f"lease: pg: table {self.table} is not the one this guard was made with (OID {self._oid}, now "
+                f"{int(row[0])}): it was dropped and made again, and every resource's mark with it, so no token "
+                "can be judged: restore the marks (each above every token issued for its resource) and make a new guard"
+            )
 
     def highest(self, conn: Executor, resource: str) -> int:
-        """The highest token accepted for resource, as conn sees it; 0 if none."""
+        """The highest token accepted for resource, as conn sees it; 0 if
+        none. A row holding a token no guard writes (NULL, below 1 or above
+        MAX_TOKEN) raises UnavailableError."""
         check_name("resource", resource)
         row = conn.execute(self._select.encode(), (resource,)).fetchone()
-        return 0 if row is None else int(row[0])
+        if row is None:
+            return 0
+        highest = int(row[0])
+        if not 1 <= highest <= MAX_TOKEN:
+            raise UnavailableError(
+                f"lease: pg: the stored token of {quote(resource)} in {self.table} is {highest} (NULL reads as 0), "
+                f"not a fencing token (1 to {MAX_TOKEN}): no write is admitted until the row is repaired or deleted"
+            )
+        return highest
 
 
 def update_row_sql(
