@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from leasehq_lease import MAX_TOKEN, InvalidError, NotFoundError, StaleTokenError, UnavailableError
-from leasehq_lease.pg import PgGuard, update_row
+from leasehq_lease.pg import PgGuard, go_sql, update_row, update_row_sql
 
 from conftest import postgres_url, unique
 
@@ -235,3 +235,34 @@ def test_partitioned_table(pg: Any) -> None:
         with pytest.raises(StaleTokenError):
             with pg.transaction():
                 g.check(pg, res, 2)
+
+
+def test_names_with_a_percent_sign(pg: Any) -> None:
+    # PostgreSQL and pgfence take any name (up to 63 bytes, no NUL), "%"
+    # included; psycopg reads "%" in a statement with arguments as a
+    # placeholder. Before, a guard on a table named "pct%s…" sent four
+    # placeholders for two arguments, one on "pct%d…" an unknown
+    # placeholder, upsert_sql named table "pct$1…", and update_row on such
+    # a table or column failed alike.
+    for name in (unique("pct%s").replace("-", "_"), unique("pct%d").replace("-", "_"), unique("pct%%").replace("-", "_")):
+        g = PgGuard(pg, table=name)
+        assert f'"{name}"' in g.upsert_sql and "VALUES ($1, $2)" in g.upsert_sql
+        with pg.transaction():
+            g.check(pg, "job", 3)
+        with pytest.raises(StaleTokenError):
+            with pg.transaction():
+                g.check(pg, "job", 2)
+        assert g.highest(pg, "job") == 3
+        rows = "rows_" + name
+        pg.execute(f'CREATE TABLE "{rows}" (id int PRIMARY KEY, "v%s" text, fencing_token bigint)'.encode())
+        pg.execute(f"INSERT INTO \"{rows}\" VALUES (1, 'initial', NULL)".encode())
+        update_row(pg, rows, 1, {"v%s": "a"}, 3)
+        with pytest.raises(StaleTokenError):
+            update_row(pg, rows, 1, {"v%s": "late"}, 2)
+        with pytest.raises(NotFoundError):
+            update_row(pg, rows, 2, {"v%s": "x"}, 9)
+        assert pg.execute(f'SELECT "v%s", fencing_token FROM "{rows}"'.encode()).fetchone() == ("a", 3)
+        sql, _ = update_row_sql(rows, 1, {"v%s": "a"}, 3)
+        assert go_sql(sql) == (
+            f'UPDATE "{rows}" SET "v%s" = $1, "fencing_token" = $2 WHERE "id" = $3 AND coalesce("fencing_token", 0) <= $2::bigint'
+        )

@@ -78,16 +78,27 @@ def _regclass(name: str) -> str:
     return "E'" + name.replace("\\", "\\\\").replace("'", "''") + "'::regclass"
 
 
+def _pct(sql: str) -> str:
+    """sql (quoted names) as text of a psycopg statement with arguments,
+    where "%" starts a placeholder: every "%" doubled. PostgreSQL and pgfence
+    take "%" in a name; unescaped, a table "t%s" sent a placeholder too many."""
+    return sql.replace("%", "%%")
+
+
 def _numbered(sql: str) -> str:
-    """The statement with $1, $2, ... for psycopg's %s, as pgx writes it."""
+    """The psycopg statement sql as pgx writes it: $1, $2, ... for %s, and % for %%."""
     out, n, i = [], 0, 0
     while True:
-        j = sql.find("%s", i)
+        j = sql.find("%", i)
         if j < 0:
             out.append(sql[i:])
             return "".join(out)
-        n += 1
-        out.append(sql[i:j] + f"${n}")
+        out.append(sql[i:j])
+        if sql.startswith("%s", j):
+            n += 1
+            out.append(f"${n}")
+        else:
+            out.append("%")  # "%%", the only other "%" the module writes
         i = j + 2
 
 
@@ -129,12 +140,12 @@ class PgGuard:
         # resolved again when a dropped table makes PostgreSQL analyse a
         # prepared statement anew.
         self._upsert = (
-            f"INSERT INTO {self.table} AS f (resource, token) VALUES (%s, %s)\n"
+            f"INSERT INTO {_pct(self.table)} AS f (resource, token) VALUES (%s, %s)\n"
             "ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token\n"
             f"WHERE f.token >= 1 AND f.token {cmp} EXCLUDED.token\n"
-            f"RETURNING {_regclass(self.table)}::oid::bigint"
+            f"RETURNING {_pct(_regclass(self.table))}::oid::bigint"
         )
-        self._select = f"SELECT coalesce(token, 0) FROM {self.table} WHERE resource = %s"
+        self._select = f"SELECT coalesce(token, 0) FROM {_pct(self.table)} WHERE resource = %s"
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("pgfence " + self.table,))
             row = conn.execute(
@@ -244,11 +255,12 @@ def update_row_sql(
     token_column: str = "fencing_token",
     mode: str = AT_LEAST,
 ) -> tuple[str, list[object]]:
-    """update_row's statement, with psycopg's %s placeholders, and its
-    arguments: the statement of Go's pgfence.Update.SQL (columns set in name
-    order), except that the token is passed twice where pgx names $n twice."""
-    t, _ = _table(table)
-    idc, tok = ident("id column", id_column), ident("token column", token_column)
+    """update_row's statement, with psycopg's %s placeholders (and a "%" in
+    a name doubled, as psycopg reads it), and its arguments: the statement of
+    Go's pgfence.Update.SQL (columns set in name order), except that the
+    token is passed twice where pgx names $n twice."""
+    t = _pct(_table(table)[0])
+    idc, tok = _pct(ident("id column", id_column)), _pct(ident("token column", token_column))
     if id_column == token_column:
         raise _Invalid(f"lease: pg: id column and token column are both {id_column!r}")
     check_mode(mode)
@@ -261,7 +273,7 @@ def update_row_sql(
     for c in sorted(values):
         if c in (id_column, token_column):
             raise _Invalid(f"lease: pg: set column {c!r} is the id or token column")
-        sets.append(f"{ident('set column', c)} = %s")
+        sets.append(f"{_pct(ident('set column', c))} = %s")
         args.append(values[c])
     sets.append(f"{tok} = %s")
     cmp = "<" if mode == STRICT else "<="
@@ -271,7 +283,7 @@ def update_row_sql(
 
 def go_sql(sql: str) -> str:
     """sql with pgx's numbering: the token's second %s is the $n of its first, as pgfence writes it."""
-    n = sql.count("%s")
+    n = sql.replace("%%", "").count("%s")
     text = _numbered(sql)
     # The last placeholder is the token again: pgx reuses the token's number (n - 2).
     return text[: text.rfind(f"${n}")] + f"${n - 2}" + text[text.rfind(f"${n}") + len(f"${n}") :]
@@ -297,7 +309,7 @@ def update_row(
     Interoperates with Go's pgfence.UpdateRow on the same table."""
     sql, args = update_row_sql(table, id, values, token, id_column=id_column, token_column=token_column, mode=mode)
     t, name = _table(table)
-    read = f"SELECT coalesce({ident('token column', token_column)}, 0) FROM {t} WHERE {ident('id column', id_column)} = %s"
+    read = _pct(f"SELECT coalesce({ident('token column', token_column)}, 0) FROM {t} WHERE {ident('id column', id_column)} = ") + "%s"
     where = f"{name}/{id}"
     # Outside a transaction the row can change between the update and the
     # read; a read that would have admitted the token means exactly that
