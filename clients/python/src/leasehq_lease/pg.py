@@ -15,7 +15,15 @@ one resource alike (I6):
 In READ COMMITTED (PostgreSQL's default) a check or update that waited for
 another writer's row lock sees that writer's committed token; in REPEATABLE
 READ or SERIALIZABLE it fails with a serialization error instead, and the
-caller retries the transaction. The module imports psycopg only for types."""
+caller retries the transaction. The module imports psycopg only for types.
+
+As pgfence, a guard refuses with UnavailableError what it cannot judge: a
+resource whose row holds a token no guard writes (NULL, below 1 or above
+MAX_TOKEN, put by hand in a table without the guard's CHECK), and a table
+that is not the one the guard was made with (it knows the table's OID: one
+dropped and made again, by another process's guard say, or restored from a
+dump, has lost its marks). A guard made after that cannot tell the new table
+from a first one: restore the marks first."""
 
 from __future__ import annotations
 
@@ -120,7 +128,8 @@ class PgGuard:
     the highest token per resource in pgfence's table (created, with its
     schema, if missing, under the advisory lock pgfence.New takes; an existing
     one must be a logged table with a bigint token, or InvalidError). It holds
-    no connection and is safe to share."""
+    no connection and is safe to share; it remembers its table's OID, and
+    refuses a table made anew under it (see check)."""
 
     def __init__(
         self,
