@@ -116,6 +116,21 @@ def test_check_refuses_a_connection_outside_a_transaction(pg: Any) -> None:
     assert g.highest(pg, r) == 6
 
 
+def test_check_refuses_an_ended_transaction(pg: Any) -> None:
+    # Go's TestCheckRefusesAnEndedTransaction: a COMMIT, ROLLBACK or END
+    # sent through the connection inside ``with conn.transaction():`` ends
+    # the transaction behind psycopg's back; a check after it would commit
+    # alone. It is refused, and records nothing.
+    g = PgGuard(pg, table=unique("fence").replace("-", "_"))
+    for end in ("COMMIT", "ROLLBACK", "END"):
+        r = unique("ended-by-" + end)
+        with pytest.raises(InvalidError, match="transaction"):
+            with pg.transaction():
+                pg.execute(end.encode())
+                g.check(pg, r, 5)
+        assert g.highest(pg, r) == 0
+
+
 def test_guard_refuses_a_table_it_cannot_trust(pg: Any) -> None:
     # As pgfence.New: a text token compares as text ("10" <= "9" would admit
     # 9 after 10); an unlogged table is emptied by crash recovery.

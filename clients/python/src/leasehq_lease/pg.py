@@ -113,13 +113,16 @@ def _numbered(sql: str) -> str:
 def _in_transaction(conn: Executor) -> None:
     """Raises InvalidError if conn would run a statement in a transaction of
     its own: an autocommit connection, or a cursor of one, outside
-    ``with conn.transaction():``. (One not in autocommit opens a transaction
-    with its first statement and keeps it until commit or rollback.)"""
+    ``with conn.transaction():``, or inside one whose transaction a COMMIT,
+    ROLLBACK or END sent through it has ended (the server's status says so,
+    as pgfence asks pgx's). (One not in autocommit opens a transaction with
+    its first statement and keeps it until commit or rollback.)"""
     c: Any = getattr(conn, "connection", conn)  # a cursor's connection
     if c.autocommit and c.info.transaction_status.name == "IDLE":
         raise _Invalid(
             "lease: pg: check needs the writer's open transaction: the connection is in autocommit "
-            "outside a transaction block, so the check would commit alone and fence nothing"
+            "outside a transaction block (or a COMMIT or ROLLBACK sent through it ended the block's), "
+            "so the check would commit alone and fence nothing"
         )
 
 
