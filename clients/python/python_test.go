@@ -259,9 +259,11 @@ func TestPgGuardInterop(t *testing.T) {
 	// PgGuard.upsert_sql is the statement pgfence's Check sends, in each
 	// mode: pgx prepared it on conn, and PostgreSQL keeps its text. The
 	// table's name has a "%", which psycopg reads as a placeholder unless
-	// PgGuard doubles it.
+	// PgGuard doubles it, and a quote and a backslash, which the regclass
+	// literal escapes.
+	const sqlTable = `fence%s'\_sql`
 	for _, mode := range []fence.Mode{fence.AtLeast, fence.Strict} {
-		g, err := pgfence.New(ctx, conn, pgfence.WithTable("fence%s_sql"), pgfence.WithMode(mode))
+		g, err := pgfence.New(ctx, conn, pgfence.WithTable(sqlTable), pgfence.WithMode(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,10 +280,10 @@ func TestPgGuardInterop(t *testing.T) {
 		var sent string
 		if err := conn.QueryRow(ctx, `SELECT statement FROM pg_prepared_statements
 			WHERE statement LIKE 'INSERT INTO %' AND strpos(statement, $1) > 0 AND strpos(statement, $2) > 0`,
-			`"fence%s_sql"`, "f.token "+sqlguard.Cmp(mode)+" EXCLUDED.token").Scan(&sent); err != nil {
+			`"`+sqlTable+`"`, "f.token "+sqlguard.Cmp(mode)+" EXCLUDED.token").Scan(&sent); err != nil {
 			t.Fatalf("%s: finding the upsert Go sent: %v", mode, err)
 		}
-		if py := step("upsert", "fence%s_sql", mode.String()); py["text"] != sent {
+		if py := step("upsert", sqlTable, mode.String()); py["text"] != sent {
 			t.Errorf("%s: Python's upsert_sql is\n%v\nGo's Check sent\n%s", mode, py["text"], sent)
 		}
 	}
