@@ -151,14 +151,15 @@ operator's making (without the guard's CHECK) can hold: Go's
 sqlguardtest.CorruptMarks."""
 
 
-def test_corrupt_mark_refused(pg: Any) -> None:
+@pytest.mark.parametrize("mode", ["at-least", "strict"])
+def test_corrupt_mark_refused(pg: Any, mode: str) -> None:
     # Go's TestCorruptMarkRefused. Before, a mark of 0 or -5 admitted every
     # token (and recorded it over the mark), NULL failed with a TypeError
     # from int(None), and one above 2^53 came back as a stale token naming
     # it as the highest accepted.
     table = unique("ops").replace("-", "_")
     pg.execute(f"CREATE TABLE {table} (resource text PRIMARY KEY, token bigint)".encode())
-    g = PgGuard(pg, table=table)
+    g = PgGuard(pg, table=table, mode=mode)
 
     def stored(res: str) -> str:
         row = pg.execute(f"SELECT coalesce(token::text, 'NULL') FROM {table} WHERE resource = %s".encode(), (res,)).fetchone()
