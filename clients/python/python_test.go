@@ -28,6 +28,7 @@ import (
 	"github.com/leasehq/lease"
 	"github.com/leasehq/lease/fence"
 	"github.com/leasehq/lease/fence/pgfence"
+	"github.com/leasehq/lease/internal/sqlguard"
 	"github.com/leasehq/lease/internal/testkit/clientharness"
 	"github.com/leasehq/lease/internal/testkit/pgtest"
 )
@@ -252,6 +253,38 @@ func TestPgGuardInterop(t *testing.T) {
 		}
 		if h, err := g.Highest(ctx, conn, "job/42"); err != nil || h != 7 {
 			t.Fatalf("%s first: highest is %d (%v), want 7", first, h, err)
+		}
+	}
+
+	// PgGuard.upsert_sql is the statement pgfence's Check sends, in each
+	// mode: pgx prepared it on conn, and PostgreSQL keeps its text. The
+	// table's name has a "%", which psycopg reads as a placeholder unless
+	// PgGuard doubles it, and a quote and a backslash, which the regclass
+	// literal escapes.
+	const sqlTable = `fence%s'\_sql`
+	for _, mode := range []fence.Mode{fence.AtLeast, fence.Strict} {
+		g, err := pgfence.New(ctx, conn, pgfence.WithTable(sqlTable), pgfence.WithMode(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Check(ctx, tx, "job/sql-"+mode.String(), 1); err != nil {
+			t.Fatalf("%s: Go checks token 1: %v", mode, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var sent string
+		if err := conn.QueryRow(ctx, `SELECT statement FROM pg_prepared_statements
+			WHERE statement LIKE 'INSERT INTO %' AND strpos(statement, $1) > 0 AND strpos(statement, $2) > 0`,
+			`"`+sqlTable+`"`, "f.token "+sqlguard.Cmp(mode)+" EXCLUDED.token").Scan(&sent); err != nil {
+			t.Fatalf("%s: finding the upsert Go sent: %v", mode, err)
+		}
+		if py := step("upsert", sqlTable, mode.String()); py["text"] != sent {
+			t.Errorf("%s: Python's upsert_sql is\n%v\nGo's Check sent\n%s", mode, py["text"], sent)
 		}
 	}
 }

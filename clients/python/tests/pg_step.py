@@ -3,6 +3,7 @@
     pg_step.py sql TOKEN VALUE MODE      the UPDATE update_row sends, as pgx numbers it
     pg_step.py row TOKEN VALUE MODE      update_row on jobs/1
     pg_step.py check TABLE TOKEN MODE    PgGuard(table=TABLE).check of job/42 in a transaction
+    pg_step.py upsert TABLE MODE         PgGuard(table=TABLE).upsert_sql, check's statement
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main(argv: list[str]) -> dict[str, object]:
         try:
             if what == "row":
                 update_row(conn, "jobs", 1, {"value": argv[2]}, int(argv[1]), mode=argv[3])
+            elif what == "upsert":
+                return {"text": PgGuard(conn, table=argv[1], mode=argv[2]).upsert_sql}
             elif what == "check":
                 guard = PgGuard(conn, table=argv[1], mode=argv[3])
                 with conn.transaction():

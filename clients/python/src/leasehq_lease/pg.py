@@ -15,14 +15,22 @@ one resource alike (I6):
 In READ COMMITTED (PostgreSQL's default) a check or update that waited for
 another writer's row lock sees that writer's committed token; in REPEATABLE
 READ or SERIALIZABLE it fails with a serialization error instead, and the
-caller retries the transaction. The module imports psycopg only for types."""
+caller retries the transaction. The module imports psycopg only for types.
+
+As pgfence, a guard refuses with UnavailableError what it cannot judge: a
+resource whose row holds a token no guard writes (NULL, below 1 or above
+MAX_TOKEN, put by hand in a table without the guard's CHECK), and a table
+that is not the one the guard was made with (it knows the table's OID: one
+dropped and made again, by another process's guard say, or restored from a
+dump, has lost its marks). A guard made after that cannot tell the new table
+from a first one: restore the marks first."""
 
 from __future__ import annotations
 
 from collections import abc
 from typing import TYPE_CHECKING, Any, Final, Mapping, Sequence
 
-from ._errors import NotFoundError, StaleTokenError, UnavailableError, quote
+from ._errors import MAX_TOKEN, NotFoundError, StaleTokenError, UnavailableError, quote
 from ._errors import InvalidError as _Invalid
 from ._fenced import AT_LEAST, STRICT, admits, check_mode, check_token
 from ._wire import check_name
@@ -71,29 +79,50 @@ def _stale(resource: str, token: int, highest: int, mode: str) -> StaleTokenErro
     )
 
 
+def _regclass(name: str) -> str:
+    """name as a regclass constant, an escape string (E'...') so that it
+    reads the same whatever standard_conforming_strings says, as pgfence
+    writes it."""
+    return "E'" + name.replace("\\", "\\\\").replace("'", "''") + "'::regclass"
+
+
+def _pct(sql: str) -> str:
+    """sql (quoted names) as text of a psycopg statement with arguments,
+    where "%" starts a placeholder: every "%" doubled. PostgreSQL and pgfence
+    take "%" in a name; unescaped, a table "t%s" sent a placeholder too many."""
+    return sql.replace("%", "%%")
+
+
 def _numbered(sql: str) -> str:
-    """The statement with $1, $2, ... for psycopg's %s, as pgx writes it."""
+    """The psycopg statement sql as pgx writes it: $1, $2, ... for %s, and % for %%."""
     out, n, i = [], 0, 0
     while True:
-        j = sql.find("%s", i)
+        j = sql.find("%", i)
         if j < 0:
             out.append(sql[i:])
             return "".join(out)
-        n += 1
-        out.append(sql[i:j] + f"${n}")
+        out.append(sql[i:j])
+        if sql.startswith("%s", j):
+            n += 1
+            out.append(f"${n}")
+        else:
+            out.append("%")  # "%%", the only other "%" the module writes
         i = j + 2
 
 
 def _in_transaction(conn: Executor) -> None:
     """Raises InvalidError if conn would run a statement in a transaction of
     its own: an autocommit connection, or a cursor of one, outside
-    ``with conn.transaction():``. (One not in autocommit opens a transaction
-    with its first statement and keeps it until commit or rollback.)"""
+    ``with conn.transaction():``, or inside one whose transaction a COMMIT,
+    ROLLBACK or END sent through it has ended (the server's status says so,
+    as pgfence asks pgx's). (One not in autocommit opens a transaction with
+    its first statement and keeps it until commit or rollback.)"""
     c: Any = getattr(conn, "connection", conn)  # a cursor's connection
     if c.autocommit and c.info.transaction_status.name == "IDLE":
         raise _Invalid(
             "lease: pg: check needs the writer's open transaction: the connection is in autocommit "
-            "outside a transaction block, so the check would commit alone and fence nothing"
+            "outside a transaction block (or a COMMIT or ROLLBACK sent through it ended the block's), "
+            "so the check would commit alone and fence nothing"
         )
 
 
@@ -102,7 +131,8 @@ class PgGuard:
     the highest token per resource in pgfence's table (created, with its
     schema, if missing, under the advisory lock pgfence.New takes; an existing
     one must be a logged table with a bigint token, or InvalidError). It holds
-    no connection and is safe to share."""
+    no connection and is safe to share; it remembers its table's OID, and
+    refuses a table made anew under it (see check)."""
 
     def __init__(
         self,
@@ -115,12 +145,19 @@ class PgGuard:
         self.mode: str = check_mode(mode)
         self.table = ident("schema", schema) + "." + ident("table", table)
         cmp = "<" if self.mode == STRICT else "<="
+        # pgfence's statement (sqlguard.Marks with ReturnID): a stored token
+        # below 1 (or NULL) admits nothing, so that check can refuse it as a
+        # mark no guard wrote; it returns the OID of the table it wrote to,
+        # a regclass constant (tableoid would name a partition), which is
+        # resolved again when a dropped table makes PostgreSQL analyse a
+        # prepared statement anew.
         self._upsert = (
-            f"INSERT INTO {self.table} AS f (resource, token) VALUES (%s, %s)\n"
+            f"INSERT INTO {_pct(self.table)} AS f (resource, token) VALUES (%s, %s)\n"
             "ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token\n"
-            f"WHERE f.token {cmp} EXCLUDED.token\nRETURNING token"
+            f"WHERE f.token >= 1 AND f.token {cmp} EXCLUDED.token\n"
+            f"RETURNING {_pct(_regclass(self.table))}::oid::bigint"
         )
-        self._select = f"SELECT token FROM {self.table} WHERE resource = %s"
+        self._select = f"SELECT coalesce(token, 0) FROM {_pct(self.table)} WHERE resource = %s"
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("pgfence " + self.table,))
             row = conn.execute(
@@ -139,6 +176,11 @@ class PgGuard:
 			token    bigint NOT NULL CHECK (token BETWEEN 1 AND 9007199254740992)
 		)""".encode()
                 )
+            # The table's OID: one dropped and made again has another, and
+            # check refuses to judge tokens against its empty marks.
+            oid = conn.execute("SELECT to_regclass(%s)::oid::bigint", (self.table,)).fetchone()
+            assert oid is not None
+            self._oid: int = int(oid[0])
 
     def _verify(self, conn: Connection[Any]) -> None:
         """Raises InvalidError unless the existing table is one the guard can
@@ -177,19 +219,42 @@ class PgGuard:
         until the transaction ends. A refused token raises StaleTokenError
         and records nothing; roll the transaction back. An autocommit
         connection outside a transaction block (or a cursor of one) raises
-        InvalidError: the check would commit alone and fence nothing."""
+        InvalidError: the check would commit alone and fence nothing.
+
+        UnavailableError, with the transaction to roll back, says no token
+        can be judged: the resource's row holds a token no guard writes
+        (NULL, below 1 or above MAX_TOKEN, put there by hand in a table
+        without the guard's CHECK), or the guard's table is not the one it
+        was made with (dropped and made again, by another process's guard
+        say, or a database restored from a dump: the marks are gone)."""
         check_name("resource", resource)
         check_token(token)
         _in_transaction(conn)
-        if conn.execute(self._upsert.encode(), (resource, token)).fetchone() is not None:
-            return
-        raise _stale(resource, token, self.highest(conn, resource), self.mode)
+        row = conn.execute(self._upsert.encode(), (resource, token)).fetchone()
+        if row is None:
+            raise _stale(resource, token, self.highest(conn, resource), self.mode)
+        if int(row[0]) != self._oid:
+            raise UnavailableError(
+                f"lease: pg: table {self.table} is not the one this guard was made with (OID {self._oid}, now "
+                f"{int(row[0])}): it was dropped and made again, and every resource's mark with it, so no token "
+                "can be judged: restore the marks (each above every token issued for its resource) and make a new guard"
+            )
 
     def highest(self, conn: Executor, resource: str) -> int:
-        """The highest token accepted for resource, as conn sees it; 0 if none."""
+        """The highest token accepted for resource, as conn sees it; 0 if
+        none. A row holding a token no guard writes (NULL, below 1 or above
+        MAX_TOKEN) raises UnavailableError."""
         check_name("resource", resource)
         row = conn.execute(self._select.encode(), (resource,)).fetchone()
-        return 0 if row is None else int(row[0])
+        if row is None:
+            return 0
+        highest = int(row[0])
+        if not 1 <= highest <= MAX_TOKEN:
+            raise UnavailableError(
+                f"lease: pg: the stored token of {quote(resource)} in {self.table} is {highest} (NULL reads as 0), "
+                f"not a fencing token (1 to {MAX_TOKEN}): no write is admitted until the row is repaired or deleted"
+            )
+        return highest
 
 
 def update_row_sql(
@@ -202,11 +267,12 @@ def update_row_sql(
     token_column: str = "fencing_token",
     mode: str = AT_LEAST,
 ) -> tuple[str, list[object]]:
-    """update_row's statement, with psycopg's %s placeholders, and its
-    arguments: the statement of Go's pgfence.Update.SQL (columns set in name
-    order), except that the token is passed twice where pgx names $n twice."""
-    t, _ = _table(table)
-    idc, tok = ident("id column", id_column), ident("token column", token_column)
+    """update_row's statement, with psycopg's %s placeholders (and a "%" in
+    a name doubled, as psycopg reads it), and its arguments: the statement of
+    Go's pgfence.Update.SQL (columns set in name order), except that the
+    token is passed twice where pgx names $n twice."""
+    t = _pct(_table(table)[0])
+    idc, tok = _pct(ident("id column", id_column)), _pct(ident("token column", token_column))
     if id_column == token_column:
         raise _Invalid(f"lease: pg: id column and token column are both {id_column!r}")
     check_mode(mode)
@@ -219,7 +285,7 @@ def update_row_sql(
     for c in sorted(values):
         if c in (id_column, token_column):
             raise _Invalid(f"lease: pg: set column {c!r} is the id or token column")
-        sets.append(f"{ident('set column', c)} = %s")
+        sets.append(f"{_pct(ident('set column', c))} = %s")
         args.append(values[c])
     sets.append(f"{tok} = %s")
     cmp = "<" if mode == STRICT else "<="
@@ -229,7 +295,7 @@ def update_row_sql(
 
 def go_sql(sql: str) -> str:
     """sql with pgx's numbering: the token's second %s is the $n of its first, as pgfence writes it."""
-    n = sql.count("%s")
+    n = sql.replace("%%", "").count("%s")
     text = _numbered(sql)
     # The last placeholder is the token again: pgx reuses the token's number (n - 2).
     return text[: text.rfind(f"${n}")] + f"${n - 2}" + text[text.rfind(f"${n}") + len(f"${n}") :]
@@ -255,7 +321,7 @@ def update_row(
     Interoperates with Go's pgfence.UpdateRow on the same table."""
     sql, args = update_row_sql(table, id, values, token, id_column=id_column, token_column=token_column, mode=mode)
     t, name = _table(table)
-    read = f"SELECT coalesce({ident('token column', token_column)}, 0) FROM {t} WHERE {ident('id column', id_column)} = %s"
+    read = _pct(f"SELECT coalesce({ident('token column', token_column)}, 0) FROM {t} WHERE {ident('id column', id_column)} = ") + "%s"
     where = f"{name}/{id}"
     # Outside a transaction the row can change between the update and the
     # read; a read that would have admitted the token means exactly that
