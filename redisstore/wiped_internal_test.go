@@ -154,53 +154,39 @@ func TestWipedUnderARunningStore(t *testing.T) {
 // by another Store (New sets a new store id) before the running Store's
 // next grant: that grant finds a namespace whole again, token floor and
 // all, but not the one it served, and must be refused (I1), not granted
-// at 1.
+// at 1. Also when the new Store has granted the key first, so that its
+// counter is there, at 1, and the running Store's grant would come out at
+// 2, below the 3 it had issued: a check of the store id made only when a
+// key's counter is new missed that one.
 func TestWipedAndMadeAnewUnderARunningStore(t *testing.T) {
-	eachLayout(t, func(t *testing.T, ctx context.Context, open func(string) *Store, admin *redis.Client) {
-		ns := newNamespace()
-		s := open(ns)
-		issued := leasetest.Highest(leasetest.Grants(t, ctx, s, "k", 3, true))
-		if err := admin.FlushAll(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		fresh := open(ns)
-		l, err := s.Acquire(ctx, "k", "w", time.Minute)
-		if err == nil {
-			t.Fatalf("Acquire after the namespace was wiped and made anew: granted at token %d; the store had issued up to %d", l.Token, issued)
-		}
-		refusesWiped(t, "Acquire", err)
-		if l := leasetest.Grants(t, ctx, fresh, "k", 1, true)[0]; l.Token != 1 {
-			t.Fatalf("the new Store granted token %d, want 1", l.Token)
-		}
-	})
-}
-
-// TestWipedAndUsedAnewUnderARunningStore: the new Store has granted the key
-// before the running one asks for it again, so that the key's counter is
-// there, at 1: the running Store's grant would come out at token 2, below
-// the 3 it had issued. A check of the store id made only when the counter
-// is new missed it.
-func TestWipedAndUsedAnewUnderARunningStore(t *testing.T) {
-	eachLayout(t, func(t *testing.T, ctx context.Context, open func(string) *Store, admin *redis.Client) {
-		ns := newNamespace()
-		s := open(ns)
-		issued := leasetest.Highest(leasetest.Grants(t, ctx, s, "k", 3, true))
-		if err := admin.FlushAll(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		fresh := open(ns)
-		if l := leasetest.Grants(t, ctx, fresh, "k", 1, true)[0]; l.Token != 1 {
-			t.Fatalf("the new Store granted token %d, want 1", l.Token)
-		}
-		l, err := s.Acquire(ctx, "k", "w", time.Minute)
-		if err == nil {
-			t.Fatalf("Acquire after the namespace was wiped and the key granted anew: granted at token %d; the store had issued up to %d", l.Token, issued)
-		}
-		refusesWiped(t, "Acquire", err)
-		if l := leasetest.Grants(t, ctx, fresh, "k", 1, true)[0]; l.Token != 2 {
-			t.Fatalf("the new Store's next grant: token %d, want 2 (the refusal wrote nothing)", l.Token)
-		}
-	})
+	for _, usedFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("granted anew first=%t", usedFirst), func(t *testing.T) {
+			eachLayout(t, func(t *testing.T, ctx context.Context, open func(string) *Store, admin *redis.Client) {
+				ns := newNamespace()
+				s := open(ns)
+				issued := leasetest.Highest(leasetest.Grants(t, ctx, s, "k", 3, true))
+				if err := admin.FlushAll(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				fresh := open(ns)
+				var next lease.Token = 1 // the new Store's next token for k
+				if usedFirst {
+					if l := leasetest.Grants(t, ctx, fresh, "k", 1, true)[0]; l.Token != next {
+						t.Fatalf("the new Store granted token %d, want %d", l.Token, next)
+					}
+					next++
+				}
+				l, err := s.Acquire(ctx, "k", "w", time.Minute)
+				if err == nil {
+					t.Fatalf("Acquire after the namespace was wiped and made anew: granted at token %d; the store had issued up to %d", l.Token, issued)
+				}
+				refusesWiped(t, "Acquire", err)
+				if l := leasetest.Grants(t, ctx, fresh, "k", 1, true)[0]; l.Token != next {
+					t.Fatalf("the new Store granted token %d, want %d (the refusal wrote nothing)", l.Token, next)
+				}
+			})
+		})
+	}
 }
 
 // copies returns the hash slots' copies of the store id that exist in s's
