@@ -592,15 +592,13 @@ func (s *Server) stillCovers(c *credential, key string) error {
 	if creds == nil || c == nil {
 		return nil
 	}
-	for i := range *creds {
-		if n := &(*creds)[i]; n.sum == c.sum {
-			if !n.covers(key) {
-				return fmt.Errorf("%w: this credential no longer covers key %s (the server's credentials changed during the wait)", ErrForbidden, quoteName(key))
-			}
-			return nil
-		}
+	switch n := sameToken(*creds, c); {
+	case n == nil:
+		return fmt.Errorf("%w: the bearer token was withdrawn during the wait (the server's credentials changed)", ErrUnauthorized)
+	case !n.covers(key):
+		return fmt.Errorf("%w: this credential no longer covers key %s (the server's credentials changed during the wait)", ErrForbidden, quoteName(key))
 	}
-	return fmt.Errorf("%w: the bearer token was withdrawn during the wait (the server's credentials changed)", ErrUnauthorized)
+	return nil
 }
 
 // whileCovered runs until ctx ends, calling lost with stillCovers' error

@@ -446,16 +446,23 @@ func (s *Server) credentialKept(c *credential, seen **[]credential) bool {
 	if cur == *seen || c == nil {
 		return true // unchanged, or no credentials (which stays so)
 	}
-	for i := range *cur {
-		if n := &(*cur)[i]; n.sum == c.sum {
-			if n.all != c.all || !slices.Equal(n.prefixes, c.prefixes) {
-				return false
-			}
-			*seen = cur
-			return true
+	n := sameToken(*cur, c)
+	if n == nil || n.all != c.all || !slices.Equal(n.prefixes, c.prefixes) {
+		return false
+	}
+	*seen = cur
+	return true
+}
+
+// sameToken is the credential of set with c's token, or nil when the set
+// has none (the token withdrawn).
+func sameToken(set []credential, c *credential) *credential {
+	for i := range set {
+		if set[i].sum == c.sum {
+			return &set[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // forwardWatch runs the backend's watch of prefix (of exactly that key, if
