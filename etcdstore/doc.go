@@ -87,8 +87,9 @@
 // now keyless etcd lease goes back to a per-Store pool and carries the next
 // generation of any key with the same etcd TTL. So, in the common case:
 //
-//   - Acquire: one Txn (If the key has no entries, Then create one, Else
-//     read the oldest, the holder). A Grant first only when the pool has no etcd lease for
+//   - Acquire: one Txn (If the key has no entries and the store id is
+//     the Store's, Then create one, Else read the oldest, the holder, and
+//     the store id: Wiped data). A Grant first only when the pool has no etcd lease for
 //     the TTL. A pooled etcd lease last refreshed more than about a second
 //     ago (and less than its etcd TTL ago) gets a KeepAliveOnce sent beside
 //     the Txn, not before it: keep-alives are served by the leader from
@@ -215,4 +216,29 @@
 // response's revision is below one it saw earlier. A snapshot restore that
 // rewinds the high-water key with everything else cannot be detected from
 // inside etcd: the guards' marks are the last line.
+//
+// # Wiped data
+//
+// A member's data dir emptied, or a cluster made anew on the same
+// endpoints, starts the revision again at 1 and takes the prefix's keys,
+// the high-water key and the store id with it. A running Store's first
+// response below a revision it saw stops it, as above; but once the new
+// cluster has been written past those (other applications' keys, other
+// Stores), the revision no longer tells, and a Store that had been idle
+// granted a key at token 152 that another Store had granted up to 403
+// (TestWipedAndWrittenPastUnderARunningStore). The store id key is
+// written once and never changed, so every grant checks it: Acquire's Txn
+// compares it (one comparison; a held key's try reads it too, to tell a
+// refusal from a holder), and AcquireWait's reads it in either branch and
+// revokes the entry it made if it is not the Store's. A watch reads it with
+// its state, at the same revision; a running watch that hears it written
+// or deleted, or reads it after a second of silence (at most once a second
+// per Store, beside the progress request), stops the Store: a watch
+// resumed past its revision on the new data hears progress again, and
+// showed the holders the wipe took for good (TestWipedEndsRunningWatches).
+// Once stopped, the Store answers every operation with an error matching
+// lease.ErrUnavailable that says so, and its watches end with it (so do
+// those of a Store stopped by ErrRevisionBehind). New on wiped data cannot
+// tell it from a new prefix: it writes a new store id, which clients that
+// knew the old refuse (leasehttp WithStoreID).
 package etcdstore

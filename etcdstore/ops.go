@@ -96,8 +96,8 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 		}
 		value := holderValue(id, owner, ttl, el.secs, exp)
 		create, hw := s.createOps(s.firstKey(key), value, el, floor)
-		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: create,
-			els: []clientv3.Op{s.firstEntry(key)}})
+		resp, err := s.txn(ctx, &txnReq{key: key, hw: hw, cmps: append(s.freeCmps(key), s.idCmp()), then: create,
+			els: []clientv3.Op{s.firstEntry(key), s.idGet()}})
 		kaErr := ref.wait()
 		ref = nil
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
@@ -125,6 +125,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 			if kaErr == nil {
 				s.give(el)
 			} // else etcd may not keep it for the TTL: not pooled again
+			if err := s.checkID(kvOf(resp, 1), fmt.Sprintf("granting %q", key)); err != nil {
+				return lease.Lease{}, err // nothing written (wiped.go)
+			}
 			return lease.Lease{}, s.heldError(key, kvOf(resp, 0))
 		}
 		if kaErr != nil {

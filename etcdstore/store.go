@@ -43,7 +43,13 @@ type Store struct {
 	// with a lower one means the cluster's history was rewound.
 	maxRev atomic.Int64
 	broken atomic.Pointer[error]
-	hwNext atomic.Int64 // unix ns after which the next acquisition raises the high-water mark
+	// stopped is closed when broken is set (stop): the Store's watches
+	// end with it.
+	stopped     chan struct{}
+	idKey       string       // the prefix's store id key
+	idValue     string       // the random id it held when New read it (wiped.go)
+	idCheckNext atomic.Int64 // unix ns after which a silent watch reads the store id again
+	hwNext      atomic.Int64 // unix ns after which the next acquisition raises the high-water mark
 	// progressNext is the unix ns after which a silent watch asks etcd for
 	// progress again (requestProgress).
 	progressNext atomic.Int64
@@ -166,13 +172,14 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		}
 	}
 	s := &Store{
-		cli:    cli,
-		owned:  owned,
-		prefix: cfg.prefix,
-		batch:  newBatcher(cli),
-		bg:     background.New(),
-		pool:   make(map[int64][]*etcdLease),
-		held:   make(map[lease.ID]*etcdLease),
+		cli:     cli,
+		owned:   owned,
+		prefix:  cfg.prefix,
+		stopped: make(chan struct{}),
+		batch:   newBatcher(cli),
+		bg:      background.New(),
+		pool:    make(map[int64][]*etcdLease),
+		held:    make(map[lease.ID]*etcdLease),
 	}
 	if err := s.checkLayout(ctx); err != nil {
 		s.bg.Close()
@@ -239,6 +246,7 @@ func (s *Store) readStoreID(ctx context.Context) error {
 		p = fmt.Sprintf("sha256-%x", sha256.Sum256([]byte(s.prefix)))[:48]
 	}
 	s.storeID = "etcd:" + p + ":" + string(kvs[0].Value)
+	s.idKey, s.idValue = k, string(kvs[0].Value)
 	return nil
 }
 
@@ -349,6 +357,15 @@ func (s *Store) path(kind byte, key string, sub ...string) string {
 	return b.String()
 }
 
+// stop makes err the answer of every later operation, unless the Store
+// stopped already, ends its watches, and returns the error that stopped it.
+func (s *Store) stop(err error) error {
+	if s.broken.CompareAndSwap(nil, &err) {
+		close(s.stopped)
+	}
+	return *s.broken.Load()
+}
+
 // usable returns the error that stopped the Store, if any.
 func (s *Store) usable() error {
 	if p := s.broken.Load(); p != nil {
@@ -367,9 +384,7 @@ func (s *Store) observe(floor int64, h *pb.ResponseHeader) error {
 	}
 	rev := h.Revision
 	if rev < floor {
-		err := fmt.Errorf("%w: revision %d seen after %d; was a snapshot restored without --bump-revision? (docs/ETCD.md)", ErrRevisionBehind, rev, floor)
-		s.broken.CompareAndSwap(nil, &err)
-		return err
+		return s.stop(fmt.Errorf("%w: revision %d seen after %d; was a snapshot restored without --bump-revision? (docs/ETCD.md)", ErrRevisionBehind, rev, floor))
 	}
 	for {
 		cur := s.maxRev.Load()

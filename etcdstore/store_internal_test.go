@@ -223,6 +223,58 @@ func TestRunningStoreStopsWhenRevisionGoesBack(t *testing.T) {
 	}
 }
 
+// TestStoppedStoreEndsItsWatches: a Store that stopped serving (here at a
+// revision below one it saw) left its watches running on the rewound
+// history; they must end with its error, and a new watch be refused.
+func TestStoppedStoreEndsItsWatches(t *testing.T) {
+	eps := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, eps)
+	s := newTestStore(t, cli, testPrefix())
+	ctx := testCtx(t)
+	if _, err := s.Acquire(ctx, "k", "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	ended, synced := make(chan error, 1), make(chan struct{})
+	go func() {
+		for ev, err := range s.Watch(wctx, "") {
+			if err != nil {
+				ended <- err
+				return
+			}
+			if ev.Kind == lease.Synced {
+				close(synced)
+			}
+		}
+		ended <- nil
+	}()
+	defer func() { stop(); <-ended }()
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		t.Fatal("the watch never synced")
+	}
+	s.maxRev.Store(s.maxRev.Load() + 1_000_000) // as in TestRunningStoreStopsWhenRevisionGoesBack
+	if _, err := s.Get(ctx, "k"); !errors.Is(err, ErrRevisionBehind) {
+		t.Fatalf("Get after the revision went back: err = %v, want ErrRevisionBehind", err)
+	}
+	select {
+	case err := <-ended:
+		ended <- err
+		if !errors.Is(err, ErrRevisionBehind) {
+			t.Fatalf("the watch ended with %v, want ErrRevisionBehind", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch of a stopped Store still runs 10 s later")
+	}
+	for _, err := range s.Watch(ctx, "") {
+		if !errors.Is(err, ErrRevisionBehind) {
+			t.Fatalf("a new Watch of a stopped Store: %v, want ErrRevisionBehind", err)
+		}
+		break
+	}
+}
+
 func TestTokenRange(t *testing.T) {
 	for _, rev := range []int64{0, -1, int64(lease.MaxToken) + 1} {
 		if _, err := tokenOf(rev); err == nil {

@@ -52,6 +52,9 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 		first, hw := s.createOps(s.firstKey(key), value, el, floor)
 		queued := append([]clientv3.Op{clientv3.OpPut(s.entryKey(key, el.id), value, clientv3.WithLease(el.id))},
 			first[1:]...) // the same high-water raise, if any: one branch runs
+		// Each branch reads the store id last (wiped.go).
+		first = append(first, s.idGet())
+		queued = append(queued, s.idGet())
 		resp, err = s.txn(ctx, &txnReq{key: key, hw: hw, cmps: s.freeCmps(key), then: first, els: queued})
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Refused, so not applied: the pooled etcd lease is gone (see
@@ -69,6 +72,12 @@ func (s *Store) AcquireWait(ctx context.Context, key, owner string, ttl time.Dur
 	}
 	if err := s.observe(floor, resp.Header); err != nil {
 		s.revoke(el.id)
+		return lease.Lease{}, err
+	}
+	if err := s.checkID(kvOf(resp, len(resp.Responses)-1), fmt.Sprintf("granting %q", key)); err != nil {
+		// Its entry, made in data not the Store's, goes with its etcd
+		// lease: no token of it is handed out.
+		s.revokeSurely(el)
 		return lease.Lease{}, err
 	}
 	rev := resp.Header.Revision

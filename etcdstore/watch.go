@@ -107,14 +107,21 @@ func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Su
 	// good, and the watch's reader with it.
 	gctx, cancel := context.WithTimeoutCause(ctx, watchStartLimit,
 		fmt.Errorf("etcd did not answer the watch's first read within %v: %w", watchStartLimit, errSilent))
-	resp, err := s.cli.Get(gctx, s.path(kindEntry, prefix), clientv3.WithPrefix())
+	// The store id is read at the same revision: a watch of data wiped
+	// and written past the revisions the Store saw (lease.Follow's, after
+	// the last broke) would show it as the Store's (wiped.go).
+	tresp, err := s.cli.Txn(gctx).Then(clientv3.OpGet(s.path(kindEntry, prefix), clientv3.WithPrefix()), s.idGet()).Commit()
 	cancel()
 	if err != nil {
 		return nil, fail(gctx, "watch", prefix, err)
 	}
-	if err := s.observe(floor, resp.Header); err != nil {
+	if err := s.observe(floor, tresp.Header); err != nil {
 		return nil, err
 	}
+	if err := s.checkID(kvOf(tresp, 1), "watching"); err != nil {
+		return nil, err
+	}
+	resp := tresp.Responses[0].GetResponseRange()
 	hub := watchhub.New("etcdstore", watchhub.DefaultBuffer)
 	sub, err := hub.SubscribeScope(sc)
 	if err != nil {
@@ -143,7 +150,7 @@ func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Su
 	// events of R are dropped: etcd answers a progress request only for
 	// watches that start at or below its current revision, and a watch
 	// from R+1 where nothing is written would never hear one.
-	rev := resp.Header.Revision
+	rev := tresp.Header.Revision
 	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.prefix, clientv3.WithPrefix(),
 		clientv3.WithRev(rev))
 	go s.publishChanges(ctx, hub, prefix, st, rev, wch)
@@ -250,8 +257,12 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 				return
 			}
 			s.requestProgress(rctx)
+			s.checkStoreID(ctx)
 			quiet.Reset(watchProgressAfter)
 			continue
+		case <-s.stopped:
+			hub.Close(s.usable()) // matches lease.ErrUnavailable
+			return
 		case <-ctx.Done():
 			return
 		}
@@ -275,6 +286,18 @@ func (s *Store) publishChanges(ctx context.Context, hub *watchhub.Hub, prefix st
 		for _, ev := range resp.Events {
 			if k, ok := strings.CutPrefix(string(ev.Kv.Key), marks); ok && ev.Type == mvccpb.PUT {
 				released[mark{k, ev.Kv.ModRevision}] = true
+			}
+			if string(ev.Kv.Key) == s.idKey {
+				// Written once, never changed: the prefix's data was
+				// wiped and made anew (wiped.go).
+				kv := ev.Kv
+				if ev.Type == mvccpb.DELETE {
+					kv = nil
+				}
+				if err := s.checkID(kv, "watching"); err != nil {
+					hub.Close(err)
+					return
+				}
 			}
 		}
 		for _, ev := range resp.Events {

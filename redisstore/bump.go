@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,15 +46,65 @@ const bumpChunk = 1000
 // n must be at least 1, and the new floor below 2^53 - 1 (tokens stay
 // below 2^53), so that a token above it still fits; otherwise Bump changes
 // nothing and returns an error matching lease.ErrInvalid.
+//
+// Bump bumps the namespace the Store serves, and no other: a Store that
+// refuses (its namespace wiped under it: doc.go, Wipes) refuses Bump too,
+// and Bump checks the store id itself, before it reads the counters,
+// before it ends the leases and after, and in the script of each floor
+// raised and lease ended (on Cluster where the hash slot's copy of the id
+// is there to read), so that the data of a namespace wiped and made anew
+// since the Store read its id is neither bumped nor its leases ended; it
+// then answers the Store's refusal, which stands. On Cluster a wipe
+// while the floors are raised can leave raised floors in the wiped
+// namespace (its slots' copies of the id went with it), which only raises
+// the tokens of the data made there next.
 func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
 	if n == 0 {
 		return BumpReport{}, fmt.Errorf("%w: redisstore: Bump needs at least 1", lease.ErrInvalid)
+	}
+	if err := s.refused(); err != nil {
+		return BumpReport{}, err
 	}
 	fail := func(what string, err error) (BumpReport, error) {
 		if ctx.Err() != nil {
 			return BumpReport{}, fmt.Errorf("redisstore: bump: %s: %w", what, err)
 		}
 		return BumpReport{}, fmt.Errorf("redisstore: bump: %s: %w: %w", what, lease.ErrUnavailable, err)
+	}
+	check := func(when string) error {
+		refusal, err := s.checkStoreID(ctx, "bumping it, "+when)
+		if err != nil {
+			_, err = fail("reading the store id", err)
+			return err
+		}
+		return refusal
+	}
+	// refusedBy returns the refusal of a floor.lua or end.lua that found
+	// another store id, or nil.
+	refusedBy := func(cmdErr error, when string) error {
+		if cmdErr == nil || !redis.HasErrorPrefix(cmdErr, idRefusedPrefix) {
+			return nil
+		}
+		found := strings.TrimPrefix(strings.TrimPrefix(cmdErr.Error(), "ERR "), idRefusedPrefix)
+		if !s.cluster {
+			return s.wipedErr("bumping it, "+when, s.ns+storeIDSuffix, found)
+		}
+		if err := check(when); err != nil {
+			return err
+		}
+		// The store id key holds the Store's id, and a slot's copy
+		// another, which only a restore of part of the data leaves.
+		return fmt.Errorf("redisstore: bump: %w: a hash slot's copy of the store id holds %q, not %s, the store id this Store serves: "+
+			"its data is not this Store's; restore it whole", lease.ErrUnavailable, found, s.id)
+	}
+	if err := check("before reading its counters"); err != nil {
+		return BumpReport{}, err
+	}
+	// strict: the store id key is read itself (one server), not a hash
+	// slot's copy, which the slot's first grant makes (Cluster).
+	strict := "1"
+	if s.cluster {
+		strict = "0"
 	}
 	var rep BumpReport
 	var counters []string
@@ -97,17 +148,33 @@ func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
 	}
 	rep.Top, rep.Floor = lease.Token(top), lease.Token(next)
 	arg := strconv.FormatUint(next, 10)
-	for chunk := range slices.Chunk(floors, bumpChunk) {
+	if s.beforeFloors != nil {
+		s.beforeFloors()
+	}
+	for start := 0; start < len(floors); start += bumpChunk {
+		chunk := floors[start:min(start+bumpChunk, len(floors))]
 		cmds := make([]*redis.Cmd, len(chunk))
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range chunk {
-				cmds[i] = floorScript.Eval(ctx, p, []string{k}, arg)
+				idKey := s.ns + storeIDSuffix
+				if s.cluster {
+					idKey = s.slotIDKey(start + i) // floors are in slot order
+				}
+				cmds[i] = floorScript.Eval(ctx, p, []string{k, idKey}, arg, s.idArg, strict)
 			}
 			return nil
 		})
+		for _, c := range cmds {
+			if r := refusedBy(c.Err(), "raising its floors"); r != nil {
+				return BumpReport{}, r
+			}
+		}
 		if err != nil {
 			return fail("raising the token floor", err)
 		}
+	}
+	if err := check("before ending its leases"); err != nil {
+		return BumpReport{}, err
 	}
 	var leases []string
 	if err := s.scan(ctx, s.listPattern(""), func(name string) { leases = append(leases, name) }); err != nil {
@@ -120,11 +187,16 @@ func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, name := range chunk {
 				if k, ok := s.userKey(name); ok {
-					cmds = append(cmds, endScript.Eval(ctx, p, []string{name}, s.channel, k, s.changesArg))
+					cmds = append(cmds, endScript.Eval(ctx, p, []string{name, s.acquireKeys(k)[3]}, s.channel, k, s.changesArg, s.idArg, strict))
 				}
 			}
 			return nil
 		})
+		for _, c := range cmds {
+			if r := refusedBy(c.Err(), "ending its leases"); r != nil {
+				return BumpReport{}, r
+			}
+		}
 		if err != nil {
 			return fail("ending the leases", err)
 		}
@@ -133,6 +205,9 @@ func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
 				rep.Leases++
 			}
 		}
+	}
+	if err := check("after it"); err != nil {
+		return BumpReport{}, err
 	}
 	return rep, nil
 }

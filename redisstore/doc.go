@@ -55,19 +55,41 @@
 // store id (StoreID) is still the one the Store read in New: not only a
 // key's first (its counter new), since another Store started on the wiped
 // namespace may have granted the key already, its counter then at 1 and the
-// running Store's grant at 2 (TestWipedAndUsedAnewUnderARunningStore). Gone
+// running Store's grant at 2 (TestWipedAndMadeAnewUnderARunningStore). Gone
 // (wiped), or another (a Store started on the wiped namespace since and set
 // a new one: the namespace looks whole again, floor and all, but is not the
 // one this Store served), the script refuses, having written nothing; the Store then answers that grant and every later
-// operation (Acquire, Renew, RenewBatch, Release, Get, List, WaitChange, a
-// new Watch) with an error matching lease.ErrUnavailable that says so and
+// operation (Acquire, Renew, RenewBatch, Release, Get, List, WaitChange,
+// Bump, a new Watch) with an error matching lease.ErrUnavailable that says so and
 // names the way out: restore the data and run Bump (`lease bump`), then
 // restart; or restart to serve the new, empty data under a new store id,
-// which New sets. Renewing or releasing a lease the wipe took, before a
-// grant notices, answers lease.ErrNotHeld, which is true. A grant pays one
-// GET in its script, no round trip; a held key's try pays nothing. With AllowVolatile nothing is checked: a volatile
+// which New sets. Its watches running end with that error too
+// (TestWipedEndsRunningWatches): they would go on showing the leases the
+// wipe took, and drop the new data's grants, tokens from 1 again, as
+// older than what they knew. A grant pays one GET in its script, no round
+// trip; a held key's try pays nothing. With AllowVolatile nothing is checked: a volatile
 // server's restart empties it, and its caller has accepted tokens from 1
 // again then (TestVolatileRestartRegression).
+//
+// A Store that grants nothing (an election's observers, a leader keeping
+// its term) finds out where the data shows a sign of a wipe, and reads the
+// store id there (TestWipeFoundWithoutAGrant): a Renew, RenewBatch or
+// Release that finds its lease gone (one GET more, on that path only; the
+// call itself answers lease.ErrNotHeld, which is true); a watched lease's
+// expiry check that finds its token counter gone (counters are never
+// deleted), or a lease of a lower token in its place; a change on the
+// subscription whose token is below one the watches know
+// (TestWatchHearsATokenGoBack); and a watch's start, whose state is read
+// with the store id in the same pipeline (TestWatchStartFindsAWipe, and
+// lease.Follow's watch after a server restarted without its data:
+// TestFollowAcrossARestartWithoutData). Without these a watch showed a
+// holder the wipe took for good: its expiry check found the counter gone
+// and told nothing. Where the store id is still the Store's (keys deleted
+// by hand; under AllowVolatile, a server emptied), the watches break
+// instead (lease.ErrUnavailable) and start again from the data in place.
+// Bump checks the store id too (Store.Bump; TestBumpOnAWipedNamespace):
+// run by a Store on a wiped namespace made anew, it raised the new data's
+// floor and ended its leases.
 //
 // On Cluster a grant's script reaches only its key's hash slot, not the
 // store id key's, so it checks the slot's copy of the id, NS:{T}:store-id,

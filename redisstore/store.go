@@ -74,8 +74,9 @@ type Store struct {
 	// wiped is set when a grant found the namespace wiped (wiped.go):
 	// every later operation's answer. beforeCopy, for tests, runs in
 	// mendStoreID between its first check and the copy's write.
-	wiped      atomic.Pointer[error]
-	beforeCopy func()
+	wiped        atomic.Pointer[error]
+	beforeCopy   func()
+	beforeFloors func() // for tests: runs in Bump before it raises the floors
 
 	notify *notifier
 	watch  watcher
@@ -352,7 +353,20 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 	if err := s.refused(); err != nil {
 		return lease.Lease{}, err
 	}
-	return s.renewed(ctx, l, ttl, s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl), s.changesArg))
+	r, err := s.renewed(ctx, l, ttl, s.batch.run(ctx, renewScript, []string{s.leaseKey(l.Key)}, proof(l), ttlMillis(ttl), s.changesArg))
+	if errors.Is(err, lease.ErrNotHeld) {
+		s.lostCheck(ctx, "renewing", l.Key)
+	}
+	return r, err
+}
+
+// lostCheck reads the store id once doing (renewing, releasing) found the
+// lease of key gone, which a wipe of the namespace does too (wiped.go):
+// if it was wiped, the Store refuses from now on and its watches end. The
+// call that found the lease gone answers lease.ErrNotHeld all the same,
+// which is true. One GET, on this path only.
+func (s *Store) lostCheck(ctx context.Context, doing, key string) {
+	_, _ = s.checkStoreID(ctx, fmt.Sprintf("%s %q, whose lease was gone", doing, key))
 }
 
 // renewed reads cmd, the reply of renew.lua to renewing l for ttl.
@@ -393,12 +407,19 @@ func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lea
 	}
 	s.batch.exec(calls)
 	out := make([]lease.RenewResult, len(renewals))
+	lost := ""
 	for i, r := range renewals {
 		l, err := s.renewed(ctx, r.Lease, r.TTL, calls[i].cmd)
 		if err != nil && !errors.Is(err, lease.ErrNotHeld) {
 			return nil, err
 		}
+		if err != nil && lost == "" {
+			lost = r.Lease.Key
+		}
 		out[i] = lease.RenewResult{Lease: l, Err: err}
+	}
+	if lost != "" {
+		s.lostCheck(ctx, "renewing", lost) // once a batch
 	}
 	return out, nil
 }
@@ -420,6 +441,7 @@ func (s *Store) Release(ctx context.Context, l lease.Lease) error {
 		return s.fail(ctx, "release", l.Key, err)
 	}
 	if n != 1 {
+		s.lostCheck(ctx, "releasing", l.Key)
 		return fmt.Errorf("redisstore: release %q (token %d): %w", l.Key, l.Token, lease.ErrNotHeld)
 	}
 	return nil

@@ -91,12 +91,18 @@ func (s *Store) startWatch(ctx context.Context, sc watchhub.Scope) (*watchhub.Su
 	}
 	feed, err := s.watchFeed(ctx)
 	if err != nil {
+		if r := s.refused(); r != nil {
+			return nil, r
+		}
 		return nil, s.fail(ctx, "watch", prefix, err)
 	}
 	sub, err := feed.Start(ctx, sc,
 		func(ctx context.Context) ([]watchhub.Entry, error) { return s.watchSnapshot(ctx, prefix) },
 		func(ctx context.Context) error { return s.barrier(ctx, feed) })
 	if err != nil {
+		if r := s.refused(); r != nil {
+			return nil, r
+		}
 		if errors.Is(err, lease.ErrUnavailable) {
 			return nil, err
 		}
@@ -138,7 +144,11 @@ func (s *Store) barrier(ctx context.Context, feed *watchhub.Feed) error {
 	return nil
 }
 
-// watchSnapshot reads the state of every key ever leased under prefix.
+// watchSnapshot reads the state of every key ever leased under prefix,
+// and the store id with it: a watch of a namespace wiped under the Store
+// (the first since, or lease.Follow's after the restart of a server that
+// lost its data) would show the data in its place as the Store's, and is
+// refused instead (wiped.go). The GET rides in the pipeline of the MGETs.
 func (s *Store) watchSnapshot(ctx context.Context, prefix string) ([]watchhub.Entry, error) {
 	var keys []string
 	if err := s.scan(ctx, s.counterPattern(prefix), func(name string) {
@@ -150,17 +160,27 @@ func (s *Store) watchSnapshot(ctx context.Context, prefix string) ([]watchhub.En
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys) // SCAN may return a key twice
-	if len(keys) == 0 {
-		return nil, nil
-	}
 	cmds := make([]*redis.SliceCmd, len(keys))
+	var idCmd *redis.StringCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if s.idArg != "" {
+			idCmd = p.Get(ctx, s.ns+storeIDSuffix)
+		}
 		for i, k := range keys {
 			cmds[i] = p.MGet(ctx, s.keyPair(k)...) // one slot: atomic
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
+	}
+	if idCmd != nil {
+		id, err := idCmd.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		if id != s.id {
+			return nil, s.wipedErr("watching", s.ns+storeIDSuffix, id)
+		}
 	}
 	snap := make([]watchhub.Entry, 0, len(keys))
 	for i, k := range keys {
@@ -202,6 +222,9 @@ func (s *Store) watchFeed(ctx context.Context) (*watchhub.Feed, error) {
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil, errClosed
+	}
+	if err := s.refused(); err != nil {
+		return nil, err // its watches were ended, or are being (endWatches)
 	}
 	if w.feed != nil && w.feed.Err() == nil {
 		return w.feed, nil
@@ -279,6 +302,12 @@ func (s *Store) readChanges(ps *redis.PubSub, feed *watchhub.Feed) error {
 			if err != nil {
 				return err
 			}
+			if known, ok := feed.Known(l.Key); ok && l.Token < known.Token {
+				// Tokens of a key only rise: its keys were lost, and
+				// the feed would drop this change as one it knows.
+				s.wentBack(feed, l.Key, fmt.Sprintf("a change at token %d, below the token %d the watchers know", l.Token, known.Token))
+				return errWentBack
+			}
 			v := heldVersion(l)
 			if kind == lease.Released || kind == lease.Expired {
 				v = watchhub.Version{Token: l.Token, Ended: true}
@@ -332,35 +361,97 @@ func (s *Store) parseChange(p string) (lease.EventKind, lease.Lease, error) {
 
 // checkExpiries runs expire.lua for each lease whose expiry the feed's
 // clock reached: a lease gone unrenewed is published expired (and comes
-// back through the subscription), one still live is timed again.
+// back through the subscription), one still live is timed again. A key
+// whose token counter is gone, or below the token the watchers were told
+// is held, or whose lease is one of a lower token, has lost its keys, and
+// the watchers would show the lease held for good (the lower token's
+// grant, older to the feed, was dropped): the Store reads its store id,
+// and refuses if the namespace was wiped (wiped.go); else (keys deleted
+// by hand, a volatile server emptied) the watchers break, to start again
+// from the data in place.
 func (s *Store) checkExpiries(feed *watchhub.Feed, due []lease.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, l := range due {
-		res, err := expireScript.Run(ctx, s.rdb, s.keyPair(l.Key), strconv.FormatUint(uint64(l.Token), 10), s.changesArg).Slice()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue // gone: published if expired
-		case err != nil:
+		res, err := expireScript.Run(ctx, s.rdb, s.keyPair(l.Key), strconv.FormatUint(uint64(l.Token), 10), s.changesArg).Result()
+		if err != nil {
 			// Without an answer an expiry cannot be told: the watchers
 			// must learn it, so they break and start again from the state.
 			feed.Close(s.fail(ctx, "watch: checking the expiry of", l.Key, err))
 			return
 		}
-		if len(res) != 2 {
+		var found string // what shows the key lost its keys, if anything
+		switch r := res.(type) {
+		case string: // gone: published if expired; r is its counter
+			if c, err := strconv.ParseUint(r, 10, 64); err != nil || c < uint64(l.Token) {
+				found = fmt.Sprintf("its token counter %q after its lease, told held at token %d, was gone", r, l.Token)
+			}
+		case []any:
+			var v string
+			var left int64
+			if len(r) == 2 {
+				v, _ = r[0].(string)
+				left, _ = r[1].(int64)
+			}
+			lv, err := parseValue(v)
+			if err != nil {
+				feed.Close(s.malformed("watch", l.Key, fmt.Errorf("expire.lua returned %v", res)))
+				return
+			}
+			switch {
+			case lv.token == l.Token:
+				feed.Retrack(l, feed.Clock().Now().Add(time.Duration(left)*time.Millisecond))
+			case lv.token < l.Token:
+				found = fmt.Sprintf("its lease at token %d, below the token %d told held", lv.token, l.Token)
+			}
+		default:
 			feed.Close(s.malformed("watch", l.Key, fmt.Errorf("expire.lua returned %v", res)))
 			return
 		}
-		v, _ := res[0].(string)
-		left, _ := res[1].(int64)
-		lv, err := parseValue(v)
-		if err != nil {
-			feed.Close(s.malformed("watch", l.Key, err))
+		if found != "" {
+			s.wentBack(feed, l.Key, found)
 			return
 		}
-		if lv.token == l.Token {
-			feed.Retrack(l, feed.Clock().Now().Add(time.Duration(left)*time.Millisecond))
-		}
+	}
+}
+
+// errWentBack ends readChanges once wentBack has closed the feed.
+var errWentBack = errors.New("redisstore: watch: a key's token went back")
+
+// wentBack answers a sign that key's keys were lost under the watches of
+// feed (found says what it was): its token counter gone, or a token below
+// one the watchers know. The Store reads its store id: if the namespace
+// was wiped it refuses from now on, and the watches end with the refusal
+// (wiped.go); else (keys deleted by hand, a volatile server emptied) they
+// break, to start again from the data in place.
+func (s *Store) wentBack(feed *watchhub.Feed, key, found string) {
+	ctx, cancel := context.WithTimeout(context.Background(), healthInterval)
+	defer cancel()
+	refusal, err := s.checkStoreID(ctx, fmt.Sprintf("watching %q (%s)", key, found))
+	switch {
+	case refusal != nil:
+		feed.Close(refusal) // endWatches does too, in the background
+	case err != nil:
+		feed.Close(s.fail(ctx, "watch: reading the store id, as the watch of", key, fmt.Errorf("%s: %w", found, err)))
+	default:
+		feed.Close(fmt.Errorf("redisstore: watch: %w: %q shows %s: "+
+			"its keys were deleted or replaced under the watch; watch again", lease.ErrUnavailable, key, found))
+	}
+}
+
+// endWatches cuts every watch running off with err, the Store's refusal,
+// and ends their subscription. A watch started later is refused
+// (startWatch, and watchFeed for one that passed startWatch's check
+// before the refusal).
+func (s *Store) endWatches(err error) {
+	w := &s.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.feed != nil {
+		w.feed.Close(err)
+	}
+	if w.ps != nil {
+		_ = w.ps.Close()
 	}
 }
 

@@ -19,6 +19,16 @@ import (
 // written if it holds the Store's id, read again after the write, so that a
 // wipe between the first read and the write cannot leave a copy vouching
 // for a wiped slot.
+//
+// A Store that grants nothing learns it too, where the data shows a sign
+// of it (checkStoreID): a watch's state is read with the store id
+// (watchSnapshot); a Renew or Release that finds its lease gone, and a
+// watched lease's expiry check that finds its token counter gone or below
+// the token the watchers were told, read it. Bump checks it before, in
+// and after its writes (bump.go). Once the Store refuses, its watches end
+// with the refusal (endWatches), as they would otherwise show the leases
+// the wipe took, or another Store's grants on the new data, tokens from 1
+// again, as this Store's.
 
 // idRefusedPrefix begins acquire.lua's refusal of a grant whose store
 // id (or its slot's copy) is not the Store's; what it found follows.
@@ -51,7 +61,7 @@ func (s *Store) refused() error {
 // Store refuses from now on.
 func (s *Store) mendStoreID(ctx context.Context, key string, r *idRefused) error {
 	if !s.cluster {
-		return s.wipedErr(key, s.ns+storeIDSuffix, r.found)
+		return s.wipedErr(fmt.Sprintf("granting %q", key), s.ns+storeIDSuffix, r.found)
 	}
 	check := func() error {
 		truth, err := s.rdb.Get(ctx, s.ns+storeIDSuffix).Result()
@@ -59,7 +69,7 @@ func (s *Store) mendStoreID(ctx context.Context, key string, r *idRefused) error
 			return s.fail(ctx, "acquire", key, fmt.Errorf("reading the store id: %w", err))
 		}
 		if truth != s.id {
-			return s.wipedErr(key, s.ns+storeIDSuffix, truth)
+			return s.wipedErr(fmt.Sprintf("granting %q", key), s.ns+storeIDSuffix, truth)
 		}
 		return nil
 	}
@@ -75,9 +85,29 @@ func (s *Store) mendStoreID(ctx context.Context, key string, r *idRefused) error
 	return check()
 }
 
-// wipedErr makes the Store's lasting refusal, found granting key: the
-// store id key idKey holds found (nothing if ""), not the Store's id.
-func (s *Store) wipedErr(key, idKey, found string) error {
+// checkStoreID reads the store id key, where the data showed a sign of a
+// wipe (doing says where), and returns the Store's lasting refusal if it
+// is gone or another; nil if it holds the Store's id, if the Store serves
+// a volatile server (AllowVolatile: a wipe is served), or if it cannot be
+// read (err then says why).
+func (s *Store) checkStoreID(ctx context.Context, doing string) (refusal, err error) {
+	if s.idArg == "" {
+		return nil, nil
+	}
+	id, err := s.rdb.Get(ctx, s.ns+storeIDSuffix).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	if id != s.id {
+		return s.wipedErr(doing, s.ns+storeIDSuffix, id), nil
+	}
+	return nil, nil
+}
+
+// wipedErr makes the Store's lasting refusal, found doing what doing says
+// (granting a key, say): the store id key idKey holds found (nothing if ""),
+// not the Store's id. The first one ends the Store's watches.
+func (s *Store) wipedErr(doing, idKey, found string) error {
 	what := "it is gone"
 	switch {
 	case found == "":
@@ -87,10 +117,14 @@ func (s *Store) wipedErr(key, idKey, found string) error {
 		what = fmt.Sprintf("it holds %.64q", found)
 	}
 	e := fmt.Errorf("redisstore: %w: the namespace %q was wiped under this running Store (FLUSHALL, FLUSHDB, its keys deleted, "+
-		"or a server restarted without its data), found granting %q: its store id key %s does not hold %s, the id this Store serves: %s; "+
+		"or a server restarted without its data), found %s: its store id key %s does not hold %s, the id this Store serves: %s; "+
 		"the token counters went with it, and its tokens would start again below ones this Store issued (I1). "+
 		"Restore the data and run lease bump, then restart what serves it; or restart it to serve the new, empty data under a new store id",
-		lease.ErrUnavailable, s.ns, key, idKey, s.id, what)
-	s.wiped.CompareAndSwap(nil, &e)
+		lease.ErrUnavailable, s.ns, doing, idKey, s.id, what)
+	if s.wiped.CompareAndSwap(nil, &e) {
+		// Not here: a watch being started holds the watcher's lock
+		// through its SUBSCRIBE, and the caller may be that watch.
+		s.bg.Go(func(context.Context) { s.endWatches(e) })
+	}
 	return *s.wiped.Load()
 }

@@ -136,6 +136,17 @@ func (f *Feed) Change(kind lease.EventKind, l lease.Lease, v Version) {
 	}
 }
 
+// Known returns the last version told of key, if the feed keeps one (key
+// is under a watched prefix and was told of): a backend whose versions of
+// a key only rise checks a change against it before Change drops it as
+// one the watchers know of, to catch its data going back.
+func (f *Feed) Known(key string) (Version, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.keys[key]
+	return e.Version, ok
+}
+
 // endLocked publishes the end of cur, told held, and forgets its expiry.
 func (f *Feed) endLocked(kind lease.EventKind, cur Entry) {
 	f.exp.Forget(cur.Lease.Key)

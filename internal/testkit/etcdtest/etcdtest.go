@@ -261,6 +261,11 @@ func (c *Cluster) Endpoints() []string {
 	return eps
 }
 
+// DataDir returns member i's data directory: a test that replaces it while
+// the member is stopped (emptied, or an older copy put back) restarts the
+// member on other data, as an operator's wipe or restore would.
+func (c *Cluster) DataDir(i int) string { return c.members[i].dir }
+
 // Endpoint returns member i's client URL.
 func (c *Cluster) Endpoint(i int) string { return c.members[i].clientURL.String() }
 
