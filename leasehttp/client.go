@@ -367,6 +367,9 @@ func (c *Client) retry(ctx context.Context, retryUnknown bool, send func() (*res
 		if !c.pause(ctx, attempt, &backoff) {
 			return resp, err, uncertain
 		}
+		if resp != nil {
+			resp.release() // a 503 asked again: its buffer goes back to the pool
+		}
 	}
 }
 
@@ -649,9 +652,13 @@ func beforeAnswer(dl time.Time) time.Duration {
 // (TestHoldOutlivesAReplicaCutFromEtcd). The first request goes on
 // meanwhile, so a server merely slow still renews in time.
 func (c *Client) renewRetry(ctx context.Context, ttl time.Duration, path string, body []byte) (*response, error) {
-	sender := func(ctx context.Context) func() (*response, error) {
+	return c.hedged(ctx, ttl, func(ctx context.Context) func() (*response, error) {
 		return func() (*response, error) { return c.roundTrip(ctx, http.MethodPost, path, body, c.timeout) }
-	}
+	})
+}
+
+// hedged is renewRetry of the requests sender makes.
+func (c *Client) hedged(ctx context.Context, ttl time.Duration, sender func(context.Context) func() (*response, error)) (*response, error) {
 	if len(c.endpoints) < 2 {
 		resp, err, _ := c.retry(ctx, true, sender(ctx))
 		return resp, err
@@ -682,6 +689,13 @@ func (c *Client) renewRetry(ctx context.Context, ttl time.Duration, path string,
 	start()
 	o := <-done
 	if o.err == nil && o.resp.status != http.StatusServiceUnavailable {
+		// The other request, cancelled, may still have read an answer
+		// (both came at once): its buffer goes back to the pool too.
+		go func() {
+			if lost := <-done; lost.resp != nil {
+				lost.resp.release()
+			}
+		}()
 		return o.resp, o.err
 	}
 	if o.resp != nil {
