@@ -274,6 +274,11 @@ var errNotSent = errors.New("leasehttp: request not sent")
 // does not (cancelled).
 func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	i, base := c.endpoint()
+	return c.roundTripAt(ctx, i, base, method, path, body, timeout)
+}
+
+// roundTripAt is roundTrip to endpoint i, base.
+func (c *Client) roundTripAt(ctx context.Context, i int, base, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	ended := ctx.Err() != nil
 	resp, err := c.roundTripTo(ctx, base, method, path, body, timeout)
 	switch {
@@ -518,6 +523,13 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 }
 
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, error) {
+	l, _, err := c.acquireAt(ctx, key, owner, ttl, wait, ticket, last)
+	return l, err
+}
+
+// acquireAt is acquire that also returns the base URL of the server its
+// last attempt went to.
+func (c *Client) acquireAt(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, string, error) {
 	body := appendAcquireRequest(nil, owner, ttl, wait, ticket, last)
 	// A try (wait 0) too: a caller that gives up as the server grants
 	// must not leave the lease held by nobody (see waitcancel.go).
@@ -557,7 +569,7 @@ func acquireAnswer(key string, resp *response, err error) (lease.Lease, error) {
 // that answers held at once (waiting turned off, or closing) is asked again
 // after a backoff of 5 ms doubling to 500 ms, not back to back. When ctx's
 // deadline is near it returns the server's *lease.HeldError.
-func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (_ lease.Lease, err error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
@@ -565,6 +577,15 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 	// Every request of this wait carries one ticket, so that the server
 	// keeps the wait's place in line from one request to the next.
 	ticket := lease.NewID()
+	// lingering is the server that may keep the wait in line for its grace
+	// while no request of it is there: "" when none may. A wait that ends
+	// then leaves the line (leaveLine) rather than stall the next waiter.
+	var lingering string
+	defer func() {
+		if err != nil && lingering != "" {
+			c.leaveLine(ctx, lingering, key, owner, ttl, ticket)
+		}
+	}()
 	// Paces the requests only while the server answers at once.
 	loop := wait.Loop{Pacer: wait.NewPacer(pollMin, pollMax, nil)}
 	for {
@@ -581,12 +602,19 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			}
 			chunk = max(chunk, 0)
 		}
+		if ctx.Err() != nil {
+			// Ended between two requests: nothing more is sent.
+			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
+		}
 		sent := time.Now()
-		l, err := c.acquire(ctx, key, owner, ttl, chunk, ticket, last)
+		l, base, err := c.acquireAt(ctx, key, owner, ttl, chunk, ticket, last)
+		lingering = ""
 		if err == nil {
 			return l, nil
 		}
 		if ctx.Err() != nil {
+			// The request was at the server, whose wait ends with it (the
+			// hang-up), or never left.
 			if errors.Is(err, errLeftBehind) {
 				return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), err)
 			}
@@ -598,11 +626,23 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			}
 			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
 		}
+		var lost *unavailableError
 		if !errors.Is(err, lease.ErrHeld) {
+			if chunk > 0 && errors.As(err, &lost) && !errors.Is(err, errNotSent) {
+				// The answer was lost: the server may have kept the wait
+				// for the grace after it answered, as after any cut.
+				lingering = base
+			}
 			return lease.Lease{}, err
 		}
 		held = err
-		if took := time.Since(sent); chunk <= 0 || took >= min(chunk/2, pollMax) {
+		took := time.Since(sent)
+		if chunk > 0 && (!last || took < chunk) {
+			// Cut short at the server's max wait, which keeps the wait in
+			// line for the grace: until the next request, it lingers.
+			lingering = base
+		}
+		if chunk <= 0 || took >= min(chunk/2, pollMax) {
 			// The server waited: ask again at once, or give up at the end.
 			// Only an answer that took the whole chunk ran to the end: a
 			// server with a shorter max wait cuts a wait short (and keeps

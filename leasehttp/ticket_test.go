@@ -3,6 +3,7 @@ package leasehttp_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -251,4 +252,52 @@ func TestLastRequestLeavesOnlyWhenItRanWhole(t *testing.T) {
 		t.Fatalf("a last request that ran whole: HTTP %d %s, want 409", status, body)
 	}
 	eventually(t, "the wait left the line", func() bool { return metric(t, hs.URL, "lease_waiters") == 0 })
+}
+
+// TestGivenUpWaitLeavesTheLine: a wait that AcquireWait ends while its
+// server may keep it in line for the grace (an answer held at the server's
+// max wait, lost on its way back: the connection cut) takes its ticket out
+// of the line with one more request, so the next waiter is served as soon
+// as the key is free, not after the grace (a minute here) with the key
+// granted to a wait nobody will take.
+func TestGivenUpWaitLeavesTheLine(t *testing.T) {
+	srv := newServer(t, newMem(t), leasehttp.WithMaxWait(50*time.Millisecond), leasehttp.WithWaitGrace(time.Minute))
+	var cut atomic.Bool
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/acquire") && strings.Contains(peekBody(t, r), `"owner":"cut"`) && cut.CompareAndSwap(false, true) {
+			// The server answers (held, at its max wait); the answer is
+			// lost with the connection.
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, r)
+			if rec.Code != http.StatusConflict {
+				t.Errorf("the cut request's answer: HTTP %d %s, want 409", rec.Code, rec.Body)
+			}
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	c := newClient(t, hs.URL)
+	holder, err := c.Acquire(ctxFor(t), "cut", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.AcquireWait(ctxFor(t), "cut", "cut", time.Minute)
+	if !errors.Is(err, lease.ErrUnavailable) || !cut.Load() {
+		t.Fatalf("AcquireWait over a cut connection: %v, want ErrUnavailable", err)
+	}
+	eventually(t, "the given-up wait left the line", func() bool { return metric(t, hs.URL, "lease_waiters") == 0 })
+	if err := c.Release(ctxFor(t), holder); err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.Acquire(ctxFor(t), "cut", "next", time.Minute)
+	if err != nil {
+		t.Fatalf("the key after its holder's release, with the given-up wait gone: %v", err)
+	}
+	if next.Token != holder.Token+1 {
+		t.Fatalf("next got token %d, want %d: the given-up wait was granted the key meanwhile", next.Token, holder.Token+1)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"sync"
 	"time"
 
@@ -154,11 +155,13 @@ func (c *Client) waitLeft(ctx context.Context, key string, resp *response) (leas
 // wait for a slow or hung server to confirm it. The request goes on in the
 // background, where the hang-up ends it (hangUp) and a lease the server
 // granted anyway is given back (waitLeft), within the Client's timeout.
-func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wait time.Duration) (lease.Lease, error) {
+// It also returns the base URL of the server the last attempt went to.
+func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wait time.Duration) (lease.Lease, string, error) {
 	rctx, h := newHangUp(ctx, c.timeout)
 	type outcome struct {
-		l   lease.Lease
-		err error
+		l    lease.Lease
+		err  error
+		base string
 	}
 	done := make(chan outcome, 1)
 	var (
@@ -168,10 +171,13 @@ func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wa
 	stop := c.left.start(func() { h.cancel(errClientClosed) })
 	go func() {
 		defer stop()
+		var base string
 		resp, err, _ := c.retry(ctx, false, func() (*response, error) {
-			return c.roundTrip(rctx, http.MethodPost, keyPath(key, "/acquire"), body, c.timeout+wait)
+			var i int
+			i, base = c.endpoint()
+			return c.roundTripAt(rctx, i, base, http.MethodPost, keyPath(key, "/acquire"), body, c.timeout+wait)
 		})
-		var o outcome
+		o := outcome{base: base}
 		if h.finish() && err == nil {
 			o.l, o.err = c.waitLeft(ctx, key, resp)
 		} else {
@@ -189,18 +195,54 @@ func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wa
 	}()
 	select {
 	case o := <-done:
-		return o.l, o.err
+		return o.l, o.base, o.err
 	case <-ctx.Done():
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	select {
 	case o := <-done: // it finished as ctx ended: its outcome stands
-		return o.l, o.err
+		return o.l, o.base, o.err
 	default:
 	}
 	abandoned = true
-	return lease.Lease{}, fmt.Errorf("%w; %w", context.Cause(ctx), errLeftBehind)
+	return lease.Lease{}, "", fmt.Errorf("%w; %w", context.Cause(ctx), errLeftBehind)
+}
+
+// leaveLine ends, in the background, the wait that ticket may keep in
+// line at the server base between two of its requests (an answer that
+// reached its max wait, which the server holds the ticket for its grace
+// after, then lost on its way back; a wait given up before its next
+// request): one more request with the ticket, a wait of 1 ms and last,
+// takes the wait over and leaves the line at its end, so that the next
+// waiter is served at once rather than after the grace. A lease granted to
+// the wait meanwhile comes back with it and is released. It ends within
+// the Client's timeout; Close cuts it short.
+func (c *Client) leaveLine(ctx context.Context, base, key, owner string, ttl time.Duration, ticket lease.ID) {
+	body := appendAcquireRequest(nil, owner, ttl, time.Millisecond, ticket, true)
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	stop := c.left.start(cancel)
+	i := slices.Index(c.endpoints, base)
+	if i < 0 {
+		cancel()
+		stop()
+		return
+	}
+	go func() {
+		defer stop()
+		defer cancel()
+		resp, err := c.roundTripAt(lctx, i, base, http.MethodPost, keyPath(key, "/acquire"), body, c.timeout)
+		if err != nil {
+			return // the server is gone too: the grace ends the wait
+		}
+		defer resp.release()
+		if resp.status != http.StatusOK {
+			return
+		}
+		if l, err := decodeLease("acquire", key, resp); err == nil {
+			_ = c.Release(lctx, l)
+		}
+	}()
 }
 
 // errLeftBehind says what happens to a wait its caller gave up.
