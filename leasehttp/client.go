@@ -533,7 +533,11 @@ func (c *Client) acquireAt(ctx context.Context, key, owner string, ttl, wait tim
 	body := appendAcquireRequest(nil, owner, ttl, wait, ticket, last)
 	// A try (wait 0) too: a caller that gives up as the server grants
 	// must not leave the lease held by nobody (see waitcancel.go).
-	return c.acquireWaiting(ctx, key, body, wait)
+	var leave func(string)
+	if wait > 0 {
+		leave = func(base string) { c.leaveLine(ctx, base, key, owner, ttl, ticket) }
+	}
+	return c.acquireWaiting(ctx, key, body, wait, leave)
 }
 
 // acquireAnswer is the outcome of an acquire request: its lease, or its
@@ -564,8 +568,12 @@ func acquireAnswer(key string, resp *response, err error) (lease.Lease, error) {
 // and a lease granted before the server saw the hang-up the Client gives
 // back itself. Only when no answer comes within the Client's timeout, or
 // the connection cannot be half-closed (HTTP/2), is the outcome unknown: a
-// lease granted then expires after its TTL. Close stops the background
-// work. A server
+// lease granted then expires after its TTL. A wait that ends while its
+// server may keep it in line between two requests (an answer held at the
+// server's max wait given up or lost on its way; too little time left for
+// another request) leaves the line with one more request in the background,
+// rather than stall the next waiter for the server's grace. Close stops the
+// background work. A server
 // that answers held at once (waiting turned off, or closing) is asked again
 // after a backoff of 5 ms doubling to 500 ms, not back to back. When ctx's
 // deadline is near it returns the server's *lease.HeldError.

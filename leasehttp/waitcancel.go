@@ -156,7 +156,10 @@ func (c *Client) waitLeft(ctx context.Context, key string, resp *response) (leas
 // background, where the hang-up ends it (hangUp) and a lease the server
 // granted anyway is given back (waitLeft), within the Client's timeout.
 // It also returns the base URL of the server the last attempt went to.
-func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wait time.Duration) (lease.Lease, string, error) {
+// A wait given up while its server answered held (its max wait reached
+// before it saw the hang-up, which keeps the wait in line for the grace)
+// is passed to leave, if not nil, with the server's base URL.
+func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wait time.Duration, leave func(base string)) (lease.Lease, string, error) {
 	rctx, h := newHangUp(ctx, c.timeout)
 	type outcome struct {
 		l    lease.Lease
@@ -178,13 +181,17 @@ func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wa
 			return c.roundTripAt(rctx, i, base, http.MethodPost, keyPath(key, "/acquire"), body, c.timeout+wait)
 		})
 		o := outcome{base: base}
-		if h.finish() && err == nil {
+		hung := h.finish()
+		if hung && err == nil {
 			o.l, o.err = c.waitLeft(ctx, key, resp)
 		} else {
 			o.l, o.err = acquireAnswer(key, resp, err)
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if (hung || abandoned) && leave != nil && errors.Is(o.err, lease.ErrHeld) {
+			leave(base)
+		}
 		if abandoned {
 			if o.err == nil { // granted just before the hang-up: nobody takes it
 				_ = c.Release(context.WithoutCancel(ctx), o.l)
