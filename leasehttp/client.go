@@ -240,9 +240,10 @@ func keyPath(key, op string) string {
 
 // response is an answer with its body read.
 type response struct {
-	status int
-	body   []byte
-	buf    *[]byte // holds body, pooled
+	status     int
+	body       []byte
+	buf        *[]byte       // holds body, pooled
+	retryAfter time.Duration // a watch refusal's Retry-After (watchRefused)
 }
 
 // release gives the body back to the pool; nothing may use it after. An
