@@ -123,6 +123,10 @@ func (h *hangUp) finish() bool {
 	return h.hung
 }
 
+// errGiveBackFailed is a lease granted to a wait given up whose release
+// failed: it is held until its TTL.
+var errGiveBackFailed = errors.New("giving it back failed")
+
 // errWaitLeft is a wait that ended because its caller gave it up, the
 // server said so, and no lease is held for the caller.
 var errWaitLeft = errors.New("the wait was given up")
@@ -140,8 +144,8 @@ func (c *Client) waitLeft(ctx context.Context, key string, resp *response) (leas
 			return lease.Lease{}, fmt.Errorf("%w (outcome unknown: the lease may have been granted and will expire after its TTL)", err)
 		}
 		if err := c.Release(context.WithoutCancel(ctx), l); err != nil && !errors.Is(err, lease.ErrNotHeld) {
-			return lease.Lease{}, fmt.Errorf("leasehttp: acquire %s: %w; granted (token %d) as it was given up, and giving it back failed, so it expires after its TTL: %w",
-				quoteName(key), errWaitLeft, l.Token, err)
+			return lease.Lease{}, fmt.Errorf("leasehttp: acquire %s: %w; granted (token %d) as it was given up, and %w, so it expires after its TTL: %w",
+				quoteName(key), errWaitLeft, l.Token, errGiveBackFailed, err)
 		}
 		return lease.Lease{}, fmt.Errorf("leasehttp: acquire %s: %w; granted (token %d) as it was, and given back at once", quoteName(key), errWaitLeft, l.Token)
 	case statusClientGone:
@@ -193,8 +197,13 @@ func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wa
 			leave(base)
 		}
 		if abandoned {
+			known := errors.Is(o.err, lease.ErrHeld) || errors.Is(o.err, errWaitLeft) && !errors.Is(o.err, errGiveBackFailed)
 			if o.err == nil { // granted just before the hang-up: nobody takes it
-				_ = c.Release(context.WithoutCancel(ctx), o.l)
+				rerr := c.Release(context.WithoutCancel(ctx), o.l)
+				known = rerr == nil || errors.Is(rerr, lease.ErrNotHeld)
+			}
+			if !known {
+				c.left.unknownOutcome()
 			}
 			return
 		}
@@ -265,7 +274,21 @@ type givenUp struct {
 	mu      sync.Mutex
 	next    int
 	cancels map[int]func()
+	idle    chan struct{} // closed once no work runs; nil: none ran yet
+	unknown int           // given-up acquires that ended not knowing whether a lease is held for them
 }
+
+// unknownOutcome counts a given-up acquire that ended without knowing
+// whether a lease is held for it (no answer; a grant not given back).
+func (g *givenUp) unknownOutcome() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unknown++
+}
+
+// errOutcomeUnknown is AwaitGivenUp's word that some given-up acquire
+// ended without knowing whether a lease is held for it.
+var errOutcomeUnknown = fmt.Errorf("%w: leasehttp: a given-up acquire ended without an answer, or its grant could not be given back: a lease granted to it, if any, expires after its TTL", lease.ErrUnavailable)
 
 // start registers work that cancel cuts short; done unregisters it.
 func (g *givenUp) start(cancel func()) (done func()) {
@@ -274,15 +297,56 @@ func (g *givenUp) start(cancel func()) (done func()) {
 	if g.cancels == nil {
 		g.cancels = map[int]func(){}
 	}
+	if len(g.cancels) == 0 {
+		g.idle = make(chan struct{})
+	}
 	id := g.next
 	g.next++
 	g.cancels[id] = cancel
 	return func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
+		if _, ok := g.cancels[id]; !ok {
+			return
+		}
 		delete(g.cancels, id)
+		if len(g.cancels) == 0 {
+			close(g.idle)
+		}
 	}
 }
+
+// wait returns once no work runs, or ctx's error when ctx ends first.
+func (g *givenUp) wait(ctx context.Context) error {
+	g.mu.Lock()
+	idle := g.idle
+	g.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.unknown > 0 {
+		return errOutcomeUnknown
+	}
+	return nil
+}
+
+// AwaitGivenUp waits until this Client's acquires have ended, those its
+// callers gave up (AcquireWait, Acquire) too, in the background: the server told
+// and its last answer read, a lease granted as the wait ended given back,
+// a wait the server kept in line taken out of it. It returns ctx's error
+// when ctx ends first, and an error matching lease.ErrUnavailable when a
+// given-up acquire (of this Client's life) ended without an answer or
+// could not give its grant back: what became of a lease granted then is
+// unknown (it expires after its TTL). For a process about to exit, which
+// would otherwise cut that work short.
+func (c *Client) AwaitGivenUp(ctx context.Context) error { return c.left.wait(ctx) }
 
 // close cuts the work running now short.
 func (g *givenUp) close() {
