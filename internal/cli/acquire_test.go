@@ -22,10 +22,18 @@ import (
 // printed; it fails t if the command has not ended 20 s after the signal.
 func interruptAcquire(t *testing.T, url string, arrived func() bool, args ...string) result {
 	t.Helper()
+	return interrupt(t, url, arrived, append([]string{"acquire", "--wait", "1h"}, args...)...)
+}
+
+// interrupt runs the command args against url, sends it SIGINT once
+// arrived, and returns what it printed; it fails t if the command has not
+// ended 20 s after the signal.
+func interrupt(t *testing.T, url string, arrived func() bool, args ...string) result {
+	t.Helper()
 	sigs := make(chan os.Signal, 1)
 	done := make(chan result, 1)
 	go func() {
-		done <- cliHTTP(t, map[string]string{EnvServer: url}, sigs, append([]string{"acquire", "--wait", "1h"}, args...)...)
+		done <- cliHTTP(t, map[string]string{EnvServer: url}, sigs, args...)
 	}()
 	poll.True(t, 10*time.Second, "the wait at the server", arrived)
 	sigs <- syscall.SIGINT
@@ -63,6 +71,31 @@ func TestAcquireInterruptedAgainstAHungServer(t *testing.T) {
 	oneErrorLine(t, r, "interrupted", `"k"`, "fate is unknown", "--timeout 300ms")
 	if took := time.Since(start); took > 15*time.Second {
 		t.Errorf("ended %v after the start, want within about its --timeout of the signal", took)
+	}
+}
+
+// TestRunInterruptedAgainstAHungServer: lease run --wait interrupted
+// while its server never answers waits at most --timeout for the wait's
+// end, and says that the lease's fate is unknown; it said only that it did
+// not run CMD, and closing its Client cut the give-back short.
+func TestRunInterruptedAgainstAHungServer(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	hung := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-hung
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hung) })
+	r := interrupt(t, srv.URL, func() bool { return len(arrived) > 0 }, "run", "--wait", "1h", "--timeout", "300ms", "k", "--", "true")
+	if r.code != ExitTempFail {
+		t.Errorf("exit %d, want %d", r.code, ExitTempFail)
+	}
+	if !strings.Contains(r.stderr, "not running true") || !strings.Contains(r.stderr, "fate is unknown") {
+		t.Errorf("stderr %q: want the command not run and the lease's fate unknown", r.stderr)
 	}
 }
 
