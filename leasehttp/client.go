@@ -536,7 +536,15 @@ func (c *Client) acquireAt(ctx context.Context, key, owner string, ttl, wait tim
 	// must not leave the lease held by nobody (see waitcancel.go).
 	var leave func(string)
 	if wait > 0 {
-		leave = func(base string) { c.leaveLine(ctx, base, key, owner, ttl, ticket) }
+		start := time.Now() // before the server's wait begins
+		leave = func(base string) {
+			// A last request that ran its whole wait left the line with
+			// its answer: one more request would be a new wait, which a
+			// key freed meanwhile would be granted to, for nothing.
+			if !last || time.Since(start) < wait {
+				c.leaveLine(ctx, base, key, owner, ttl, ticket)
+			}
+		}
 	}
 	return c.acquireWaiting(ctx, key, body, wait, leave)
 }

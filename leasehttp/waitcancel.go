@@ -161,8 +161,8 @@ func (c *Client) waitLeft(ctx context.Context, key string, resp *response) (leas
 // granted anyway is given back (waitLeft), within the Client's timeout.
 // It also returns the base URL of the server the last attempt went to.
 // A wait given up while its server answered held (its max wait reached
-// before it saw the hang-up, which keeps the wait in line for the grace)
-// is passed to leave, if not nil, with the server's base URL.
+// before it saw the hang-up) is passed to leave, if not nil, with the
+// server's base URL, as the server may keep it in line for the grace.
 func (c *Client) acquireWaiting(ctx context.Context, key string, body []byte, wait time.Duration, leave func(base string)) (lease.Lease, string, error) {
 	rctx, h := newHangUp(ctx, c.timeout)
 	type outcome struct {

@@ -179,10 +179,9 @@ export class LeaseClient {
       } catch (err) {
         const took = performance.now() - sent;
         // A held answer leaves the wait in line unless it ran its whole
-        // last wait; a lost answer (the connection cut) may have too, and
-        // so may an abort in flight: the server may have answered held at
-        // its max wait just before it saw the hang-up.
-        inLine = chunk > 0 && (err instanceof HeldError ? !(last && took >= chunk) : answerLost(err, signal) || (signal?.aborted === true && err === signal.reason));
+        // last wait; a lost answer (the connection cut) may have too. (An
+        // abort in flight is a hang-up, which ends the server's wait.)
+        inLine = chunk > 0 && (err instanceof HeldError ? !(last && took >= chunk) : answerLost(err, signal));
         if (!(err instanceof HeldError) || performance.now() >= until) {
           if (inLine) this.#leaveLine(key, ttlMs, ticket);
           throw err;
