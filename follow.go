@@ -93,7 +93,9 @@ func FollowOnBreak(f func(err error, pause time.Duration) error) FollowOption {
 // drop what it knows; the Held events and the Synced that follow are the
 // whole picture again. A watch that breaks before it yields anything (the
 // backend still down) is watched again after a longer pause, without a
-// Resync.
+// Resync. A break whose error has a RetryAfter() time.Duration method (a
+// leasehttp watch refused 429 by a rate limit in front of the server, with
+// its Retry-After) pauses at least that long.
 //
 // It ends without an error when ctx ends or the caller leaves the loop, and
 // with one error that watching again cannot mend: a bad prefix
@@ -110,6 +112,11 @@ func Follow(ctx context.Context, w Watcher, prefix string, opts ...FollowOption)
 func FollowKey(ctx context.Context, w Watcher, key string, opts ...FollowOption) iter.Seq2[Event, error] {
 	return follow(ctx, w, opts, func() iter.Seq2[Event, error] { return WatchKey(ctx, w, key) })
 }
+
+// retryAfter is a break that says how long to wait before watching again:
+// a leasehttp watch refused 429 by a proxy's or a gateway's rate limit,
+// with its answer's Retry-After.
+type retryAfter interface{ RetryAfter() time.Duration }
 
 // errEndedAlone is the break of a watch that ended with no error while its
 // context lasted, which the Watcher contract rules out.
@@ -181,6 +188,10 @@ func follow(ctx context.Context, w Watcher, opts []FollowOption, watch func() it
 				return
 			}
 			pause := pacer.Held(cfg.clock.Now(), time.Time{})
+			var busy retryAfter
+			if errors.As(broke, &busy) {
+				pause = max(pause, busy.RetryAfter()) // "busy, try later", and when
+			}
 			if cfg.onBreak != nil {
 				if err := cfg.onBreak(broke, pause); err != nil {
 					yield(Event{}, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehq/lease"
+	"github.com/leasehq/lease/boltstore"
 	"github.com/leasehq/lease/internal/testkit/memtest"
 	"github.com/leasehq/lease/internal/testkit/poll"
 	"github.com/leasehq/lease/leasetest/fakeclock"
@@ -724,5 +726,77 @@ func TestHoldOrphan(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestReleaseAfterLossSparesTheSuccessor: Release of a Hold already lost
+// still asks the backend to release (the backend may still hold the lease:
+// TestLostAtSafeDeadline), but the lease it names is the lost one, by its
+// token and secret ID, so it can never free the key's next lease: not
+// another owner's, nor one the same Client took again under the same owner.
+// On memstore and boltstore, both judging expiry on one fake clock.
+func TestReleaseAfterLossSparesTheSuccessor(t *testing.T) {
+	stores := []struct {
+		name string
+		open func(t *testing.T, clk lease.Clock) lease.Backend
+	}{
+		{"memstore", func(t *testing.T, clk lease.Clock) lease.Backend {
+			return memtest.New(t, memstore.WithClock(clk))
+		}},
+		{"boltstore", func(t *testing.T, clk lease.Clock) lease.Backend {
+			s, err := boltstore.Open(filepath.Join(t.TempDir(), "lease.db"), boltstore.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
+	}
+	for _, st := range stores {
+		for _, sameOwner := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/same-owner=%v", st.name, sameOwner), func(t *testing.T) {
+				ctx := context.Background()
+				clk := fakeclock.New(time.Unix(1e9, 0))
+				f := &faulty{Backend: st.open(t, clk)}
+				a := newClient(t, f, "worker-a", lease.WithClock(clk))
+				next := newClient(t, f, "worker-b", lease.WithClock(clk))
+				if sameOwner {
+					next = a
+				}
+				const ttl = time.Second
+				h, err := a.TryAcquire(ctx, "job", ttl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.failRenewals(errors.Join(lease.ErrUnavailable, errors.New("connection reset")))
+				clk.Advance(2 * ttl) // past the client's deadline and the backend's expiry
+				<-h.Done()
+				if !errors.Is(h.Err(), lease.ErrLost) {
+					t.Fatalf("Err = %v, want ErrLost", h.Err())
+				}
+				f.renewErr.Store(nil)
+				succ, err := next.TryAcquire(ctx, "job", ttl)
+				if err != nil {
+					t.Fatalf("the successor's TryAcquire: %v", err)
+				}
+				defer succ.Release(ctx)
+				if succ.Token() <= h.Token() {
+					t.Fatalf("successor token %d not above the lost %d", succ.Token(), h.Token())
+				}
+				if err := h.Release(ctx); !errors.Is(err, lease.ErrLost) {
+					t.Errorf("Release after loss = %v, want ErrLost", err)
+				}
+				got, err := f.Get(ctx, "job")
+				if err != nil || got.Token != succ.Token() || got.Owner != succ.Lease().Owner {
+					t.Fatalf("after the lost hold's Release, Get = %+v, %v; want the successor's token %d", got, err, succ.Token())
+				}
+				if err := succ.Err(); err != nil {
+					t.Fatalf("the successor's hold after the lost one's Release: %v", err)
+				}
+				if _, err := f.Renew(ctx, succ.Lease(), ttl); err != nil {
+					t.Fatalf("the successor cannot renew after the lost hold's Release: %v", err)
+				}
+			})
+		}
 	}
 }

@@ -240,9 +240,10 @@ func keyPath(key, op string) string {
 
 // response is an answer with its body read.
 type response struct {
-	status int
-	body   []byte
-	buf    *[]byte // holds body, pooled
+	status     int
+	body       []byte
+	buf        *[]byte       // holds body, pooled
+	retryAfter time.Duration // a watch refusal's Retry-After (watchRefused)
 }
 
 // release gives the body back to the pool; nothing may use it after. An
@@ -274,6 +275,11 @@ var errNotSent = errors.New("leasehttp: request not sent")
 // does not (cancelled).
 func (c *Client) roundTrip(ctx context.Context, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	i, base := c.endpoint()
+	return c.roundTripAt(ctx, i, base, method, path, body, timeout)
+}
+
+// roundTripAt is roundTrip to endpoint i, base.
+func (c *Client) roundTripAt(ctx context.Context, i int, base, method, path string, body []byte, timeout time.Duration) (*response, error) {
 	ended := ctx.Err() != nil
 	resp, err := c.roundTripTo(ctx, base, method, path, body, timeout)
 	switch {
@@ -366,6 +372,9 @@ func (c *Client) retry(ctx context.Context, retryUnknown bool, send func() (*res
 		}
 		if !c.pause(ctx, attempt, &backoff) {
 			return resp, err, uncertain
+		}
+		if resp != nil {
+			resp.release() // a 503 asked again: its buffer goes back to the pool
 		}
 	}
 }
@@ -515,10 +524,29 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 }
 
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, error) {
+	l, _, err := c.acquireAt(ctx, key, owner, ttl, wait, ticket, last)
+	return l, err
+}
+
+// acquireAt is acquire that also returns the base URL of the server its
+// last attempt went to.
+func (c *Client) acquireAt(ctx context.Context, key, owner string, ttl, wait time.Duration, ticket lease.ID, last bool) (lease.Lease, string, error) {
 	body := appendAcquireRequest(nil, owner, ttl, wait, ticket, last)
 	// A try (wait 0) too: a caller that gives up as the server grants
 	// must not leave the lease held by nobody (see waitcancel.go).
-	return c.acquireWaiting(ctx, key, body, wait)
+	var leave func(string)
+	if wait > 0 {
+		start := time.Now() // before the server's wait begins
+		leave = func(base string) {
+			// A last request that ran its whole wait left the line with
+			// its answer: one more request would be a new wait, which a
+			// key freed meanwhile would be granted to, for nothing.
+			if !last || time.Since(start) < wait {
+				c.leaveLine(ctx, base, key, owner, ttl, ticket)
+			}
+		}
+	}
+	return c.acquireWaiting(ctx, key, body, wait, leave)
 }
 
 // acquireAnswer is the outcome of an acquire request: its lease, or its
@@ -549,12 +577,16 @@ func acquireAnswer(key string, resp *response, err error) (lease.Lease, error) {
 // and a lease granted before the server saw the hang-up the Client gives
 // back itself. Only when no answer comes within the Client's timeout, or
 // the connection cannot be half-closed (HTTP/2), is the outcome unknown: a
-// lease granted then expires after its TTL. Close stops the background
-// work. A server
+// lease granted then expires after its TTL. A wait that ends while its
+// server may keep it in line between two requests (an answer held at the
+// server's max wait given up or lost on its way; too little time left for
+// another request) leaves the line with one more request in the background,
+// rather than stall the next waiter for the server's grace. Close stops the
+// background work. A server
 // that answers held at once (waiting turned off, or closing) is asked again
 // after a backoff of 5 ms doubling to 500 ms, not back to back. When ctx's
 // deadline is near it returns the server's *lease.HeldError.
-func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (lease.Lease, error) {
+func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Duration) (_ lease.Lease, err error) {
 	if err := lease.ValidateAcquire(key, owner, ttl); err != nil {
 		return lease.Lease{}, err
 	}
@@ -562,6 +594,15 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 	// Every request of this wait carries one ticket, so that the server
 	// keeps the wait's place in line from one request to the next.
 	ticket := lease.NewID()
+	// lingering is the server that may keep the wait in line for its grace
+	// while no request of it is there: "" when none may. A wait that ends
+	// then leaves the line (leaveLine) rather than stall the next waiter.
+	var lingering string
+	defer func() {
+		if err != nil && lingering != "" {
+			c.leaveLine(ctx, lingering, key, owner, ttl, ticket)
+		}
+	}()
 	// Paces the requests only while the server answers at once.
 	loop := wait.Loop{Pacer: wait.NewPacer(pollMin, pollMax, nil)}
 	for {
@@ -578,12 +619,19 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			}
 			chunk = max(chunk, 0)
 		}
+		if ctx.Err() != nil {
+			// Ended between two requests: nothing more is sent.
+			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
+		}
 		sent := time.Now()
-		l, err := c.acquire(ctx, key, owner, ttl, chunk, ticket, last)
+		l, base, err := c.acquireAt(ctx, key, owner, ttl, chunk, ticket, last)
+		lingering = ""
 		if err == nil {
 			return l, nil
 		}
 		if ctx.Err() != nil {
+			// The request was at the server, whose wait ends with it (the
+			// hang-up), or never left.
 			if errors.Is(err, errLeftBehind) {
 				return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), err)
 			}
@@ -595,11 +643,23 @@ func (c *Client) AcquireWait(ctx context.Context, key, owner string, ttl time.Du
 			}
 			return lease.Lease{}, fmt.Errorf("leasehttp: waiting for %s: %w", quoteName(key), context.Cause(ctx))
 		}
+		var lost *unavailableError
 		if !errors.Is(err, lease.ErrHeld) {
+			if chunk > 0 && errors.As(err, &lost) && !errors.Is(err, errNotSent) {
+				// The answer was lost: the server may have kept the wait
+				// for the grace after it answered, as after any cut.
+				lingering = base
+			}
 			return lease.Lease{}, err
 		}
 		held = err
-		if took := time.Since(sent); chunk <= 0 || took >= min(chunk/2, pollMax) {
+		took := time.Since(sent)
+		if chunk > 0 && (!last || took < chunk) {
+			// Cut short at the server's max wait, which keeps the wait in
+			// line for the grace: until the next request, it lingers.
+			lingering = base
+		}
+		if chunk <= 0 || took >= min(chunk/2, pollMax) {
 			// The server waited: ask again at once, or give up at the end.
 			// Only an answer that took the whole chunk ran to the end: a
 			// server with a shorter max wait cuts a wait short (and keeps
@@ -649,9 +709,13 @@ func beforeAnswer(dl time.Time) time.Duration {
 // (TestHoldOutlivesAReplicaCutFromEtcd). The first request goes on
 // meanwhile, so a server merely slow still renews in time.
 func (c *Client) renewRetry(ctx context.Context, ttl time.Duration, path string, body []byte) (*response, error) {
-	sender := func(ctx context.Context) func() (*response, error) {
+	return c.hedged(ctx, ttl, func(ctx context.Context) func() (*response, error) {
 		return func() (*response, error) { return c.roundTrip(ctx, http.MethodPost, path, body, c.timeout) }
-	}
+	})
+}
+
+// hedged is renewRetry of the requests sender makes.
+func (c *Client) hedged(ctx context.Context, ttl time.Duration, sender func(context.Context) func() (*response, error)) (*response, error) {
 	if len(c.endpoints) < 2 {
 		resp, err, _ := c.retry(ctx, true, sender(ctx))
 		return resp, err
@@ -682,6 +746,13 @@ func (c *Client) renewRetry(ctx context.Context, ttl time.Duration, path string,
 	start()
 	o := <-done
 	if o.err == nil && o.resp.status != http.StatusServiceUnavailable {
+		// The other request, cancelled, may still have read an answer
+		// (both came at once): its buffer goes back to the pool too.
+		go func() {
+			if lost := <-done; lost.resp != nil {
+				lost.resp.release()
+			}
+		}()
 		return o.resp, o.err
 	}
 	if o.resp != nil {

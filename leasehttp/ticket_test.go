@@ -3,6 +3,7 @@ package leasehttp_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -251,4 +252,75 @@ func TestLastRequestLeavesOnlyWhenItRanWhole(t *testing.T) {
 		t.Fatalf("a last request that ran whole: HTTP %d %s, want 409", status, body)
 	}
 	eventually(t, "the wait left the line", func() bool { return metric(t, hs.URL, "lease_waiters") == 0 })
+}
+
+// TestGivenUpWaitLeavesTheLine: a wait that AcquireWait ends while its
+// server may keep it in line for the grace takes its ticket out of the line
+// with one more request, so the next waiter is served as soon as the key
+// is free, not after the grace (a minute here) with the key granted to a
+// wait nobody will take. Two ways: the answer, held at the server's max
+// wait, is lost with its connection ("lost": AcquireWait fails
+// ErrUnavailable); or the caller gives the wait up just as that answer is
+// on its way, which the server sees only after it answered ("aborted").
+func TestGivenUpWaitLeavesTheLine(t *testing.T) {
+	for _, how := range []string{"lost", "aborted"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, newMem(t), leasehttp.WithMaxWait(50*time.Millisecond), leasehttp.WithWaitGrace(time.Minute))
+			ctx, giveUp := context.WithCancel(ctxFor(t))
+			defer giveUp()
+			var cut atomic.Bool
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !strings.HasSuffix(r.URL.Path, "/acquire") || !strings.Contains(peekBody(t, r), `"owner":"w"`) || !cut.CompareAndSwap(false, true) {
+					srv.ServeHTTP(w, r)
+					return
+				}
+				// The server answers held, at its max wait, and keeps the
+				// wait in line for its grace.
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, r)
+				if rec.Code != http.StatusConflict {
+					t.Errorf("the first request's answer: HTTP %d %s, want 409", rec.Code, rec.Body)
+				}
+				if how == "lost" {
+					if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+						conn.Close()
+					}
+					return
+				}
+				giveUp()
+				<-r.Context().Done() // the client's hang-up, after the answer was decided
+				for k, v := range rec.Header() {
+					w.Header()[k] = v
+				}
+				w.WriteHeader(rec.Code)
+				_, _ = w.Write(rec.Body.Bytes())
+			}))
+			t.Cleanup(hs.Close)
+			c := newClient(t, hs.URL)
+			holder, err := c.Acquire(ctxFor(t), "k", "holder", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.AcquireWait(ctx, "k", "w", time.Minute)
+			want := lease.ErrUnavailable
+			if how == "aborted" {
+				want = context.Canceled
+			}
+			if !errors.Is(err, want) || !cut.Load() {
+				t.Fatalf("AcquireWait: %v, want %v", err, want)
+			}
+			eventually(t, "the given-up wait left the line", func() bool { return metric(t, hs.URL, "lease_waiters") == 0 })
+			if err := c.Release(ctxFor(t), holder); err != nil {
+				t.Fatal(err)
+			}
+			next, err := c.Acquire(ctxFor(t), "k", "next", time.Minute)
+			if err != nil {
+				t.Fatalf("the key after its holder's release, with the given-up wait gone: %v", err)
+			}
+			if next.Token != holder.Token+1 {
+				t.Fatalf("next got token %d, want %d: the given-up wait was granted the key meanwhile", next.Token, holder.Token+1)
+			}
+		})
+	}
 }

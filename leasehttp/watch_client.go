@@ -73,7 +73,10 @@ var (
 // credential's streams are at the server's bound) or errors.ErrUnsupported
 // (the server's backend cannot watch). A Client that has given up a stream
 // for silence takes ErrTooManyWatchers for a break, matching
-// lease.ErrUnavailable too: the server may be counting that stream still. Opening the stream is retried like
+// lease.ErrUnavailable too: the server may be counting that stream still.
+// A 429 without the API's error body (a rate limit in front of the server)
+// is a break as well, whose error has a RetryAfter() time.Duration method
+// giving the answer's Retry-After, which lease.Follow pauses for. Opening the stream is retried like
 // Get and bounded by WithTimeout; the stream itself is not, so an
 // http.Client given with WithHTTPClient must have no Timeout, which would
 // cut every stream.
@@ -207,7 +210,7 @@ func (c *Client) openWatch(ctx context.Context, prefix string, exact bool) (io.R
 			if err != nil {
 				return nil, 0, transportError("watch", prefix, err, "")
 			}
-			return nil, 0, c.watchRefused(answerError("watch", prefix, resp))
+			return nil, 0, c.watchRefused(answerError("watch", prefix, resp), resp)
 		}
 		if !c.pause(ctx, attempt, &backoff) {
 			return nil, 0, transportError("watch", prefix, context.Cause(ctx), "")
@@ -224,13 +227,62 @@ func (c *Client) openWatch(ctx context.Context, prefix string, exact bool) (io.R
 // does after a break, then gets in once the server lets the stream go,
 // where a refusal would end it. A Client that gave up no stream is over the
 // bound itself, and the refusal stands.
-func (c *Client) watchRefused(err error) error {
+//
+// A 429 without the API's error body is not this server's bound but a
+// proxy's or a gateway's limit on requests: "too many, try later", which
+// is a break too (a *busyError), paused after for at least the answer's
+// Retry-After when it says one (lease.Follow does).
+func (c *Client) watchRefused(err error, resp *response) error {
+	if resp.status == http.StatusTooManyRequests && !errors.Is(err, ErrTooManyWatchers) {
+		return &busyError{err: err, after: resp.retryAfter}
+	}
 	n := c.gaveUp.Load()
 	if n == 0 || !errors.Is(err, ErrTooManyWatchers) {
 		return err
 	}
 	return fmt.Errorf("%w: %w (this client gave up %d watch streams for silence, which the server counts until their connections fail; watch again)",
 		lease.ErrUnavailable, err, n)
+}
+
+// busyError is a watch refused 429 by something in front of the server (a
+// rate limit): a break, to be watched again after RetryAfter.
+type busyError struct {
+	err   error
+	after time.Duration // 0: the answer said no Retry-After
+}
+
+func (e *busyError) Error() string {
+	if e.after > 0 {
+		return fmt.Sprintf("%v (busy: watch again after %v)", e.err, e.after)
+	}
+	return fmt.Sprintf("%v (busy: watch again later)", e.err)
+}
+
+// Unwrap matches lease.ErrUnavailable and the answer's error.
+func (e *busyError) Unwrap() []error { return []error{lease.ErrUnavailable, e.err} }
+
+// RetryAfter is how long the answer asked the client to wait before
+// watching again (its Retry-After), 0 when it did not say.
+func (e *busyError) RetryAfter() time.Duration { return e.after }
+
+// maxRetryAfter bounds the Retry-After a client honours: a larger one (an
+// hour, a date far ahead) is taken as this much.
+const maxRetryAfter = time.Minute
+
+// retryAfterOf reads an answer's Retry-After, delay-seconds or an HTTP
+// date, at most maxRetryAfter; 0 when absent or unreadable.
+func retryAfterOf(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		d = time.Duration(secs) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
 }
 
 // openWatchOnce sends one watch request: it returns the stream's body, or
@@ -294,7 +346,7 @@ func (c *Client) openWatchAt(ctx context.Context, base, path string) (io.ReadClo
 		if err != nil {
 			return nil, 0, nil, fmt.Errorf("reading the answer: %w", err)
 		}
-		return nil, 0, &response{status: resp.StatusCode, body: b}, nil
+		return nil, 0, &response{status: resp.StatusCode, body: b, retryAfter: retryAfterOf(resp.Header, time.Now())}, nil
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		resp.Body.Close()

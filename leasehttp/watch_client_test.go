@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -306,4 +307,53 @@ func newPicture(t *testing.T, ch <-chan watchItem) []string {
 			return kinds
 		}
 	}
+}
+
+// TestFollowPausesForARateLimitsRetryAfter: a watch refused 429 by a rate
+// limit in front of the server (no API error body: not the server's bound
+// on watchers) says "too many, try later": lease.Follow takes it for a
+// break and watches again after the answer's Retry-After, where it ended
+// with an unexpected answer (ending lease watch and election.Observe).
+func TestFollowPausesForARateLimitsRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newServer(t, memtest.New(t))
+		var refused atomic.Bool
+		l := servePipes(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/watch" && refused.CompareAndSwap(false, true) {
+				w.Header().Set("Retry-After", "3")
+				http.Error(w, "Too Many Requests", http.StatusTooManyRequests)
+				return
+			}
+			srv.ServeHTTP(w, r)
+		}), &http.Server{})
+		c := newClient(t, "http://127.0.0.1", leasehttp.WithHTTPClient(l.client()))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var (
+			breaks []error
+			pauses []time.Duration
+		)
+		start := time.Now()
+		for ev, err := range lease.Follow(ctx, c, "", lease.FollowBackoff(10*time.Millisecond, 10*time.Millisecond),
+			lease.FollowOnBreak(func(err error, pause time.Duration) error {
+				breaks, pauses = append(breaks, err), append(pauses, pause)
+				return nil
+			})) {
+			if err != nil {
+				t.Fatalf("Follow ended: %v; want it to watch again after the 429", err)
+			}
+			if ev.Kind == lease.Synced {
+				break
+			}
+		}
+		if len(breaks) != 1 || !errors.Is(breaks[0], lease.ErrUnavailable) {
+			t.Fatalf("breaks %v, want the 429 as one break (ErrUnavailable)", breaks)
+		}
+		if pauses[0] < 3*time.Second {
+			t.Errorf("paused %v after the 429, want at least its Retry-After, 3s", pauses[0])
+		}
+		if took := time.Since(start); took < 3*time.Second {
+			t.Errorf("watched again %v after the 429, want at least 3s", took)
+		}
+	})
 }

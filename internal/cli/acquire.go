@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -51,7 +52,16 @@ current holder for up to 5s.
 			defer closeBackend(b)
 			ctx, cancel := context.WithTimeout(cmd.Context(), onTop(rf.timeout, wait))
 			defer cancel()
-			l, err := acquireOnce(ctx, b, key, owner, ttl, wait)
+			// SIGINT or SIGTERM gives the wait up, and lets its end be told
+			// to the server before the process exits (giveUp).
+			sctx, stopSignals := a.untilSignal(ctx)
+			stop := sync.OnceFunc(stopSignals)
+			defer stop()
+			l, err := acquireOnce(sctx, b, key, owner, ttl, wait)
+			if sctx.Err() != nil && ctx.Err() == nil {
+				stop() // a second signal ends the process at once
+				return giveUp(b, key, ttl, rf.timeout, l, err)
+			}
 			if err != nil {
 				return err
 			}
@@ -100,6 +110,39 @@ func acquireOnce(ctx context.Context, b lease.Backend, key, owner string, ttl, w
 		err = lease.StillHeld(ctx, b, key, err)
 	}
 	return lease.Lease{}, heldMessage(err)
+}
+
+// giveUp ends an acquire interrupted by a signal, whose outcome was l and
+// err: the Client ends the wait in the background (the server told, a lease
+// granted as the wait ended given back: leasehttp.Client.AwaitGivenUp), and
+// a lease l granted as the signal came is released here. Both are awaited
+// for at most timeout (--timeout), so that a hung server cannot keep the
+// process from exiting; past it, what became of such a grant is unknown.
+func giveUp(b lease.Backend, key string, ttl, timeout time.Duration, l lease.Lease, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	unknown := fmt.Sprintf("the lease's fate is unknown (if it was granted as the wait ended, it is held until its TTL of %v runs out)", ttl)
+	if err == nil {
+		if rerr := b.Release(ctx, l); rerr != nil && !errors.Is(rerr, lease.ErrNotHeld) {
+			return fmt.Errorf("interrupted: the wait for %q was granted (token %d) as it was given up, and giving it back failed: %v; it is held until its TTL of %v runs out", key, l.Token, rerr, ttl)
+		}
+		return fmt.Errorf("interrupted: the wait for %q was granted (token %d) as it was given up, and given back", key, l.Token)
+	}
+	g, ok := b.(interface{ AwaitGivenUp(context.Context) error })
+	if !ok {
+		return fmt.Errorf("interrupted: the wait for %q was given up: %w", key, err)
+	}
+	switch gerr := g.AwaitGivenUp(ctx); {
+	case ctx.Err() != nil:
+		return fmt.Errorf("interrupted: the wait for %q was given up, and the server did not confirm it within --timeout %v: %s", key, timeout, unknown)
+	case gerr != nil:
+		return fmt.Errorf("interrupted: the wait for %q was given up, and the server did not confirm it within --timeout %v: %s", key, timeout, unknown)
+	case errors.Is(err, lease.ErrUnavailable):
+		// Its answer came as it was given up, and says what went wrong
+		// (a grant that could not be given back).
+		return fmt.Errorf("interrupted: the wait for %q was given up: %w", key, err)
+	}
+	return fmt.Errorf("interrupted: the wait for %q was given up, and the server confirmed it: nothing is held for it", key)
 }
 
 // heldMessage rewrites a *lease.HeldError as the CLI's sentence about the

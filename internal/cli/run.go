@@ -467,6 +467,7 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 			r.release(h, time.Time{})
 		}
 		r.logf("%v while acquiring %q: not running %s", interrupted, key, r.opts.argv[0])
+		r.awaitGivenUp(ttl)
 		return nil, 0, ExitTempFail
 	}
 	if err == nil {
@@ -478,6 +479,21 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 	}
 	r.logf("not running %s: %s", r.opts.argv[0], oneLine(heldMessage(err)))
 	return nil, 0, acquireFailed(err)
+}
+
+// awaitGivenUp waits, for at most --timeout, for the wait a signal gave
+// up to end at the server (a lease granted as it ended given back), which
+// closing the Client would cut short, and says when its fate is unknown.
+func (r *runner) awaitGivenUp(ttl time.Duration) {
+	g, ok := r.client.Backend().(interface{ AwaitGivenUp(context.Context) error })
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	if err := g.AwaitGivenUp(ctx); err != nil {
+		r.logf("the server did not confirm the wait's end within --timeout %v: the lease's fate is unknown (if it was granted as the wait ended, it is held until its TTL of %v runs out)", r.timeout, ttl)
+	}
 }
 
 // takeSlot takes a free slot of r.sem, trying once with --wait 0 and

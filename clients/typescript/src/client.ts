@@ -154,9 +154,16 @@ export class LeaseClient {
     // place in line from one request to the next.
     const ticket = newTicket();
     let ticketed = false; // a request has carried the ticket: the server may keep the wait's place
+    // The server may keep the wait in line for its grace while no request
+    // of it is there (it cut the last one short at its max wait): a wait
+    // that ends then leaves the line rather than stall the next waiter.
+    let inLine = false;
     let backoff = 5;
     for (;;) {
-      signal?.throwIfAborted();
+      if (signal?.aborted) {
+        if (inLine) this.#leaveLine(key, ttlMs, ticket);
+        throw signal.reason;
+      }
       const left = until - performance.now();
       // Once a request has carried the ticket, every request carries it,
       // the last one too (at least 1 ms: a wait_ms of 0 tries once and
@@ -165,13 +172,20 @@ export class LeaseClient {
       const chunk = Math.max(ticketed ? 1 : 0, Math.ceil(Math.min(left, WAIT_CHUNK_MS, MAX_WAIT_MS)));
       const sent = performance.now();
       let g: Granted;
+      const last = left <= Math.min(WAIT_CHUNK_MS, MAX_WAIT_MS);
       try {
-        const last = left <= Math.min(WAIT_CHUNK_MS, MAX_WAIT_MS);
         ticketed ||= chunk > 0;
         g = await this.#api.acquire(key, this.owner, ttlMs, chunk, signal, chunk > 0 ? { ticket, last } : undefined);
       } catch (err) {
-        if (!(err instanceof HeldError) || performance.now() >= until) throw err;
         const took = performance.now() - sent;
+        // A held answer leaves the wait in line unless it ran its whole
+        // last wait; a lost answer (the connection cut) may have too. (An
+        // abort in flight is a hang-up, which ends the server's wait.)
+        inLine = chunk > 0 && (err instanceof HeldError ? !(last && took >= chunk) : answerLost(err, signal));
+        if (!(err instanceof HeldError) || performance.now() >= until) {
+          if (inLine) this.#leaveLine(key, ttlMs, ticket);
+          throw err;
+        }
         if (took >= Math.min(chunk / 2, MAX_PACE_MS)) {
           // The server waited (a server whose max wait is shorter than the
           // chunk ends each request at it and keeps the ticket in line):
@@ -193,6 +207,7 @@ export class LeaseClient {
         backoff = Math.min(backoff * 2, MAX_PACE_MS);
         continue;
       }
+      inLine = false;
       const h = await this.#hold(g, sent, ttlMs);
       if (h !== undefined) return h;
       // It expired before we could use it: queue again.
@@ -359,6 +374,15 @@ function cursorKey(cursor: string): string | undefined {
 
 function jittered(ms: number): number {
   return ms * (0.9 + 0.2 * Math.random());
+}
+
+/**
+ * answerLost reports whether err is an acquire's answer lost on its way
+ * (the request sent, the connection cut): not an answer, not a request
+ * that never left, not the caller's abort (whose hang-up the server sees).
+ */
+function answerLost(err: unknown, signal: AbortSignal | undefined): boolean {
+  return err instanceof UnavailableError && err.status === undefined && err.cause !== undefined && !signal?.aborted;
 }
 
 /** newTicket returns 128 random bits as 32 hex digits: a wait's ticket. */

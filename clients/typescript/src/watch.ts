@@ -99,7 +99,9 @@ export const watchKey: unique symbol = Symbol("lease.Watch");
  * not reopen by itself, since what happened meanwhile is unknown: watch
  * again for the current state. Once the client has given a stream up for
  * silence, a 429 to a watch is an UnavailableError too (its cause the
- * TooManyWatchersError): the server may count that dead stream still.
+ * TooManyWatchersError): the server may count that dead stream still. So
+ * is a 429 without the API's error body (a rate limit in front of the
+ * server, its cause the UnexpectedAnswerError): busy, watch again later.
  */
 export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undefined>, AsyncDisposable {
   /** The prefix watched. */
@@ -161,6 +163,15 @@ async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean,
         `lease: ${what}: ${err.message} (this client gave up ${api.watchesGivenUp} watch streams for silence, which the server counts until their connections fail; watch again)`,
         { status: 429, cause: err },
       );
+    }
+    if (err instanceof UnexpectedAnswerError && err.status === 429) {
+      // Not the server's bound on watchers (that has its code) but a rate
+      // limit in front of it: "too many, try later", a break as in the Go
+      // and Python clients.
+      throw new UnavailableError(`lease: ${what}: refused 429 by a rate limit in front of the server (busy: watch again later)`, {
+        status: 429,
+        cause: err,
+      });
     }
     throw err;
   }

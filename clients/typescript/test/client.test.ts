@@ -15,6 +15,7 @@ import {
   LeaseReleasedError,
   NotHeldError,
   UnauthorizedError,
+  UnavailableError,
 } from "../src/index.js";
 import { pause, runLease, startLease, unique, waitFor } from "./harness.js";
 
@@ -336,6 +337,37 @@ test("a wait aborted between two of its requests leaves the line: the next waite
     assert.ok(took < 1_500, `the next waiter got the key ${Math.round(took)} ms after its release`);
     await h.release();
   }
+});
+
+test("a wait whose answer is lost with its connection leaves the line: the next waiter gets the key at once", async (t) => {
+  // As above, but the wait ends as an answer of the server that waited
+  // (its max wait, after which it keeps the wait in line for its grace)
+  // is lost with the connection: the acquire fails (UnavailableError). The
+  // next waiter got the key some 2 s after the release, with the token
+  // after the one the dead wait took.
+  const capped = await startLease(t, { args: ["--max-wait", "600ms"] });
+  const key = unique("leave-lost");
+  const holder = await client("holder", { server: capped.url }).tryAcquire(key, { ttlMs: 60_000 });
+  let answers = 0;
+  const cutting: typeof globalThis.fetch = async (input, init) => {
+    const res = await fetch(input, init);
+    if (String(input).endsWith("/acquire") && ++answers === 2) {
+      await res.body?.cancel();
+      throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+    }
+    return res;
+  };
+  const leaving = new LeaseClient({ server: capped.url, owner: "leaving", fetch: cutting });
+  await assert.rejects(leaving.acquire(key, { ttlMs: 60_000 }), UnavailableError);
+  const next = client("next", { server: capped.url }).acquire(key, { ttlMs: 60_000, waitMs: 10_000 });
+  await new Promise((r) => setTimeout(r, 100)); // next is in line
+  const freed = performance.now();
+  await holder.release();
+  const h = await next;
+  const took = performance.now() - freed;
+  assert.equal(h.token, holder.token + 1, "a token went to the wait that gave up");
+  assert.ok(took < 1_500, `the next waiter got the key ${Math.round(took)} ms after its release`);
+  await h.release();
 });
 
 test("a wait the server ends at its max wait asks again at once, not after a growing pause", async (t) => {

@@ -89,6 +89,18 @@ test("held leases in key order, synced, then acquired, renewed, released and exp
   assert.ok(expired?.kind === "expired" && expired.lease.expiresAt.getTime() <= Date.now());
 });
 
+test("a watch refused 429 by a rate limit in front of the server is an UnavailableError: a break, watch again later", async (t) => {
+  const srv = createServer((_req, res) => {
+    res.writeHead(429, { "Content-Type": "text/plain", "Retry-After": "3" });
+    res.end("Too Many Requests");
+  });
+  await new Promise<void>((res) => srv.listen(0, "127.0.0.1", res));
+  t.after(() => new Promise<void>((res) => srv.close(() => res())));
+  const c = new LeaseClient({ server: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, owner: "watcher" });
+  await assert.rejects(c.watch("jobs/").next(), (err: unknown) =>
+    err instanceof UnavailableError && err.status === 429 && err.cause instanceof UnexpectedAnswerError);
+});
+
 test("break, await using and return close the stream: the server counts the watcher gone", async (t) => {
   const own = await startLease(t, { args: ["--max-watchers", "1"] });
   const c = new LeaseClient({ server: own.url, owner: "watcher" });
