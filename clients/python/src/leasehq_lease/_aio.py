@@ -207,6 +207,13 @@ Late = Callable[["_Answer"], Awaitable[None]]
 """What to do with the answer to a request cancelled while it waited for it."""
 
 
+def _seen(t: asyncio.Task[Any]) -> None:
+    """Marks a background task's error seen (asyncio logs an unseen one when
+    the task is collected): it was the awaiter's to take, or nobody's."""
+    if not t.cancelled():
+        t.exception()
+
+
 class _Transport:
     def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
         self.endpoints = endpoints
@@ -331,12 +338,15 @@ class _Transport:
 
         self.background(wait())
 
-    def background(self, work: Coroutine[Any, Any, None]) -> None:
+    def background(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Runs work in a task of its own that close() cancels, as the Go
-        client's Close stops its background work."""
+        client's Close stops its background work. Its error counts as seen:
+        a caller that wants it awaits the task."""
         t = asyncio.get_running_loop().create_task(work, name="leasehq-lease-background")
         self._lingering.add(t)
         t.add_done_callback(self._lingering.discard)
+        t.add_done_callback(_seen)
+        return t
 
     async def _answer(self, r: asyncio.StreamReader) -> _Answer:
         status, headers = await _read_head(r)
@@ -489,6 +499,7 @@ class AsyncHold(HoldBase):
         self._scope: asyncio.Task[Any] | None = None
         self._cancelled = False
         self._cancelling = 0  # the scope's cancel requests pending when the block began
+        self._sending: asyncio.Task[_Answer] | None = None  # the release request, once sent
         self.lost: asyncio.Event = _LossEvent(self)
         """Set when the lease may be gone."""
         self._arm()
@@ -519,9 +530,38 @@ class AsyncHold(HoldBase):
     async def release(self) -> None:
         """As Hold.release: stops renewal, marks the hold released and releases
         the lease on the server; raises the LeaseLostError, sending nothing,
-        if it had been lost. Calling it again does nothing."""
+        if it had been lost. Calling it again does nothing. Calls from several
+        tasks at once send one release: the first says what happened, and the
+        others return once it has ended. A caller cancelled meanwhile is
+        cancelled at once, and the release goes on in a task of its own (within
+        the bounds of a release; the client's close() ends it), rather than
+        leave the lease held, renewed by nobody, until its TTL."""
         if self._released:
+            sending = self._sending
+            if sending is not None and not sending.done():
+                # Waited for, not awaited: a cancellation of this caller
+                # leaves the first's release alone.
+                await asyncio.wait((sending,))
             return
+        task = asyncio.current_task()
+        before = task.cancelling() if task is not None else 0
+        sending = self._start_release()
+        try:
+            await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            if sending.cancelled() and task is not None and task.cancelling() <= before:
+                # Not this caller's cancellation: the client's close() ended
+                # the release on its way.
+                raise UnavailableError(
+                    f"lease: release {json.dumps(self.key)} (token {self.token}): the client was closed before it was answered"
+                ) from None
+            raise
+
+    def _start_release(self) -> asyncio.Task[_Answer]:
+        """release()'s first half, which no cancellation can cut: marks the hold
+        released, stops its renewal and starts the release request in a task
+        of its own; raises the LeaseLostError, sending nothing, if it had been
+        lost."""
         self._released = True
         self._judge()
         s = self._state
@@ -533,10 +573,25 @@ class AsyncHold(HoldBase):
         self._renewer.holds.discard(self)
         if lost is not None:
             raise lost  # as Hold.release: too late to matter
-        await self._renewer.transport.request(
-            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True,
-            timeout=RELEASE_TIMEOUT, until=release_until(s),
+        t = self._renewer.transport
+        self._sending = t.background(
+            t.request(
+                "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True,
+                timeout=RELEASE_TIMEOUT, until=release_until(s),
+            )
         )
+        return self._sending
+
+    def _give_back(self) -> None:
+        """Releases a hold that never reached its caller (an Elector's or a
+        Semaphore's acquire cancelled after the grant), in a task of its own:
+        left alone, the client renewed it for as long as it ran."""
+        if self._released:
+            return
+        try:
+            self._start_release()
+        except LeaseError:
+            pass  # lost already: nothing to give back
 
     async def __aenter__(self) -> Self:
         self._scope = asyncio.current_task()
