@@ -239,3 +239,91 @@ def test_an_on_new_leader_that_raises_is_logged_and_told_the_next_leader(server:
     assert len(logged) == len(heard), [r.getMessage() for r in logged]
     assert all(r.exc_info is not None and isinstance(r.exc_info[1], RuntimeError) for r in logged)
     assert "on_new_leader" in logged[0].getMessage() and key in logged[0].getMessage()
+
+
+@pytest.mark.parametrize("where", ["campaign", "slot", "turn-released"])
+def test_an_interruption_between_a_grant_and_its_wrap_gives_it_back(server: Server, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    # An interruption of the thread (KeyboardInterrupt, a signal handler's
+    # exception, raised wherever the thread is) after the client's acquire
+    # returned the Hold and before the Elector or the Semaphore returned
+    # its Term or Slot (making it, or releasing the semaphore's turn on the
+    # way out): the Hold reached nobody, and the client renewed it for as
+    # long as the process ran. It is now given back, as the plain acquire
+    # gives back a grant that crossed an interruption.
+    from leasehq_lease import _election
+
+    class Interrupted(Exception):
+        pass
+
+    direct = LeaseClient(server.url)
+    c = LeaseClient(server.url)
+    name = unique("interrupted-wrap")
+    if where == "campaign":
+        key = name
+
+        def term(self: object, *args: object) -> None:
+            raise Interrupted()
+
+        monkeypatch.setattr(_election.Term, "__init__", term)
+        call: Callable[[], object] = lambda: Elector(c, 60.0).campaign(key, "me")
+    else:
+        key = name + "/slots/0"
+        sem = Semaphore(c, name, 1, 60.0)
+        if where == "slot":
+            def slot(self: object, *args: object) -> None:
+                raise Interrupted()
+
+            monkeypatch.setattr(_election.Slot, "__init__", slot)
+        else:
+            t = c._transport
+            real = t.request
+
+            def request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+                a = real(method, path, *args, **kwargs)
+                if path.endswith("%2Fqueue/release"):
+                    raise Interrupted()  # as the answer came
+                return a
+
+            monkeypatch.setattr(t, "request", request)
+        call = sem.acquire
+    with pytest.raises(Interrupted):
+        call()
+    monkeypatch.undo()
+    wait_for(f"{key} to be given back", lambda: direct.get(key) is None, timeout=10.0)
+    c.close()
+    direct.close()
+
+
+def test_a_semaphore_acquire_cancelled_as_its_turn_ends_gives_the_slot_back(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # AsyncSemaphore.acquire took a slot, and on its way out released its
+    # turn (NAME/queue) and closed its watch: a cancellation there ended it
+    # with the slot held by nobody, renewed by the client for as long as
+    # it ran. The slot is now given back.
+    from leasehq_lease import AsyncSemaphore
+
+    name = unique("cancelled-turn")
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            t = c._transport
+            real = t.request
+            releasing = asyncio.Event()
+
+            async def request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+                if path.endswith("%2Fqueue/release"):
+                    releasing.set()
+                return await real(method, path, *args, **kwargs)
+
+            monkeypatch.setattr(t, "request", request)
+            acquiring = asyncio.get_running_loop().create_task(AsyncSemaphore(c, name, 1, 60.0).acquire())
+            await releasing.wait()
+            acquiring.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await acquiring
+            async with asyncio.timeout(10):
+                while await c.get(name + "/slots/0") is not None:
+                    await asyncio.sleep(0.01)
+                while await c.get(name + "/queue") is not None:
+                    await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -1188,29 +1188,40 @@ class AsyncSemaphore(SemaphoreBase):
         then, at the head of the line, tries the slots whenever the watch says
         one freed. Cancel it (asyncio.timeout) to stop waiting; the turn's
         loss ends it with LeaseLostError."""
-        async with self.client.acquire(self.queue_key, self.ttl):
-            try:
-                # Watched again after a break (told by a reset, then a new
-                # picture and its synced), as Go's semaphore follows it: a
-                # break ended the wait with UnavailableError.
-                w = self.client.watch(self.name + "/slots/")
+        got: list[AsyncSlot] = []  # the slot taken, until the caller has it
+        try:
+            async with self.client.acquire(self.queue_key, self.ttl):
                 try:
-                    async for ev in w:
-                        if ev.kind in (EVENT_SYNCED, "released", "expired"):
-                            slot, _ = await self._try_all()
-                            if slot is not None:
-                                return slot
-                finally:
-                    await w.aclose()
-            except UnsupportedError:
-                pass
-            pause = POLL_FIRST
-            while True:
-                slot, soonest = await self._try_all()
-                if slot is not None:
-                    return slot
-                await asyncio.sleep(min(jittered(pause), soonest))
-                pause = min(pause * 2, POLL_MAX)
+                    # Watched again after a break (told by a reset, then a new
+                    # picture and its synced), as Go's semaphore follows it: a
+                    # break ended the wait with UnavailableError.
+                    w = self.client.watch(self.name + "/slots/")
+                    try:
+                        async for ev in w:
+                            if ev.kind in (EVENT_SYNCED, "released", "expired"):
+                                slot, _ = await self._try_all()
+                                if slot is not None:
+                                    got.append(slot)
+                                    return slot
+                    finally:
+                        await w.aclose()
+                except UnsupportedError:
+                    pass
+                pause = POLL_FIRST
+                while True:
+                    slot, soonest = await self._try_all()
+                    if slot is not None:
+                        got.append(slot)
+                        return slot
+                    await asyncio.sleep(min(jittered(pause), soonest))
+                    pause = min(pause * 2, POLL_MAX)
+        except BaseException:
+            # Cancelled on the way out (the watch's close, the turn's
+            # release): the slot reached nobody, and was renewed for as
+            # long as the client ran.
+            for slot in got:
+                slot._give_back()
+            raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def holders(self) -> list[Lease]:

@@ -239,6 +239,22 @@ class Hold(HoldBase):
                 repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
             )
 
+    def _give_back(self) -> None:
+        """Releases a hold that never reached its caller (an Elector's or a
+        Semaphore's acquire interrupted after the grant: KeyboardInterrupt, a
+        signal handler's exception), in a thread of its own, as a grant that
+        crossed an interruption is given back (_http.Late): left alone, the
+        renewer kept it for as long as the process ran."""
+        from ._http import background  # imported by the client that made the hold
+
+        def release() -> None:
+            try:
+                self.release()
+            except LeaseError:
+                pass  # lost, or the release failed: it expires at its TTL, renewed by nobody
+
+        background(release)
+
     def __enter__(self) -> Hold:
         return self
 
