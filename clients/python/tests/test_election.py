@@ -7,11 +7,12 @@ import contextlib
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from leasehq_lease import AsyncElector, AsyncLeaseClient, Elector, HeldError, Leader, LeaseClient, Semaphore
+from leasehq_lease import AsyncElector, AsyncLeaseClient, Elector, HeldError, Leader, LeaseClient, LeaseError, Semaphore
 
 from conftest import Proxy, Server, StartServer, unique, wait_for
 
@@ -327,3 +328,53 @@ def test_a_semaphore_acquire_cancelled_as_its_turn_ends_gives_the_slot_back(serv
                     await asyncio.sleep(0.01)
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_an_observation_ended_by_a_refusal_tells_no_leader_and_is_logged(
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # AsyncElector.run's observation ended by an error observing again
+    # cannot mend (here the token's prefixes changed under it: 403) ended
+    # its task silently: on_new_leader was never told again, and went on
+    # believing in the last leader past its term, and nothing said why.
+    # As Go's OnNewLeader, it is now told "no leader known" (a zero
+    # Leader) last, and the error is logged under the package's logger.
+    import signal
+
+    from leasehq_lease import ForbiddenError
+
+    tok = "t0ken-for-the-runner-0123456789"
+    s = start_server(tokens=[f"{tok} *"])
+    key = unique("refused-observation")
+    heard: list[Leader] = []
+
+    async def main() -> None:
+        async with AsyncLeaseClient(s.url, token=tok) as c:
+            e = AsyncElector(c, 2.0)
+
+            async def lead(term: object) -> None:
+                await asyncio.sleep(3600)  # until cancelled
+
+            running = asyncio.get_running_loop().create_task(e.run(key, "me", lead, on_new_leader=heard.append))
+            async with asyncio.timeout(10):
+                while not heard or heard[-1].value != "me":
+                    await asyncio.sleep(0.005)
+            tokens = tmp_path / "tokens-0"
+            tokens.write_text(f"{tok} elsewhere/\n")
+            s.proc.send_signal(signal.SIGHUP)
+            try:
+                async with asyncio.timeout(10):
+                    while heard[-1].value is not None:
+                        await asyncio.sleep(0.005)
+            finally:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError, LeaseError):
+                    await running
+
+    with caplog.at_level(logging.ERROR, logger="leasehq_lease"):
+        asyncio.run(asyncio.wait_for(main(), 30))
+    # The picture may show no leader before the runner's term, or not.
+    assert [l.value for l in heard if l.value is not None] == ["me"] and heard[-1] == Leader(key), heard
+    logged = [r for r in caplog.records if r.name == "leasehq_lease"]
+    assert len(logged) == 1 and logged[0].exc_info is not None and isinstance(logged[0].exc_info[1], ForbiddenError), logged
+    assert key in logged[0].getMessage()

@@ -1114,20 +1114,37 @@ class AsyncElector:
         caller cancels run. on_new_leader hears every leader observed meanwhile,
         this one's included; an exception it raises is logged (the
         "leasehq_lease" logger, with its traceback), and the next leader is
-        told all the same."""
+        told all the same. If observing ends with an error observing again
+        cannot mend (a refused credential, the server's limit of watchers
+        reached), as Go's OnNewLeader it is told "no leader known" (a zero
+        Leader) last, if it was told of a leader, and hears no more; the
+        error is logged, and run goes on."""
         watcher: asyncio.Task[None] | None = None
         if on_new_leader is not None:
             tell_one = on_new_leader
 
+            def told(leader: Leader) -> None:
+                try:
+                    tell_one(leader)
+                except Exception:
+                    # Not the run's to end, nor the observing's: it
+                    # ended both silently (the exception was kept by a
+                    # task nobody asked), and no later leader was told.
+                    logger.exception("lease: election %s: on_new_leader(%r) raised; the next leader is told all the same", json.dumps(key), leader)
+
             async def tell() -> None:
-                async for leader in self.observe(key):
-                    try:
-                        tell_one(leader)
-                    except Exception:
-                        # Not the run's to end, nor the observing's: it
-                        # ended both silently (the exception was kept by a
-                        # task nobody asked), and no later leader was told.
-                        logger.exception("lease: election %s: on_new_leader(%r) raised; the next leader is told all the same", json.dumps(key), leader)
+                last = Leader(key)
+                try:
+                    async for leader in self.observe(key):
+                        told(leader)
+                        last = leader
+                except LeaseError:
+                    # The task ended with it, which nobody asked: on_new_leader
+                    # believed in the last leader past its term, and nothing
+                    # said why.
+                    logger.exception("lease: election %s: observing ended; on_new_leader is told no leader from here on", json.dumps(key))
+                    if last.token != 0:
+                        told(Leader(key))
 
             watcher = asyncio.get_running_loop().create_task(tell())
         try:
