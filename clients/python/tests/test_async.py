@@ -520,7 +520,7 @@ def test_two_tasks_releasing_one_hold_send_one_release(server: Server, monkeypat
                 await asyncio.sleep(0)
             assert not second.done(), "the second release returned before the first had ended"
             go.set()
-            assert await second is None
+            await second
             assert first.done() and first.result() is None
             assert await c.get(key) is None
             assert sent == [f"/v1/leases/{key}/release"]

@@ -821,6 +821,47 @@ def test_an_observation_closed_behind_its_watch_ends_its_reader() -> None:
         c.close()
 
 
+def test_an_observation_closed_while_its_reader_waits_hangs_up() -> None:
+    # The flake of the test above under -X dev in the full suite: a reader
+    # slower to fill the queue was still reading when the observation was
+    # closed. Watch.close() then closed the connection object, which an
+    # answer read to the close had already let go of (its sock None), and
+    # could not close the iteration running in the reader: the socket stayed
+    # open, the reader blocked in it, until the stream's silence broke it
+    # (3 heartbeats, 30 s here) or the garbage collector came. The socket is
+    # now shut down, which ends the read at once. Here the stream is quiet
+    # after its picture, so that the reader is surely in its read.
+    from leasehq_lease import Elector
+
+    lease = b'{"key":"k","owner":"o","token":1,"ttl_ms":60000,"expires_at":"2099-01-01T00:00:00Z"}'
+    hung_up = threading.Event()
+
+    def quiet(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 10000\r\n\r\n")
+        c.sendall(b"event: held\ndata: " + lease + b"\n\nevent: synced\ndata: {}\n\n")
+        try:
+            while c.recv(65536):
+                pass
+        except OSError:
+            pass
+        hung_up.set()
+
+    srv = RawServer(quiet)
+    c = LeaseClient(srv.url)
+    before = set(threading.enumerate())
+    gc.disable()  # what the garbage collector would close is not closed
+    try:
+        obs = Elector(c).observe("k")
+        assert next(obs).value == "o"
+        obs.close()
+        assert hung_up.wait(3), "the closed observation's connection is still open"
+        wait_for("the observation's reader to end", lambda: not set(threading.enumerate()) - before, timeout=3.0)
+    finally:
+        gc.enable()
+        srv.close()
+        c.close()
+
+
 def test_a_closed_async_client_leaves_no_task_behind() -> None:
     # A cancelled wait's connection lingers in a task of its own, to read
     # the answer that may cross the hang-up; close() cancelled such tasks

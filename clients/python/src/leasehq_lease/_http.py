@@ -343,9 +343,11 @@ class Transport:
         assert a is not None
         return a
 
-    def stream(self, path: str, timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, int]:
+    def stream(self, path: str, timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, socket.socket, int]:
         """Opens an event stream on a connection of its own (never pooled), by
-        the same rules; every failure to open it is repeatable."""
+        the same rules; every failure to open it is repeatable. The socket is
+        returned too: an answer without a length (read to the close) takes it
+        from the connection, whose sock is None from then on."""
         plan = Plan(len(self.endpoints.all), True)
         headers = dict(self.get_headers, Accept="text/event-stream")
         while True:
@@ -354,6 +356,7 @@ class Transport:
             err: LeaseError | None = None
             try:
                 c = self.connect(i, timeout)
+                sock = c.sock
                 r: http.client.HTTPResponse | None = None
                 try:
                     c.request("GET", ep.path + path, None, headers)
@@ -373,7 +376,7 @@ class Transport:
                 time.sleep(pause)
                 continue
             if r.status == 200:
-                return c, r, i
+                return c, r, sock, i
             try:
                 body = _read(r)
             except (OSError, http.client.HTTPException):
