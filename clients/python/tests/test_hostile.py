@@ -975,3 +975,77 @@ def test_a_closed_client_pools_no_connection_of_a_release_after() -> None:
         wait_for("the closed client to hang up its connections", lambda: len(hung_up) == len(answered) > 0, timeout=5.0)
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("late", ["head", "body"])
+def test_an_answer_past_the_request_s_timeout_is_a_timeout(raw: Callable[[Answer], RawServer], late: str) -> None:
+    # The sync client bounds a request with the kernel's timeouts
+    # (SO_RCVTIMEO), whose expiry (EAGAIN) Python's socket file takes for a
+    # non-blocking socket's "nothing yet": http.client read an answer whose
+    # head came too late as the server's close (RemoteDisconnected: a
+    # release past its bound under the test proxy's slow mode said the
+    # server hung up), and one whose body came too late raised TypeError
+    # out of get(). Both are now a timeout, an answer lost.
+    done = threading.Event()
+
+    def answer(c: socket.socket) -> None:
+        if late == "body":
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(LEASE))
+        done.wait(10)
+
+    s = raw(answer)
+    try:
+        with LeaseClient(s.url, timeout=0.2) as c:
+            with pytest.raises(UnavailableError) as e:
+                c.get("k")
+    finally:
+        done.set()
+    assert isinstance(e.value.__cause__, TimeoutError), repr(e.value.__cause__)
+
+
+def test_a_renewal_whose_answer_comes_too_late_leaves_the_renewer_running() -> None:
+    # A renewal whose answer's body came past its timeout raised TypeError
+    # (above) in the renewer thread, which died with it: that hold was
+    # lost at its deadline, as it must be, but so was every hold the client
+    # took after, renewed by nobody.
+    import json
+
+    batches: list[float] = []
+
+    class Handler(Quiet):
+        def do_POST(self) -> None:
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path.endswith("/acquire"):
+                key = self.path.split("/")[3]
+                out = '{"key":"%s","owner":"o","token":7,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}' % (
+                    key, "a" * 32, req["ttl_ms"])
+            elif self.path == "/v1/renew":
+                batches.append(time.monotonic())
+                out = '{"results":[%s]}' % ",".join(
+                    '{"lease":{"key":"%s","owner":"o","token":%d,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}}'
+                    % (r["key"], r["token"], r["id"], r["ttl_ms"]) for r in req["renewals"])
+            else:
+                out = "{}"
+            b = out.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(b)))
+            self.end_headers()
+            if self.path == "/v1/renew" and len(batches) == 1:
+                time.sleep(2.0)  # real time: the body comes past the renewal's bound (the hold's deadline)
+            try:
+                self.wfile.write(b)
+            except OSError:
+                pass
+
+    srv = HandlerServer(Handler)
+    try:
+        with LeaseClient(srv.url) as c:
+            first = c.try_acquire("first", 1.5)
+            assert first.lost.wait(5), "the first hold was renewed past its late answer"
+            second = c.try_acquire("second", 1.5)
+            wait_for("the second hold to be renewed twice", lambda: len(batches) >= 3 or not second.held, timeout=5.0)
+            second.check()
+            second.release()
+    finally:
+        srv.close()
