@@ -378,3 +378,52 @@ def test_an_observation_ended_by_a_refusal_tells_no_leader_and_is_logged(
     logged = [r for r in caplog.records if r.name == "leasehq_lease"]
     assert len(logged) == 1 and logged[0].exc_info is not None and isinstance(logged[0].exc_info[1], ForbiddenError), logged
     assert key in logged[0].getMessage()
+
+
+def test_a_semaphore_acquire_cancelled_at_any_await_leaves_nothing_held(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Red team: AsyncSemaphore.acquire cancelled at its 1st, 2nd, ... bounded
+    # await (every _within: connections, answers, the watch's reads), until
+    # one run ends with no await left to cancel. Each ends with
+    # CancelledError, or its slot, and leaves no slot nor turn held: a
+    # cancellation at the turn's release left the slot held, renewed by the
+    # client (2 of 8 awaits on main).
+    from leasehq_lease import AsyncSemaphore
+    from leasehq_lease import _aio
+
+    state: dict[str, Any] = {"task": None, "n": 0, "at": 0}
+    within = _aio._within
+
+    async def counted(aw: Any, timeout: float | None) -> Any:
+        t = asyncio.current_task()
+        if t is not None and t is state["task"]:
+            state["n"] += 1
+            if state["n"] == state["at"]:
+                t.cancel()
+        return await within(aw, timeout)
+
+    monkeypatch.setattr(_aio, "_within", counted)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            for at in range(1, 100):
+                name = unique("cancelled-anywhere")
+                state.update(n=0, at=at)
+                t = asyncio.get_running_loop().create_task(AsyncSemaphore(c, name, 2, 60.0).acquire())
+                state["task"] = t
+                try:
+                    slot = await t
+                except asyncio.CancelledError:
+                    slot = None
+                state["task"] = None
+                if slot is not None:
+                    assert state["n"] < at, f"cancelled at await {at}, and acquire returned its slot"
+                    await slot.release()
+                async with asyncio.timeout(5):
+                    for key in (name + "/slots/0", name + "/slots/1", name + "/queue"):
+                        while await c.get(key) is not None:
+                            await asyncio.sleep(0.01)
+                if slot is not None:
+                    return
+            raise AssertionError("acquire never ended uncancelled")
+
+    asyncio.run(asyncio.wait_for(main(), 60))
