@@ -413,6 +413,18 @@ class Renewer:
                 for h in batch:
                     h._state.retry_soon(now)
             return
+        except Exception:
+            # Not an answer's: a bug, here or below (http.client raised a
+            # TypeError for a late body). It ended the thread, which the
+            # client still counted running: no hold of it was renewed again.
+            import logging
+
+            logging.getLogger("leasehq_lease").exception("lease: renew: an unexpected error; the renewals are retried")
+            now = time.monotonic()
+            with self._cond:
+                for h in batch:
+                    h._state.retry_soon(now)
+            return
         now = time.monotonic()
         for h, g, r in zip(batch, granted, results):
             s = h._state
