@@ -792,3 +792,36 @@ def test_an_unexpected_error_in_a_renewal_leaves_the_renewer_running(
                 renewed_past(h, past_first_ttl(h))
     logged = [r for r in caplog.records if r.name == "leasehq_lease"]
     assert len(logged) == 1 and logged[0].exc_info is not None and isinstance(logged[0].exc_info[1], RuntimeError), logged
+
+
+def test_a_release_interrupted_in_its_thread_is_sent_again(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A release interrupted in its thread (KeyboardInterrupt at the end of
+    # a with block, a signal handler's exception) marked the hold released
+    # and stopped its renewal, but its request was cut: the lease stayed
+    # held, renewed by nobody, until its TTL (60 s here). It is now sent
+    # again in a thread of its own, and the interruption still ends the call.
+    class Interrupted(Exception):
+        pass
+
+    direct = LeaseClient(server.url)
+    c = LeaseClient(server.url)
+    key = unique("interrupted-release")
+    h = c.acquire(key, 60.0)
+    t = c._transport
+    real = t.request
+    cut: list[str] = []
+
+    def request(method: str, path: str, *args: object, **kwargs: object) -> object:
+        if path.endswith("/release") and not cut:
+            cut.append(path)
+            raise Interrupted()  # as a signal handler's, before the request went out
+        return real(method, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(t, "request", request)
+    with pytest.raises(Interrupted):
+        h.release()
+    assert cut and not h.held
+    wait_for("the release to be sent again", lambda: direct.get(key) is None, timeout=10.0)
+    h.release()  # again: nothing more to do
+    c.close()
+    direct.close()

@@ -222,7 +222,7 @@ class _Transport:
         self._idle: list[list[tuple[_Conn, float]]] = [[] for _ in endpoints.all]
         auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
         self._head = [f"Host: {e.host_header}\r\n{auth}".encode("latin-1") for e in endpoints.all]
-        self._lingering: set[asyncio.Task[Any]] = set()  # background(): given-up waits, leases given back
+        self._lingering: set[asyncio.Task[Any]] = set()  # background(): given-up waits, leases given back, releases
 
     async def close(self) -> None:
         lingering = list(self._lingering)

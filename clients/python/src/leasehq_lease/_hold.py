@@ -234,10 +234,33 @@ class Hold(HoldBase):
                 # The server lets it go within the drift margin of the deadline
                 # (or has already): a release would arrive too late to matter.
                 raise lost
-            self._renewer.transport.request(
-                "POST", key_path(self.key, "release"), release_body(self._state.granted),
-                repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
-            )
+            try:
+                self._send_release()
+            except LeaseError:
+                raise
+            except BaseException:
+                # Interrupted in this thread (KeyboardInterrupt, a signal
+                # handler's exception): the release was cut, and the lease
+                # stayed held, renewed by nobody, until its TTL. It is sent
+                # again in a thread of its own, as a grant that crossed an
+                # interruption is given back (_http.Late), and the
+                # interruption goes on at once.
+                from ._http import background  # imported by the client that made the hold
+
+                def again() -> None:
+                    try:
+                        self._send_release()
+                    except LeaseError:
+                        pass  # it expires at its TTL
+
+                background(again)
+                raise
+
+    def _send_release(self) -> None:
+        self._renewer.transport.request(
+            "POST", key_path(self.key, "release"), release_body(self._state.granted),
+            repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
+        )
 
     def _give_back(self) -> None:
         """Releases a hold that never reached its caller (an Elector's or a
