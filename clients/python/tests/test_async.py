@@ -487,3 +487,44 @@ def test_a_waiting_semaphore_outlives_a_watch_break(server: Server, proxy_to: Ca
             await slot.release()
 
     run(main())
+
+
+def test_two_tasks_releasing_one_hold_send_one_release(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # AsyncHold.release() from two tasks at once: the second returned at
+    # once, the first's release still on its way, so that its caller went
+    # on while the server held the lease. The second now returns once the
+    # first's release has ended, and only the first sends one (as the sync
+    # Hold's since session 22).
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            key = unique("release-twice")
+            h = await c.acquire(key, 60.0)
+            t = c._transport
+            real = t.request
+            sent: list[str] = []
+
+            async def request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+                if path.endswith("/release"):
+                    sent.append(path)
+                    await go.wait()
+                return await real(method, path, *args, **kwargs)
+
+            go = asyncio.Event()
+            monkeypatch.setattr(t, "request", request)
+            first = asyncio.get_running_loop().create_task(h.release())
+            for _ in range(5):
+                await asyncio.sleep(0)  # the first is on its way
+            assert sent, "the first release was not sent"
+            second = asyncio.get_running_loop().create_task(h.release())
+            for _ in range(5):  # steps enough for a second that need not wait
+                await asyncio.sleep(0)
+            assert not second.done(), "the second release returned before the first had ended"
+            go.set()
+            await second
+            assert first.done() and first.result() is None
+            assert await c.get(key) is None
+            assert sent == [f"/v1/leases/{key}/release"]
+            with pytest.raises(LeaseReleasedError):
+                h.check()
+
+    run(main())

@@ -7,11 +7,12 @@ import contextlib
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from leasehq_lease import AsyncElector, AsyncLeaseClient, Elector, HeldError, Leader, LeaseClient, Semaphore
+from leasehq_lease import AsyncElector, AsyncLeaseClient, Elector, HeldError, Leader, LeaseClient, LeaseError, Semaphore
 
 from conftest import Proxy, Server, StartServer, unique, wait_for
 
@@ -239,3 +240,190 @@ def test_an_on_new_leader_that_raises_is_logged_and_told_the_next_leader(server:
     assert len(logged) == len(heard), [r.getMessage() for r in logged]
     assert all(r.exc_info is not None and isinstance(r.exc_info[1], RuntimeError) for r in logged)
     assert "on_new_leader" in logged[0].getMessage() and key in logged[0].getMessage()
+
+
+@pytest.mark.parametrize("where", ["campaign", "slot", "turn-released"])
+def test_an_interruption_between_a_grant_and_its_wrap_gives_it_back(server: Server, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    # An interruption of the thread (KeyboardInterrupt, a signal handler's
+    # exception, raised wherever the thread is) after the client's acquire
+    # returned the Hold and before the Elector or the Semaphore returned
+    # its Term or Slot (making it, or releasing the semaphore's turn on the
+    # way out): the Hold reached nobody, and the client renewed it for as
+    # long as the process ran. It is now given back, as the plain acquire
+    # gives back a grant that crossed an interruption.
+    from leasehq_lease import _election
+
+    class Interrupted(Exception):
+        pass
+
+    direct = LeaseClient(server.url)
+    c = LeaseClient(server.url)
+    name = unique("interrupted-wrap")
+    if where == "campaign":
+        key = name
+
+        def term(self: object, *args: object) -> None:
+            raise Interrupted()
+
+        monkeypatch.setattr(_election.Term, "__init__", term)
+        call: Callable[[], object] = lambda: Elector(c, 60.0).campaign(key, "me")
+    else:
+        key = name + "/slots/0"
+        sem = Semaphore(c, name, 1, 60.0)
+        if where == "slot":
+            def slot(self: object, *args: object) -> None:
+                raise Interrupted()
+
+            monkeypatch.setattr(_election.Slot, "__init__", slot)
+        else:
+            t = c._transport
+            real = t.request
+
+            def request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+                a = real(method, path, *args, **kwargs)
+                if path.endswith("%2Fqueue/release"):
+                    raise Interrupted()  # as the answer came
+                return a
+
+            monkeypatch.setattr(t, "request", request)
+        call = sem.acquire
+    with pytest.raises(Interrupted):
+        call()
+    monkeypatch.undo()
+    wait_for(f"{key} to be given back", lambda: direct.get(key) is None, timeout=10.0)
+    c.close()
+    direct.close()
+
+
+def test_a_semaphore_acquire_cancelled_as_its_turn_ends_gives_the_slot_back(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # AsyncSemaphore.acquire took a slot, and on its way out released its
+    # turn (NAME/queue) and closed its watch: a cancellation there ended it
+    # with the slot held by nobody, renewed by the client for as long as
+    # it ran. The slot is now given back.
+    from leasehq_lease import AsyncSemaphore
+
+    name = unique("cancelled-turn")
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            t = c._transport
+            real = t.request
+            releasing = asyncio.Event()
+
+            async def request(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+                if path.endswith("%2Fqueue/release"):
+                    releasing.set()
+                return await real(method, path, *args, **kwargs)
+
+            monkeypatch.setattr(t, "request", request)
+            acquiring = asyncio.get_running_loop().create_task(AsyncSemaphore(c, name, 1, 60.0).acquire())
+            await releasing.wait()
+            acquiring.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await acquiring
+            async with asyncio.timeout(10):
+                while await c.get(name + "/slots/0") is not None:
+                    await asyncio.sleep(0.01)
+                while await c.get(name + "/queue") is not None:
+                    await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_an_observation_ended_by_a_refusal_tells_no_leader_and_is_logged(
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # AsyncElector.run's observation ended by an error observing again
+    # cannot mend (here the token's prefixes changed under it: 403) ended
+    # its task silently: on_new_leader was never told again, and went on
+    # believing in the last leader past its term, and nothing said why.
+    # As Go's OnNewLeader, it is now told "no leader known" (a zero
+    # Leader) last, and the error is logged under the package's logger.
+    import signal
+
+    from leasehq_lease import ForbiddenError
+
+    tok = "t0ken-for-the-runner-0123456789"
+    s = start_server(tokens=[f"{tok} *"])
+    key = unique("refused-observation")
+    heard: list[Leader] = []
+
+    async def main() -> None:
+        async with AsyncLeaseClient(s.url, token=tok) as c:
+            e = AsyncElector(c, 2.0)
+
+            async def lead(term: object) -> None:
+                await asyncio.sleep(3600)  # until cancelled
+
+            running = asyncio.get_running_loop().create_task(e.run(key, "me", lead, on_new_leader=heard.append))
+            async with asyncio.timeout(10):
+                while not heard or heard[-1].value != "me":
+                    await asyncio.sleep(0.005)
+            tokens = tmp_path / "tokens-0"
+            tokens.write_text(f"{tok} elsewhere/\n")
+            s.proc.send_signal(signal.SIGHUP)
+            try:
+                async with asyncio.timeout(10):
+                    while heard[-1].value is not None:
+                        await asyncio.sleep(0.005)
+            finally:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError, LeaseError):
+                    await running
+
+    with caplog.at_level(logging.ERROR, logger="leasehq_lease"):
+        asyncio.run(asyncio.wait_for(main(), 30))
+    # The picture may show no leader before the runner's term, or not.
+    assert [l.value for l in heard if l.value is not None] == ["me"] and heard[-1] == Leader(key), heard
+    logged = [r for r in caplog.records if r.name == "leasehq_lease"]
+    assert len(logged) == 1 and logged[0].exc_info is not None and isinstance(logged[0].exc_info[1], ForbiddenError), logged
+    assert key in logged[0].getMessage()
+
+
+def test_a_semaphore_acquire_cancelled_at_any_await_leaves_nothing_held(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Red team: AsyncSemaphore.acquire cancelled at its 1st, 2nd, ... bounded
+    # await (every _within: connections, answers, the watch's reads), until
+    # one run ends with no await left to cancel. Each ends with
+    # CancelledError, or its slot, and leaves no slot nor turn held: a
+    # cancellation at the turn's release left the slot held, renewed by the
+    # client (2 of 8 awaits on main).
+    from leasehq_lease import AsyncSemaphore
+    from leasehq_lease import _aio
+
+    state: dict[str, Any] = {"task": None, "n": 0, "at": 0}
+    within = _aio._within
+
+    async def counted(aw: Any, timeout: float | None) -> Any:
+        t = asyncio.current_task()
+        if t is not None and t is state["task"]:
+            state["n"] += 1
+            if state["n"] == state["at"]:
+                t.cancel()
+        return await within(aw, timeout)
+
+    monkeypatch.setattr(_aio, "_within", counted)
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url) as c:
+            for at in range(1, 100):
+                name = unique("cancelled-anywhere")
+                state.update(n=0, at=at)
+                t = asyncio.get_running_loop().create_task(AsyncSemaphore(c, name, 2, 60.0).acquire())
+                state["task"] = t
+                try:
+                    slot = await t
+                except asyncio.CancelledError:
+                    slot = None
+                state["task"] = None
+                if slot is not None:
+                    assert state["n"] < at, f"cancelled at await {at}, and acquire returned its slot"
+                    await slot.release()
+                async with asyncio.timeout(5):
+                    for key in (name + "/slots/0", name + "/slots/1", name + "/queue"):
+                        while await c.get(key) is not None:
+                            await asyncio.sleep(0.01)
+                if slot is not None:
+                    return
+            raise AssertionError("acquire never ended uncancelled")
+
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -821,6 +821,47 @@ def test_an_observation_closed_behind_its_watch_ends_its_reader() -> None:
         c.close()
 
 
+def test_an_observation_closed_while_its_reader_waits_hangs_up() -> None:
+    # The flake of the test above under -X dev in the full suite: a reader
+    # slower to fill the queue was still reading when the observation was
+    # closed. Watch.close() then closed the connection object, which an
+    # answer read to the close had already let go of (its sock None), and
+    # could not close the iteration running in the reader: the socket stayed
+    # open, the reader blocked in it, until the stream's silence broke it
+    # (3 heartbeats, 30 s here) or the garbage collector came. The socket is
+    # now shut down, which ends the read at once. Here the stream is quiet
+    # after its picture, so that the reader is surely in its read.
+    from leasehq_lease import Elector
+
+    lease = b'{"key":"k","owner":"o","token":1,"ttl_ms":60000,"expires_at":"2099-01-01T00:00:00Z"}'
+    hung_up = threading.Event()
+
+    def quiet(c: socket.socket) -> None:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nLease-Heartbeat-Ms: 10000\r\n\r\n")
+        c.sendall(b"event: held\ndata: " + lease + b"\n\nevent: synced\ndata: {}\n\n")
+        try:
+            while c.recv(65536):
+                pass
+        except OSError:
+            pass
+        hung_up.set()
+
+    srv = RawServer(quiet)
+    c = LeaseClient(srv.url)
+    before = set(threading.enumerate())
+    gc.disable()  # what the garbage collector would close is not closed
+    try:
+        obs = Elector(c).observe("k")
+        assert next(obs).value == "o"
+        obs.close()
+        assert hung_up.wait(3), "the closed observation's connection is still open"
+        wait_for("the observation's reader to end", lambda: not set(threading.enumerate()) - before, timeout=3.0)
+    finally:
+        gc.enable()
+        srv.close()
+        c.close()
+
+
 def test_a_closed_async_client_leaves_no_task_behind() -> None:
     # A cancelled wait's connection lingers in a task of its own, to read
     # the answer that may cross the hang-up; close() cancelled such tasks
@@ -932,5 +973,79 @@ def test_a_closed_client_pools_no_connection_of_a_release_after() -> None:
         h.release()
         assert paths == ["/v1/leases/k/acquire", "/v1/leases/k/release"]
         wait_for("the closed client to hang up its connections", lambda: len(hung_up) == len(answered) > 0, timeout=5.0)
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("late", ["head", "body"])
+def test_an_answer_past_the_request_s_timeout_is_a_timeout(raw: Callable[[Answer], RawServer], late: str) -> None:
+    # The sync client bounds a request with the kernel's timeouts
+    # (SO_RCVTIMEO), whose expiry (EAGAIN) Python's socket file takes for a
+    # non-blocking socket's "nothing yet": http.client read an answer whose
+    # head came too late as the server's close (RemoteDisconnected: a
+    # release past its bound under the test proxy's slow mode said the
+    # server hung up), and one whose body came too late raised TypeError
+    # out of get(). Both are now a timeout, an answer lost.
+    done = threading.Event()
+
+    def answer(c: socket.socket) -> None:
+        if late == "body":
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(LEASE))
+        done.wait(10)
+
+    s = raw(answer)
+    try:
+        with LeaseClient(s.url, timeout=0.2) as c:
+            with pytest.raises(UnavailableError) as e:
+                c.get("k")
+    finally:
+        done.set()
+    assert isinstance(e.value.__cause__, TimeoutError), repr(e.value.__cause__)
+
+
+def test_a_renewal_whose_answer_comes_too_late_leaves_the_renewer_running() -> None:
+    # A renewal whose answer's body came past its timeout raised TypeError
+    # (above) in the renewer thread, which died with it: that hold was
+    # lost at its deadline, as it must be, but so was every hold the client
+    # took after, renewed by nobody.
+    import json
+
+    batches: list[float] = []
+
+    class Handler(Quiet):
+        def do_POST(self) -> None:
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path.endswith("/acquire"):
+                key = self.path.split("/")[3]
+                out = '{"key":"%s","owner":"o","token":7,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}' % (
+                    key, "a" * 32, req["ttl_ms"])
+            elif self.path == "/v1/renew":
+                batches.append(time.monotonic())
+                out = '{"results":[%s]}' % ",".join(
+                    '{"lease":{"key":"%s","owner":"o","token":%d,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}}'
+                    % (r["key"], r["token"], r["id"], r["ttl_ms"]) for r in req["renewals"])
+            else:
+                out = "{}"
+            b = out.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(b)))
+            self.end_headers()
+            if self.path == "/v1/renew" and len(batches) == 1:
+                time.sleep(2.0)  # real time: the body comes past the renewal's bound (the hold's deadline)
+            try:
+                self.wfile.write(b)
+            except OSError:
+                pass
+
+    srv = HandlerServer(Handler)
+    try:
+        with LeaseClient(srv.url) as c:
+            first = c.try_acquire("first", 1.5)
+            assert first.lost.wait(5), "the first hold was renewed past its late answer"
+            second = c.try_acquire("second", 1.5)
+            wait_for("the second hold to be renewed twice", lambda: len(batches) >= 3 or not second.held, timeout=5.0)
+            second.check()
+            second.release()
     finally:
         srv.close()

@@ -16,7 +16,7 @@ import pytest
 from leasehq_lease import AsyncLeaseClient, LeaseClient, TooManyWatchersError, UnavailableError, UnexpectedAnswerError, WatchEvent
 from leasehq_lease._events import EventStreamParser, Message
 
-from conftest import Proxy, Server, StartServer, unique
+from conftest import Proxy, Server, StartServer, unique, wait_for
 
 
 def test_parser_reads_chunks_cut_anywhere() -> None:
@@ -230,3 +230,28 @@ def test_a_429_after_a_stream_given_up_for_silence_is_a_break(
                         break
     assert kinds(evs) == ["synced", "reset", "held", "synced"], evs
     assert isinstance(evs[1].error, TooManyWatchersError), evs[1]
+
+
+def test_a_watch_closed_from_another_thread_ends_a_read_on_a_quiet_stream(start_server: StartServer) -> None:
+    # Watch.close() from another thread closed the connection object, but
+    # the socket stayed open under the read blocked in it (the answer's
+    # file keeps it; over keep-alive, closing the answer waited for that
+    # read): the reading thread, and the server's stream, went on until the
+    # next event or heartbeat came, or the stream's silence broke it (here
+    # 3 x 10 s). The socket is now shut down, which ends the read at once.
+    s = start_server(args=("--watch-heartbeat", "10s"))
+    watchers = s.metric("lease_watchers")
+    with LeaseClient(s.url) as c:
+        w = c.watch(unique("quiet") + "/")
+        got: list[object] = []
+        reading = threading.Thread(target=lambda: got.extend(w), daemon=True)
+        reading.start()
+        wait_for("the picture", lambda: kinds(got) == ["synced"])  # type: ignore[arg-type]
+        wait_for("the stream to be counted", lambda: s.metric("lease_watchers") > watchers)
+        time.sleep(0.1)  # real time: the reader is back in its read of the quiet stream
+        t0 = time.monotonic()
+        w.close()
+        assert time.monotonic() - t0 < 1.0, "close() waited for the read"
+        reading.join(2.0)
+        assert not reading.is_alive(), "the read went on after close()"
+        wait_for("the server to see the hang-up", lambda: s.metric("lease_watchers") <= watchers, timeout=2.0)

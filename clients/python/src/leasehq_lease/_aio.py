@@ -207,6 +207,13 @@ Late = Callable[["_Answer"], Awaitable[None]]
 """What to do with the answer to a request cancelled while it waited for it."""
 
 
+def _seen(t: asyncio.Task[Any]) -> None:
+    """Marks a background task's error seen (asyncio logs an unseen one when
+    the task is collected): it was the awaiter's to take, or nobody's."""
+    if not t.cancelled():
+        t.exception()
+
+
 class _Transport:
     def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
         self.endpoints = endpoints
@@ -215,7 +222,7 @@ class _Transport:
         self._idle: list[list[tuple[_Conn, float]]] = [[] for _ in endpoints.all]
         auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
         self._head = [f"Host: {e.host_header}\r\n{auth}".encode("latin-1") for e in endpoints.all]
-        self._lingering: set[asyncio.Task[None]] = set()  # background(): given-up waits, leases given back
+        self._lingering: set[asyncio.Task[Any]] = set()  # background(): given-up waits, leases given back, releases
 
     async def close(self) -> None:
         lingering = list(self._lingering)
@@ -331,12 +338,15 @@ class _Transport:
 
         self.background(wait())
 
-    def background(self, work: Coroutine[Any, Any, None]) -> None:
+    def background(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Runs work in a task of its own that close() cancels, as the Go
-        client's Close stops its background work."""
+        client's Close stops its background work. Its error counts as seen:
+        a caller that wants it awaits the task."""
         t = asyncio.get_running_loop().create_task(work, name="leasehq-lease-background")
         self._lingering.add(t)
         t.add_done_callback(self._lingering.discard)
+        t.add_done_callback(_seen)
+        return t
 
     async def _answer(self, r: asyncio.StreamReader) -> _Answer:
         status, headers = await _read_head(r)
@@ -489,6 +499,7 @@ class AsyncHold(HoldBase):
         self._scope: asyncio.Task[Any] | None = None
         self._cancelled = False
         self._cancelling = 0  # the scope's cancel requests pending when the block began
+        self._sending: asyncio.Task[_Answer] | None = None  # the release request, once sent
         self.lost: asyncio.Event = _LossEvent(self)
         """Set when the lease may be gone."""
         self._arm()
@@ -519,9 +530,38 @@ class AsyncHold(HoldBase):
     async def release(self) -> None:
         """As Hold.release: stops renewal, marks the hold released and releases
         the lease on the server; raises the LeaseLostError, sending nothing,
-        if it had been lost. Calling it again does nothing."""
+        if it had been lost. Calling it again does nothing. Calls from several
+        tasks at once send one release: the first says what happened, and the
+        others return once it has ended. A caller cancelled meanwhile is
+        cancelled at once, and the release goes on in a task of its own (within
+        the bounds of a release; the client's close() ends it), rather than
+        leave the lease held, renewed by nobody, until its TTL."""
         if self._released:
+            sending = self._sending
+            if sending is not None and not sending.done():
+                # Waited for, not awaited: a cancellation of this caller
+                # leaves the first's release alone.
+                await asyncio.wait((sending,))
             return
+        task = asyncio.current_task()
+        before = task.cancelling() if task is not None else 0
+        sending = self._start_release()
+        try:
+            await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            if sending.cancelled() and task is not None and task.cancelling() <= before:
+                # Not this caller's cancellation: the client's close() ended
+                # the release on its way.
+                raise UnavailableError(
+                    f"lease: release {json.dumps(self.key)} (token {self.token}): the client was closed before it was answered"
+                ) from None
+            raise
+
+    def _start_release(self) -> asyncio.Task[_Answer]:
+        """release()'s first half, which no cancellation can cut: marks the hold
+        released, stops its renewal and starts the release request in a task
+        of its own; raises the LeaseLostError, sending nothing, if it had been
+        lost."""
         self._released = True
         self._judge()
         s = self._state
@@ -533,10 +573,25 @@ class AsyncHold(HoldBase):
         self._renewer.holds.discard(self)
         if lost is not None:
             raise lost  # as Hold.release: too late to matter
-        await self._renewer.transport.request(
-            "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True,
-            timeout=RELEASE_TIMEOUT, until=release_until(s),
+        t = self._renewer.transport
+        self._sending = t.background(
+            t.request(
+                "POST", key_path(self.key, "release"), release_body(s.granted), repeatable=True,
+                timeout=RELEASE_TIMEOUT, until=release_until(s),
+            )
         )
+        return self._sending
+
+    def _give_back(self) -> None:
+        """Releases a hold that never reached its caller (an Elector's or a
+        Semaphore's acquire cancelled after the grant), in a task of its own:
+        left alone, the client renewed it for as long as it ran."""
+        if self._released:
+            return
+        try:
+            self._start_release()
+        except LeaseError:
+            pass  # lost already: nothing to give back
 
     async def __aenter__(self) -> Self:
         self._scope = asyncio.current_task()
@@ -1059,20 +1114,37 @@ class AsyncElector:
         caller cancels run. on_new_leader hears every leader observed meanwhile,
         this one's included; an exception it raises is logged (the
         "leasehq_lease" logger, with its traceback), and the next leader is
-        told all the same."""
+        told all the same. If observing ends with an error observing again
+        cannot mend (a refused credential, the server's limit of watchers
+        reached), as Go's OnNewLeader it is told "no leader known" (a zero
+        Leader) last, if it was told of a leader, and hears no more; the
+        error is logged, and run goes on."""
         watcher: asyncio.Task[None] | None = None
         if on_new_leader is not None:
             tell_one = on_new_leader
 
+            def told(leader: Leader) -> None:
+                try:
+                    tell_one(leader)
+                except Exception:
+                    # Not the run's to end, nor the observing's: it
+                    # ended both silently (the exception was kept by a
+                    # task nobody asked), and no later leader was told.
+                    logger.exception("lease: election %s: on_new_leader(%r) raised; the next leader is told all the same", json.dumps(key), leader)
+
             async def tell() -> None:
-                async for leader in self.observe(key):
-                    try:
-                        tell_one(leader)
-                    except Exception:
-                        # Not the run's to end, nor the observing's: it
-                        # ended both silently (the exception was kept by a
-                        # task nobody asked), and no later leader was told.
-                        logger.exception("lease: election %s: on_new_leader(%r) raised; the next leader is told all the same", json.dumps(key), leader)
+                last = Leader(key)
+                try:
+                    async for leader in self.observe(key):
+                        told(leader)
+                        last = leader
+                except LeaseError:
+                    # The task ended with it, which nobody asked: on_new_leader
+                    # believed in the last leader past its term, and nothing
+                    # said why.
+                    logger.exception("lease: election %s: observing ended; on_new_leader is told no leader from here on", json.dumps(key))
+                    if last.token != 0:
+                        told(Leader(key))
 
             watcher = asyncio.get_running_loop().create_task(tell())
         try:
@@ -1133,29 +1205,40 @@ class AsyncSemaphore(SemaphoreBase):
         then, at the head of the line, tries the slots whenever the watch says
         one freed. Cancel it (asyncio.timeout) to stop waiting; the turn's
         loss ends it with LeaseLostError."""
-        async with self.client.acquire(self.queue_key, self.ttl):
-            try:
-                # Watched again after a break (told by a reset, then a new
-                # picture and its synced), as Go's semaphore follows it: a
-                # break ended the wait with UnavailableError.
-                w = self.client.watch(self.name + "/slots/")
+        got: list[AsyncSlot] = []  # the slot taken, until the caller has it
+        try:
+            async with self.client.acquire(self.queue_key, self.ttl):
                 try:
-                    async for ev in w:
-                        if ev.kind in (EVENT_SYNCED, "released", "expired"):
-                            slot, _ = await self._try_all()
-                            if slot is not None:
-                                return slot
-                finally:
-                    await w.aclose()
-            except UnsupportedError:
-                pass
-            pause = POLL_FIRST
-            while True:
-                slot, soonest = await self._try_all()
-                if slot is not None:
-                    return slot
-                await asyncio.sleep(min(jittered(pause), soonest))
-                pause = min(pause * 2, POLL_MAX)
+                    # Watched again after a break (told by a reset, then a new
+                    # picture and its synced), as Go's semaphore follows it: a
+                    # break ended the wait with UnavailableError.
+                    w = self.client.watch(self.name + "/slots/")
+                    try:
+                        async for ev in w:
+                            if ev.kind in (EVENT_SYNCED, "released", "expired"):
+                                slot, _ = await self._try_all()
+                                if slot is not None:
+                                    got.append(slot)
+                                    return slot
+                    finally:
+                        await w.aclose()
+                except UnsupportedError:
+                    pass
+                pause = POLL_FIRST
+                while True:
+                    slot, soonest = await self._try_all()
+                    if slot is not None:
+                        got.append(slot)
+                        return slot
+                    await asyncio.sleep(min(jittered(pause), soonest))
+                    pause = min(pause * 2, POLL_MAX)
+        except BaseException:
+            # Cancelled on the way out (the watch's close, the turn's
+            # release): the slot reached nobody, and was renewed for as
+            # long as the client ran.
+            for slot in got:
+                slot._give_back()
+            raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def holders(self) -> list[Lease]:

@@ -32,6 +32,7 @@ from ._wire import (
 
 if TYPE_CHECKING:
     import http.client
+    import socket
     import ssl
 
     from ._http import Answer, Transport
@@ -271,6 +272,7 @@ class Watch:
         self._client = client
         self._reconnect = reconnect
         self._conn: http.client.HTTPConnection | None = None
+        self._sock: socket.socket | None = None  # the stream's socket, while open (the answer may own it)
         self._closed = False
         self._gen = self._run()
 
@@ -281,11 +283,25 @@ class Watch:
         return next(self._gen)
 
     def close(self) -> None:
-        """Closes the stream; iteration then ends."""
+        """Closes the stream; iteration then ends, also in a thread iterating
+        it now."""
         self._closed = True
         c = self._conn
         if c is not None:
-            c.close()  # a read blocked in another thread ends, and the iteration with it
+            # Shut down first: a read blocked in another thread ends at once,
+            # and the iteration with it. Closing alone left the socket open
+            # under that read (the answer's file keeps it), and closing the
+            # answer of a keep-alive stream waited for the read to end: both
+            # until the next event or heartbeat.
+            sock = self._sock
+            if sock is not None:
+                import socket  # imported by the transport already
+
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            c.close()
         try:
             self._gen.close()
         except ValueError:
@@ -324,26 +340,26 @@ class Watch:
         c = self._client
         path, silence = c._watch(self.prefix)
         t = c._transport
-        conn, resp, used = t.stream(path, min(silence, t.timeout))
+        conn, resp, sock, used = t.stream(path, min(silence, t.timeout))
+        self._sock = sock
         self._conn = conn
         if self._closed:
             # close() came while the stream opened, and found no connection
             # to close (it sets _closed before it looks at _conn).
-            self._conn = None
+            self._conn = self._sock = None
             conn.close()
             resp.close()
             return
         try:
             silence = c._silence(resp.getheader("Content-Type"), resp.getheader(HEARTBEAT_HEADER))
         except LeaseError:
-            self._conn = None
+            self._conn = self._sock = None
             conn.close()
             resp.close()
             raise
         what = f"watch {quote(self.prefix)}"
         try:
-            if conn.sock is not None:
-                conn.sock.settimeout(silence)
+            sock.settimeout(silence)  # also when the answer, read to the close, took it from conn
             parser = EventStreamParser()
             while True:
                 try:
@@ -373,6 +389,7 @@ class Watch:
                     yield ev
         finally:
             self._conn = None
+            self._sock = None
             conn.close()
             resp.close()  # an answer that closes the connection keeps the socket open until closed itself
 

@@ -168,7 +168,12 @@ class Elector:
 
     def campaign(self, key: str, value: str, *, wait: float | None = None) -> Term:
         """Waits until it is elected leader of key, announcing value (checked as an owner is)."""
-        return Term(self.client.acquire(key, self.ttl, wait=wait, owner=value), value)
+        h = self.client.acquire(key, self.ttl, wait=wait, owner=value)
+        try:
+            return Term(h, value)
+        except BaseException:
+            h._give_back()  # interrupted on its way to the caller
+            raise
 
     def leader(self, key: str) -> Leader | None:
         """Key's leader now, or None."""
@@ -259,8 +264,7 @@ class Elector:
         before each write, and pass term.token to the guard; a sync function
         cannot be stopped from outside (AsyncElector.run cancels it)."""
         while stop is None or not stop.is_set():
-            term = self.campaign(key, value)
-            with term:
+            with self.campaign(key, value) as term:  # no step between the term and its with
                 lead(term)
             if not requeue:
                 return
@@ -351,9 +355,15 @@ class Semaphore(SemaphoreBase):
         soonest = float("inf")
         for i in self._order():
             try:
-                return Slot(self.client.try_acquire(self.slot_key(i), self.ttl), i), 0.0
+                h = self.client.try_acquire(self.slot_key(i), self.ttl)
             except HeldError as e:
                 soonest = self._until_free(e, soonest)
+                continue
+            try:
+                return Slot(h, i), 0.0
+            except BaseException:
+                h._give_back()  # interrupted on its way to the caller
+                raise
         return None, soonest
 
     def acquire(self, *, wait: float | None = None) -> Slot:
@@ -363,18 +373,26 @@ class Semaphore(SemaphoreBase):
         to 500 ms, whichever is sooner. The turn's loss ends the search with
         LeaseLostError (the next in line may have the turn by then)."""
         until = float("inf") if wait is None else time.monotonic() + wait
-        with self.client.acquire(self.queue_key, self.ttl, wait=wait) as turn:
-            pause = POLL_FIRST
-            while True:
-                turn.check()
-                slot, soonest = self._try_all()
-                if slot is not None:
-                    return slot
-                left = until - time.monotonic()
-                if left <= 0:
-                    raise HeldError(f"lease: semaphore {self.name!r}: all {self.n} slots still held after the wait")
-                time.sleep(max(0.0, min(jittered(pause), soonest, left)))
-                pause = min(pause * 2, POLL_MAX)
+        slot: Slot | None = None
+        try:
+            with self.client.acquire(self.queue_key, self.ttl, wait=wait) as turn:
+                pause = POLL_FIRST
+                while True:
+                    turn.check()
+                    slot, soonest = self._try_all()
+                    if slot is not None:
+                        # The turn's release on the way out takes a request:
+                        # an interruption then left the slot held by nobody.
+                        return slot
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        raise HeldError(f"lease: semaphore {self.name!r}: all {self.n} slots still held after the wait")
+                    time.sleep(max(0.0, min(jittered(pause), soonest, left)))
+                    pause = min(pause * 2, POLL_MAX)
+        except BaseException:
+            if slot is not None:
+                slot.hold._give_back()
+            raise
 
     def holders(self) -> list[Lease]:
         """The slots held now, in key order (every page of the list): its own

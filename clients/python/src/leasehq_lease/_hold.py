@@ -234,10 +234,49 @@ class Hold(HoldBase):
                 # The server lets it go within the drift margin of the deadline
                 # (or has already): a release would arrive too late to matter.
                 raise lost
-            self._renewer.transport.request(
-                "POST", key_path(self.key, "release"), release_body(self._state.granted),
-                repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
-            )
+            try:
+                self._send_release()
+            except LeaseError:
+                raise
+            except BaseException:
+                # Interrupted in this thread (KeyboardInterrupt, a signal
+                # handler's exception): the release was cut, and the lease
+                # stayed held, renewed by nobody, until its TTL. It is sent
+                # again in a thread of its own, as a grant that crossed an
+                # interruption is given back (_http.Late), and the
+                # interruption goes on at once.
+                from ._http import background  # imported by the client that made the hold
+
+                def again() -> None:
+                    try:
+                        self._send_release()
+                    except LeaseError:
+                        pass  # it expires at its TTL
+
+                background(again)
+                raise
+
+    def _send_release(self) -> None:
+        self._renewer.transport.request(
+            "POST", key_path(self.key, "release"), release_body(self._state.granted),
+            repeatable=True, timeout=RELEASE_TIMEOUT, until=release_until(self._state),
+        )
+
+    def _give_back(self) -> None:
+        """Releases a hold that never reached its caller (an Elector's or a
+        Semaphore's acquire interrupted after the grant: KeyboardInterrupt, a
+        signal handler's exception), in a thread of its own, as a grant that
+        crossed an interruption is given back (_http.Late): left alone, the
+        renewer kept it for as long as the process ran."""
+        from ._http import background  # imported by the client that made the hold
+
+        def release() -> None:
+            try:
+                self.release()
+            except LeaseError:
+                pass  # lost, or the release failed: it expires at its TTL, renewed by nobody
+
+        background(release)
 
     def __enter__(self) -> Hold:
         return self
@@ -392,6 +431,18 @@ class Renewer:
                 for h in batch:
                     self._renew([h])
                 return
+            now = time.monotonic()
+            with self._cond:
+                for h in batch:
+                    h._state.retry_soon(now)
+            return
+        except Exception:
+            # Not an answer's: a bug, here or below (http.client raised a
+            # TypeError for a late body). It ended the thread, which the
+            # client still counted running: no hold of it was renewed again.
+            import logging
+
+            logging.getLogger("leasehq_lease").exception("lease: renew: an unexpected error; the renewals are retried")
             now = time.monotonic()
             with self._cond:
                 for h in batch:

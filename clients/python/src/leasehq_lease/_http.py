@@ -13,12 +13,15 @@ import ssl
 import struct
 import threading
 import time
-from typing import Callable, Final
+from typing import TYPE_CHECKING, Callable, Final
 
 from ._endpoints import (
     MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, spoke_unasked, taken, unanswered, unopened,
 )
 from ._errors import LeaseError, error_from_answer
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 IDLE_KEEP: Final = 60.0
 """A pooled connection idle this long is closed rather than reused: well
@@ -106,6 +109,25 @@ def background(work: Callable[[], None]) -> None:
     threading.Thread(target=work, name="leasehq-lease-give-back").start()
 
 
+class _TimedSocket(socket.socket):
+    """A blocking socket whose kernel timeouts (SO_RCVTIMEO, SO_SNDTIMEO;
+    _set_timeout) end a receive as TimeoutError. Python's socket file takes
+    their EAGAIN for a non-blocking socket's "nothing yet" and returns None:
+    http.client then read a timed-out answer's head as the server's close
+    (RemoteDisconnected, a request past its bound told as a hang-up) and
+    handed the None of a late body on (a TypeError out of get(), and out of
+    the renewer thread, which died with it: no hold of its client was
+    renewed again)."""
+
+    __slots__ = ()
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0) -> int:
+        try:
+            return super().recv_into(buffer, nbytes, flags)
+        except BlockingIOError:
+            raise TimeoutError("timed out") from None
+
+
 class Transport:
     def __init__(self, endpoints: Endpoints, token: str | None, ssl_context: ssl.SSLContext | None, timeout: float) -> None:
         self.endpoints = endpoints
@@ -150,6 +172,8 @@ class Transport:
         except BaseException:
             c.close()
             raise
+        if type(c.sock) is socket.socket:  # TLS reports the kernel's timeout itself (SSLWantReadError)
+            c.sock.__class__ = _TimedSocket
         c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # Blocking, with the kernel's timeouts rather than Python's: a Python
         # timeout costs a poll before every send and receive.
@@ -343,9 +367,11 @@ class Transport:
         assert a is not None
         return a
 
-    def stream(self, path: str, timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, int]:
+    def stream(self, path: str, timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, socket.socket, int]:
         """Opens an event stream on a connection of its own (never pooled), by
-        the same rules; every failure to open it is repeatable."""
+        the same rules; every failure to open it is repeatable. The socket is
+        returned too: an answer without a length (read to the close) takes it
+        from the connection, whose sock is None from then on."""
         plan = Plan(len(self.endpoints.all), True)
         headers = dict(self.get_headers, Accept="text/event-stream")
         while True:
@@ -354,6 +380,7 @@ class Transport:
             err: LeaseError | None = None
             try:
                 c = self.connect(i, timeout)
+                sock = c.sock
                 r: http.client.HTTPResponse | None = None
                 try:
                     c.request("GET", ep.path + path, None, headers)
@@ -373,7 +400,7 @@ class Transport:
                 time.sleep(pause)
                 continue
             if r.status == 200:
-                return c, r, i
+                return c, r, sock, i
             try:
                 body = _read(r)
             except (OSError, http.client.HTTPException):
