@@ -57,14 +57,25 @@
 //     65,536 leases from 8 callers, CPU ns a renewal, main → sorted, 5
 //     pairs: 2,590 → 2,832, 3,957 → 4,590, 5,659 → 4,478,
 //     3,851 → 4,804, 3,812 → 4,121; in that benchmark a batch's commit
-//     and log record weigh more than its walks);
+//     and log record weigh more than its walks). The three together in
+//     the row, beside main's turns below: at TTL 2 s 5.92 µs (0 lost),
+//     8.91 (47,252), 7.57 (1,570); at TTL 1 s holds lost in every turn;
 //   - kept, as allocations fewer whatever the load: leasehttp's reading
 //     of a lease no longer allocates the target of errors.As for each of
 //     its members (six allocations a renewal in the Client's reading of a
 //     batch's answer; the wire codec's batch of 256, BenchmarkWireRenewBatch,
 //     1,842 → 306 allocations and 162 → 149 KB; its ns at that load too
 //     noisy to tell), and boltstore's reading of a record no longer
-//     allocates the key's bytes for its checksum (one a renewal);
+//     allocates the key's bytes for its checksum (one a renewal). The
+//     row with both, against main, as the load fell to 2–4 (µs of CPU a
+//     renewal and holds lost, main → these): at TTL 2 s, by process,
+//     7.07 (1,972) → 6.28 (0), 8.03 (2,240) → 7.20 (680), 7.02 (0) →
+//     6.85 (0), 14.01 (84,793) and 9.61 (34,698) → 10.08 (28,009) and
+//     8.20 (0), 8.67 (0) and 8.13 (0) → 7.69 (4,054) and 6.92 (0), 7.54
+//     (0) and 9.06 (23,275) → 8.74 (151) and 8.48 (0); at TTL 1 s every
+//     process but two of these lost holds, main's in every turn (the two:
+//     6.26 µs at 297,644 renewals a second, 8.12 at 252,913). The losses
+//     raise the CPU a renewal, so these say less than the allocations;
 //   - pooling the slices of a batch's renewals (the Client's, the
 //     server's decoded ones), not done: a BatchRenewer may read them
 //     after it returns (tools/sim's batch is applied on delivery, after
