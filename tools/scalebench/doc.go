@@ -59,7 +59,13 @@
 //     3,851 → 4,804, 3,812 → 4,121; in that benchmark a batch's commit
 //     and log record weigh more than its walks). The three together in
 //     the row, beside main's turns below: at TTL 2 s 5.92 µs (0 lost),
-//     8.91 (47,252), 7.57 (1,570); at TTL 1 s holds lost in every turn;
+//     8.91 (47,252), 7.57 (1,570); at TTL 1 s, with a load of 2–4, two
+//     turns a process, by process: 9.96 and 8.54, 11.64 and 7.84, 8.30
+//     and 6.12 (0 lost, 340,292 renewals a second; every other turn
+//     lost holds), where main's were 25.47 and 17.83, 17.98 and 51.76,
+//     10.12 and 7.63 and the kept allocations' 11.54 and 8.44, 31.16 and
+//     10.30, 26.03 and 6.44 (256 lost, 352,360 a second): worth timing
+//     again, with the allocations, on a quiet machine;
 //   - kept, as allocations fewer whatever the load: leasehttp's reading
 //     of a lease no longer allocates the target of errors.As for each of
 //     its members (six allocations a renewal in the Client's reading of a
