@@ -96,7 +96,7 @@ unit:
 # Allocation counts mean nothing under the race detector (it makes
 # sync.Pool drop items): the hot-path allocation tests run again without it.
 alloc-check:
-	$(GO) test -count=1 -run 'DoesNotAllocate' ./memstore
+	$(GO) test -count=1 -run 'DoesNotAllocate' ./memstore ./leasehttp ./boltstore
 
 # ...and its CI budget without it: 20,000 lock schedules and 5,000 each of
 # election, semaphore and session (about 40 s here).

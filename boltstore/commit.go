@@ -581,16 +581,20 @@ func (t *txn) leaseRecord(key string, rec record) (k, v []byte) {
 // getLease is getLease of the leases bucket, through a cursor kept for
 // the transaction: bbolt's Bucket.Get makes a cursor, and grows its stack
 // from nothing, on every call. Seek finds the key afresh from the root,
-// so writes in between do not matter.
+// so writes in between do not matter. The key's bytes, for the Seek and
+// the record's checksum, are t's key buffer (leaseRecord's, which is free
+// between two puts): converted for the checksum, they were allocated on
+// every read.
 func (t *txn) getLease(key string) (record, bool, error) {
 	if t.cur == nil {
 		t.cur = t.leases.Cursor()
 	}
-	k, v := t.cur.Seek([]byte(key))
+	t.key = append(t.key[:0], key...)
+	k, v := t.cur.Seek(t.key)
 	if v == nil || string(k) != key {
 		return record{}, false, nil
 	}
-	rec, err := decodeRecordOwner(key, v, &t.owner)
+	rec, err := decodeRecordOwner(key, t.key, v, &t.owner)
 	return rec, err == nil, err
 }
 

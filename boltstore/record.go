@@ -121,13 +121,16 @@ func (r record) encode(key []byte) []byte {
 
 // decodeRecord copies what it needs out of b, which bbolt owns only for the
 // life of the transaction.
-func decodeRecord(key string, b []byte) (record, error) { return decodeRecordOwner(key, b, nil) }
+func decodeRecord(key string, b []byte) (record, error) {
+	return decodeRecordOwner(key, []byte(key), b, nil)
+}
 
-// decodeRecordOwner is decodeRecord, reusing *last (when last is not nil)
-// for an owner of the same bytes, and keeping the owner there for the
-// next: leases renewed together mostly share one owner.
-func decodeRecordOwner(key string, b []byte, last *string) (record, error) {
-	b, ok := unseal([]byte(key), b)
+// decodeRecordOwner is decodeRecord with key's bytes kb, reusing *last
+// (when last is not nil) for an owner of the same bytes, and keeping the
+// owner there for the next: leases renewed together mostly share one
+// owner.
+func decodeRecordOwner(key string, kb, b []byte, last *string) (record, error) {
+	b, ok := unseal(kb, b)
 	if !ok {
 		return record{}, unavailablef(nil, "boltstore: the lease record of key %q fails its checksum: the file is damaged (restart to have it checked)", key)
 	}

@@ -355,7 +355,7 @@ func (s *scanner) lease(r *leaseReader, what string) (lease.Lease, error) {
 	m := members{names: leaseMembers}
 	err := s.known(what, &m, func(i int) error {
 		err := s.leaseMember(r, &l, i)
-		if re := (*requestError)(nil); err != nil && !errors.As(err, &re) {
+		if err != nil && !isRequestError(err) {
 			failed, err = cmp.Or(failed, err), nil
 		}
 		return err
@@ -374,6 +374,15 @@ func (s *scanner) lease(r *leaseReader, what string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	return l, nil
+}
+
+// isRequestError reports whether err is a *requestError. Apart from lease,
+// whose every member would otherwise pay for the target errors.As takes:
+// escaping to it, declared where lease's closure tests err, it was
+// allocated for each member read, seven a lease.
+func isRequestError(err error) bool {
+	var re *requestError
+	return errors.As(err, &re)
 }
 
 // leaseMember reads the value of the lease member leaseMembers[i] at s into

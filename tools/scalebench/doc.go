@@ -37,7 +37,56 @@
 //   - no answer to parse or encode at all (the Client making each result
 //     from its request: the bound of any compact answer): 5.2–5.5 µs
 //     against 6.0–7.4, 345–378k renewals a second against 272–351k, the
-//     cores then less busy (1.72).
+//     cores then less busy (1.72);
+//   - (2026-12-07, w3l; the machine was shared, at a load of 6–15 on its
+//     2 cores, and the row lost holds even at TTL 6 s, main's binary as
+//     much as the levers', so the levers were held to the CPU a renewal
+//     of their own parts in-process, interleaved with main's, and none
+//     showed above that noise; they are kept on the branch
+//     w3l-scale-levers for a quiet machine):
+//     a Hold's ended flag, an atomic beside its lock, read on the renewal
+//     path instead of ctx.Err() (BenchmarkRenewBookkeeping's loop at
+//     131,072 holds, CPU ns a renewal, main → flag, 11 pairs: 828 → 836,
+//     749 → 681, 760 → 683, 974 → 979, 929 → 878, 931 → 1,149,
+//     1,347 → 1,278, 1,128 → 1,284, 1,153 → 982, 937 → 908, 926 → 963);
+//     the Client's scheduler requeueing an answered batch's holds under
+//     the one lock batchAnswered takes, instead of two a hold (same loop,
+//     flag → flag and one lock, 5 pairs: 836 → 914, 681 → 721,
+//     683 → 927, 979 → 792, 878 → 736); boltstore applying a batch in
+//     the order of its keys (RenewBatch of 256 keys in random order over
+//     65,536 leases from 8 callers, CPU ns a renewal, main → sorted, 5
+//     pairs: 2,590 → 2,832, 3,957 → 4,590, 5,659 → 4,478,
+//     3,851 → 4,804, 3,812 → 4,121; in that benchmark a batch's commit
+//     and log record weigh more than its walks). The three together in
+//     the row, beside main's turns below: at TTL 2 s 5.92 µs (0 lost),
+//     8.91 (47,252), 7.57 (1,570); at TTL 1 s, with a load of 2–4, two
+//     turns a process, by process: 9.96 and 8.54, 11.64 and 7.84, 8.30
+//     and 6.12 (0 lost, 340,292 renewals a second; every other turn
+//     lost holds), where main's were 25.47 and 17.83, 17.98 and 51.76,
+//     10.12 and 7.63 and the kept allocations' 11.54 and 8.44, 31.16 and
+//     10.30, 26.03 and 6.44 (256 lost, 352,360 a second): worth timing
+//     again, with the allocations, on a quiet machine;
+//   - kept, as allocations fewer whatever the load: leasehttp's reading
+//     of a lease no longer allocates the target of errors.As for each of
+//     its members (six allocations a renewal in the Client's reading of a
+//     batch's answer; the wire codec's batch of 256, BenchmarkWireRenewBatch,
+//     1,842 → 306 allocations and 162 → 149 KB; its ns at that load too
+//     noisy to tell), and boltstore's reading of a record no longer
+//     allocates the key's bytes for its checksum (one a renewal). The
+//     row with both, against main, as the load fell to 2–4 (µs of CPU a
+//     renewal and holds lost, main → these): at TTL 2 s, by process,
+//     7.07 (1,972) → 6.28 (0), 8.03 (2,240) → 7.20 (680), 7.02 (0) →
+//     6.85 (0), 14.01 (84,793) and 9.61 (34,698) → 10.08 (28,009) and
+//     8.20 (0), 8.67 (0) and 8.13 (0) → 7.69 (4,054) and 6.92 (0), 7.54
+//     (0) and 9.06 (23,275) → 8.74 (151) and 8.48 (0); at TTL 1 s every
+//     process but two of these lost holds, main's in every turn (the two:
+//     6.26 µs at 297,644 renewals a second, 8.12 at 252,913). The losses
+//     raise the CPU a renewal, so these say less than the allocations;
+//   - pooling the slices of a batch's renewals (the Client's, the
+//     server's decoded ones), not done: a BatchRenewer may read them
+//     after it returns (tools/sim's batch is applied on delivery, after
+//     its caller gave up), and its results and the leasehttp request body
+//     belong to the caller and the transport.
 //
 // Where the CPU goes (a profile of 2026-12-07, TTL 900 ms without a loss,
 // 380k renewals a second, 5.7 µs of CPU a renewal; the batch row paced to
