@@ -480,7 +480,7 @@ func (h *Hold) sendable(now time.Time) bool {
 }
 
 func (h *Hold) sendableLocked(now time.Time) bool {
-	if h.ctx.Err() != nil || h.orphaned {
+	if h.ended.Load() || h.orphaned {
 		return false
 	}
 	if !now.Before(h.deadline) {
@@ -505,7 +505,7 @@ func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j flo
 	case err == nil:
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.ctx.Err() != nil {
+		if h.ended.Load() {
 			return
 		}
 		if !now.Before(h.deadline) {
@@ -516,7 +516,7 @@ func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j flo
 		}
 		h.lease = renewed
 		h.setDeadlineLocked(sent, now)
-		if h.ctx.Err() == nil && !h.orphaned {
+		if !h.ended.Load() && !h.orphaned {
 			h.c.sched.schedule(h, sent, h.grantedTTLLocked()/3, j)
 		}
 	default:
@@ -524,7 +524,7 @@ func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j flo
 		// get through.
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.ctx.Err() == nil && !h.orphaned {
+		if !h.ended.Load() && !h.orphaned {
 			h.c.sched.retry(h, now, h.grantedTTLLocked()/3, j)
 		}
 	}
