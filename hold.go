@@ -42,7 +42,7 @@ type Hold struct {
 	lease    Lease
 	deadline time.Time // on the client's clock
 	released bool
-	orphaned bool // Orphan: never renewed again
+	orphaned atomic.Bool // Orphan: never renewed again; set under mu, read also under the scheduler's lock
 
 	// The renewal scheduler's, under its lock: the Hold's window for its
 	// next renewal, from early to next.Due, and its place in the queue (not
@@ -65,9 +65,9 @@ func (c *Client) hold(ctx context.Context, l Lease, sent time.Time, ttl time.Dur
 	hctx, cancel := context.WithCancelCause(context.Background())
 	h := &Hold{c: c, ctx: hctx, cancel: cancel, key: l.Key, token: l.Token, ttl: ttl, lease: l}
 	h.mu.Lock()
-	h.setDeadlineLocked(sent, c.clock.Now())
+	h.setDeadlineLocked(sent, c.clock.Now(), nil)
 	if !h.ended.Load() {
-		c.sched.schedule(h, sent, h.grantedTTLLocked()/3, c.rand())
+		c.sched.schedule(h, sent, h.grantedTTLLocked()/3, c.rand(), nil)
 	}
 	h.mu.Unlock()
 	if h.ended.Load() {
@@ -142,7 +142,7 @@ func (h *Hold) Release(ctx context.Context) error { return h.end(ctx, ErrRelease
 // a process that will go on with it by other means.
 func (h *Hold) Orphan() {
 	h.mu.Lock()
-	h.orphaned = true
+	h.orphaned.Store(true)
 	h.mu.Unlock()
 	h.c.sched.dequeue(h)
 }
@@ -186,13 +186,18 @@ func (h *Hold) grantedTTLLocked() time.Duration {
 	return h.ttl
 }
 
-// setDeadlineLocked moves the safe deadline to sent + TTL − margin. A
+// setDeadlineLocked moves the safe deadline to sent + TTL − margin, and
+// watches it, or with mark marks it to be watched (requeueLocked). A
 // deadline already past at now, when the reply came back, ends the lease
 // at once rather than through a timer, so nothing can observe it as held.
-func (h *Hold) setDeadlineLocked(sent, now time.Time) {
+func (h *Hold) setDeadlineLocked(sent, now time.Time, mark *uint8) {
 	ttl := h.grantedTTLLocked()
 	h.deadline = sent.Add(ttl - h.c.margin(ttl))
 	if h.deadline.After(now) {
+		if mark != nil {
+			*mark |= requeueDeadline
+			return
+		}
 		h.c.sched.watch(h, h.deadline)
 		return
 	}
