@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehq/lease/internal/dueheap"
@@ -32,11 +33,16 @@ type Hold struct {
 	token  Token         // likewise: renewal never changes it (I2)
 	ttl    time.Duration // the TTL asked for; every renewal asks for it again
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// ended is set as ctx is cancelled (just before: see finish), so that
+	// the renewal path reads it beside mu instead of calling ctx.Err on a
+	// context allocated elsewhere, a cache miss a renewal on a Client of
+	// many holds.
+	ended    atomic.Bool
 	lease    Lease
 	deadline time.Time // on the client's clock
 	released bool
-	orphaned bool // Orphan: never renewed again
+	orphaned atomic.Bool // Orphan: never renewed again; set under mu, read also under the scheduler's lock
 
 	// The renewal scheduler's, under its lock: the Hold's window for its
 	// next renewal, from early to next.Due, and its place in the queue (not
@@ -59,12 +65,12 @@ func (c *Client) hold(ctx context.Context, l Lease, sent time.Time, ttl time.Dur
 	hctx, cancel := context.WithCancelCause(context.Background())
 	h := &Hold{c: c, ctx: hctx, cancel: cancel, key: l.Key, token: l.Token, ttl: ttl, lease: l}
 	h.mu.Lock()
-	h.setDeadlineLocked(sent, c.clock.Now())
-	if hctx.Err() == nil {
-		c.sched.schedule(h, sent, h.grantedTTLLocked()/3, c.rand())
+	h.setDeadlineLocked(sent, c.clock.Now(), nil)
+	if !h.ended.Load() {
+		c.sched.schedule(h, sent, h.grantedTTLLocked()/3, c.rand(), nil)
 	}
 	h.mu.Unlock()
-	if hctx.Err() != nil {
+	if h.ended.Load() {
 		c.giveBack(ctx, l, ttl)
 		return nil, fmt.Errorf("%w: lease: %q was granted (token %d), but the answer came %v after the request, past the safe deadline of a %v lease; released it",
 			ErrUnavailable, l.Key, l.Token, c.clock.Now().Sub(sent), ttl)
@@ -136,7 +142,7 @@ func (h *Hold) Release(ctx context.Context) error { return h.end(ctx, ErrRelease
 // a process that will go on with it by other means.
 func (h *Hold) Orphan() {
 	h.mu.Lock()
-	h.orphaned = true
+	h.orphaned.Store(true)
 	h.mu.Unlock()
 	h.c.sched.dequeue(h)
 }
@@ -155,7 +161,7 @@ func (h *Hold) end(ctx context.Context, why error) error {
 	// Cancel under the lock, so that a renewal finishing now cannot move the
 	// deadline or queue the hold again; and judge by the cause whether the lease
 	// was lost first (the renewal loop may have said so a moment ago).
-	h.cancel(why)
+	h.finish(why)
 	cause := context.Cause(h.ctx)
 	lease := h.lease
 	h.mu.Unlock()
@@ -180,13 +186,18 @@ func (h *Hold) grantedTTLLocked() time.Duration {
 	return h.ttl
 }
 
-// setDeadlineLocked moves the safe deadline to sent + TTL − margin. A
+// setDeadlineLocked moves the safe deadline to sent + TTL − margin, and
+// watches it, or with mark marks it to be watched (requeueLocked). A
 // deadline already past at now, when the reply came back, ends the lease
 // at once rather than through a timer, so nothing can observe it as held.
-func (h *Hold) setDeadlineLocked(sent, now time.Time) {
+func (h *Hold) setDeadlineLocked(sent, now time.Time, mark *uint8) {
 	ttl := h.grantedTTLLocked()
 	h.deadline = sent.Add(ttl - h.c.margin(ttl))
 	if h.deadline.After(now) {
+		if mark != nil {
+			*mark |= requeueDeadline
+			return
+		}
 		h.c.sched.watch(h, h.deadline)
 		return
 	}
@@ -201,8 +212,16 @@ func (h *Hold) loseLocked() {
 // lose ends the Hold with cause why (matching ErrLost) and takes it out of
 // the scheduler's queues.
 func (h *Hold) lose(why error) {
-	h.cancel(why)
+	h.finish(why)
 	h.c.sched.remove(h)
+}
+
+// finish cancels h's context with cause why (the first cause stands) and
+// sets ended, before it, so that whoever sees the context cancelled sees
+// ended too.
+func (h *Hold) finish(why error) {
+	h.ended.Store(true)
+	h.cancel(why)
 }
 
 // checkDeadline runs when the scheduler's deadline timer finds h's deadline
@@ -211,7 +230,7 @@ func (h *Hold) lose(why error) {
 func (h *Hold) checkDeadline(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ctx.Err() == nil && !now.Before(h.deadline) {
+	if !h.ended.Load() && !now.Before(h.deadline) {
 		h.loseLocked()
 	}
 }

@@ -160,19 +160,69 @@ const (
 )
 
 // schedule queues h for its next renewal after a send at sent, with jitter
-// j in [0, 1).
-func (s *renewScheduler) schedule(h *Hold, sent time.Time, interval time.Duration, j float64) {
+// j in [0, 1); or, with mark, marks it to be queued (requeueLocked).
+func (s *renewScheduler) schedule(h *Hold, sent time.Time, interval time.Duration, j float64, mark *uint8) {
 	h.next.Due = sent.Add(time.Duration(float64(interval) * (renewDueMin + renewDueSpread*j)))
 	h.early = sent.Add(time.Duration(float64(interval) * renewEarly))
-	s.push(h)
+	s.pushOrMark(h, mark)
 }
 
-// retry queues h for another attempt after a failed renewal at now.
-func (s *renewScheduler) retry(h *Hold, now time.Time, interval time.Duration, j float64) {
+// retry queues h for another attempt after a failed renewal at now; or,
+// with mark, marks it to be queued.
+func (s *renewScheduler) retry(h *Hold, now time.Time, interval time.Duration, j float64, mark *uint8) {
 	wait := time.Duration(float64(interval) * renewRetry * (renewDueMin + renewDueSpread*j))
 	h.next.Due = now.Add(wait)
 	h.early = now.Add(wait * 8 / 10)
+	s.pushOrMark(h, mark)
+}
+
+func (s *renewScheduler) pushOrMark(h *Hold, mark *uint8) {
+	if mark != nil {
+		*mark |= requeueNext
+		return
+	}
 	s.push(h)
+}
+
+// A batch's answers mark what they did to each hold's places in the
+// queues, and batchAnswered makes it under the one lock it takes for the
+// answer (requeueLocked), instead of two locks a hold.
+const (
+	requeueDeadline uint8 = 1 << iota // the deadline moved: watch it
+	requeueNext                       // the next renewal is set: queue it
+)
+
+// requeueLocked watches the deadlines and queues the next renewals that
+// marks (one for each of holds) ask for, unless the hold has ended or been
+// orphaned since its answer was recorded: its end took it out of the
+// queues before it took this lock, or takes it out after. A hold's
+// deadline is read without its lock: only the goroutine that renewed it
+// writes it, and not again before the hold is queued here.
+func (s *renewScheduler) requeueLocked(holds []*Hold, marks []uint8) {
+	var earliest time.Time
+	for i, h := range holds {
+		m := marks[i]
+		if m == 0 || h.ended.Load() {
+			continue
+		}
+		if m&requeueDeadline != 0 {
+			h.dl.Due = h.deadline
+			if h.dl.Queued() {
+				s.deadlines.Fix(h)
+			} else {
+				s.deadlines.Push(h)
+			}
+			if earliest.IsZero() || h.dl.Due.Before(earliest) {
+				earliest = h.dl.Due
+			}
+		}
+		if m&requeueNext != 0 && !h.orphaned.Load() {
+			s.queue.Push(h)
+		}
+	}
+	if !earliest.IsZero() && (s.dlTimer == nil || earliest.Before(s.dlAt)) {
+		s.armDeadlineLocked(earliest)
+	}
 }
 
 func (s *renewScheduler) push(h *Hold) {
@@ -327,10 +377,13 @@ func (s *renewScheduler) answered() {
 
 // batchAnswered is answered for a batch sent at sent and answered (or
 // given up) at now, whose holds' shortest renewal interval is interval: it
-// sets the window first.
-func (s *renewScheduler) batchAnswered(sent, now time.Time, interval time.Duration, failed bool) {
+// sets the window first, and requeues holds as marks say (nil: none).
+func (s *renewScheduler) batchAnswered(sent, now time.Time, interval time.Duration, failed bool, holds []*Hold, marks []uint8) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if marks != nil {
+		s.requeueLocked(holds, marks)
+	}
 	starved := s.queue.Len() > 0 && !s.queue.Peek().next.Due.After(now)
 	s.window.answer(sent, now, interval, failed, starved)
 	s.limit = s.window.size
@@ -372,7 +425,7 @@ func (s *renewScheduler) renewOne(h *Hold) {
 	}
 	cur := h.Lease()
 	renewed, err := s.c.backend.Renew(h.ctx, cur, h.ttl)
-	h.renewed(sent, s.c.clock.Now(), cur, renewed, err, s.c.rand())
+	h.renewed(sent, s.c.clock.Now(), cur, renewed, err, s.c.rand(), nil)
 }
 
 // renewBatch renews holds in one RenewBatch call. The call ends when it is
@@ -416,7 +469,6 @@ func (s *renewScheduler) renewBatch(holds []*Hold) {
 	if err == nil && len(res) != len(live) {
 		err = fmt.Errorf("%w: lease: a batch of %d renewals was answered with %d", ErrUnavailable, len(live), len(res))
 	}
-	defer s.batchAnswered(sent, answered, interval, err != nil)
 	j := s.c.rand() // one jitter for the batch, so that its holds stay together
 	if err != nil && len(live) > 1 && ctx.Err() == nil && !errors.Is(err, ErrUnavailable) {
 		// Refused whole, not failed: the refusal may be for the sake of
@@ -425,15 +477,18 @@ func (s *renewScheduler) renewBatch(holds []*Hold) {
 		// that renewal rode with the others, losing them all. Each alone,
 		// a refusal costs only its own hold.
 		s.renewEach(ctx, live, renewals, j)
+		s.batchAnswered(sent, answered, interval, true, nil, nil)
 		return
 	}
+	marks := make([]uint8, len(live))
 	for i, h := range live {
 		if err != nil {
-			h.renewed(sent, answered, renewals[i].Lease, Lease{}, err, j)
+			h.renewed(sent, answered, renewals[i].Lease, Lease{}, err, j, &marks[i])
 			continue
 		}
-		h.renewed(sent, answered, renewals[i].Lease, res[i].Lease, res[i].Err, j)
+		h.renewed(sent, answered, renewals[i].Lease, res[i].Lease, res[i].Err, j, &marks[i])
 	}
+	s.batchAnswered(sent, answered, interval, err != nil, live, marks)
 }
 
 // renewEachInFlight is how many of a refused batch's renewals renewEach
@@ -461,10 +516,10 @@ func (s *renewScheduler) renewEach(ctx context.Context, live []*Hold, renewals [
 				err = fmt.Errorf("%w: lease: a batch of 1 renewal was answered with %d", ErrUnavailable, len(res))
 			}
 			if err != nil {
-				h.renewed(sent, s.c.clock.Now(), renewals[i].Lease, Lease{}, err, j)
+				h.renewed(sent, s.c.clock.Now(), renewals[i].Lease, Lease{}, err, j, nil)
 				return
 			}
-			h.renewed(sent, s.c.clock.Now(), renewals[i].Lease, res[0].Lease, res[0].Err, j)
+			h.renewed(sent, s.c.clock.Now(), renewals[i].Lease, res[0].Lease, res[0].Err, j, nil)
 		})
 	}
 	wg.Wait()
@@ -480,7 +535,7 @@ func (h *Hold) sendable(now time.Time) bool {
 }
 
 func (h *Hold) sendableLocked(now time.Time) bool {
-	if h.ctx.Err() != nil || h.orphaned {
+	if h.ended.Load() || h.orphaned.Load() {
 		return false
 	}
 	if !now.Before(h.deadline) {
@@ -492,8 +547,10 @@ func (h *Hold) sendableLocked(now time.Time) bool {
 
 // renewed records the outcome of renewing cur with a request sent at sent
 // and answered at now: the new deadline and the next renewal, a retry, or
-// the loss. j is the jitter for the next renewal.
-func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j float64) {
+// the loss. j is the jitter for the next renewal. With mark, the deadline
+// and the next renewal are marked for the batch's requeueLocked rather
+// than set in the scheduler's queues at once.
+func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j float64, mark *uint8) {
 	if err == nil {
 		err = sameGeneration(cur, renewed)
 	}
@@ -505,7 +562,7 @@ func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j flo
 	case err == nil:
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.ctx.Err() != nil {
+		if h.ended.Load() {
 			return
 		}
 		if !now.Before(h.deadline) {
@@ -515,17 +572,17 @@ func (h *Hold) renewed(sent, now time.Time, cur, renewed Lease, err error, j flo
 			return
 		}
 		h.lease = renewed
-		h.setDeadlineLocked(sent, now)
-		if h.ctx.Err() == nil && !h.orphaned {
-			h.c.sched.schedule(h, sent, h.grantedTTLLocked()/3, j)
+		h.setDeadlineLocked(sent, now, mark)
+		if !h.ended.Load() && !h.orphaned.Load() {
+			h.c.sched.schedule(h, sent, h.grantedTTLLocked()/3, j, mark)
 		}
 	default:
 		// Try again soon; the deadline timer ends the lease if we never
 		// get through.
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.ctx.Err() == nil && !h.orphaned {
-			h.c.sched.retry(h, now, h.grantedTTLLocked()/3, j)
+		if !h.ended.Load() && !h.orphaned.Load() {
+			h.c.sched.retry(h, now, h.grantedTTLLocked()/3, j, mark)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -418,8 +420,9 @@ func (s *Store) apply(t *txn, o *op) {
 	case opRenew:
 		o.res, o.err = s.renew(t, o.l, o.ttl, now)
 	case opRenewBatch:
-		for i, r := range o.renewals {
-			res := &o.results[i]
+		s.renewOrder = renewalOrder(s.renewOrder, o.renewals)
+		for _, i := range s.renewOrder {
+			r, res := &o.renewals[i], &o.results[i]
 			res.Lease, res.Err = s.renew(t, r.Lease, r.TTL, now)
 		}
 	case opRelease:
@@ -455,6 +458,32 @@ func (s *Store) apply(t *txn, o *op) {
 	case opWatch, opWatchExpire:
 		s.applyWatch(t, o, now)
 	}
+}
+
+// renewalOrder returns the indexes of renewals in the order of their keys
+// (a key's renewals in their own order), in order's memory: a batch
+// renewed in that order walks the B-tree from one key to its neighbour,
+// through pages the walk before has just read, where request order (a
+// Client's holds by due time) jumps about the tree. Each result still goes
+// to its request's index.
+func renewalOrder(order []int, renewals []lease.Renewal) []int {
+	order = order[:0]
+	sorted := true
+	for i := range renewals {
+		order = append(order, i)
+		if i > 0 && renewals[i].Lease.Key < renewals[i-1].Lease.Key {
+			sorted = false
+		}
+	}
+	if !sorted {
+		slices.SortFunc(order, func(a, b int) int {
+			if c := strings.Compare(renewals[a].Lease.Key, renewals[b].Lease.Key); c != 0 {
+				return c
+			}
+			return a - b
+		})
+	}
+	return order
 }
 
 // renew renews l for ttl from now, if it is still held.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -485,6 +486,83 @@ func reopenHas(t *testing.T, path string, acked map[string]lease.Token) {
 	for key, tok := range acked {
 		if l, err := s.Get(t.Context(), key); err != nil || l.Token != tok {
 			t.Fatalf("after reopen Get(%q) = %+v, %v; want token %d", key, l, err, tok)
+		}
+	}
+}
+
+// TestRenewalOrder checks the order a RenewBatch is applied in: every
+// index once, by key, and a key's renewals in their own order (the last of
+// them is the one that stands), for a batch whose keys come in any order.
+func TestRenewalOrder(t *testing.T) {
+	var renewals []lease.Renewal
+	for i := range lease.MaxRenewBatch {
+		// 16 keys, each 16 times, none next to itself, descending and
+		// ascending by turns.
+		k := (i * 7) % 16
+		if i%2 == 1 {
+			k = 15 - k
+		}
+		renewals = append(renewals, lease.Renewal{Lease: lease.Lease{Key: fmt.Sprintf("k/%02d", k)}, TTL: time.Duration(i+1) * time.Second})
+	}
+	order := renewalOrder(make([]int, 3, 8), renewals)
+	if len(order) != len(renewals) {
+		t.Fatalf("renewalOrder gave %d indexes for %d renewals", len(order), len(renewals))
+	}
+	seen := make([]bool, len(renewals))
+	for n, i := range order {
+		if i < 0 || i >= len(renewals) || seen[i] {
+			t.Fatalf("renewalOrder: index %d at %d is out of range or given twice: %v", i, n, order)
+		}
+		seen[i] = true
+		if n == 0 {
+			continue
+		}
+		prev, cur := renewals[order[n-1]].Lease.Key, renewals[i].Lease.Key
+		if prev > cur || prev == cur && order[n-1] > i {
+			t.Fatalf("renewalOrder: %s (index %d) before %s (index %d): want keys in order, a key's renewals in theirs", prev, order[n-1], cur, i)
+		}
+	}
+	sorted := []lease.Renewal{{Lease: lease.Lease{Key: "a"}}, {Lease: lease.Lease{Key: "b"}}, {Lease: lease.Lease{Key: "b"}}}
+	if got := renewalOrder(nil, sorted); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("renewalOrder of a sorted batch = %v, want [0 1 2]", got)
+	}
+}
+
+// TestRenewBatchLastOfAKeyStands checks that a batch naming a key twice,
+// among keys out of order, renews it as the two renewals made in their
+// order would: the second's TTL stands.
+func TestRenewBatchLastOfAKeyStands(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "lease.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var held []lease.Lease
+	for _, k := range []string{"z", "m", "a"} {
+		l, err := s.Acquire(ctx, k, "worker", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	var renewals []lease.Renewal
+	for i := range 20 {
+		// m is renewed 7 times, its TTL going 2 min, 3 min, ... 8 min.
+		renewals = append(renewals, lease.Renewal{Lease: held[i%3], TTL: time.Duration(2+i/3) * time.Minute})
+	}
+	res, err := s.RenewBatch(ctx, renewals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.Lease.Key != renewals[i].Lease.Key || r.Lease.TTL != renewals[i].TTL {
+			t.Errorf("result %d: %+v, %v; want %s renewed for %v", i, r.Lease, r.Err, renewals[i].Lease.Key, renewals[i].TTL)
+		}
+	}
+	for i, want := range []time.Duration{8 * time.Minute, 8 * time.Minute, 7 * time.Minute} {
+		if g, err := s.Get(ctx, held[i].Key); err != nil || g.TTL != want {
+			t.Errorf("Get(%s) = %+v, %v; want the batch's last renewal of it, TTL %v", held[i].Key, g, err, want)
 		}
 	}
 }

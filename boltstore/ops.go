@@ -120,8 +120,9 @@ func (s *Store) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (le
 }
 
 // RenewBatch implements lease.BatchRenewer: the renewals are applied one
-// by one, in order, in one batch of the commit loop, and made durable by
-// one log record and one fdatasync, however many there are.
+// by one, in the order of their keys (a key's own in their order), in one
+// batch of the commit loop, and made durable by one log record and one
+// fdatasync, however many there are; each is answered at its own index.
 func (s *Store) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]lease.RenewResult, error) {
 	if err := lease.ValidateRenewals(renewals); err != nil {
 		return nil, err

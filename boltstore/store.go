@@ -72,6 +72,7 @@ type Store struct {
 	lastCheckpoint   time.Time
 	sweepAfter       []byte    // where the next sweep reads on from (sweep.go); nil: the first key
 	quiet            quietMark // the mark in the log since the last checkpoint; zero: none (quiet.go)
+	renewOrder       []int     // apply's, for a RenewBatch's renewals in key order (renewalOrder)
 
 	syncHook func() // tests only: runs before each batch's log write
 
