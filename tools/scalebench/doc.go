@@ -65,7 +65,18 @@
 //     lost holds), where main's were 25.47 and 17.83, 17.98 and 51.76,
 //     10.12 and 7.63 and the kept allocations' 11.54 and 8.44, 31.16 and
 //     10.30, 26.03 and 6.44 (256 lost, 352,360 a second): worth timing
-//     again, with the allocations, on a quiet machine;
+//     again, with the allocations, on a quiet machine. Timed again on
+//     2026-12-07 at a load of 1–2, rebased on the allocations, and merged:
+//     BenchmarkScaleRenewClientAt at TTLs 900 and 800 ms, the turns without
+//     a loss, interleaved with main's binary (µs of CPU a renewal,
+//     thousands of renewals a second): main 6.21, 6.23, 5.81, 5.87, 5.93,
+//     6.36, 5.99, 6.30, 6.01, 6.46, 6.52, 6.55 (317–374k); the three levers
+//     5.81, 5.67, 5.74, 5.63, 5.67, 5.96, 5.84, 5.66, 5.49, 5.77, 5.44,
+//     5.53, 5.21, 5.63, 5.82, 5.71 (355–426k); the ended flag alone and
+//     with the key order between the two (5.95–6.49 and 5.71–6.34). The
+//     row itself (benchreport -bench '^BenchmarkCompareScaleRenew$', three
+//     rounds) then kept 3.71M, 4.06M and 3.13M leases against etcd's
+//     keep-alive's 1.74M, 1.90M and 1.56M: 2.13×, 2.13×, 2.01×;
 //   - kept, as allocations fewer whatever the load: leasehttp's reading
 //     of a lease no longer allocates the target of errors.As for each of
 //     its members (six allocations a renewal in the Client's reading of a
