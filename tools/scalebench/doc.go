@@ -76,7 +76,11 @@
 //     with the key order between the two (5.95–6.49 and 5.71–6.34). The
 //     row itself (benchreport -bench '^BenchmarkCompareScaleRenew$', three
 //     rounds) then kept 3.71M, 4.06M and 3.13M leases against etcd's
-//     keep-alive's 1.74M, 1.90M and 1.56M: 2.13×, 2.13×, 2.01×;
+//     keep-alive's 1.74M, 1.90M and 1.56M: 2.13×, 2.13×, 2.01×; but in
+//     `make bench` at bd4a5a5 an hour later, 3.98M, 3.59M and 2.65M
+//     against 2.06M, 1.86M and 1.54M: 1.93×, 1.94×, 1.72× by round, and
+//     1.93× counted (the fastest of each row), against 1.86× before the
+//     levers. etcd's row varies as much as ours from run to run;
 //   - kept, as allocations fewer whatever the load: leasehttp's reading
 //     of a lease no longer allocates the target of errors.As for each of
 //     its members (six allocations a renewal in the Client's reading of a
