@@ -43,6 +43,11 @@ const bumpChunk = 1000
 // Store serving meanwhile keeps every key's tokens rising, but a grant
 // made during the bump may come out below the new floor, or be ended by it.
 //
+// While the Store's last re-check found the server's persistence volatile
+// (doc.go, Persistence), Bump is refused as a grant is, with an error
+// matching ErrVolatile and lease.ErrUnavailable: a floor a crash loses lets
+// tokens go back once grants resume.
+//
 // n must be at least 1, and the new floor below 2^53 - 1 (tokens stay
 // below 2^53), so that a token above it still fits; otherwise Bump changes
 // nothing and returns an error matching lease.ErrInvalid.
@@ -64,6 +69,10 @@ func (s *Store) Bump(ctx context.Context, n uint64) (BumpReport, error) {
 	}
 	if err := s.refused(); err != nil {
 		return BumpReport{}, err
+	}
+	if err := s.grantRefused(); err != nil {
+		// A floor a crash can lose lets tokens go back once grants resume.
+		return BumpReport{}, fmt.Errorf("redisstore: bump: %w", err)
 	}
 	fail := func(what string, err error) (BumpReport, error) {
 		if ctx.Err() != nil {

@@ -144,18 +144,36 @@
 // appendfsync always, then CONFIG REWRITE to keep it in redis.conf.
 // AllowVolatile runs on such a server anyway (tests, caches whose guards
 // are reset with it); AssumeDurable skips the check on servers that hide
-// CONFIG but are known to be durable. The check runs once, at construction,
-// but for one setting: every grant's script reads INFO persistence and
-// refuses to grant (an error matching ErrVolatile and lease.ErrUnavailable)
-// while appendonly is off. CONFIG SET appendonly no at runtime leaves the
-// AOF as it was; a restart then loaded it and issued again every token
-// granted since (TestAppendonlyOffAtRuntime: token 4 after 6). INFO cost
-// a bare script 8-18% of its rate in redis-benchmark on the shared test
-// machine (84.7k against 78.3k, 53.1k against 43.7k calls/s), a few
-// microseconds beside a grant's fsync; a try on a held key never pays it,
-// nor does a renewal. appendfsync, no-appendfsync-on-rewrite and the
-// eviction policy cannot be read from a script: changed later, they are not
-// noticed.
+// CONFIG but are known to be durable. Neither checks anything later either.
+//
+// The settings can change while the Store runs: CONFIG SET, a restart with
+// another redis.conf, a failover (Sentinel, a Cluster replica promoted) to a
+// node configured otherwise. So New's check is not the last. Every grant's
+// script reads INFO persistence and refuses to grant (an error matching
+// ErrVolatile and lease.ErrUnavailable) while appendonly is off. CONFIG SET
+// appendonly no at runtime leaves the AOF as it was; a restart then loaded
+// it and issued again every token granted since
+// (TestAppendonlyOffAtRuntime: token 4 after 6). INFO cost a bare script
+// 8-18% of its rate in redis-benchmark on the shared test machine (84.7k
+// against 78.3k, 53.1k against 43.7k calls/s), a few microseconds beside a
+// grant's fsync; a try on a held key never pays it, nor does a renewal.
+// The other settings cannot be read from a script: the Store reads them all
+// again, as New does (CONFIG GET on every node, the cluster's topology read
+// anew), every second, in a goroutine of its own that Close ends
+// (recheck.go). While the last check found one that cannot keep tokens
+// rising, every grant (Acquire, and Bump) is refused with an error
+// matching ErrVolatile and lease.ErrUnavailable that names the setting, the
+// node and the fix, until a check finds it fixed
+// (TestVolatileSettingAtRuntime); renewals, releases, reads and watches go
+// on, as they issue no token. A grant never waits for a check: it loads the
+// last verdict. A check the server answers with an error (CONFIG renamed or
+// forbidden since) refuses, as New would; one that gets no answer (a node
+// unreachable, a timeout) keeps the last verdict and is tried again sooner,
+// so that a server back from a restart or a failover is read at once, and
+// after 5 s of such checks grants are refused until one passes
+// (TestRecheckThatCannotRun). What this cannot close: a grant made between
+// a change and the next check, within about a second of the CONFIG SET,
+// the restart or the failover.
 //
 // With appendfsync always a grant's reply leaves the server only after its
 // AOF record is on disk, so an acknowledged token survives even a crash
@@ -213,7 +231,9 @@
 // exclusion only in the ordinary case and not for tokens. Where failover must
 // not break tokens, use etcdstore (Raft) or pgstore with synchronous
 // replication instead; on Redis, prefer one durable master whose restarts are
-// restarts, not failovers.
+// restarts, not failovers. A failover to a node whose persistence is
+// configured otherwise is refused grants from the Store's next re-check, as
+// any change is (Persistence); a grant made there before it is not.
 //
 // # Waiting
 //

@@ -25,15 +25,17 @@ var durableSettings = []string{"appendonly", "appendfsync", "no-appendfsync-on-r
 
 // checkDurable reads the persistence settings of every node the client
 // knows (masters and replicas of a cluster: a replica becomes the master on
-// failover) in one round trip per node.
-func checkDurable(ctx context.Context, client redis.UniversalClient) error {
+// failover) in one round trip per node. New runs it with all the settings;
+// the Store's re-checks (recheck.go) with runtime set, which leaves out
+// appendonly: acquire.lua reads that itself, in every grant.
+func checkDurable(ctx context.Context, client redis.UniversalClient, runtime bool) error {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		var (
 			mu   sync.Mutex
 			errs []error
 		)
 		err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
-			if err := checkNode(ctx, c, c.Options().Addr); err != nil {
+			if err := checkNode(ctx, c, c.Options().Addr, runtime); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -49,10 +51,10 @@ func checkDurable(ctx context.Context, client redis.UniversalClient) error {
 	if c, ok := client.(*redis.Client); ok {
 		addr = c.Options().Addr
 	}
-	return checkNode(ctx, client, addr)
+	return checkNode(ctx, client, addr, runtime)
 }
 
-func checkNode(ctx context.Context, c redis.Cmdable, addr string) error {
+func checkNode(ctx context.Context, c redis.Cmdable, addr string, runtime bool) error {
 	// One CONFIG GET per setting, pipelined: Redis before 7.0 takes one
 	// pattern per call.
 	cmds := make([]*redis.MapStringStringCmd, len(durableSettings))
@@ -84,7 +86,7 @@ func checkNode(ctx context.Context, c redis.Cmdable, addr string) error {
 	}
 
 	var problems, fixes []string
-	if got["appendonly"] != "yes" {
+	if got["appendonly"] != "yes" && !runtime {
 		problems = append(problems, fmt.Sprintf("appendonly is %q (want yes: without the AOF a restart forgets every token counter)", got["appendonly"]))
 		fixes = append(fixes, "CONFIG SET appendonly yes")
 	}

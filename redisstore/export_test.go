@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,4 +32,11 @@ func (s *Store) SubscriptionDrops() int {
 	s.notify.mu.Lock()
 	defer s.notify.mu.Unlock()
 	return s.notify.drops
+}
+
+// RecheckEvery sets how often the Store re-reads the persistence settings
+// (recheck.go; recheckEvery by default), so that tests of a setting changed
+// at runtime wait for a check of milliseconds, not of a second.
+func RecheckEvery(d time.Duration) Option {
+	return func(c *config) error { c.recheckEvery = d; return nil }
 }

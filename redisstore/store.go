@@ -78,12 +78,17 @@ type Store struct {
 	beforeCopy   func()
 	beforeFloors func() // for tests: runs in Bump before it raises the floors
 
+	// volatile is the refusal of every grant while the last re-check of
+	// the persistence settings found them volatile (recheck.go), or nil.
+	volatile atomic.Pointer[error]
+
 	notify *notifier
 	watch  watcher
 	batch  *batcher
 
-	// bg runs the acquire scripts that outlive their callers and the
-	// releases of what they grant (settle.go); Close ends it.
+	// bg runs the acquire scripts that outlive their callers, the
+	// releases of what they grant (settle.go) and the re-checks of the
+	// persistence settings (recheck.go); Close ends it.
 	bg *background.Group
 
 	closeOnce sync.Once
@@ -104,6 +109,11 @@ type config struct {
 	ns            string
 	allowVolatile bool // AllowVolatile: a volatile server is served
 	assumeDurable bool // AssumeDurable: the persistence check is skipped
+
+	// For tests (export_test.go): the period of the re-checks (0:
+	// recheckEvery), and a check to run instead of checkDurable's.
+	recheckEvery time.Duration
+	recheck      func(context.Context) error
 }
 
 // AllowVolatile lets the store run on a server that cannot keep tokens
@@ -114,7 +124,8 @@ type config struct {
 // has seen the old tokens rejects the new holders' writes — or, worse, a
 // guard that lost its state too accepts a stale writer's. Such a Store also
 // goes on serving a namespace wiped under it, where one without the option
-// refuses (doc.go, Wipes).
+// refuses (doc.go, Wipes), and neither reads the settings again while it
+// runs nor refuses grants when they change.
 func AllowVolatile() Option {
 	return func(c *config) error { c.allowVolatile = true; return nil }
 }
@@ -122,7 +133,9 @@ func AllowVolatile() Option {
 // AssumeDurable skips the persistence check for servers that hide their
 // configuration (CONFIG renamed or forbidden, as some managed services do):
 // the caller vouches that the server runs with appendonly yes and appendfsync
-// always, and does not evict keys.
+// always, and does not evict keys, then and for as long as the Store runs:
+// nothing is checked while it runs either (neither the re-checks nor the
+// grant script's appendonly check of doc.go, Persistence).
 func AssumeDurable() Option {
 	return func(c *config) error { c.assumeDurable = true; return nil }
 }
@@ -172,7 +185,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 // policy other than noeviction — unless AllowVolatile or AssumeDurable is
 // given. The check has 10 s to answer (Open's takes the context it is
 // given), as etcdstore.New's has. A server that cannot be reached gives an
-// error matching lease.ErrUnavailable.
+// error matching lease.ErrUnavailable. The Store then reads the settings
+// again every second while it runs, and refuses grants while they are
+// volatile (doc.go, Persistence).
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), newTimeout)
 	defer cancel()
@@ -211,7 +226,7 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	s.changesArg = s.ns + changesSuffix
 	s.aofArg = "0"
 	if !cfg.allowVolatile && !cfg.assumeDurable {
-		if err := checkDurable(ctx, client); err != nil {
+		if err := checkDurable(ctx, client, false); err != nil {
 			return nil, err
 		}
 		s.aofArg = "1"
@@ -228,6 +243,16 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	s.notify = newNotifier(s)
 	s.batch = newBatcher(client)
 	s.bg = background.New()
+	if s.aofArg == "1" {
+		every, check := recheckEvery, func(ctx context.Context) error { return checkDurable(ctx, client, true) }
+		if cfg.recheckEvery > 0 {
+			every = cfg.recheckEvery
+		}
+		if cfg.recheck != nil {
+			check = cfg.recheck
+		}
+		s.bg.Go(func(life context.Context) { s.recheck(life, every, check) })
+	}
 	return s, nil
 }
 
@@ -269,9 +294,10 @@ func (s *Store) readStoreID(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the store's release subscription, ends pending WaitChange
-// calls, and closes the client if Open created it. Close is idempotent, as
-// the other stores' are: a second Close returns the first one's error.
+// Close stops the store's release subscription and its re-checks of the
+// persistence settings, ends pending WaitChange calls, and closes the client
+// if Open created it. Close is idempotent, as the other stores' are: a
+// second Close returns the first one's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.notify.close()
@@ -308,6 +334,9 @@ func (s *Store) Acquire(ctx context.Context, key, owner string, ttl time.Duratio
 	}
 	if err := s.refused(); err != nil {
 		return lease.Lease{}, err
+	}
+	if err := s.grantRefused(); err != nil {
+		return lease.Lease{}, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
 	id := lease.NewID()
 	ids := id.Reveal()
