@@ -35,15 +35,33 @@ func interrupt(t *testing.T, url string, arrived func() bool, args ...string) re
 	go func() {
 		done <- cliHTTP(t, map[string]string{EnvServer: url}, sigs, args...)
 	}()
-	poll.True(t, 10*time.Second, "the wait at the server", arrived)
+	poll.True(t, 10*time.Second, "the moment to interrupt it", arrived)
 	sigs <- syscall.SIGINT
 	select {
 	case r := <-done:
 		return r
 	case <-time.After(20 * time.Second):
-		t.Fatal("lease acquire --wait did not end within 20 s of SIGINT")
+		t.Fatalf("lease %s did not end within 20 s of SIGINT", args[0])
 		return result{}
 	}
+}
+
+// serverWaiters is how many waits the lease server at url has in line
+// (GET /v1/stats).
+func serverWaiters(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Waiters int `json:"waiters"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Waiters
 }
 
 // TestAcquireInterruptedAgainstAHungServer: lease acquire --wait given
@@ -117,20 +135,7 @@ func TestAcquireInterruptedLeavesNothingHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiters := func() int {
-		resp, err := http.Get(srv.URL + "/v1/stats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var st struct {
-			Waiters int `json:"waiters"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-			t.Fatal(err)
-		}
-		return st.Waiters
-	}
+	waiters := func() int { return serverWaiters(t, srv.URL) }
 	r := interruptAcquire(t, srv.URL, func() bool { return waiters() == 1 }, "--timeout", "5s", "k")
 	if r.code != ExitFailure {
 		t.Errorf("exit %d, want %d", r.code, ExitFailure)

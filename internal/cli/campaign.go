@@ -36,9 +36,18 @@ It leads one term and exits with CMD's status; to lead again after a loss, run
 it again (a supervisor's restart is the requeue). --wait bounds the wait to be
 elected; 0 (the default) waits until elected or interrupted.
 
-Exit status as for lease run: CMD's; 75 if it was not elected within --wait,
-or lost the term before CMD's exit was seen; 1 for credentials refused; 127 if
-CMD could not be started; 2 on a usage error.
+Interrupted (SIGINT, SIGTERM, SIGHUP) while waiting to lead, it withdraws from
+the line at once: it gives the wait up, waits at most --timeout for the
+server's word that it has ended (a term granted as it ended is resigned), says
+whether that word came or the term's fate is unknown, and exits 75 without
+running CMD. Interrupted while leading, it passes the signal on to CMD's
+process group as lease run does, resigns the term once CMD has exited, so the
+next candidate leads at once, and says so.
+
+Exit status as for lease run: CMD's (128+N if a signal N ended it); 75 if it
+was not elected within --wait, was interrupted before it led, or lost the term
+before CMD's exit was seen; 1 for credentials refused; 127 if CMD could not be
+started; 2 on a usage error.
 
 ` + remoteEnvHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -55,7 +64,7 @@ CMD could not be started; 2 on a usage error.
 			if err := lease.ValidateOwner(value); err != nil {
 				return usageError(fmt.Errorf("--value: %w", err))
 			}
-			o.owner = value
+			o.owner, o.campaign = value, true
 			if o.wait < 0 {
 				return usageError(fmt.Errorf("--wait must not be negative, got %v", o.wait))
 			}

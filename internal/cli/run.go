@@ -65,6 +65,11 @@ exceed --ttl unless --allow-grace-past-ttl is given.
 
 With --wait 0 (the default) it tries once and gives up if KEY is held, which is
 what a cron job that must not run twice wants; with --wait 5m it queues.
+SIGINT, SIGTERM or SIGHUP while it acquires gives the wait up without running
+CMD: it waits at most --timeout (a second signal ends that at once) for the
+server's word that the wait has ended, says whether it came or the lease's
+fate is unknown, and exits 75. After a signal passed on to CMD, it says how
+CMD exited and that the lease was released.
 
 With --slots N, KEY names a semaphore of N slots (package semaphore): lease run
 holds one free slot, the lease KEY/slots/I, so that at most N commands run at
@@ -215,6 +220,7 @@ type runOptions struct {
 	slots             int // 0: a lease, not a semaphore's slot
 	slotsSet          bool
 	argv              []string
+	campaign          bool // lease campaign: the lease is a term of leadership, and is told as one
 }
 
 func (o runOptions) check() error {
@@ -289,7 +295,34 @@ func shareable(w io.Writer) io.Writer {
 }
 
 func (r *runner) logf(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "lease: run: "+format+"\n", args...)
+	name := "run"
+	if r.opts.campaign {
+		name = "campaign"
+	}
+	fmt.Fprintf(r.stderr, "lease: "+name+": "+format+"\n", args...)
+}
+
+// waiting, released and releasing are what r's messages call its wait and
+// its release: lease campaign waits to lead, and resigns a term.
+func (r *runner) waiting() string {
+	if r.opts.campaign {
+		return "waiting to lead"
+	}
+	return "acquiring"
+}
+
+func (r *runner) released() string {
+	if r.opts.campaign {
+		return "resigned the term of"
+	}
+	return "released"
+}
+
+func (r *runner) releasing() string {
+	if r.opts.campaign {
+		return "resigning the term of"
+	}
+	return "releasing"
 }
 
 // run acquires the lease, runs the command under it and releases it, and
@@ -300,10 +333,26 @@ func (r *runner) run(ctx context.Context) int {
 	if h == nil {
 		return code
 	}
-	// lostAt is when the loss was acted on (zero: never); the release that
-	// follows a loss must not keep lease run past the grace period.
-	var lostAt time.Time
-	defer func() { r.release(h, lostAt) }()
+	var (
+		// lostAt is when the loss was acted on (zero: never); the release
+		// that follows a loss must not keep lease run past the grace period.
+		lostAt time.Time
+		// signalled is the last signal passed on to CMD, and status CMD's
+		// exit status: after a signal, what became of the lease is said,
+		// as lease acquire says it when interrupted.
+		signalled os.Signal
+		status    int
+	)
+	defer func() {
+		err := r.release(h, lostAt)
+		switch {
+		case err != nil && !errors.Is(err, lease.ErrLost): // lost was said already
+			r.logf("%s %q (token %d): %s", r.releasing(), h.Key(), h.Token(), oneLine(err))
+		case err == nil && signalled != nil && lostAt.IsZero():
+			r.logf("%v passed on to %s, which exited (status %d); %s %q (token %d)",
+				signalled, r.opts.argv[0], status, r.released(), h.Key(), h.Token())
+		}
+	}()
 
 	cmd := exec.Command(r.opts.argv[0], r.opts.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.stdin, r.stdout, r.stderr
@@ -372,7 +421,8 @@ func (r *runner) run(ctx context.Context) int {
 				defer t.Stop()
 				r.stopGroup(pg, t.C)
 			}
-			return exitStatus(err)
+			status = exitStatus(err)
+			return status
 		case <-done:
 			done = nil
 			lostAt = time.Now()
@@ -388,6 +438,7 @@ func (r *runner) run(ctx context.Context) int {
 			r.logf("%s still running %s after SIGTERM; sending SIGKILL", r.opts.argv[0], formatDuration(r.opts.grace))
 			pg.signal(syscall.SIGKILL)
 		case sig := <-r.signals:
+			signalled = sig
 			if s, ok := sig.(syscall.Signal); ok {
 				pg.signal(s)
 			} else {
@@ -463,11 +514,7 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 	close(stop)
 	<-gone
 	if interrupted != nil {
-		if h != nil {
-			r.release(h, time.Time{})
-		}
-		r.logf("%v while acquiring %q: not running %s", interrupted, key, r.opts.argv[0])
-		r.awaitGivenUp(ttl)
+		r.gaveUp(interrupted, h)
 		return nil, 0, ExitTempFail
 	}
 	if err == nil {
@@ -481,18 +528,61 @@ func (r *runner) acquire(ctx context.Context) (*lease.Hold, int, int) {
 	return nil, 0, acquireFailed(err)
 }
 
-// awaitGivenUp waits, for at most --timeout, for the wait a signal gave
-// up to end at the server (a lease granted as it ended given back), which
-// closing the Client would cut short, and says when its fate is unknown.
-func (r *runner) awaitGivenUp(ttl time.Duration) {
-	g, ok := r.client.Backend().(interface{ AwaitGivenUp(context.Context) error })
-	if !ok {
+// gaveUp says, in one line, what became of the wait (lease campaign's
+// candidacy) that the signal sig gave up, as lease acquire says it: h, a
+// lease granted as the signal came, is given back; otherwise it waits, for
+// at most --timeout or until a second signal, for the server's word that
+// the wait has ended (a lease granted as it ended given back:
+// leasehttp.Client.AwaitGivenUp), which closing the Client would cut short,
+// and says whether it came.
+func (r *runner) gaveUp(sig os.Signal, h *lease.Hold) {
+	what := fmt.Sprintf("%v while %s %q: not running %s", sig, r.waiting(), r.opts.key, r.opts.argv[0])
+	if h != nil {
+		if err := r.release(h, time.Time{}); err != nil && !errors.Is(err, lease.ErrLost) {
+			r.logf("%s; it was granted (token %d) as the wait was given up, and giving it back failed: %s; it is held until its TTL of %v runs out",
+				what, h.Token(), oneLine(err), r.opts.ttl)
+			return
+		}
+		r.logf("%s; it was granted (token %d) as the wait was given up, and given back", what, h.Token())
 		return
 	}
+	g, ok := r.client.Backend().(interface{ AwaitGivenUp(context.Context) error })
+	if !ok {
+		r.logf("%s; the wait was given up", what)
+		return
+	}
+	// A second signal ends the wait for the server's word at once, as it
+	// ends lease acquire's.
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	if err := g.AwaitGivenUp(ctx); err != nil {
-		r.logf("the server did not confirm the wait's end within --timeout %v: the lease's fate is unknown (if it was granted as the wait ended, it is held until its TTL of %v runs out)", r.timeout, ttl)
+	var (
+		again    os.Signal
+		watching = make(chan struct{})
+	)
+	go func() {
+		defer close(watching)
+		select {
+		case again = <-r.signals:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := g.AwaitGivenUp(ctx)
+	late := ctx.Err() != nil
+	cancel()
+	<-watching
+	unknown := fmt.Sprintf("the lease's fate is unknown (if it was granted as the wait ended, it is held until its TTL of %v runs out)", r.opts.ttl)
+	switch {
+	case err == nil:
+		r.logf("%s; the wait was given up, and the server confirmed it: nothing is held", what)
+	case again != nil:
+		r.logf("%s; the wait was given up, and a second signal (%v) ended the wait for the server's word: %s", what, again, unknown)
+	case late:
+		r.logf("%s; the wait was given up, and the server did not confirm it within --timeout %v: %s", what, r.timeout, unknown)
+	default:
+		// The Client's own requests to give the wait up went unanswered
+		// (they are bounded by its timeout, not --timeout).
+		r.logf("%s; the wait was given up, and the server did not confirm it: %s", what, unknown)
 	}
 }
 
@@ -539,9 +629,10 @@ func acquireFailed(err error) int {
 	return ExitFailure
 }
 
-// release gives the lease back after the command has exited. A failure is
-// reported but does not change the exit status: the work is done, and the
-// lease expires on its own.
+// release gives the lease back after the command has exited, and returns
+// what Release returned (ErrLost for a loss, which was said already); its
+// caller says a failure, which does not change the exit status: the work is
+// done, and the lease expires on its own.
 //
 // The release is bounded by --timeout and by the lease's remaining TTL: once
 // the lease has expired on the server a release frees nothing. After a loss
@@ -549,20 +640,14 @@ func acquireFailed(err error) int {
 // courtesy to the next holder, and it is also cut off at the end of the grace
 // period that began at lostAt, so that lease run exits within --grace of the
 // loss even when the server has stopped answering.
-func (r *runner) release(h *lease.Hold, lostAt time.Time) {
+func (r *runner) release(h *lease.Hold, lostAt time.Time) error {
 	limit := min(r.timeout, r.untilExpiry(h))
 	if !lostAt.IsZero() {
 		limit = min(limit, time.Until(lostAt.Add(r.opts.grace)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(limit, 0))
 	defer cancel()
-	err := h.Release(ctx)
-	switch {
-	case err == nil, errors.Is(err, lease.ErrLost):
-		// Lost was already reported.
-	default:
-		r.logf("releasing %q (token %d): %s", h.Key(), h.Token(), oneLine(err))
-	}
+	return h.Release(ctx)
 }
 
 // untilExpiry is how long h's lease has left on the server, as far as the

@@ -1049,3 +1049,184 @@ def test_a_renewal_whose_answer_comes_too_late_leaves_the_renewer_running() -> N
             second.release()
     finally:
         srv.close()
+
+
+def rate_limited(retry_after: Callable[[], bytes], asked: list[float], refusals: int = 1) -> Answer:
+    """A rate limit in front of a lease server: the first refusals watches are
+    answered 429 with its own page (not the API's error body) and the
+    Retry-After retry_after() gives (none when empty), later ones with an
+    event stream; asked gets the time each request came."""
+
+    def answer(c: socket.socket) -> None:
+        asked.append(time.monotonic())
+        if len(asked) > refusals:
+            sse(b"text/event-stream", b"Lease-Heartbeat-Ms: 1000\r\n")(c)
+            return
+        after = retry_after()
+        page = b"<html><body>429 Too Many Requests: slow down</body></html>"
+        c.sendall(
+            b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/html\r\nConnection: close\r\n"
+            + (b"Retry-After: " + after + b"\r\n" if after else b"")
+            + b"Content-Length: %d\r\n\r\n%s" % (len(page), page)
+        )
+        c.close()
+
+    return answer
+
+
+def http_date(ahead: float) -> bytes:
+    """An HTTP date (IMF-fixdate) ahead seconds from now."""
+    from email.utils import formatdate
+
+    return formatdate(time.time() + ahead, usegmt=True).encode()
+
+
+def first_two_events(url: str, asynchronous: bool) -> list[Any]:
+    """The first two events of a reconnecting watch of everything on url."""
+    if asynchronous:
+        async def go() -> list[Any]:
+            async with AsyncLeaseClient(url) as c:
+                async with c.watch("") as w:
+                    return [await w.__anext__(), await w.__anext__()]
+
+        return asyncio.run(asyncio.wait_for(go(), 30))
+    with LeaseClient(url) as c:
+        with c.watch("") as w:
+            return [next(w), next(w)]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("form", ["seconds", "http-date"])
+def test_a_watch_refused_429_by_a_rate_limit_is_watched_again_after_its_retry_after(
+    raw: Callable[[Answer], RawServer], form: str, asynchronous: bool
+) -> None:
+    # A 429 without the API's error body is not the server's bound on
+    # watchers (too_many_watchers) but a proxy's or a gateway's rate limit:
+    # "too many, try later". Go's lease.Follow and the TypeScript watch take
+    # it for a break; the Python watch ended with UnexpectedAnswerError, its
+    # reconnecting loop and all. It is now a break, watched again after the
+    # answer's Retry-After (seconds, or an HTTP date: here 1 to 2 s ahead,
+    # the date being whole seconds) rather than the 50-100 ms backoff.
+    asked: list[float] = []
+    s = raw(rate_limited(lambda: b"1" if form == "seconds" else http_date(2), asked))
+    evs = first_two_events(s.url, asynchronous)
+    assert [e.kind for e in evs] == ["reset", "synced"], evs
+    err = evs[0].error
+    assert isinstance(err, UnavailableError) and err.status == 429, repr(err)
+    assert isinstance(err.__cause__, UnexpectedAnswerError), repr(err.__cause__)
+    if form == "seconds":
+        assert err.retry_after == 1.0, err.retry_after
+    else:
+        assert 0.9 < err.retry_after <= 2.0, err.retry_after
+    assert len(asked) == 2, asked
+    assert asked[1] - asked[0] >= min(0.95, err.retry_after), f"watched again {asked[1] - asked[0]:.3f} s after the 429"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize(
+    "value, want",
+    [(b"", 0.0), (b"soon", 0.0), (b"86400", 60.0), (b"date+1d", 60.0)],
+    ids=["none", "unreadable", "a-day", "a-date-a-day-ahead"],
+)
+def test_a_rate_limit_s_429_is_a_break_with_its_retry_after_bounded_as_go_bounds_it(
+    raw: Callable[[Answer], RawServer], value: bytes, want: float, asynchronous: bool
+) -> None:
+    # Without reconnecting, the break raises, as a Go Watch yields it (a
+    # busyError, matching ErrUnavailable) and the TypeScript watch throws it:
+    # an UnavailableError, not the UnexpectedAnswerError it was. What it asks
+    # for is bounded as Go's leasehttp bounds it (maxRetryAfter, a minute),
+    # so that a rate limit's day, or a date far ahead, cannot stop a watch
+    # for that long; no Retry-After, or one unreadable, asks for nothing.
+    asked: list[float] = []
+    s = raw(rate_limited(lambda: http_date(86400) if value == b"date+1d" else value, asked))
+    with pytest.raises(UnavailableError, match="busy") as e:
+        first_event(s.url, asynchronous)
+    assert e.value.status == 429 and e.value.retry_after == want, (e.value.status, e.value.retry_after)
+    assert isinstance(e.value.__cause__, UnexpectedAnswerError), repr(e.value.__cause__)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_watch_closed_in_its_pause_after_a_rate_limit_ends_at_once(raw: Callable[[Answer], RawServer], asynchronous: bool) -> None:
+    # A rate limit that asks for a day gets a minute's pause; closing the
+    # watch from another thread (task) meanwhile ends its iteration at once,
+    # without an error and without watching again.
+    asked: list[float] = []
+    s = raw(rate_limited(lambda: b"86400", asked))
+    errors: list[BaseException] = []
+    if asynchronous:
+        async def go() -> None:
+            async with AsyncLeaseClient(s.url) as c:
+                w = c.watch("")
+
+                async def read() -> None:
+                    try:
+                        async for _ in w:
+                            pass
+                    except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+                        errors.append(e)
+
+                t = asyncio.get_running_loop().create_task(read())
+                while not asked and not t.done():
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.2)  # real time: the refusal read, the reader in its pause
+                await w.aclose()
+                done, _ = await asyncio.wait((t,), timeout=2)
+                assert done, "the closed watch is still in its pause"
+
+        asyncio.run(asyncio.wait_for(go(), 30))
+    else:
+        with LeaseClient(s.url) as c:
+            w = c.watch("")
+
+            def read() -> None:
+                try:
+                    for _ in w:
+                        pass
+                except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+                    errors.append(e)
+
+            t = threading.Thread(target=read, daemon=True)
+            t.start()
+            wait_for("the watch to be asked", lambda: bool(asked) or not t.is_alive())
+            time.sleep(0.2)  # real time: the refusal read, the reader in its pause
+            w.close()
+            t.join(2)
+            assert not t.is_alive(), "the closed watch is still in its pause"
+    assert errors == [], errors
+    assert len(asked) == 1, asked
+
+
+def test_retry_after_is_read_as_go_reads_it() -> None:
+    # leasehttp's retryAfterOf (TestRetryAfterOf): delay-seconds (ASCII
+    # digits up to 2^32 - 1) or an HTTP date, at most a minute; 0 when
+    # absent, past or unreadable.
+    from datetime import datetime, timezone
+    from email.utils import formatdate
+
+    from leasehq_lease._endpoints import MAX_RETRY_AFTER, retry_after
+
+    assert MAX_RETRY_AFTER == 60.0  # leasehttp's maxRetryAfter, a minute
+    now = datetime(2026, 12, 7, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+    cases: list[tuple[str | None, float]] = [
+        (None, 0.0),
+        ("", 0.0),
+        ("3", 3.0),
+        (" 0 ", 0.0),
+        ("3600", 60.0),
+        ("4294967295", 60.0),
+        ("4294967296", 0.0),  # past a uint32: Go's ParseUint refuses it, and it is no date
+        ("0000000000003", 3.0),
+        ("9" * 5000, 0.0),  # int() of it raises ValueError (over 4,300 digits)
+        ("-1", 0.0),
+        ("+3", 0.0),
+        ("1.5", 0.0),
+        ("\uff13", 0.0),  # a fullwidth 3: a digit to str.isdigit(), not to Go
+        ("soon", 0.0),
+        (formatdate(now + 5, usegmt=True), 5.0),
+        (formatdate(now - 5, usegmt=True), 0.0),
+        (formatdate(now + 86400, usegmt=True), 60.0),
+        ("Monday, 07-Dec-26 12:00:05 GMT", 5.0),  # RFC 850, which http.ParseTime reads too
+        ("Mon Dec  7 12:00:05 2026", 5.0),  # ANSI C's asctime, likewise
+    ]
+    for v, want in cases:
+        assert retry_after(v, now) == want, (v, retry_after(v, now), want)

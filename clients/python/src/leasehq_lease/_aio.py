@@ -23,6 +23,7 @@ from ._base import DEFAULT_HEARTBEAT, MISSED_HEARTBEATS, RESUME_FIRST, RESUME_MA
 from ._election import POLL_FIRST, POLL_MAX, Follower, Leader, SemaphoreBase, leader_of
 from ._endpoints import (
     MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, spoke_unasked, taken, unanswered, unopened,
+    watch_refused,
 )
 from ._errors import (
     HeldError,
@@ -465,7 +466,7 @@ class _Transport:
                 if pause is not None:
                     await asyncio.sleep(pause)
                     continue
-            raise err
+            raise watch_refused(err, status, headers.get("retry-after"))
 
 
 class _LossEvent(asyncio.Event):
@@ -915,6 +916,7 @@ class AsyncWatch:
         self._reconnect = reconnect
         self._closed = False
         self._writer: asyncio.StreamWriter | None = None  # the stream's connection, while open
+        self._stop = asyncio.Event()  # set by aclose(): ends a pause before the stream is opened again
         self._gen = self._run()
 
     def __aiter__(self) -> AsyncWatch:
@@ -930,6 +932,7 @@ class AsyncWatch:
         generator another task is running raised RuntimeError instead, and
         left that task reading."""
         self._closed = True
+        self._stop.set()
         w = self._writer
         if w is not None:
             w.close()
@@ -966,7 +969,14 @@ class AsyncWatch:
                 broke = e
                 if got_any:
                     pause = RESUME_FIRST
-                await asyncio.sleep(jittered(pause))
+                # A rate limit's 429 (busy) is watched again after its
+                # Retry-After at least, as Go's lease.Follow does; aclose()
+                # ends the pause.
+                busy = e.retry_after if isinstance(e, UnavailableError) else 0.0
+                try:
+                    await _within(self._stop.wait(), max(jittered(pause), busy))
+                except TimeoutError:
+                    pass
                 pause = min(pause * 2, RESUME_MAX)
 
     async def _stream(self) -> AsyncGenerator[WatchEvent, None]:

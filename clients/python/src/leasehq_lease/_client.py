@@ -5,6 +5,7 @@ while holding a key."""
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, TypeVar
@@ -237,8 +238,12 @@ class LeaseClient(ClientBase):
         instead. A refusal (UnauthorizedError, ForbiddenError,
         TooManyWatchersError, UnsupportedError) raises, but for a
         TooManyWatchersError after this client gave a stream up for silence:
-        the server may count that dead stream still, so it is a break too. close() or ``with``
-        ends it."""
+        the server may count that dead stream still, so it is a break too. So
+        is any other 429, such as one without the API's error body (a rate
+        limit in front of the server: busy), an UnavailableError whose ``retry_after`` (the answer's
+        Retry-After, at most a minute) the pause lasts at least, as in the Go
+        and TypeScript clients. close() or ``with`` ends it, a pause
+        included."""
         if prefix:
             check_name("prefix", prefix)
         return Watch(self, prefix, reconnect)
@@ -274,6 +279,7 @@ class Watch:
         self._conn: http.client.HTTPConnection | None = None
         self._sock: socket.socket | None = None  # the stream's socket, while open (the answer may own it)
         self._closed = False
+        self._stop = threading.Event()  # set by close(): ends a pause before the stream is opened again
         self._gen = self._run()
 
     def __iter__(self) -> Iterator[WatchEvent]:
@@ -286,6 +292,7 @@ class Watch:
         """Closes the stream; iteration then ends, also in a thread iterating
         it now."""
         self._closed = True
+        self._stop.set()
         c = self._conn
         if c is not None:
             # Shut down first: a read blocked in another thread ends at once,
@@ -333,7 +340,11 @@ class Watch:
                 broke = e
                 if got_any:
                     pause = RESUME_FIRST
-                time.sleep(jittered(pause))
+                # A rate limit's 429 (busy) is watched again after its
+                # Retry-After at least, as Go's lease.Follow does; close()
+                # ends the pause.
+                busy = e.retry_after if isinstance(e, UnavailableError) else 0.0
+                self._stop.wait(max(jittered(pause), busy))
                 pause = min(pause * 2, RESUME_MAX)
 
     def _stream(self) -> Iterator[WatchEvent]:

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Final, NamedTuple, Protocol, Sequence
 
-from ._errors import InvalidError, UnavailableError
+from ._errors import InvalidError, LeaseError, TooManyWatchersError, UnavailableError
 
 RETRY_ROUNDS: Final = 3
 """A retried request goes round every endpoint at most this many times."""
@@ -21,6 +21,12 @@ MAX_ANSWER: Final = 64 << 20
 (leasehttp) and the TypeScript client's: a longer one is an answer lost
 (TooLarge), so that a broken or hostile server cannot make the client
 buffer without end."""
+
+
+MAX_RETRY_AFTER: Final = 60.0
+"""The longest pause, in seconds, a watch refused 429 by a rate limit takes
+from its answer's Retry-After (busy): a larger one (an hour, a date far
+ahead) is taken as this much, as leasehttp's maxRetryAfter."""
 
 
 class TooLarge(OSError):
@@ -225,3 +231,47 @@ def unopened(url: str, cause: BaseException) -> UnavailableError:
     if isinstance(cause, OtherStore):
         return UnavailableError(f"lease: watch: {cause}")
     return UnavailableError(f"lease: watch: could not reach {url}: {cause!r}")
+
+
+def retry_after(v: str | None, now: float) -> float:
+    """The seconds an answer's Retry-After value v asks for, delay-seconds or
+    an HTTP date (now being time.time()), at most MAX_RETRY_AFTER; 0 when
+    absent, past or unreadable. As leasehttp's retryAfterOf: the seconds
+    are ASCII digits up to 2^32 - 1 (no sign, no fraction); anything else
+    is read as a date, or not at all."""
+    v = (v or "").strip()
+    if not v:
+        return 0.0
+    if v.isascii() and v.isdigit():
+        # Not int(v) at once: over 4,300 digits it raises ValueError.
+        digits = v.lstrip("0") or "0"
+        if len(digits) <= 10 and int(digits) <= 0xFFFFFFFF:
+            return min(float(int(digits)), MAX_RETRY_AFTER)
+    from datetime import timezone
+    from email.utils import parsedate_to_datetime
+
+    try:
+        at = parsedate_to_datetime(v)
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=timezone.utc)
+        d = at.timestamp() - now
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return 0.0
+    return min(max(d, 0.0), MAX_RETRY_AFTER)
+
+
+def watch_refused(err: LeaseError, status: int, retry_after_value: str | None) -> LeaseError:
+    """The error of a watch refused with err, its answer's status and
+    Retry-After: a 429 other than the server's own bound on watchers
+    (too_many_watchers) is a rate limit in front of the server, "too many,
+    try later", and so a break (an UnavailableError whose retry_after the
+    watch pauses for at least: busy) rather than a refusal, as in the Go
+    client (leasehttp's busyError, which lease.Follow pauses for) and the
+    TypeScript client. Any other refusal stands."""
+    if status != 429 or isinstance(err, TooManyWatchersError):
+        return err
+    after = retry_after(retry_after_value, time.time())
+    e = UnavailableError(f"{err.message} (busy: watch again {f'after {after:g} s' if after else 'later'})", status=status)
+    e.retry_after = after
+    e.__cause__ = err
+    return e

@@ -129,9 +129,15 @@ class UnsupportedError(LeaseError):
 class UnavailableError(LeaseError):
     """The server or its backend could not answer (503 ``unavailable``, any 5xx, the
     network, a broken watch stream): the outcome of a request that changes state
-    is unknown."""
+    is unknown. A watch refused 429 by a rate limit in front of the server (an
+    answer without the API's error body, or with a code other than
+    ``too_many_watchers``) is one too, a break: its cause is the answer's
+    UnexpectedAnswerError, and ``retry_after`` the seconds its Retry-After
+    asked for (at most a minute), which the watch pauses for at least."""
 
     code = "unavailable"
+    retry_after: float = 0.0
+    """Seconds to wait before watching again, as a rate limit's 429 said (0: it did not)."""
 
 
 class LeaseLostError(LeaseError):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Final
 
 from ._endpoints import (
     MAX_ANSWER, STORE_HEADER, Endpoints, Failed, Plan, TooLarge, hedge_after, spoke_unasked, taken, unanswered, unopened,
+    watch_refused,
 )
 from ._errors import LeaseError, error_from_answer
 
@@ -414,7 +415,7 @@ class Transport:
                 if pause is not None:
                     time.sleep(pause)
                     continue
-            raise err
+            raise watch_refused(err, r.status, r.getheader("Retry-After"))
 
 
 def _close(c: http.client.HTTPConnection, r: http.client.HTTPResponse | None) -> None:
