@@ -409,7 +409,8 @@ test("a batch answered with fewer or more results than renewals renews none of t
         const key = decodeURIComponent(url.split("/")[3] ?? "");
         let out = "{}";
         if (url.endsWith("/acquire")) {
-          // Unref'd: a delay the test outlives keeps no process alive.
+          // real time: the client measures the grant's lateness on its own
+          // clock. Unref'd: a delay the test outlives keeps no process alive.
           if (key === "late") await new Promise((r) => setTimeout(r, ttlMs / 2).unref());
           out = leaseText(key, "7", (JSON.parse(text) as { ttl_ms: number }).ttl_ms);
         } else if (url === "/v1/renew") {
