@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehq/lease"
@@ -113,45 +114,65 @@ func TestResentWaitKeepsItsPlace(t *testing.T) {
 // TestAbandonedTicketLeavesTheLine checks that a ticketed wait whose client
 // never asks again leaves the line within the grace, not at a TTL: a lease
 // granted to it meanwhile is released, and the waiter behind it is served.
+//
+// It runs in a synctest bubble, the client talking to the server through
+// handlerTransport: the grace runs from the end of the ghost's request, and
+// "next" must be in line behind the ghost before it ends. On the real clock
+// under load (2 cores, load 12), next's AcquireWait sometimes reached the
+// server more than the 200 ms grace after the ghost's request: the ghost
+// had left the line by then, lease_waiters never read 2, and the test
+// failed waiting 10 s for "next queued". In the bubble the grace starts
+// only once every goroutine is blocked, next among them in line.
 func TestAbandonedTicketLeavesTheLine(t *testing.T) {
 	const grace = 200 * time.Millisecond
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
-			_, hs := startServer(t, be.new(t), leasehttp.WithWaitGrace(grace))
-			c := newClient(t, hs.URL)
-			holder, err := c.Acquire(ctxFor(t), "gone", "holder", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The abandoned wait: one request of 20 ms, never re-sent.
-			status, body := call(t, "POST", hs.URL+"/v1/leases/gone/acquire", "",
-				`{"owner":"ghost","ttl_ms":60000,"wait_ms":20,"ticket":"0123456789abcdef0123456789abcdef"}`)
-			if status != http.StatusConflict {
-				t.Fatalf("the ghost's wait: HTTP %d %s, want 409", status, body)
-			}
-			got := make(chan error, 1)
-			go func() {
-				_, err := c.AcquireWait(ctxFor(t), "gone", "next", time.Minute)
-				got <- err
-			}()
-			eventually(t, "next queued", func() bool { return metric(t, hs.URL, "lease_waiters") == 2 })
-			released := time.Now()
-			if err := c.Release(ctxFor(t), holder); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the waiter behind an abandoned wait was not served within 10 s (a TTL is a minute)")
-			}
-			if d := time.Since(released); d > 5*time.Second {
-				t.Fatalf("served %v after the release; the grace is %v", d, grace)
-			}
+			synctest.Test(t, func(t *testing.T) { abandonedTicketLeavesTheLine(t, be.new(t), grace) })
 		})
+	}
+}
+
+func abandonedTicketLeavesTheLine(t *testing.T, b lease.Backend, grace time.Duration) {
+	srv := newServer(t, b, leasehttp.WithWaitGrace(grace))
+	c := newClient(t, "http://127.0.0.1", leasehttp.WithHTTPClient(&http.Client{Transport: handlerTransport{srv}}))
+	waiters := func() float64 { return metricIn(t, metricsOf(t, srv), "lease_waiters") }
+	holder, err := c.Acquire(ctxFor(t), "gone", "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The abandoned wait: one request of 20 ms, never re-sent.
+	rec := serve(srv, "POST", "/v1/leases/gone/acquire", "application/json",
+		[]byte(`{"owner":"ghost","ttl_ms":60000,"wait_ms":20,"ticket":"0123456789abcdef0123456789abcdef"}`))
+	if rec.Code != http.StatusConflict {
+		t.Fatalf("the ghost's wait: HTTP %d %s, want 409", rec.Code, rec.Body)
+	}
+	if n := waiters(); n != 1 {
+		t.Fatalf("after the ghost's request, %v waits in line; want the ghost kept for its grace (1)", n)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.AcquireWait(ctxFor(t), "gone", "next", time.Minute)
+		got <- err
+	}()
+	synctest.Wait() // next waits in line, behind the ghost
+	if n := waiters(); n != 2 {
+		t.Fatalf("with next's wait sent, %v wait in line; want 2 (the ghost, then next)", n)
+	}
+	released := time.Now()
+	if err := c.Release(ctxFor(t), holder); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter behind an abandoned wait was not served within 10 s (a TTL is a minute)")
+	}
+	if d := time.Since(released); d > 5*time.Second {
+		t.Fatalf("served %v after the release; the grace is %v", d, grace)
 	}
 }
 
