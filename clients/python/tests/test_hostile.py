@@ -240,7 +240,7 @@ class HandlerServer:
 class FakeLeaseServer(HandlerServer):
     """Grants every acquire (token 7) and answers each renew batch with
     renewal(n, item), n counting the batches from 1: the JSON text of one
-    result."""
+    result; and a lone renewal with the lease renewed."""
 
     def __init__(self, renewal: Callable[[int, dict[str, Any]], str], *, acquire_delay: float = 0.0, hang: str = "") -> None:
         import json
@@ -265,6 +265,13 @@ class FakeLeaseServer(HandlerServer):
                 elif self.path == "/v1/renew":
                     fake.batches += 1
                     out = '{"results":[%s]}' % ",".join(fake.renewal(fake.batches, r) for r in req["renewals"])
+                elif self.path.endswith("/renew"):
+                    # A lone renewal, which the client sends at once for a grant
+                    # that came a third of its TTL or more after its request (a
+                    # loaded machine): answered as a lease server answers it.
+                    key = self.path.split("/")[3]
+                    out = ('{"key":"%s","owner":"o","token":%d,"id":"%s","ttl_ms":%d,"expires_at":"2026-01-01T00:00:00.000Z"}'
+                           % (key, req["token"], req["id"], req["ttl_ms"]))
                 else:
                     out = "{}"
                 b = out.encode()

@@ -50,7 +50,8 @@ function leaseText(key: string, token: string, ttlMs: number, id = ID): string {
 /**
  * fake is a lease server that grants every acquire with the token written
  * as token(key), and answers each renew batch, n counting them from 1, with
- * renewal(n, item) per item (the JSON text of one result) after delayMs(n).
+ * renewal(n, item) per item (the JSON text of one result) after delayMs(n),
+ * and a lone renewal with the lease renewed.
  */
 async function fake(opts: {
   token?: (key: string) => string;
@@ -79,6 +80,13 @@ async function fake(opts: {
         out = `{"results":[${renewals.map((r) => one(n, r)).join(",")}]}`;
         // Unref'd: a delay the test outlives keeps no process alive.
         await new Promise((r) => setTimeout(r, opts.delayMs?.(n) ?? 0).unref());
+      } else if (url.endsWith("/renew")) {
+        // A lone renewal, which the client sends at once for a grant that
+        // came a third of its TTL or more after its request (a loaded
+        // machine): answered as a lease server answers it, not with {}.
+        const key = decodeURIComponent(url.split("/")[3] ?? "");
+        const r = JSON.parse(text) as Omit<Renewal, "key">;
+        out = leaseText(key, String(r.token), r.ttl_ms, r.id);
       } else if (url.endsWith("/release")) {
         releases++;
         if (opts.hangReleases === true) return;
