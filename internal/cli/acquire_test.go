@@ -70,17 +70,7 @@ func serverWaiters(t *testing.T, url string) int {
 // wait for ever (or, as before, die at once without a word, leaving a
 // lease granted as it died held by nobody until its TTL).
 func TestAcquireInterruptedAgainstAHungServer(t *testing.T) {
-	arrived := make(chan struct{}, 1)
-	hung := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case arrived <- struct{}{}:
-		default:
-		}
-		<-hung // never answers, whatever the client does
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(hung) })
+	srv, arrived := hungServer(t) // never answers, whatever the client does
 	start := time.Now()
 	r := interruptAcquire(t, srv.URL, func() bool { return len(arrived) > 0 }, "--timeout", "300ms", "k")
 	if r.code != ExitFailure {
@@ -97,17 +87,7 @@ func TestAcquireInterruptedAgainstAHungServer(t *testing.T) {
 // end, and says that the lease's fate is unknown; it said only that it did
 // not run CMD, and closing its Client cut the give-back short.
 func TestRunInterruptedAgainstAHungServer(t *testing.T) {
-	arrived := make(chan struct{}, 1)
-	hung := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case arrived <- struct{}{}:
-		default:
-		}
-		<-hung
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(hung) })
+	srv, arrived := hungServer(t)
 	r := interrupt(t, srv.URL, func() bool { return len(arrived) > 0 }, "run", "--wait", "1h", "--timeout", "300ms", "k", "--", "true")
 	if r.code != ExitTempFail {
 		t.Errorf("exit %d, want %d", r.code, ExitTempFail)
@@ -150,4 +130,23 @@ func TestAcquireInterruptedLeavesNothingHeld(t *testing.T) {
 	if got, err := store.Get(context.Background(), "k"); err != nil || got.Token != holder.Token {
 		t.Errorf("Get = %+v, %v; want the holder's lease alone", got, err)
 	}
+}
+
+// hungServer is a server that never answers: arrived is ready (it holds
+// one value) once a request has reached it. Its requests are let go as the
+// test ends.
+func hungServer(t *testing.T) (srv *httptest.Server, arrived chan struct{}) {
+	t.Helper()
+	arrived = make(chan struct{}, 1)
+	hung := make(chan struct{})
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-hung
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hung) })
+	return srv, arrived
 }

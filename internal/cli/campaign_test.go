@@ -2,8 +2,6 @@ package cli
 
 import (
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -143,17 +141,7 @@ func TestCampaignInterruptedWhileLeadingResigns(t *testing.T) {
 // here, the bound of the Client's own requests to give the wait up) and
 // then said the server had not confirmed it "within --timeout 1m0s".
 func TestCampaignInterruptedTwiceEndsAtOnce(t *testing.T) {
-	arrived := make(chan struct{}, 1)
-	hung := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case arrived <- struct{}{}:
-		default:
-		}
-		<-hung
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(hung) })
+	srv, arrived := hungServer(t)
 	childEnviron(t, "env", "", 0)
 	sigs := make(chan os.Signal, 2)
 	done := make(chan result, 1)
