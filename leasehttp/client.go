@@ -317,6 +317,12 @@ func (c *Client) roundTripTo(ctx context.Context, base, method, path string, bod
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if path == renewBatchPath {
+		// A renewed lease answered with only its TTL and expiry: the
+		// rest is the request's (readRenewAnswer). A server from before
+		// the minimal answer ignores this and answers in full.
+		req.Header.Set("Prefer", "return=minimal")
+	}
 	if c.auth != "" {
 		req.Header.Set("Authorization", c.auth)
 	}
@@ -788,6 +794,9 @@ func (c *Client) Renew(ctx context.Context, l lease.Lease, ttl time.Duration) (l
 	return r, err
 }
 
+// renewBatchPath is the path of POST /v1/renew.
+const renewBatchPath = "/v1/renew"
+
 // RenewBatch implements lease.BatchRenewer with one request (POST
 // /v1/renew), which a server over a backend with RenewBatch of its own
 // makes in one commit. It is retried after a lost answer, as Renew is.
@@ -803,7 +812,7 @@ func (c *Client) RenewBatch(ctx context.Context, renewals []lease.Renewal) ([]le
 	for _, r := range renewals[1:] {
 		shortest = min(shortest, r.TTL)
 	}
-	resp, err := c.renewRetry(ctx, shortest, "/v1/renew", body)
+	resp, err := c.renewRetry(ctx, shortest, renewBatchPath, body)
 	what := func() string { return fmt.Sprintf("of %d leases, the first", len(renewals)) }
 	if err != nil {
 		return nil, transportError("renew "+what(), first, err, "")

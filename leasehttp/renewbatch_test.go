@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -347,4 +348,124 @@ type statusRecorder struct {
 func (r *statusRecorder) WriteHeader(code int) {
 	r.status = code
 	r.ResponseWriter.WriteHeader(code)
+}
+
+// TestRenewBatchMinimalAnswer: asked with Prefer: return=minimal, POST
+// /v1/renew answers each renewed lease with its TTL and expiry only, and
+// says so in Preference-Applied; asked without it, in full. The Go client
+// asks for it and reads either, so it works as well with a server from
+// before the minimal answer, which ignores the header.
+func TestRenewBatchMinimalAnswer(t *testing.T) {
+	srv := newServer(t, newMem(t))
+	var prefer atomic.Value // what the client sent
+	old := atomic.Bool{}    // the server ignores Prefer
+	hs := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/renew" {
+			prefer.Store(r.Header.Values("Prefer"))
+			if old.Load() {
+				r.Header.Del("Prefer")
+			}
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	c := newClient(t, hs.URL)
+	var held []lease.Lease
+	for _, k := range []string{"a", "b", "c"} {
+		l, err := c.Acquire(ctxFor(t), k, "owner-"+k, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if err := c.Release(ctxFor(t), held[1]); err != nil {
+		t.Fatal(err)
+	}
+	body := batchBody(time.Hour, held...)
+	post := func(prefer ...string) (http.Header, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctxFor(t), "POST", hs.URL+"/v1/renew", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		for _, p := range prefer {
+			req.Header.Add("Prefer", p)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		if _, err := io.Copy(&b, resp.Body); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("POST /v1/renew with Prefer %q: %d %q (%v)", prefer, resp.StatusCode, b.String(), err)
+		}
+		return resp.Header, b.String()
+	}
+	type result struct {
+		Lease     *leasehttp.LeaseJSON   `json:"lease"`
+		Error     *struct{ Code string } `json:"error"`
+		TTLMillis *int64                 `json:"ttl_ms"`
+		ExpiresAt *string                `json:"expires_at"`
+	}
+	read := func(answer string) []result {
+		t.Helper()
+		var got struct{ Results []result }
+		if err := json.Unmarshal([]byte(answer), &got); err != nil || len(got.Results) != len(held) {
+			t.Fatalf("answer %s: %v", answer, err)
+		}
+		return got.Results
+	}
+	for _, p := range [][]string{{"return=minimal"}, {"RETURN=Minimal"}, {`return="minimal"`}, {"respond-async, return=minimal; x=1"}, {"wait=5", "return=minimal"}} {
+		h, answer := post(p...)
+		if got := h.Get("Preference-Applied"); got != "return=minimal" {
+			t.Errorf("Prefer %q: Preference-Applied %q, want return=minimal", p, got)
+		}
+		rs := read(answer)
+		for i, r := range rs {
+			switch {
+			case i == 1 && (r.Error == nil || r.Error.Code != "not_held" || r.Lease != nil || r.TTLMillis != nil):
+				t.Errorf("Prefer %q: result %d %+v, want only not_held", p, i, r)
+			case i != 1 && (r.Lease != nil || r.Error != nil || r.TTLMillis == nil || *r.TTLMillis != time.Hour.Milliseconds() || r.ExpiresAt == nil):
+				t.Errorf("Prefer %q: result %d %+v, want only ttl_ms 3600000 and expires_at", p, i, r)
+			}
+		}
+	}
+	for _, p := range [][]string{nil, {"return=representation"}, {"return=representation, return=minimal"}, {"x=\"return=minimal\""}, {"returns=minimal"}} {
+		h, answer := post(p...)
+		if got := h.Values("Preference-Applied"); len(got) != 0 {
+			t.Errorf("Prefer %q: Preference-Applied %q, want none", p, got)
+		}
+		for i, r := range read(answer) {
+			if i != 1 && (r.Lease == nil || r.Lease.Key != held[i].Key || r.Lease.Owner != held[i].Owner || r.TTLMillis != nil) {
+				t.Errorf("Prefer %q: result %d %+v, want the whole lease", p, i, r)
+			}
+		}
+	}
+
+	// The client asks for the minimal answer, and makes the same results
+	// of either.
+	for _, ignored := range []bool{false, true} {
+		old.Store(ignored)
+		renewals := []lease.Renewal{{Lease: held[0], TTL: 2 * time.Hour}, {Lease: held[1], TTL: time.Hour}, {Lease: held[2], TTL: 3 * time.Hour}}
+		before := time.Now()
+		res, err := c.RenewBatch(ctxFor(t), renewals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := prefer.Load().([]string); len(got) != 1 || got[0] != "return=minimal" {
+			t.Errorf("the client sent Prefer %q, want return=minimal", got)
+		}
+		if !errors.Is(res[1].Err, lease.ErrNotHeld) {
+			t.Errorf("server ignoring Prefer %v: result 1 %v, want not held", ignored, res[1].Err)
+		}
+		for _, i := range []int{0, 2} {
+			l, want := res[i].Lease, renewals[i]
+			if res[i].Err != nil || l.Key != want.Lease.Key || l.Owner != want.Lease.Owner || l.Token != want.Lease.Token || l.ID != want.Lease.ID ||
+				l.TTL != want.TTL || l.Expires.Before(before.Add(want.TTL).Add(-time.Second)) || l.Expires.After(time.Now().Add(want.TTL).Add(time.Second)) {
+				t.Errorf("server ignoring Prefer %v: result %d %+v, %v; want %+v renewed for %v", ignored, i, l, res[i].Err, want.Lease, want.TTL)
+			}
+		}
+	}
 }

@@ -822,7 +822,9 @@ func (s *Server) handleRenew(w *responseWriter, r *http.Request) {
 // backend's RenewBatch where it has one (one commit for all), else one
 // Renew each (lease.RenewAll). The credential must cover every key; a
 // malformed or uncovered renewal refuses the whole batch, before any is
-// made. A renewal no longer held is answered not_held on its own.
+// made. A renewal no longer held is answered not_held on its own. With
+// Prefer: return=minimal (RFC 7240) a renewed lease is answered with only
+// what a renewal can change, its TTL and expiry: the client has the rest.
 func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 	c, ok := s.authorize(w, r)
 	if !ok {
@@ -860,6 +862,11 @@ func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 	s.tracker.renewedBatch(renewals, results)
 	s.metrics.renewals.refused.Add(float64(refused))
 	s.metrics.renewals.done.Add(float64(len(results) - refused))
+	if prefersMinimal(r.Header) {
+		w.Header().Set("Preference-Applied", "return=minimal")
+		writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendRenewAnswerMinimal(b, results) })
+		return
+	}
 	writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendRenewAnswer(b, results) })
 }
 
@@ -1005,4 +1012,44 @@ func (s *Server) handleNoRoute(w *responseWriter, r *http.Request) {
 	}
 	s.writeError(w, &requestError{status: http.StatusNotFound,
 		msg: fmt.Sprintf("no route for %s %s", r.Method, quoteName(r.URL.EscapedPath()))})
+}
+
+// prefersMinimal reports whether h asks for the minimal answer: the first
+// "return" preference of its Prefer headers (RFC 7240) is return=minimal.
+// Preference names and this value are matched without regard to case; a
+// value may be quoted; parameters after ";" are ignored.
+func prefersMinimal(h http.Header) bool {
+	for _, v := range h.Values("Prefer") {
+		for v != "" {
+			var pref string
+			pref, v = nextPreference(v)
+			pref, _, _ = strings.Cut(pref, ";")
+			name, value, _ := strings.Cut(pref, "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "return") {
+				continue
+			}
+			value = strings.TrimSpace(value)
+			if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+				value = value[1 : len(value)-1]
+			}
+			return strings.EqualFold(value, "minimal")
+		}
+	}
+	return false
+}
+
+// nextPreference splits v at its first comma outside a quoted string.
+func nextPreference(v string) (pref, rest string) {
+	quoted := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\' && quoted:
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == ',' && !quoted:
+			return v[:i], v[i+1:]
+		}
+	}
+	return v, ""
 }

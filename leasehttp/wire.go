@@ -156,17 +156,24 @@ func appendLease(b []byte, l lease.Lease, withID bool, last *lastExpiry) []byte 
 		b = strconv.AppendInt(b, ms, 10)
 	}
 	b = append(b, `,"expires_at":"`...)
-	switch {
-	case last == nil:
+	if last == nil {
 		b = l.Expires.UTC().AppendFormat(b, expiresLayout)
-	case last.text != nil && l.Expires.Equal(last.t): // the same instant is the same text in UTC
-		b = append(b, last.text...)
-	default:
-		n := len(b)
-		b = l.Expires.UTC().AppendFormat(b, expiresLayout)
-		last.t, last.text = l.Expires, append(last.text[:0], b[n:]...)
+	} else {
+		b = last.append(b, l.Expires)
 	}
 	return append(b, `"}`...)
+}
+
+// append appends t as expires_at's text, the last text again if t is the
+// last instant written.
+func (last *lastExpiry) append(b []byte, t time.Time) []byte {
+	if last.text != nil && t.Equal(last.t) { // the same instant is the same text in UTC
+		return append(b, last.text...)
+	}
+	n := len(b)
+	b = t.UTC().AppendFormat(b, expiresLayout)
+	last.t, last.text = t, append(last.text[:0], b[n:]...)
+	return b
 }
 
 // appendError appends the body of every error answer:
@@ -291,6 +298,31 @@ func appendLeaseRef(b []byte, l lease.Lease) []byte {
 
 // appendRenewBatchRequest appends the body of POST /v1/renew:
 // {"renewals":[{"key","id","token","ttl_ms"},…]}.
+// appendRenewAnswerMinimal appends the answer to POST /v1/renew asked
+// with Prefer: return=minimal: appendRenewAnswer's, but each renewed lease
+// only {"ttl_ms":…,"expires_at":…}, all that a renewal changes.
+func appendRenewAnswerMinimal(b []byte, results []lease.RenewResult) []byte {
+	var last lastExpiry
+	b = append(b, `{"results":[`...)
+	for i, r := range results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if r.Err != nil {
+			b = append(b, `{"error":`...)
+			b = appendErrorDetail(b, kindOf(r.Err).code, r.Err.Error(), nil)
+			b = append(b, '}')
+			continue
+		}
+		b = append(b, `{"ttl_ms":`...)
+		b = strconv.AppendInt(b, r.Lease.TTL.Milliseconds(), 10)
+		b = append(b, `,"expires_at":"`...)
+		b = last.append(b, r.Lease.Expires)
+		b = append(b, `"}`...)
+	}
+	return append(b, "]}"...)
+}
+
 func appendRenewBatchRequest(b []byte, renewals []lease.Renewal) []byte {
 	b = append(b, `{"renewals":[`...)
 	for i, r := range renewals {
@@ -549,16 +581,27 @@ func readRenewAnswer(body []byte, renewals []lease.Renewal, out []lease.RenewRes
 	return err
 }
 
-// renewResult reads the result that is next at s, {"lease":{…}} or
-// {"error":{…}}, for rn into res.
+// renewResult reads the result that is next at s for rn into res:
+// {"lease":{…}}, the renewed lease, which must have rn's key and token;
+// {"ttl_ms":…,"expires_at":…}, the minimal answer's (Prefer:
+// return=minimal), rn's lease with that TTL and expiry; or {"error":{…}},
+// which must be not_held.
 func (s *scanner) renewResult(r *leaseReader, rn lease.Renewal, res *lease.RenewResult) error {
+	const (
+		rLease = iota
+		rError
+		rTTL
+		rExpires
+	)
 	key := func() string { return quoteName(rn.Lease.Key) } // for errors only
-	m := members{names: []string{"lease", "error"}}
+	m := members{names: renewResultMembers}
+	minimal := rn.Lease
 	err := s.known("a result", &m, func(i int) error {
-		if m.has(0) && m.has(1) {
-			return fmt.Errorf("the result for %s is both a lease and an error", key())
+		if n := btoi(m.has(rLease)) + btoi(m.has(rError)) + btoi(m.has(rTTL) || m.has(rExpires)); n > 1 {
+			return fmt.Errorf("the result for %s is more than one of a lease, a renewal's TTL and expiry, and an error", key())
 		}
-		if i == 0 {
+		switch i {
+		case rLease:
 			l, err := s.lease(r, `"lease"`)
 			switch {
 			case err != nil:
@@ -568,6 +611,10 @@ func (s *scanner) renewResult(r *leaseReader, rn lease.Renewal, res *lease.Renew
 			}
 			res.Lease = l
 			return nil
+		case rTTL:
+			return s.leaseMember(r, &minimal, mTTL)
+		case rExpires:
+			return s.leaseMember(r, &minimal, mExpires)
 		}
 		e, err := s.errorDetail()
 		switch {
@@ -579,10 +626,27 @@ func (s *scanner) renewResult(r *leaseReader, rn lease.Renewal, res *lease.Renew
 		res.Err = fmt.Errorf("leasehttp: renew %s: %w", key(), lease.ErrNotHeld)
 		return nil
 	})
-	if err == nil && !m.has(0) && !m.has(1) {
-		err = fmt.Errorf("the result for %s is neither a lease nor an error", key())
+	switch {
+	case err != nil:
+	case m.has(rTTL) != m.has(rExpires):
+		err = fmt.Errorf("the result for %s has one of ttl_ms and expires_at without the other", key())
+	case m.has(rTTL):
+		res.Lease = minimal
+	case !m.has(rLease) && !m.has(rError):
+		err = fmt.Errorf("the result for %s is neither a lease, a renewal's TTL and expiry, nor an error", key())
 	}
 	return err
+}
+
+// renewResultMembers are the members of a result renewResult reads.
+var renewResultMembers = []string{"lease", "error", "ttl_ms", "expires_at"}
+
+// btoi is 1 for true.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // parseExpires reads an expiry: time.Parse(time.RFC3339Nano, v), done by

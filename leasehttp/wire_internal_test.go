@@ -41,6 +41,9 @@ type (
 	renewResultJSON struct {
 		Lease *LeaseJSON   `json:"lease,omitempty"`
 		Error *errorDetail `json:"error,omitempty"`
+		// The minimal answer's (Prefer: return=minimal).
+		TTLms     *uint64 `json:"ttl_ms,omitempty"`
+		ExpiresAt *string `json:"expires_at,omitempty"`
 	}
 	acquireBody struct {
 		Owner  string `json:"owner"`
@@ -193,13 +196,28 @@ func marshalRenewAnswer(results []lease.RenewResult) renewBatchJSON {
 	return out
 }
 
+// marshalRenewAnswerMinimal is the minimal answer as encoding/json writes
+// it.
+func marshalRenewAnswerMinimal(results []lease.RenewResult) renewBatchJSON {
+	out := marshalRenewAnswer(results)
+	for i, res := range results {
+		if res.Err == nil {
+			ttl, exp := uint64(res.Lease.TTL.Milliseconds()), res.Lease.Expires.UTC().Format(expiresLayout)
+			out.Results[i] = renewResultJSON{TTLms: &ttl, ExpiresAt: &exp}
+		}
+	}
+	return out
+}
+
 func TestAppendRenewAnswerMatchesMarshal(t *testing.T) {
 	results := renewResults()
 	for i := range results {
 		one := results[i : i+1]
 		sameBytes(t, fmt.Sprintf("result %d", i), appendRenewAnswer(nil, one), marshalRenewAnswer(one))
+		sameBytes(t, fmt.Sprintf("minimal result %d", i), appendRenewAnswerMinimal(nil, one), marshalRenewAnswerMinimal(one))
 	}
 	sameBytes(t, "all results", appendRenewAnswer([]byte{}, results), marshalRenewAnswer(results))
+	sameBytes(t, "all minimal results", appendRenewAnswerMinimal([]byte{}, results), marshalRenewAnswerMinimal(results))
 }
 
 func TestAppendListMatchesMarshal(t *testing.T) {
@@ -326,6 +344,21 @@ func TestWireRoundTrip(t *testing.T) {
 			continue
 		}
 		same("renew answer", out[i].Lease, sent(r.Lease, true))
+	}
+	// The minimal answer: each renewed lease is the request's, with the
+	// answer's TTL and expiry.
+	clear(out)
+	if err := readRenewAnswer(appendRenewAnswerMinimal(nil, results), renewals, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if r.Err != nil {
+			if !errors.Is(out[i].Err, lease.ErrNotHeld) {
+				t.Errorf("minimal result %d: read %v, want not held", i, out[i].Err)
+			}
+			continue
+		}
+		same("minimal renew answer", out[i].Lease, sent(r.Lease, true))
 	}
 	h := &lease.HeldError{Key: "k", Owner: "ü<", Token: 9, Expires: time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)}
 	e, err := readError(appendError(nil, "held", "m\u2028", h))
@@ -501,6 +534,14 @@ var renewRead, renewAnswers = func() ([]string, []string) {
 	c := `{"error":{"code":"not_held","message":"leasehttp: renew \"k\": lease not held"}}`
 	ok := func(third string) string { return `{"results":[` + a + `,` + b + `,` + third + `]}` }
 	lease3 := func(members string) string { return ok(`{"lease":{` + members + `}}`) }
+	min3 := func(members string) string { return ok(`{` + members + `}`) }
+	minimal := []string{ // the minimal answer's (Prefer: return=minimal)
+		min3(`"ttl_ms":1000,` + exp),
+		min3(exp + `,"ttl_ms":1000`),
+		min3(`"ttl_ms":0,` + exp),
+		min3(` "ttl_ms" : 1000 , "x":[1] , ` + exp),
+		`{"results":[{"ttl_ms":30000,` + exp + `},{"ttl_ms":1,` + exp + `},` + c + `]}`,
+	}
 	read := []string{
 		ok(c),
 		lease3(`"key":"k","owner":"o","token":1,` + exp),
@@ -522,8 +563,18 @@ var renewRead, renewAnswers = func() ([]string, []string) {
 		`{"x":1,"results":[` + a + `,` + b + `,` + c + `]}`,
 		"\t{ \"results\" :\n[ " + a + " ,\r" + b + " , " + c + " ] } ",
 	}
+	read = append(read, minimal...)
 	answers := []string{
 		ok(c),
+		min3(`"ttl_ms":1000`), min3(exp), min3(`"ttl_ms":1000,` + exp + `,` + exp), min3(`"ttl_ms":1000,"ttl_ms":1000,` + exp),
+		min3(`"ttl_ms":1000,` + exp + `,"lease":{"key":"k","owner":"o","token":1,` + exp + `}`),
+		min3(`"lease":{"key":"k","owner":"o","token":1,` + exp + `},"ttl_ms":1000,` + exp),
+		min3(`"ttl_ms":1000,` + exp + `,"error":{"code":"not_held","message":"m"}`),
+		min3(`"error":{"code":"not_held","message":"m"},` + exp),
+		min3(`"ttl_ms":-1,` + exp), min3(`"ttl_ms":1.5,` + exp), min3(`"ttl_ms":"1000",` + exp), min3(`"ttl_ms":null,` + exp),
+		min3(`"ttl_ms":` + fmt.Sprint(lease.MaxTTL.Milliseconds()+1) + `,` + exp),
+		min3(`"ttl_ms":1000,"expires_at":"2026-12-02T10:00:00Z"`), min3(`"ttl_ms":1000,"expires_at":"x"`),
+		min3(`"ttl_ms":1000,"expires_at":null`), min3(`"TTL_MS":1000,` + exp), min3(`"ttl_ms":1000,"Expires_At":"2026-12-02T10:00:00.000Z"`),
 		lease3(`"key":"k","owner":"o","token":1,` + exp),
 		lease3(`"key":"k","token":1,` + exp),
 		lease3(`"key":"k","owner":"host-42","token":1,"id":"",` + exp),
@@ -622,9 +673,24 @@ func renewAnswerLikeUnmarshal(body []byte, renewals []lease.Renewal) ([]lease.Re
 	out := make([]lease.RenewResult, len(renewals))
 	for i, res := range answer.Results {
 		key := renewals[i].Lease.Key
+		minimal := res.TTLms != nil || res.ExpiresAt != nil
 		switch {
-		case res.Error != nil && res.Lease != nil:
-			return nil, errors.New("both")
+		case btoi(res.Error != nil)+btoi(res.Lease != nil)+btoi(minimal) > 1:
+			return nil, errors.New("more than one")
+		case minimal:
+			if res.TTLms == nil || res.ExpiresAt == nil {
+				return nil, errors.New("ttl_ms or expires_at alone")
+			}
+			ttl, err := answerTTL(*res.TTLms)
+			if err != nil {
+				return nil, err
+			}
+			exp, err := time.Parse(time.RFC3339Nano, *res.ExpiresAt)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Lease = renewals[i].Lease
+			out[i].Lease.TTL, out[i].Lease.Expires = ttl, exp
 		case res.Error != nil:
 			if res.Error.Code != "not_held" {
 				return nil, fmt.Errorf("unexpected answer %q", res.Error.Code)

@@ -84,7 +84,7 @@ export interface paths {
         put?: never;
         /**
          * Renew many leases in one request
-         * @description Renews each lease as `POST /v1/leases/{key}/renew` would, and answers them in their order, each with the renewed lease or its own `not_held` error; a server whose backend renews in batches (the embedded store) makes them all in one commit. 1 to 256 renewals, in a body of at most 1 MiB (room for 256 of the longest keys, every byte escaped). The credential must cover every key: a malformed renewal is 400 and an uncovered key 403 for the whole batch, and then none is renewed. A client holding many leases keeps them alive at a fraction of the cost of one request each.
+         * @description Renews each lease as `POST /v1/leases/{key}/renew` would, and answers them in their order, each with the renewed lease or its own `not_held` error; a server whose backend renews in batches (the embedded store) makes them all in one commit. 1 to 256 renewals, in a body of at most 1 MiB (room for 256 of the longest keys, every byte escaped). The credential must cover every key: a malformed renewal is 400 and an uncovered key 403 for the whole batch, and then none is renewed. A client holding many leases keeps them alive at a fraction of the cost of one request each. With `Prefer: return=minimal` (RFC 7240) each renewed lease is answered with only what a renewal changes, `{"ttl_ms":…,"expires_at":…}`: the client has its key, owner, token and id from its request (the Go, TypeScript and Python clients ask for it; a server from before it answers in full, which they read too).
          */
         post: operations["renewBatch"];
         delete?: never;
@@ -313,6 +313,9 @@ export interface components {
         };
         RenewBatchResults: {
             results: ({
+                ttl_ms: components["schemas"]["TTL"];
+                expires_at: components["schemas"]["ExpiresAt"];
+            } | {
                 lease: components["schemas"]["GrantedLease"];
             } | {
                 /** @description Why this renewal was refused: the lease is no longer the current one on its key. */
@@ -799,7 +802,10 @@ export interface operations {
     renewBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description `return=minimal` (RFC 7240; names and value in any case, the value may be quoted, the first `return` preference counts) asks for the minimal answer; anything else, or none, for the full one. */
+                Prefer?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -815,6 +821,8 @@ export interface operations {
                     "Cache-Control": components["headers"]["NoStore"];
                     "X-Content-Type-Options": components["headers"]["NoSniff"];
                     "Lease-Store": components["headers"]["Store"];
+                    /** @description `return=minimal` when the answer is the minimal one (`Prefer: return=minimal`); absent when it is the full one. */
+                    "Preference-Applied"?: "return=minimal";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1074,9 +1082,10 @@ type ReadonlyArray<T> = [
 ] extends [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
+export const pathsV1RenewPostResponses200HeadersPreferenceAppliedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/v1/renew"]["post"]["responses"]["200"]["headers"]["Preference-Applied"]> = ["return=minimal"];
 export const pathsMetricsGetResponses200HeadersContentEncodingValues: ReadonlyArray<FlattenedDeepRequired<paths>["/metrics"]["get"]["responses"]["200"]["headers"]["Content-Encoding"]> = ["gzip"];
 export const pathsV1WatchGetResponses200HeadersXAccelBufferingValues: ReadonlyArray<FlattenedDeepRequired<paths>["/v1/watch"]["get"]["responses"]["200"]["headers"]["X-Accel-Buffering"]> = ["no"];
-export const renewBatchResultsResultsOneOf1ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["schemas"]["RenewBatchResults"]["results"], {
+export const renewBatchResultsResultsOneOf2ErrorCodeValues: ReadonlyArray<Extract<Extract<FlattenedDeepRequired<components>["schemas"]["RenewBatchResults"]["results"], {
     error: unknown;
 }>["error"], {
     code: unknown;
