@@ -19,7 +19,7 @@ import (
 func TestReadRenewAnswerDoesNotAllocate(t *testing.T) {
 	allocs := func(n int) float64 {
 		results, renewals := benchLeases(n)
-		body := appendRenewAnswer(nil, results)
+		body := appendRenewAnswer(nil, results, false)
 		out := make([]lease.RenewResult, len(renewals))
 		return testing.AllocsPerRun(20, func() {
 			if err := readRenewAnswer(body, renewals, out); err != nil {

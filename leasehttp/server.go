@@ -862,12 +862,11 @@ func (s *Server) handleRenewBatch(w *responseWriter, r *http.Request) {
 	s.tracker.renewedBatch(renewals, results)
 	s.metrics.renewals.refused.Add(float64(refused))
 	s.metrics.renewals.done.Add(float64(len(results) - refused))
-	if prefersMinimal(r.Header) {
+	minimal := prefersMinimal(r.Header)
+	if minimal {
 		w.Header().Set("Preference-Applied", "return=minimal")
-		writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendRenewAnswerMinimal(b, results) })
-		return
 	}
-	writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendRenewAnswer(b, results) })
+	writeAppended(w, http.StatusOK, func(b []byte) []byte { return appendRenewAnswer(b, results, minimal) })
 }
 
 func (s *Server) handleRelease(w *responseWriter, r *http.Request) {

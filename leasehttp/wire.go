@@ -222,22 +222,31 @@ func appendList(b []byte, p lease.ListPage) []byte {
 // appendRenewAnswer appends the answer to POST /v1/renew,
 // {"results":[…]}: one result per renewal, in their order, each
 // {"lease":{…}}, the renewed lease, or {"error":{…}}, the error that
-// refused it.
-func appendRenewAnswer(b []byte, results []lease.RenewResult) []byte {
+// refused it. minimal (Prefer: return=minimal) answers a renewed lease with
+// only what a renewal changes, {"ttl_ms":…,"expires_at":…}.
+func appendRenewAnswer(b []byte, results []lease.RenewResult, minimal bool) []byte {
 	var last lastExpiry
 	b = append(b, `{"results":[`...)
 	for i, r := range results {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if r.Err != nil {
+		switch {
+		case r.Err != nil:
 			b = append(b, `{"error":`...)
 			b = appendErrorDetail(b, kindOf(r.Err).code, r.Err.Error(), nil)
-		} else {
+			b = append(b, '}')
+		case minimal:
+			b = append(b, `{"ttl_ms":`...)
+			b = strconv.AppendInt(b, r.Lease.TTL.Milliseconds(), 10)
+			b = append(b, `,"expires_at":"`...)
+			b = last.append(b, r.Lease.Expires)
+			b = append(b, `"}`...)
+		default:
 			b = append(b, `{"lease":`...)
 			b = appendLease(b, r.Lease, true, &last)
+			b = append(b, '}')
 		}
-		b = append(b, '}')
 	}
 	return append(b, "]}"...)
 }
@@ -298,31 +307,6 @@ func appendLeaseRef(b []byte, l lease.Lease) []byte {
 
 // appendRenewBatchRequest appends the body of POST /v1/renew:
 // {"renewals":[{"key","id","token","ttl_ms"},…]}.
-// appendRenewAnswerMinimal appends the answer to POST /v1/renew asked
-// with Prefer: return=minimal: appendRenewAnswer's, but each renewed lease
-// only {"ttl_ms":…,"expires_at":…}, all that a renewal changes.
-func appendRenewAnswerMinimal(b []byte, results []lease.RenewResult) []byte {
-	var last lastExpiry
-	b = append(b, `{"results":[`...)
-	for i, r := range results {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if r.Err != nil {
-			b = append(b, `{"error":`...)
-			b = appendErrorDetail(b, kindOf(r.Err).code, r.Err.Error(), nil)
-			b = append(b, '}')
-			continue
-		}
-		b = append(b, `{"ttl_ms":`...)
-		b = strconv.AppendInt(b, r.Lease.TTL.Milliseconds(), 10)
-		b = append(b, `,"expires_at":"`...)
-		b = last.append(b, r.Lease.Expires)
-		b = append(b, `"}`...)
-	}
-	return append(b, "]}"...)
-}
-
 func appendRenewBatchRequest(b []byte, renewals []lease.Renewal) []byte {
 	b = append(b, `{"renewals":[`...)
 	for i, r := range renewals {

@@ -213,11 +213,11 @@ func TestAppendRenewAnswerMatchesMarshal(t *testing.T) {
 	results := renewResults()
 	for i := range results {
 		one := results[i : i+1]
-		sameBytes(t, fmt.Sprintf("result %d", i), appendRenewAnswer(nil, one), marshalRenewAnswer(one))
-		sameBytes(t, fmt.Sprintf("minimal result %d", i), appendRenewAnswerMinimal(nil, one), marshalRenewAnswerMinimal(one))
+		sameBytes(t, fmt.Sprintf("result %d", i), appendRenewAnswer(nil, one, false), marshalRenewAnswer(one))
+		sameBytes(t, fmt.Sprintf("minimal result %d", i), appendRenewAnswer(nil, one, true), marshalRenewAnswerMinimal(one))
 	}
-	sameBytes(t, "all results", appendRenewAnswer([]byte{}, results), marshalRenewAnswer(results))
-	sameBytes(t, "all minimal results", appendRenewAnswerMinimal([]byte{}, results), marshalRenewAnswerMinimal(results))
+	sameBytes(t, "all results", appendRenewAnswer([]byte{}, results, false), marshalRenewAnswer(results))
+	sameBytes(t, "all minimal results", appendRenewAnswer([]byte{}, results, true), marshalRenewAnswerMinimal(results))
 }
 
 func TestAppendListMatchesMarshal(t *testing.T) {
@@ -333,7 +333,7 @@ func TestWireRoundTrip(t *testing.T) {
 		renewals = append(renewals, lease.Renewal{Lease: l}, lease.Renewal{Lease: lease.Lease{Key: "other", Token: 1}})
 	}
 	out := make([]lease.RenewResult, len(results))
-	if err := readRenewAnswer(appendRenewAnswer(nil, results), renewals, out); err != nil {
+	if err := readRenewAnswer(appendRenewAnswer(nil, results, false), renewals, out); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range results {
@@ -348,7 +348,7 @@ func TestWireRoundTrip(t *testing.T) {
 	// The minimal answer: each renewed lease is the request's, with the
 	// answer's TTL and expiry.
 	clear(out)
-	if err := readRenewAnswer(appendRenewAnswerMinimal(nil, results), renewals, out); err != nil {
+	if err := readRenewAnswer(appendRenewAnswer(nil, results, true), renewals, out); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range results {
