@@ -509,6 +509,10 @@ export class Api {
   #init(op: Op, accept: string, signal: AbortSignal | undefined): Init {
     const headers: Record<string, string> = { Accept: accept };
     if (this.#auth !== undefined) headers["Authorization"] = this.#auth;
+    // A renewed lease answered with only its TTL and expiry: the rest is
+    // the request's (renewBatch). A server from before the minimal answer
+    // ignores this and answers in full, which renewBatch reads too.
+    if (op === "renewBatch") headers["Prefer"] = "return=minimal";
     return { method: operations[op].method, headers, signal };
   }
 
@@ -597,7 +601,12 @@ export class Api {
    * renewBatch renews every lease of items in one request (POST /v1/renew,
    * at most 256), answering each in order: the renewed lease,
    * or a NotHeldError for one that is no longer held. A failure of the
-   * request as a whole throws, as renew does.
+   * request as a whole throws, as renew does. It asks for the minimal
+   * answer (Prefer: return=minimal), each renewed lease as
+   * {"ttl_ms","expires_at"} on the request's key, owner, token and id, and
+   * reads the full one ({"lease":…}) too, from a server that ignores it. A
+   * result that is more than one of these forms, or has one of ttl_ms and
+   * expires_at without the other, is an UnexpectedAnswerError.
    */
   async renewBatch(items: readonly { g: Granted; ttlMs: number }[], signal?: AbortSignal): Promise<(Granted | NotHeldError)[]> {
     const body = { renewals: items.map(({ g, ttlMs }) => ({ key: g.key, id: g.id, token: g.token, ttl_ms: ttlMs })) };
@@ -607,13 +616,25 @@ export class Api {
       throw new UnexpectedAnswerError(`lease: renew: a batch of ${items.length} answered without as many results`);
     }
     return v.results.map((r, i) => {
-      const key = items[i]?.g.key ?? "";
-      if (typeof r !== "object" || r === null) {
+      const g = (items[i] as { g: Granted }).g;
+      if (typeof r !== "object" || r === null || Array.isArray(r)) {
         throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is not an object`);
       }
-      if ("lease" in r) return granted(key, r.lease);
-      if ("error" in r && r.error?.code === "not_held") return new NotHeldError(`lease: renew ${JSON.stringify(key)}: ${r.error.message}`);
-      throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is neither a lease nor not_held`);
+      const has = (name: string) => Object.hasOwn(r, name);
+      const ttl = has("ttl_ms");
+      const expires = has("expires_at");
+      if (Number(has("lease")) + Number(has("error")) + Number(ttl || expires) > 1) {
+        throw new UnexpectedAnswerError(
+          `lease: renew: result ${i} of a batch (${JSON.stringify(g.key)}) is more than one of a lease, a renewal's TTL and expiry, and an error`,
+        );
+      }
+      if (ttl !== expires) {
+        throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch (${JSON.stringify(g.key)}) has one of ttl_ms and expires_at without the other`);
+      }
+      if ("lease" in r) return granted(g.key, r.lease);
+      if ("ttl_ms" in r) return renewedMinimal(g, r);
+      if ("error" in r && r.error?.code === "not_held") return new NotHeldError(`lease: renew ${JSON.stringify(g.key)}: ${r.error.message}`);
+      throw new UnexpectedAnswerError(`lease: renew: result ${i} of a batch is neither a lease, a renewal's TTL and expiry, nor not_held`);
     });
   }
 
@@ -730,12 +751,31 @@ export function info(v: wire.Lease | wire.GrantedLease, key: string | undefined)
   if (typeof v.key !== "string" || (key !== undefined && v.key !== key)) throw bad(`is not on key ${JSON.stringify(key)}`);
   if (typeof v.owner !== "string") throw bad("has no owner");
   if (!isToken(v.token)) throw bad("has a token outside [1, 2^53]");
+  const { ttlMs, expiresAt } = renewable(v, bad);
+  return { key: v.key, owner: v.owner, token: v.token, ttlMs, expiresAt };
+}
+
+/** renewable checks what a renewal changes of a lease, its ttl_ms and expires_at, throwing bad(why) for either malformed. */
+function renewable(v: { ttl_ms: unknown; expires_at: unknown }, bad: (why: string) => Error): { ttlMs: number; expiresAt: Date } {
   if (typeof v.ttl_ms !== "number" || !Number.isInteger(v.ttl_ms) || v.ttl_ms < 0 || v.ttl_ms > MAX_TTL_MS) {
     throw bad("has a ttl_ms outside [0, 86400000]");
   }
   const expiresAt = typeof v.expires_at === "string" ? new Date(v.expires_at) : new Date(NaN);
   if (Number.isNaN(expiresAt.getTime())) throw bad("has an expires_at that is not RFC 3339");
-  return { key: v.key, owner: v.owner, token: v.token, ttlMs: v.ttl_ms, expiresAt };
+  return { ttlMs: v.ttl_ms, expiresAt };
+}
+
+/**
+ * renewedMinimal is g renewed as a minimal answer of POST /v1/renew says
+ * (Prefer: return=minimal): its key, owner, token and id, which the
+ * request sent, with the answer's ttl_ms and expires_at, checked as those
+ * of a full answer's lease are.
+ */
+function renewedMinimal(g: Granted, v: { ttl_ms: unknown; expires_at: unknown }): Granted {
+  const bad = (why: string) =>
+    new UnexpectedAnswerError(`lease: the server answered a renewal of ${JSON.stringify(g.key)} that ${why}: ${JSON.stringify(v).slice(0, 200)}`);
+  const { ttlMs, expiresAt } = renewable(v, bad);
+  return { key: g.key, owner: g.owner, token: g.token, ttlMs, expiresAt, id: g.id };
 }
 
 function granted(key: string, v: wire.GrantedLease): Granted {

@@ -51,32 +51,46 @@ function leaseText(key: string, token: string, ttlMs: number, id = ID): string {
  * fake is a lease server that grants every acquire with the token written
  * as token(key), and answers each renew batch, n counting them from 1, with
  * renewal(n, item) per item (the JSON text of one result) after delayMs(n),
- * and a lone renewal with the lease renewed.
+ * and a lone renewal with the lease renewed. By default a batch's results
+ * are the full ones ({"lease":…}), as from a server that ignores Prefer;
+ * with minimal, those of a batch that asks for return=minimal are minimal
+ * ({"ttl_ms","expires_at"}, expires_at n seconds after the acquire's), with
+ * Preference-Applied: return=minimal. prefers lists each batch's Prefer.
  */
 async function fake(opts: {
   token?: (key: string) => string;
   renewal?: (n: number, r: Renewal) => string;
+  minimal?: boolean;
   delayMs?: (n: number) => number;
   /** Leaves every release unanswered. */
   hangReleases?: boolean;
   /** Answers each release after this long. */
   releaseDelayMs?: number;
-}): Promise<{ url: string; batches: () => number; releases: () => number; released: () => number }> {
+}): Promise<{ url: string; batches: () => number; releases: () => number; released: () => number; prefers: (string | undefined)[] }> {
   let batches = 0;
+  const prefers: (string | undefined)[] = [];
   let releases = 0;
   let released = 0; // releases answered
   const srv = createServer((req, res) => {
     void body(req).then(async (text) => {
       const url = req.url ?? "";
       let out = "{}";
+      const headers: Record<string, string> = { "Content-Type": "application/json" };
       if (url.endsWith("/acquire")) {
         const key = decodeURIComponent(url.split("/")[3] ?? "");
         const ttl = (JSON.parse(text) as { ttl_ms: number }).ttl_ms;
         out = leaseText(key, opts.token?.(key) ?? "7", ttl);
       } else if (url === "/v1/renew") {
         const n = ++batches;
+        const p = req.headers.prefer;
+        const prefer = Array.isArray(p) ? p.join(", ") : p;
+        prefers.push(prefer);
         const { renewals } = JSON.parse(text) as { renewals: Renewal[] };
-        const one = opts.renewal ?? ((_n: number, r: Renewal) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`);
+        const minimal = opts.minimal === true && prefer === "return=minimal";
+        if (minimal) headers["Preference-Applied"] = "return=minimal";
+        const one = opts.renewal ?? (minimal
+          ? (n: number, r: Renewal) => `{"ttl_ms":${r.ttl_ms},"expires_at":"${new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString()}"}`
+          : (_n: number, r: Renewal) => `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`);
         out = `{"results":[${renewals.map((r) => one(n, r)).join(",")}]}`;
         // Unref'd: a delay the test outlives keeps no process alive.
         await new Promise((r) => setTimeout(r, opts.delayMs?.(n) ?? 0).unref());
@@ -93,12 +107,12 @@ async function fake(opts: {
         await new Promise((r) => setTimeout(r, opts.releaseDelayMs ?? 0));
         released++;
       }
-      res.writeHead(200, { "Content-Type": "application/json" });
+      res.writeHead(200, headers);
       res.end(out);
     });
   });
   const url = await serve(srv);
-  return { url, batches: () => batches, releases: () => releases, released: () => released };
+  return { url, batches: () => batches, releases: () => releases, released: () => released, prefers };
 }
 
 test("a token is read as written: past 2^53, or with a fraction or an exponent, is an UnexpectedAnswerError", async () => {
@@ -128,6 +142,77 @@ test("a batch result that is not an object is an UnexpectedAnswerError, not a Ty
     const api = new Api(srv.url, undefined, undefined);
     const g = { key: "k", owner: "o", token: 7, ttlMs: 1000, expiresAt: new Date(), id: ID };
     await assert.rejects(api.renewBatch([{ g, ttlMs: 1000 }]), UnexpectedAnswerError, result);
+  }
+});
+
+const NOT_HELD = '{"error":{"code":"not_held","message":"gone"}}';
+
+test("a batch asks for the minimal answer and reads it onto the request's lease; a server that ignores the header is read in full", async () => {
+  const g = { key: "k", owner: "o", token: 7, ttlMs: 1000, expiresAt: new Date(0), id: ID };
+  const gone = { ...g, key: "gone" };
+  for (const minimal of [true, false]) {
+    const srv = await fake({
+      minimal,
+      renewal: (n, r) => {
+        if (r.key === "gone") return NOT_HELD;
+        if (minimal) return `{"ttl_ms":${r.ttl_ms},"expires_at":"2026-01-01T00:00:0${n}.500Z"}`;
+        return `{"lease":${leaseText(r.key, String(r.token), r.ttl_ms, r.id)}}`;
+      },
+    });
+    const api = new Api(srv.url, undefined, undefined);
+    const [renewed, refused, ...rest] = await api.renewBatch([{ g, ttlMs: 1500 }, { g: gone, ttlMs: 1500 }]);
+    assert.deepEqual(srv.prefers, ["return=minimal"], `minimal ${minimal}`);
+    assert.deepEqual(renewed, {
+      key: "k",
+      owner: "o",
+      token: 7,
+      ttlMs: 1500,
+      expiresAt: new Date(minimal ? "2026-01-01T00:00:01.500Z" : "2026-01-01T00:00:00.000Z"),
+      id: ID,
+    }, `minimal ${minimal}`);
+    assert.ok(refused instanceof NotHeldError, `minimal ${minimal}: ${String(refused)}`);
+    assert.equal(rest.length, 0);
+  }
+});
+
+test("a hold renewed through minimal answers keeps its lease and takes each answer's expiry", async () => {
+  const srv = await fake({ minimal: true });
+  const client = new LeaseClient({ server: srv.url });
+  const h = await client.tryAcquire("minimal", { ttlMs: 300 });
+  assert.ok(h);
+  // The second batch is sent only once the first is answered (one hold).
+  await waitFor("three batches", () => srv.batches() >= 3);
+  assert.ok(h.held, `lost: ${String(h.signal.reason)}`);
+  assert.equal(h.token, 7);
+  assert.ok(h.expiresAt.getTime() >= Date.UTC(2026, 0, 1, 0, 0, 2), `expires at ${h.expiresAt.toISOString()}, not a minimal answer's`);
+  assert.ok(srv.prefers.every((p) => p === "return=minimal"), JSON.stringify(srv.prefers));
+  await h.release();
+});
+
+test("a minimal answer no lease server gives is an UnexpectedAnswerError: two forms in one result, half of it, a bad ttl_ms or expires_at, the wrong count", async () => {
+  const g = { key: "k", owner: "o", token: 7, ttlMs: 1000, expiresAt: new Date(0), id: ID };
+  const EXP = '"expires_at":"2026-01-01T00:00:01.000Z"';
+  const cases: Record<string, string> = {
+    "lease and ttl/expiry": `{"lease":${leaseText("k", "7", 1000)},"ttl_ms":1000,${EXP}}`,
+    "lease and expires_at": `{"lease":${leaseText("k", "7", 1000)},${EXP}}`,
+    "error and ttl/expiry": `{"error":{"code":"not_held","message":"gone"},"ttl_ms":1000,${EXP}}`,
+    "ttl_ms alone": '{"ttl_ms":1000}',
+    "expires_at alone": `{${EXP}}`,
+    "expires_at not a time": '{"ttl_ms":1000,"expires_at":"soon"}',
+    "expires_at a number": '{"ttl_ms":1000,"expires_at":1767225600000}',
+    "ttl_ms a string": `{"ttl_ms":"1000",${EXP}}`,
+    "ttl_ms negative": `{"ttl_ms":-1,${EXP}}`,
+    "ttl_ms with an exponent": `{"ttl_ms":1e3,${EXP}}`,
+    "ttl_ms over a day": `{"ttl_ms":86400001,${EXP}}`,
+    "ttl_ms null": `{"ttl_ms":null,${EXP}}`,
+    // The text of the results for one renewal: two of them, or none.
+    "two results for one renewal": `{"ttl_ms":1000,${EXP}},{"ttl_ms":1000,${EXP}}`,
+    "no result for one renewal": "",
+  };
+  for (const [what, result] of Object.entries(cases)) {
+    const srv = await fake({ minimal: true, renewal: () => result });
+    const api = new Api(srv.url, undefined, undefined);
+    await assert.rejects(api.renewBatch([{ g, ttlMs: 1000 }]), UnexpectedAnswerError, what);
   }
 });
 
