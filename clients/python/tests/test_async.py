@@ -54,6 +54,42 @@ def test_acquire_renew_release(server: Server) -> None:
     run(main())
 
 
+def test_renew_batches_get_the_minimal_answer_and_holds_keep_renewing(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As the sync client's: the renewer task asks for the minimal answer,
+    # and the holds renew from each lease's TTL and expiry alone.
+    import json
+
+    async def main() -> None:
+        async with AsyncLeaseClient(server.url, owner="minimal") as c:
+            t = c._transport
+            real = t.renew
+            answers: list[Any] = []
+
+            async def renew(path: str, *args: Any, **kwargs: Any) -> Any:
+                a = await real(path, *args, **kwargs)
+                if path == "/v1/renew":
+                    answers.append(json.loads(a.body))
+                return a
+
+            monkeypatch.setattr(t, "renew", renew)
+            holds = [await c.try_acquire(unique("minimal"), RENEWED_TTL) for _ in range(3)]
+            first = [(h.key, h.owner, h.token) for h in holds]
+            for h, past in [(h, past_first_ttl(h)) for h in holds]:
+                await renewed_past_async(h, past)
+            for h in holds:
+                h.check()
+            assert [(h.lease.key, h.lease.owner, h.lease.token) for h in holds] == first
+            assert all(abs(h.lease.ttl - RENEWED_TTL) < 1e-9 for h in holds)
+            assert answers
+            for a in answers:
+                for r in a["results"]:
+                    assert sorted(r) == ["expires_at", "ttl_ms"], a
+            for h in holds:
+                await h.release()
+
+    run(main())
+
+
 def test_a_loss_cancels_the_block(server: Server, proxy_to: Callable[[Server], Proxy]) -> None:
     net = proxy_to(server)
     resource: FencedResource[str] = FencedResource("initial")

@@ -121,6 +121,44 @@ def test_one_thread_renews_every_hold_through_batches(server: Server) -> None:
         c.close()
 
 
+def test_renew_batches_get_the_minimal_answer_and_holds_keep_renewing(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The renewer asks for the minimal answer (Prefer: return=minimal): a
+    # real server answers each renewed lease with its TTL and expiry only,
+    # and the holds renew from it, their key, owner and token the same.
+    import json
+
+    c = LeaseClient(server.url, owner="minimal")
+    t = c._transport
+    real = t.renew
+    answers: list[object] = []
+
+    def renew(path: str, *args: object, **kwargs: object) -> object:
+        a = real(path, *args, **kwargs)  # type: ignore[arg-type]
+        if path == "/v1/renew":
+            answers.append(json.loads(a.body))
+        return a
+
+    monkeypatch.setattr(t, "renew", renew)
+    holds = [c.try_acquire(unique("minimal"), RENEWED_TTL) for _ in range(3)]
+    try:
+        first = [(h.key, h.owner, h.token) for h in holds]
+        for h, past in [(h, past_first_ttl(h)) for h in holds]:
+            renewed_past(h, past)
+        for h in holds:
+            h.check()
+        assert [(h.lease.key, h.lease.owner, h.lease.token) for h in holds] == first
+        assert all(abs(h.lease.ttl - RENEWED_TTL) < 1e-9 for h in holds)
+        assert answers
+        for a in answers:
+            assert isinstance(a, dict)
+            for r in a["results"]:
+                assert sorted(r) == ["expires_at", "ttl_ms"], a
+    finally:
+        for h in holds:
+            h.release()
+        c.close()
+
+
 def test_a_waiting_acquire_gets_the_key_when_it_is_released(server: Server) -> None:
     c = LeaseClient(server.url)
     key = unique("wait")

@@ -15,8 +15,11 @@ from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
 
-from leasehq_lease import AsyncLeaseClient, ForbiddenError, LeaseClient, UnavailableError, UnexpectedAnswerError
+from leasehq_lease import AsyncLeaseClient, ForbiddenError, Lease, LeaseClient, UnavailableError, UnexpectedAnswerError
 from leasehq_lease._endpoints import MAX_ANSWER
+from leasehq_lease._errors import parse_time
+from leasehq_lease._hold import HoldBase
+from leasehq_lease._wire import Granted, renew_results
 
 from conftest import wait_for
 
@@ -240,7 +243,8 @@ class HandlerServer:
 class FakeLeaseServer(HandlerServer):
     """Grants every acquire (token 7) and answers each renew batch with
     renewal(n, item), n counting the batches from 1: the JSON text of one
-    result; and a lone renewal with the lease renewed."""
+    result; and a lone renewal with the lease renewed. It records each
+    batch's Prefer header (prefer) and keys (batch_keys)."""
 
     def __init__(self, renewal: Callable[[int, dict[str, Any]], str], *, acquire_delay: float = 0.0, hang: str = "") -> None:
         import json
@@ -248,6 +252,8 @@ class FakeLeaseServer(HandlerServer):
         self.batches = 0
         self.renewal = renewal
         self.requests: list[str] = []
+        self.prefer: list[str | None] = []
+        self.batch_keys: list[list[str]] = []
         fake = self
 
         class Handler(Quiet):
@@ -264,6 +270,8 @@ class FakeLeaseServer(HandlerServer):
                            % (key, "a" * 32, req["ttl_ms"]))
                 elif self.path == "/v1/renew":
                     fake.batches += 1
+                    fake.prefer.append(self.headers.get("Prefer"))
+                    fake.batch_keys.append([r["key"] for r in req["renewals"]])
                     out = '{"results":[%s]}' % ",".join(fake.renewal(fake.batches, r) for r in req["renewals"])
                 elif self.path.endswith("/renew"):
                     # A lone renewal, which the client sends at once for a grant
@@ -327,6 +335,171 @@ def test_a_renewal_answered_with_a_ttl_out_of_range_is_retried_and_renewing_goes
         assert held, f"lost after {fake.batches} batches"
     finally:
         fake.close()
+
+
+RENEWED_AT = "2026-01-02T03:04:05.678Z"
+"""The expiry a fake's renewal answers, after the grant's (2026-01-01)."""
+
+
+def answered_full(n: int, r: dict[str, Any]) -> str:
+    """A server from before the minimal answer, which ignores Prefer: the renewed lease in full."""
+    return ('{"lease":{"key":"%s","owner":"o","token":%d,"id":"%s","ttl_ms":%d,"expires_at":"%s"}}'
+            % (r["key"], r["token"], r["id"], r["ttl_ms"], RENEWED_AT))
+
+
+def answered_minimal(n: int, r: dict[str, Any]) -> str:
+    """The answer to Prefer: return=minimal: the renewed lease's TTL and expiry only."""
+    return '{"ttl_ms":%d,"expires_at":"%s"}' % (r["ttl_ms"], RENEWED_AT)
+
+
+MALFORMED_RESULTS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "both-forms": lambda r: answered_full(0, r)[:-1] + ',"ttl_ms":%d,"expires_at":"%s"}' % (r["ttl_ms"], RENEWED_AT),
+    "minimal-and-error": lambda r: '{"ttl_ms":%d,"expires_at":"%s","error":{"code":"not_held","message":"gone"}}'
+    % (r["ttl_ms"], RENEWED_AT),
+    "ttl_ms-alone": lambda r: '{"ttl_ms":%d}' % r["ttl_ms"],
+    "expires_at-alone": lambda r: '{"expires_at":"%s"}' % RENEWED_AT,
+    "expires_at-not-a-time": lambda r: '{"ttl_ms":%d,"expires_at":"tomorrow"}' % r["ttl_ms"],
+    "expires_at-without-offset": lambda r: '{"ttl_ms":%d,"expires_at":"2026-01-02T03:04:05.678"}' % r["ttl_ms"],
+    "expires_at-a-number": lambda r: '{"ttl_ms":%d,"expires_at":1767323045678}' % r["ttl_ms"],
+    "expires_at-null": lambda r: '{"ttl_ms":%d,"expires_at":null}' % r["ttl_ms"],
+    "ttl_ms-negative": lambda r: '{"ttl_ms":-600,"expires_at":"%s"}' % RENEWED_AT,
+    "ttl_ms-over-24h": lambda r: '{"ttl_ms":86400001,"expires_at":"%s"}' % RENEWED_AT,
+    "ttl_ms-a-fraction": lambda r: '{"ttl_ms":600.5,"expires_at":"%s"}' % RENEWED_AT,
+    "ttl_ms-a-string": lambda r: '{"ttl_ms":"600","expires_at":"%s"}' % RENEWED_AT,
+    "ttl_ms-true": lambda r: '{"ttl_ms":true,"expires_at":"%s"}' % RENEWED_AT,
+}
+"""Results of a minimal answer that no lease server writes, each for the renewal r."""
+
+
+def hold_until(
+    url: str, asynchronous: bool, keys: list[str], ttl: float, done: Callable[[list[HoldBase]], bool]
+) -> list[tuple[bool, Lease]]:
+    """Takes a hold of each key (in this order) with the client, waits until
+    done(holds), at most 10 s, and returns whether each is held, and its lease."""
+    if asynchronous:
+        async def go() -> list[tuple[bool, Lease]]:
+            async with AsyncLeaseClient(url) as c:
+                holds = [await c.try_acquire(k, ttl) for k in keys]
+                until = time.monotonic() + 10
+                while not done(list(holds)):
+                    assert time.monotonic() < until, f"not done within 10 s: {holds}"
+                    await asyncio.sleep(0.005)
+                return [(h.held, h.lease) for h in holds]
+
+        return asyncio.run(asyncio.wait_for(go(), 30))
+    with LeaseClient(url) as c:
+        sync_holds = [c.try_acquire(k, ttl) for k in keys]
+        wait_for("done", lambda: done(list(sync_holds)))
+        return [(h.held, h.lease) for h in sync_holds]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize("form", ["full", "minimal"])
+def test_a_renewal_answered_in_full_or_minimal_renews_the_hold(form: str, asynchronous: bool) -> None:
+    # Every POST /v1/renew asks for the minimal answer (Prefer:
+    # return=minimal, RFC 7240), each renewed lease its TTL and expiry only;
+    # a server from before it answers in full. Either renews the hold: the
+    # lease asked for, with the answer's TTL and expiry.
+    fake = FakeLeaseServer(answered_full if form == "full" else answered_minimal)
+    try:
+        got = hold_until(fake.url, asynchronous, ["k"], 0.6, lambda hs: fake.batches >= 3 or not hs[0].held)
+    finally:
+        fake.close()
+    renewed_at = parse_time(RENEWED_AT)
+    assert renewed_at is not None
+    assert got == [(True, Lease("k", "o", 7, 0.6, renewed_at))], f"after {fake.batches} batches"
+    assert len(fake.prefer) >= 3 and set(fake.prefer) == {"return=minimal"}, fake.prefer
+
+
+RENEWED_LATER = "2026-01-03T00:00:00.000Z"
+"""The expiry of the renewals after a malformed answer (first_malformed)."""
+
+
+def first_malformed(malformed: Callable[[dict[str, Any]], str]) -> Callable[[int, dict[str, Any]], str]:
+    """Answers the first batch with malformed(renewal), later ones minimal, expiring at RENEWED_LATER."""
+    return lambda n, r: malformed(r) if n == 1 else '{"ttl_ms":%d,"expires_at":"%s"}' % (r["ttl_ms"], RENEWED_LATER)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize(
+    "malformed",
+    [*MALFORMED_RESULTS.values(), lambda r: "", lambda r: answered_minimal(0, r) + "," + answered_minimal(0, r)],
+    ids=[*MALFORMED_RESULTS, "no-result", "two-results"],
+)
+def test_a_malformed_minimal_answer_is_retried_and_renewing_goes_on(
+    malformed: Callable[[dict[str, Any]], str], asynchronous: bool
+) -> None:
+    # A malformed answer renews nothing and is retried soon, as one in full
+    # is; the minimal answers after it renew the hold.
+    later = parse_time(RENEWED_LATER)
+    fake = FakeLeaseServer(first_malformed(malformed))
+    try:
+        got = hold_until(fake.url, asynchronous, ["k"], 0.6, lambda hs: hs[0].lease.expires_at == later or not hs[0].held)
+    finally:
+        fake.close()
+    assert later is not None
+    assert got[0] == (True, Lease("k", "o", 7, 0.6, later)), f"after {fake.batches} batches"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+@pytest.mark.parametrize(
+    "malformed",
+    [MALFORMED_RESULTS[k] for k in ("both-forms", "minimal-and-error", "ttl_ms-alone", "expires_at-alone", "expires_at-not-a-time", "ttl_ms-negative")],
+    ids=["both-forms", "minimal-and-error", "ttl_ms-alone", "expires_at-alone", "expires_at-not-a-time", "ttl_ms-negative"],
+)
+def test_a_malformed_minimal_result_makes_its_whole_answer_malformed(
+    malformed: Callable[[dict[str, Any]], str], asynchronous: bool
+) -> None:
+    # As a malformed lease does, and as the Go client reads it: the answer is
+    # not a lease server's, so the lease renewed beside it ("b", in full) is
+    # not taken either, and the batch is retried; a server that never answers
+    # better loses both holds at their deadlines. (A result both a lease and
+    # a TTL was read as the lease; one neither a lease nor an error, as a
+    # renewal to retry alone, and the rest of the answer taken.)
+    fake = FakeLeaseServer(lambda n, r: malformed(r) if r["key"] == "a" else answered_full(n, r))
+    try:
+        got = hold_until(fake.url, asynchronous, ["a", "b"], 1.5, lambda hs: not any(h.held for h in hs))
+    finally:
+        fake.close()
+    assert [held for held, _ in got] == [False, False]
+    assert fake.batch_keys and all(sorted(k) == ["a", "b"] for k in fake.batch_keys), fake.batch_keys
+
+
+def granted(key: str) -> Granted:
+    expires = parse_time("2026-01-01T00:00:00.000Z")
+    assert expires is not None
+    return Granted(Lease(key, "o", 7, 0.6, expires), key[0] * 32)
+
+
+def test_renew_results_reads_either_form_and_refusals() -> None:
+    asked = [granted("a"), granted("b"), granted("c")]
+    r = [{"key": g.lease.key, "id": g.id, "token": 7, "ttl_ms": 900} for g in asked]
+    body = '{"results":[%s,%s,{"error":{"code":"not_held","message":"gone"}}]}' % (
+        answered_full(1, r[0]), answered_minimal(1, r[1]))
+    renewed_at = parse_time(RENEWED_AT)
+    assert renewed_at is not None
+    assert renew_results(body.encode(), asked) == [
+        Granted(Lease("a", "o", 7, 0.9, renewed_at), "a" * 32),
+        Granted(Lease("b", "o", 7, 0.9, renewed_at), "b" * 32),
+        "not_held",
+    ]
+
+
+@pytest.mark.parametrize("malformed", MALFORMED_RESULTS.values(), ids=MALFORMED_RESULTS.keys())
+def test_renew_results_refuses_a_malformed_minimal_result(malformed: Callable[[dict[str, Any]], str]) -> None:
+    asked = [granted("a"), granted("b")]
+    r = {"key": "a", "id": "a" * 32, "token": 7, "ttl_ms": 600}
+    body = '{"results":[%s,%s]}' % (malformed(r), answered_minimal(1, r))
+    with pytest.raises(UnexpectedAnswerError, match='the result for "a"'):
+        renew_results(body.encode(), asked)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_renew_results_refuses_an_answer_with_another_count_of_results(n: int) -> None:
+    r = {"key": "a", "id": "a" * 32, "token": 7, "ttl_ms": 600}
+    body = '{"results":[%s]}' % ",".join([answered_minimal(1, r)] * n)
+    with pytest.raises(UnavailableError, match="no 2 results"):
+        renew_results(body.encode(), [granted("a"), granted("b")])
 
 
 class CrossingGrantServer(RawServer):

@@ -39,9 +39,11 @@ from ._errors import (
     error_from_answer,
 )
 from ._events import EVENT_SYNCED, HEARTBEAT_HEADER, RESET, EventStreamParser, WatchEvent, decode
-from ._hold import RELEASE_TIMEOUT, HoldBase, _results, due_now, refused_whole, release_until
+from ._hold import RELEASE_TIMEOUT, HoldBase, due_now, refused_whole, release_until
 from ._wire import (
     MAX_RENEW_BATCH,
+    PREFER_MINIMAL,
+    RENEW_BATCH_PATH,
     DriftMargin,
     Granted,
     Lease,
@@ -57,12 +59,14 @@ from ._wire import (
     release_body,
     renew_batch_body,
     renew_body,
+    renew_results,
     same_lease,
 )
 
 T = TypeVar("T")
 IDLE_KEEP: Final = 60.0
 MAX_HEADER: Final = 64 << 10
+_PREFER_MINIMAL: Final = f"Prefer: {PREFER_MINIMAL}\r\n".encode()
 
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -264,6 +268,8 @@ class _Transport:
         head = f"{method} {ep.path}{path} HTTP/1.1\r\nAccept: {accept}\r\n".encode("utf-8") + self._head[i]
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        if path == RENEW_BATCH_PATH:
+            head += _PREFER_MINIMAL
         return head + b"\r\n" + (body or b"")
 
     async def _once(
@@ -676,8 +682,8 @@ class _Renewer:
         timeout = max(0.01, until - sent)
         try:
             ttl = min(h._state.effective_ttl() for h in batch)
-            a = await self.transport.renew("/v1/renew", body, ttl, timeout=timeout, until=until)
-            results = _results(a.body, len(batch))
+            a = await self.transport.renew(RENEW_BATCH_PATH, body, ttl, timeout=timeout, until=until)
+            results = renew_results(a.body, granted)
         except LeaseError as e:
             if refused_whole(e, len(batch)):
                 slots = asyncio.Semaphore(RENEW_EACH_IN_FLIGHT)

@@ -17,11 +17,11 @@ from ._errors import (
     LeaseLostError,
     LeaseReleasedError,
     NotHeldError,
-    UnavailableError,
     quote,
 )
 from ._wire import (
     MAX_RENEW_BATCH,
+    RENEW_BATCH_PATH,
     DriftMargin,
     Granted,
     Lease,
@@ -29,6 +29,7 @@ from ._wire import (
     key_path,
     release_body,
     renew_batch_body,
+    renew_results,
     same_lease,
 )
 
@@ -424,8 +425,8 @@ class Renewer:
         timeout = max(0.01, until - sent)
         ttl = min(h._state.effective_ttl() for h in batch)
         try:
-            a = self.transport.renew("/v1/renew", body, ttl, timeout=timeout, until=until)
-            results = _results(a.body, len(batch))
+            a = self.transport.renew(RENEW_BATCH_PATH, body, ttl, timeout=timeout, until=until)
+            results = renew_results(a.body, granted)
         except LeaseError as e:
             if refused_whole(e, len(batch)):
                 for h in batch:
@@ -474,23 +475,3 @@ def refused_whole(e: LeaseError, n: int) -> bool:
     renewal's sake, and would be again each time that renewal rode with the
     others, losing them all."""
     return n > 1 and isinstance(e, (ForbiddenError, InvalidError))
-
-
-def _results(body: bytes, n: int) -> list[Granted | str]:
-    """The answers of a renew batch: a Granted, or the error's code."""
-    from ._wire import granted_of, loads_object
-
-    v = loads_object(body, "renew")
-    results = v.get("results")
-    if not isinstance(results, list) or len(results) != n:
-        raise UnavailableError(f"lease: renew: the answer has no {n} results")
-    out: list[Granted | str] = []
-    for r in results:
-        if isinstance(r, dict) and "lease" in r:
-            out.append(granted_of(r["lease"], "renew"))
-        elif isinstance(r, dict) and isinstance(r.get("error"), dict):
-            code = r["error"].get("code")
-            out.append(code if isinstance(code, str) else "unavailable")
-        else:
-            out.append("unavailable")
-    return out

@@ -20,6 +20,7 @@ from ._endpoints import (
     watch_refused,
 )
 from ._errors import LeaseError, error_from_answer
+from ._wire import PREFER_MINIMAL, RENEW_BATCH_PATH
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -141,6 +142,7 @@ class Transport:
         if token is not None:
             self.get_headers["Authorization"] = "Bearer " + token
         self.headers = dict(self.get_headers, **{"Content-Type": "application/json"})
+        self.renew_batch_headers = dict(self.headers, Prefer=PREFER_MINIMAL)
 
     def forked(self) -> None:
         """In a forked child: the pooled connections are the parent's; forget them."""
@@ -198,6 +200,12 @@ class Transport:
             return c, True
         return self.connect(i, timeout), False
 
+    def _headers(self, path: str, body: bytes | None) -> dict[str, str]:
+        """A request's headers: POST /v1/renew's ask for the minimal answer (renew_results)."""
+        if body is None:
+            return self.get_headers
+        return self.renew_batch_headers if path == RENEW_BATCH_PATH else self.headers
+
     def _put(self, i: int, c: http.client.HTTPConnection) -> None:
         with self._lock:
             if not self._closed:
@@ -217,7 +225,7 @@ class Transport:
         try:
             if abandon is not None:
                 abandon.enter(c)
-            c.request(method, ep.path + path, body, self.headers if body is not None else self.get_headers)
+            c.request(method, ep.path + path, body, self._headers(path, body))
             r = c.getresponse()
             self.endpoints.check_store(i, r.getheader(STORE_HEADER))
             a = Answer(r.status, _read(r))

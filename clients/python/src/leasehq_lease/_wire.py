@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from ._errors import InvalidError, UnexpectedAnswerError, is_token, load_json, parse_time
+from ._errors import InvalidError, UnavailableError, UnexpectedAnswerError, is_token, load_json, parse_time, quote
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -20,6 +20,11 @@ DEFAULT_PAGE_LIMIT: Final = 1000
 MAX_PAGE_LIMIT: Final = 10_000
 MAX_RENEW_BATCH: Final = 256
 """The most renewals one POST /v1/renew takes."""
+RENEW_BATCH_PATH: Final = "/v1/renew"
+PREFER_MINIMAL: Final = "return=minimal"
+"""The Prefer header (RFC 7240) every POST /v1/renew carries: a renewed lease
+is then answered with its TTL and expiry only (renew_results), the rest
+being the request's. A server from before it answers in full."""
 WAIT_CHUNK: Final = 30.0
 """The longest wait one acquire request asks for: a server waits at most 30 s by default."""
 DRIFT_FRACTION: Final = 0.01
@@ -167,15 +172,16 @@ def loads_object(body: bytes, what: str) -> dict[str, Any]:
 def lease_of(v: object, what: str) -> Lease:
     """A lease from its JSON, checked as a lease server writes it."""
     if isinstance(v, dict):
-        key, owner, token, ttl_ms, at = v.get("key"), v.get("owner"), v.get("token"), v.get("ttl_ms"), v.get("expires_at")
-        exp = parse_time(at)
-        if (
-            isinstance(key, str) and isinstance(owner, str) and is_token(token)
-            and type(ttl_ms) is int and 0 <= ttl_ms <= MAX_TTL * 1000 and exp is not None
-        ):
-            assert isinstance(token, int)
+        key, owner, token, ttl_ms, exp = v.get("key"), v.get("owner"), v.get("token"), v.get("ttl_ms"), parse_time(v.get("expires_at"))
+        if isinstance(key, str) and isinstance(owner, str) and is_token(token) and is_ttl_ms(ttl_ms) and exp is not None:
+            assert isinstance(token, int) and isinstance(ttl_ms, int)
             return Lease(key, owner, token, ttl_ms / 1000.0, exp)
     raise UnexpectedAnswerError(f"lease: {what}: not a lease: {str(v)[:200]}")
+
+
+def is_ttl_ms(v: object) -> bool:
+    """Whether v is a lease's ttl_ms as a server writes it: an int of 0 to 24 h."""
+    return type(v) is int and 0 <= v <= MAX_TTL * 1000
 
 
 def granted_of(v: object, what: str) -> Granted:
@@ -225,6 +231,48 @@ def renew_batch_body(items: list[tuple[Granted, float]]) -> bytes:
             ]
         }
     )
+
+
+def renew_results(body: bytes, asked: list[Granted]) -> list[Granted | str]:
+    """The results of POST /v1/renew for the leases asked, in order: each
+    renewed lease a Granted, each refusal its error code ("unavailable" for a
+    result that is none of these). A renewed lease is {"lease":{…}}, or,
+    answered to Prefer: return=minimal, {"ttl_ms":…,"expires_at":…}: the
+    lease asked with that TTL and expiry. A result that is more than one of a
+    lease, a TTL and expiry, and an error, or a TTL without an expiry (or the
+    reverse), makes the whole answer an UnexpectedAnswerError, as a malformed
+    lease does; as the Go client's readRenewAnswer."""
+    v = loads_object(body, "renew")
+    results = v.get("results")
+    if not isinstance(results, list) or len(results) != len(asked):
+        raise UnavailableError(f"lease: renew: the answer has no {len(asked)} results")
+    out: list[Granted | str] = []
+    for g, r in zip(asked, results):
+        if not isinstance(r, dict):
+            out.append("unavailable")
+            continue
+        full, minimal, error = "lease" in r, "ttl_ms" in r or "expires_at" in r, "error" in r
+        if full + minimal + error > 1:
+            raise UnexpectedAnswerError(
+                f"lease: renew: the result for {quote(g.lease.key)} is more than one of a lease,"
+                f" a renewal's TTL and expiry, and an error: {str(r)[:200]}"
+            )
+        if full:
+            out.append(granted_of(r["lease"], "renew"))
+        elif minimal:
+            ttl, exp = r.get("ttl_ms"), parse_time(r.get("expires_at"))
+            if not is_ttl_ms(ttl) or exp is None:
+                raise UnexpectedAnswerError(
+                    f"lease: renew: the result for {quote(g.lease.key)} is not a renewal's TTL and expiry: {str(r)[:200]}"
+                )
+            assert isinstance(ttl, int)
+            out.append(Granted(g.lease._replace(ttl=ttl / 1000.0, expires_at=exp), g.id))
+        elif isinstance(r.get("error"), dict):
+            code = r["error"].get("code")
+            out.append(code if isinstance(code, str) else "unavailable")
+        else:
+            out.append("unavailable")
+    return out
 
 
 def list_path(prefix: str, limit: int | None, after: str) -> str:
