@@ -332,33 +332,22 @@ func TestWireRoundTrip(t *testing.T) {
 		results = append(results, lease.RenewResult{Lease: l}, lease.RenewResult{Err: lease.ErrNotHeld})
 		renewals = append(renewals, lease.Renewal{Lease: l}, lease.Renewal{Lease: lease.Lease{Key: "other", Token: 1}})
 	}
-	out := make([]lease.RenewResult, len(results))
-	if err := readRenewAnswer(appendRenewAnswer(nil, results, false), renewals, out); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range results {
-		if r.Err != nil {
-			if !errors.Is(out[i].Err, lease.ErrNotHeld) {
-				t.Errorf("result %d: read %v, want not held", i, out[i].Err)
-			}
-			continue
+	// In full and minimal (each renewed lease the request's, with the
+	// answer's TTL and expiry), the same results.
+	for _, minimal := range []bool{false, true} {
+		out := make([]lease.RenewResult, len(results))
+		if err := readRenewAnswer(appendRenewAnswer(nil, results, minimal), renewals, out); err != nil {
+			t.Fatal(err)
 		}
-		same("renew answer", out[i].Lease, sent(r.Lease, true))
-	}
-	// The minimal answer: each renewed lease is the request's, with the
-	// answer's TTL and expiry.
-	clear(out)
-	if err := readRenewAnswer(appendRenewAnswer(nil, results, true), renewals, out); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range results {
-		if r.Err != nil {
-			if !errors.Is(out[i].Err, lease.ErrNotHeld) {
-				t.Errorf("minimal result %d: read %v, want not held", i, out[i].Err)
+		for i, r := range results {
+			if r.Err != nil {
+				if !errors.Is(out[i].Err, lease.ErrNotHeld) {
+					t.Errorf("minimal %v: result %d: read %v, want not held", minimal, i, out[i].Err)
+				}
+				continue
 			}
-			continue
+			same(fmt.Sprintf("renew answer (minimal %v)", minimal), out[i].Lease, sent(r.Lease, true))
 		}
-		same("minimal renew answer", out[i].Lease, sent(r.Lease, true))
 	}
 	h := &lease.HeldError{Key: "k", Owner: "ü<", Token: 9, Expires: time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC)}
 	e, err := readError(appendError(nil, "held", "m\u2028", h))

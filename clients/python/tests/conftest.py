@@ -22,7 +22,7 @@ import urllib.request
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Final, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Final, Iterator, Sequence
 
 import pytest
 
@@ -187,6 +187,21 @@ async def renewed_past_async(h: AsyncHold, expires: datetime, timeout: float = 3
         if time.monotonic() > until:
             raise AssertionError(f"{h!r} not renewed to expire at {expires} within {timeout} s (it expires at {h.lease.expires_at})")
         await asyncio.sleep(0.005)
+
+
+def check_minimal_renewals(holds: Sequence[Hold] | Sequence[AsyncHold], first: list[tuple[str, str, int]], answers: list[object]) -> None:
+    """Checks that holds, whose key, owner and token were first, kept them
+    through renewals answered minimally (Prefer: return=minimal): each of
+    answers, the bodies of POST /v1/renew, holds only TTLs and expiries."""
+    for h in holds:
+        h.check()
+    assert [(h.lease.key, h.lease.owner, h.lease.token) for h in holds] == first
+    assert all(abs(h.lease.ttl - RENEWED_TTL) < 1e-9 for h in holds)
+    assert answers
+    for a in answers:
+        assert isinstance(a, dict)
+        for r in a["results"]:
+            assert sorted(r) == ["expires_at", "ttl_ms"], a
 
 
 class Proxy:

@@ -32,7 +32,7 @@ from leasehq_lease import (
 if TYPE_CHECKING:
     from leasehq_lease import AsyncHold, Hold
 
-from conftest import RENEWED_TTL, Server, StartServer, free_port, past_first_ttl, renewed_past, run_either, unique, wait_for
+from conftest import RENEWED_TTL, Server, StartServer, check_minimal_renewals, free_port, past_first_ttl, renewed_past, run_either, unique, wait_for
 
 
 def test_the_installed_package_is_tested() -> None:
@@ -144,15 +144,7 @@ def test_renew_batches_get_the_minimal_answer_and_holds_keep_renewing(server: Se
         first = [(h.key, h.owner, h.token) for h in holds]
         for h, past in [(h, past_first_ttl(h)) for h in holds]:
             renewed_past(h, past)
-        for h in holds:
-            h.check()
-        assert [(h.lease.key, h.lease.owner, h.lease.token) for h in holds] == first
-        assert all(abs(h.lease.ttl - RENEWED_TTL) < 1e-9 for h in holds)
-        assert answers
-        for a in answers:
-            assert isinstance(a, dict)
-            for r in a["results"]:
-                assert sorted(r) == ["expires_at", "ttl_ms"], a
+        check_minimal_renewals(holds, first, answers)
     finally:
         for h in holds:
             h.release()
