@@ -139,6 +139,24 @@ test("a get answered 503 is asked again no sooner than its Retry-After", async (
   }
 });
 
+test("a get answered 503 by one of several servers asks the next at once, not after the Retry-After", async (t) => {
+  // One call tries every server in turn until one answers other than 5xx;
+  // the Retry-After is for the call's next round, not for the next server
+  // (a failover does not wait for the server it leaves).
+  const down = await serve(t, (_req, _text, res) => unavailable(res, "60"));
+  const up = await serve(t, (_req, _text, res) => {
+    res.writeHead(404, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ error: { code: "not_found", message: "test: no lease" } }));
+  });
+  const c = new LeaseClient({ server: [down.url, up.url], owner: "o" });
+  const t0 = performance.now();
+  assert.equal(await c.get("k"), undefined);
+  const took = performance.now() - t0;
+  assert.equal(down.seen.length, 1);
+  assert.equal(up.seen.length, 1);
+  assert.ok(took < 10_000, `the get took ${Math.round(took)} ms: it waited for the Retry-After of 60 s of the server it left`);
+});
+
 test("a get pausing for a Retry-After ends at once with its signal", async (t) => {
   const srv = await serve(t, (_req, _text, res) => unavailable(res, "60"));
   const c = new LeaseClient({ server: srv.url, owner: "o" });
