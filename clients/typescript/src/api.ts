@@ -6,6 +6,7 @@
 import {
   errorFromBody,
   InvalidError,
+  LeaseError,
   isToken,
   MAX_TOKEN,
   NotHeldError,
@@ -457,11 +458,11 @@ export class Api {
     const { text } = res;
     const parsed = parseAnswer(res);
     if (res.status !== 200) {
-      const err = errorFromBody(res.status, parsed, text);
+      const err = errorFromBody(res.status, parsed, text, res.header("Retry-After"));
       if (op === "release" && lost) throw mayHaveReleased(err);
       if (op === "acquire" && err instanceof UnavailableError) {
         throw new UnavailableError(`lease: ${describe(op, key)}: ${this.#bases[at]?.origin} answered HTTP ${res.status}; the outcome is unknown: ${err.message}`,
-          { status: res.status, cause: err });
+          { status: res.status, retryAfterMs: err.retryAfterMs, cause: err });
       }
       throw err;
     }
@@ -488,7 +489,7 @@ export class Api {
     const init = this.#init(op, "text/event-stream", signal);
     init.deadline = deadline;
     const { res, at } = await this.#exchange(op, undefined, init, query, true);
-    if (res.status !== 200) throw errorFromBody(res.status, parseAnswer(res), res.text);
+    if (res.status !== 200) throw errorFromBody(res.status, parseAnswer(res), res.text, res.header("Retry-After"));
     const type = res.header("Content-Type") ?? "";
     if (res.body === null || type.split(";")[0]?.trim().toLowerCase() !== "text/event-stream") {
       await res.body?.cancel().catch(() => undefined);
@@ -811,9 +812,19 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /**
- * retried runs f up to 3 times, 25 ms then 100 ms apart, while it fails with
- * no answer or a 5xx, and while the pause ends before until
- * (performance.now() scale), if given.
+ * pauseAsked is how long err's answer asked the client to wait before
+ * asking again (LeaseError.retryAfterMs), 0 when it did not say.
+ */
+export function pauseAsked(err: unknown): number {
+  return err instanceof LeaseError ? (err.retryAfterMs ?? 0) : 0;
+}
+
+/**
+ * retried runs f up to 3 times, 25 ms then 100 ms apart, or as long apart
+ * as a 5xx's Retry-After asks when that is longer (pauseAsked), while it
+ * fails with no answer or a 5xx, and while the pause ends before until
+ * (performance.now() scale), if given: one that would end later throws the
+ * error at once. The signal ends a pause with its reason.
  */
 export async function retried<T>(f: () => Promise<T>, signal?: AbortSignal, until = Infinity): Promise<T> {
   const pauses = [25, 100];
@@ -821,7 +832,7 @@ export async function retried<T>(f: () => Promise<T>, signal?: AbortSignal, unti
     try {
       return await f();
     } catch (err) {
-      const pause = pauses[i] ?? 0;
+      const pause = Math.max(pauses[i] ?? 0, pauseAsked(err));
       if (i >= pauses.length || !isRetryable(err) || signal?.aborted || performance.now() + pause >= until) throw err;
       await sleep(pause, signal);
     }

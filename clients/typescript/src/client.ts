@@ -281,7 +281,12 @@ export class LeaseClient {
     await this.#api.release(g, AbortSignal.timeout(Math.max(1, g.ttlMs))).catch(() => undefined);
   }
 
-  /** get returns the unexpired lease on key, or undefined if there is none. */
+  /**
+   * get returns the unexpired lease on key, or undefined if there is none.
+   * No answer or a 5xx is asked again twice, after 25 ms and 100 ms or the
+   * answer's Retry-After when longer (UnavailableError.retryAfterMs); the
+   * signal ends the pause.
+   */
   async get(key: string, options?: { signal?: AbortSignal }): Promise<LeaseInfo | undefined> {
     checkKey(key);
     try {
@@ -296,7 +301,8 @@ export class LeaseClient {
    * list returns one page of the unexpired leases whose keys start with prefix (default: all), in
    * byte order of their keys: at most options.limit (default DEFAULT_PAGE_LIMIT), after the cursor
    * options.after (a page's next). Pass each page's next as after until it is "": that walk sees every
-   * lease held throughout it exactly once. all() does the walk.
+   * lease held throughout it exactly once. all() does the walk. It is asked
+   * again after no answer or a 5xx as get is.
    */
   async list(prefix = "", options?: PageOptions & { signal?: AbortSignal | undefined }): Promise<LeasePage> {
     if (prefix !== "") checkName("prefix", prefix);

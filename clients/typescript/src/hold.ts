@@ -1,4 +1,4 @@
-import { type Api, type Granted, mayHaveReleased, retried } from "./api.js";
+import { type Api, type Granted, mayHaveReleased, pauseAsked, retried } from "./api.js";
 import { ForbiddenError, InvalidError, LeaseLostError, LeaseReleasedError, NotHeldError, UnavailableError } from "./errors.js";
 
 /**
@@ -259,8 +259,9 @@ export class Hold implements AsyncDisposable {
       return;
     }
     if ("failed" in r) {
-      // Try again soon; the deadline ends the lease if we never get through.
-      this.#renewer.retry(this.#ticket, performance.now(), this.#grantedTTL() / 3, j);
+      // Try again soon, or as late as the answer's Retry-After asks; the
+      // deadline ends the lease if we never get through.
+      this.#renewer.retry(this.#ticket, performance.now(), this.#grantedTTL() / 3, j, pauseAsked(r.failed));
       return;
     }
     if (r.key !== cur.key || r.token !== cur.token || r.id.toLowerCase() !== cur.id.toLowerCase()) {
@@ -362,11 +363,18 @@ export class Renewer {
     if (!this.#settling) this.#need(Math.min(t.due, t.deadline()));
   }
 
-  /** retry queues another attempt after a renewal that failed at now. */
-  retry(t: Ticket, now: number, intervalMs: number, j: number): void {
+  /**
+   * retry queues another attempt after a renewal that failed at now, after
+   * about a tenth of the TTL, or askedMs (its answer's Retry-After) when
+   * that is longer and t's safe deadline leaves room after it for one more
+   * attempt as far apart: the pause is cut short there, since waiting past
+   * it would give up a lease the server may still renew.
+   */
+  retry(t: Ticket, now: number, intervalMs: number, j: number, askedMs = 0): void {
     const wait = intervalMs * 0.3 * (0.9 + 0.2 * j);
-    t.due = now + wait;
-    t.early = now + wait * 0.8;
+    const asked = Math.min(askedMs, t.deadline() - now - wait);
+    t.due = now + Math.max(wait, asked);
+    t.early = now + Math.max(wait * 0.8, asked);
     t.queued = true;
     if (!this.#settling) this.#need(Math.min(t.due, t.deadline()));
   }

@@ -29,6 +29,8 @@ export {
   type FenceMode,
   type Holder,
   type LeaseErrorCode,
+  type LeaseErrorOptions,
+  MAX_RETRY_AFTER_MS,
 } from "./errors.js";
 export { FencedResource, fencedFetch, TOKEN_HEADER, type FencedResourceOptions } from "./fenced.js";
 export { MISSED_HEARTBEATS, SILENCE_SLACK_MS, Watch, type LeaseEventKind, type WatchEvent, type WatchEventKind, type WatchOptions } from "./watch.js";

@@ -101,7 +101,10 @@ export const watchKey: unique symbol = Symbol("lease.Watch");
  * silence, a 429 to a watch is an UnavailableError too (its cause the
  * TooManyWatchersError): the server may count that dead stream still. So
  * is a 429 without the API's error body (a rate limit in front of the
- * server, its cause the UnexpectedAnswerError): busy, watch again later.
+ * server, its cause the UnexpectedAnswerError): busy, watch again later,
+ * no sooner than its retryAfterMs (the answer's Retry-After) when it has
+ * one. The opening is asked again after a 5xx as a get is, no sooner
+ * than its Retry-After; a close or the signal ends that pause at once.
  */
 export class Watch implements AsyncIterableIterator<WatchEvent, undefined, undefined>, AsyncDisposable {
   /** The prefix watched. */
@@ -161,15 +164,17 @@ async function* run(api: Api, prefix: string, stop: AbortSignal, exact: boolean,
       // it counts meanwhile, so this refusal may be the client's own doing.
       throw new UnavailableError(
         `lease: ${what}: ${err.message} (this client gave up ${api.watchesGivenUp} watch streams for silence, which the server counts until their connections fail; watch again)`,
-        { status: 429, cause: err },
+        { status: 429, retryAfterMs: err.retryAfterMs, cause: err },
       );
     }
     if (err instanceof UnexpectedAnswerError && err.status === 429) {
       // Not the server's bound on watchers (that has its code) but a rate
       // limit in front of it: "too many, try later", a break as in the Go
       // and Python clients.
-      throw new UnavailableError(`lease: ${what}: refused 429 by a rate limit in front of the server (busy: watch again later)`, {
+      const after = err.retryAfterMs === undefined ? "later" : `after ${err.retryAfterMs / 1000} s, as its Retry-After asks`;
+      throw new UnavailableError(`lease: ${what}: refused 429 by a rate limit in front of the server (busy: watch again ${after})`, {
         status: 429,
+        retryAfterMs: err.retryAfterMs,
         cause: err,
       });
     }

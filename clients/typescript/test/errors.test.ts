@@ -22,6 +22,8 @@ import {
   UnexpectedAnswerError,
   UnsupportedError,
 } from "../src/index.js";
+// A namespace import: a name this module lacks fails the test that uses it, not the file.
+import * as errors from "../src/errors.js";
 import { errorCodeValues } from "../src/openapi.js";
 import { repoRoot } from "./harness.js";
 
@@ -125,4 +127,55 @@ test("a holder's token or a stale token's numbers written past 2^53 are left out
   const stale = errorFromBody(409, JSON.parse(ok), ok);
   assert.ok(stale instanceof StaleTokenError);
   assert.deepEqual([stale.token, stale.highest], [5, MAX_TOKEN]);
+});
+
+test("Retry-After is read as the Go client reads it: delay-seconds or an HTTP date, at most a minute", () => {
+  const now = Date.UTC(2026, 11, 7, 20, 0, 0);
+  const cases: [string | null, number | undefined][] = [
+    ["2", 2000],
+    [" 2 ", 2000],
+    ["0", 0],
+    ["007", 7000],
+    ["60", 60_000],
+    ["61", 60_000],
+    ["4294967295", 60_000],
+    ["Mon, 07 Dec 2026 20:00:02 GMT", 2000], // IMF-fixdate
+    ["mon, 07 dec 2026 20:00:02 GMT", 2000],
+    ["Monday, 07-Dec-26 20:00:30 GMT", 30_000], // RFC 850
+    ["Mon Dec  7 20:00:45 2026", 45_000], // asctime
+    ["Mon Dec 7 20:00:45 2026", 45_000],
+    ["Mon, 07 Dec 2026 19:59:00 GMT", 0], // past
+    ["Mon, 07 Dec 2026 21:00:00 GMT", 60_000],
+    [null, undefined],
+    ["", undefined],
+    ["4294967296", undefined], // past 32 bits, as Go's ParseUint refuses it
+    ["-1", undefined],
+    ["+2", undefined],
+    ["1.5", undefined],
+    ["1e3", undefined],
+    ["soon", undefined],
+    ["Mon, 07 Dec 2026 20:00:02 UTC", undefined],
+    ["Mon, 31 Feb 2026 20:00:02 GMT", undefined],
+    ["Mon, 07 Dec 2026 24:00:02 GMT", undefined],
+    ["2026-12-07T20:00:02Z", undefined],
+  ];
+  for (const [v, want] of cases) assert.equal(errors.parseRetryAfter(v, now), want, JSON.stringify(v));
+});
+
+test("an answer's Retry-After is its error's retryAfterMs on a 429 or a 5xx, never on another", () => {
+  const body = { error: { code: "unavailable", message: "m" } };
+  const e503 = errorFromBody(503, body, "", "1");
+  assert.ok(e503 instanceof UnavailableError);
+  assert.equal(e503.retryAfterMs, 1000);
+  const page = errorFromBody(502, undefined, "<html>", "5");
+  assert.ok(page instanceof UnavailableError);
+  assert.equal(page.retryAfterMs, 5000);
+  const limited = errorFromBody(429, undefined, "Too Many Requests", "2");
+  assert.ok(limited instanceof UnexpectedAnswerError);
+  assert.equal(limited.retryAfterMs, 2000);
+  const watchers = errorFromBody(429, { error: { code: "too_many_watchers", message: "m" } }, "", "3");
+  assert.ok(watchers instanceof TooManyWatchersError);
+  assert.equal(watchers.retryAfterMs, 3000);
+  assert.equal(errorFromBody(409, { error: { code: "held", message: "m" } }, "", "2").retryAfterMs, undefined);
+  assert.equal(errorFromBody(503, body, "").retryAfterMs, undefined);
 });
