@@ -244,14 +244,18 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	s.batch = newBatcher(client)
 	s.bg = background.New()
 	if s.aofArg == "1" {
-		every, check := recheckEvery, func(ctx context.Context) error { return checkDurable(ctx, client, true) }
+		every, check, own := recheckEvery, cfg.recheck, io.Closer(nil)
 		if cfg.recheckEvery > 0 {
 			every = cfg.recheckEvery
 		}
-		if cfg.recheck != nil {
-			check = cfg.recheck
+		if check == nil {
+			c := client
+			if rc := recheckClient(client); rc != nil {
+				c, own = rc, rc
+			}
+			check = func(ctx context.Context) error { return checkDurable(ctx, c, true) }
 		}
-		s.bg.Go(func(life context.Context) { s.recheck(life, every, check) })
+		s.bg.Go(func(life context.Context) { s.recheck(life, every, check, own) })
 	}
 	return s, nil
 }
