@@ -124,7 +124,7 @@ func (p *silentProxy) close() {
 // client (Open) or was given one (New), and leaves no goroutine behind
 // (TestMain's goleak). Before, Close cancelled the check's context, which
 // go-redis does not watch while it reads a reply, and waited for the check
-// until the client's read timeout: 30 s here, 3 to 5 s by default.
+// until the client's read timeout: 30 s here, 5 s by default.
 func TestCloseOnSilentLink(t *testing.T) {
 	srv := redistest.Start(t)
 	// A read timeout far above the bound: a Close that waits for the

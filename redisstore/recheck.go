@@ -44,7 +44,7 @@ import (
 // servers and options, one connection a node), which Close closes under a
 // check in flight: go-redis reads a reply on past its context's end, until
 // its read timeout, so a check stuck on a silent link (packets dropped, the
-// connection left open) held Close for that long (3 to 5 s by default,
+// connection left open) held Close for that long (5 s by default,
 // whatever ReadTimeout says otherwise).
 //
 // What this cannot close: a grant made on a node between its change and
