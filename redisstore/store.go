@@ -302,8 +302,9 @@ func (s *Store) readStoreID(ctx context.Context) error {
 // Close stops the store's release subscription and its re-checks of the
 // persistence settings (at once, closing the re-checks' own connections
 // under a check in flight, even one on a silent link), ends pending
-// WaitChange calls, and closes the client if Open created it. Close is idempotent, as the other stores' are: a
-// second Close returns the first one's error.
+// WaitChange calls, and closes the client if Open created it. Close is
+// idempotent, as the other stores' are: a second Close returns the first
+// one's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.notify.close()
