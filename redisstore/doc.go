@@ -159,8 +159,11 @@
 // grant's fsync; a try on a held key never pays it, nor does a renewal.
 // The other settings cannot be read from a script: the Store reads them all
 // again, as New does (CONFIG GET on every node, the cluster's topology read
-// anew), every second, in a goroutine of its own that Close ends
-// (recheck.go). While the last check found one that cannot keep tokens
+// anew), every second, in a goroutine of its own, over a connection of its
+// own to each node (the client's options; its hooks do not see the
+// checks), which Close closes under a check in flight: Close returns at
+// once even while a check waits on a silent link, where it waited for
+// go-redis' read timeout before (TestCloseOnSilentLink; recheck.go). While the last check found one that cannot keep tokens
 // rising, every grant (Acquire, and Bump) is refused with an error
 // matching ErrVolatile and lease.ErrUnavailable that names the setting, the
 // node and the fix, until a check finds it fixed

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehq/lease"
 )
@@ -37,6 +40,13 @@ import (
 // short outage from holding grants back after it, and a check that can
 // never run from refusing nothing.
 //
+// A check runs on a client of the Store's own (recheckClient: the same
+// servers and options, one connection a node), which Close closes under a
+// check in flight: go-redis reads a reply on past its context's end, until
+// its read timeout, so a check stuck on a silent link (packets dropped, the
+// connection left open) held Close for that long (5 s by default,
+// whatever ReadTimeout says otherwise).
+//
 // What this cannot close: a grant made on a node between its change and
 // the next check, at most recheckEvery (plus the check's own round trip)
 // after a CONFIG SET, a restart or a failover.
@@ -64,8 +74,21 @@ func (s *Store) grantRefused() error {
 }
 
 // recheck re-reads the persistence settings with check every period until
-// ctx (the Store's life) ends, and keeps the verdict in s.volatile.
-func (s *Store) recheck(ctx context.Context, every time.Duration, check func(context.Context) error) {
+// ctx (the Store's life) ends, and keeps the verdict in s.volatile. own, if
+// not nil, is the client check reads through: it is closed when ctx ends,
+// ending a check in flight, and before recheck returns.
+func (s *Store) recheck(ctx context.Context, every time.Duration, check func(context.Context) error, own io.Closer) {
+	if own != nil {
+		closed := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() { _ = own.Close(); close(closed) })
+		defer func() {
+			if stop() {
+				_ = own.Close()
+			} else {
+				<-closed // no goroutine outlives the Store's Close
+			}
+		}()
+	}
 	var (
 		failingSince time.Time // the first of the checks in a row that got no answer
 		pause        = every
@@ -107,6 +130,33 @@ func (s *Store) recheck(ctx context.Context, every time.Duration, check func(con
 		}
 		t.Reset(pause)
 	}
+}
+
+// recheckClient returns a client for the re-checks on the servers client
+// is on, with its options (address, dialer, TLS, credentials, timeouts,
+// OnConnect) but pools of one connection a node and no client-side cache,
+// or nil for a client of another type. A failover (Sentinel) client's copy
+// dials anew for every check: go-redis drops the original's connections to
+// an old master on failover, not the copy's, and a check must read the
+// master the grants go to.
+func recheckClient(client redis.UniversalClient) redis.UniversalClient {
+	switch c := client.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 0
+		o.PushNotificationProcessor = nil
+		o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
+		if o.Addr == "FailoverClient" { // NewFailoverClient's
+			o.ConnMaxLifetime, o.ConnMaxLifetimeJitter = time.Nanosecond, 0
+		}
+		return redis.NewClient(&o)
+	case *redis.ClusterClient:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 1
+		o.PushNotificationProcessor = nil
+		return redis.NewClusterClient(&o)
+	}
+	return nil
 }
 
 // refuseGrants makes err, what a check found, the refusal of every grant

@@ -186,7 +186,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 // given. The check has 10 s to answer (Open's takes the context it is
 // given), as etcdstore.New's has. A server that cannot be reached gives an
 // error matching lease.ErrUnavailable. The Store then reads the settings
-// again every second while it runs, and refuses grants while they are
+// again every second while it runs, over one connection of its own to each
+// node made with client's options, and refuses grants while they are
 // volatile (doc.go, Persistence).
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), newTimeout)
@@ -244,14 +245,18 @@ func newStore(ctx context.Context, client redis.UniversalClient, opts []Option) 
 	s.batch = newBatcher(client)
 	s.bg = background.New()
 	if s.aofArg == "1" {
-		every, check := recheckEvery, func(ctx context.Context) error { return checkDurable(ctx, client, true) }
+		every, check, own := recheckEvery, cfg.recheck, io.Closer(nil)
 		if cfg.recheckEvery > 0 {
 			every = cfg.recheckEvery
 		}
-		if cfg.recheck != nil {
-			check = cfg.recheck
+		if check == nil {
+			c := client
+			if rc := recheckClient(client); rc != nil {
+				c, own = rc, rc
+			}
+			check = func(ctx context.Context) error { return checkDurable(ctx, c, true) }
 		}
-		s.bg.Go(func(life context.Context) { s.recheck(life, every, check) })
+		s.bg.Go(func(life context.Context) { s.recheck(life, every, check, own) })
 	}
 	return s, nil
 }
@@ -295,9 +300,11 @@ func (s *Store) readStoreID(ctx context.Context) error {
 }
 
 // Close stops the store's release subscription and its re-checks of the
-// persistence settings, ends pending WaitChange calls, and closes the client
-// if Open created it. Close is idempotent, as the other stores' are: a
-// second Close returns the first one's error.
+// persistence settings (at once, closing the re-checks' own connections
+// under a check in flight, even one on a silent link), ends pending
+// WaitChange calls, and closes the client if Open created it. Close is
+// idempotent, as the other stores' are: a second Close returns the first
+// one's error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.notify.close()
